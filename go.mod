@@ -1,0 +1,3 @@
+module github.com/parleyhq/parley
+
+go 1.24.0

@@ -1,0 +1,155 @@
+// Package backend defines the one small interface through which model code computes: tensors
+// that live wherever a backend keeps them (host memory, or device memory for a GPU backend), and
+// the dozen operations a transformer forward step needs. Models are written once against it; the
+// pure-Go backend (backend/purego), the native CPU backend (backend/cpu, cgo and OpenBLAS) and a
+// GPU backend implement it and all pass the same conformance suite (backend/backendtest).
+//
+// Execution may be asynchronous: an operation may return before its result exists, as long as
+// operations on one backend take effect in the order they were issued. Read is the only call that
+// waits for results. A backend that cannot do a case returns an error wrapping ErrUnsupported;
+// nothing panics on bad arguments.
+//
+// Backends register themselves (Register) from an init function; New picks one by name, or the
+// best available for "auto". The nocgo build registers only the pure-Go backend.
+package backend
+
+import (
+	"errors"
+
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+// ErrUnsupported is wrapped by errors for cases a backend does not implement.
+var ErrUnsupported = errors.New("not supported by this backend")
+
+// Tensor is a two-dimensional, row-major array owned by one backend: Rows() rows of Cols()
+// elements of DType(). A row of a quantised type is DType().RowSize(Cols()) bytes. Vectors are
+// one-row tensors; a batch of n token activations of width d is an [n, d] tensor.
+type Tensor interface {
+	DType() tensor.DType
+	Rows() int
+	Cols() int
+	// Close releases the tensor's memory. Closing twice is a no-op.
+	Close() error
+}
+
+// RoPEMode selects how rotary embedding pairs the elements of a head.
+type RoPEMode int
+
+const (
+	// RoPENormal rotates adjacent pairs (x[2i], x[2i+1]), as LLaMA's original code does.
+	RoPENormal RoPEMode = iota
+	// RoPENeoX rotates pairs (x[i], x[i+headDim/2]), as GPT-NeoX and Qwen do.
+	RoPENeoX
+)
+
+// RoPE describes rotary position embedding for heads of HeadDim elements, of which the first
+// Dims are rotated (Dims == HeadDim for LLaMA). Pair i of a token at position p is rotated by the
+// angle theta = (p * FreqScale) * Base^(-2i/Dims) (with llama.cpp's YaRN extensions off).
+type RoPE struct {
+	Mode      RoPEMode
+	HeadDim   int
+	Dims      int
+	Base      float32
+	FreqScale float32 // 1 for no scaling; 1/factor for linear scaling
+}
+
+// Seq is one sequence's share of a Batch: tokens [Start, Start+Count) of the batch, which are at
+// positions CtxLen-Count .. CtxLen-1 of the sequence, so that after the step the sequence's cache
+// holds CtxLen positions. Blocks is the sequence's block table: cache position j lives in slot
+// Blocks[j/BlockSize]*BlockSize + j%BlockSize.
+type Seq struct {
+	Start, Count int
+	CtxLen       int
+	Blocks       []int32
+}
+
+// Batch describes the tokens of one forward step: several sequences, each with its own tokens,
+// positions and KV-cache blocks. Pos and Slot are per token (derivable from Seqs; they are
+// precomputed once per step because every layer uses them).
+type Batch struct {
+	Pos  []int32 // [n] position of each token in its sequence
+	Slot []int32 // [n] KV-cache slot each token's key and value are stored in
+	Seqs []Seq
+}
+
+// KVConfig sizes a KV cache: Layers layers, each with Slots slots of Width = nKVHead*headDim
+// elements for keys and as many for values, stored as DType (F32 or F16), in blocks of BlockSize
+// slots.
+type KVConfig struct {
+	Layers    int
+	Slots     int
+	Width     int
+	BlockSize int
+	DType     tensor.DType
+}
+
+// KV is a backend-owned key/value cache for all layers of one model, shared by every sequence:
+// sequences own blocks of slots (see package kvcache), not whole caches.
+type KV interface {
+	Config() KVConfig
+	Close() error
+}
+
+// Attn describes attention heads: NHead query heads and NKVHead key/value heads (grouped-query
+// attention: query head h reads kv head h/(NHead/NKVHead)) of HeadDim elements, with scores
+// scaled by Scale (normally 1/sqrt(HeadDim)).
+type Attn struct {
+	NHead, NKVHead, HeadDim int
+	Scale                   float32
+}
+
+// Backend computes. All tensors passed to a backend's methods must have been made by it.
+//
+// Shapes in the comments are [rows, cols]; n is the number of tokens in a batch.
+type Backend interface {
+	// Name is the name the backend registered under ("go", "cpu", "cuda").
+	Name() string
+
+	// Load makes a tensor of rows×cols elements of dt whose contents are data (row-major,
+	// dt.RowSize(cols) bytes a row). Host backends may keep data itself without copying it, so
+	// data must stay valid and unchanged for the life of the tensor (weights memory-mapped from a
+	// model file do).
+	Load(dt tensor.DType, rows, cols int, data []byte) (Tensor, error)
+	// Alloc makes a zeroed F32 (or F16) tensor for activations.
+	Alloc(dt tensor.DType, rows, cols int) (Tensor, error)
+	// Write copies src into rows row0.. of an F32 tensor.
+	Write(dst Tensor, row0 int, src []float32) error
+	// Read waits for all issued work, then copies rows row0.. of an F32 tensor into dst.
+	Read(src Tensor, row0 int, dst []float32) error
+
+	// GetRows: dst[i,:] = float32(table[ids[i],:]) for a table of any supported dtype.
+	// dst [len(ids), cols] F32.
+	GetRows(dst, table Tensor, ids []int32) error
+	// MatMul: dst[i,j] = sum_k x[i,k]*w[j,k]. x [n, k] F32, w [m, k] any supported dtype,
+	// dst [n, m] F32. Quantised weights are multiplied as llama.cpp does: each row of x is first
+	// converted to w's dot-product type (F16, Q8_0, Q8_1 or Q8_K).
+	MatMul(dst, x, w Tensor) error
+	// AddRows: dst[i,:] = a[i,:] + b[i,:], or b[0,:] when b has one row (a bias). dst may be a.
+	AddRows(dst, a, b Tensor) error
+	// RMSNorm: dst[i,:] = x[i,:] / sqrt(mean(x[i,:]^2) + eps) * w[0,:]. w [1, d] F32. dst may be x.
+	RMSNorm(dst, x, w Tensor, eps float32) error
+	// SwiGLU: dst = silu(gate) * up elementwise, silu(g) = g/(1+exp(-g)). dst may be gate.
+	SwiGLU(dst, gate, up Tensor) error
+	// Rope rotates x [n, nHead*HeadDim] in place, token i at position b.Pos[i].
+	Rope(x Tensor, nHead int, r RoPE, b *Batch) error
+
+	// NewKV makes a zeroed KV cache.
+	NewKV(cfg KVConfig) (KV, error)
+	// StoreKV writes k and v [n, Width] (F32) into layer's cache at slots b.Slot.
+	StoreKV(kv KV, layer int, k, v Tensor, b *Batch) error
+	// Attention: for each sequence s of b and each of its tokens i (at position p), and each query
+	// head h: dst[i, h] = softmax_j(Scale * q[i,h]·K[j,h']) · V[j,h'] over the cache positions
+	// j = 0..p of s (causal), h' = h/(NHead/NKVHead). q, dst [n, NHead*HeadDim] F32. The keys and
+	// values of the batch's own tokens must have been stored (StoreKV) first.
+	Attention(dst, q Tensor, kv KV, layer int, a Attn, b *Batch) error
+
+	// Close releases the backend's resources. Tensors made by it must not be used afterwards.
+	Close() error
+}
+
+// Options configure a backend.
+type Options struct {
+	// Threads is the number of CPU threads to compute with; 0 means one per core.
+	Threads int
+}

@@ -1,0 +1,99 @@
+package backend
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// EnvVar names the environment variable that chooses a backend when no flag does.
+const EnvVar = "PARLEY_BACKEND"
+
+// Factory makes a backend. It returns an error (never panics) when the backend cannot run here:
+// not built in, no device, no driver.
+type Factory func(Options) (Backend, error)
+
+type entry struct {
+	name     string
+	priority int // higher is preferred by "auto"
+	factory  Factory
+}
+
+var (
+	mu       sync.Mutex
+	registry = map[string]entry{}
+)
+
+// Register makes a backend available under name. "auto" prefers the backend of highest priority
+// that starts. Backends call it from init functions.
+func Register(name string, priority int, f Factory) {
+	mu.Lock()
+	defer mu.Unlock()
+	registry[name] = entry{name, priority, f}
+}
+
+// Names lists the registered backends, most preferred first.
+func Names() []string {
+	mu.Lock()
+	defer mu.Unlock()
+	es := make([]entry, 0, len(registry))
+	for _, e := range registry {
+		es = append(es, e)
+	}
+	sort.Slice(es, func(i, j int) bool {
+		if es[i].priority != es[j].priority {
+			return es[i].priority > es[j].priority
+		}
+		return es[i].name < es[j].name
+	})
+	names := make([]string, len(es))
+	for i, e := range es {
+		names[i] = e.name
+	}
+	return names
+}
+
+// Choose resolves the backend name to use: flag if set, else $PARLEY_BACKEND, else "auto".
+func Choose(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	if v := strings.TrimSpace(os.Getenv(EnvVar)); v != "" {
+		return v
+	}
+	return "auto"
+}
+
+// New starts the backend called name, or for "auto" (or "") the most preferred one that starts.
+// For "auto", the returned notes say which backends were skipped and why, for the caller to log.
+func New(name string, opts Options) (b Backend, notes []string, err error) {
+	if name == "" || name == "auto" {
+		var errs []error
+		for _, n := range Names() {
+			mu.Lock()
+			e := registry[n]
+			mu.Unlock()
+			b, err := e.factory(opts)
+			if err == nil {
+				return b, notes, nil
+			}
+			notes = append(notes, fmt.Sprintf("backend %s unavailable: %v", n, err))
+			errs = append(errs, err)
+		}
+		return nil, notes, fmt.Errorf("no backend available: %w", errors.Join(errs...))
+	}
+	mu.Lock()
+	e, ok := registry[name]
+	mu.Unlock()
+	if !ok {
+		return nil, nil, fmt.Errorf("unknown backend %q (have %s)", name, strings.Join(Names(), ", "))
+	}
+	b, err = e.factory(opts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("backend %s: %w", name, err)
+	}
+	return b, nil, nil
+}
