@@ -117,6 +117,10 @@ type Backend interface {
 	Write(dst Tensor, row0 int, src []float32) error
 	// Read waits for all issued work, then copies rows row0.. of an F32 tensor into dst.
 	Read(src Tensor, row0 int, dst []float32) error
+	// View returns a tensor sharing t's memory: rows row0 .. row0+rows-1 of t. Operations on the
+	// view read and write t. Closing a view does not free t; t must outlive its views. Models
+	// allocate scratch for the largest batch once and run smaller batches through views of it.
+	View(t Tensor, row0, rows int) (Tensor, error)
 
 	// GetRows: dst[i,:] = float32(table[ids[i],:]) for a table of any supported dtype.
 	// dst [len(ids), cols] F32.

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/parleyhq/parley/runtime/backend"
+	_ "github.com/parleyhq/parley/runtime/backend/all"
+	"github.com/parleyhq/parley/runtime/engine"
+)
+
+// backendFlags are the flags every model-running command shares.
+type backendFlags struct {
+	name    *string
+	threads *int
+}
+
+func addBackendFlags(fs *flag.FlagSet) backendFlags {
+	return backendFlags{
+		name:    fs.String("backend", "", "compute backend: "+strings.Join(append(backend.Names(), "auto"), ", ")+" (default $"+backend.EnvVar+" or auto)"),
+		threads: fs.Int("t", 0, "CPU threads (0: one per core)"),
+	}
+}
+
+func (bf backendFlags) open(e *env) (backend.Backend, error) {
+	if *bf.threads < 0 {
+		return nil, usagef("-t %d: thread count must not be negative", *bf.threads)
+	}
+	name := backend.Choose(*bf.name)
+	b, notes, err := backend.New(name, backend.Options{Threads: *bf.threads})
+	for _, n := range notes {
+		fmt.Fprintln(e.stderr, "parley:", n)
+	}
+	return b, err
+}
+
+// openModel starts the backend and loads the model onto it.
+func openModel(e *env, bf backendFlags, path string) (*engine.Engine, backend.Backend, error) {
+	if path == "" {
+		return nil, nil, usagef("-m MODEL is required")
+	}
+	b, err := bf.open(e)
+	if err != nil {
+		return nil, nil, err
+	}
+	eng, err := engine.Open(path, b)
+	if err != nil {
+		b.Close()
+		return nil, nil, err
+	}
+	return eng, b, nil
+}
+
+// multiFlag collects a repeatable string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
+
+// biasFlag collects --logit-bias ID=BIAS flags.
+type biasFlag map[int32]float32
+
+func (b biasFlag) String() string { return fmt.Sprint(map[int32]float32(b)) }
+func (b biasFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok {
+		return fmt.Errorf("want TOKEN_ID=BIAS, got %q", s)
+	}
+	id, err := strconv.ParseInt(strings.TrimSpace(k), 10, 32)
+	if err != nil {
+		return fmt.Errorf("token id %q: %v", k, err)
+	}
+	bias, err := strconv.ParseFloat(strings.TrimSpace(v), 32)
+	if err != nil {
+		return fmt.Errorf("bias %q: %v", v, err)
+	}
+	b[int32(id)] = float32(bias)
+	return nil
+}

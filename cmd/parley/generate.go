@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+
+	"github.com/parleyhq/parley/runtime/decode"
+	"github.com/parleyhq/parley/runtime/engine"
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+func runGenerate(e *env, args []string) error {
+	fs := newFlags(e, "generate", "-m MODEL (-p PROMPT | -f FILE) [flags]")
+	bf := addBackendFlags(fs)
+	model := fs.String("m", "", "model file (GGUF)")
+	prompt := fs.String("p", "", "prompt text")
+	file := fs.String("f", "", "read the prompt from FILE (- for standard input)")
+	n := fs.Int("n", 128, "most tokens to generate (0: until the context is full)")
+	ctxLen := fs.Int("c", 0, "context size in tokens (0: the model's)")
+	def := decode.DefaultParams()
+	temp := fs.Float64("temp", float64(def.Temperature), "temperature (0: greedy)")
+	topK := fs.Int("top-k", def.TopK, "top-k sampling (0: off)")
+	topP := fs.Float64("top-p", float64(def.TopP), "top-p sampling (1: off)")
+	minP := fs.Float64("min-p", float64(def.MinP), "min-p sampling (0: off)")
+	repPen := fs.Float64("repeat-penalty", float64(def.RepeatPenalty), "repetition penalty (1: off)")
+	repLast := fs.Int("repeat-last-n", def.RepeatLastN, "tokens the repetition penalty looks back over")
+	presPen := fs.Float64("presence-penalty", 0, "presence penalty (OpenAI semantics)")
+	freqPen := fs.Float64("frequency-penalty", 0, "frequency penalty (OpenAI semantics)")
+	seed := fs.Int64("seed", -1, "random seed (-1: random)")
+	bias := biasFlag{}
+	fs.Var(bias, "logit-bias", "TOKEN_ID=BIAS added to a token's logit (repeatable; -inf bans)")
+	var stops multiFlag
+	fs.Var(&stops, "stop", "stop string (repeatable)")
+	ignoreEOS := fs.Bool("ignore-eos", false, "keep generating after an end-of-generation token")
+	noBOS := fs.Bool("no-bos", false, "do not add the vocabulary's BOS token")
+	kvType := fs.String("kv-type", "f16", "KV cache type: f16 or f32")
+	asJSON := fs.Bool("json", false, "print one JSON object with token ids, text and top-5 log-probabilities")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usagef("unexpected arguments %q", pos)
+	}
+	text, err := promptText(e, *prompt, *file)
+	if err != nil {
+		return err
+	}
+	if *n < 0 {
+		return usagef("-n %d: must not be negative", *n)
+	}
+	kv, err := tensor.ParseDType(*kvType)
+	if err != nil || (kv != tensor.F16 && kv != tensor.F32) {
+		return usagef("--kv-type %q: want f16 or f32", *kvType)
+	}
+	params := decode.Params{
+		Temperature: float32(*temp), TopK: *topK, TopP: float32(*topP), MinP: float32(*minP),
+		RepeatPenalty: float32(*repPen), RepeatLastN: *repLast,
+		PresencePenalty: float32(*presPen), FrequencyPenalty: float32(*freqPen),
+		LogitBias: bias,
+	}
+	if *seed < 0 {
+		params.Seed = rand.Uint64()
+	} else {
+		params.Seed = uint64(*seed)
+	}
+
+	eng, be, err := openModel(e, bf, *model)
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	defer eng.Close()
+	if err := params.Validate(eng.Model.Vocab); err != nil {
+		return usageError{err}
+	}
+	ids, err := eng.Tokenizer.Encode(text, !*noBOS, true)
+	if err != nil {
+		return err
+	}
+	c, err := eng.NewContext(engine.ContextOptions{Ctx: *ctxLen, KVType: kv})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	req := engine.Request{Prompt: ids, MaxTokens: *n, Sampling: params, Stop: stops, IgnoreEOS: *ignoreEOS}
+	w := bufio.NewWriter(e.stdout)
+	defer w.Flush()
+	var emit func(*engine.Token) error
+	var steps [][]decode.TokenLogprob
+	if *asJSON {
+		req.TopLogprobs = 5
+		emit = func(t *engine.Token) error {
+			if t.ID >= 0 {
+				steps = append(steps, append([]decode.TokenLogprob(nil), t.Top...))
+			}
+			return nil
+		}
+	} else {
+		emit = func(t *engine.Token) error {
+			if _, err := w.Write(t.Text); err != nil {
+				return err
+			}
+			return w.Flush()
+		}
+	}
+	res, err := eng.Generate(ctx, c, req, emit)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	if !*asJSON {
+		fmt.Fprintln(w)
+		w.Flush()
+		if res != nil && len(res.Tokens) > 0 {
+			fmt.Fprintf(e.stderr, "\nprompt: %d tokens in %v (%.1f tokens/s); generated: %d tokens in %v (%.1f tokens/s); stop: %s\n",
+				len(ids), res.PromptTime.Round(1e5), float64(len(ids))/res.PromptTime.Seconds(),
+				len(res.Tokens), res.GenTime.Round(1e5), float64(len(res.Tokens))/res.GenTime.Seconds(), res.Reason)
+		}
+		return err
+	}
+	type lp struct {
+		ID      int32   `json:"id"`
+		Logprob float64 `json:"logprob"`
+	}
+	out := struct {
+		PromptTokens []int32 `json:"prompt_tokens"`
+		Tokens       []int32 `json:"tokens"`
+		Text         string  `json:"text"`
+		Logprobs     [][]lp  `json:"logprobs"`
+		FinishReason string  `json:"finish_reason"`
+	}{PromptTokens: ids, Tokens: res.Tokens, Text: res.Text, Logprobs: [][]lp{}, FinishReason: string(res.Reason)}
+	if out.Tokens == nil {
+		out.Tokens = []int32{}
+	}
+	for _, s := range steps[:min(len(steps), len(res.Tokens))] {
+		row := make([]lp, len(s))
+		for i, t := range s {
+			row[i] = lp{t.ID, t.Logprob}
+		}
+		out.Logprobs = append(out.Logprobs, row)
+	}
+	enc := json.NewEncoder(w)
+	return enc.Encode(out)
+}
+
+// promptText returns the prompt from -p or -f (exactly one).
+func promptText(e *env, p, file string) (string, error) {
+	switch {
+	case p != "" && file != "":
+		return "", usagef("give the prompt with -p or -f, not both")
+	case file == "-":
+		b, err := io.ReadAll(io.LimitReader(e.stdin, 64<<20))
+		return string(b), err
+	case file != "":
+		b, err := os.ReadFile(file)
+		return string(b), err
+	case p == "":
+		return "", usagef("a prompt is required (-p PROMPT or -f FILE)")
+	}
+	return p, nil
+}

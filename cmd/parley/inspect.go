@@ -1,0 +1,169 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/parleyhq/parley/runtime/gguf"
+)
+
+func runInspect(e *env, args []string) error {
+	fs := newFlags(e, "inspect", "[--json] [--full] MODEL")
+	asJSON := fs.Bool("json", false, "print JSON")
+	full := fs.Bool("full", false, "print arrays in full (default: the first 8 elements)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("want exactly one model file, got %d arguments", len(pos))
+	}
+	f, err := gguf.Open(pos[0])
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	show := func(v gguf.Value) any { return valueSummary(v, *full) }
+	if *asJSON {
+		type tensorJSON struct {
+			Name   string  `json:"name"`
+			DType  string  `json:"dtype"`
+			Shape  []int64 `json:"shape"`
+			Offset int64   `json:"offset"`
+			Size   int64   `json:"size"`
+		}
+		out := struct {
+			Version  uint32         `json:"version"`
+			Metadata map[string]any `json:"metadata"`
+			Tensors  []tensorJSON   `json:"tensors"`
+		}{Version: f.Version, Metadata: map[string]any{}}
+		for _, kv := range f.KVs {
+			out.Metadata[kv.Key] = show(kv.Value)
+		}
+		for _, t := range f.Tensors {
+			out.Tensors = append(out.Tensors, tensorJSON{t.Name, t.DType.String(), t.Shape, t.Offset, t.Size})
+		}
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	fmt.Fprintf(e.stdout, "GGUF version %d, %d metadata entries, %d tensors, alignment %d\n\n", f.Version, len(f.KVs), len(f.Tensors), f.Alignment)
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	for _, kv := range f.KVs {
+		typ := kv.Value.Type.String()
+		if kv.Value.Type == gguf.Array {
+			typ = fmt.Sprintf("[%d]%s", arrayLen(kv.Value), kv.Value.Elem)
+		}
+		b, _ := json.Marshal(show(kv.Value))
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", kv.Key, typ, b)
+	}
+	tw.Flush()
+	fmt.Fprintln(e.stdout)
+	tw = tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "tensor\tdtype\tshape\toffset\tbytes")
+	var total int64
+	for _, t := range f.Tensors {
+		dims := make([]string, len(t.Shape))
+		for i, d := range t.Shape {
+			dims[i] = fmt.Sprint(d)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t[%s]\t%d\t%d\n", t.Name, t.DType, strings.Join(dims, " "), t.Offset, t.Size)
+		total += t.Size
+	}
+	tw.Flush()
+	fmt.Fprintf(e.stdout, "\n%d tensors, %.2f MiB of tensor data\n", len(f.Tensors), float64(total)/(1<<20))
+	return nil
+}
+
+func arrayLen(v gguf.Value) int {
+	switch a := v.V.(type) {
+	case []string:
+		return len(a)
+	case []gguf.Value:
+		return len(a)
+	}
+	if s, ok := sliceLen(v.V); ok {
+		return s
+	}
+	return 0
+}
+
+func sliceLen(v any) (int, bool) {
+	switch a := v.(type) {
+	case []uint8:
+		return len(a), true
+	case []int8:
+		return len(a), true
+	case []uint16:
+		return len(a), true
+	case []int16:
+		return len(a), true
+	case []uint32:
+		return len(a), true
+	case []int32:
+		return len(a), true
+	case []float32:
+		return len(a), true
+	case []bool:
+		return len(a), true
+	case []uint64:
+		return len(a), true
+	case []int64:
+		return len(a), true
+	case []float64:
+		return len(a), true
+	}
+	return 0, false
+}
+
+// valueSummary is v as a JSON-friendly value; arrays are cut to their first 8 elements unless
+// full.
+func valueSummary(v gguf.Value, full bool) any {
+	if v.Type != gguf.Array {
+		return v.V
+	}
+	n := arrayLen(v)
+	limit := n
+	if !full && limit > 8 {
+		limit = 8
+	}
+	var head any
+	switch a := v.V.(type) {
+	case []string:
+		head = a[:limit]
+	case []gguf.Value:
+		s := make([]any, limit)
+		for i := range s {
+			s[i] = valueSummary(a[i], full)
+		}
+		head = s
+	case []uint8:
+		head = a[:limit]
+	case []int8:
+		head = a[:limit]
+	case []uint16:
+		head = a[:limit]
+	case []int16:
+		head = a[:limit]
+	case []uint32:
+		head = a[:limit]
+	case []int32:
+		head = a[:limit]
+	case []float32:
+		head = a[:limit]
+	case []bool:
+		head = a[:limit]
+	case []uint64:
+		head = a[:limit]
+	case []int64:
+		head = a[:limit]
+	case []float64:
+		head = a[:limit]
+	}
+	if limit == n {
+		return head
+	}
+	return map[string]any{"len": n, "head": head}
+}

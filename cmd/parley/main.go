@@ -1,0 +1,122 @@
+// Command parley runs LLaMA-family GGUF models: generate text, tokenize, inspect model files,
+// benchmark, and make synthetic models for speed work.
+//
+//	parley generate -m MODEL -p PROMPT [-n N] [--temp T] [--json]
+//	parley tokenize -m MODEL [--no-bos] [--no-parse-special] (TEXT | -)
+//	parley inspect MODEL
+//	parley bench -m MODEL [-p 512] [-n 128] [-t THREADS] [--json]
+//	parley synth --shape 15M|110M|1B --type f32|f16|q8_0|q4_0|q4_k|... -o FILE
+//
+// Every command takes --backend go|cpu|auto (or $PARLEY_BACKEND) and --help.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+)
+
+// env is what a command reads and writes; tests substitute buffers.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+}
+
+type command struct {
+	summary string
+	run     func(e *env, args []string) error
+}
+
+var commands = map[string]command{
+	"generate": {"generate text from a prompt", runGenerate},
+	"tokenize": {"print the token ids of a text as JSON", runTokenize},
+	"inspect":  {"print a model file's metadata and tensor table", runInspect},
+	"bench":    {"measure prompt-processing and generation speed", runBench},
+	"synth":    {"write a GGUF model with random weights in a real shape", runSynth},
+}
+
+// usageError is a command-line mistake: exit status 2, as flag does.
+type usageError struct{ error }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+func main() {
+	os.Exit(run(&env{os.Stdin, os.Stdout, os.Stderr}, os.Args[1:]))
+}
+
+func run(e *env, args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(e.stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(e.stderr, "parley: unknown command %q\n\n", args[0])
+		usage(e.stderr)
+		return 2
+	}
+	err := c.run(e, args[1:])
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, new(usageError)):
+		fmt.Fprintf(e.stderr, "parley %s: %v\n", args[0], err)
+		return 2
+	default:
+		fmt.Fprintf(e.stderr, "parley %s: %v\n", args[0], err)
+		return 1
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: parley COMMAND [flags]\n\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-9s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'parley COMMAND --help' for a command's flags.")
+}
+
+// newFlags makes a flag set whose errors are returned (not printed and exited on) and whose
+// usage names the command.
+func newFlags(e *env, name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "usage: parley %s %s\n\nflags:\n", name, synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses flags, turning mistakes into usage errors. Flags may follow positional
+// arguments (parley inspect MODEL --json).
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, usageError{err}
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/parleyhq/parley/runtime/models/llama"
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+func runSynth(e *env, args []string) error {
+	fs := newFlags(e, "synth", "--shape 15M|110M|1B --type TYPE -o FILE [--seed N]")
+	shape := fs.String("shape", "15M", "model shape: "+strings.Join(llama.ShapeNames(), ", "))
+	typ := fs.String("type", "f32", "weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k")
+	out := fs.String("o", "", "output file (required)")
+	seed := fs.Uint64("seed", 1, "random seed")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usagef("unexpected arguments %q", pos)
+	}
+	if *out == "" {
+		return usagef("-o FILE is required")
+	}
+	s, ok := llama.Shapes[strings.ToUpper(*shape)]
+	if !ok {
+		return usagef("unknown shape %q (have %s)", *shape, strings.Join(llama.ShapeNames(), ", "))
+	}
+	dt, err := tensor.ParseDType(*typ)
+	if err != nil {
+		return usageError{err}
+	}
+	w, err := llama.Synth(s, dt, *seed)
+	if err != nil {
+		return err
+	}
+	if err := w.WriteFile(*out); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "wrote %s: %s shape, %v weights\n", *out, s.Name, dt)
+	return nil
+}

@@ -1,0 +1,223 @@
+package backendtest
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+// colsFor returns the row lengths a weight type is tested with: odd plain sizes for the float
+// types, multiples of the block size (one block, a few, many) for the quantised ones.
+func colsFor(dt tensor.DType) []int {
+	switch dt.BlockSize() {
+	case 1:
+		return []int{1, 7, 33, 96, 256}
+	case 32:
+		return []int{32, 96, 256, 512}
+	}
+	return []int{256, 512, 768}
+}
+
+// convBound bounds the error that converting one activation element to a weight type's
+// dot-product type (quant.VecDotType: F32, F16, BF16, Q8_0, Q8_1 or Q8_K) introduces before the
+// dot product. A converted element x' of x obeys
+//
+//	|x' - x| <= rel*|x| + abs                      (float types: rounding)
+//	|x' - x| <= 1.001 * amax(block)/254            (Q8 types: q = round(x*127/amax), step amax/127)
+//
+// and the block's stored scale (and, for Q8_1, its stored sum d*Σq, which multiplies the weight
+// block's minimum) adds at most scaleRel * max|w in block| * Σ|x in block|. The 1.001 covers
+// the reciprocal scale being rounded to float32 before x is multiplied by it.
+type convBound struct {
+	rel, abs float64
+	block    int
+	scaleRel float64
+}
+
+// matmulBounds gives each weight type's conversion bound. Every output element is also allowed
+// (K+2)·2^-24·Σ|w·x|: the worst-case rounding of a K-term float32 dot product in any order of
+// summation, which also covers the float32 products of block scales and integer block sums.
+var matmulBounds = map[tensor.DType]convBound{
+	// F32 activations are used as they are.
+	tensor.F32: {},
+	// Rounded to F16: relative error 2^-11 (binary16 unit roundoff), and at most 2^-25 absolute
+	// for values in the subnormal range.
+	tensor.F16: {rel: 0x1p-11, abs: 0x1p-25},
+	// Rounded to BF16: relative error 2^-8.
+	tensor.BF16: {rel: 0x1p-8},
+	// Q8_0 (32 elements, F16 scale): 2^-11 for rounding the scale, 2^-11 spare.
+	tensor.Q4_0: {block: 32, scaleRel: 0x1p-10},
+	tensor.Q5_0: {block: 32, scaleRel: 0x1p-10},
+	tensor.Q8_0: {block: 32, scaleRel: 0x1p-10},
+	// Q8_1 (32 elements, F16 scale and F16 sum): 2^-11 for each.
+	tensor.Q4_1: {block: 32, scaleRel: 0x1p-10},
+	tensor.Q5_1: {block: 32, scaleRel: 0x1p-10},
+	// Q8_K (256 elements, float32 scale, exact integer sums): the scale's rounding is 2^-24;
+	// 2^-20 also covers float32 rounding where the K-quants subtract their minimum terms.
+	tensor.Q4_K: {block: 256, scaleRel: 0x1p-20},
+	tensor.Q5_K: {block: 256, scaleRel: 0x1p-20},
+	tensor.Q6_K: {block: 256, scaleRel: 0x1p-20},
+}
+
+// matmulRef returns x·wᵀ in float64 for x [n, k] and dequantised w [m, k], and for each output
+// element the bound its backend value must be within (see matmulBounds).
+func matmulRef(dt tensor.DType, n, m, k int, x []float32, w []float64) (want, tol []float64) {
+	cb := matmulBounds[dt]
+	want = make([]float64, n*m)
+	tol = make([]float64, n*m)
+	var step []float64 // per element: half the Q8 step of its block
+	if cb.block > 0 {
+		step = make([]float64, k)
+	}
+	for i := 0; i < n; i++ {
+		xi := x[i*k : (i+1)*k]
+		if cb.block > 0 {
+			for b0 := 0; b0 < k; b0 += cb.block {
+				amax := 0.0
+				for _, v := range xi[b0 : b0+cb.block] {
+					amax = math.Max(amax, math.Abs(float64(v)))
+				}
+				for j := b0; j < b0+cb.block; j++ {
+					step[j] = 1.001 * amax / 254
+				}
+			}
+		}
+		for j := 0; j < m; j++ {
+			wj := w[j*k : (j+1)*k]
+			var dot, s, conv float64
+			for c, wv := range wj {
+				xv := float64(xi[c])
+				dot += wv * xv
+				s += math.Abs(wv * xv)
+				conv += math.Abs(wv) * (cb.rel*math.Abs(xv) + cb.abs)
+				if cb.block > 0 {
+					conv += math.Abs(wv) * step[c]
+				}
+			}
+			if cb.block > 0 {
+				for b0 := 0; b0 < k; b0 += cb.block {
+					wmax, x1 := 0.0, 0.0
+					for c := b0; c < b0+cb.block; c++ {
+						wmax = math.Max(wmax, math.Abs(wj[c]))
+						x1 += math.Abs(float64(xi[c]))
+					}
+					conv += cb.scaleRel * wmax * x1
+				}
+			}
+			want[i*m+j] = dot
+			tol[i*m+j] = float64(k+2)*u*s + conv + 1e-30
+		}
+	}
+	return want, tol
+}
+
+func testMatMul(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)) {
+	const maxM, maxN = 67, 17
+	for _, dt := range WeightDTypes {
+		t.Run(dt.String(), func(t *testing.T) {
+			for _, k := range colsFor(dt) {
+				r := rng(fmt.Sprintf("matmul %v %d", dt, k))
+				data, wd := quantRows(t, dt, maxM, k, randVec(r, maxM*k, 0.5))
+				xv := randVec(r, maxN*k, 1)
+				rs := rowSize(t, dt, k)
+				for _, m := range []int{1, 3, 17, maxM} {
+					w := load(t, b, dt, m, k, data[:m*rs])
+					for _, n := range []int{1, 2, 5, maxN} {
+						x := alloc(t, b, n, k, xv[:n*k])
+						dst, g := output(t, b, n, m)
+						must(t, b.MatMul(dst, x, w), "MatMul %v n=%d m=%d k=%d", dt, n, m, k)
+						got := read(t, b, dst)
+						want, tol := matmulRef(dt, n, m, k, xv, wd)
+						compare(t, fmt.Sprintf("MatMul %v n=%d m=%d k=%d", dt, n, m, k), m, got, want,
+							func(i int) float64 { return tol[i] })
+						g.check(t)
+						x.Close()
+						dst.Close()
+					}
+					w.Close()
+				}
+			}
+		})
+	}
+}
+
+// testMatMulBatch checks that a token's result does not depend on the batch it is computed in.
+// Backends take different paths for one token and for batches (tiles of rows, or dequantising to
+// F32 for a BLAS product, which skips the activation conversion), so the rows of batches of
+// different sizes may differ by the conversion bound, never more.
+func testMatMulBatch(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)) {
+	const n, m = 37, 41
+	for _, dt := range WeightDTypes {
+		t.Run(dt.String(), func(t *testing.T) {
+			k := colsFor(dt)[1]
+			r := rng(fmt.Sprintf("batch %v", dt))
+			data, wd := quantRows(t, dt, m, k, randVec(r, m*k, 0.5))
+			w := load(t, b, dt, m, k, data)
+			xv := randVec(r, n*k, 1)
+			x := alloc(t, b, n, k, xv)
+			full := alloc(t, b, n, m, nil)
+			must(t, b.MatMul(full, x, w), "MatMul %v n=%d", dt, n)
+			fullv := read(t, b, full)
+			_, tol := matmulRef(dt, n, m, k, xv, wd)
+			for _, nb := range []int{1, 2, 3, 4, 5, 8, 9, 16, 33} {
+				for i0 := 0; i0+nb <= n; i0 += nb + 7 {
+					xb := alloc(t, b, nb, k, xv[i0*k:(i0+nb)*k])
+					dst, g := output(t, b, nb, m)
+					must(t, b.MatMul(dst, xb, w), "MatMul %v n=%d", dt, nb)
+					got := read(t, b, dst)
+					want := make([]float64, nb*m)
+					for i := range want {
+						want[i] = float64(fullv[i0*m+i])
+					}
+					compare(t, fmt.Sprintf("MatMul %v rows %d..%d alone vs in a batch of %d", dt, i0, i0+nb-1, n),
+						m, got, want, func(i int) float64 { return tol[i0*m+i] })
+					g.check(t)
+					xb.Close()
+					dst.Close()
+				}
+			}
+		})
+	}
+}
+
+// testGetRows checks GetRows against quant.Dequantize of the chosen rows. The values must be
+// exactly those for F32, F16 and BF16; quantised types may differ from them by a few float32
+// roundings (a backend may compute d*q+m with a fused multiply-add, or group the K-quants'
+// d*sc*q differently): 2^-20 of the row's largest magnitude.
+func testGetRows(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)) {
+	const rows = 19
+	idss := [][]int32{{7}, {0, rows - 1}, {3, 0, 18, 3, 7, 11, 11}}
+	for _, dt := range WeightDTypes {
+		t.Run(dt.String(), func(t *testing.T) {
+			for _, k := range colsFor(dt) {
+				r := rng(fmt.Sprintf("getrows %v %d", dt, k))
+				data, wd := quantRows(t, dt, rows, k, randVec(r, rows*k, 1))
+				table := load(t, b, dt, rows, k, data)
+				for _, ids := range idss {
+					dst, g := output(t, b, len(ids), k)
+					must(t, b.GetRows(dst, table, ids), "GetRows %v k=%d ids=%v", dt, k, ids)
+					got := read(t, b, dst)
+					want := make([]float64, len(ids)*k)
+					tol := make([]float64, len(ids))
+					for i, id := range ids {
+						row := wd[int(id)*k : int(id+1)*k]
+						copy(want[i*k:], row)
+						if dt.Quantized() {
+							for _, v := range row {
+								tol[i] = math.Max(tol[i], math.Abs(v)*0x1p-20)
+							}
+						}
+					}
+					compare(t, fmt.Sprintf("GetRows %v k=%d ids=%v", dt, k, ids), k, got, want,
+						func(i int) float64 { return tol[i/k] })
+					g.check(t)
+					dst.Close()
+				}
+				table.Close()
+			}
+		})
+	}
+}

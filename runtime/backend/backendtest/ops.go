@@ -1,0 +1,300 @@
+package backendtest
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/quant"
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+// elementwise sizes: one element, odd widths, and model widths.
+var widths = []int{1, 7, 33, 256, 768}
+
+func testTensors(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)) {
+	t.Run("AllocZeroed", func(t *testing.T) {
+		x := alloc(t, b, 5, 7, nil)
+		if x.DType() != tensor.F32 || x.Rows() != 5 || x.Cols() != 7 {
+			t.Fatalf("Alloc(F32, 5, 7) = %v [%d, %d]", x.DType(), x.Rows(), x.Cols())
+		}
+		for i, v := range read(t, b, x) {
+			if v != 0 {
+				t.Fatalf("element %d of a fresh tensor is %v, want 0", i, v)
+			}
+		}
+	})
+	t.Run("WriteReadRows", func(t *testing.T) {
+		const rows, cols = 7, 5
+		x := alloc(t, b, rows, cols, nil)
+		r := rng("write rows")
+		src := randVec(r, 3*cols, 1)
+		must(t, b.Write(x, 2, src), "Write rows 2..4")
+		got := read(t, b, x)
+		for i, v := range got {
+			want := float32(0)
+			if row := i / cols; row >= 2 && row < 5 {
+				want = src[i-2*cols]
+			}
+			if v != want {
+				t.Fatalf("after Write of rows 2..4 of 7, element [%d, %d] = %v, want %v", i/cols, i%cols, v, want)
+			}
+		}
+		part := make([]float32, 2*cols)
+		must(t, b.Read(x, 3, part), "Read rows 3..4")
+		for i, v := range part {
+			if v != src[cols+i] {
+				t.Fatalf("Read of rows 3..4: element %d = %v, want %v", i, v, src[cols+i])
+			}
+		}
+	})
+	t.Run("LoadF32", func(t *testing.T) {
+		const rows, cols = 3, 9
+		r := rng("load f32")
+		data, want := quantRows(t, tensor.F32, rows, cols, randVec(r, rows*cols, 1))
+		w := load(t, b, tensor.F32, rows, cols, data)
+		if w.DType() != tensor.F32 || w.Rows() != rows || w.Cols() != cols {
+			t.Fatalf("Load(F32, %d, %d) = %v [%d, %d]", rows, cols, w.DType(), w.Rows(), w.Cols())
+		}
+		dst := alloc(t, b, rows, cols, nil)
+		must(t, b.GetRows(dst, w, []int32{0, 1, 2}), "GetRows")
+		compare(t, "GetRows of every row of a loaded F32 tensor", cols, read(t, b, dst), want,
+			func(int) float64 { return 0 })
+	})
+	t.Run("CloseTwice", func(t *testing.T) {
+		x, err := b.Alloc(tensor.F32, 2, 2)
+		must(t, err, "Alloc")
+		if err := x.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if err := x.Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+	})
+}
+
+// testAddRows checks a full sum and a broadcast bias. float32 addition is correctly rounded, so
+// the result is within one rounding (2^-24 relative) of the exact float64 sum.
+func testAddRows(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)) {
+	for _, d := range widths {
+		for _, n := range []int{1, 3, 17} {
+			for _, brows := range []int{n, 1} {
+				name := fmt.Sprintf("AddRows n=%d d=%d b_rows=%d", n, d, brows)
+				r := rng(name)
+				av, bv := randVec(r, n*d, 1), randVec(r, brows*d, 1)
+				a, bt := alloc(t, b, n, d, av), alloc(t, b, brows, d, bv)
+				dst, g := output(t, b, n, d)
+				must(t, b.AddRows(dst, a, bt), "%s", name)
+				want := make([]float64, n*d)
+				for i := range want {
+					want[i] = float64(av[i]) + float64(bv[(i/d%brows)*d+i%d])
+				}
+				compare(t, name, d, read(t, b, dst), want, func(i int) float64 { return math.Abs(want[i]) * u })
+				g.check(t)
+			}
+		}
+	}
+}
+
+// rmsRef is x / sqrt(mean(x²)+eps) * w for x [n, d], w [d].
+func rmsRef(x, w []float32, n, d int, eps float32) []float64 {
+	out := make([]float64, n*d)
+	for i := 0; i < n; i++ {
+		ss := 0.0
+		for _, v := range x[i*d : (i+1)*d] {
+			ss += float64(v) * float64(v)
+		}
+		s := 1 / math.Sqrt(ss/float64(d)+float64(eps))
+		for j := 0; j < d; j++ {
+			out[i*d+j] = float64(x[i*d+j]) * s * float64(w[j])
+		}
+	}
+	return out
+}
+
+// testRMSNorm checks RMSNorm with a negligible and a dominant eps. The float32 sum of d squares
+// has relative error at most (d+1)·2^-24; the square root halves it; the two multiplications add
+// two roundings: (d/2+4)·2^-24 relative to each element.
+func testRMSNorm(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)) {
+	for _, d := range append(widths, 4096) {
+		for _, n := range []int{1, 3, 17} {
+			for _, c := range []struct {
+				eps   float32
+				scale float64
+			}{{1e-5, 1}, {1e-2, 0.05}} {
+				name := fmt.Sprintf("RMSNorm n=%d d=%d eps=%g", n, d, c.eps)
+				r := rng(name)
+				xv, wv := randVec(r, n*d, c.scale), randVec(r, d, 1)
+				x, w := alloc(t, b, n, d, xv), alloc(t, b, 1, d, wv)
+				dst, g := output(t, b, n, d)
+				must(t, b.RMSNorm(dst, x, w, c.eps), "%s", name)
+				want := rmsRef(xv, wv, n, d, c.eps)
+				rel := float64(d/2+4) * u
+				compare(t, name, d, read(t, b, dst), want, func(i int) float64 { return math.Abs(want[i])*rel + 1e-30 })
+				g.check(t)
+			}
+		}
+	}
+}
+
+// swigluRef is silu(g)*u in float64.
+func swigluRef(g, up []float32) []float64 {
+	out := make([]float64, len(g))
+	for i := range g {
+		gv := float64(g[i])
+		out[i] = gv / (1 + math.Exp(-gv)) * float64(up[i])
+	}
+	return out
+}
+
+// testSwiGLU checks SwiGLU, including gates far out in both tails, where exp(-g) overflows
+// float32 and a careless formula gives NaN. Backends may use a float32 exp approximation: the
+// bound allows 2^-18 relative error (ggml's vectorised expf is within a few ulp).
+func testSwiGLU(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)) {
+	for _, d := range widths {
+		for _, n := range []int{1, 3, 17} {
+			name := fmt.Sprintf("SwiGLU n=%d d=%d", n, d)
+			r := rng(name)
+			gv, uv := randVec(r, n*d, 2), randVec(r, n*d, 1)
+			tails := []float32{-100, -88.5, -30, 30, 88.5, 100}
+			for i := 0; i < len(gv) && i < len(tails); i++ {
+				gv[len(gv)-1-i] = tails[i]
+			}
+			gt, ut := alloc(t, b, n, d, gv), alloc(t, b, n, d, uv)
+			dst, g := output(t, b, n, d)
+			must(t, b.SwiGLU(dst, gt, ut), "%s", name)
+			want := swigluRef(gv, uv)
+			compare(t, name, d, read(t, b, dst), want, func(i int) float64 { return math.Abs(want[i])*0x1p-18 + 1e-37 })
+			g.check(t)
+		}
+	}
+}
+
+// ropeRef rotates x [n, nHead*r.HeadDim] as backend.RoPE documents: pair i (i < Dims/2) of a
+// token at position p is rotated by theta = p*FreqScale*Base^(-2i/Dims); pairs are
+// (2i, 2i+1) in normal mode and (i, i+Dims/2) in NeoX mode; elements from Dims on are kept.
+func ropeRef(x []float32, nHead int, r backend.RoPE, pos []int32) []float64 {
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = float64(v)
+	}
+	width := nHead * r.HeadDim
+	for t, p := range pos {
+		for h := 0; h < nHead; h++ {
+			base := t*width + h*r.HeadDim
+			for i := 0; i < r.Dims/2; i++ {
+				theta := float64(p) * float64(r.FreqScale) * math.Pow(float64(r.Base), -2*float64(i)/float64(r.Dims))
+				a, c := base+2*i, base+2*i+1
+				if r.Mode == backend.RoPENeoX {
+					a, c = base+i, base+i+r.Dims/2
+				}
+				x0, x1 := float64(x[a]), float64(x[c])
+				sin, cos := math.Sincos(theta)
+				out[a] = x0*cos - x1*sin
+				out[c] = x0*sin + x1*cos
+			}
+		}
+	}
+	return out
+}
+
+// testRope checks both modes, frequency scaling and partial rotation. Backends compute angles in
+// float32, commonly as p*FreqScale times a running product of Base^(-2/Dims): the angle itself is
+// then off by up to about (Dims/2+2)·2^-24 relative, which at position p is an absolute error of
+// p·FreqScale·(Dims/2+2)·2^-24 radians in the worst pair, times the pair's magnitude in the
+// result; plus a few roundings of the rotation itself.
+func testRope(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)) {
+	cases := []struct {
+		name  string
+		nHead int
+		r     backend.RoPE
+	}{
+		{"Normal", 3, backend.RoPE{Mode: backend.RoPENormal, HeadDim: 16, Dims: 16, Base: 10000, FreqScale: 1}},
+		{"NeoX", 2, backend.RoPE{Mode: backend.RoPENeoX, HeadDim: 64, Dims: 64, Base: 1e6, FreqScale: 1}},
+		{"NormalScaled", 4, backend.RoPE{Mode: backend.RoPENormal, HeadDim: 64, Dims: 64, Base: 10000, FreqScale: 0.25}},
+		{"NeoXScaled", 3, backend.RoPE{Mode: backend.RoPENeoX, HeadDim: 32, Dims: 32, Base: 500000, FreqScale: 0.5}},
+		{"NormalPartial", 3, backend.RoPE{Mode: backend.RoPENormal, HeadDim: 16, Dims: 12, Base: 10000, FreqScale: 1}},
+		{"NeoXPartial", 2, backend.RoPE{Mode: backend.RoPENeoX, HeadDim: 40, Dims: 16, Base: 10000, FreqScale: 0.5}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := rng("rope " + c.name)
+			for _, n := range []int{1, 5, 19} {
+				width := c.nHead * c.r.HeadDim
+				pos := make([]int32, n)
+				for i := range pos {
+					pos[i] = int32(r.IntN(3000))
+				}
+				pos[0] = 0
+				if n > 1 {
+					pos[1] = 2999
+				}
+				xv := randVec(r, n*width, 1)
+				x := alloc(t, b, n, width, xv)
+				bt := &backend.Batch{Pos: pos, Slot: make([]int32, n), Seqs: []backend.Seq{{Start: 0, Count: n, CtxLen: 3000}}}
+				for i := range bt.Slot {
+					bt.Slot[i] = int32(i)
+				}
+				must(t, b.Rope(x, c.nHead, c.r, bt), "Rope %s n=%d", c.name, n)
+				got := read(t, b, x)
+				want := ropeRef(xv, c.nHead, c.r, pos)
+				angle := func(p int32) float64 {
+					return float64(p)*float64(c.r.FreqScale)*float64(c.r.Dims/2+2)*u + 8*u
+				}
+				compare(t, fmt.Sprintf("Rope %s n=%d", c.name, n), width, got, want, func(i int) float64 {
+					tok, e := i/width, i%c.r.HeadDim
+					if e >= c.r.Dims {
+						return 0 // not rotated: must be kept exactly
+					}
+					h := i - e
+					var mag float64
+					if c.r.Mode == backend.RoPENeoX {
+						j := e % (c.r.Dims / 2)
+						mag = math.Hypot(float64(xv[h+j]), float64(xv[h+j+c.r.Dims/2]))
+					} else {
+						j := e &^ 1
+						mag = math.Hypot(float64(xv[h+j]), float64(xv[h+j+1]))
+					}
+					return mag * angle(pos[tok])
+				})
+			}
+		})
+	}
+}
+
+// testAliasing checks the in-place forms the interface allows: AddRows with dst == a, RMSNorm
+// with dst == x, SwiGLU with dst == gate. Results must equal the out-of-place ones exactly.
+func testAliasing(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)) {
+	const n, d = 5, 96
+	r := rng("aliasing")
+	av, bv, wv := randVec(r, n*d, 1), randVec(r, n*d, 1), randVec(r, d, 1)
+	type op struct {
+		name string
+		run  func(dst, x backend.Tensor) error
+	}
+	bt, wt := alloc(t, b, n, d, bv), alloc(t, b, 1, d, wv)
+	for _, o := range []op{
+		{"AddRows", func(dst, x backend.Tensor) error { return b.AddRows(dst, x, bt) }},
+		{"AddRowsBias", func(dst, x backend.Tensor) error { return b.AddRows(dst, x, wt) }},
+		{"RMSNorm", func(dst, x backend.Tensor) error { return b.RMSNorm(dst, x, wt, 1e-5) }},
+		{"SwiGLU", func(dst, x backend.Tensor) error { return b.SwiGLU(dst, x, bt) }},
+	} {
+		t.Run(o.name, func(t *testing.T) {
+			x := alloc(t, b, n, d, av)
+			dst := alloc(t, b, n, d, nil)
+			must(t, o.run(dst, x), "%s out of place", o.name)
+			want := read(t, b, dst)
+			must(t, o.run(x, x), "%s in place", o.name)
+			got := read(t, b, x)
+			for i := range got {
+				if got[i] != want[i] && !(got[i] != got[i] && want[i] != want[i]) {
+					t.Fatalf("%s in place: element [%d, %d] = %v, out of place %v", o.name, i/d, i%d, got[i], want[i])
+				}
+			}
+		})
+	}
+}
+
+// f16Round rounds v to F16 and back, as an F16 KV cache stores it.
+func f16Round(v float32) float64 { return float64(quant.F16ToF32(quant.F32ToF16(v))) }

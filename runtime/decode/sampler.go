@@ -1,0 +1,423 @@
+package decode
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+)
+
+// topPFirstSort is how many candidates top-p sorts first when top-k has not already cut the
+// vocabulary down; it sorts eight times more each time the probability mass is not reached.
+const topPFirstSort = 256
+
+// pcgStream is the second PCG seed word; the first is Params.Seed.
+const pcgStream = 0x9e3779b97f4a7c15
+
+var negInf = float32(math.Inf(-1))
+
+// Sampler picks the next token of one sequence from its logits. Build one per sequence with
+// NewSampler; Sample, Accept, AcceptPrompt and Reset allocate nothing.
+//
+// Sample does not record the token it returns: pass it to Accept (after any stop checks) so
+// that the penalties see it.
+type Sampler struct {
+	vocab   int
+	greedy  bool
+	topK    int     // 0 when off
+	topP    float64 // 1 when off
+	logMinP float64 // log(MinP); -Inf when off
+	invTemp float64
+
+	repeat    float32
+	presence  float32
+	frequency float32
+
+	seed uint64
+	rng  *rand.PCG
+
+	biasIDs  []int32   // [len(LogitBias)] ascending
+	biasVals []float32 // [len(LogitBias)]
+
+	// Repetition window: the last len(ring) accepted tokens, circular. winCount[id] is how
+	// often id occurs in ring[:ringLen]. Both nil when the penalty is off.
+	ring     []int32 // [RepeatLastN]
+	ringLen  int
+	ringPos  int
+	winCount []int32 // [vocab]
+
+	// Generated-token counts for presence and frequency penalties; nil when both are off.
+	genCount []int32 // [vocab]
+	genIDs   []int32 // distinct ids with genCount > 0, capacity vocab
+
+	// Logits overwritten by the Sample in progress and their previous values, in order.
+	savedIDs  []int32
+	savedVals []float32
+
+	cand    []candidate // [TopK] or [vocab]; nil when greedy
+	weights []float64   // [len(cand)]
+}
+
+// NewSampler validates p for a vocabulary of vocabSize tokens and allocates everything the
+// Sampler will need: about 8 bytes per candidate slot (TopK of them, or the whole vocabulary
+// when top-k is off), plus 4 bytes per vocabulary entry for the repetition penalty and 12 for
+// presence/frequency penalties when those are on.
+func NewSampler(p Params, vocabSize int) (*Sampler, error) {
+	if err := p.Validate(vocabSize); err != nil {
+		return nil, err
+	}
+	s := &Sampler{
+		vocab:     vocabSize,
+		greedy:    p.Greedy(),
+		topP:      float64(p.TopP),
+		logMinP:   math.Inf(-1),
+		repeat:    p.RepeatPenalty,
+		presence:  p.PresencePenalty,
+		frequency: p.FrequencyPenalty,
+		seed:      p.Seed,
+		rng:       rand.NewPCG(p.Seed, p.Seed^pcgStream),
+	}
+	if p.TopK > 0 && p.TopK < vocabSize {
+		s.topK = p.TopK
+	}
+	if p.MinP > 0 {
+		s.logMinP = math.Log(float64(p.MinP))
+	}
+	if !s.greedy {
+		s.invTemp = 1 / float64(p.Temperature)
+	}
+
+	s.biasIDs = make([]int32, 0, len(p.LogitBias))
+	for id := range p.LogitBias {
+		s.biasIDs = append(s.biasIDs, id)
+	}
+	slices.Sort(s.biasIDs)
+	s.biasVals = make([]float32, len(s.biasIDs))
+	for i, id := range s.biasIDs {
+		s.biasVals[i] = p.LogitBias[id]
+	}
+
+	saved := len(s.biasIDs)
+	if p.RepeatPenalty != 1 && p.RepeatLastN > 0 {
+		s.ring = make([]int32, p.RepeatLastN)
+		s.winCount = make([]int32, vocabSize)
+		saved += min(p.RepeatLastN, vocabSize)
+	}
+	if p.PresencePenalty != 0 || p.FrequencyPenalty != 0 {
+		s.genCount = make([]int32, vocabSize)
+		s.genIDs = make([]int32, 0, vocabSize)
+		saved += vocabSize
+	}
+	s.savedIDs = make([]int32, 0, saved)
+	s.savedVals = make([]float32, 0, saved)
+
+	if !s.greedy {
+		n := vocabSize
+		if s.topK > 0 {
+			n = s.topK
+		}
+		s.cand = make([]candidate, n)
+		s.weights = make([]float64, n)
+	}
+	return s, nil
+}
+
+// VocabSize is the number of logits Sample expects.
+func (s *Sampler) VocabSize() int { return s.vocab }
+
+// Greedy reports whether the Sampler decodes greedily.
+func (s *Sampler) Greedy() bool { return s.greedy }
+
+// Sample returns the next token for logits, one per vocabulary entry ([vocab]).
+//
+// Bias and penalties are written into logits while Sample runs and undone before it returns,
+// so on return logits holds exactly what it held on entry (and can still be passed to
+// TopLogprobs or Logprob); logits must not be read or written concurrently with Sample.
+//
+// A NaN or +Inf logit (after bias and penalties) is an error, as is a vocabulary in which every
+// token is banned (-Inf). Every non-greedy Sample consumes exactly one random draw, so the
+// random stream depends only on the number of calls.
+func (s *Sampler) Sample(logits []float32) (int32, error) {
+	if len(logits) != s.vocab {
+		return -1, fmt.Errorf("decode: %d logits for a vocabulary of %d", len(logits), s.vocab)
+	}
+	s.adjust(logits)
+	var id int32
+	var err error
+	if s.greedy {
+		id, err = argmax(logits)
+	} else {
+		u := float64(s.rng.Uint64()>>11) * 0x1p-53 // [0, 1)
+		var c []candidate
+		if c, err = s.filter(logits); err == nil {
+			id = s.draw(c, u)
+		}
+	}
+	s.restore(logits)
+	if err != nil {
+		return -1, err
+	}
+	return id, nil
+}
+
+// Accept records a generated token for the penalties.
+func (s *Sampler) Accept(id int32) error {
+	if id < 0 || int(id) >= s.vocab {
+		return fmt.Errorf("decode: accepted token %d outside vocabulary [0, %d)", id, s.vocab)
+	}
+	s.pushWindow(id)
+	if s.genCount != nil {
+		if s.genCount[id] == 0 {
+			s.genIDs = append(s.genIDs, id)
+		}
+		s.genCount[id]++
+	}
+	return nil
+}
+
+// AcceptPrompt records prompt (or otherwise not generated) tokens, oldest first. They enter
+// the repetition-penalty window but not the presence/frequency counts. Nothing is recorded if
+// any id is outside the vocabulary.
+func (s *Sampler) AcceptPrompt(ids []int32) error {
+	for i, id := range ids {
+		if id < 0 || int(id) >= s.vocab {
+			return fmt.Errorf("decode: prompt token %d (at %d) outside vocabulary [0, %d)", id, i, s.vocab)
+		}
+	}
+	if s.ring == nil {
+		return nil
+	}
+	if len(ids) > len(s.ring) {
+		ids = ids[len(ids)-len(s.ring):]
+	}
+	for _, id := range ids {
+		s.pushWindow(id)
+	}
+	return nil
+}
+
+// Reset forgets every accepted token and reseeds the random stream, returning the Sampler to
+// the state NewSampler left it in.
+func (s *Sampler) Reset() {
+	for _, id := range s.ring[:s.ringLen] {
+		s.winCount[id] = 0
+	}
+	s.ringLen, s.ringPos = 0, 0
+	for _, id := range s.genIDs {
+		s.genCount[id] = 0
+	}
+	s.genIDs = s.genIDs[:0]
+	s.rng.Seed(s.seed, s.seed^pcgStream)
+}
+
+func (s *Sampler) pushWindow(id int32) {
+	if s.ring == nil {
+		return
+	}
+	if s.ringLen == len(s.ring) {
+		s.winCount[s.ring[s.ringPos]]--
+	} else {
+		s.ringLen++
+	}
+	s.ring[s.ringPos] = id
+	s.winCount[id]++
+	if s.ringPos++; s.ringPos == len(s.ring) {
+		s.ringPos = 0
+	}
+}
+
+func (s *Sampler) save(logits []float32, id int32) {
+	s.savedIDs = append(s.savedIDs, id)
+	s.savedVals = append(s.savedVals, logits[id])
+}
+
+// adjust applies logit bias, then the repetition penalty, then presence/frequency penalties,
+// in place, recording what it overwrites. Arithmetic is float32, as in llama.cpp.
+func (s *Sampler) adjust(logits []float32) {
+	for i, id := range s.biasIDs {
+		s.save(logits, id)
+		logits[id] += s.biasVals[i]
+	}
+	if s.winCount != nil {
+		win := s.ring[:s.ringLen]
+		// Each distinct token is penalised once: its count is negated once done, and the
+		// signs are restored afterwards.
+		for _, id := range win {
+			if c := s.winCount[id]; c > 0 {
+				s.save(logits, id)
+				if v := logits[id]; v > 0 {
+					logits[id] = v / s.repeat
+				} else {
+					logits[id] = v * s.repeat
+				}
+				s.winCount[id] = -c
+			}
+		}
+		for _, id := range win {
+			if c := s.winCount[id]; c < 0 {
+				s.winCount[id] = -c
+			}
+		}
+	}
+	for _, id := range s.genIDs {
+		s.save(logits, id)
+		logits[id] -= s.frequency*float32(s.genCount[id]) + s.presence
+	}
+}
+
+// restore undoes adjust, newest write first, so a token written twice gets its original value.
+func (s *Sampler) restore(logits []float32) {
+	for i := len(s.savedIDs) - 1; i >= 0; i-- {
+		logits[s.savedIDs[i]] = s.savedVals[i]
+	}
+	s.savedIDs = s.savedIDs[:0]
+	s.savedVals = s.savedVals[:0]
+}
+
+func nanError(i int) error {
+	return fmt.Errorf("decode: logit of token %d is NaN", i)
+}
+
+var errAllBanned = fmt.Errorf("decode: every token has logit -Inf")
+
+func posInfError(id int32) error {
+	return fmt.Errorf("decode: logit of token %d is +Inf", id)
+}
+
+// argmax returns the lowest id holding the largest logit.
+func argmax(logits []float32) (int32, error) {
+	best, bv := -1, negInf
+	for i, v := range logits {
+		if v > bv {
+			best, bv = i, v
+		} else if v != v {
+			return -1, nanError(i)
+		}
+	}
+	if best < 0 {
+		return -1, errAllBanned
+	}
+	if math.IsInf(float64(bv), 1) {
+		return -1, posInfError(int32(best))
+	}
+	return int32(best), nil
+}
+
+// filter applies top-k, top-p and min-p to the adjusted logits and returns the surviving
+// candidates, which are never empty on success and hold no -Inf logit. They are best-first
+// unless neither top-k nor top-p ran, in which case they are in id order.
+func (s *Sampler) filter(logits []float32) ([]candidate, error) {
+	var c []candidate
+	sorted := s.topK > 0
+	if sorted {
+		var nan int
+		if c, nan = topKFromLogits(logits, s.topK, s.cand); nan >= 0 {
+			return nil, nanError(nan)
+		}
+		for len(c) > 0 && c[len(c)-1].logit == negInf {
+			c = c[:len(c)-1]
+		}
+	} else {
+		n := 0
+		for i, v := range logits {
+			if v > negInf {
+				s.cand[n] = candidate{int32(i), v}
+				n++
+			} else if v != v {
+				return nil, nanError(i)
+			}
+		}
+		c = s.cand[:n]
+	}
+	if len(c) == 0 {
+		return nil, errAllBanned
+	}
+	top := c[0]
+	if !sorted {
+		for _, x := range c[1:] {
+			if worse(top, x) {
+				top = x
+			}
+		}
+	}
+	if math.IsInf(float64(top.logit), 1) {
+		return nil, posInfError(top.id)
+	}
+	mx := float64(top.logit)
+
+	if s.topP < 1 {
+		c = s.topPCut(c, sorted, mx)
+		sorted = true
+	}
+	if s.logMinP > math.Inf(-1) {
+		if sorted {
+			n := 1 // the best candidate always passes
+			for n < len(c) && float64(c[n].logit)-mx >= s.logMinP {
+				n++
+			}
+			c = c[:n]
+		} else {
+			n := 0
+			for _, x := range c {
+				if float64(x.logit)-mx >= s.logMinP {
+					c[n] = x
+					n++
+				}
+			}
+			c = c[:n]
+		}
+	}
+	return c, nil
+}
+
+// topPCut returns the shortest best-first prefix of c whose softmax probabilities (at
+// temperature 1, over c; float64) sum to at least topP, sorting only as much of c as it needs.
+// mx is the largest logit in c.
+func (s *Sampler) topPCut(c []candidate, sorted bool, mx float64) []candidate {
+	sum := 0.0
+	for _, x := range c {
+		sum += math.Exp(float64(x.logit) - mx)
+	}
+	n, m := len(c), len(c)
+	if !sorted {
+		m = min(topPFirstSort, n)
+		partialSort(c, m)
+	}
+	cum := 0.0
+	for i := 0; i < n; i++ {
+		if i == m {
+			m = min(8*m, n)
+			partialSort(c[i:], m-i)
+		}
+		cum += math.Exp(float64(c[i].logit)-mx) / sum
+		if cum >= s.topP {
+			return c[:i+1]
+		}
+	}
+	return c
+}
+
+// draw picks one of c with probability softmax(logit/T) using u in [0, 1).
+func (s *Sampler) draw(c []candidate, u float64) int32 {
+	mx := c[0].logit
+	for _, x := range c[1:] {
+		mx = max(mx, x.logit)
+	}
+	m := float64(mx)
+	w := s.weights[:len(c)]
+	sum := 0.0
+	for i, x := range c {
+		w[i] = math.Exp((float64(x.logit) - m) * s.invTemp)
+		sum += w[i]
+	}
+	target := u * sum
+	acc := 0.0
+	for i := range c {
+		// acc reaches sum exactly (same additions in the same order) and target < sum, so
+		// this returns, and never at a zero weight.
+		if acc += w[i]; acc > target {
+			return c[i].id
+		}
+	}
+	return c[0].id
+}

@@ -1,0 +1,118 @@
+package kvcache
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestReserveAdvanceSlots(t *testing.T) {
+	p, err := NewPool(4, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := p.NewSeq(0)
+	if err := s.Reserve(5); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(s.Blocks()); got != 2 || p.FreeBlocks() != 2 {
+		t.Fatalf("after reserving 5 of block size 3: %d blocks held, %d free", got, p.FreeBlocks())
+	}
+	if err := s.Advance(5); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Advance(2); err == nil {
+		t.Fatal("advancing past the reservation succeeded")
+	}
+	for pos := 0; pos < 5; pos++ {
+		want := s.Blocks()[pos/3]*3 + int32(pos%3)
+		if got := s.Slot(pos); got != want {
+			t.Errorf("slot(%d) = %d, want %d", pos, got, want)
+		}
+	}
+	// All or nothing.
+	if err := s.Reserve(100); !errors.Is(err, ErrFull) {
+		t.Fatalf("oversized reservation: %v", err)
+	}
+	if len(s.Blocks()) != 2 || p.FreeBlocks() != 2 {
+		t.Fatal("a failed reservation changed the sequence")
+	}
+	s.Truncate(3)
+	if len(s.Blocks()) != 1 || p.FreeBlocks() != 3 || s.Len() != 3 {
+		t.Fatalf("truncate to 3: %d blocks, %d free, len %d", len(s.Blocks()), p.FreeBlocks(), s.Len())
+	}
+	s.Release()
+	if p.FreeBlocks() != 4 || s.Len() != 0 {
+		t.Fatal("release did not return every block")
+	}
+}
+
+func TestForkSharesWholeBlocks(t *testing.T) {
+	p, _ := NewPool(8, 4)
+	a := p.NewSeq(16)
+	if err := a.Reserve(10); err != nil {
+		t.Fatal(err)
+	}
+	_ = a.Advance(10)
+	b := a.Fork(10)
+	if b.Len() != 8 || len(b.Blocks()) != 2 {
+		t.Fatalf("fork of 10 positions in blocks of 4: len %d, %d blocks; want 8, 2", b.Len(), len(b.Blocks()))
+	}
+	if !a.Shared(0) || !b.Shared(7) || a.Shared(9) {
+		t.Fatal("sharing flags wrong")
+	}
+	free := p.FreeBlocks()
+	a.Release()
+	if p.FreeBlocks() != free+1 {
+		t.Fatalf("releasing the parent freed %d blocks, want 1 (two still held by the fork)", p.FreeBlocks()-free)
+	}
+	b.Release()
+	if p.FreeBlocks() != 8 {
+		t.Fatalf("%d free after releasing both, want 8", p.FreeBlocks())
+	}
+}
+
+func TestBatchBuilder(t *testing.T) {
+	p, _ := NewPool(16, 4)
+	a, b := p.NewSeq(0), p.NewSeq(0)
+	_ = a.Reserve(6)
+	_ = a.Advance(6)
+	_ = a.Reserve(1)
+	_ = b.Reserve(3)
+	var bb BatchBuilder
+	for round := 0; round < 2; round++ {
+		bb.Reset()
+		if err := bb.Add(a, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := bb.Add(b, 3); err != nil {
+			t.Fatal(err)
+		}
+		bt := bb.Batch()
+		if bb.Tokens() != 4 || len(bt.Seqs) != 2 {
+			t.Fatalf("batch of %d tokens, %d seqs", bb.Tokens(), len(bt.Seqs))
+		}
+		wantPos := []int32{6, 0, 1, 2}
+		for i, p := range wantPos {
+			if bt.Pos[i] != p {
+				t.Fatalf("pos %v, want %v", bt.Pos, wantPos)
+			}
+		}
+		if bt.Slot[0] != a.Slot(6) || bt.Slot[3] != b.Slot(2) {
+			t.Fatal("slots wrong")
+		}
+		if s := bt.Seqs[1]; s.Start != 1 || s.Count != 3 || s.CtxLen != 3 {
+			t.Fatalf("second sequence %+v", s)
+		}
+	}
+	if err := bb.Add(b, 5); err == nil {
+		t.Fatal("adding unreserved tokens succeeded")
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		bb.Reset()
+		_ = bb.Add(a, 1)
+		_ = bb.Add(b, 3)
+	})
+	if allocs != 0 {
+		t.Fatalf("steady-state batch building allocates %v times", allocs)
+	}
+}

@@ -1,0 +1,149 @@
+// Package llama implements the LLaMA family of decoder-only transformers (Llama 2/3, Mistral's
+// layout, and relatives such as Qwen2 whose only difference is a bias on the query, key and value
+// projections): hyper-parameters and weights bound from a GGUF file, and a batched forward step
+// over a shared block KV cache, written once against backend.Backend.
+//
+// The computation follows llama.cpp's graph for LLM_ARCH_LLAMA and LLM_ARCH_QWEN2 (src/llama-model.cpp,
+// llm_build_llama / llm_build_qwen2 at commit c392e5094deaf2d1a7c18683214f007fad3fe42b): RMSNorm,
+// rotary position embedding, grouped-query attention, SwiGLU feed-forward, tied or separate output.
+package llama
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/gguf"
+)
+
+// Config holds a model's hyper-parameters.
+type Config struct {
+	Arch      string
+	Dim       int // embedding width
+	Layers    int
+	Heads     int // query heads
+	KVHeads   int // key/value heads (grouped-query attention when < Heads)
+	HeadDim   int
+	FFN       int // feed-forward hidden width
+	Vocab     int
+	Context   int // training context length
+	NormEps   float32
+	RoPE      backend.RoPE
+	QKVBias   bool
+	TiedEmbed bool // output projection shares token_embd.weight
+}
+
+// arches lists the architectures this package runs and how they differ.
+var arches = map[string]struct {
+	rope    backend.RoPEMode
+	qkvBias bool
+}{
+	"llama":   {backend.RoPENormal, false},
+	"mistral": {backend.RoPENormal, false},
+	"qwen2":   {backend.RoPENeoX, true},
+}
+
+// Supported reports whether arch is an architecture this package runs.
+func Supported(arch string) bool { _, ok := arches[arch]; return ok }
+
+// ConfigFrom reads the hyper-parameters from a GGUF file's metadata.
+func ConfigFrom(f *gguf.File) (Config, error) {
+	arch := f.Architecture()
+	a, ok := arches[arch]
+	if !ok {
+		if arch == "" {
+			return Config{}, fmt.Errorf("model has no general.architecture")
+		}
+		return Config{}, fmt.Errorf("unsupported model architecture %q (supported: llama, mistral, qwen2)", arch)
+	}
+	c := Config{Arch: arch, QKVBias: a.qkvBias}
+	p := arch + "."
+	req := func(key string, dst *int) error {
+		v, ok := f.Int(p + key)
+		if !ok {
+			return fmt.Errorf("model metadata lacks %s%s", p, key)
+		}
+		if v <= 0 || v > 1<<24 {
+			return fmt.Errorf("model metadata %s%s = %d is out of range", p, key, v)
+		}
+		*dst = int(v)
+		return nil
+	}
+	opt := func(key string, dst *int, def int) error {
+		if _, ok := f.Value(p + key); !ok {
+			*dst = def
+			return nil
+		}
+		return req(key, dst)
+	}
+	for _, r := range []struct {
+		key string
+		dst *int
+	}{{"embedding_length", &c.Dim}, {"block_count", &c.Layers}, {"feed_forward_length", &c.FFN}, {"attention.head_count", &c.Heads}} {
+		if err := req(r.key, r.dst); err != nil {
+			return Config{}, err
+		}
+	}
+	if err := opt("attention.head_count_kv", &c.KVHeads, c.Heads); err != nil {
+		return Config{}, err
+	}
+	if c.Dim%c.Heads != 0 {
+		return Config{}, fmt.Errorf("embedding width %d is not a multiple of %d heads", c.Dim, c.Heads)
+	}
+	if err := opt("attention.key_length", &c.HeadDim, c.Dim/c.Heads); err != nil {
+		return Config{}, err
+	}
+	if c.KVHeads > c.Heads || c.Heads%c.KVHeads != 0 {
+		return Config{}, fmt.Errorf("%d query heads cannot share %d key/value heads", c.Heads, c.KVHeads)
+	}
+	if err := opt("context_length", &c.Context, 2048); err != nil {
+		return Config{}, err
+	}
+	c.NormEps = 1e-5
+	if v, ok := f.Float(p + "attention.layer_norm_rms_epsilon"); ok {
+		if !(v > 0 && v < 1) {
+			return Config{}, fmt.Errorf("rms norm epsilon %g is out of range", v)
+		}
+		c.NormEps = float32(v)
+	}
+	ropeDims := c.HeadDim
+	if err := opt("rope.dimension_count", &ropeDims, c.HeadDim); err != nil {
+		return Config{}, err
+	}
+	if ropeDims > c.HeadDim || ropeDims%2 != 0 {
+		return Config{}, fmt.Errorf("rope dimension count %d does not fit head size %d", ropeDims, c.HeadDim)
+	}
+	base := 10000.0
+	if v, ok := f.Float(p + "rope.freq_base"); ok {
+		if !(v > 0) || math.IsInf(v, 0) {
+			return Config{}, fmt.Errorf("rope frequency base %g is out of range", v)
+		}
+		base = v
+	}
+	scale := 1.0
+	if typ, ok := f.String(p + "rope.scaling.type"); ok && typ != "none" {
+		factor, ok := f.Float(p + "rope.scaling.factor")
+		switch {
+		case typ != "linear":
+			return Config{}, fmt.Errorf("rope scaling %q is not supported (only linear)", typ)
+		case !ok || !(factor > 0):
+			return Config{}, fmt.Errorf("linear rope scaling without a valid factor")
+		}
+		scale = 1 / factor
+	} else if factor, ok := f.Float(p + "rope.scale_linear"); ok && factor > 0 {
+		scale = 1 / factor
+	}
+	c.RoPE = backend.RoPE{Mode: a.rope, HeadDim: c.HeadDim, Dims: ropeDims, Base: float32(base), FreqScale: float32(scale)}
+
+	emb, ok := f.Tensor("token_embd.weight")
+	if !ok {
+		return Config{}, fmt.Errorf("model lacks tensor token_embd.weight")
+	}
+	if len(emb.Shape) != 2 || emb.Shape[0] != int64(c.Dim) || emb.Shape[1] <= 0 || emb.Shape[1] > 1<<24 {
+		return Config{}, fmt.Errorf("token_embd.weight has shape %v, want [%d vocab]", emb.Shape, c.Dim)
+	}
+	c.Vocab = int(emb.Shape[1])
+	_, hasOut := f.Tensor("output.weight")
+	c.TiedEmbed = !hasOut
+	return c, nil
+}

@@ -1,0 +1,286 @@
+package llama
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/kvcache"
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+// ContextConfig sizes a Context.
+type ContextConfig struct {
+	MaxTokens int          // most tokens in one forward step (prompt chunk plus decode tokens)
+	MaxSeqs   int          // most rows of logits one step returns
+	KVSlots   int          // total KV-cache positions shared by all sequences
+	BlockSize int          // KV-cache block size in positions (default 16)
+	KVType    tensor.DType // F16 (default, as llama.cpp) or F32
+}
+
+// Context is the state for running a model: the shared KV cache, its block pool, and scratch
+// activations sized for the largest step. One goroutine uses a Context at a time.
+type Context struct {
+	m    *Model
+	cfg  ContextConfig
+	kv   backend.KV
+	pool *kvcache.Pool
+	attn backend.Attn
+
+	scratch []backend.Tensor // full-size buffers, closed with the context
+	x       backend.Tensor   // [MaxTokens, dim] residual stream
+	xn      backend.Tensor   // [MaxTokens, dim] normalised
+	q, att  backend.Tensor   // [MaxTokens, heads*headDim]
+	k, v    backend.Tensor   // [MaxTokens, kvHeads*headDim]
+	gate    backend.Tensor   // [MaxTokens, ffn]
+	up      backend.Tensor   // [MaxTokens, ffn]
+	h       backend.Tensor   // [MaxSeqs, dim] rows that produce logits
+	logits  backend.Tensor   // [MaxSeqs, vocab]
+
+	tok []*tokViews // [MaxTokens+1] views for a step of n tokens, made on first use
+	out []*outViews // [MaxSeqs+1]
+}
+
+type tokViews struct{ x, xn, q, att, k, v, gate, up backend.Tensor }
+type outViews struct{ h, logits backend.Tensor }
+
+// NewContext makes a context for m.
+func (m *Model) NewContext(cfg ContextConfig) (*Context, error) {
+	if cfg.BlockSize == 0 {
+		cfg.BlockSize = 16
+	}
+	if cfg.KVType == 0 {
+		cfg.KVType = tensor.F16
+	}
+	if cfg.MaxTokens <= 0 || cfg.MaxSeqs <= 0 || cfg.KVSlots <= 0 || cfg.BlockSize <= 0 {
+		return nil, fmt.Errorf("llama: invalid context config %+v", cfg)
+	}
+	if cfg.KVType != tensor.F16 && cfg.KVType != tensor.F32 {
+		return nil, fmt.Errorf("llama: KV cache type %v is not supported (F16 or F32)", cfg.KVType)
+	}
+	nBlocks := (cfg.KVSlots + cfg.BlockSize - 1) / cfg.BlockSize
+	pool, err := kvcache.NewPool(nBlocks, cfg.BlockSize)
+	if err != nil {
+		return nil, err
+	}
+	c := &Context{m: m, cfg: cfg, pool: pool,
+		attn: backend.Attn{NHead: m.Heads, NKVHead: m.KVHeads, HeadDim: m.HeadDim, Scale: 1 / sqrt32(float32(m.HeadDim))},
+		tok:  make([]*tokViews, cfg.MaxTokens+1),
+		out:  make([]*outViews, cfg.MaxSeqs+1),
+	}
+	be := m.be
+	c.kv, err = be.NewKV(backend.KVConfig{Layers: m.Layers, Slots: pool.Slots(), Width: m.KVHeads * m.HeadDim, BlockSize: cfg.BlockSize, DType: cfg.KVType})
+	if err != nil {
+		return nil, fmt.Errorf("llama: KV cache: %w", err)
+	}
+	qDim, kvDim := m.Heads*m.HeadDim, m.KVHeads*m.HeadDim
+	for _, s := range []struct {
+		dst        *backend.Tensor
+		rows, cols int
+	}{
+		{&c.x, cfg.MaxTokens, m.Dim}, {&c.xn, cfg.MaxTokens, m.Dim},
+		{&c.q, cfg.MaxTokens, qDim}, {&c.att, cfg.MaxTokens, qDim},
+		{&c.k, cfg.MaxTokens, kvDim}, {&c.v, cfg.MaxTokens, kvDim},
+		{&c.gate, cfg.MaxTokens, m.FFN}, {&c.up, cfg.MaxTokens, m.FFN},
+		{&c.h, cfg.MaxSeqs, m.Dim}, {&c.logits, cfg.MaxSeqs, m.Vocab},
+	} {
+		t, err := be.Alloc(tensor.F32, s.rows, s.cols)
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("llama: scratch: %w", err)
+		}
+		*s.dst = t
+		c.scratch = append(c.scratch, t)
+	}
+	return c, nil
+}
+
+// Pool is the block pool of the context's KV cache: sequences take their blocks from it.
+func (c *Context) Pool() *kvcache.Pool { return c.pool }
+
+// Model is the model the context runs.
+func (c *Context) Model() *Model { return c.m }
+
+// Config is the context's configuration (with defaults filled in).
+func (c *Context) Config() ContextConfig { return c.cfg }
+
+// Close releases the KV cache and scratch buffers.
+func (c *Context) Close() error {
+	var errs []error
+	for _, vs := range c.tok {
+		if vs != nil {
+			for _, t := range []backend.Tensor{vs.x, vs.xn, vs.q, vs.att, vs.k, vs.v, vs.gate, vs.up} {
+				errs = append(errs, t.Close())
+			}
+		}
+	}
+	for _, vs := range c.out {
+		if vs != nil {
+			errs = append(errs, vs.h.Close(), vs.logits.Close())
+		}
+	}
+	c.tok, c.out = nil, nil
+	for _, t := range c.scratch {
+		errs = append(errs, t.Close())
+	}
+	c.scratch = nil
+	if c.kv != nil {
+		errs = append(errs, c.kv.Close())
+		c.kv = nil
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Context) tokViews(n int) (*tokViews, error) {
+	if vs := c.tok[n]; vs != nil {
+		return vs, nil
+	}
+	vs := &tokViews{}
+	be := c.m.be
+	for _, p := range []struct {
+		dst *backend.Tensor
+		src backend.Tensor
+	}{{&vs.x, c.x}, {&vs.xn, c.xn}, {&vs.q, c.q}, {&vs.att, c.att}, {&vs.k, c.k}, {&vs.v, c.v}, {&vs.gate, c.gate}, {&vs.up, c.up}} {
+		t, err := be.View(p.src, 0, n)
+		if err != nil {
+			return nil, err
+		}
+		*p.dst = t
+	}
+	c.tok[n] = vs
+	return vs, nil
+}
+
+func (c *Context) outViews(n int) (*outViews, error) {
+	if vs := c.out[n]; vs != nil {
+		return vs, nil
+	}
+	h, err := c.m.be.View(c.h, 0, n)
+	if err != nil {
+		return nil, err
+	}
+	lg, err := c.m.be.View(c.logits, 0, n)
+	if err != nil {
+		return nil, err
+	}
+	vs := &outViews{h, lg}
+	c.out[n] = vs
+	return vs, nil
+}
+
+// Forward runs one step of the model over the tokens of b (tokens[i] at b.Pos[i], stored in KV
+// slot b.Slot[i]) and writes the next-token logits of the tokens whose batch indexes are listed
+// in out into logits ([len(out), vocab], row-major). The keys and values of every token are
+// stored in the cache; the caller advances its sequences afterwards.
+func (c *Context) Forward(tokens []int32, b *backend.Batch, out []int32, logits []float32) error {
+	n := len(tokens)
+	m := c.m
+	switch {
+	case n == 0:
+		return errors.New("llama: empty batch")
+	case n > c.cfg.MaxTokens:
+		return fmt.Errorf("llama: %d tokens in one step exceed the context's %d", n, c.cfg.MaxTokens)
+	case len(b.Pos) != n || len(b.Slot) != n:
+		return fmt.Errorf("llama: batch describes %d positions and %d slots for %d tokens", len(b.Pos), len(b.Slot), n)
+	case len(out) > c.cfg.MaxSeqs:
+		return fmt.Errorf("llama: %d logit rows exceed the context's %d", len(out), c.cfg.MaxSeqs)
+	case len(logits) != len(out)*m.Vocab:
+		return fmt.Errorf("llama: logits buffer holds %d values, want %d", len(logits), len(out)*m.Vocab)
+	}
+	for _, t := range tokens {
+		if t < 0 || int(t) >= m.Vocab {
+			return fmt.Errorf("llama: token id %d is outside the vocabulary of %d", t, m.Vocab)
+		}
+	}
+	for _, i := range out {
+		if i < 0 || int(i) >= n {
+			return fmt.Errorf("llama: output row %d is outside the batch of %d", i, n)
+		}
+	}
+	vs, err := c.tokViews(n)
+	if err != nil {
+		return err
+	}
+	be := m.be
+	if err := be.GetRows(vs.x, m.tokEmbd, tokens); err != nil {
+		return err
+	}
+	for li := range m.layers {
+		l := &m.layers[li]
+		if err := c.layer(li, l, vs, b); err != nil {
+			return fmt.Errorf("llama: layer %d: %w", li, err)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	ov, err := c.outViews(len(out))
+	if err != nil {
+		return err
+	}
+	if err := be.GetRows(ov.h, vs.x, out); err != nil {
+		return err
+	}
+	if err := be.RMSNorm(ov.h, ov.h, m.outNorm, m.NormEps); err != nil {
+		return err
+	}
+	if err := be.MatMul(ov.logits, ov.h, m.output); err != nil {
+		return err
+	}
+	return be.Read(ov.logits, 0, logits)
+}
+
+// layer runs one transformer block on the residual stream vs.x in place:
+//
+//	x += Wo · attention(rope(Wq·norm(x)), rope(Wk·norm(x)), Wv·norm(x))
+//	x += Wdown · (silu(Wgate·norm(x)) * Wup·norm(x))
+func (c *Context) layer(li int, l *layer, vs *tokViews, b *backend.Batch) error {
+	m, be := c.m, c.m.be
+	if err := be.RMSNorm(vs.xn, vs.x, l.attnNorm, m.NormEps); err != nil {
+		return err
+	}
+	for _, p := range []struct{ dst, w, bias backend.Tensor }{{vs.q, l.wq, l.bq}, {vs.k, l.wk, l.bk}, {vs.v, l.wv, l.bv}} {
+		if err := be.MatMul(p.dst, vs.xn, p.w); err != nil {
+			return err
+		}
+		if p.bias != nil {
+			if err := be.AddRows(p.dst, p.dst, p.bias); err != nil {
+				return err
+			}
+		}
+	}
+	if err := be.Rope(vs.q, m.Heads, m.RoPE, b); err != nil {
+		return err
+	}
+	if err := be.Rope(vs.k, m.KVHeads, m.RoPE, b); err != nil {
+		return err
+	}
+	if err := be.StoreKV(c.kv, li, vs.k, vs.v, b); err != nil {
+		return err
+	}
+	if err := be.Attention(vs.att, vs.q, c.kv, li, c.attn, b); err != nil {
+		return err
+	}
+	if err := be.MatMul(vs.xn, vs.att, l.wo); err != nil {
+		return err
+	}
+	if err := be.AddRows(vs.x, vs.x, vs.xn); err != nil {
+		return err
+	}
+	if err := be.RMSNorm(vs.xn, vs.x, l.ffnNorm, m.NormEps); err != nil {
+		return err
+	}
+	if err := be.MatMul(vs.gate, vs.xn, l.wGate); err != nil {
+		return err
+	}
+	if err := be.MatMul(vs.up, vs.xn, l.wUp); err != nil {
+		return err
+	}
+	if err := be.SwiGLU(vs.gate, vs.gate, vs.up); err != nil {
+		return err
+	}
+	if err := be.MatMul(vs.xn, vs.gate, l.wDown); err != nil {
+		return err
+	}
+	return be.AddRows(vs.x, vs.x, vs.xn)
+}

@@ -1,0 +1,5 @@
+package llama
+
+import "math"
+
+func sqrt32(x float32) float32 { return float32(math.Sqrt(float64(x))) }

@@ -1,0 +1,146 @@
+package llama
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/gguf"
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+// Model is a loaded model: its hyper-parameters and its weights on one backend. It holds no
+// per-sequence state; a Context does.
+type Model struct {
+	Config
+	be      backend.Backend
+	tokEmbd backend.Tensor // [vocab, dim]
+	outNorm backend.Tensor // [1, dim]
+	output  backend.Tensor // [vocab, dim]; tokEmbd when tied
+	layers  []layer
+	owned   []backend.Tensor
+}
+
+type layer struct {
+	attnNorm   backend.Tensor // [1, dim]
+	wq         backend.Tensor // [heads*headDim, dim]
+	wk, wv     backend.Tensor // [kvHeads*headDim, dim]
+	bq, bk, bv backend.Tensor // [1, ...] biases (qwen2); nil otherwise
+	wo         backend.Tensor // [dim, heads*headDim]
+	ffnNorm    backend.Tensor // [1, dim]
+	wGate, wUp backend.Tensor // [ffn, dim]
+	wDown      backend.Tensor // [dim, ffn]
+}
+
+// Load binds the weights of f to be. The tensors' bytes stay in f's memory map (host backends use
+// them in place), so f must stay open while the model is in use.
+func Load(f *gguf.File, be backend.Backend) (*Model, error) {
+	c, err := ConfigFrom(f)
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{Config: c, be: be, layers: make([]layer, c.Layers)}
+	ok := false
+	defer func() {
+		if !ok {
+			m.Close()
+		}
+	}()
+	qDim, kvDim := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
+	if m.tokEmbd, err = m.load(f, "token_embd.weight", c.Vocab, c.Dim, false); err != nil {
+		return nil, err
+	}
+	if m.outNorm, err = m.load(f, "output_norm.weight", 1, c.Dim, true); err != nil {
+		return nil, err
+	}
+	if c.TiedEmbed {
+		m.output = m.tokEmbd
+	} else if m.output, err = m.load(f, "output.weight", c.Vocab, c.Dim, false); err != nil {
+		return nil, err
+	}
+	for i := range m.layers {
+		l := &m.layers[i]
+		name := func(s string) string { return fmt.Sprintf("blk.%d.%s", i, s) }
+		for _, w := range []struct {
+			dst        *backend.Tensor
+			name       string
+			rows, cols int
+			norm       bool
+		}{
+			{&l.attnNorm, "attn_norm.weight", 1, c.Dim, true},
+			{&l.wq, "attn_q.weight", qDim, c.Dim, false},
+			{&l.wk, "attn_k.weight", kvDim, c.Dim, false},
+			{&l.wv, "attn_v.weight", kvDim, c.Dim, false},
+			{&l.wo, "attn_output.weight", c.Dim, qDim, false},
+			{&l.ffnNorm, "ffn_norm.weight", 1, c.Dim, true},
+			{&l.wGate, "ffn_gate.weight", c.FFN, c.Dim, false},
+			{&l.wUp, "ffn_up.weight", c.FFN, c.Dim, false},
+			{&l.wDown, "ffn_down.weight", c.Dim, c.FFN, false},
+		} {
+			if *w.dst, err = m.load(f, name(w.name), w.rows, w.cols, w.norm); err != nil {
+				return nil, err
+			}
+		}
+		if c.QKVBias {
+			for _, w := range []struct {
+				dst  *backend.Tensor
+				name string
+				n    int
+			}{{&l.bq, "attn_q.bias", qDim}, {&l.bk, "attn_k.bias", kvDim}, {&l.bv, "attn_v.bias", kvDim}} {
+				if *w.dst, err = m.load(f, name(w.name), 1, w.n, true); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	ok = true
+	return m, nil
+}
+
+// load binds one tensor, checking its shape ([cols, rows] in ggml order, or [cols] for vectors)
+// and dtype. Vectors (norm weights, biases) must be F32, as llama.cpp writes them.
+func (m *Model) load(f *gguf.File, name string, rows, cols int, vector bool) (backend.Tensor, error) {
+	ti, ok := f.Tensor(name)
+	if !ok {
+		return nil, fmt.Errorf("model lacks tensor %s", name)
+	}
+	shapeOK := false
+	switch {
+	case vector:
+		shapeOK = len(ti.Shape) == 1 && ti.Shape[0] == int64(cols)
+	default:
+		shapeOK = len(ti.Shape) == 2 && ti.Shape[0] == int64(cols) && ti.Shape[1] == int64(rows)
+	}
+	if !shapeOK {
+		want := fmt.Sprintf("[%d %d]", cols, rows)
+		if vector {
+			want = fmt.Sprintf("[%d]", cols)
+		}
+		return nil, fmt.Errorf("tensor %s has shape %v, want %s", name, ti.Shape, want)
+	}
+	if !ti.DType.Supported() {
+		return nil, fmt.Errorf("tensor %s has dtype %v, which Parley cannot compute with", name, ti.DType)
+	}
+	if vector && ti.DType != tensor.F32 {
+		return nil, fmt.Errorf("tensor %s has dtype %v, want F32", name, ti.DType)
+	}
+	t, err := m.be.Load(ti.DType, rows, cols, f.TensorData(ti))
+	if err != nil {
+		return nil, fmt.Errorf("tensor %s: %w", name, err)
+	}
+	m.owned = append(m.owned, t)
+	return t, nil
+}
+
+// Backend is the backend the model computes on.
+func (m *Model) Backend() backend.Backend { return m.be }
+
+// Close releases the model's tensors.
+func (m *Model) Close() error {
+	var errs []error
+	for _, t := range m.owned {
+		errs = append(errs, t.Close())
+	}
+	m.owned = nil
+	return errors.Join(errs...)
+}

@@ -1,0 +1,199 @@
+package llama_test
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/parleyhq/parley/runtime/backend"
+	_ "github.com/parleyhq/parley/runtime/backend/all"
+	"github.com/parleyhq/parley/runtime/gguf"
+	"github.com/parleyhq/parley/runtime/internal/sharedtest"
+	"github.com/parleyhq/parley/runtime/kvcache"
+	"github.com/parleyhq/parley/runtime/models/llama"
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+// refGen is llama.cpp's greedy output (../shared/reference/llm/gen-*.json, format llm-ref-v1).
+type refGen struct {
+	ModelFile string `json:"model_file"`
+	Results   []struct {
+		PromptID     string  `json:"prompt_id"`
+		PromptTokens []int32 `json:"prompt_tokens"`
+		Generated    []int32 `json:"generated_token_ids"`
+		Steps        []struct {
+			ID      int32   `json:"id"`
+			Logprob float64 `json:"logprob"`
+			Top5    []struct {
+				ID      int32   `json:"id"`
+				Logprob float64 `json:"logprob"`
+			} `json:"top5"`
+		} `json:"steps"`
+	} `json:"results"`
+}
+
+// Tolerances on natural-log probabilities of the reference's top-5 tokens, per weight type.
+//   - F32: llama.cpp and Parley compute the same F32 graph (with an F16 KV cache in both); what
+//     remains is summation order, far below 1e-4.
+//   - F16/Q8_0/Q4_0: activations are rounded to F16 or quantised to Q8_0 before each product, so
+//     the order of operations changes the rounding; 2e-3 bounds that for this model.
+//
+// nearTie is the top-1/top-2 log-probability margin below which the reference's choice may
+// legitimately flip under such rounding; greedy ids must agree wherever the margin is larger.
+var parityCases = []struct {
+	model, ref string
+	tol        float64
+	nearTie    float64
+}{
+	{"stories260K-f32.gguf", "gen-stories260K-f32.json", 1e-4, 0},
+	{"stories260K-ffn192-f32.gguf", "gen-stories260K-ffn192-f32.json", 1e-4, 0},
+	{"stories260K-ffn192-f16.gguf", "gen-stories260K-ffn192-f16.json", 2e-3, 1e-2},
+	{"stories260K-ffn192-q8_0.gguf", "gen-stories260K-ffn192-q8_0.json", 2e-3, 1e-2},
+	{"stories260K-ffn192-q4_0.gguf", "gen-stories260K-ffn192-q4_0.json", 2e-3, 1e-2},
+	// llama.cpp's own output for this file is wrong at its commit; the F16 model must match the
+	// F32 reference up to F16 rounding of the weights.
+	{"stories260K-f16.gguf", "gen-stories260K-f32.json", 5e-2, 5e-2},
+}
+
+func backendsUnderTest(t *testing.T) []backend.Backend {
+	var bs []backend.Backend
+	for _, name := range []string{"go", "cpu"} {
+		b, _, err := backend.New(name, backend.Options{Threads: 2})
+		if err != nil {
+			t.Logf("backend %s not tested: %v", name, err)
+			continue
+		}
+		bs = append(bs, b)
+	}
+	if len(bs) == 0 {
+		t.Fatal("no backend available")
+	}
+	return bs
+}
+
+func logSoftmax(logits []float32, dst []float64) {
+	mx := math.Inf(-1)
+	for _, v := range logits {
+		mx = math.Max(mx, float64(v))
+	}
+	var sum float64
+	for _, v := range logits {
+		sum += math.Exp(float64(v) - mx)
+	}
+	lse := mx + math.Log(sum)
+	for i, v := range logits {
+		dst[i] = float64(v) - lse
+	}
+}
+
+func argmax(x []float32) int32 {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return int32(best)
+}
+
+// runner drives one sequence through a Context for tests.
+type runner struct {
+	c   *llama.Context
+	seq *kvcache.Seq
+	bb  kvcache.BatchBuilder
+}
+
+func (r *runner) feed(t *testing.T, toks []int32, logits []float32) {
+	t.Helper()
+	chunk := r.c.Config().MaxTokens
+	for len(toks) > 0 {
+		n := min(chunk, len(toks))
+		if err := r.seq.Reserve(n); err != nil {
+			t.Fatal(err)
+		}
+		r.bb.Reset()
+		if err := r.bb.Add(r.seq, n); err != nil {
+			t.Fatal(err)
+		}
+		var out []int32
+		var lg []float32
+		if n == len(toks) {
+			out, lg = []int32{int32(n - 1)}, logits
+		}
+		if err := r.c.Forward(toks[:n], r.bb.Batch(), out, lg); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.seq.Advance(n); err != nil {
+			t.Fatal(err)
+		}
+		toks = toks[n:]
+	}
+}
+
+func TestParityWithLlamaCpp(t *testing.T) {
+	shared := sharedtest.Dir(t)
+	for _, be := range backendsUnderTest(t) {
+		for _, pc := range parityCases {
+			t.Run(be.Name()+"/"+strings.TrimSuffix(pc.model, ".gguf"), func(t *testing.T) {
+				f, err := gguf.Open(filepath.Join(shared, "models/llm", pc.model))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				raw, err := os.ReadFile(filepath.Join(shared, "reference/llm", pc.ref))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ref refGen
+				if err := json.Unmarshal(raw, &ref); err != nil {
+					t.Fatal(err)
+				}
+				m, err := llama.Load(f, be)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer m.Close()
+				// A prompt chunk of 7 tokens exercises chunked prompt processing.
+				c, err := m.NewContext(llama.ContextConfig{MaxTokens: 7, MaxSeqs: 1, KVSlots: 512, KVType: tensor.F16})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				logits := make([]float32, m.Vocab)
+				lp := make([]float64, m.Vocab)
+				var worst float64
+				for _, res := range ref.Results {
+					r := &runner{c: c, seq: c.Pool().NewSeq(512)}
+					r.feed(t, res.PromptTokens, logits)
+					diverged := false
+					for si, st := range res.Steps {
+						logSoftmax(logits, lp)
+						for _, e := range st.Top5 {
+							d := math.Abs(lp[e.ID] - e.Logprob)
+							worst = math.Max(worst, d)
+							if d > pc.tol {
+								t.Errorf("%s step %d: logprob of token %d = %.6f, llama.cpp %.6f (|diff| %.2g > %.2g)", res.PromptID, si, e.ID, lp[e.ID], e.Logprob, d, pc.tol)
+							}
+						}
+						if got := argmax(logits); got != st.ID && !diverged {
+							margin := st.Top5[0].Logprob - st.Top5[1].Logprob
+							if margin > pc.nearTie {
+								t.Errorf("%s step %d: greedy id %d, llama.cpp %d (reference margin %.3g)", res.PromptID, si, got, st.ID, margin)
+							} else {
+								t.Logf("%s step %d: greedy id %d vs llama.cpp %d at a near tie (margin %.3g); teacher-forcing on", res.PromptID, si, got, st.ID, margin)
+							}
+							diverged = true
+						}
+						// Teacher-force the reference's token.
+						r.feed(t, []int32{st.ID}, logits)
+					}
+					r.seq.Release()
+				}
+				t.Logf("largest |logprob difference| over top-5 tokens: %.3g", worst)
+			})
+		}
+	}
+}

@@ -1,0 +1,123 @@
+// Package quant owns Parley's element formats at the byte level: conversion between float32 and
+// every supported ggml block format (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q4_K,
+// Q5_K, Q6_K, Q8_K), and the per-format dot-product kernels that CPU matrix-vector products use.
+//
+// Block layouts are bit-compatible with ggml's (ggml-common.h) and quantisation rounds exactly as
+// ggml's reference quantizers do, so data written here reads the same in llama.cpp and back.
+package quant
+
+import (
+	"fmt"
+
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+// rowBytes returns dt.RowSize(n) as an int, or an error naming op.
+func rowBytes(op string, dt tensor.DType, n int) (int, error) {
+	sz, err := dt.RowSize(int64(n))
+	if err != nil {
+		return 0, fmt.Errorf("quant: %s: %w", op, err)
+	}
+	return int(sz), nil
+}
+
+// Dequantize converts len(dst) elements stored as dt in src (exactly dt.RowSize(len(dst)) bytes)
+// to float32. Supports F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q4_K, Q5_K, Q6_K, Q8_K.
+func Dequantize(dt tensor.DType, src []byte, dst []float32) error {
+	f, ok := dequantizers[dt]
+	if !ok {
+		return fmt.Errorf("quant: dequantize: unsupported dtype %v", dt)
+	}
+	want, err := rowBytes("dequantize", dt, len(dst))
+	if err != nil {
+		return err
+	}
+	if len(src) != want {
+		return fmt.Errorf("quant: dequantize %v: %d elements need %d bytes, got %d", dt, len(dst), want, len(src))
+	}
+	f(src, dst)
+	return nil
+}
+
+// Quantize converts src to dt into dst (exactly dt.RowSize(len(src)) bytes), rounding exactly as
+// llama.cpp's quantize_row_*_ref does (F16 and BF16 round to nearest even).
+func Quantize(dt tensor.DType, src []float32, dst []byte) error {
+	f, ok := quantizers[dt]
+	if !ok {
+		return fmt.Errorf("quant: quantize: unsupported dtype %v", dt)
+	}
+	want, err := rowBytes("quantize", dt, len(src))
+	if err != nil {
+		return err
+	}
+	if len(dst) != want {
+		return fmt.Errorf("quant: quantize %v: %d elements need %d bytes, got %d", dt, len(src), want, len(dst))
+	}
+	f(src, dst)
+	return nil
+}
+
+// VecDotType is the type activations are converted to before a dot product with weights of dt,
+// as in llama.cpp's CPU backend: F32->F32, F16->F16, BF16->BF16, Q4_0/Q5_0/Q8_0->Q8_0,
+// Q4_1/Q5_1->Q8_1, Q4_K/Q5_K/Q6_K->Q8_K.
+func VecDotType(dt tensor.DType) (tensor.DType, error) {
+	switch dt {
+	case tensor.F32, tensor.F16, tensor.BF16:
+		return dt, nil
+	case tensor.Q4_0, tensor.Q5_0, tensor.Q8_0:
+		return tensor.Q8_0, nil
+	case tensor.Q4_1, tensor.Q5_1:
+		return tensor.Q8_1, nil
+	case tensor.Q4_K, tensor.Q5_K, tensor.Q6_K:
+		return tensor.Q8_K, nil
+	}
+	return 0, fmt.Errorf("quant: no dot product for dtype %v", dt)
+}
+
+// Kernel is the dot product of one weight row with one converted activation row.
+type Kernel struct {
+	DType, VecType tensor.DType
+	// Dot returns sum_i w[i]*x[i] over n elements; w holds dt.RowSize(n) bytes of DType,
+	// x holds VecType.RowSize(n) bytes of VecType. n is a multiple of the block size.
+	Dot func(n int, w, x []byte) float32
+}
+
+// KernelFor returns the dot-product kernel for weights of type dt.
+func KernelFor(dt tensor.DType) (Kernel, error) {
+	vt, err := VecDotType(dt)
+	if err != nil {
+		return Kernel{}, err
+	}
+	f, ok := dots[dt]
+	if !ok {
+		return Kernel{}, fmt.Errorf("quant: no dot product for dtype %v", dt)
+	}
+	return Kernel{DType: dt, VecType: vt, Dot: f}, nil
+}
+
+// dequantizers and quantizers take inputs whose lengths the exported functions have checked.
+var (
+	dequantizers = map[tensor.DType]func(src []byte, dst []float32){
+		tensor.F32: dequantF32, tensor.F16: dequantF16, tensor.BF16: dequantBF16,
+		tensor.Q4_0: dequantQ4_0, tensor.Q4_1: dequantQ4_1,
+		tensor.Q5_0: dequantQ5_0, tensor.Q5_1: dequantQ5_1,
+		tensor.Q8_0: dequantQ8_0, tensor.Q8_1: dequantQ8_1,
+		tensor.Q4_K: dequantQ4_K, tensor.Q5_K: dequantQ5_K,
+		tensor.Q6_K: dequantQ6_K, tensor.Q8_K: dequantQ8_K,
+	}
+	quantizers = map[tensor.DType]func(src []float32, dst []byte){
+		tensor.F32: quantF32, tensor.F16: quantF16, tensor.BF16: quantBF16,
+		tensor.Q4_0: quantQ4_0, tensor.Q4_1: quantQ4_1,
+		tensor.Q5_0: quantQ5_0, tensor.Q5_1: quantQ5_1,
+		tensor.Q8_0: quantQ8_0, tensor.Q8_1: quantQ8_1,
+		tensor.Q4_K: quantQ4_K, tensor.Q5_K: quantQ5_K,
+		tensor.Q6_K: quantQ6_K, tensor.Q8_K: quantQ8_K,
+	}
+	dots = map[tensor.DType]func(n int, w, x []byte) float32{
+		tensor.F32: dotF32, tensor.F16: dotF16, tensor.BF16: dotBF16,
+		tensor.Q4_0: dotQ4_0, tensor.Q4_1: dotQ4_1,
+		tensor.Q5_0: dotQ5_0, tensor.Q5_1: dotQ5_1,
+		tensor.Q8_0: dotQ8_0,
+		tensor.Q4_K: dotQ4_K, tensor.Q5_K: dotQ5_K, tensor.Q6_K: dotQ6_K,
+	}
+)
