@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"sort"
-	"syscall"
 	"time"
 
 	"github.com/parleyhq/parley/runtime/engine"
@@ -113,13 +112,11 @@ func runBench(e *env, args []string) error {
 		}
 	}
 	seq.Release()
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	res := benchResult{
 		Model: *model, Backend: be.Name(), Threads: *bf.threads, Params: paramCount(eng),
 		FileBytes: fileBytes(eng), PromptTokens: *pp, GenTokens: *tg, Reps: *reps,
 		PP: median(ppRates), TG: median(tgRates), PPAll: ppRates, TGAll: tgRates,
-		AllocsPerStep: allocsPerStep, PeakRSSMiB: float64(ru.Maxrss) / 1024,
+		AllocsPerStep: allocsPerStep, PeakRSSMiB: peakRSSMiB(),
 	}
 	if *asJSON {
 		return json.NewEncoder(e.stdout).Encode(res)

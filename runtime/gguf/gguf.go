@@ -110,8 +110,8 @@ func (t *TensorInfo) Elements() int64 {
 // Rows returns the number of rows of t: the product of Shape[1:].
 func (t *TensorInfo) Rows() int64 {
 	n := int64(1)
-	for _, d := range t.Shape[1:] {
-		n *= d
+	for i := 1; i < len(t.Shape); i++ {
+		n *= t.Shape[i]
 	}
 	return n
 }

@@ -558,17 +558,17 @@ func TestCorrupt(t *testing.T) {
 			_, val := kv(b, "general.alignment")
 			put32(b, val, 48)
 			return b
-		}, "general.alignment 48 is not a power of two"},
+		}, "general.alignment 48 at offset 107 is not a power of two"},
 		{"alignment zero", func(b []byte) []byte {
 			_, val := kv(b, "general.alignment")
 			put32(b, val, 0)
 			return b
-		}, "general.alignment 0 is not a power of two"},
+		}, "general.alignment 0 at offset 107 is not a power of two"},
 		{"alignment type", func(b []byte) []byte {
 			typ, _ := kv(b, "general.alignment")
 			put32(b, typ, uint32(Int32))
 			return b
-		}, "general.alignment has type int32, want uint32"},
+		}, "general.alignment at offset 107 has type int32, want uint32"},
 		{"too many dims", func(b []byte) []byte {
 			put32(b, tinfo(b, "t.a", 2).ndims, 5)
 			return b
@@ -608,7 +608,7 @@ func TestCorrupt(t *testing.T) {
 		{"huge offset", func(b []byte) []byte {
 			put64(b, tinfo(b, "t.b", 2).offset, math.MaxUint64&^31)
 			return b
-		}, `tensor "t.b": data offset`},
+		}, `tensor "t.b": data offset 18446744073709551584 is out of range`},
 		{"offset near end", func(b []byte) []byte {
 			put64(b, tinfo(b, "t.b", 2).offset, 64) // 34 bytes from 64 need 98, data is 96
 			return b

@@ -10,7 +10,8 @@ import (
 )
 
 // Open memory-maps the file at path read-only and parses it. Tensor data is not copied:
-// TensorData returns slices of the mapping, which Close releases.
+// TensorData returns slices of the mapping, which Close releases. The file must not be truncated
+// while it is open: reading a mapped page past the new end faults.
 func Open(path string) (*File, error) {
 	fd, err := os.Open(path)
 	if err != nil {

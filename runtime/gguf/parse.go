@@ -143,6 +143,7 @@ func parseFile(b []byte) (*File, *FormatError) {
 		kvIndex:   make(map[string]int, min(nKV, 256)),
 	}
 
+	alignOff := 0
 	for i := 0; i < nKV; i++ {
 		keyOff := d.off
 		kb, e := d.str("key")
@@ -165,6 +166,9 @@ func parseFile(b []byte) (*File, *FormatError) {
 		if e != nil {
 			return nil, prefix(e, "metadata %q: ", key)
 		}
+		if key == "general.alignment" {
+			alignOff = keyOff
+		}
 		f.kvIndex[key] = len(f.KVs)
 		f.KVs = append(f.KVs, KV{Key: key, Value: v})
 	}
@@ -172,10 +176,10 @@ func parseFile(b []byte) (*File, *FormatError) {
 	if v, ok := f.Value("general.alignment"); ok {
 		a, isU32 := v.V.(uint32)
 		if !isU32 || v.Type != Uint32 {
-			return nil, d.errAt(d.off, "general.alignment has type %v, want uint32", v.Type)
+			return nil, d.errAt(alignOff, "general.alignment at offset %d has type %v, want uint32", alignOff, v.Type)
 		}
 		if a == 0 || a&(a-1) != 0 {
-			return nil, d.errAt(d.off, "general.alignment %d is not a power of two", a)
+			return nil, d.errAt(alignOff, "general.alignment %d at offset %d is not a power of two", a, alignOff)
 		}
 		f.Alignment = int64(a)
 	}
@@ -288,7 +292,10 @@ func (d *decoder) tensorInfo(i int, align int64) (TensorInfo, *FormatError) {
 	if !ok {
 		return t, prefix(d.truncated(8, "data offset"), "tensor %q: ", t.Name)
 	}
-	if off > math.MaxInt64 || int64(off)%align != 0 {
+	if off > math.MaxInt64 {
+		return t, d.errAt(d.off-8, "tensor %q: data offset %d is out of range", t.Name, off)
+	}
+	if int64(off)%align != 0 {
 		return t, d.errAt(d.off-8, "tensor %q: data offset %d is not a multiple of the alignment %d",
 			t.Name, off, align)
 	}
