@@ -45,6 +45,23 @@ func Logprob(logits []float32, id int32) float64 {
 // post_sampling_probs off. n is clamped to [0, len(logits)]; NaN logits are never listed. The
 // result is appended to dst[:0], which allocates nothing when cap(dst) >= n.
 func TopLogprobs(logits []float32, n int, dst []TokenLogprob) []TokenLogprob {
+	return topLogprobs(logits, n, dst, LogSumExp(logits))
+}
+
+// Logprobs returns both Logprob(logits, id) and TopLogprobs(logits, n, dst) with one
+// log-sum-exp pass over the logits instead of two; that pass (an exp per entry) is most of
+// the cost of either.
+func Logprobs(logits []float32, id int32, n int, dst []TokenLogprob) (float64, []TokenLogprob) {
+	lse := LogSumExp(logits)
+	lp := math.NaN()
+	if id >= 0 && int(id) < len(logits) {
+		lp = float64(logits[id]) - lse
+	}
+	return lp, topLogprobs(logits, n, dst, lse)
+}
+
+// topLogprobs is TopLogprobs given lse = LogSumExp(logits).
+func topLogprobs(logits []float32, n int, dst []TokenLogprob, lse float64) []TokenLogprob {
 	dst = dst[:0]
 	n = min(max(n, 0), len(logits))
 	if n == 0 {
@@ -75,7 +92,6 @@ func TopLogprobs(logits []float32, n int, dst []TokenLogprob) []TokenLogprob {
 		dst[0], dst[k] = dst[k], dst[0]
 		siftDownLP(dst[:k], 0)
 	}
-	lse := LogSumExp(logits)
 	for k := range dst {
 		dst[k].Logprob -= lse
 	}

@@ -50,8 +50,9 @@ type Params struct {
 	// LogitBias is added to the logits of the given token ids before anything else; -Inf bans
 	// a token. Ids must lie in the vocabulary; values must not be NaN or +Inf.
 	LogitBias map[int32]float32
-	// Seed seeds the draw. The same seed, the same accepted tokens and the same logits give
-	// the same tokens.
+	// Seed seeds the draw (a PCG generator from math/rand/v2). The same seed, the same
+	// accepted tokens and the same logits give the same tokens; callers wanting independent
+	// outputs for independent requests must vary it.
 	Seed uint64
 	// TopLogprobs is how many alternatives the caller wants log-probabilities for
 	// (0..MaxTopLogprobs). The Sampler only validates it; see TopLogprobs.
@@ -72,10 +73,10 @@ func DefaultParams() Params {
 }
 
 // Greedy reports whether p selects greedy decoding.
-func (p *Params) Greedy() bool { return !(p.Temperature > 0) }
+func (p Params) Greedy() bool { return !(p.Temperature > 0) }
 
 // Validate checks p against a vocabulary of vocabSize tokens.
-func (p *Params) Validate(vocabSize int) error {
+func (p Params) Validate(vocabSize int) error {
 	if vocabSize < 1 || vocabSize > MaxVocab {
 		return fmt.Errorf("decode: vocabulary size %d outside [1, %d]", vocabSize, MaxVocab)
 	}

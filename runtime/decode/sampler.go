@@ -59,9 +59,9 @@ type Sampler struct {
 }
 
 // NewSampler validates p for a vocabulary of vocabSize tokens and allocates everything the
-// Sampler will need: about 8 bytes per candidate slot (TopK of them, or the whole vocabulary
-// when top-k is off), plus 4 bytes per vocabulary entry for the repetition penalty and 12 for
-// presence/frequency penalties when those are on.
+// Sampler will need: 16 bytes per candidate slot (TopK of them, or the whole vocabulary when
+// top-k is off and the temperature is positive), plus, per vocabulary entry, 4 bytes when the
+// repetition penalty is on and 16 when presence or frequency penalties are.
 func NewSampler(p Params, vocabSize int) (*Sampler, error) {
 	if err := p.Validate(vocabSize); err != nil {
 		return nil, err

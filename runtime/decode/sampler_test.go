@@ -309,9 +309,16 @@ func TestDistribution(t *testing.T) {
 			}
 		}
 		x2, df := chiSquare(counts, probs, draws)
-		t.Logf("case %d: chi-square %.1f, %d df, bound %.1f, %d kept", ci, x2, df, chiSquareCrit(df), len(kept))
 		if crit := chiSquareCrit(df); x2 > crit {
 			t.Errorf("case %d: chi-square %.1f over %d df exceeds %.1f", ci, x2, df, crit)
+		}
+		// The test has power: the same counts reject a temperature 20% off.
+		wrong := refSoftmax(kept, 1.2*float64(p.Temperature))
+		for i, k := range kept {
+			probs[k.id] = wrong[i]
+		}
+		if x2w, dfw := chiSquare(counts, probs, draws); x2w <= chiSquareCrit(dfw) {
+			t.Errorf("case %d: chi-square %.1f against a wrong temperature passes", ci, x2w)
 		}
 	}
 }
@@ -463,5 +470,8 @@ func TestZeroAllocs(t *testing.T) {
 	dst := make([]TokenLogprob, 0, MaxTopLogprobs)
 	if allocs := testing.AllocsPerRun(20, func() { dst = TopLogprobs(l, MaxTopLogprobs, dst) }); allocs != 0 {
 		t.Errorf("TopLogprobs: %v allocations per call", allocs)
+	}
+	if allocs := testing.AllocsPerRun(20, func() { _, dst = Logprobs(l, 7, MaxTopLogprobs, dst) }); allocs != 0 {
+		t.Errorf("Logprobs: %v allocations per call", allocs)
 	}
 }

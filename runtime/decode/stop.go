@@ -17,6 +17,13 @@ const (
 	StopLength StopReason = "length" // the token limit was reached
 )
 
+// Limits on stop strings, which bound the work done per token (about the square of the
+// longest stop string's length, times their number).
+const (
+	MaxStopStrings = 64
+	MaxStopBytes   = 1024
+)
+
 // StopConfig describes when a Stopper ends generation.
 type StopConfig struct {
 	// VocabSize bounds the token ids; ids outside [0, VocabSize) are never end-of-generation.
@@ -25,7 +32,8 @@ type StopConfig struct {
 	// for every id in [0, VocabSize) by NewStopper and never afterwards.
 	EOG   []int32
 	IsEOG func(int32) bool
-	// Stop lists stop strings (bytes, compared exactly); none may be empty.
+	// Stop lists stop strings (bytes, compared exactly): at most MaxStopStrings of 1 to
+	// MaxStopBytes bytes each.
 	Stop []string
 	// MaxTokens ends generation after this many tokens; 0 or less means no limit.
 	MaxTokens int
@@ -76,9 +84,12 @@ func NewStopper(c StopConfig) (*Stopper, error) {
 			}
 		}
 	}
+	if len(c.Stop) > MaxStopStrings {
+		return nil, fmt.Errorf("decode: %d stop strings, at most %d allowed", len(c.Stop), MaxStopStrings)
+	}
 	for i, st := range c.Stop {
-		if st == "" {
-			return nil, fmt.Errorf("decode: stop string %d is empty", i)
+		if st == "" || len(st) > MaxStopBytes {
+			return nil, fmt.Errorf("decode: stop string %d is %d bytes long (must be 1 to %d)", i, len(st), MaxStopBytes)
 		}
 		s.stops = append(s.stops, []byte(st))
 		s.maxStop = max(s.maxStop, len(st))
@@ -95,11 +106,12 @@ func (s *Stopper) IsEOG(id int32) bool {
 // Push takes the next generated token and its text. It returns the text that may be shown
 // now and, once generation must end, the reason (NotStopped until then).
 //
-// On StopEOS the token's own text is dropped and all held-back text released; on StopString
-// the released text ends just before the earliest stop string; on StopLength all text,
+// Generation stops at the first token after which the text contains a stop string. On
+// StopString the released text ends just before that stop string (the earliest-starting one
+// if this token completed several), and nothing after it is ever released. On StopEOS the
+// token's own text is dropped and all held-back text released; on StopLength all text,
 // including this token's, is released. Once stopped (or after Finish), Push returns nil and
-// Reason().
-// The returned slice is only valid until the next call on s.
+// Reason(). The returned slice is only valid until the next call on s.
 func (s *Stopper) Push(id int32, text string) ([]byte, StopReason) { return push(s, id, text) }
 
 // PushBytes is Push for text held as bytes.
@@ -155,6 +167,7 @@ func (s *Stopper) finish(r StopReason) ([]byte, StopReason) {
 	s.compact()
 	out := s.buf
 	s.start = len(s.buf)
+	s.done = true
 	s.reason = r
 	return out, r
 }

@@ -88,7 +88,7 @@ type Request struct {
 // Token is one generated token, as passed to the callback. Slices are valid only during it.
 type Token struct {
 	ID      int32
-	Logprob float64               // natural-log probability under the raw logits
+	Logprob float64               // natural-log probability under the raw logits (when TopLogprobs > 0)
 	Top     []decode.TokenLogprob // the TopLogprobs most likely tokens
 	Text    []byte                // text released by this token (stop strings held back)
 }
@@ -142,7 +142,6 @@ func (e *Engine) Generate(ctx context.Context, c *llama.Context, req Request, em
 	defer seq.Release()
 	var bb kvcache.BatchBuilder
 	logits := make([]float32, m.Vocab)
-	probs := make([]float32, m.Vocab) // logits as the sampler may modify them in place
 	top := make([]decode.TokenLogprob, 0, decode.MaxTopLogprobs)
 	out := []int32{0}
 	res := &Result{}
@@ -183,8 +182,7 @@ func (e *Engine) Generate(ctx context.Context, c *llama.Context, req Request, em
 	start = time.Now()
 	tok := &Token{}
 	for {
-		copy(probs, logits)
-		id, err := sampler.Sample(probs)
+		id, err := sampler.Sample(logits)
 		if err != nil {
 			return nil, err
 		}
@@ -192,9 +190,8 @@ func (e *Engine) Generate(ctx context.Context, c *llama.Context, req Request, em
 			return nil, err
 		}
 		tok.ID = id
-		tok.Logprob = decode.Logprob(logits, id)
 		if req.TopLogprobs > 0 {
-			top = decode.TopLogprobs(logits, req.TopLogprobs, top[:0])
+			tok.Logprob, top = decode.Logprobs(logits, id, req.TopLogprobs, top[:0])
 		}
 		tok.Top = top
 		released, reason := stopper.PushBytes(id, tk.Piece(id))

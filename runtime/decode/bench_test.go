@@ -1,0 +1,79 @@
+package decode
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// BenchmarkSample steps one Sampler over rotating logit rows shaped like a language model's
+// (N(0, 2²) noise), reporting samples/s and the logit bandwidth scanned (4 bytes per entry).
+func BenchmarkSample(b *testing.B) {
+	configs := []struct {
+		name string
+		p    Params
+	}{
+		{"greedy", Params{Temperature: 0, TopP: 1, RepeatPenalty: 1}},
+		{"topk40-topp0.9-temp0.8", Params{Temperature: 0.8, TopK: 40, TopP: 0.9, RepeatPenalty: 1, Seed: 1}},
+		{"default+penalties", func() Params {
+			p := DefaultParams()
+			p.RepeatPenalty, p.PresencePenalty, p.FrequencyPenalty = 1.1, 0.3, 0.2
+			return p
+		}()},
+		{"full-vocab-temp1", Params{Temperature: 1, TopP: 1, RepeatPenalty: 1, Seed: 1}},
+	}
+	for _, vocab := range []int{32000, 151936} {
+		r := rand.New(rand.NewPCG(1, uint64(vocab)))
+		rows := make([][]float32, 4)
+		for i := range rows {
+			rows[i] = randLogits(r, vocab, 2, false)
+		}
+		for _, c := range configs {
+			b.Run(fmt.Sprintf("%s/vocab=%d", c.name, vocab), func(b *testing.B) {
+				s, err := NewSampler(c.p, vocab)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportAllocs()
+				b.SetBytes(int64(4 * vocab))
+				i := 0
+				for b.Loop() {
+					id, err := s.Sample(rows[i&3])
+					if err != nil {
+						b.Fatal(err)
+					}
+					s.Accept(id)
+					i++
+				}
+				b.ReportMetric(float64(i)/b.Elapsed().Seconds(), "samples/s")
+			})
+		}
+	}
+}
+
+func BenchmarkTopLogprobs(b *testing.B) {
+	for _, vocab := range []int{32000, 151936} {
+		r := rand.New(rand.NewPCG(2, uint64(vocab)))
+		l := randLogits(r, vocab, 2, false)
+		dst := make([]TokenLogprob, 0, MaxTopLogprobs)
+		b.Run(fmt.Sprintf("n=20/vocab=%d", vocab), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(4 * vocab))
+			for b.Loop() {
+				dst = TopLogprobs(l, MaxTopLogprobs, dst)
+			}
+		})
+	}
+}
+
+func BenchmarkStopperPush(b *testing.B) {
+	s, _ := NewStopper(StopConfig{VocabSize: 100, EOG: []int32{2}, Stop: []string{"</answer>", "\n\nUser:"}})
+	pieces := []string{"The", " answer", " is", " <", "/", "ans", "wer", "?", " no", "\n", "x", "\xe6\x97", "\xa5"}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		s.Push(10, pieces[i%len(pieces)])
+		i++
+	}
+	b.ReportMetric(float64(i)/b.Elapsed().Seconds(), "tokens/s")
+}

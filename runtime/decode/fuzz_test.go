@@ -1,0 +1,114 @@
+package decode
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"testing"
+)
+
+// FuzzStopper splits a text at fuzzer-chosen points and checks the released text against a
+// direct reference: after each piece, if the text so far contains a stop string, generation
+// ends and the text before the earliest such occurrence is what was released in all.
+func FuzzStopper(f *testing.F) {
+	f.Add("hello ### world", "###", "ab", []byte{1, 2, 3})
+	f.Add("日本語のテキスト。\n次", "。\n", "テキ", []byte{2, 1, 1, 4})
+	f.Add("aaab", "aab", "b", []byte{1})
+	f.Fuzz(func(t *testing.T, text, stop1, stop2 string, cuts []byte) {
+		var stops []string
+		for _, st := range []string{stop1, stop2} {
+			if st != "" {
+				stops = append(stops, st)
+			}
+		}
+		s, err := NewStopper(StopConfig{VocabSize: 4, EOG: []int32{0}, Stop: stops})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, stopped := text, false
+		var got []byte
+		reason := NotStopped
+		for i, c := 0, 0; i < len(text) && reason == NotStopped; c++ {
+			w := 1
+			if len(cuts) > 0 {
+				w = 1 + int(cuts[c%len(cuts)])%5
+			}
+			j := min(i+w, len(text))
+			var out []byte
+			out, reason = s.Push(1, text[i:j])
+			got = append(got, out...)
+			i = j
+			if !stopped {
+				for _, st := range stops {
+					if k := bytes.Index([]byte(text[:j]), []byte(st)); k >= 0 && (!stopped || k < len(want)) {
+						want, stopped = text[:k], true
+					}
+				}
+			}
+		}
+		if (reason == StopString) != stopped {
+			t.Fatalf("reason %q, reference stopped: %v", reason, stopped)
+		}
+		if reason == NotStopped {
+			out, r := s.Push(0, "") // EOS releases the rest
+			if r != StopEOS {
+				t.Fatalf("EOS gave reason %q", r)
+			}
+			got = append(got, out...)
+		}
+		if string(got) != want {
+			t.Fatalf("released %q, want %q", got, want)
+		}
+	})
+}
+
+// FuzzSample feeds arbitrary float32 bit patterns (NaN, ±Inf, subnormals) to every sampler
+// configuration: it must return a valid token or an error, never panic, and leave the logits
+// as they were.
+func FuzzSample(f *testing.F) {
+	f.Add([]byte{0, 0, 128, 63, 0, 0, 0, 64, 0, 0, 128, 255, 1, 2, 3, 4})
+	f.Add([]byte{0, 0, 192, 127, 0, 0, 128, 127})
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		n := len(raw) / 4
+		if n == 0 {
+			return
+		}
+		logits := make([]float32, n)
+		for i := range logits {
+			logits[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+		}
+		orig := make([]uint32, n)
+		for i, v := range logits {
+			orig[i] = math.Float32bits(v)
+		}
+		for _, p := range []Params{
+			{Temperature: 0, TopP: 1, RepeatPenalty: 1.3, RepeatLastN: 4, LogitBias: map[int32]float32{0: -1}},
+			{Temperature: 0.8, TopK: 2, TopP: 0.9, MinP: 0.1, RepeatPenalty: 1, PresencePenalty: 1},
+			{Temperature: 2, TopP: 0.5, RepeatPenalty: 1},
+			{Temperature: 1, TopP: 1, MinP: 0.5, RepeatPenalty: 1, FrequencyPenalty: -1},
+		} {
+			s, err := NewSampler(p, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for step := 0; step < 3; step++ {
+				id, err := s.Sample(logits)
+				if err == nil {
+					if id < 0 || int(id) >= n {
+						t.Fatalf("token %d outside [0, %d)", id, n)
+					}
+					if v := logits[id]; v != v || math.IsInf(float64(v), -1) {
+						t.Fatalf("drew token %d with logit %v", id, v)
+					}
+					s.Accept(id)
+				}
+				for i, v := range logits {
+					if math.Float32bits(v) != orig[i] {
+						t.Fatalf("logit %d changed", i)
+					}
+				}
+			}
+		}
+		TopLogprobs(logits, 3, nil)
+	})
+}
