@@ -1,0 +1,75 @@
+package tokenizer
+
+import (
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/parleyhq/parley/runtime/gguf"
+)
+
+// FuzzEncode encodes arbitrary strings with the shared vocabularies (and the LLaMA-3 and Qwen2
+// pre-tokenizers over one of them): no panic, no error for byte-level BPE, ids in range, and
+// Decode(Encode(x)) == x wherever the vocabulary is lossless for x (see lossless): valid UTF-8
+// without special-token text that every byte of can be spelt, for byte-level BPE and
+// SentencePiece.
+func FuzzEncode(f *testing.F) {
+	for _, s := range []string{"", "Hello world", " \t\n  x", "don't 3.14159 $1,000", "日本語のテキスト",
+		"🦙🚀 emoji", "\xff\xfe\x80", "<|endoftext|><s></s>", "a\u00a0b\u200dc\u2028d", "   \n\n\r\n  ",
+		"ǅ ß ﬀ Ⅻ ½ ٣", "\xed\xa0\x80", "\xf4\x90\x80\x80", "'S 'LL 're"} {
+		f.Add(s)
+	}
+	shared := sharedDir(f)
+	var toks []*Tokenizer
+	for _, name := range []string{"ggml-vocab-gpt-2.gguf", "ggml-vocab-deepseek-llm.gguf", "ggml-vocab-deepseek-coder.gguf",
+		"ggml-vocab-falcon.gguf", "ggml-vocab-starcoder.gguf", "ggml-vocab-gpt-neox.gguf", "ggml-vocab-llama-spm.gguf",
+		"ggml-vocab-bert-bge.gguf"} {
+		toks = append(toks, loadTokenizer(f, filepath.Join(shared, "models/vocab", name)))
+	}
+	for _, pre := range []string{"llama-bpe", "qwen2"} {
+		toks = append(toks, loadWithPre(f, filepath.Join(shared, "models/vocab/ggml-vocab-deepseek-llm.gguf"), pre))
+	}
+	// SentencePiece merged over the whole text at once, to check word-by-word merging against.
+	spmPath := filepath.Join(shared, "models/vocab/ggml-vocab-llama-spm.gguf")
+	spm := loadTokenizer(f, spmPath)
+	gf, err := gguf.Open(spmPath)
+	if err != nil {
+		f.Fatal(err)
+	}
+	whole, err := New(gf)
+	gf.Close()
+	if err != nil {
+		f.Fatal(err)
+	}
+	whole.spmWordSplit = false
+	f.Fuzz(func(t *testing.T, s string) {
+		a, err1 := whole.Encode(s, true, true)
+		b, err2 := spm.Encode(s, true, true)
+		if (err1 == nil) != (err2 == nil) || !slices.Equal(a, b) {
+			t.Fatalf("llama-spm %q: merged whole %v %v, word by word %v %v", s, a, err1, b, err2)
+		}
+		for _, tk := range toks {
+			for _, parse := range []bool{false, true} {
+				ids, err := tk.Encode(s, true, parse)
+				if err != nil {
+					if tk.model == modelBPE {
+						t.Fatalf("%s: Encode(%q): %v", tk.vocab.Pre, s, err)
+					}
+					continue
+				}
+				for _, id := range ids {
+					if id < 0 || int(id) >= tk.vocab.Size {
+						t.Fatalf("%s: Encode(%q) gave id %d", tk.vocab.Model, s, id)
+					}
+				}
+				_ = tk.Decode(ids)
+				if parse || !lossless(tk, s) {
+					continue
+				}
+				if got := tk.Decode(ids); got != s {
+					t.Fatalf("%s: Decode(Encode(%q)) = %q (ids %v)", tk.vocab.Pre, s, got, ids)
+				}
+			}
+		}
+	})
+}
