@@ -146,6 +146,11 @@ type Backend interface {
 	// head h: dst[i, h] = softmax_j(Scale * q[i,h]·K[j,h']) · V[j,h'] over the cache positions
 	// j = 0..p of s (causal), h' = h/(NHead/NKVHead). q, dst [n, NHead*HeadDim] F32. The keys and
 	// values of the batch's own tokens must have been stored (StoreKV) first.
+	//
+	// With an F16 cache the products are F16 products, as llama.cpp computes them (ggml_mul_mat
+	// converts its F32 operand to the F16 type of the cache): q is rounded to F16 before q·K, and
+	// the normalised attention weights p_j = softmax(...)_j are rounded to F16 before p·V; both
+	// sums accumulate in F32 or wider. With an F32 cache nothing is rounded.
 	Attention(dst, q Tensor, kv KV, layer int, a Attn, b *Batch) error
 
 	// Close releases the backend's resources. Tensors made by it must not be used afterwards.

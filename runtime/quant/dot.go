@@ -3,6 +3,7 @@ package quant
 import (
 	"encoding/binary"
 	"math"
+	"math/bits"
 )
 
 // Each exported kernel checks its arguments once per row and hands a block count to the
@@ -27,18 +28,17 @@ func rowBlocks(n, bs, wsz, xsz int, w, x []byte) (int, bool) {
 
 // Implementations: element count (F32/F16/BF16) or block count (others), checked inputs.
 var (
-	dotF32Impl   = dotF32Go
-	dotF16Impl   = dotF16Go
-	dotQ8_0Impl  = dotQ8_0Go
-	dotQ4_0Impl  = dotQ4_0Go
-	dotQ4_KImpl  = dotQ4_KGo
-	dotQ6_KImpl  = dotQ6_KGo
-	dotBF16Impl  = dotBF16Go
-	dotQ4_1Impl  = dotQ4_1Go
-	dotQ5_0Impl  = dotQ5_0Go
-	dotQ5_1Impl  = dotQ5_1Go
-	dotQ5_KImpl  = dotQ5_KGo
-	dotKernelSet = "go"
+	dotF32Impl  = dotF32Go
+	dotF16Impl  = dotF16Go
+	dotQ8_0Impl = dotQ8_0Go
+	dotQ4_0Impl = dotQ4_0Go
+	dotQ4_KImpl = dotQ4_KGo
+	dotQ6_KImpl = dotQ6_KGo
+	dotBF16Impl = dotBF16Go
+	dotQ4_1Impl = dotQ4_1Go
+	dotQ5_0Impl = dotQ5_0Go
+	dotQ5_1Impl = dotQ5_1Go
+	dotQ5_KImpl = dotQ5_KGo
 )
 
 func dotF32(n int, w, x []byte) float32 {
@@ -132,13 +132,78 @@ func dotQ6_K(n int, w, x []byte) float32 {
 // i8 reinterprets a byte as a signed 8-bit integer widened to int32.
 func i8(b byte) int32 { return int32(int8(b)) }
 
-// sumI8 returns the sum of 32 signed bytes.
-func sumI8(q *[32]byte) int32 {
-	var s int32
-	for i := 0; i < 32; i += 4 {
-		s += i8(q[i]) + i8(q[i+1]) + i8(q[i+2]) + i8(q[i+3])
+// Byte-lane helpers on 8 quants packed little-endian in a uint64.
+const (
+	lanes01 = 0x0101010101010101
+	lanes03 = 0x0303030303030303
+	lanes0f = 0x0f0f0f0f0f0f0f0f
+	lanes80 = 0x8080808080808080
+	lanes16 = 0x00ff00ff00ff00ff // low byte of each 16-bit lane
+	sum16   = 0x0001000100010001 // multiplier summing the four 16-bit lanes into the top one
+)
+
+func le64(b []byte) uint64     { return binary.LittleEndian.Uint64(b) }
+func f32at(b []byte) float32   { return math.Float32frombits(binary.LittleEndian.Uint32(b)) }
+func bsumAt(b []byte) int32    { return int32(int16(binary.LittleEndian.Uint16(b))) }
+func put64(b []byte, v uint64) { binary.LittleEndian.PutUint64(b, v) }
+
+// bit16 maps 8 bits to 8 byte lanes holding 0x10 where the bit is set: the fifth quant bit.
+var bit16 = func() (t [256]uint64) {
+	for i := range t {
+		for k := 0; k < 8; k++ {
+			if i>>k&1 != 0 {
+				t[i] |= 0x10 << (8 * k)
+			}
+		}
 	}
-	return s
+	return t
+}()
+
+// Integer dots of unsigned quants below 64 (packed 8 to a word) with signed 8-bit activations,
+// four products per 64-bit multiply: with weights a_0..a_3 in the 16-bit lanes of A and
+// activations b_3..b_0 (reversed) in the lanes of B, bits 48-63 of A*B hold sum a_i*b_i, and
+// the lower lanes cannot carry into them. Activations are biased to b+128 (0..255) to be
+// unsigned, so a lane sum is at most 4*63*255 = 64260 < 2^16; the bias is removed at the end
+// through sum a_i.
+
+// lanesDot adds to acc the dot of the 8 quants in w with the 8 activations in y (little-endian
+// bytes), and to ws the lane sums of w and to ys those of the biased activations.
+func lanesDot(w, y uint64, acc, ws, ys *uint64) {
+	yr := bits.ReverseBytes64(y ^ lanes80) // lanes (low bytes): y7 y5 y3 y1; high bytes: y6 y4 y2 y0
+	we, wo := w&lanes16, w>>8&lanes16      // lanes: w0 w2 w4 w6; w1 w3 w5 w7
+	ye, yo := yr>>8&lanes16, yr&lanes16
+	*acc += (we*ye)>>48 + (wo*yo)>>48
+	*ws += we + wo
+	*ys += ye + yo
+}
+
+// dotLanes32 returns sum w_i*y_i and sum y_i over 32 elements: w0..w3 hold quants 0-7, 8-15,
+// 16-23, 24-31 (each < 64), y the signed activations.
+func dotLanes32(w0, w1, w2, w3 uint64, y *[32]byte) (dot, ysum int32) {
+	var acc, ws, ys uint64
+	lanesDot(w0, le64(y[0:]), &acc, &ws, &ys)
+	lanesDot(w1, le64(y[8:]), &acc, &ws, &ys)
+	lanesDot(w2, le64(y[16:]), &acc, &ws, &ys)
+	lanesDot(w3, le64(y[24:]), &acc, &ws, &ys)
+	// Lane sums are at most 8*63 (weights) and 8*255 (activations): no carries between lanes.
+	return int32(acc) - 128*int32((ws*sum16)>>48), int32((ys*sum16)>>48) - 32*128
+}
+
+// dotLanes16 is dotLanes32 over 16 elements, without the activation sum.
+func dotLanes16(w0, w1 uint64, y *[16]byte) int32 {
+	var acc, ws, ys uint64
+	lanesDot(w0, le64(y[0:]), &acc, &ws, &ys)
+	lanesDot(w1, le64(y[8:]), &acc, &ws, &ys)
+	return int32(acc) - 128*int32((ws*sum16)>>48)
+}
+
+// quants5 returns the 32 quants of a Q4/Q5 block as four words of 8 (elements 0-7, 8-15,
+// 16-23, 24-31): low nibbles of p are elements 0-15, high nibbles 16-31, and bit j of qh adds
+// 16 to element j.
+func quants5(p *[16]byte, qh uint32) (w0, w1, w2, w3 uint64) {
+	a, c := le64(p[0:]), le64(p[8:])
+	return a&lanes0f | bit16[qh&0xff], c&lanes0f | bit16[qh>>8&0xff],
+		a>>4&lanes0f | bit16[qh>>16&0xff], c>>4&lanes0f | bit16[qh>>24]
 }
 
 // Legacy formats: per block, an integer dot of 32 quants, then one float scale.
@@ -148,25 +213,10 @@ func dotQ8_0Go(nb int, w, x []byte) float32 {
 	for b := 0; b < nb; b++ {
 		wb := (*[q8_0Bytes]byte)(w[b*q8_0Bytes:])
 		xb := (*[q8_0Bytes]byte)(x[b*q8_0Bytes:])
-		var s0, s1 int32
-		for j := 2; j < q8_0Bytes; j += 4 {
-			s0 += i8(wb[j])*i8(xb[j]) + i8(wb[j+1])*i8(xb[j+1])
-			s1 += i8(wb[j+2])*i8(xb[j+2]) + i8(wb[j+3])*i8(xb[j+3])
-		}
-		sum += float32(s0+s1) * (f16at(wb[0:]) * f16at(xb[0:]))
+		s := dot32((*[32]byte)(wb[2:]), (*[32]byte)(xb[2:]))
+		sum += float32(s) * (f16at(wb[0:]) * f16at(xb[0:]))
 	}
 	return sum
-}
-
-// nib4 returns sum_j (q[j]&15)*y[j] + (q[j]>>4)*y[j+16] over one 16-byte nibble array.
-func nib4(q *[16]byte, y *[32]byte) int32 {
-	var s0, s1 int32
-	for j := 0; j < 16; j += 2 {
-		a, b := q[j], q[j+1]
-		s0 += int32(a&15)*i8(y[j]) + int32(b&15)*i8(y[j+1])
-		s1 += int32(a>>4)*i8(y[j+16]) + int32(b>>4)*i8(y[j+17])
-	}
-	return s0 + s1
 }
 
 func dotQ4_0Go(nb int, w, x []byte) float32 {
@@ -174,9 +224,9 @@ func dotQ4_0Go(nb int, w, x []byte) float32 {
 	for b := 0; b < nb; b++ {
 		wb := (*[q4_0Bytes]byte)(w[b*q4_0Bytes:])
 		xb := (*[q8_0Bytes]byte)(x[b*q8_0Bytes:])
-		ys := (*[32]byte)(xb[2:])
-		s := nib4((*[16]byte)(wb[2:]), ys) - 8*sumI8(ys)
-		sum += float32(s) * (f16at(wb[0:]) * f16at(xb[0:]))
+		w0, w1, w2, w3 := quants5((*[16]byte)(wb[2:]), 0)
+		d, ys := dotLanes32(w0, w1, w2, w3, (*[32]byte)(xb[2:]))
+		sum += float32(d-8*ys) * (f16at(wb[0:]) * f16at(xb[0:]))
 	}
 	return sum
 }
@@ -186,20 +236,11 @@ func dotQ4_1Go(nb int, w, x []byte) float32 {
 	for b := 0; b < nb; b++ {
 		wb := (*[q4_1Bytes]byte)(w[b*q4_1Bytes:])
 		xb := (*[q8_1Bytes]byte)(x[b*q8_1Bytes:])
-		s := nib4((*[16]byte)(wb[4:]), (*[32]byte)(xb[4:]))
-		sum += float32(s)*(f16at(wb[0:])*f16at(xb[0:])) + f16at(wb[2:])*f16at(xb[2:])
+		w0, w1, w2, w3 := quants5((*[16]byte)(wb[4:]), 0)
+		d, _ := dotLanes32(w0, w1, w2, w3, (*[32]byte)(xb[4:]))
+		sum += float32(d)*(f16at(wb[0:])*f16at(xb[0:])) + f16at(wb[2:])*f16at(xb[2:])
 	}
 	return sum
-}
-
-// hbits returns sum of y[j] over the set bits j of qh.
-func hbits(qh uint32, y *[32]byte) int32 {
-	var s int32
-	for j := 0; j < 32; j += 4 {
-		s += int32(qh>>j&1)*i8(y[j]) + int32(qh>>(j+1)&1)*i8(y[j+1]) +
-			int32(qh>>(j+2)&1)*i8(y[j+2]) + int32(qh>>(j+3)&1)*i8(y[j+3])
-	}
-	return s
 }
 
 func dotQ5_0Go(nb int, w, x []byte) float32 {
@@ -207,10 +248,9 @@ func dotQ5_0Go(nb int, w, x []byte) float32 {
 	for b := 0; b < nb; b++ {
 		wb := (*[q5_0Bytes]byte)(w[b*q5_0Bytes:])
 		xb := (*[q8_0Bytes]byte)(x[b*q8_0Bytes:])
-		ys := (*[32]byte)(xb[2:])
-		qh := binary.LittleEndian.Uint32(wb[2:])
-		s := nib4((*[16]byte)(wb[6:]), ys) + 16*hbits(qh, ys) - 16*sumI8(ys)
-		sum += float32(s) * (f16at(wb[0:]) * f16at(xb[0:]))
+		w0, w1, w2, w3 := quants5((*[16]byte)(wb[6:]), binary.LittleEndian.Uint32(wb[2:]))
+		d, ys := dotLanes32(w0, w1, w2, w3, (*[32]byte)(xb[2:]))
+		sum += float32(d-16*ys) * (f16at(wb[0:]) * f16at(xb[0:]))
 	}
 	return sum
 }
@@ -220,10 +260,9 @@ func dotQ5_1Go(nb int, w, x []byte) float32 {
 	for b := 0; b < nb; b++ {
 		wb := (*[q5_1Bytes]byte)(w[b*q5_1Bytes:])
 		xb := (*[q8_1Bytes]byte)(x[b*q8_1Bytes:])
-		ys := (*[32]byte)(xb[4:])
-		qh := binary.LittleEndian.Uint32(wb[4:])
-		s := nib4((*[16]byte)(wb[8:]), ys) + 16*hbits(qh, ys)
-		sum += float32(s)*(f16at(wb[0:])*f16at(xb[0:])) + f16at(wb[2:])*f16at(xb[2:])
+		w0, w1, w2, w3 := quants5((*[16]byte)(wb[8:]), binary.LittleEndian.Uint32(wb[4:]))
+		d, _ := dotLanes32(w0, w1, w2, w3, (*[32]byte)(xb[4:]))
+		sum += float32(d)*(f16at(wb[0:])*f16at(xb[0:])) + f16at(wb[2:])*f16at(xb[2:])
 	}
 	return sum
 }
@@ -242,9 +281,14 @@ func unpackScalesK4(p *[12]byte) (sc, m [8]int32) {
 	return
 }
 
-// bsum returns the int16 group sum g (0..15) of a Q8_K block.
-func bsum(y *[q8_KBytes]byte, g int) int32 {
-	return int32(int16(binary.LittleEndian.Uint16(y[260+2*g:])))
+// minTerm returns sum_j m[j] * (sum of activations of sub-block j), from the Q8_K group sums.
+func minTerm(m *[8]int32, y *[q8_KBytes]byte) int32 {
+	g := (*[32]byte)(y[260:])
+	var s int32
+	for j := 0; j < 8; j++ {
+		s += m[j] * (bsumAt(g[4*j:]) + bsumAt(g[4*j+2:]))
+	}
+	return s
 }
 
 func dotQ4_KGo(nb int, w, x []byte) float32 {
@@ -253,24 +297,16 @@ func dotQ4_KGo(nb int, w, x []byte) float32 {
 		wb := (*[q4_KBytes]byte)(w[b*q4_KBytes:])
 		xb := (*[q8_KBytes]byte)(x[b*q8_KBytes:])
 		sc, m := unpackScalesK4((*[12]byte)(wb[4:]))
-		var smin, sq int32
-		for j := 0; j < 8; j++ {
-			smin += m[j] * (bsum(xb, 2*j) + bsum(xb, 2*j+1))
-		}
+		var sq int32
 		for c := 0; c < 4; c++ {
-			q := (*[32]byte)(wb[16+32*c:])
-			y0 := (*[32]byte)(xb[4+64*c:])
-			y1 := (*[32]byte)(xb[36+64*c:])
-			var s0, s1 int32
-			for l := 0; l < 32; l += 2 {
-				a, e := q[l], q[l+1]
-				s0 += int32(a&15)*i8(y0[l]) + int32(e&15)*i8(y0[l+1])
-				s1 += int32(a>>4)*i8(y1[l]) + int32(e>>4)*i8(y1[l+1])
-			}
-			sq += sc[2*c]*s0 + sc[2*c+1]*s1
+			p := (*[32]byte)(wb[16+32*c:])
+			a0, a1, a2, a3 := le64(p[0:]), le64(p[8:]), le64(p[16:]), le64(p[24:])
+			lo, _ := dotLanes32(a0&lanes0f, a1&lanes0f, a2&lanes0f, a3&lanes0f, (*[32]byte)(xb[4+64*c:]))
+			hi, _ := dotLanes32(a0>>4&lanes0f, a1>>4&lanes0f, a2>>4&lanes0f, a3>>4&lanes0f, (*[32]byte)(xb[36+64*c:]))
+			sq += sc[2*c]*lo + sc[2*c+1]*hi
 		}
-		dy := math.Float32frombits(binary.LittleEndian.Uint32(xb[0:]))
-		sum += f16at(wb[0:])*dy*float32(sq) - f16at(wb[2:])*dy*float32(smin)
+		dy := f32at(xb[0:])
+		sum += f16at(wb[0:])*dy*float32(sq) - f16at(wb[2:])*dy*float32(minTerm(&m, xb))
 	}
 	return sum
 }
@@ -282,25 +318,20 @@ func dotQ5_KGo(nb int, w, x []byte) float32 {
 		xb := (*[q8_KBytes]byte)(x[b*q8_KBytes:])
 		sc, m := unpackScalesK4((*[12]byte)(wb[4:]))
 		qh := (*[32]byte)(wb[16:])
-		var smin, sq int32
-		for j := 0; j < 8; j++ {
-			smin += m[j] * (bsum(xb, 2*j) + bsum(xb, 2*j+1))
-		}
+		h0, h1, h2, h3 := le64(qh[0:]), le64(qh[8:]), le64(qh[16:]), le64(qh[24:])
+		var sq int32
 		for c := 0; c < 4; c++ {
-			q := (*[32]byte)(wb[48+32*c:])
-			y0 := (*[32]byte)(xb[4+64*c:])
-			y1 := (*[32]byte)(xb[36+64*c:])
-			u0, u1 := uint(2*c), uint(2*c+1)
-			var s0, s1 int32
-			for l := 0; l < 32; l++ {
-				a, h := q[l], qh[l]
-				s0 += int32(a&15|(h>>u0&1)<<4) * i8(y0[l])
-				s1 += int32(a>>4|(h>>u1&1)<<4) * i8(y1[l])
-			}
-			sq += sc[2*c]*s0 + sc[2*c+1]*s1
+			p := (*[32]byte)(wb[48+32*c:])
+			a0, a1, a2, a3 := le64(p[0:]), le64(p[8:]), le64(p[16:]), le64(p[24:])
+			s0, s1 := uint(2*c), uint(2*c+1) // the qh bit of sub-blocks 2c and 2c+1
+			lo, _ := dotLanes32(a0&lanes0f|(h0>>s0&lanes01)<<4, a1&lanes0f|(h1>>s0&lanes01)<<4,
+				a2&lanes0f|(h2>>s0&lanes01)<<4, a3&lanes0f|(h3>>s0&lanes01)<<4, (*[32]byte)(xb[4+64*c:]))
+			hi, _ := dotLanes32(a0>>4&lanes0f|(h0>>s1&lanes01)<<4, a1>>4&lanes0f|(h1>>s1&lanes01)<<4,
+				a2>>4&lanes0f|(h2>>s1&lanes01)<<4, a3>>4&lanes0f|(h3>>s1&lanes01)<<4, (*[32]byte)(xb[36+64*c:]))
+			sq += sc[2*c]*lo + sc[2*c+1]*hi
 		}
-		dy := math.Float32frombits(binary.LittleEndian.Uint32(xb[0:]))
-		sum += f16at(wb[0:])*dy*float32(sq) - f16at(wb[2:])*dy*float32(smin)
+		dy := f32at(xb[0:])
+		sum += f16at(wb[0:])*dy*float32(sq) - f16at(wb[2:])*dy*float32(minTerm(&m, xb))
 	}
 	return sum
 }
@@ -311,29 +342,31 @@ func dotQ6_KGo(nb int, w, x []byte) float32 {
 		wb := (*[q6_KBytes]byte)(w[b*q6_KBytes:])
 		xb := (*[q8_KBytes]byte)(x[b*q8_KBytes:])
 		sc := (*[16]byte)(wb[192:])
+		g := (*[32]byte)(xb[260:])
 		var sq, soff int32
-		for g := 0; g < 16; g++ {
-			soff += i8(sc[g]) * bsum(xb, g)
+		for k := 0; k < 16; k++ {
+			soff += i8(sc[k]) * bsumAt(g[2*k:])
 		}
 		for h := 0; h < 2; h++ {
 			ql := (*[64]byte)(wb[64*h:])
 			qh := (*[32]byte)(wb[128+32*h:])
 			y := (*[128]byte)(xb[4+128*h:])
 			s := (*[8]byte)(sc[8*h:])
-			for half := 0; half < 2; half++ {
-				var s0, s1, s2, s3 int32
-				for l := 16 * half; l < 16*half+16; l++ {
-					a, e, hh := ql[l], ql[l+32], qh[l]
-					s0 += int32(a&15|(hh&3)<<4) * i8(y[l])
-					s1 += int32(e&15|(hh>>2&3)<<4) * i8(y[l+32])
-					s2 += int32(a>>4|(hh>>4&3)<<4) * i8(y[l+64])
-					s3 += int32(e>>4|(hh>>6)<<4) * i8(y[l+96])
-				}
-				sq += i8(s[half])*s0 + i8(s[half+2])*s1 + i8(s[half+4])*s2 + i8(s[half+6])*s3
+			// Quarter r of this half holds elements 32r..32r+31: low 4 bits from ql (r&1 picks
+			// the second 32 bytes, r>>1 the high nibble), high 2 bits from qh bits 2r, 2r+1.
+			// Each 16-element group has its own scale.
+			for k := 0; k < 32; k += 16 {
+				a0, a1 := le64(ql[k:]), le64(ql[k+8:])
+				c0, c1 := le64(ql[32+k:]), le64(ql[40+k:])
+				e0, e1 := le64(qh[k:]), le64(qh[k+8:])
+				g := k / 16
+				sq += i8(s[g])*dotLanes16(a0&lanes0f|(e0&lanes03)<<4, a1&lanes0f|(e1&lanes03)<<4, (*[16]byte)(y[k:])) +
+					i8(s[2+g])*dotLanes16(c0&lanes0f|(e0>>2&lanes03)<<4, c1&lanes0f|(e1>>2&lanes03)<<4, (*[16]byte)(y[32+k:])) +
+					i8(s[4+g])*dotLanes16(a0>>4&lanes0f|(e0>>4&lanes03)<<4, a1>>4&lanes0f|(e1>>4&lanes03)<<4, (*[16]byte)(y[64+k:])) +
+					i8(s[6+g])*dotLanes16(c0>>4&lanes0f|(e0>>6&lanes03)<<4, c1>>4&lanes0f|(e1>>6&lanes03)<<4, (*[16]byte)(y[96+k:]))
 			}
 		}
-		dy := math.Float32frombits(binary.LittleEndian.Uint32(xb[0:]))
-		sum += f16at(wb[208:]) * dy * float32(sq-32*soff)
+		sum += f16at(wb[208:]) * f32at(xb[0:]) * float32(sq-32*soff)
 	}
 	return sum
 }

@@ -14,43 +14,26 @@ var f16Table = func() *[1 << 16]float32 {
 // F32ToF16 converts f to IEEE 754 binary16, rounding to nearest even, with subnormal results
 // where the value is below the smallest normal half. Overflow gives ±Inf; NaN stays NaN (quiet,
 // sign and top payload bits kept, as the x86 F16C conversion does).
+//
+// The rounding is done by the FPU: |f| is first scaled by 2^112 then 2^-110 (overflowing to Inf
+// above the half range, and shifting the exponent to where the half's fraction starts), and then
+// added to a power of two chosen from f's exponent, so that the float32 addition itself rounds
+// the significand to the half's precision (ties to even), subnormals included.
 func F32ToF16(f float32) uint16 {
-	b := math.Float32bits(f)
-	sign := uint16(b>>16) & 0x8000
-	exp := int32(b>>23) & 0xff
-	man := b & 0x7fffff
-	if exp == 0xff {
-		if man != 0 {
-			return sign | 0x7e00 | uint16(man>>13)
-		}
-		return sign | 0x7c00
+	w := math.Float32bits(f)
+	sign := uint16(w>>16) & 0x8000
+	w2 := w + w // exponent and fraction without the sign
+	if w2 > 0xff000000 {
+		return sign | 0x7e00 | uint16(w>>13)&0x3ff // NaN
 	}
-	he := exp - 127 + 15 // biased half exponent
-	if he >= 0x1f {
-		return sign | 0x7c00
+	base := float32(float32(abs32(f)*0x1p112) * 0x1p-110)
+	bias := w2 & 0xff000000
+	if bias < 0x71000000 {
+		bias = 0x71000000
 	}
-	if he <= 0 {
-		// Subnormal half or zero: the result is round(m * 2^-(14-he)) units of 2^-24, where m is
-		// the 24-bit significand. Below half the smallest subnormal everything rounds to zero.
-		if he < -10 {
-			return sign
-		}
-		m := man | 0x800000
-		shift := uint32(14 - he)
-		h := m >> shift
-		rem := m & (1<<shift - 1)
-		halfway := uint32(1) << (shift - 1)
-		if rem > halfway || (rem == halfway && h&1 != 0) {
-			h++
-		}
-		return sign | uint16(h)
-	}
-	h := uint32(he)<<10 | man>>13
-	rem := man & 0x1fff
-	if rem > 0x1000 || (rem == 0x1000 && h&1 != 0) {
-		h++ // a carry into the exponent is the correct rounding, up to Inf
-	}
-	return sign | uint16(h)
+	base = math.Float32frombits(bias>>1+0x07800000) + base
+	bits := math.Float32bits(base)
+	return sign | uint16((bits>>13)&0x7c00+bits&0x0fff)
 }
 
 // F16ToF32 converts an IEEE 754 binary16 value to float32 exactly.

@@ -433,15 +433,16 @@ func quantQ8_K(src []float32, dst []byte) {
 		}
 		iscale := -127 / mx
 		qs := (*[qkK]byte)(y[4:])
-		for j, v := range x {
-			qs[j] = byte(int8(min(127, nearestInt(iscale*v))))
-		}
-		for j := 0; j < 16; j++ {
+		for g := 0; g < 16; g++ {
+			xs := (*[16]float32)(x[16*g:])
+			q := (*[16]byte)(qs[16*g:])
 			var sum int32
-			for _, q := range qs[16*j : 16*j+16] {
-				sum += int32(int8(q))
+			for j, v := range xs {
+				l := min(127, nearestInt(iscale*v))
+				q[j] = byte(int8(l))
+				sum += int32(int8(l))
 			}
-			binary.LittleEndian.PutUint16(y[260+2*j:], uint16(int16(sum)))
+			binary.LittleEndian.PutUint16(y[260+2*g:], uint16(int16(sum)))
 		}
 		binary.LittleEndian.PutUint32(y[0:], math.Float32bits(1/iscale))
 	}

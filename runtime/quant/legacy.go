@@ -4,12 +4,12 @@ import "math"
 
 // Legacy 32-element block formats (ggml-common.h). Multi-byte fields are little-endian.
 //
-//	Q4_0 [18]: d f16 | qs[16]            x = d*(q-8),  q = qs[j]&15 (j<16), qs[j-16]>>4 (j>=16)
-//	Q4_1 [20]: d f16 | m f16 | qs[16]    x = d*q + m
-//	Q5_0 [22]: d f16 | qh u32 | qs[16]   x = d*(q-16), q = nibble | (qh>>j&1)<<4
-//	Q5_1 [24]: d f16 | m f16 | qh u32 | qs[16]
-//	Q8_0 [34]: d f16 | qs[32] int8       x = d*q
-//	Q8_1 [36]: d f16 | s f16 | qs[32]    s = d*sum(q)
+//	Q4_0 [18]: d f16 | qs[16]                    x = d*(q-8), q = qs[j]&15 (j<16), qs[j-16]>>4
+//	Q4_1 [20]: d f16 | m f16 | qs[16]            x = d*q + m
+//	Q5_0 [22]: d f16 | qh u32 | qs[16]           x = d*(q-16), q = nibble | (qh>>j&1)<<4
+//	Q5_1 [24]: d f16 | m f16 | qh u32 | qs[16]   x = d*q + m (q as Q5_0)
+//	Q8_0 [34]: d f16 | qs[32] int8               x = d*q
+//	Q8_1 [36]: d f16 | s f16 | qs[32]            x = d*q, s = d*sum(q)
 const (
 	qk         = 32
 	q4_0Bytes  = 18
@@ -24,26 +24,27 @@ const (
 func abs32(v float32) float32 { return math.Float32frombits(math.Float32bits(v) &^ (1 << 31)) }
 
 // absMaxSigned returns the largest |v| in x and the v with that magnitude (first one wins).
-func absMaxSigned(x []float32) (amax, max float32) {
+func absMaxSigned(x []float32) (amax, vmax float32) {
 	for _, v := range x {
 		if a := abs32(v); amax < a {
-			amax, max = a, v
+			amax, vmax = a, v
 		}
 	}
-	return amax, max
+	return amax, vmax
 }
 
-func minMax(x []float32) (min, max float32) {
-	min, max = float32Max, -float32Max
+// minMax returns the smallest and largest values of x (±MaxFloat32 bounds, as ggml starts).
+func minMax(x []float32) (lo, hi float32) {
+	lo, hi = float32Max, -float32Max
 	for _, v := range x {
-		if v < min {
-			min = v
+		if v < lo {
+			lo = v
 		}
-		if v > max {
-			max = v
+		if v > hi {
+			hi = v
 		}
 	}
-	return min, max
+	return lo, hi
 }
 
 func recip(d float32) float32 {
@@ -57,8 +58,8 @@ func quantQ4_0(src []float32, dst []byte) {
 	for b := 0; b < len(src)/qk; b++ {
 		x := (*[qk]float32)(src[b*qk:])
 		y := (*[q4_0Bytes]byte)(dst[b*q4_0Bytes:])
-		_, max := absMaxSigned(x[:])
-		d := max / -8
+		_, vmax := absMaxSigned(x[:])
+		d := vmax / -8
 		id := recip(d)
 		put16(y[0:], F32ToF16(d))
 		for j := 0; j < 16; j++ {
@@ -117,8 +118,8 @@ func quantQ5_0(src []float32, dst []byte) {
 	for b := 0; b < len(src)/qk; b++ {
 		x := (*[qk]float32)(src[b*qk:])
 		y := (*[q5_0Bytes]byte)(dst[b*q5_0Bytes:])
-		_, max := absMaxSigned(x[:])
-		d := max / -16
+		_, vmax := absMaxSigned(x[:])
+		d := vmax / -16
 		id := recip(d)
 		put16(y[0:], F32ToF16(d))
 		var qh uint32
@@ -186,8 +187,12 @@ func dequantQ5_1(src []byte, dst []float32) {
 	}
 }
 
-// roundAway rounds half away from zero, as C's roundf.
-func roundAway(v float32) int32 { return int32(math.Round(float64(v))) }
+// roundAway rounds half away from zero, as C's roundf: in float64, v ± 0.5 is exact for every
+// float32 v below 2^29 in magnitude, and truncation then gives roundf's result.
+func roundAway(v float32) int32 {
+	f := float64(v)
+	return int32(f + math.Copysign(0.5, f))
+}
 
 // quantQ8Block writes round(x/d) into qs and returns d = amax/127 and sum(qs).
 func quantQ8Block(x *[qk]float32, qs *[qk]byte) (d float32, sum int32) {

@@ -2,12 +2,21 @@
 // every supported ggml block format (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q4_K,
 // Q5_K, Q6_K, Q8_K), and the per-format dot-product kernels that CPU matrix-vector products use.
 //
-// Block layouts are bit-compatible with ggml's (ggml-common.h) and quantisation rounds exactly as
-// ggml's reference quantizers do, so data written here reads the same in llama.cpp and back.
+// Block layouts are bit-compatible with ggml's (ggml-common.h), and Quantize rounds exactly as
+// ggml's reference quantizers (quantize_row_*_ref) do with every float operation rounded on its
+// own. A ggml built with fused multiply-add contraction (the default with -march=native on FMA
+// machines) may pick a different scale for a few Q4_K/Q5_K/Q6_K blocks, as its search for the
+// best scale then compares slightly different error sums; the other formats do not search and
+// agree either way.
+//
+// Dot kernels use AVX2, FMA and F16C assembly on amd64 CPUs that have them (checked once at
+// start-up; build tag noasm forces the Go kernels), and portable Go elsewhere. Everything here
+// is safe for concurrent use.
 package quant
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/parleyhq/parley/runtime/tensor"
 )
@@ -17,6 +26,9 @@ func rowBytes(op string, dt tensor.DType, n int) (int, error) {
 	sz, err := dt.RowSize(int64(n))
 	if err != nil {
 		return 0, fmt.Errorf("quant: %s: %w", op, err)
+	}
+	if sz > math.MaxInt {
+		return 0, fmt.Errorf("quant: %s: %v row of %d elements does not fit in memory", op, dt, n)
 	}
 	return int(sz), nil
 }
@@ -40,7 +52,8 @@ func Dequantize(dt tensor.DType, src []byte, dst []float32) error {
 }
 
 // Quantize converts src to dt into dst (exactly dt.RowSize(len(src)) bytes), rounding exactly as
-// llama.cpp's quantize_row_*_ref does (F16 and BF16 round to nearest even).
+// llama.cpp's quantize_row_*_ref does (F16 and BF16 round to nearest even). Non-finite inputs
+// do not fail; what they quantise to is unspecified.
 func Quantize(dt tensor.DType, src []float32, dst []byte) error {
 	f, ok := quantizers[dt]
 	if !ok {
@@ -79,6 +92,13 @@ type Kernel struct {
 	DType, VecType tensor.DType
 	// Dot returns sum_i w[i]*x[i] over n elements; w holds dt.RowSize(n) bytes of DType,
 	// x holds VecType.RowSize(n) bytes of VecType. n is a multiple of the block size.
+	//
+	// Within a block the products are summed exactly in integers (quantized types) and each
+	// block is scaled and accumulated in float32, so results may differ from a float64 sum by
+	// float32 rounding of the block sums. Only the first RowSize(n) bytes of w and x are read;
+	// if n is negative or not a multiple of the block size, or w or x is shorter than that,
+	// Dot returns NaN. Activation quants of -128 (which Quantize never writes: it uses
+	// [-127, 127]) are not supported by the AVX2 kernels.
 	Dot func(n int, w, x []byte) float32
 }
 

@@ -157,7 +157,7 @@ func TestParityWithLlamaCpp(t *testing.T) {
 				}
 				defer m.Close()
 				// A prompt chunk of 7 tokens exercises chunked prompt processing.
-				c, err := m.NewContext(llama.ContextConfig{MaxTokens: 7, MaxSeqs: 1, KVSlots: 512, KVType: tensor.F16})
+				c, err := m.NewContext(llama.ContextConfig{MaxTokens: 7, MaxSeqs: 1, KVSlots: 512, KVType: kvTypeUnderTest})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -197,3 +197,11 @@ func TestParityWithLlamaCpp(t *testing.T) {
 		}
 	}
 }
+
+// kvTypeUnderTest is llama.cpp's default KV-cache type; PARLEY_TEST_KV=f32 tries F32.
+var kvTypeUnderTest = func() tensor.DType {
+	if os.Getenv("PARLEY_TEST_KV") == "f32" {
+		return tensor.F32
+	}
+	return tensor.F16
+}()

@@ -1,0 +1,165 @@
+package llama_test
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/parleyhq/parley/runtime/gguf"
+	"github.com/parleyhq/parley/runtime/models/llama"
+	"github.com/parleyhq/parley/runtime/quant"
+)
+
+// ref64 is a plain float64 implementation of the LLaMA forward pass for one sequence, written
+// straight from the equations, as the reference the batched model is checked against. It rounds
+// keys and values to kvRound (e.g. F16) when set, as the KV cache does.
+type ref64 struct {
+	c       llama.Config
+	w       map[string][]float64
+	k, v    [][][]float64 // [layer][pos][kvDim]
+	kvRound func(float64) float64
+}
+
+func newRef64(t *testing.T, f *gguf.File) *ref64 {
+	c, err := llama.ConfigFrom(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &ref64{c: c, w: map[string][]float64{}, k: make([][][]float64, c.Layers), v: make([][][]float64, c.Layers)}
+	for i := range f.Tensors {
+		ti := &f.Tensors[i]
+		n := ti.Elements()
+		dst := make([]float32, n)
+		if err := quant.Dequantize(ti.DType, f.TensorData(ti), dst); err != nil {
+			t.Fatalf("%s: %v", ti.Name, err)
+		}
+		w := make([]float64, n)
+		for j, x := range dst {
+			w[j] = float64(x)
+		}
+		r.w[ti.Name] = w
+	}
+	if c.TiedEmbed {
+		r.w["output.weight"] = r.w["token_embd.weight"]
+	}
+	return r
+}
+
+func (r *ref64) matvec(name string, x []float64, rows int) []float64 {
+	w := r.w[name]
+	cols := len(x)
+	y := make([]float64, rows)
+	for i := range y {
+		var s float64
+		for j := 0; j < cols; j++ {
+			s += w[i*cols+j] * x[j]
+		}
+		y[i] = s
+	}
+	return y
+}
+
+func (r *ref64) rmsnorm(x []float64, name string) []float64 {
+	var ss float64
+	for _, v := range x {
+		ss += v * v
+	}
+	s := 1 / math.Sqrt(ss/float64(len(x))+float64(r.c.NormEps))
+	w := r.w[name]
+	y := make([]float64, len(x))
+	for i := range x {
+		y[i] = x[i] * s * w[i]
+	}
+	return y
+}
+
+func (r *ref64) rope(x []float64, heads, pos int) {
+	hd, dims := r.c.HeadDim, r.c.RoPE.Dims
+	for h := 0; h < heads; h++ {
+		v := x[h*hd : (h+1)*hd]
+		for i := 0; i < dims/2; i++ {
+			theta := float64(pos) * float64(r.c.RoPE.FreqScale) * math.Pow(float64(r.c.RoPE.Base), -2*float64(i)/float64(dims))
+			cs, sn := math.Cos(theta), math.Sin(theta)
+			a, b := 2*i, 2*i+1
+			if r.c.RoPE.Mode == 1 {
+				a, b = i, i+dims/2
+			}
+			v[a], v[b] = v[a]*cs-v[b]*sn, v[a]*sn+v[b]*cs
+		}
+	}
+}
+
+// step feeds one token at the next position and returns the logits.
+func (r *ref64) step(tok int32) []float64 {
+	c := r.c
+	pos := len(r.k[0])
+	x := append([]float64(nil), r.w["token_embd.weight"][int(tok)*c.Dim:(int(tok)+1)*c.Dim]...)
+	qDim, kvDim := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
+	for l := 0; l < c.Layers; l++ {
+		p := fmt.Sprintf("blk.%d.", l)
+		xn := r.rmsnorm(x, p+"attn_norm.weight")
+		q := r.matvec(p+"attn_q.weight", xn, qDim)
+		k := r.matvec(p+"attn_k.weight", xn, kvDim)
+		v := r.matvec(p+"attn_v.weight", xn, kvDim)
+		r.rope(q, c.Heads, pos)
+		r.rope(k, c.KVHeads, pos)
+		if r.kvRound != nil {
+			for i := range k {
+				k[i], v[i] = r.kvRound(k[i]), r.kvRound(v[i])
+			}
+		}
+		r.k[l] = append(r.k[l], k)
+		r.v[l] = append(r.v[l], v)
+		att := make([]float64, qDim)
+		group := c.Heads / c.KVHeads
+		for h := 0; h < c.Heads; h++ {
+			kh := h / group
+			qh := append([]float64(nil), q[h*c.HeadDim:(h+1)*c.HeadDim]...)
+			if r.kvRound != nil {
+				for d := range qh {
+					qh[d] = r.kvRound(qh[d])
+				}
+			}
+			scores := make([]float64, pos+1)
+			mx := math.Inf(-1)
+			for j := 0; j <= pos; j++ {
+				var s float64
+				for d := 0; d < c.HeadDim; d++ {
+					s += qh[d] * r.k[l][j][kh*c.HeadDim+d]
+				}
+				scores[j] = s / math.Sqrt(float64(c.HeadDim))
+				mx = math.Max(mx, scores[j])
+			}
+			var sum float64
+			for j := range scores {
+				scores[j] = math.Exp(scores[j] - mx)
+				sum += scores[j]
+			}
+			for j := range scores {
+				pj := scores[j] / sum
+				if r.kvRound != nil {
+					pj = r.kvRound(pj)
+				}
+				for d := 0; d < c.HeadDim; d++ {
+					att[h*c.HeadDim+d] += pj * r.v[l][j][kh*c.HeadDim+d]
+				}
+			}
+		}
+		o := r.matvec(p+"attn_output.weight", att, c.Dim)
+		for i := range x {
+			x[i] += o[i]
+		}
+		xn = r.rmsnorm(x, p+"ffn_norm.weight")
+		g := r.matvec(p+"ffn_gate.weight", xn, c.FFN)
+		u := r.matvec(p+"ffn_up.weight", xn, c.FFN)
+		for i := range g {
+			g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
+		}
+		d := r.matvec(p+"ffn_down.weight", g, c.Dim)
+		for i := range x {
+			x[i] += d[i]
+		}
+	}
+	x = r.rmsnorm(x, "output_norm.weight")
+	return r.matvec("output.weight", x, c.Vocab)
+}
