@@ -104,6 +104,9 @@ func (m *Model) load(f *gguf.File, name string, rows, cols int, vector bool) (ba
 	if !ok {
 		return nil, fmt.Errorf("model lacks tensor %s", name)
 	}
+	if !ti.DType.Supported() {
+		return nil, fmt.Errorf("tensor %s has dtype %v, which Parley cannot compute with", name, ti.DType)
+	}
 	shapeOK := false
 	switch {
 	case vector:
@@ -117,9 +120,6 @@ func (m *Model) load(f *gguf.File, name string, rows, cols int, vector bool) (ba
 			want = fmt.Sprintf("[%d]", cols)
 		}
 		return nil, fmt.Errorf("tensor %s has shape %v, want %s", name, ti.Shape, want)
-	}
-	if !ti.DType.Supported() {
-		return nil, fmt.Errorf("tensor %s has dtype %v, which Parley cannot compute with", name, ti.DType)
 	}
 	if vector && ti.DType != tensor.F32 {
 		return nil, fmt.Errorf("tensor %s has dtype %v, want F32", name, ti.DType)

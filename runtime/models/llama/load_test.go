@@ -1,0 +1,178 @@
+package llama_test
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/gguf"
+	"github.com/parleyhq/parley/runtime/models/llama"
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+// tinyShape is small enough to build in a test and still has grouped-query attention.
+var tinyShape = llama.Shape{Name: "tiny", Dim: 64, Layers: 2, Heads: 4, KVHeads: 2, FFN: 96, Ctx: 64, Vocab: 300}
+
+func parse(t *testing.T, w *gguf.Writer) *gguf.File {
+	t.Helper()
+	var buf bytes.Buffer
+	if _, err := w.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Parse(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// rebuild copies f into a writer, letting edit change metadata and drop or replace tensors.
+func rebuild(t *testing.T, f *gguf.File, edit func(w *gguf.Writer, ti *gguf.TensorInfo) bool) *gguf.File {
+	t.Helper()
+	w := gguf.NewWriter()
+	for _, kv := range f.KVs {
+		w.Set(kv.Key, kv.Value)
+	}
+	for i := range f.Tensors {
+		ti := &f.Tensors[i]
+		if edit != nil && !edit(w, ti) {
+			continue
+		}
+		if err := w.AddTensor(ti.Name, ti.DType, ti.Shape, f.TensorData(ti)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if edit != nil {
+		edit(w, nil)
+	}
+	return parse(t, w)
+}
+
+func TestLoadRejectsBadModels(t *testing.T) {
+	w, err := llama.Synth(tinyShape, tensor.F32, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := parse(t, w)
+	be, _, err := backend.New("go", backend.Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	if m, err := llama.Load(good, be); err != nil {
+		t.Fatalf("the synthetic model does not load: %v", err)
+	} else {
+		m.Close()
+	}
+	cases := []struct {
+		name string
+		edit func(w *gguf.Writer, ti *gguf.TensorInfo) bool
+		want string
+	}{
+		{"architecture", func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+			if ti == nil {
+				w.SetString("general.architecture", "rwkv6")
+			}
+			return true
+		}, `unsupported model architecture "rwkv6"`},
+		{"missing tensor", func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+			return ti == nil || ti.Name != "blk.1.ffn_down.weight"
+		}, "lacks tensor blk.1.ffn_down.weight"},
+		{"wrong shape", func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+			if ti != nil && ti.Name == "blk.0.attn_k.weight" {
+				_ = w.AddTensor(ti.Name, tensor.F32, []int64{64, 64}, make([]byte, 64*64*4))
+				return false
+			}
+			return true
+		}, "blk.0.attn_k.weight has shape [64 64]"},
+		{"unsupported dtype", func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+			if ti != nil && ti.Name == "blk.0.ffn_up.weight" {
+				n := 96 * 64 / 256 * tensor.Q2_K.TypeSize()
+				_ = w.AddTensor(ti.Name, tensor.Q2_K, []int64{256, 24}, make([]byte, n))
+				return false
+			}
+			return true
+		}, "Q2_K"},
+		{"heads", func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+			if ti == nil {
+				w.SetUint32("llama.attention.head_count_kv", 3)
+			}
+			return true
+		}, "cannot share"},
+		{"no block count", func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+			if ti == nil {
+				w.SetUint32("llama.block_count", 0)
+			}
+			return true
+		}, "block_count = 0"},
+		{"rope scaling", func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+			if ti == nil {
+				w.SetString("llama.rope.scaling.type", "longrope")
+			}
+			return true
+		}, "longrope"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := rebuild(t, good, c.edit)
+			m, err := llama.Load(f, be)
+			if err == nil {
+				m.Close()
+				t.Fatal("loaded")
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %q does not say %q", err, c.want)
+			}
+		})
+	}
+}
+
+// TestForwardRejectsBadBatches: malformed steps are errors, not panics.
+func TestForwardRejectsBadBatches(t *testing.T) {
+	w, err := llama.Synth(tinyShape, tensor.Q8_0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := parse(t, w)
+	be, _, err := backend.New("go", backend.Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	m, err := llama.Load(f, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	c, err := m.NewContext(llama.ContextConfig{MaxTokens: 4, MaxSeqs: 1, KVSlots: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	seq := c.Pool().NewSeq(8)
+	_ = seq.Reserve(2)
+	b := &backend.Batch{Pos: []int32{0, 1}, Slot: []int32{seq.Slot(0), seq.Slot(1)}, Seqs: []backend.Seq{{Start: 0, Count: 2, CtxLen: 2, Blocks: seq.Blocks()}}}
+	logits := make([]float32, m.Vocab)
+	for _, c2 := range []struct {
+		name   string
+		toks   []int32
+		out    []int32
+		logits []float32
+	}{
+		{"empty", nil, nil, nil},
+		{"token out of vocabulary", []int32{1, 300}, []int32{1}, logits},
+		{"negative token", []int32{-1, 2}, []int32{1}, logits},
+		{"too many tokens", []int32{1, 2, 3, 4, 5}, []int32{1}, logits},
+		{"positions mismatch", []int32{1}, []int32{0}, logits},
+		{"output row outside batch", []int32{1, 2}, []int32{2}, logits},
+		{"logits buffer size", []int32{1, 2}, []int32{1}, logits[:10]},
+	} {
+		if err := c.Forward(c2.toks, b, c2.out, c2.logits); err == nil {
+			t.Errorf("%s: accepted", c2.name)
+		}
+	}
+	if err := c.Forward([]int32{1, 2}, b, []int32{1}, logits); err != nil {
+		t.Fatalf("a good batch fails: %v", err)
+	}
+}

@@ -1,0 +1,260 @@
+// Package tests drives the real parley binary: it is built once, then run as a user would run
+// it, against the real models and llama.cpp's reference outputs in ../shared.
+package tests
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/parleyhq/parley/runtime/gguf"
+	"github.com/parleyhq/parley/runtime/internal/sharedtest"
+)
+
+var parleyBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "parley-bin")
+	if err != nil {
+		panic(err)
+	}
+	parleyBin = filepath.Join(dir, "parley")
+	args := []string{"build", "-o", parleyBin}
+	if tags := os.Getenv("PARLEY_TEST_TAGS"); tags != "" {
+		args = append(args, "-tags", tags)
+	}
+	cmd := exec.Command("go", append(args, "../cmd/parley")...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		os.Stderr.WriteString("building parley: " + err.Error() + "\n")
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func parley(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(parleyBin, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(errb.String(), "panic:") || strings.Contains(errb.String(), "goroutine ") {
+		t.Fatalf("parley %q panicked:\n%s", args, errb.String())
+	}
+	return result{code, out.String(), errb.String()}
+}
+
+func backends() []string {
+	if os.Getenv("PARLEY_TEST_TAGS") == "nocgo" || os.Getenv("CGO_ENABLED") == "0" || !cgoEnabled() {
+		return []string{"go"}
+	}
+	return []string{"go", "cpu"}
+}
+
+func cgoEnabled() bool {
+	out, err := exec.Command("go", "env", "CGO_ENABLED").Output()
+	return err == nil && strings.TrimSpace(string(out)) == "1" && runtime.GOOS != "windows"
+}
+
+// TestGenerateMatchesLlamaCpp: greedy generation through the binary gives llama.cpp's ids for
+// the F32 model, on every backend this build has.
+func TestGenerateMatchesLlamaCpp(t *testing.T) {
+	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
+	raw, err := os.ReadFile(sharedtest.Path(t, "reference/llm/gen-stories260K-f32.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref struct {
+		Results []struct {
+			Prompt       string  `json:"prompt"`
+			PromptTokens []int32 `json:"prompt_tokens"`
+			Generated    []int32 `json:"generated_token_ids"`
+			Text         string  `json:"generated_text"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(raw, &ref); err != nil {
+		t.Fatal(err)
+	}
+	for _, be := range backends() {
+		for _, r := range ref.Results[:3] {
+			res := parley(t, "", "generate", "--backend", be, "-m", model, "-p", r.Prompt, "-n", "64", "--temp", "0", "--ignore-eos", "--json")
+			if res.code != 0 {
+				t.Fatalf("%s: exit %d: %s", be, res.code, res.stderr)
+			}
+			var got struct {
+				PromptTokens []int32 `json:"prompt_tokens"`
+				Tokens       []int32 `json:"tokens"`
+				Text         string  `json:"text"`
+				Logprobs     [][]struct {
+					ID      int32   `json:"id"`
+					Logprob float64 `json:"logprob"`
+				} `json:"logprobs"`
+			}
+			if err := json.Unmarshal([]byte(res.stdout), &got); err != nil {
+				t.Fatalf("%s: output is not JSON: %v\n%s", be, err, res.stdout)
+			}
+			if !equalIDs(got.PromptTokens, r.PromptTokens) {
+				t.Errorf("%s %q: prompt tokens %v, llama.cpp %v", be, r.Prompt, got.PromptTokens, r.PromptTokens)
+			}
+			if !equalIDs(got.Tokens, r.Generated) {
+				t.Errorf("%s %q: generated %v, llama.cpp %v", be, r.Prompt, got.Tokens, r.Generated)
+			}
+			if got.Text != r.Text {
+				t.Errorf("%s %q: text %q, llama.cpp %q", be, r.Prompt, got.Text, r.Text)
+			}
+			if len(got.Logprobs) != len(got.Tokens) || len(got.Logprobs) > 0 && len(got.Logprobs[0]) != 5 {
+				t.Errorf("%s: %d logprob rows for %d tokens", be, len(got.Logprobs), len(got.Tokens))
+			}
+		}
+	}
+}
+
+func equalIDs(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestGeneratePromptFromStdin(t *testing.T) {
+	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
+	a := parley(t, "", "generate", "-m", model, "-p", "Once upon a time", "-n", "8", "--temp", "0", "--json")
+	b := parley(t, "Once upon a time", "generate", "-m", model, "-f", "-", "-n", "8", "--temp", "0", "--json")
+	if a.code != 0 || b.code != 0 || a.stdout != b.stdout {
+		t.Fatalf("-p and -f - differ:\n%s\n%s\n%s%s", a.stdout, b.stdout, a.stderr, b.stderr)
+	}
+}
+
+func TestTokenizeMatchesLlamaCpp(t *testing.T) {
+	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
+	res := parley(t, "", "tokenize", "-m", model, "Hello world")
+	if res.code != 0 || strings.TrimSpace(res.stdout) != "[1,346,306,414,263,304,341]" {
+		t.Fatalf("tokenize: exit %d, %q %s", res.code, res.stdout, res.stderr)
+	}
+	res = parley(t, "Hello world", "tokenize", "-m", model, "--no-bos", "-")
+	if res.code != 0 || strings.TrimSpace(res.stdout) != "[346,306,414,263,304,341]" {
+		t.Fatalf("tokenize --no-bos -: exit %d, %q %s", res.code, res.stdout, res.stderr)
+	}
+}
+
+func TestInspect(t *testing.T) {
+	model := sharedtest.Path(t, "models/llm/stories260K-ffn192-q4_0.gguf")
+	res := parley(t, "", "inspect", model)
+	if res.code != 0 || !strings.Contains(res.stdout, "general.architecture") || !strings.Contains(res.stdout, "blk.0.ffn_up.weight") || !strings.Contains(res.stdout, "Q4_0") {
+		t.Fatalf("inspect: exit %d\n%s\n%s", res.code, res.stdout, res.stderr)
+	}
+	res = parley(t, "", "inspect", "--json", model)
+	var js map[string]any
+	if res.code != 0 || json.Unmarshal([]byte(res.stdout), &js) != nil {
+		t.Fatalf("inspect --json: exit %d\n%s", res.code, res.stdout)
+	}
+}
+
+// TestSynthThenBench: a synthetic model in a real shape loads, generates and benchmarks.
+func TestSynthThenBench(t *testing.T) {
+	dir := t.TempDir()
+	for _, typ := range []string{"f32", "q8_0", "q4_0", "q4_k"} {
+		path := filepath.Join(dir, "s-"+typ+".gguf")
+		if res := parley(t, "", "synth", "--shape", "15M", "--type", typ, "-o", path); res.code != 0 {
+			t.Fatalf("synth %s: %s", typ, res.stderr)
+		}
+		res := parley(t, "", "bench", "-m", path, "-p", "32", "-n", "8", "-r", "1", "-t", "2", "--json")
+		if res.code != 0 {
+			t.Fatalf("bench %s: %s", typ, res.stderr)
+		}
+		var br map[string]any
+		if err := json.Unmarshal([]byte(res.stdout), &br); err != nil {
+			t.Fatalf("bench --json: %v\n%s", err, res.stdout)
+		}
+		if br["pp_tokens_per_s"].(float64) <= 0 || br["tg_tokens_per_s"].(float64) <= 0 {
+			t.Fatalf("bench %s: %s", typ, res.stdout)
+		}
+	}
+}
+
+// TestBadInput: every mistake gives a clear message and a non-zero exit, never a panic or a hang.
+func TestBadInput(t *testing.T) {
+	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
+	dir := t.TempDir()
+	good, err := os.ReadFile(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	corrupt := append([]byte(nil), good...)
+	copy(corrupt, "GGUX")
+	truncated := write("truncated.gguf", good[:len(good)/2])
+	badMagic := write("magic.gguf", corrupt)
+	w := gguf.NewWriter()
+	w.SetString("general.architecture", "mamba")
+	var arch bytes.Buffer
+	if _, err := w.WriteTo(&arch); err != nil {
+		t.Fatal(err)
+	}
+	unsupported := write("arch.gguf", arch.Bytes())
+	long := strings.Repeat("Once upon a time ", 200)
+
+	for _, c := range []struct {
+		name  string
+		args  []string
+		code  int
+		match string
+	}{
+		{"no command", nil, 2, "usage"},
+		{"unknown command", []string{"fly"}, 2, "unknown command"},
+		{"unknown flag", []string{"generate", "--bogus"}, 2, "bogus"},
+		{"no model", []string{"generate", "-p", "x"}, 2, "-m MODEL"},
+		{"no prompt", []string{"generate", "-m", model}, 2, "prompt"},
+		{"missing file", []string{"generate", "-m", filepath.Join(dir, "none.gguf"), "-p", "x"}, 1, "no such file"},
+		{"truncated", []string{"generate", "-m", truncated, "-p", "x"}, 1, "gguf"},
+		{"bad magic", []string{"inspect", badMagic}, 1, "magic"},
+		{"unsupported architecture", []string{"generate", "-m", unsupported, "-p", "x"}, 1, "mamba"},
+		{"prompt too long", []string{"generate", "-m", model, "-p", long, "--temp", "0"}, 1, "context"},
+		{"negative -n", []string{"generate", "-m", model, "-p", "x", "-n", "-3"}, 2, "-n"},
+		{"bad top-p", []string{"generate", "-m", model, "-p", "x", "--top-p", "1.5"}, 2, "top_p"},
+		{"bad backend", []string{"generate", "--backend", "tpu", "-m", model, "-p", "x"}, 1, "tpu"},
+		{"bad logit bias", []string{"generate", "-m", model, "-p", "x", "--logit-bias", "99999=1"}, 2, "logit_bias"},
+		{"bad synth type", []string{"synth", "--type", "q9_9", "-o", filepath.Join(dir, "x.gguf")}, 2, "q9_9"},
+		{"bad kv type", []string{"bench", "-m", model, "--kv-type", "q4_0"}, 2, "kv-type"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res := parley(t, "", c.args...)
+			if res.code != c.code {
+				t.Errorf("exit %d, want %d; stderr: %s", res.code, c.code, res.stderr)
+			}
+			if !strings.Contains(strings.ToLower(res.stderr), strings.ToLower(c.match)) {
+				t.Errorf("stderr %q does not mention %q", res.stderr, c.match)
+			}
+		})
+	}
+}
