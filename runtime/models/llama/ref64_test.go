@@ -8,6 +8,7 @@ import (
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/models/llama"
 	"github.com/parleyhq/parley/runtime/quant"
+	"github.com/parleyhq/parley/runtime/tensor"
 )
 
 // ref64 is a plain float64 implementation of the LLaMA forward pass for one sequence, written
@@ -18,6 +19,10 @@ type ref64 struct {
 	w       map[string][]float64
 	k, v    [][][]float64 // [layer][pos][kvDim]
 	kvRound func(float64) float64
+	// actRound, when set, converts the activations of a product with weights of the given name
+	// as llama.cpp does before the dot product (to F16, Q8_0 or Q8_K).
+	actRound bool
+	types    map[string]tensor.DType
 }
 
 func newRef64(t *testing.T, f *gguf.File) *ref64 {
@@ -25,7 +30,7 @@ func newRef64(t *testing.T, f *gguf.File) *ref64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &ref64{c: c, w: map[string][]float64{}, k: make([][][]float64, c.Layers), v: make([][][]float64, c.Layers)}
+	r := &ref64{c: c, w: map[string][]float64{}, k: make([][][]float64, c.Layers), v: make([][][]float64, c.Layers), types: map[string]tensor.DType{}}
 	for i := range f.Tensors {
 		ti := &f.Tensors[i]
 		n := ti.Elements()
@@ -38,9 +43,11 @@ func newRef64(t *testing.T, f *gguf.File) *ref64 {
 			w[j] = float64(x)
 		}
 		r.w[ti.Name] = w
+		r.types[ti.Name] = ti.DType
 	}
 	if c.TiedEmbed {
 		r.w["output.weight"] = r.w["token_embd.weight"]
+		r.types["output.weight"] = r.types["token_embd.weight"]
 	}
 	return r
 }
@@ -48,6 +55,9 @@ func newRef64(t *testing.T, f *gguf.File) *ref64 {
 func (r *ref64) matvec(name string, x []float64, rows int) []float64 {
 	w := r.w[name]
 	cols := len(x)
+	if r.actRound {
+		x = roundTrip(r.types[name], x)
+	}
 	y := make([]float64, rows)
 	for i := range y {
 		var s float64
@@ -162,4 +172,29 @@ func (r *ref64) step(tok int32) []float64 {
 	}
 	x = r.rmsnorm(x, "output_norm.weight")
 	return r.matvec("output.weight", x, c.Vocab)
+}
+
+// roundTrip converts x to the dot-product type of weights of type dt and back.
+func roundTrip(dt tensor.DType, x []float64) []float64 {
+	vt, err := quant.VecDotType(dt)
+	if err != nil || vt == tensor.F32 {
+		return x
+	}
+	f := make([]float32, len(x))
+	for i, v := range x {
+		f[i] = float32(v)
+	}
+	rs, _ := vt.RowSize(int64(len(f)))
+	buf := make([]byte, rs)
+	if err := quant.Quantize(vt, f, buf); err != nil {
+		panic(err)
+	}
+	if err := quant.Dequantize(vt, buf, f); err != nil {
+		panic(err)
+	}
+	y := make([]float64, len(x))
+	for i, v := range f {
+		y[i] = float64(v)
+	}
+	return y
 }
