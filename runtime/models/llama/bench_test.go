@@ -1,0 +1,137 @@
+package llama_test
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/gguf"
+	"github.com/parleyhq/parley/runtime/kvcache"
+	"github.com/parleyhq/parley/runtime/models/llama"
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+// BenchmarkDecodeStep measures one steady-state single-sequence decode step (one token through
+// the whole model, logits read back) on a synthetic model in the stories15M shape, per weight
+// type and backend, reporting tokens/s and allocations per step (which must be zero).
+func BenchmarkDecodeStep(b *testing.B) {
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.Q8_0, tensor.Q4_0, tensor.Q4_K} {
+		w, err := llama.Synth(llama.Shapes["15M"], dt, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if _, err := w.WriteTo(&buf); err != nil {
+			b.Fatal(err)
+		}
+		f, err := gguf.Parse(buf.Bytes())
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, name := range []string{"go", "cpu"} {
+			be, _, err := backend.New(name, backend.Options{Threads: 2})
+			if err != nil {
+				continue
+			}
+			b.Run(fmt.Sprintf("15M/%v/%s", dt, name), func(b *testing.B) {
+				defer be.Close()
+				m, err := llama.Load(f, be)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer m.Close()
+				c, err := m.NewContext(llama.ContextConfig{MaxTokens: 1, MaxSeqs: 1, KVSlots: 256})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer c.Close()
+				seq := c.Pool().NewSeq(256)
+				var bb kvcache.BatchBuilder
+				tok, out := []int32{1}, []int32{0}
+				logits := make([]float32, m.Vocab)
+				step := func() {
+					if seq.Len() == 255 {
+						seq.Release()
+					}
+					if err := seq.Reserve(1); err != nil {
+						b.Fatal(err)
+					}
+					bb.Reset()
+					if err := bb.Add(seq, 1); err != nil {
+						b.Fatal(err)
+					}
+					if err := c.Forward(tok, bb.Batch(), out, logits); err != nil {
+						b.Fatal(err)
+					}
+					if err := seq.Advance(1); err != nil {
+						b.Fatal(err)
+					}
+					tok[0] = (tok[0]*7 + 3) % int32(m.Vocab)
+				}
+				for i := 0; i < 64; i++ { // warm up: views, pools, context length 64
+					step()
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					step()
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+			})
+		}
+	}
+}
+
+// TestDecodeStepAllocatesNothing: a steady-state decode step allocates nothing, on every backend.
+func TestDecodeStepAllocatesNothing(t *testing.T) {
+	w, err := llama.Synth(tinyShape, tensor.Q8_0, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := parse(t, w)
+	for _, be := range backendsUnderTest(t) {
+		t.Run(be.Name(), func(t *testing.T) {
+			m, err := llama.Load(f, be)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			c, err := m.NewContext(llama.ContextConfig{MaxTokens: 2, MaxSeqs: 2, KVSlots: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			a, s := c.Pool().NewSeq(32), c.Pool().NewSeq(32)
+			var bb kvcache.BatchBuilder
+			toks, out := []int32{1, 2}, []int32{0, 1}
+			logits := make([]float32, 2*m.Vocab)
+			step := func() {
+				if a.Len() >= 30 {
+					a.Release()
+					s.Release()
+				}
+				bb.Reset()
+				for _, q := range []*kvcache.Seq{a, s} {
+					if err := q.Reserve(1); err != nil {
+						t.Fatal(err)
+					}
+					if err := bb.Add(q, 1); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := c.Forward(toks, bb.Batch(), out, logits); err != nil {
+					t.Fatal(err)
+				}
+				_ = a.Advance(1)
+				_ = s.Advance(1)
+			}
+			for i := 0; i < 8; i++ {
+				step()
+			}
+			if n := testing.AllocsPerRun(20, step); n != 0 {
+				t.Fatalf("a decode step of two sequences allocates %v times", n)
+			}
+		})
+	}
+}
