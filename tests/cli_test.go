@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/parleyhq/parley/runtime/gguf"
-	"github.com/parleyhq/parley/runtime/internal/sharedtest"
+	"github.com/parleyhq/parley/internal/sharedtest"
 )
 
 var parleyBin string

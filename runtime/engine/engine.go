@@ -33,13 +33,14 @@ func Open(path string, be backend.Backend) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	tok, err := tokenizer.New(f)
+	m, err := llama.Load(f, be)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	m, err := llama.Load(f, be)
+	tok, err := tokenizer.New(f)
 	if err != nil {
+		m.Close()
 		f.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/parleyhq/parley/runtime/gguf"
-	"github.com/parleyhq/parley/runtime/internal/sharedtest"
+	"github.com/parleyhq/parley/internal/sharedtest"
 	"github.com/parleyhq/parley/runtime/kvcache"
 	"github.com/parleyhq/parley/runtime/models/llama"
 	"github.com/parleyhq/parley/runtime/quant"
