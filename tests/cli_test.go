@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -25,8 +24,8 @@ func TestMain(m *testing.M) {
 	}
 	parleyBin = filepath.Join(dir, "parley")
 	args := []string{"build", "-o", parleyBin}
-	if tags := os.Getenv("PARLEY_TEST_TAGS"); tags != "" {
-		args = append(args, "-tags", tags)
+	if buildTags != "" {
+		args = append(args, "-tags", buildTags)
 	}
 	cmd := exec.Command("go", append(args, "../cmd/parley")...)
 	cmd.Stderr = os.Stderr
@@ -63,16 +62,12 @@ func parley(t *testing.T, stdin string, args ...string) result {
 	return result{code, out.String(), errb.String()}
 }
 
+// backends lists the backends the binary under test has.
 func backends() []string {
-	if os.Getenv("PARLEY_TEST_TAGS") == "nocgo" || os.Getenv("CGO_ENABLED") == "0" || !cgoEnabled() {
+	if buildTags == "nocgo" {
 		return []string{"go"}
 	}
 	return []string{"go", "cpu"}
-}
-
-func cgoEnabled() bool {
-	out, err := exec.Command("go", "env", "CGO_ENABLED").Output()
-	return err == nil && strings.TrimSpace(string(out)) == "1" && runtime.GOOS != "windows"
 }
 
 // TestGenerateMatchesLlamaCpp: greedy generation through the binary gives llama.cpp's ids for
