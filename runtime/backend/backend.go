@@ -39,7 +39,7 @@ type RoPEMode int
 const (
 	// RoPENormal rotates adjacent pairs (x[2i], x[2i+1]), as LLaMA's original code does.
 	RoPENormal RoPEMode = iota
-	// RoPENeoX rotates pairs (x[i], x[i+headDim/2]), as GPT-NeoX and Qwen do.
+	// RoPENeoX rotates pairs (x[i], x[i+Dims/2]), as GPT-NeoX and Qwen do.
 	RoPENeoX
 )
 

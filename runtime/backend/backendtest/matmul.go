@@ -127,6 +127,9 @@ func testMatMul(t *testing.T, b backend.Backend, _ func() (backend.Backend, erro
 					w := load(t, b, dt, m, k, data[:m*rs])
 					for _, n := range []int{1, 2, 5, maxN} {
 						x := alloc(t, b, n, k, xv[:n*k])
+						if n > 1 {
+							x = allocView(t, b, n, k, xv[:n*k])
+						}
 						dst, g := output(t, b, n, m)
 						must(t, b.MatMul(dst, x, w), "MatMul %v n=%d m=%d k=%d", dt, n, m, k)
 						got := read(t, b, dst)
@@ -220,4 +223,23 @@ func testGetRows(t *testing.T, b backend.Backend, _ func() (backend.Backend, err
 			}
 		})
 	}
+	t.Run("Activations", func(t *testing.T) {
+		// Rows of an F32 activation tensor (a View of one), as a model gathers the rows whose
+		// logits it needs: copied exactly.
+		const cols = 33
+		r := rng("getrows activations")
+		vals := randVec(r, rows*cols, 1)
+		table := allocView(t, b, rows, cols, vals)
+		ids := []int32{18, 2, 2, 0}
+		dst, g := output(t, b, len(ids), cols)
+		must(t, b.GetRows(dst, table, ids), "GetRows from activations")
+		want := make([]float64, 0, len(ids)*cols)
+		for _, id := range ids {
+			for _, v := range vals[int(id)*cols : int(id+1)*cols] {
+				want = append(want, float64(v))
+			}
+		}
+		compare(t, "GetRows from activations", cols, read(t, b, dst), want, func(int) float64 { return 0 })
+		g.check(t)
+	})
 }

@@ -62,6 +62,42 @@ func testTensors(t *testing.T, b backend.Backend, _ func() (backend.Backend, err
 		compare(t, "GetRows of every row of a loaded F32 tensor", cols, read(t, b, dst), want,
 			func(int) float64 { return 0 })
 	})
+	t.Run("View", func(t *testing.T) {
+		const rows, cols = 6, 5
+		r := rng("view")
+		vals := randVec(r, rows*cols, 1)
+		parent := alloc(t, b, rows, cols, vals)
+		v, err := b.View(parent, 2, 3)
+		must(t, err, "View(parent, 2, 3)")
+		if v.DType() != tensor.F32 || v.Rows() != 3 || v.Cols() != cols {
+			t.Fatalf("View(parent [6, 5], 2, 3) = %v [%d, %d]", v.DType(), v.Rows(), v.Cols())
+		}
+		got := read(t, b, v)
+		for i, x := range got {
+			if x != vals[2*cols+i] {
+				t.Fatalf("view element %d = %v, want parent's %v", i, x, vals[2*cols+i])
+			}
+		}
+		row := randVec(r, cols, 1)
+		must(t, b.Write(v, 1, row), "Write row 1 of the view")
+		copy(vals[3*cols:], row)
+		vv, err := b.View(v, 1, 2)
+		must(t, err, "View of a view")
+		if got := read(t, b, vv); got[0] != row[0] || got[cols] != vals[4*cols] {
+			t.Fatalf("view of a view reads %v, %v; want %v, %v", got[0], got[cols], row[0], vals[4*cols])
+		}
+		if err := vv.Close(); err != nil {
+			t.Fatalf("closing a view: %v", err)
+		}
+		if err := v.Close(); err != nil {
+			t.Fatalf("closing a view: %v", err)
+		}
+		for i, x := range read(t, b, parent) {
+			if x != vals[i] {
+				t.Fatalf("after writing through and closing views, parent element %d = %v, want %v", i, x, vals[i])
+			}
+		}
+	})
 	t.Run("CloseTwice", func(t *testing.T) {
 		x, err := b.Alloc(tensor.F32, 2, 2)
 		must(t, err, "Alloc")
@@ -83,7 +119,7 @@ func testAddRows(t *testing.T, b backend.Backend, _ func() (backend.Backend, err
 				name := fmt.Sprintf("AddRows n=%d d=%d b_rows=%d", n, d, brows)
 				r := rng(name)
 				av, bv := randVec(r, n*d, 1), randVec(r, brows*d, 1)
-				a, bt := alloc(t, b, n, d, av), alloc(t, b, brows, d, bv)
+				a, bt := alloc(t, b, n, d, av), allocView(t, b, brows, d, bv)
 				dst, g := output(t, b, n, d)
 				must(t, b.AddRows(dst, a, bt), "%s", name)
 				want := make([]float64, n*d)

@@ -176,43 +176,46 @@ func quantRows(t testing.TB, dt tensor.DType, rows, cols int, vals []float32) ([
 	return data, deq
 }
 
-// nanRows returns rows*cols NaNs, written into outputs before an operation so that elements it
-// fails to write show up.
-func nanRows(rows, cols int) []float32 {
-	v := make([]float32, rows*cols)
-	for i := range v {
-		v[i] = float32(math.NaN())
-	}
-	return v
-}
-
-// guards are tensors allocated just before and after an output and filled with a known pattern.
-// A backend that writes past its output's ends (in an arena, or adjacent device memory) changes
-// them.
+// guards are the memory around an output: rows of its parent tensor before and after it (the
+// output is a View), and whole tensors allocated just before and after the parent, all filled
+// with a known pattern. A backend that writes past its output's ends changes them.
 type guards struct {
 	b      backend.Backend
 	ts     []backend.Tensor
 	values [][]float32
 }
 
-// output allocates an F32 output [rows, cols] prefilled with NaN between two guard tensors.
+// guardRows is the number of guard rows on each side of an output inside its parent.
+const guardRows = 2
+
+// output returns an F32 output [rows, cols] prefilled with NaN: a View of rows guardRows.. of a
+// parent tensor with guard rows around it, between two guard tensors.
 func output(t testing.TB, b backend.Backend, rows, cols int) (backend.Tensor, *guards) {
 	t.Helper()
 	g := &guards{b: b}
-	g.add(t, rows+1, cols)
-	dst := alloc(t, b, rows, cols, nanRows(rows, cols))
-	g.add(t, rows+1, cols)
+	g.add(t, rows+1, cols, nil)
+	parent := g.add(t, rows+2*guardRows, cols, func(i int) bool { return i/cols >= guardRows && i/cols < guardRows+rows })
+	g.add(t, rows+1, cols, nil)
+	dst, err := b.View(parent, guardRows, rows)
+	must(t, err, "View(parent [%d, %d], %d, %d)", parent.Rows(), cols, guardRows, rows)
+	t.Cleanup(func() { dst.Close() })
 	return dst, g
 }
 
-func (g *guards) add(t testing.TB, rows, cols int) {
+// add allocates a guard tensor; elements for which nan is true are NaN and not checked.
+func (g *guards) add(t testing.TB, rows, cols int, nan func(i int) bool) backend.Tensor {
 	t.Helper()
 	v := make([]float32, rows*cols)
 	for i := range v {
 		v[i] = float32(i%251) + 0.5
+		if nan != nil && nan(i) {
+			v[i] = float32(math.NaN())
+		}
 	}
-	g.ts = append(g.ts, alloc(t, g.b, rows, cols, v))
+	x := alloc(t, g.b, rows, cols, v)
+	g.ts = append(g.ts, x)
 	g.values = append(g.values, v)
+	return x
 }
 
 // check fails t if any guard changed.
@@ -221,12 +224,25 @@ func (g *guards) check(t testing.TB) {
 	for k, x := range g.ts {
 		got := read(t, g.b, x)
 		for i, v := range got {
-			if v != g.values[k][i] {
-				t.Fatalf("guard tensor %d [%d, %d] element %d changed from %v to %v: out-of-bounds write",
-					k, x.Rows(), x.Cols(), i, g.values[k][i], v)
+			w := g.values[k][i]
+			if v != w && w == w {
+				t.Fatalf("guard tensor %d [%d, %d] element [%d, %d] changed from %v to %v: out-of-bounds write",
+					k, x.Rows(), x.Cols(), i/x.Cols(), i%x.Cols(), w, v)
 			}
 		}
 	}
+}
+
+// allocView returns an F32 tensor holding vals ([rows, cols]) that is a View of rows 1.. of a
+// larger tensor, so that operations read inputs at a row offset.
+func allocView(t testing.TB, b backend.Backend, rows, cols int, vals []float32) backend.Tensor {
+	t.Helper()
+	parent := alloc(t, b, rows+3, cols, randVec(rng("allocView"), (rows+3)*cols, 1))
+	x, err := b.View(parent, 1, rows)
+	must(t, err, "View(parent [%d, %d], 1, %d)", rows+3, cols, rows)
+	t.Cleanup(func() { x.Close() })
+	must(t, b.Write(x, 0, vals), "Write to a view [%d, %d]", rows, cols)
+	return x
 }
 
 // compare fails t at the first element where |got-want| > tol(i), naming the row and column.
@@ -258,7 +274,10 @@ func compare(t testing.TB, what string, cols int, got []float32, want []float64,
 const u = 0x1p-24
 
 // fakeTensor is a Tensor no backend made.
-type fakeTensor struct{ dt tensor.DType; rows, cols int }
+type fakeTensor struct {
+	dt         tensor.DType
+	rows, cols int
+}
 
 func (f fakeTensor) DType() tensor.DType { return f.dt }
 func (f fakeTensor) Rows() int           { return f.rows }

@@ -1,0 +1,618 @@
+// Package cpu is the native CPU backend, registered as "cpu": backend.Backend on top of the C
+// kernels of bindings/cpu (Parley's own scalar, AVX2 and AVX-512 kernels, chosen at run time for
+// the processor, with OpenBLAS for float matrix products where AVX-512 is absent). Work is split
+// among Options.Threads native threads (0: one per CPU).
+//
+// Weights given to Load are used in place, never copied (they are normally memory-mapped GGUF
+// bytes), except F32 data that is not 4-byte aligned. Activations and KV caches live in native
+// memory owned by the backend. Operations are synchronous: each returns when its result is
+// complete, and makes no Go allocation in steady state.
+//
+// In a build without cgo the backend is still registered, but New reports why it cannot run.
+package cpu
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/parleyhq/parley/bindings/cpu"
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+func init() { backend.Register("cpu", 10, New) }
+
+// Backend is the native CPU backend.
+type Backend struct {
+	ctx *cpu.Context
+
+	mu     sync.Mutex // guards owned and the attention scratch below
+	owned  map[*cpu.Buffer]struct{}
+	closed atomic.Bool // set (under mu) by Close; tensors are unusable after
+	seqs   []cpu.Seq   // attention batch, flattened
+	blocks []int32
+}
+
+// New starts a CPU backend computing with opts.Threads threads (0: one per CPU).
+func New(opts backend.Options) (backend.Backend, error) {
+	th := opts.Threads
+	if th < 0 {
+		return nil, fmt.Errorf("cpu: %d threads", th)
+	}
+	if th == 0 {
+		th = runtime.NumCPU()
+	}
+	if th > 256 {
+		th = 256
+	}
+	ctx, err := cpu.NewContext(th)
+	if err != nil {
+		return nil, err
+	}
+	return &Backend{ctx: ctx, owned: map[*cpu.Buffer]struct{}{}}, nil
+}
+
+// Name returns "cpu".
+func (b *Backend) Name() string { return "cpu" }
+
+// Threads is the number of threads the backend computes with.
+func (b *Backend) Threads() int { return b.ctx.Threads() }
+
+// Close frees the threads and every tensor and cache still open.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed.Load() {
+		return nil
+	}
+	b.closed.Store(true)
+	for buf := range b.owned {
+		buf.Free()
+	}
+	b.owned = nil
+	return b.ctx.Close()
+}
+
+// alloc returns zeroed native memory owned by the backend.
+func (b *Backend) alloc(op string, n int) (*cpu.Buffer, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed.Load() {
+		return nil, fmt.Errorf("cpu: %s: backend closed", op)
+	}
+	buf, err := cpu.Alloc(n)
+	if err != nil {
+		return nil, err
+	}
+	b.owned[buf] = struct{}{}
+	return buf, nil
+}
+
+func (b *Backend) free(buf *cpu.Buffer) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.owned[buf]; ok {
+		delete(b.owned, buf)
+		buf.Free()
+	}
+}
+
+// Tensor is a tensor of the CPU backend.
+type Tensor struct {
+	b          *Backend
+	dt         tensor.DType
+	rows, cols int
+	data       []byte      // rows * dt.RowSize(cols) bytes
+	f32        []float32   // data as float32s when dt is F32
+	buf        *cpu.Buffer // native memory owned by this tensor
+	root       *Tensor     // the tensor whose memory this one shares (itself unless a View)
+	readOnly   bool        // loaded weights: never written
+	closed     bool
+}
+
+// DType is the tensor's element type.
+func (t *Tensor) DType() tensor.DType { return t.dt }
+
+// Rows is the number of rows.
+func (t *Tensor) Rows() int { return t.rows }
+
+// Cols is the number of elements a row.
+func (t *Tensor) Cols() int { return t.cols }
+
+// Close releases the tensor's native memory (loaded weights are the caller's; a View's memory is
+// its parent's). Closing twice is a no-op.
+func (t *Tensor) Close() error {
+	if t.closed {
+		return nil
+	}
+	t.closed = true
+	if t.buf != nil {
+		t.b.free(t.buf)
+		t.buf = nil
+	}
+	t.data, t.f32 = nil, nil
+	return nil
+}
+
+// size returns rows*dt.RowSize(cols) in bytes.
+func size(op string, dt tensor.DType, rows, cols int) (int, error) {
+	if rows < 0 || cols < 0 {
+		return 0, fmt.Errorf("cpu: %s: negative shape %dx%d", op, rows, cols)
+	}
+	rs, err := dt.RowSize(int64(cols))
+	if err != nil {
+		return 0, fmt.Errorf("cpu: %s: %w", op, err)
+	}
+	if rs != 0 && int64(rows) > (math.MaxInt64/4)/rs {
+		return 0, fmt.Errorf("cpu: %s: %dx%d %v is too large", op, rows, cols, dt)
+	}
+	return int(int64(rows) * rs), nil
+}
+
+// Load makes a tensor over data without copying it (F32 data that is not 4-byte aligned is
+// copied into native memory). data must stay valid and unchanged while the tensor lives.
+func (b *Backend) Load(dt tensor.DType, rows, cols int, data []byte) (backend.Tensor, error) {
+	const op = "load"
+	if !cpu.Supports(cpu.OpMatMul, dt) {
+		return nil, fmt.Errorf("cpu: %s: dtype %v: %w", op, dt, backend.ErrUnsupported)
+	}
+	n, err := size(op, dt, rows, cols)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) != n {
+		return nil, fmt.Errorf("cpu: %s: %dx%d %v needs %d bytes, got %d", op, rows, cols, dt, n, len(data))
+	}
+	if b.closed.Load() {
+		return nil, fmt.Errorf("cpu: %s: backend closed", op)
+	}
+	t := &Tensor{b: b, dt: dt, rows: rows, cols: cols, data: data, readOnly: true}
+	t.root = t
+	if dt == tensor.F32 && n > 0 {
+		if uintptr(unsafe.Pointer(&data[0]))%4 != 0 {
+			buf, err := b.alloc(op, n)
+			if err != nil {
+				return nil, err
+			}
+			copy(buf.Bytes(), data)
+			t.buf, t.data = buf, buf.Bytes()
+		}
+		t.f32 = unsafe.Slice((*float32)(unsafe.Pointer(&t.data[0])), n/4)
+	}
+	return t, nil
+}
+
+// Alloc makes a zeroed F32 or F16 tensor in native memory.
+func (b *Backend) Alloc(dt tensor.DType, rows, cols int) (backend.Tensor, error) {
+	const op = "alloc"
+	if dt != tensor.F32 && dt != tensor.F16 {
+		return nil, fmt.Errorf("cpu: %s: dtype %v (want F32 or F16): %w", op, dt, backend.ErrUnsupported)
+	}
+	n, err := size(op, dt, rows, cols)
+	if err != nil {
+		return nil, err
+	}
+	buf, err := b.alloc(op, n)
+	if err != nil {
+		return nil, err
+	}
+	t := &Tensor{b: b, dt: dt, rows: rows, cols: cols, buf: buf, data: buf.Bytes()}
+	t.root = t
+	if dt == tensor.F32 {
+		t.f32 = buf.Float32s()
+	}
+	return t, nil
+}
+
+var errForeign = errors.New("tensor was not made by this backend")
+
+// tensorOf returns t as a live tensor of b.
+func (b *Backend) tensorOf(op, what string, t backend.Tensor) (*Tensor, error) {
+	ct, ok := t.(*Tensor)
+	if !ok || ct == nil || ct.b != b {
+		return nil, fmt.Errorf("cpu: %s: %s: %w", op, what, errForeign)
+	}
+	if ct.closed || ct.root.closed || b.closed.Load() {
+		return nil, fmt.Errorf("cpu: %s: %s is closed", op, what)
+	}
+	return ct, nil
+}
+
+// f32Of returns t as a live F32 tensor of b, writable if write.
+func (b *Backend) f32Of(op, what string, t backend.Tensor, write bool) (*Tensor, error) {
+	ct, err := b.tensorOf(op, what, t)
+	if err != nil {
+		return nil, err
+	}
+	if ct.dt != tensor.F32 {
+		return nil, fmt.Errorf("cpu: %s: %s is %v, want F32", op, what, ct.dt)
+	}
+	if write && ct.readOnly {
+		return nil, fmt.Errorf("cpu: %s: %s is a loaded weight tensor (read-only)", op, what)
+	}
+	return ct, nil
+}
+
+func shapeErr(op, what string, t *Tensor, rows, cols int) error {
+	return fmt.Errorf("cpu: %s: %s is [%d, %d], want [%d, %d]", op, what, t.rows, t.cols, rows, cols)
+}
+
+// View returns a tensor of rows row0 .. row0+rows-1 of t, sharing its memory. Closing the view
+// does not free t; t must outlive it.
+func (b *Backend) View(t backend.Tensor, row0, rows int) (backend.Tensor, error) {
+	const op = "view"
+	p, err := b.tensorOf(op, "t", t)
+	if err != nil {
+		return nil, err
+	}
+	if row0 < 0 || rows < 0 || row0 > p.rows || rows > p.rows-row0 {
+		return nil, fmt.Errorf("cpu: %s: rows [%d, %d+%d) outside a tensor of %d rows", op, row0, row0, rows, p.rows)
+	}
+	rb := 0
+	if p.rows > 0 {
+		rb = len(p.data) / p.rows
+	}
+	v := &Tensor{b: b, dt: p.dt, rows: rows, cols: p.cols, root: p.root, readOnly: p.readOnly,
+		data: p.data[row0*rb : (row0+rows)*rb : (row0+rows)*rb]}
+	if p.f32 != nil {
+		v.f32 = p.f32[row0*p.cols : (row0+rows)*p.cols : (row0+rows)*p.cols]
+	}
+	return v, nil
+}
+
+// Write copies src into rows row0.. of an F32 tensor.
+func (b *Backend) Write(dst backend.Tensor, row0 int, src []float32) error {
+	const op = "write"
+	t, err := b.f32Of(op, "dst", dst, true)
+	if err != nil {
+		return err
+	}
+	if err := span(op, t, row0, len(src)); err != nil {
+		return err
+	}
+	copy(t.f32[row0*t.cols:], src)
+	return nil
+}
+
+// Read copies rows row0.. of an F32 tensor into dst.
+func (b *Backend) Read(src backend.Tensor, row0 int, dst []float32) error {
+	const op = "read"
+	t, err := b.f32Of(op, "src", src, false)
+	if err != nil {
+		return err
+	}
+	if err := span(op, t, row0, len(dst)); err != nil {
+		return err
+	}
+	copy(dst, t.f32[row0*t.cols:])
+	return nil
+}
+
+// span checks that n floats starting at row row0 are whole rows inside t.
+func span(op string, t *Tensor, row0, n int) error {
+	if t.cols == 0 {
+		if n != 0 || row0 < 0 || row0 > t.rows {
+			return fmt.Errorf("cpu: %s: %d elements at row %d of a [%d, 0] tensor", op, n, row0, t.rows)
+		}
+		return nil
+	}
+	if n%t.cols != 0 {
+		return fmt.Errorf("cpu: %s: %d elements is not a whole number of rows of %d", op, n, t.cols)
+	}
+	if row0 < 0 || row0 > t.rows || n/t.cols > t.rows-row0 {
+		return fmt.Errorf("cpu: %s: rows [%d, %d) outside a tensor of %d rows", op, row0, row0+n/t.cols, t.rows)
+	}
+	return nil
+}
+
+// GetRows: dst[i,:] = float32(table[ids[i],:]); dst [len(ids), cols] F32.
+func (b *Backend) GetRows(dst, table backend.Tensor, ids []int32) error {
+	const op = "get rows"
+	d, err := b.f32Of(op, "dst", dst, true)
+	if err != nil {
+		return err
+	}
+	tb, err := b.tensorOf(op, "table", table)
+	if err != nil {
+		return err
+	}
+	if d.rows != len(ids) || d.cols != tb.cols {
+		return shapeErr(op, "dst", d, len(ids), tb.cols)
+	}
+	if d == tb {
+		return fmt.Errorf("cpu: %s: dst is the table", op)
+	}
+	return b.ctx.GetRows(d.f32, tb.data, tb.dt, tb.rows, tb.cols, ids)
+}
+
+// MatMul: dst[i,j] = sum_k x[i,k]*w[j,k]; x [n, k] F32, w [m, k], dst [n, m] F32.
+func (b *Backend) MatMul(dst, x, w backend.Tensor) error {
+	const op = "matmul"
+	d, err := b.f32Of(op, "dst", dst, true)
+	if err != nil {
+		return err
+	}
+	xt, err := b.f32Of(op, "x", x, false)
+	if err != nil {
+		return err
+	}
+	wt, err := b.tensorOf(op, "w", w)
+	if err != nil {
+		return err
+	}
+	if wt.cols != xt.cols {
+		return fmt.Errorf("cpu: %s: x is [%d, %d] but w is [%d, %d]", op, xt.rows, xt.cols, wt.rows, wt.cols)
+	}
+	if d.rows != xt.rows || d.cols != wt.rows {
+		return shapeErr(op, "dst", d, xt.rows, wt.rows)
+	}
+	if d == xt || d == wt {
+		return fmt.Errorf("cpu: %s: dst must not be an operand", op)
+	}
+	return b.ctx.MatMul(d.f32, xt.f32, xt.rows, xt.cols, wt.data, wt.dt, wt.rows)
+}
+
+// AddRows: dst[i,:] = a[i,:] + b[i,:], or bias[0,:] when it has one row. dst may be a.
+func (b *Backend) AddRows(dst, a, bias backend.Tensor) error {
+	const op = "add rows"
+	d, err := b.f32Of(op, "dst", dst, true)
+	if err != nil {
+		return err
+	}
+	at, err := b.f32Of(op, "a", a, false)
+	if err != nil {
+		return err
+	}
+	bt, err := b.f32Of(op, "b", bias, false)
+	if err != nil {
+		return err
+	}
+	if d.rows != at.rows || d.cols != at.cols {
+		return shapeErr(op, "dst", d, at.rows, at.cols)
+	}
+	if bt.cols != at.cols || (bt.rows != at.rows && bt.rows != 1) {
+		return shapeErr(op, "b", bt, at.rows, at.cols)
+	}
+	if d == bt && bt.rows != at.rows {
+		return fmt.Errorf("cpu: %s: dst is the broadcast row", op)
+	}
+	return b.ctx.AddRows(d.f32, at.f32, bt.f32, at.rows, at.cols, bt.rows)
+}
+
+// RMSNorm: dst[i,:] = x[i,:] / sqrt(mean(x[i,:]^2) + eps) * w[0,:]; w [1, d] F32. dst may be x.
+func (b *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) error {
+	const op = "rms norm"
+	d, err := b.f32Of(op, "dst", dst, true)
+	if err != nil {
+		return err
+	}
+	xt, err := b.f32Of(op, "x", x, false)
+	if err != nil {
+		return err
+	}
+	wt, err := b.f32Of(op, "w", w, false)
+	if err != nil {
+		return err
+	}
+	if d.rows != xt.rows || d.cols != xt.cols {
+		return shapeErr(op, "dst", d, xt.rows, xt.cols)
+	}
+	if wt.rows != 1 || wt.cols != xt.cols {
+		return shapeErr(op, "w", wt, 1, xt.cols)
+	}
+	if d == wt {
+		return fmt.Errorf("cpu: %s: dst is the weight", op)
+	}
+	return b.ctx.RMSNorm(d.f32, xt.f32, wt.f32, xt.rows, xt.cols, eps)
+}
+
+// SwiGLU: dst = silu(gate) * up elementwise. dst may be gate (or up).
+func (b *Backend) SwiGLU(dst, gate, up backend.Tensor) error {
+	const op = "swiglu"
+	d, err := b.f32Of(op, "dst", dst, true)
+	if err != nil {
+		return err
+	}
+	g, err := b.f32Of(op, "gate", gate, false)
+	if err != nil {
+		return err
+	}
+	u, err := b.f32Of(op, "up", up, false)
+	if err != nil {
+		return err
+	}
+	if g.rows != u.rows || g.cols != u.cols {
+		return shapeErr(op, "up", u, g.rows, g.cols)
+	}
+	if d.rows != g.rows || d.cols != g.cols {
+		return shapeErr(op, "dst", d, g.rows, g.cols)
+	}
+	return b.ctx.SwiGLU(d.f32, g.f32, u.f32)
+}
+
+// Rope rotates x [n, nHead*HeadDim] in place, token i at position bt.Pos[i].
+func (b *Backend) Rope(x backend.Tensor, nHead int, r backend.RoPE, bt *backend.Batch) error {
+	const op = "rope"
+	xt, err := b.f32Of(op, "x", x, true)
+	if err != nil {
+		return err
+	}
+	if bt == nil {
+		return fmt.Errorf("cpu: %s: nil batch", op)
+	}
+	if r.Mode != backend.RoPENormal && r.Mode != backend.RoPENeoX {
+		return fmt.Errorf("cpu: %s: mode %d: %w", op, r.Mode, backend.ErrUnsupported)
+	}
+	if nHead <= 0 || r.HeadDim <= 0 || xt.cols != nHead*r.HeadDim {
+		return fmt.Errorf("cpu: %s: x has %d columns, not %d heads of %d", op, xt.cols, nHead, r.HeadDim)
+	}
+	if len(bt.Pos) != xt.rows {
+		return fmt.Errorf("cpu: %s: %d positions for %d tokens", op, len(bt.Pos), xt.rows)
+	}
+	return b.ctx.Rope(xt.f32, xt.rows, nHead, cpu.Rope{
+		NeoX: r.Mode == backend.RoPENeoX, HeadDim: r.HeadDim, Dims: r.Dims, Base: r.Base, FreqScale: r.FreqScale,
+	}, bt.Pos)
+}
+
+// KV is a key/value cache in native memory: per layer, keys and values [Slots, Width].
+type KV struct {
+	b      *Backend
+	cfg    backend.KVConfig
+	k, v   []*cpu.Buffer
+	closed bool
+}
+
+// Config returns the cache's configuration.
+func (kv *KV) Config() backend.KVConfig { return kv.cfg }
+
+// Close frees the cache. Closing twice is a no-op.
+func (kv *KV) Close() error {
+	if kv.closed {
+		return nil
+	}
+	kv.closed = true
+	for i := range kv.k {
+		kv.b.free(kv.k[i])
+		kv.b.free(kv.v[i])
+	}
+	kv.k, kv.v = nil, nil
+	return nil
+}
+
+// NewKV makes a zeroed cache.
+func (b *Backend) NewKV(cfg backend.KVConfig) (backend.KV, error) {
+	const op = "new kv"
+	if b.closed.Load() {
+		return nil, fmt.Errorf("cpu: %s: backend closed", op)
+	}
+	if cfg.DType != tensor.F32 && cfg.DType != tensor.F16 {
+		return nil, fmt.Errorf("cpu: %s: dtype %v (want F32 or F16): %w", op, cfg.DType, backend.ErrUnsupported)
+	}
+	if cfg.Layers <= 0 || cfg.Slots <= 0 || cfg.Width <= 0 || cfg.BlockSize <= 0 {
+		return nil, fmt.Errorf("cpu: %s: bad config %+v", op, cfg)
+	}
+	n, err := size(op, cfg.DType, cfg.Slots, cfg.Width)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Layers > math.MaxInt32 || n > (math.MaxInt64/4)/(2*cfg.Layers) {
+		return nil, fmt.Errorf("cpu: %s: %d layers of %d bytes is too large", op, cfg.Layers, 2*n)
+	}
+	kv := &KV{b: b, cfg: cfg, k: make([]*cpu.Buffer, cfg.Layers), v: make([]*cpu.Buffer, cfg.Layers)}
+	for l := 0; l < cfg.Layers; l++ {
+		if kv.k[l], err = b.alloc(op, n); err == nil {
+			kv.v[l], err = b.alloc(op, n)
+		}
+		if err != nil {
+			for i := 0; i <= l; i++ {
+				b.free(kv.k[i])
+				b.free(kv.v[i])
+			}
+			return nil, err
+		}
+	}
+	return kv, nil
+}
+
+func (b *Backend) kvOf(op string, kv backend.KV, layer int) (*KV, error) {
+	c, ok := kv.(*KV)
+	if !ok || c == nil || c.b != b {
+		return nil, fmt.Errorf("cpu: %s: kv cache: %w", op, errForeign)
+	}
+	if c.closed || b.closed.Load() {
+		return nil, fmt.Errorf("cpu: %s: kv cache is closed", op)
+	}
+	if layer < 0 || layer >= c.cfg.Layers {
+		return nil, fmt.Errorf("cpu: %s: layer %d outside the cache's %d", op, layer, c.cfg.Layers)
+	}
+	return c, nil
+}
+
+// StoreKV writes k and v [n, Width] (F32) into layer's cache at slots bt.Slot.
+func (b *Backend) StoreKV(kv backend.KV, layer int, k, v backend.Tensor, bt *backend.Batch) error {
+	const op = "store kv"
+	c, err := b.kvOf(op, kv, layer)
+	if err != nil {
+		return err
+	}
+	kt, err := b.f32Of(op, "k", k, false)
+	if err != nil {
+		return err
+	}
+	vt, err := b.f32Of(op, "v", v, false)
+	if err != nil {
+		return err
+	}
+	if bt == nil {
+		return fmt.Errorf("cpu: %s: nil batch", op)
+	}
+	n := len(bt.Slot)
+	if kt.rows != n || kt.cols != c.cfg.Width {
+		return shapeErr(op, "k", kt, n, c.cfg.Width)
+	}
+	if vt.rows != n || vt.cols != c.cfg.Width {
+		return shapeErr(op, "v", vt, n, c.cfg.Width)
+	}
+	return b.ctx.StoreKV(c.k[layer].Bytes(), c.v[layer].Bytes(), c.cfg.DType, c.cfg.Slots, c.cfg.Width, kt.f32, vt.f32, n, bt.Slot)
+}
+
+// Attention computes causal attention of q [n, NHead*HeadDim] over layer's cache for every
+// sequence of bt into dst (same shape, not q).
+func (b *Backend) Attention(dst, q backend.Tensor, kv backend.KV, layer int, a backend.Attn, bt *backend.Batch) error {
+	const op = "attention"
+	c, err := b.kvOf(op, kv, layer)
+	if err != nil {
+		return err
+	}
+	d, err := b.f32Of(op, "dst", dst, true)
+	if err != nil {
+		return err
+	}
+	qt, err := b.f32Of(op, "q", q, false)
+	if err != nil {
+		return err
+	}
+	if bt == nil {
+		return fmt.Errorf("cpu: %s: nil batch", op)
+	}
+	if a.NHead <= 0 || a.HeadDim <= 0 || qt.cols != a.NHead*a.HeadDim {
+		return fmt.Errorf("cpu: %s: q has %d columns, not %d heads of %d", op, qt.cols, a.NHead, a.HeadDim)
+	}
+	if d.rows != qt.rows || d.cols != qt.cols {
+		return shapeErr(op, "dst", d, qt.rows, qt.cols)
+	}
+	if d == qt {
+		return fmt.Errorf("cpu: %s: dst must not be q", op)
+	}
+	if len(bt.Pos) != qt.rows {
+		return fmt.Errorf("cpu: %s: %d positions for %d tokens", op, len(bt.Pos), qt.rows)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.seqs, b.blocks = b.seqs[:0], b.blocks[:0]
+	for i, s := range bt.Seqs {
+		if s.Start < 0 || s.Count < 0 || s.CtxLen < 0 || s.Start > math.MaxInt32 || s.Count > math.MaxInt32 ||
+			s.CtxLen > math.MaxInt32 || len(bt.Seqs[i].Blocks) > math.MaxInt32-len(b.blocks) {
+			return fmt.Errorf("cpu: %s: sequence %d: bad range start=%d count=%d context=%d", op, i, s.Start, s.Count, s.CtxLen)
+		}
+		b.seqs = append(b.seqs, cpu.Seq{
+			Start: int32(s.Start), Count: int32(s.Count), CtxLen: int32(s.CtxLen),
+			BlocksOff: int32(len(b.blocks)), NBlocks: int32(len(s.Blocks)),
+		})
+		b.blocks = append(b.blocks, s.Blocks...)
+	}
+	return b.ctx.Attention(d.f32, qt.f32, qt.rows, c.k[layer].Bytes(), c.v[layer].Bytes(), c.cfg.DType,
+		c.cfg.Slots, c.cfg.Width, c.cfg.BlockSize, cpu.Attn{NHead: a.NHead, NKVHead: a.NKVHead, HeadDim: a.HeadDim, Scale: a.Scale},
+		b.seqs, b.blocks)
+}
+
+var (
+	_ backend.Backend = (*Backend)(nil)
+	_ backend.Tensor  = (*Tensor)(nil)
+	_ backend.KV      = (*KV)(nil)
+)

@@ -1,0 +1,340 @@
+package purego
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/quant"
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+// kvCache holds keys and values of every layer: k32/v32 for F32 caches, k16/v16 (F16 bits) for
+// F16 ones, each [layer][slot*Width + e].
+type kvCache struct {
+	be       *Backend
+	cfg      backend.KVConfig
+	k32, v32 [][]float32
+	k16, v16 [][]uint16
+	closed   bool
+}
+
+func (c *kvCache) Config() backend.KVConfig { return c.cfg }
+
+// Close releases the cache. Closing twice is a no-op.
+func (c *kvCache) Close() error {
+	c.be.mu.Lock()
+	defer c.be.mu.Unlock()
+	c.closed = true
+	c.k32, c.v32, c.k16, c.v16 = nil, nil, nil, nil
+	return nil
+}
+
+// NewKV makes a zeroed cache.
+func (be *Backend) NewKV(cfg backend.KVConfig) (backend.KV, error) {
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	if be.closed {
+		return nil, errClosed
+	}
+	if cfg.DType != tensor.F32 && cfg.DType != tensor.F16 {
+		return nil, fmt.Errorf("purego: NewKV: %v cache: %w", cfg.DType, backend.ErrUnsupported)
+	}
+	if cfg.Layers <= 0 || cfg.Slots <= 0 || cfg.Width <= 0 || cfg.BlockSize <= 0 {
+		return nil, fmt.Errorf("purego: NewKV: invalid config %+v", cfg)
+	}
+	if cfg.Slots > maxElems/cfg.Width || cfg.Layers > maxElems/(cfg.Slots*cfg.Width) {
+		return nil, fmt.Errorf("purego: NewKV: config %+v is too large", cfg)
+	}
+	c := &kvCache{be: be, cfg: cfg}
+	n := cfg.Slots * cfg.Width
+	for l := 0; l < cfg.Layers; l++ {
+		if cfg.DType == tensor.F32 {
+			c.k32 = append(c.k32, make([]float32, n))
+			c.v32 = append(c.v32, make([]float32, n))
+		} else {
+			c.k16 = append(c.k16, make([]uint16, n))
+			c.v16 = append(c.v16, make([]uint16, n))
+		}
+	}
+	if cfg.DType == tensor.F16 {
+		f16Once.Do(initF16Table)
+	}
+	return c, nil
+}
+
+func (be *Backend) getKV(op string, kv backend.KV, layer int) (*kvCache, error) {
+	c, ok := kv.(*kvCache)
+	switch {
+	case be.closed:
+		return nil, errClosed
+	case !ok || c == nil:
+		return nil, fmt.Errorf("purego: %s: KV cache (%T) was not made by this backend", op, kv)
+	case c.be != be:
+		return nil, fmt.Errorf("purego: %s: KV cache was made by another backend", op)
+	case c.closed:
+		return nil, fmt.Errorf("purego: %s: KV cache is closed", op)
+	case layer < 0 || layer >= c.cfg.Layers:
+		return nil, fmt.Errorf("purego: %s: layer %d of a %d-layer cache", op, layer, c.cfg.Layers)
+	}
+	return c, nil
+}
+
+// StoreKV writes k and v [n, Width] into layer's cache at slots b.Slot.
+func (be *Backend) StoreKV(kv backend.KV, layer int, k, v backend.Tensor, b *backend.Batch) error {
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	c, err := be.getKV("StoreKV", kv, layer)
+	if err != nil {
+		return err
+	}
+	kt, err := be.getF32("StoreKV", "k", k)
+	if err != nil {
+		return err
+	}
+	vt, err := be.getF32("StoreKV", "v", v)
+	if err != nil {
+		return err
+	}
+	w := c.cfg.Width
+	switch {
+	case b == nil:
+		return fmt.Errorf("purego: StoreKV: nil batch")
+	case kt.cols != w || vt.cols != w || vt.rows != kt.rows:
+		return fmt.Errorf("purego: StoreKV: k %v and v %v, want [n, %d] each", kt, vt, w)
+	case len(b.Slot) != kt.rows:
+		return fmt.Errorf("purego: StoreKV: %d slots for %d rows", len(b.Slot), kt.rows)
+	}
+	for i, s := range b.Slot {
+		if s < 0 || int(s) >= c.cfg.Slots {
+			return fmt.Errorf("purego: StoreKV: Slot[%d] = %d is outside the cache's %d slots", i, s, c.cfg.Slots)
+		}
+	}
+	for i, s := range b.Slot {
+		kr, vr := kt.f32[i*w:(i+1)*w], vt.f32[i*w:(i+1)*w]
+		o := int(s) * w
+		if c.cfg.DType == tensor.F32 {
+			copy(c.k32[layer][o:o+w], kr)
+			copy(c.v32[layer][o:o+w], vr)
+			continue
+		}
+		kd, vd := c.k16[layer][o:o+w], c.v16[layer][o:o+w]
+		for e := range kd {
+			kd[e] = quant.F32ToF16(kr[e])
+			vd[e] = quant.F32ToF16(vr[e])
+		}
+	}
+	return nil
+}
+
+// attnChunk is the number of cache positions scored together before the running softmax is
+// rescaled.
+const attnChunk = 32
+
+// sStride is the stride of each head's scores in attnScratch.s: a chunk and three padding rows.
+const sStride = attnChunk + 4
+
+// attnScratch is one goroutine's working memory for attention.
+type attnScratch struct {
+	s    []float32 // [group, sStride] scores, then weights
+	acc  []float32 // [group, HeadDim] weighted sums of values
+	m, l []float32 // [group] running max and sum of weights
+	off  []int     // [attnChunk+3] cache offsets of a chunk's rows
+}
+
+// attnJob computes attention by units of (token, kv head): each unit serves the group of query
+// heads that share the kv head, so each key and value row is read once for all of them.
+type attnJob struct {
+	c       *kvCache
+	layer   int
+	a       backend.Attn
+	b       *backend.Batch
+	tok     []int32       // [n] index into b.Seqs
+	q, dst  []float32     // [n, NHead*HeadDim]
+	scratch []attnScratch // [worker]
+}
+
+func (j *attnJob) unit(w, u int) {
+	j.attend(&j.scratch[w], u/j.a.NKVHead, u%j.a.NKVHead)
+}
+
+// attend attends token i's query heads of kv head kh over its sequence's cache, with a softmax
+// that keeps a running maximum and rescales the partial sums when it grows.
+func (j *attnJob) attend(sc *attnScratch, i, kh int) {
+	a, cfg := j.a, j.c.cfg
+	hd, w, bs := a.HeadDim, cfg.Width, cfg.BlockSize
+	group := a.NHead / a.NKVHead
+	s := &j.b.Seqs[j.tok[i]]
+	p := s.CtxLen - s.Count + (i - s.Start) // the token's position: it sees 0..p
+	qw := a.NHead * hd
+	q := j.q[i*qw+kh*group*hd : i*qw+(kh+1)*group*hd]
+	acc := sc.acc[:group*hd]
+	clear(acc)
+	mx, l := sc.m[:group], sc.l[:group]
+	for g := range mx {
+		mx[g] = float32(math.Inf(-1))
+		l[g] = 0
+	}
+	off := kh * hd
+	f16 := cfg.DType == tensor.F16
+	var k32, v32 []float32
+	var k16, v16 []uint16
+	if f16 {
+		k16, v16 = j.c.k16[j.layer], j.c.v16[j.layer]
+	} else {
+		k32, v32 = j.c.k32[j.layer], j.c.v32[j.layer]
+	}
+	o := sc.off[:attnChunk+3]
+	for j0 := 0; j0 <= p; j0 += attnChunk {
+		cn := min(attnChunk, p+1-j0)
+		// Offsets of the chunk's rows; up to three more repeat the last, so that rows can be
+		// taken four at a time.
+		for jj := 0; jj < cn; jj++ {
+			pos := j0 + jj
+			o[jj] = int(s.Blocks[pos/bs])*bs*w + (pos%bs)*w + off
+		}
+		for jj := cn; jj < cn+3; jj++ {
+			o[jj] = o[cn-1]
+		}
+		// Scores of the chunk's positions for every head of the group, four keys at a time.
+		for g := 0; g < group; g++ {
+			qg := q[g*hd : (g+1)*hd]
+			ss := sc.s[g*sStride : g*sStride+attnChunk+3]
+			for jj := 0; jj < cn; jj += 4 {
+				var s0, s1, s2, s3 float32
+				if f16 {
+					s0, s1, s2, s3 = dot4F16(qg, k16[o[jj]:o[jj]+hd], k16[o[jj+1]:o[jj+1]+hd], k16[o[jj+2]:o[jj+2]+hd], k16[o[jj+3]:o[jj+3]+hd])
+				} else {
+					s0, s1, s2, s3 = dot4(qg, k32[o[jj]:o[jj]+hd], k32[o[jj+1]:o[jj+1]+hd], k32[o[jj+2]:o[jj+2]+hd], k32[o[jj+3]:o[jj+3]+hd])
+				}
+				ss[jj], ss[jj+1], ss[jj+2], ss[jj+3] = a.Scale*s0, a.Scale*s1, a.Scale*s2, a.Scale*s3
+			}
+		}
+		// Softmax weights relative to each head's running maximum.
+		for g := 0; g < group; g++ {
+			ss := sc.s[g*sStride : g*sStride+cn]
+			m := mx[g]
+			for _, v := range ss {
+				m = max(m, v)
+			}
+			if m > mx[g] {
+				if l[g] != 0 {
+					f := expf(mx[g] - m)
+					l[g] *= f
+					scale32(acc[g*hd:(g+1)*hd], f)
+				}
+				mx[g] = m
+			}
+			sum := float32(0)
+			for jj, v := range ss {
+				e := expf(v - m)
+				ss[jj] = e
+				sum += e
+			}
+			l[g] += sum
+		}
+		// Weighted values, four rows at a time; weights past the chunk's end are zero.
+		for g := 0; g < group; g++ {
+			ss := sc.s[g*sStride : g*sStride+attnChunk+3]
+			for jj := cn; jj < cn+3; jj++ {
+				ss[jj] = 0
+			}
+			ag := acc[g*hd : (g+1)*hd]
+			for jj := 0; jj < cn; jj += 4 {
+				if f16 {
+					axpy4F16(ag, ss[jj], ss[jj+1], ss[jj+2], ss[jj+3], v16[o[jj]:o[jj]+hd], v16[o[jj+1]:o[jj+1]+hd], v16[o[jj+2]:o[jj+2]+hd], v16[o[jj+3]:o[jj+3]+hd])
+				} else {
+					axpy4(ag, ss[jj], ss[jj+1], ss[jj+2], ss[jj+3], v32[o[jj]:o[jj]+hd], v32[o[jj+1]:o[jj+1]+hd], v32[o[jj+2]:o[jj+2]+hd], v32[o[jj+3]:o[jj+3]+hd])
+				}
+			}
+		}
+	}
+	out := j.dst[i*qw+kh*group*hd : i*qw+(kh+1)*group*hd]
+	for g := 0; g < group; g++ {
+		inv := 1 / l[g]
+		for d, v := range acc[g*hd : (g+1)*hd] {
+			out[g*hd+d] = v * inv
+		}
+	}
+}
+
+// Attention: dst[i, h] = softmax_j(Scale·q[i,h]·K[j,h']) · V[j,h'] over positions 0..p of token
+// i's sequence.
+func (be *Backend) Attention(dst, q backend.Tensor, kv backend.KV, layer int, a backend.Attn, b *backend.Batch) error {
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	be.xqFrom = nil // writes activations
+	c, err := be.getKV("Attention", kv, layer)
+	if err != nil {
+		return err
+	}
+	qt, err := be.getF32("Attention", "q", q)
+	if err != nil {
+		return err
+	}
+	if b == nil {
+		return fmt.Errorf("purego: Attention: nil batch")
+	}
+	if a.NHead <= 0 || a.NKVHead <= 0 || a.HeadDim <= 0 || a.NHead%a.NKVHead != 0 || a.NKVHead*a.HeadDim != c.cfg.Width {
+		return fmt.Errorf("purego: Attention: %d heads over %d kv heads of %d do not fit a cache of width %d",
+			a.NHead, a.NKVHead, a.HeadDim, c.cfg.Width)
+	}
+	n, qw := len(b.Pos), a.NHead*a.HeadDim
+	if qt.rows != n || qt.cols != qw {
+		return fmt.Errorf("purego: Attention: q is %v, want [%d, %d]", qt, n, qw)
+	}
+	d, err := be.getOut("Attention", dst, n, qw)
+	if err != nil {
+		return err
+	}
+	if overlap(d.f32, qt.f32) {
+		return fmt.Errorf("purego: Attention: dst overlaps q")
+	}
+	// Every token belongs to exactly one sequence whose blocks hold its positions.
+	be.tok = grow(be.tok, n)
+	for i := range be.tok {
+		be.tok[i] = -1
+	}
+	bs, nBlocks := c.cfg.BlockSize, c.cfg.Slots/c.cfg.BlockSize
+	for si, s := range b.Seqs {
+		if s.Start < 0 || s.Count < 0 || s.Start > n-s.Count || s.CtxLen < s.Count || s.CtxLen > len(s.Blocks)*bs {
+			return fmt.Errorf("purego: Attention: sequence %d (tokens %d+%d, %d positions, %d blocks of %d) does not fit a batch of %d",
+				si, s.Start, s.Count, s.CtxLen, len(s.Blocks), bs, n)
+		}
+		for bi, blk := range s.Blocks[:(s.CtxLen+bs-1)/bs] {
+			if blk < 0 || int(blk) >= nBlocks {
+				return fmt.Errorf("purego: Attention: sequence %d: block %d is %d, outside the cache's %d blocks", si, bi, blk, nBlocks)
+			}
+		}
+		for i := s.Start; i < s.Start+s.Count; i++ {
+			if be.tok[i] >= 0 {
+				return fmt.Errorf("purego: Attention: token %d is in sequences %d and %d", i, be.tok[i], si)
+			}
+			be.tok[i] = int32(si)
+		}
+	}
+	for i, s := range be.tok {
+		if s < 0 {
+			return fmt.Errorf("purego: Attention: token %d is in no sequence", i)
+		}
+	}
+
+	j := &be.at
+	group := a.NHead / a.NKVHead
+	threads := be.pool.threads
+	if len(j.scratch) < threads {
+		j.scratch = make([]attnScratch, threads)
+	}
+	for t := range j.scratch[:threads] {
+		sc := &j.scratch[t]
+		sc.s = grow(sc.s, group*sStride)
+		sc.acc = grow(sc.acc, group*a.HeadDim)
+		sc.m = grow(sc.m, group)
+		sc.l = grow(sc.l, group)
+		sc.off = grow(sc.off, attnChunk+3)
+	}
+	j.c, j.layer, j.a, j.b, j.tok, j.q, j.dst = c, layer, a, b, be.tok, qt.f32, d.f32
+	be.pool.do(j, n*a.NKVHead)
+	j.c, j.b, j.tok, j.q, j.dst = nil, nil, nil, nil, nil
+	return nil
+}

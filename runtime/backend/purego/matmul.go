@@ -1,0 +1,224 @@
+package purego
+
+import (
+	"fmt"
+
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/quant"
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+// getWeight returns x as a live tensor of be that MatMul and GetRows can read rows of.
+func (be *Backend) getWeight(op string, x backend.Tensor) (*tens, error) {
+	t, err := be.get(op, "weights", x)
+	if err != nil {
+		return nil, err
+	}
+	if t.data == nil && t.rows > 0 {
+		return nil, fmt.Errorf("purego: %s: %v weights made by Alloc on a big-endian platform: %w", op, t, backend.ErrUnsupported)
+	}
+	return t, nil
+}
+
+// Work sizes below which an operation runs on the calling goroutine alone: waking workers
+// costs a few microseconds.
+const (
+	minParallelMACs  = 1 << 15 // multiply-adds of a MatMul
+	minParallelElems = 1 << 16 // elements converted or copied
+)
+
+// xTile is the number of activation rows dotted with each weight row while it is in L1 cache.
+const xTile = 4
+
+// matmulJob computes dst [n, m] = x [n, k] · w [m, k]ᵀ by tiles of w's rows.
+type matmulJob struct {
+	dot  func(n int, w, x []byte) float32
+	k    int
+	w    []byte // [m, wRow]
+	wRow int
+	x    []byte // [n, xRow], converted activations
+	xRow int
+	dst  []float32 // [n, m]
+	n, m int
+	tile int // rows of w per unit
+}
+
+func (j *matmulJob) unit(_, t int) {
+	r0 := t * j.tile
+	r1 := min(r0+j.tile, j.m)
+	if j.n == 1 {
+		x, dst := j.x[:j.xRow], j.dst[:j.m]
+		for r := r0; r < r1; r++ {
+			dst[r] = j.dot(j.k, j.w[r*j.wRow:(r+1)*j.wRow], x)
+		}
+		return
+	}
+	for i0 := 0; i0 < j.n; i0 += xTile {
+		i1 := min(i0+xTile, j.n)
+		for r := r0; r < r1; r++ {
+			wr := j.w[r*j.wRow : (r+1)*j.wRow]
+			for i := i0; i < i1; i++ {
+				j.dst[i*j.m+r] = j.dot(j.k, wr, j.x[i*j.xRow:(i+1)*j.xRow])
+			}
+		}
+	}
+}
+
+// convertJob converts rows of F32 activations to a dot-product type, by chunks of rows.
+type convertJob struct {
+	dt    tensor.DType
+	src   []float32 // [n, cols]
+	cols  int
+	dst   []byte // [n, dRow]
+	dRow  int
+	n     int
+	chunk int
+}
+
+func (j *convertJob) unit(_, c int) {
+	for r := c * j.chunk; r < min((c+1)*j.chunk, j.n); r++ {
+		// Lengths were checked by the caller; Quantize cannot fail here.
+		_ = quant.Quantize(j.dt, j.src[r*j.cols:(r+1)*j.cols], j.dst[r*j.dRow:(r+1)*j.dRow])
+	}
+}
+
+// convert converts n rows of cols activations in src to dt rows of dRow bytes in dst.
+func (be *Backend) convert(dt tensor.DType, src []float32, cols int, dst []byte, dRow, n int) {
+	cv := &be.cv
+	cv.dt, cv.src, cv.cols, cv.dst, cv.dRow, cv.n = dt, src, cols, dst, dRow, n
+	cv.chunk = max(1, minParallelElems/(4*cols))
+	if n*cols < minParallelElems {
+		cv.chunk = n
+	}
+	be.pool.do(cv, (n+cv.chunk-1)/cv.chunk)
+	cv.src, cv.dst = nil, nil
+}
+
+// MatMul: dst [n, m] = x [n, k] · w [m, k]ᵀ, each row of x converted to w's dot-product type.
+func (be *Backend) MatMul(dst, x, w backend.Tensor) error {
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	xt, err := be.getF32("MatMul", "x", x)
+	if err != nil {
+		return err
+	}
+	wt, err := be.getWeight("MatMul", w)
+	if err != nil {
+		return err
+	}
+	if wt.kernErr != nil {
+		return fmt.Errorf("purego: MatMul: %v weights: %v: %w", wt.dt, wt.kernErr, backend.ErrUnsupported)
+	}
+	if xt.cols != wt.cols {
+		return fmt.Errorf("purego: MatMul: x %v and w %v differ in columns", xt, wt)
+	}
+	d, err := be.getOut("MatMul", dst, xt.rows, wt.rows)
+	if err != nil {
+		return err
+	}
+	n, m, k := xt.rows, wt.rows, wt.cols
+	if n == 0 || m == 0 {
+		return nil
+	}
+	if k == 0 {
+		clear(d.f32)
+		return nil
+	}
+
+	// Activations: F32 weights read x in place unless dst overlaps it; everything else reads a
+	// converted copy.
+	var xb []byte
+	xRow := wt.vecRow
+	if wt.kern.VecType == tensor.F32 && xt.data != nil && !overlap(xt.f32, d.f32) {
+		xb = xt.data
+	} else {
+		xb = be.xq[:min(len(be.xq), n*xRow)]
+		if !same(be.xqFrom, xt.f32) || be.xqType != wt.kern.VecType {
+			be.xq = grow(be.xq, n*xRow)
+			xb = be.xq
+			be.convert(wt.kern.VecType, xt.f32, k, xb, xRow, n)
+			be.xqFrom, be.xqType = xt.f32, wt.kern.VecType
+		}
+	}
+	if overlap(be.xqFrom, d.f32) {
+		be.xqFrom = nil
+	}
+
+	j := &be.mm
+	j.dot, j.k, j.w, j.wRow, j.x, j.xRow, j.dst, j.n, j.m = wt.kern.Dot, k, wt.data, wt.rowBytes, xb, xRow, d.f32, n, m
+	// Tiles: enough of them for the workers to balance (4 per thread), none so large that a
+	// tile's weights fall out of L2 (256 KiB) while the activation rows pass over them.
+	threads := be.pool.threads
+	j.tile = max(1, min((m+4*threads-1)/(4*threads), (256<<10)/max(1, wt.rowBytes)))
+	if n*m*k < minParallelMACs {
+		j.tile = m
+	}
+	be.pool.do(j, (m+j.tile-1)/j.tile)
+	j.dot, j.w, j.x, j.dst = nil, nil, nil, nil
+	return nil
+}
+
+// getRowsJob dequantises rows of a table, by chunks of ids.
+type getRowsJob struct {
+	dt    tensor.DType
+	table []byte // [rows, rowB]
+	rowB  int
+	ids   []int32
+	dst   []float32 // [len(ids), cols]
+	cols  int
+	chunk int
+}
+
+func (j *getRowsJob) unit(_, c int) {
+	for i := c * j.chunk; i < min((c+1)*j.chunk, len(j.ids)); i++ {
+		id := int(j.ids[i])
+		// Ids and lengths were checked by the caller; Dequantize cannot fail here.
+		_ = quant.Dequantize(j.dt, j.table[id*j.rowB:(id+1)*j.rowB], j.dst[i*j.cols:(i+1)*j.cols])
+	}
+}
+
+// GetRows: dst[i,:] = float32(table[ids[i],:]).
+func (be *Backend) GetRows(dst, table backend.Tensor, ids []int32) error {
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	be.xqFrom = nil // writes activations
+	t, err := be.get("GetRows", "table", table)
+	if err != nil {
+		return err
+	}
+	d, err := be.getOut("GetRows", dst, len(ids), t.cols)
+	if err != nil {
+		return err
+	}
+	for i, id := range ids {
+		if id < 0 || int(id) >= t.rows {
+			return fmt.Errorf("purego: GetRows: ids[%d] = %d is outside the table's %d rows", i, id, t.rows)
+		}
+	}
+	if t.dt == tensor.F32 {
+		// Exact copies; also the path for activation tables on big-endian platforms.
+		for i, id := range ids {
+			src := t.f32[int(id)*t.cols : int(id+1)*t.cols]
+			dr := d.f32[i*t.cols : (i+1)*t.cols]
+			if !same(src, dr) {
+				copy(dr, src)
+			}
+		}
+		return nil
+	}
+	if t.data == nil {
+		return fmt.Errorf("purego: GetRows: %v table without bytes: %w", t, backend.ErrUnsupported)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if err := quant.Dequantize(t.dt, t.data[int(ids[0])*t.rowBytes:int(ids[0]+1)*t.rowBytes], d.f32[:t.cols]); err != nil {
+		return fmt.Errorf("purego: GetRows: %v: %w", err, backend.ErrUnsupported)
+	}
+	j := &be.gr
+	j.dt, j.table, j.rowB, j.ids, j.dst, j.cols = t.dt, t.data, t.rowBytes, ids, d.f32, t.cols
+	j.chunk = max(1, minParallelElems/max(1, t.cols))
+	be.pool.do(j, (len(ids)+j.chunk-1)/j.chunk)
+	j.table, j.ids, j.dst = nil, nil, nil
+	return nil
+}

@@ -1,0 +1,211 @@
+package purego
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/parleyhq/parley/runtime/backend"
+)
+
+// AddRows: dst[i,:] = a[i,:] + b[i,:], or + b[0,:] when b has one row.
+func (be *Backend) AddRows(dst, a, b backend.Tensor) error {
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	be.xqFrom = nil // writes activations
+	at, err := be.getF32("AddRows", "a", a)
+	if err != nil {
+		return err
+	}
+	bt, err := be.getF32("AddRows", "b", b)
+	if err != nil {
+		return err
+	}
+	if bt.cols != at.cols || (bt.rows != at.rows && bt.rows != 1) {
+		return fmt.Errorf("purego: AddRows: b %v does not match a %v (same shape or one row)", bt, at)
+	}
+	d, err := be.getOut("AddRows", dst, at.rows, at.cols)
+	if err != nil {
+		return err
+	}
+	c := at.cols
+	for i := 0; i < at.rows; i++ {
+		ar, dr := at.f32[i*c:(i+1)*c], d.f32[i*c:(i+1)*c]
+		br := bt.f32[:c]
+		if bt.rows != 1 {
+			br = bt.f32[i*c : (i+1)*c]
+		}
+		for e := range dr {
+			dr[e] = ar[e] + br[e]
+		}
+	}
+	return nil
+}
+
+// RMSNorm: dst[i,:] = x[i,:] / sqrt(mean(x[i,:]²) + eps) * w[0,:]. The sum of squares is taken in
+// float64.
+func (be *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) error {
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	be.xqFrom = nil // writes activations
+	xt, err := be.getF32("RMSNorm", "x", x)
+	if err != nil {
+		return err
+	}
+	wt, err := be.getF32("RMSNorm", "w", w)
+	if err != nil {
+		return err
+	}
+	if wt.rows != 1 || wt.cols != xt.cols {
+		return fmt.Errorf("purego: RMSNorm: w is %v, want [1, %d]", wt, xt.cols)
+	}
+	d, err := be.getOut("RMSNorm", dst, xt.rows, xt.cols)
+	if err != nil {
+		return err
+	}
+	c := xt.cols
+	if c == 0 {
+		return nil
+	}
+	wr := wt.f32[:c]
+	for i := 0; i < xt.rows; i++ {
+		xr, dr := xt.f32[i*c:(i+1)*c], d.f32[i*c:(i+1)*c]
+		var s0, s1, s2, s3 float64
+		e := 0
+		for ; e+4 <= c; e += 4 {
+			v := xr[e : e+4 : e+4]
+			a, b, cc, dd := float64(v[0]), float64(v[1]), float64(v[2]), float64(v[3])
+			s0 += a * a
+			s1 += b * b
+			s2 += cc * cc
+			s3 += dd * dd
+		}
+		for ; e < c; e++ {
+			a := float64(xr[e])
+			s0 += a * a
+		}
+		s := float32(1 / math.Sqrt((s0+s1+s2+s3)/float64(c)+float64(eps)))
+		for e := range dr {
+			dr[e] = xr[e] * s * wr[e]
+		}
+	}
+	return nil
+}
+
+// SwiGLU: dst = gate/(1+exp(-gate)) * up.
+func (be *Backend) SwiGLU(dst, gate, up backend.Tensor) error {
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	be.xqFrom = nil // writes activations
+	gt, err := be.getF32("SwiGLU", "gate", gate)
+	if err != nil {
+		return err
+	}
+	ut, err := be.getF32("SwiGLU", "up", up)
+	if err != nil {
+		return err
+	}
+	if ut.rows != gt.rows || ut.cols != gt.cols {
+		return fmt.Errorf("purego: SwiGLU: up %v does not match gate %v", ut, gt)
+	}
+	d, err := be.getOut("SwiGLU", dst, gt.rows, gt.cols)
+	if err != nil {
+		return err
+	}
+	g, u, o := gt.f32, ut.f32[:len(gt.f32)], d.f32[:len(gt.f32)]
+	for i, v := range g {
+		o[i] = v / (1 + expf(-v)) * u[i]
+	}
+	return nil
+}
+
+// Rope rotates x [n, nHead*r.HeadDim] in place. Angles are computed in float64.
+func (be *Backend) Rope(x backend.Tensor, nHead int, r backend.RoPE, b *backend.Batch) error {
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	be.xqFrom = nil // writes activations
+	xt, err := be.getF32("Rope", "x", x)
+	if err != nil {
+		return err
+	}
+	switch {
+	case xt.readOnly:
+		return fmt.Errorf("purego: Rope: x is loaded (read-only) memory")
+	case b == nil:
+		return fmt.Errorf("purego: Rope: nil batch")
+	case r.Mode != backend.RoPENormal && r.Mode != backend.RoPENeoX:
+		return fmt.Errorf("purego: Rope: unknown mode %d", r.Mode)
+	case nHead <= 0 || r.HeadDim <= 0 || r.Dims <= 0 || r.Dims%2 != 0 || r.Dims > r.HeadDim:
+		return fmt.Errorf("purego: Rope: %d heads of %d with %d rotated dims (need an even count up to HeadDim)", nHead, r.HeadDim, r.Dims)
+	case !(r.Base > 0):
+		return fmt.Errorf("purego: Rope: base %v", r.Base)
+	case xt.cols != nHead*r.HeadDim:
+		return fmt.Errorf("purego: Rope: x is %v, want %d heads of %d", xt, nHead, r.HeadDim)
+	case len(b.Pos) != xt.rows:
+		return fmt.Errorf("purego: Rope: %d positions for %d rows", len(b.Pos), xt.rows)
+	}
+	half, hd := r.Dims/2, r.HeadDim
+	if be.ropeBase != r.Base || be.ropeDims != r.Dims {
+		be.inv = grow(be.inv, half)
+		for i := range be.inv {
+			be.inv[i] = math.Pow(float64(r.Base), -2*float64(i)/float64(r.Dims))
+		}
+		be.ropeBase, be.ropeDims = r.Base, r.Dims
+	}
+	be.rope = grow(be.rope, 2*half)
+	cs := be.rope
+	for i, pos := range b.Pos {
+		p := float64(pos) * float64(r.FreqScale)
+		for k, f := range be.inv[:half] {
+			s, c := math.Sincos(p * f)
+			cs[2*k], cs[2*k+1] = c, s
+		}
+		row := xt.f32[i*xt.cols : (i+1)*xt.cols]
+		for h := 0; h < nHead; h++ {
+			hx := row[h*hd : (h+1)*hd]
+			if r.Mode == backend.RoPENormal {
+				for k := 0; k < half; k++ {
+					c, s := cs[2*k], cs[2*k+1]
+					x0, x1 := float64(hx[2*k]), float64(hx[2*k+1])
+					hx[2*k] = float32(x0*c - x1*s)
+					hx[2*k+1] = float32(x0*s + x1*c)
+				}
+			} else {
+				lo, hi := hx[:half], hx[half:2*half]
+				for k := range lo {
+					c, s := cs[2*k], cs[2*k+1]
+					x0, x1 := float64(lo[k]), float64(hi[k])
+					lo[k] = float32(x0*c - x1*s)
+					hi[k] = float32(x0*s + x1*c)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// expf returns e^x within a few float32 ulp: 0 where the result would be below the smallest
+// normal float32, +Inf above the largest.
+func expf(x float32) float32 {
+	const (
+		log2e = 1.44269504088896341
+		ln2hi = 0.693359375
+		ln2lo = -2.12194440e-4
+		round = 12582912 // 1.5·2^23: adding it rounds to an integer
+	)
+	if x < -87.33654 {
+		return 0
+	}
+	if x > 88.72283 {
+		return float32(math.Inf(1))
+	}
+	kf := x*log2e + round
+	kf -= round
+	r := x - kf*ln2hi - kf*ln2lo
+	// e^r on |r| <= ln2/2 by its Taylor polynomial of degree 7 (truncation below 6e-9).
+	p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720+r*(1.0/5040)))))))
+	k := int32(kf)
+	if k > 127 {
+		return p * 2 * math.Float32frombits(uint32(127+127)<<23)
+	}
+	return p * math.Float32frombits(uint32(k+127)<<23)
+}

@@ -1,0 +1,373 @@
+// Package purego is the pure-Go backend (registered as "go"): it computes on the host without
+// cgo, so it is built everywhere, including nocgo builds. Weights are used in place (Load keeps
+// the caller's bytes), activations are float32 slices, and the heavy operations (MatMul, GetRows,
+// Attention) are split across a persistent pool of worker goroutines sized by Options.Threads,
+// without allocating per operation.
+//
+// Products with weights use the dot-product kernels of package quant: each row of activations is
+// converted once to the weight type's dot-product type (quant.KernelFor), then dotted with every
+// weight row, four activation rows per weight row while it is in cache. Attention walks each
+// sequence's block table with a running (online) softmax over F32 or F16 caches; its inner loops
+// are assembly on amd64 CPUs with AVX2, FMA and F16C (build tag noasm turns that off) and Go
+// elsewhere.
+//
+// Operations run synchronously; a Backend may be used from several goroutines (its operations
+// are serialised).
+package purego
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/quant"
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+func init() { backend.Register("go", 1, New) }
+
+// littleEndian reports whether float32 slices can be viewed as the little-endian bytes that
+// quant's kernels read.
+var littleEndian = func() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
+
+// maxElems bounds the elements of one tensor so that byte sizes (at most 4 bytes an element)
+// fit an int.
+const maxElems = math.MaxInt / 8
+
+// Backend is the pure-Go backend. Its zero value is not usable; call New.
+type Backend struct {
+	mu     sync.Mutex
+	closed bool
+	pool   *pool
+
+	mm matmulJob
+	cv convertJob
+	gr getRowsJob
+	at attnJob
+	xq []byte // converted activations [n, VecType row]
+	// xqFrom and xqType say which activations xq holds, converted to which type, so that the
+	// products of one input with several matrices (q, k, v; gate, up) convert it once. Every
+	// operation that writes activations forgets them.
+	xqFrom []float32
+	xqType tensor.DType
+	tok    []int32   // [n] sequence index of each token of an attention batch
+	rope   []float64 // [Dims] cos and sin of each pair's angle for one token
+	inv    []float64 // [Dims/2] Base^(-2i/Dims) for ropeBase, ropeDims
+	// ropeBase and ropeDims say which RoPE inv was computed for.
+	ropeBase float32
+	ropeDims int
+}
+
+// New starts a backend with opts.Threads workers (0: one per CPU).
+func New(opts backend.Options) (backend.Backend, error) {
+	n := opts.Threads
+	if n < 0 {
+		return nil, fmt.Errorf("purego: %d threads", n)
+	}
+	if n == 0 {
+		n = runtime.NumCPU()
+	}
+	return &Backend{pool: newPool(n)}, nil
+}
+
+// Name returns "go".
+func (be *Backend) Name() string { return "go" }
+
+// Close stops the workers. Tensors made by be must not be used afterwards.
+func (be *Backend) Close() error {
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	if !be.closed {
+		be.closed = true
+		be.pool.stop()
+	}
+	return nil
+}
+
+// tens is a tensor of this backend. F32 tensors hold their elements in f32 (a view of the
+// caller's bytes for loaded ones where the platform allows); every tensor that can be a weight
+// holds its rows in data, rowBytes each.
+type tens struct {
+	be         *Backend
+	dt         tensor.DType
+	rows, cols int
+	rowBytes   int
+	data       []byte    // [rows*rowBytes]; nil for F32 tensors on big-endian platforms
+	f32        []float32 // [rows*cols] for F32 tensors
+	readOnly   bool      // loaded: the memory is the caller's
+	parent     *tens     // for views: the tensor whose memory this shares
+	closed     bool
+
+	kern    quant.Kernel // dot product with weights of dt; kernErr when there is none
+	kernErr error
+	vecRow  int // bytes of one activation row converted to kern.VecType
+}
+
+func (t *tens) DType() tensor.DType { return t.dt }
+func (t *tens) Rows() int           { return t.rows }
+func (t *tens) Cols() int           { return t.cols }
+
+// Close releases the tensor (a view releases nothing of its parent). Closing twice is a no-op.
+func (t *tens) Close() error {
+	t.be.mu.Lock()
+	defer t.be.mu.Unlock()
+	t.closed = true
+	t.data, t.f32 = nil, nil
+	return nil
+}
+
+// live reports whether t and every tensor it is a view of are open.
+func (t *tens) live() bool {
+	for p := t; p != nil; p = p.parent {
+		if p.closed {
+			return false
+		}
+	}
+	return true
+}
+
+func (t *tens) String() string { return fmt.Sprintf("%v [%d, %d]", t.dt, t.rows, t.cols) }
+
+var errClosed = errors.New("purego: backend closed")
+
+// get returns x as a live tensor of be.
+func (be *Backend) get(op, name string, x backend.Tensor) (*tens, error) {
+	t, ok := x.(*tens)
+	switch {
+	case be.closed:
+		return nil, errClosed
+	case !ok || t == nil:
+		return nil, fmt.Errorf("purego: %s: %s (%T) was not made by this backend", op, name, x)
+	case t.be != be:
+		return nil, fmt.Errorf("purego: %s: %s was made by another backend", op, name)
+	case !t.live():
+		return nil, fmt.Errorf("purego: %s: %s is closed", op, name)
+	}
+	return t, nil
+}
+
+// getF32 returns x as a live F32 tensor of be.
+func (be *Backend) getF32(op, name string, x backend.Tensor) (*tens, error) {
+	t, err := be.get(op, name, x)
+	if err != nil {
+		return nil, err
+	}
+	if t.dt != tensor.F32 {
+		return nil, fmt.Errorf("purego: %s: %s is %v, want F32", op, name, t)
+	}
+	return t, nil
+}
+
+// getOut returns x as a live, writable F32 tensor of be of rows×cols.
+func (be *Backend) getOut(op string, x backend.Tensor, rows, cols int) (*tens, error) {
+	t, err := be.getF32(op, "dst", x)
+	if err != nil {
+		return nil, err
+	}
+	if t.readOnly {
+		return nil, fmt.Errorf("purego: %s: dst is loaded (read-only) memory", op)
+	}
+	if t.rows != rows || t.cols != cols {
+		return nil, fmt.Errorf("purego: %s: dst is %v, want [%d, %d]", op, t, rows, cols)
+	}
+	return t, nil
+}
+
+// checkSize validates rows and cols and returns dt.RowSize(cols).
+func checkSize(op string, dt tensor.DType, rows, cols int) (int, error) {
+	if rows < 0 || cols < 0 {
+		return 0, fmt.Errorf("purego: %s: negative shape [%d, %d]", op, rows, cols)
+	}
+	if cols > 0 && rows > maxElems/cols {
+		return 0, fmt.Errorf("purego: %s: [%d, %d] is too large", op, rows, cols)
+	}
+	rs, err := dt.RowSize(int64(cols))
+	if err != nil {
+		return 0, fmt.Errorf("purego: %s: %w", op, err)
+	}
+	return int(rs), nil
+}
+
+// f32View returns the float32 elements stored little-endian in b, without copying where the
+// platform allows (little-endian, 4-byte aligned), else decoded into a new slice.
+func f32View(b []byte) []float32 {
+	n := len(b) / 4
+	if n == 0 {
+		return []float32{}
+	}
+	if littleEndian && uintptr(unsafe.Pointer(&b[0]))%4 == 0 {
+		return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n)
+	}
+	f := make([]float32, n)
+	_ = quant.Dequantize(tensor.F32, b[:4*n], f)
+	return f
+}
+
+// byteView returns the bytes of f on little-endian platforms, nil elsewhere.
+func byteView(f []float32) []byte {
+	if !littleEndian {
+		return nil
+	}
+	if len(f) == 0 {
+		return []byte{}
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), 4*len(f))
+}
+
+// setKernel resolves t's dot-product kernel.
+func (t *tens) setKernel() {
+	t.kern, t.kernErr = quant.KernelFor(t.dt)
+	if t.kernErr == nil {
+		vr, err := t.kern.VecType.RowSize(int64(t.cols))
+		t.vecRow, t.kernErr = int(vr), err
+	}
+}
+
+// Load makes a tensor of data, which it keeps and never writes.
+func (be *Backend) Load(dt tensor.DType, rows, cols int, data []byte) (backend.Tensor, error) {
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	if be.closed {
+		return nil, errClosed
+	}
+	if !dt.Supported() {
+		return nil, fmt.Errorf("purego: Load: dtype %v: %w", dt, backend.ErrUnsupported)
+	}
+	rs, err := checkSize("Load", dt, rows, cols)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) != rows*rs {
+		return nil, fmt.Errorf("purego: Load: %v [%d, %d] needs %d bytes, got %d", dt, rows, cols, rows*rs, len(data))
+	}
+	t := &tens{be: be, dt: dt, rows: rows, cols: cols, rowBytes: rs, data: data, readOnly: true}
+	if dt == tensor.F32 {
+		t.f32 = f32View(data)
+	}
+	t.setKernel()
+	return t, nil
+}
+
+// Alloc makes a zeroed F32 or F16 tensor.
+func (be *Backend) Alloc(dt tensor.DType, rows, cols int) (backend.Tensor, error) {
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	if be.closed {
+		return nil, errClosed
+	}
+	if dt != tensor.F32 && dt != tensor.F16 {
+		return nil, fmt.Errorf("purego: Alloc: dtype %v: activations are F32 or F16", dt)
+	}
+	rs, err := checkSize("Alloc", dt, rows, cols)
+	if err != nil {
+		return nil, err
+	}
+	t := &tens{be: be, dt: dt, rows: rows, cols: cols, rowBytes: rs}
+	if dt == tensor.F32 {
+		t.f32 = make([]float32, rows*cols)
+		t.data = byteView(t.f32)
+	} else {
+		t.data = make([]byte, rows*rs)
+	}
+	t.setKernel()
+	return t, nil
+}
+
+// View returns rows row0..row0+rows-1 of x, sharing its memory.
+func (be *Backend) View(x backend.Tensor, row0, rows int) (backend.Tensor, error) {
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	t, err := be.get("View", "t", x)
+	if err != nil {
+		return nil, err
+	}
+	if row0 < 0 || rows < 0 || row0 > t.rows-rows {
+		return nil, fmt.Errorf("purego: View: rows %d..%d of %v", row0, row0+rows-1, t)
+	}
+	v := &tens{be: be, dt: t.dt, rows: rows, cols: t.cols, rowBytes: t.rowBytes, readOnly: t.readOnly, parent: t,
+		kern: t.kern, kernErr: t.kernErr, vecRow: t.vecRow}
+	if t.data != nil {
+		v.data = t.data[row0*t.rowBytes : (row0+rows)*t.rowBytes]
+	}
+	if t.f32 != nil {
+		v.f32 = t.f32[row0*t.cols : (row0+rows)*t.cols]
+	}
+	return v, nil
+}
+
+// rowRange checks that src or dst of len n covers whole rows from row0 within t.
+func rowRange(op string, t *tens, row0, n int) error {
+	if t.cols == 0 {
+		if n != 0 || row0 < 0 || row0 > t.rows {
+			return fmt.Errorf("purego: %s: %d values at row %d of %v", op, n, row0, t)
+		}
+		return nil
+	}
+	if row0 < 0 || n%t.cols != 0 || row0 > t.rows-n/t.cols {
+		return fmt.Errorf("purego: %s: %d values at row %d of %v (whole rows within the tensor)", op, n, row0, t)
+	}
+	return nil
+}
+
+// Write copies src into rows row0.. of an F32 tensor.
+func (be *Backend) Write(dst backend.Tensor, row0 int, src []float32) error {
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	t, err := be.getF32("Write", "dst", dst)
+	if err != nil {
+		return err
+	}
+	if t.readOnly {
+		return fmt.Errorf("purego: Write: %v is loaded (read-only) memory", t)
+	}
+	if err := rowRange("Write", t, row0, len(src)); err != nil {
+		return err
+	}
+	be.xqFrom = nil
+	copy(t.f32[row0*t.cols:], src)
+	return nil
+}
+
+// Read copies rows row0.. of an F32 tensor into dst.
+func (be *Backend) Read(src backend.Tensor, row0 int, dst []float32) error {
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	t, err := be.getF32("Read", "src", src)
+	if err != nil {
+		return err
+	}
+	if err := rowRange("Read", t, row0, len(dst)); err != nil {
+		return err
+	}
+	copy(dst, t.f32[row0*t.cols:])
+	return nil
+}
+
+// overlap reports whether a and b share memory.
+func overlap(a, b []float32) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	a0, b0 := uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&b[0]))
+	return a0 < b0+4*uintptr(len(b)) && b0 < a0+4*uintptr(len(a))
+}
+
+// same reports whether a and b are the same elements.
+func same(a, b []float32) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// grow returns b with length n, reallocating only when its capacity is short.
+func grow[T any](b []T, n int) []T {
+	if cap(b) < n {
+		return make([]T, n, n+n/4)
+	}
+	return b[:n]
+}

@@ -1,0 +1,39 @@
+package purego
+
+import (
+	"testing"
+
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/backend/backendtest"
+)
+
+func TestConformance(t *testing.T) {
+	// One worker exercises the serial paths; three (more than this machine may have cores)
+	// exercise the splitting of work among goroutines.
+	for _, threads := range []int{1, 3} {
+		t.Run(map[int]string{1: "Threads1", 3: "Threads3"}[threads], func(t *testing.T) {
+			backendtest.Run(t, func() (backend.Backend, error) { return New(backend.Options{Threads: threads}) })
+		})
+	}
+}
+
+func TestRegistered(t *testing.T) {
+	b, _, err := backend.New("go", backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if b.Name() != "go" {
+		t.Fatalf("Name() = %q", b.Name())
+	}
+}
+
+func BenchmarkBackend(b *testing.B) {
+	backendtest.Bench(b, func() (backend.Backend, error) { return New(backend.Options{}) })
+}
+
+// BenchmarkBackendOneThread measures the same shapes on one goroutine: the per-core cost,
+// which contention from other processes on the machine disturbs less.
+func BenchmarkBackendOneThread(b *testing.B) {
+	backendtest.Bench(b, func() (backend.Backend, error) { return New(backend.Options{Threads: 1}) })
+}

@@ -1,0 +1,100 @@
+//go:build amd64 && !noasm
+
+package purego
+
+func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
+func xgetbv0() (eax, edx uint32)
+
+//go:noescape
+func axpy4F16AVX2(y *float32, f *[4]float32, x0, x1, x2, x3 *uint16, n int)
+
+//go:noescape
+func axpy4F32AVX2(y *float32, f *[4]float32, x0, x1, x2, x3 *float32, n int)
+
+//go:noescape
+func dot4F16AVX2(q *float32, k0, k1, k2, k3 *uint16, n int, out *[4]float32)
+
+//go:noescape
+func dot4F32AVX2(q *float32, k0, k1, k2, k3 *float32, n int, out *[4]float32)
+
+// hasAVX2 reports AVX2, FMA and F16C with the OS saving YMM state.
+func hasAVX2() bool {
+	maxLeaf, _, _, _ := cpuid(0, 0)
+	if maxLeaf < 7 {
+		return false
+	}
+	_, _, c1, _ := cpuid(1, 0)
+	const (
+		fma     = 1 << 12
+		osxsave = 1 << 27
+		avx     = 1 << 28
+		f16c    = 1 << 29
+	)
+	if c1&(fma|osxsave|avx|f16c) != fma|osxsave|avx|f16c {
+		return false
+	}
+	if xcr0, _ := xgetbv0(); xcr0&6 != 6 {
+		return false
+	}
+	_, b7, _, _ := cpuid(7, 0)
+	return b7&(1<<5) != 0
+}
+
+func init() {
+	if !hasAVX2() {
+		return
+	}
+	axpy4 = func(y []float32, a, b, c, d float32, x0, x1, x2, x3 []float32) {
+		f := [4]float32{a, b, c, d}
+		n := len(y)
+		x0, x1, x2, x3 = x0[:n], x1[:n], x2[:n], x3[:n]
+		m := n &^ 7
+		if m > 0 {
+			axpy4F32AVX2(&y[0], &f, &x0[0], &x1[0], &x2[0], &x3[0], m)
+		}
+		if m < n {
+			axpy4Go(y[m:], a, b, c, d, x0[m:], x1[m:], x2[m:], x3[m:])
+		}
+	}
+	axpy4F16 = func(y []float32, a, b, c, d float32, x0, x1, x2, x3 []uint16) {
+		f := [4]float32{a, b, c, d}
+		n := len(y)
+		x0, x1, x2, x3 = x0[:n], x1[:n], x2[:n], x3[:n]
+		m := n &^ 7
+		if m > 0 {
+			axpy4F16AVX2(&y[0], &f, &x0[0], &x1[0], &x2[0], &x3[0], m)
+		}
+		if m < n {
+			axpy4F16Go(y[m:], a, b, c, d, x0[m:], x1[m:], x2[m:], x3[m:])
+		}
+	}
+	dot4 = func(q, k0, k1, k2, k3 []float32) (s0, s1, s2, s3 float32) {
+		n := len(q)
+		k0, k1, k2, k3 = k0[:n], k1[:n], k2[:n], k3[:n]
+		m := n &^ 7
+		var out [4]float32
+		if m > 0 {
+			dot4F32AVX2(&q[0], &k0[0], &k1[0], &k2[0], &k3[0], m, &out)
+		}
+		if m < n {
+			t0, t1, t2, t3 := dot4Go(q[m:], k0[m:], k1[m:], k2[m:], k3[m:])
+			out[0], out[1], out[2], out[3] = out[0]+t0, out[1]+t1, out[2]+t2, out[3]+t3
+		}
+		return out[0], out[1], out[2], out[3]
+	}
+	dot4F16 = func(q []float32, k0, k1, k2, k3 []uint16) (s0, s1, s2, s3 float32) {
+		n := len(q)
+		k0, k1, k2, k3 = k0[:n], k1[:n], k2[:n], k3[:n]
+		m := n &^ 7
+		var out [4]float32
+		if m > 0 {
+			dot4F16AVX2(&q[0], &k0[0], &k1[0], &k2[0], &k3[0], m, &out)
+		}
+		if m < n {
+			t0, t1, t2, t3 := dot4F16Go(q[m:], k0[m:], k1[m:], k2[m:], k3[m:])
+			out[0], out[1], out[2], out[3] = out[0]+t0, out[1]+t1, out[2]+t2, out[3]+t3
+		}
+		return out[0], out[1], out[2], out[3]
+	}
+	simdKernels = "avx2"
+}
