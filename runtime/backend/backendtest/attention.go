@@ -40,64 +40,127 @@ func (m *kvModel) store(layer int, k, v []float32, slots []int32) {
 	}
 }
 
-// attend computes the reference attention of batch b's tokens for one layer, and the bound on
-// each output element. Scores are Scale·q·k over at most HeadDim float32 products and sums
-// ((HeadDim+2)·2^-24 relative to Scale·Σ|q·k|), and for an F16 cache a backend may round q to
-// F16 too, as llama.cpp does (2^-11 more); a score error e changes the softmax weights by a
-// factor within exp(±2e), which moves the output by at most expm1(2e)·max|v|. The weighted sum of
-// values adds float32 rounding of the normalisation and of ctx terms (2·(ctx+HeadDim+8)·2^-24
-// of max|v|) and of a float32 exp approximation (2^-18 of max|v|).
-func (m *kvModel) attend(layer int, q []float32, a backend.Attn, b *backend.Batch) (want, tol []float64) {
+// rounding says which F16 roundings a reference applies: of each query element before q·K, and
+// of each normalised attention weight before p·V. The contract (backend.Backend.Attention) is
+// both for an F16 cache and neither for an F32 one; the others are what a backend that skips one
+// of them computes.
+type rounding struct{ q, p bool }
+
+// contract returns the rounding backend.Backend.Attention requires for m's cache.
+func (m *kvModel) contract() rounding {
+	f16 := m.cfg.DType == tensor.F16
+	return rounding{q: f16, p: f16}
+}
+
+// expRel bounds the relative error of a float32 exp approximation.
+const expRel = 0x1p-18
+
+// attend computes the reference attention of batch b's tokens for one layer with the roundings
+// rd, in float64 (softmax included), and the bound on each output element.
+//
+// Without rounding (F32 cache): scores are Scale·q·k over at most HeadDim float32 products and
+// sums ((HeadDim+2)·2^-24 relative to Scale·Σ|q·k|); a score error e changes the softmax weights
+// by a factor within exp(±2e), which moves the output by at most expm1(2e)·max|v|. The weighted
+// sum of values adds float32 rounding of the normalisation and of ctx terms
+// (2·(ctx+HeadDim+8)·2^-24 of max|v|) and of a float32 exp approximation (2^-18 of max|v|).
+//
+// With both roundings (F16 cache, the contract): q is a float32 input, which the backend and
+// the reference round to the same F16 values, so the backend's score s'_j differs from the
+// reference's s_j only by float32 dot-product error, |s'_j - s_j| <= e_j =
+// (HeadDim+2)·2^-24·Scale·Σ|q·k_j|. Its weight p'_j (float32 exp, sum and normalisation) is
+// then within a factor exp(±d_j) of the exact p_j, where d_j = g_j + Σ_k p_k·expm1(g_k) +
+// 2·2^-18 (exp) + (ctx+4)·2^-24 (sum and normalisation) and g_j = e_j + 2^-24·(smax-s_j) adds
+// the float32 subtraction of the maximum. That error can move p'_j across an F16 rounding
+// boundary that p_j does not cross. Rounding to F16 is monotone, so the backend's rounded weight
+// lies between the roundings of p_j·(1-d) and p_j·(1+d), d = expm1(d_j): for most j both are
+// the same F16 value, which the backend's rounded weight then equals exactly; a weight that
+// close to a boundary may round the other way, by at most w_j, the distance between the two
+// roundings (one F16 ulp of p_j). The output then differs from the reference by at most
+// Σ_j w_j·|v_j| plus float32 accumulation of ctx products (exact: F16 times F16 fits float32)
+// and the final rounding, (ctx+2)·2^-24·Σ_j (r_j+w_j)·|v_j| for rounded weights r_j: float32
+// summation error, plus one F16 ulp of each weight that lies near a boundary times its value.
+// (e_j is a worst-case bound, far above typical dot-product error, so some weights of every
+// long context count as near a boundary.)
+//
+// Other roundings are only used to tell the contract's result from another's; their bound is
+// the F32 one.
+func (m *kvModel) attend(layer int, q []float32, a backend.Attn, b *backend.Batch, rd rounding) (want, tol []float64) {
 	qw, w, hd := a.NHead*a.HeadDim, m.cfg.Width, a.HeadDim
 	n := len(b.Pos)
 	want = make([]float64, n*qw)
 	tol = make([]float64, n*qw)
+	both := rd.q && rd.p
 	relQ := float64(hd+2) * u
-	if m.cfg.DType == tensor.F16 {
-		relQ += 0x1p-11
-	}
 	group := a.NHead / a.NKVHead
 	bs := m.cfg.BlockSize
+	scale := float64(a.Scale)
+	qh := make([]float64, hd)
 	for _, s := range b.Seqs {
 		for c := 0; c < s.Count; c++ {
 			i := s.Start + c
 			p := s.CtxLen - s.Count + c
+			ctx := p + 1
+			scores := make([]float64, ctx) // scores, then weights
+			errs := make([]float64, ctx)   // e_j
+			rows := make([]int, ctx)       // offset of position j's kv row, before the head's
+			for j := range rows {
+				rows[j] = (int(s.Blocks[j/bs])*bs + j%bs) * w
+			}
 			for h := 0; h < a.NHead; h++ {
 				off := (h / group) * hd
-				qh := q[i*qw+h*hd : i*qw+(h+1)*hd]
-				scores := make([]float64, p+1)
-				smax, es, vmax := math.Inf(-1), 0.0, 0.0
-				for j := 0; j <= p; j++ {
-					slot := int(s.Blocks[j/bs])*bs + j%bs
-					kj := m.k[layer][slot*w+off : slot*w+off+hd]
+				for d, v := range q[i*qw+h*hd : i*qw+(h+1)*hd] {
+					qh[d] = float64(v)
+					if rd.q {
+						qh[d] = f16Round(v)
+					}
+				}
+				smax, emax, vmax := math.Inf(-1), 0.0, 0.0
+				for j, o := range rows {
+					kj := m.k[layer][o+off : o+off+hd]
 					dot, abs := 0.0, 0.0
 					for d, qv := range qh {
-						dot += float64(qv) * kj[d]
-						abs += math.Abs(float64(qv) * kj[d])
+						dot += qv * kj[d]
+						abs += math.Abs(qv * kj[d])
 					}
-					scores[j] = float64(a.Scale) * dot
+					scores[j] = scale * dot
+					errs[j] = scale * abs * relQ
 					smax = math.Max(smax, scores[j])
-					es = math.Max(es, float64(a.Scale)*abs*relQ)
-					for _, v := range m.v[layer][slot*w+off : slot*w+off+hd] {
+					emax = math.Max(emax, errs[j])
+					for _, v := range m.v[layer][o+off : o+off+hd] {
 						vmax = math.Max(vmax, math.Abs(v))
 					}
 				}
 				sum := 0.0
 				for j := range scores {
-					scores[j] = math.Exp(scores[j] - smax)
-					sum += scores[j]
+					sum += math.Exp(scores[j] - smax)
+				}
+				ebar := 0.0
+				for j := range scores {
+					ebar += math.Exp(scores[j]-smax) / sum * math.Expm1(errs[j]+(smax-scores[j])*u)
 				}
 				out := want[i*qw+h*hd : i*qw+(h+1)*hd]
-				for j, e := range scores {
-					slot := int(s.Blocks[j/bs])*bs + j%bs
-					vj := m.v[layer][slot*w+off : slot*w+off+hd]
+				bound := tol[i*qw+h*hd : i*qw+(h+1)*hd]
+				for j, o := range rows {
+					pj := math.Exp(scores[j]-smax) / sum
+					wj := 0.0
+					if rd.p {
+						d := math.Expm1(errs[j] + (smax-scores[j])*u + ebar + 2*expRel + float64(ctx+4)*u)
+						wj = f16Round(float32(pj*(1+d))) - f16Round(float32(pj*(1-d)))
+						pj = f16Round(float32(pj))
+					}
+					vj := m.v[layer][o+off : o+off+hd]
 					for d := range out {
-						out[d] += e / sum * vj[d]
+						out[d] += pj * vj[d]
+						if both {
+							bound[d] += wj*math.Abs(vj[d]) + float64(ctx+2)*u*(pj+wj)*math.Abs(vj[d])
+						}
 					}
 				}
-				bound := (math.Expm1(2*es) + 2*float64(p+hd+8)*u + 0x1p-18) * vmax
-				for d := 0; d < hd; d++ {
-					tol[i*qw+h*hd+d] = bound
+				if !both {
+					f32 := (math.Expm1(2*emax) + 2*float64(p+hd+8)*u + expRel) * vmax
+					for d := range bound {
+						bound[d] = f32
+					}
 				}
 			}
 		}
@@ -175,7 +238,7 @@ func attnScenario(t *testing.T, b backend.Backend, name string, cfg backend.KVCo
 			}
 			dst, g := output(t, b, n, qw)
 			must(t, b.Attention(dst, q, kv, layer, a, bt), "Attention %s", what)
-			want, tol := model.attend(layer, qv, a, bt)
+			want, tol := model.attend(layer, qv, a, bt, model.contract())
 			compare(t, "Attention "+what, qw, read(t, b, dst), want, func(i int) float64 { return tol[i] })
 			g.check(t)
 			for _, x := range []backend.Tensor{kt, vt, q, dst} {
@@ -216,6 +279,9 @@ func testAttention(t *testing.T, b backend.Backend, _ func() (backend.Backend, e
 				attnScenario(t, b, name, cfg, a, 4, short)
 			})
 		}
+		if dt == tensor.F16 {
+			t.Run("F16/Rounding", func(t *testing.T) { testAttentionRounding(t, b) })
+		}
 		name := fmt.Sprintf("%v/Long", dt)
 		t.Run(name, func(t *testing.T) {
 			a := backend.Attn{NHead: 8, NKVHead: 2, HeadDim: 64, Scale: 0.125}
@@ -223,6 +289,72 @@ func testAttention(t *testing.T, b backend.Backend, _ func() (backend.Backend, e
 			attnScenario(t, b, name, cfg, a, 2, long)
 		})
 	}
+}
+
+// testAttentionRounding checks that attention over an F16 cache rounds both the query and the
+// normalised weights to F16, as backend.Backend.Attention requires. The scenarios' bounds widen
+// by one F16 ulp of every weight near a rounding boundary, which can hide a missing rounding in
+// places; here the backend's output must be far nearer the reference with both roundings than
+// that reference is to the ones that skip the query's rounding, the weights' or both. One
+// sequence of 48 tokens attends in one batch, so contexts run from 1 to 48, with scores of a few
+// units so that no weight is near 0 or 1 for long: each rounding then moves an output by about
+// 2^-12 of its size, against about 2^-24·(ctx+HeadDim) for float32 arithmetic and one F16 ulp of
+// the rare weight that lies within float32 error of a boundary. A backend that rounds as
+// required lands within 1/10 of the smallest of those distances (summed over all outputs); one
+// that skips a rounding lands at about that distance.
+func testAttentionRounding(t *testing.T, b backend.Backend) {
+	const n, bs, nh, nkv, hd = 48, 8, 4, 2, 64
+	r := rng("attention rounding")
+	cfg := backend.KVConfig{Layers: 1, Slots: n, Width: nkv * hd, BlockSize: bs, DType: tensor.F16}
+	a := backend.Attn{NHead: nh, NKVHead: nkv, HeadDim: hd, Scale: float32(1.5 / math.Sqrt(hd))}
+	kv, err := b.NewKV(cfg)
+	must(t, err, "NewKV(%+v)", cfg)
+	defer kv.Close()
+	bt := &backend.Batch{Seqs: []backend.Seq{{Start: 0, Count: n, CtxLen: n, Blocks: []int32{3, 0, 5, 1, 4, 2}}}}
+	for p := 0; p < n; p++ {
+		bt.Pos = append(bt.Pos, int32(p))
+		bt.Slot = append(bt.Slot, bt.Seqs[0].Blocks[p/bs]*bs+int32(p%bs))
+	}
+	model := newKVModel(cfg)
+	kvals, vvals := randVec(r, n*cfg.Width, 1), randVec(r, n*cfg.Width, 1)
+	must(t, b.StoreKV(kv, 0, alloc(t, b, n, cfg.Width, kvals), alloc(t, b, n, cfg.Width, vvals), bt), "StoreKV")
+	model.store(0, kvals, vvals, bt.Slot)
+	qv := randVec(r, n*nh*hd, 2)
+	dst, g := output(t, b, n, nh*hd)
+	must(t, b.Attention(dst, alloc(t, b, n, nh*hd, qv), kv, 0, a, bt), "Attention")
+	got := read(t, b, dst)
+	g.check(t)
+
+	want, tol := model.attend(0, qv, a, bt, rounding{q: true, p: true})
+	dist := func(x []float64) float64 {
+		s := 0.0
+		for i, v := range x {
+			s += math.Abs(v - want[i])
+		}
+		return s
+	}
+	got64 := make([]float64, len(got))
+	for i, v := range got {
+		got64[i] = float64(v)
+	}
+	dGot := dist(got64)
+	for _, alt := range []struct {
+		rd        rounding
+		ref, diag string
+	}{
+		{rounding{q: false, p: true}, "rounds only the weights", "does not round the query to F16 before q·K"},
+		{rounding{q: true, p: false}, "rounds only the query", "does not round the attention weights to F16 before p·V"},
+		{rounding{}, "rounds neither", "rounds neither the query nor the attention weights to F16"},
+	} {
+		other, _ := model.attend(0, qv, a, bt, alt.rd)
+		dAlt := dist(other)
+		t.Logf("summed distances from the reference with both roundings: the reference that %s %.3g, the backend %.3g", alt.ref, dAlt, dGot)
+		if !(dGot <= dAlt/10) {
+			t.Errorf("the backend's output is %.3g (summed) from the reference with both roundings, and the reference that %s is %.3g from it: the backend %s",
+				dGot, alt.ref, dAlt, alt.diag)
+		}
+	}
+	compare(t, "Attention with an F16 cache", nh*hd, got, want, func(i int) float64 { return tol[i] })
 }
 
 // decodeBatch returns a one-token batch for a sequence whose cache holds ctx positions after

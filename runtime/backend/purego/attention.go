@@ -134,12 +134,14 @@ const attnChunk = 32
 // sStride is the stride of each head's scores in attnScratch.s: a chunk and three padding rows.
 const sStride = attnChunk + 4
 
-// attnScratch is one goroutine's working memory for attention.
+// attnScratch is one goroutine's working memory for attention. F32 caches use s, acc, m, l and
+// off; F16 caches use s, qr and off, sized for the longest context seen so far.
 type attnScratch struct {
-	s    []float32 // [group, sStride] scores, then weights
+	s    []float32 // F32: [group, sStride] scores, then weights; F16: [group, stride] likewise
 	acc  []float32 // [group, HeadDim] weighted sums of values
 	m, l []float32 // [group] running max and sum of weights
-	off  []int     // [attnChunk+3] cache offsets of a chunk's rows
+	off  []int     // F32: [attnChunk+3] cache offsets of a chunk's rows; F16: [stride]
+	qr   []float32 // [group, HeadDim] the query heads rounded to F16
 }
 
 // attnJob computes attention by units of (token, kv head): each unit serves the group of query
@@ -151,15 +153,86 @@ type attnJob struct {
 	b       *backend.Batch
 	tok     []int32       // [n] index into b.Seqs
 	q, dst  []float32     // [n, NHead*HeadDim]
+	stride  int           // F16 caches: the longest context of the batch, plus three
 	scratch []attnScratch // [worker]
 }
 
 func (j *attnJob) unit(w, u int) {
+	if j.c.cfg.DType == tensor.F16 {
+		j.attendF16(&j.scratch[w], u/j.a.NKVHead, u%j.a.NKVHead)
+		return
+	}
 	j.attend(&j.scratch[w], u/j.a.NKVHead, u%j.a.NKVHead)
 }
 
-// attend attends token i's query heads of kv head kh over its sequence's cache, with a softmax
-// that keeps a running maximum and rescales the partial sums when it grows.
+// attendF16 attends token i's query heads of kv head kh over its sequence's F16 cache as
+// llama.cpp multiplies with F16 operands: each query head is rounded to F16 before its scores
+// are computed, and each normalised weight is rounded to F16 before it multiplies its value row.
+// Normalised weights need the final maximum and sum, so it makes two passes: scores of every
+// position, then the weighted sum of values.
+func (j *attnJob) attendF16(sc *attnScratch, i, kh int) {
+	a, cfg := j.a, j.c.cfg
+	hd, w, bs := a.HeadDim, cfg.Width, cfg.BlockSize
+	group := a.NHead / a.NKVHead
+	s := &j.b.Seqs[j.tok[i]]
+	ctx := s.CtxLen - s.Count + (i - s.Start) + 1 // the token sees positions 0..ctx-1
+	qw := a.NHead * hd
+	k16, v16 := j.c.k16[j.layer], j.c.v16[j.layer]
+	stride := j.stride
+
+	qr := sc.qr[:group*hd]
+	scaleRoundF16(qr, j.q[i*qw+kh*group*hd:i*qw+(kh+1)*group*hd], 1)
+
+	// Offsets of the positions' rows; three more repeat the last, so that rows can be taken four
+	// at a time.
+	o := sc.off[:ctx+3]
+	off := kh * hd
+	for b0 := 0; b0 < ctx; b0 += bs {
+		row := int(s.Blocks[b0/bs])*bs*w + off
+		for pos := b0; pos < min(b0+bs, ctx); pos++ {
+			o[pos] = row
+			row += w
+		}
+	}
+	o[ctx], o[ctx+1], o[ctx+2] = o[ctx-1], o[ctx-1], o[ctx-1]
+
+	// Pass 1: scores of every position for every head of the group, four keys at a time.
+	for jj := 0; jj < ctx; jj += 4 {
+		k0, k1, k2, k3 := k16[o[jj]:o[jj]+hd], k16[o[jj+1]:o[jj+1]+hd], k16[o[jj+2]:o[jj+2]+hd], k16[o[jj+3]:o[jj+3]+hd]
+		for g := 0; g < group; g++ {
+			s0, s1, s2, s3 := dot4F16(qr[g*hd:(g+1)*hd], k0, k1, k2, k3)
+			ss := sc.s[g*stride+jj : g*stride+jj+4]
+			ss[0], ss[1], ss[2], ss[3] = a.Scale*s0, a.Scale*s1, a.Scale*s2, a.Scale*s3
+		}
+	}
+	// Softmax: exp(s - max), summed in float64, times 1/sum, rounded to F16. Weights past the
+	// context are zero.
+	for g := 0; g < group; g++ {
+		ss := sc.s[g*stride : g*stride+ctx+3]
+		m := ss[0]
+		for _, v := range ss[1:ctx] {
+			if v > m {
+				m = v
+			}
+		}
+		sum := expSum(ss[:ctx], m)
+		scaleRoundF16(ss[:ctx], ss[:ctx], float32(1/sum))
+		ss[ctx], ss[ctx+1], ss[ctx+2] = 0, 0, 0
+	}
+	// Pass 2: weighted values, four rows at a time.
+	out := j.dst[i*qw+kh*group*hd : i*qw+(kh+1)*group*hd]
+	clear(out)
+	for jj := 0; jj < ctx; jj += 4 {
+		v0, v1, v2, v3 := v16[o[jj]:o[jj]+hd], v16[o[jj+1]:o[jj+1]+hd], v16[o[jj+2]:o[jj+2]+hd], v16[o[jj+3]:o[jj+3]+hd]
+		for g := 0; g < group; g++ {
+			ss := sc.s[g*stride+jj : g*stride+jj+4]
+			axpy4F16(out[g*hd:(g+1)*hd], ss[0], ss[1], ss[2], ss[3], v0, v1, v2, v3)
+		}
+	}
+}
+
+// attend attends token i's query heads of kv head kh over its sequence's F32 cache, with a
+// softmax that keeps a running maximum and rescales the partial sums when it grows.
 func (j *attnJob) attend(sc *attnScratch, i, kh int) {
 	a, cfg := j.a, j.c.cfg
 	hd, w, bs := a.HeadDim, cfg.Width, cfg.BlockSize
@@ -176,14 +249,7 @@ func (j *attnJob) attend(sc *attnScratch, i, kh int) {
 		l[g] = 0
 	}
 	off := kh * hd
-	f16 := cfg.DType == tensor.F16
-	var k32, v32 []float32
-	var k16, v16 []uint16
-	if f16 {
-		k16, v16 = j.c.k16[j.layer], j.c.v16[j.layer]
-	} else {
-		k32, v32 = j.c.k32[j.layer], j.c.v32[j.layer]
-	}
+	k32, v32 := j.c.k32[j.layer], j.c.v32[j.layer]
 	o := sc.off[:attnChunk+3]
 	for j0 := 0; j0 <= p; j0 += attnChunk {
 		cn := min(attnChunk, p+1-j0)
@@ -201,12 +267,7 @@ func (j *attnJob) attend(sc *attnScratch, i, kh int) {
 			qg := q[g*hd : (g+1)*hd]
 			ss := sc.s[g*sStride : g*sStride+attnChunk+3]
 			for jj := 0; jj < cn; jj += 4 {
-				var s0, s1, s2, s3 float32
-				if f16 {
-					s0, s1, s2, s3 = dot4F16(qg, k16[o[jj]:o[jj]+hd], k16[o[jj+1]:o[jj+1]+hd], k16[o[jj+2]:o[jj+2]+hd], k16[o[jj+3]:o[jj+3]+hd])
-				} else {
-					s0, s1, s2, s3 = dot4(qg, k32[o[jj]:o[jj]+hd], k32[o[jj+1]:o[jj+1]+hd], k32[o[jj+2]:o[jj+2]+hd], k32[o[jj+3]:o[jj+3]+hd])
-				}
+				s0, s1, s2, s3 := dot4(qg, k32[o[jj]:o[jj]+hd], k32[o[jj+1]:o[jj+1]+hd], k32[o[jj+2]:o[jj+2]+hd], k32[o[jj+3]:o[jj+3]+hd])
 				ss[jj], ss[jj+1], ss[jj+2], ss[jj+3] = a.Scale*s0, a.Scale*s1, a.Scale*s2, a.Scale*s3
 			}
 		}
@@ -241,11 +302,7 @@ func (j *attnJob) attend(sc *attnScratch, i, kh int) {
 			}
 			ag := acc[g*hd : (g+1)*hd]
 			for jj := 0; jj < cn; jj += 4 {
-				if f16 {
-					axpy4F16(ag, ss[jj], ss[jj+1], ss[jj+2], ss[jj+3], v16[o[jj]:o[jj]+hd], v16[o[jj+1]:o[jj+1]+hd], v16[o[jj+2]:o[jj+2]+hd], v16[o[jj+3]:o[jj+3]+hd])
-				} else {
-					axpy4(ag, ss[jj], ss[jj+1], ss[jj+2], ss[jj+3], v32[o[jj]:o[jj]+hd], v32[o[jj+1]:o[jj+1]+hd], v32[o[jj+2]:o[jj+2]+hd], v32[o[jj+3]:o[jj+3]+hd])
-				}
+				axpy4(ag, ss[jj], ss[jj+1], ss[jj+2], ss[jj+3], v32[o[jj]:o[jj]+hd], v32[o[jj+1]:o[jj+1]+hd], v32[o[jj+2]:o[jj+2]+hd], v32[o[jj+3]:o[jj+3]+hd])
 			}
 		}
 	}
@@ -259,7 +316,8 @@ func (j *attnJob) attend(sc *attnScratch, i, kh int) {
 }
 
 // Attention: dst[i, h] = softmax_j(Scale·q[i,h]·K[j,h']) · V[j,h'] over positions 0..p of token
-// i's sequence.
+// i's sequence. With an F16 cache, q and the normalised weights are rounded to F16 before their
+// products (backend.Backend.Attention).
 func (be *Backend) Attention(dst, q backend.Tensor, kv backend.KV, layer int, a backend.Attn, b *backend.Batch) error {
 	be.mu.Lock()
 	defer be.mu.Unlock()
@@ -296,10 +354,17 @@ func (be *Backend) Attention(dst, q backend.Tensor, kv backend.KV, layer int, a 
 		be.tok[i] = -1
 	}
 	bs, nBlocks := c.cfg.BlockSize, c.cfg.Slots/c.cfg.BlockSize
+	maxCtx := 0
 	for si, s := range b.Seqs {
 		if s.Start < 0 || s.Count < 0 || s.Start > n-s.Count || s.CtxLen < s.Count || s.CtxLen > len(s.Blocks)*bs {
 			return fmt.Errorf("purego: Attention: sequence %d (tokens %d+%d, %d positions, %d blocks of %d) does not fit a batch of %d",
 				si, s.Start, s.Count, s.CtxLen, len(s.Blocks), bs, n)
+		}
+		if s.CtxLen > c.cfg.Slots {
+			return fmt.Errorf("purego: Attention: sequence %d has %d positions, more than the cache's %d slots", si, s.CtxLen, c.cfg.Slots)
+		}
+		if s.Count > 0 {
+			maxCtx = max(maxCtx, s.CtxLen)
 		}
 		for bi, blk := range s.Blocks[:(s.CtxLen+bs-1)/bs] {
 			if blk < 0 || int(blk) >= nBlocks {
@@ -325,8 +390,16 @@ func (be *Backend) Attention(dst, q backend.Tensor, kv backend.KV, layer int, a 
 	if len(j.scratch) < threads {
 		j.scratch = make([]attnScratch, threads)
 	}
+	// Scratch grows to the largest shapes seen, and only then.
+	j.stride = maxCtx + 3
 	for t := range j.scratch[:threads] {
 		sc := &j.scratch[t]
+		if c.cfg.DType == tensor.F16 {
+			sc.s = grow(sc.s, group*j.stride)
+			sc.off = grow(sc.off, j.stride)
+			sc.qr = grow(sc.qr, group*a.HeadDim)
+			continue
+		}
 		sc.s = grow(sc.s, group*sStride)
 		sc.acc = grow(sc.acc, group*a.HeadDim)
 		sc.m = grow(sc.m, group)

@@ -7,9 +7,10 @@
 // Products with weights use the dot-product kernels of package quant: each row of activations is
 // converted once to the weight type's dot-product type (quant.KernelFor), then dotted with every
 // weight row, four activation rows per weight row while it is in cache. Attention walks each
-// sequence's block table with a running (online) softmax over F32 or F16 caches; its inner loops
-// are assembly on amd64 CPUs with AVX2, FMA and F16C (build tag noasm turns that off) and Go
-// elsewhere.
+// sequence's block table: over F32 caches with a running (online) softmax; over F16 caches in
+// two passes, scores and then values weighted by normalised weights rounded to F16 (the query is
+// rounded to F16 too, as llama.cpp's F16 products do). Its inner loops are assembly on amd64
+// CPUs with AVX2, FMA and F16C (build tag noasm turns that off) and Go elsewhere.
 //
 // Operations run synchronously; a Backend may be used from several goroutines (its operations
 // are serialised).

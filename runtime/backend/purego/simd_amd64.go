@@ -12,6 +12,12 @@ func axpy4F16AVX2(y *float32, f *[4]float32, x0, x1, x2, x3 *uint16, n int)
 func axpy4F32AVX2(y *float32, f *[4]float32, x0, x1, x2, x3 *float32, n int)
 
 //go:noescape
+func expSumAVX2(x *float32, n int, m float32) float64
+
+//go:noescape
+func scaleRoundF16AVX2(dst, src *float32, f float32, n int)
+
+//go:noescape
 func dot4F16AVX2(q *float32, k0, k1, k2, k3 *uint16, n int, out *[4]float32)
 
 //go:noescape
@@ -85,16 +91,38 @@ func init() {
 	dot4F16 = func(q []float32, k0, k1, k2, k3 []uint16) (s0, s1, s2, s3 float32) {
 		n := len(q)
 		k0, k1, k2, k3 = k0[:n], k1[:n], k2[:n], k3[:n]
-		m := n &^ 7
+		m := n &^ (f16Block - 1)
 		var out [4]float32
 		if m > 0 {
 			dot4F16AVX2(&q[0], &k0[0], &k1[0], &k2[0], &k3[0], m, &out)
 		}
-		if m < n {
-			t0, t1, t2, t3 := dot4F16Go(q[m:], k0[m:], k1[m:], k2[m:], k3[m:])
-			out[0], out[1], out[2], out[3] = out[0]+t0, out[1]+t1, out[2]+t2, out[3]+t3
+		if m == n {
+			return out[0], out[1], out[2], out[3]
 		}
-		return out[0], out[1], out[2], out[3]
+		return dot4F16Tail(q[m:], k0[m:], k1[m:], k2[m:], k3[m:], out[0], out[1], out[2], out[3])
+	}
+	scaleRoundF16 = func(dst, src []float32, f float32) {
+		n := len(dst)
+		src = src[:n]
+		m := n &^ 7
+		if m > 0 {
+			scaleRoundF16AVX2(&dst[0], &src[0], f, m)
+		}
+		if m < n {
+			scaleRoundF16Go(dst[m:], src[m:], f)
+		}
+	}
+	expSum = func(x []float32, m float32) float64 {
+		n := len(x)
+		k := n &^ 7
+		sum := 0.0
+		if k > 0 {
+			sum = expSumAVX2(&x[0], k, m)
+		}
+		if k < n {
+			sum += expSumGo(x[k:], m)
+		}
+		return sum
 	}
 	simdKernels = "avx2"
 }

@@ -55,3 +55,132 @@ func TestAxpy4(t *testing.T) {
 		}
 	}
 }
+
+// TestScaleRoundF16 checks the dispatched scaleRoundF16 (assembly where the CPU allows) and its
+// Go form against quant.F32ToF16 exactly, on values of every F16 range: normal, subnormal,
+// below the smallest subnormal, overflowing, and exact ties between two F16 values.
+func TestScaleRoundF16(t *testing.T) {
+	f16Once.Do(initF16Table)
+	r := rand.New(rand.NewPCG(3, 5))
+	var src []float32
+	for i := 0; i < 4096; i++ {
+		e := r.Float64()*50 - 32 // magnitudes 2^-32 .. 2^18
+		src = append(src, float32(math.Copysign(math.Exp2(e), r.NormFloat64())))
+	}
+	for i := 0; i < 512; i++ {
+		// The midpoint between an F16 value and the next: exactly a tie in float32.
+		h := uint16(r.IntN(0x7bff))
+		src = append(src, (quant.F16ToF32(h)+quant.F16ToF32(h+1))/2, -(quant.F16ToF32(h)+quant.F16ToF32(h+1))/2)
+	}
+	src = append(src, 0, float32(math.Copysign(0, -1)), 65504, 65520, 65519.996, 0x1p-24, 0x1p-25, 0x1.000002p-25, 0x1p-26)
+	for _, f := range []float32{1, 0.3, 1.0 / 3} {
+		for _, n := range []int{1, 7, 8, 9, 31, len(src)} {
+			for _, impl := range []struct {
+				name string
+				run  func(dst, src []float32, f float32)
+			}{{"scaleRoundF16", scaleRoundF16}, {"scaleRoundF16Go", scaleRoundF16Go}} {
+				dst := make([]float32, n)
+				impl.run(dst, src, f)
+				for i, got := range dst {
+					want := quant.F16ToF32(quant.F32ToF16(src[i] * f))
+					if math.Float32bits(got) != math.Float32bits(want) {
+						t.Fatalf("%s(f %v, n %d): element %d (%v): %v, want %v", impl.name, f, n, i, src[i], got, want)
+					}
+				}
+				inPlace := append([]float32(nil), src[:n]...)
+				impl.run(inPlace, inPlace, f)
+				for i := range inPlace {
+					if math.Float32bits(inPlace[i]) != math.Float32bits(dst[i]) {
+						t.Fatalf("%s in place (f %v, n %d): element %d differs", impl.name, f, n, i)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestExpSum checks the dispatched expSum (assembly where the CPU allows) and its Go form
+// against float64 exp of the same float32 argument x[i]-m, over arguments from 0 down past the
+// point (-87.34) below which both return 0, which spans float32's subnormal results. The result
+// is a Taylor polynomial of degree 7 (truncation below 6e-9 relative) after a range reduction
+// and about ten float32 operations: within 8·2^-24 relative, or 2^-148 absolute for subnormal
+// results. The sum is the float64 sum of the results, up to the order of additions.
+func TestExpSum(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 17))
+	const m = 3.25
+	for _, n := range []int{1, 7, 8, 9, 17, 64, 1000} {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = m - float32(r.Float64()*95)
+			if i%5 == 0 {
+				x[i] = m - float32(r.Float64()*2)
+			}
+		}
+		x[0] = m
+		for _, impl := range []struct {
+			name string
+			run  func(x []float32, m float32) float64
+		}{{"expSum", expSum}, {"expSumGo", expSumGo}} {
+			got := append([]float32(nil), x...)
+			sum := impl.run(got, m)
+			want := 0.0
+			for i, v := range got {
+				a := x[i] - m
+				e := math.Exp(float64(a))
+				if a < -87.33654 {
+					e = 0
+				}
+				if d := math.Abs(float64(v) - e); d > 8*0x1p-24*e && d > 0x1p-148 {
+					t.Fatalf("%s n=%d: exp(%v) = %v, want %v", impl.name, n, a, v, e)
+				}
+				want += float64(v)
+			}
+			if math.Abs(sum-want) > 1e-12*want {
+				t.Fatalf("%s n=%d: sum %v, want %v", impl.name, n, sum, want)
+			}
+		}
+	}
+}
+
+// TestDot4F16 checks the dispatched dot4F16 (assembly where the CPU allows) and its Go form
+// against float64 sums. Products of F16 keys and F16-valued queries are exact in float32; the
+// float32 sums over whole blocks of f16Block add at most (n+2)·2^-24 of Σ|products|. Shorter
+// rows are summed in float64 and must equal the float64 sum rounded to float32 exactly.
+func TestDot4F16(t *testing.T) {
+	f16Once.Do(initF16Table)
+	r := rand.New(rand.NewPCG(19, 23))
+	for _, n := range []int{1, 7, 8, 9, 16, 31, 32, 33, 64, 72, 100, 128} {
+		q := make([]float32, n)
+		for i := range q {
+			q[i] = quant.F16ToF32(quant.F32ToF16(float32(r.NormFloat64() * 2)))
+		}
+		k := make([][]uint16, 4)
+		for j := range k {
+			k[j] = make([]uint16, n)
+			for i := range k[j] {
+				k[j][i] = quant.F32ToF16(float32(r.NormFloat64()))
+			}
+		}
+		for _, impl := range []struct {
+			name string
+			run  func(q []float32, k0, k1, k2, k3 []uint16) (s0, s1, s2, s3 float32)
+		}{{"dot4F16", dot4F16}, {"dot4F16Go", dot4F16Go}} {
+			s0, s1, s2, s3 := impl.run(q, k[0], k[1], k[2], k[3])
+			for j, got := range []float32{s0, s1, s2, s3} {
+				want, mag := 0.0, 0.0
+				for i, v := range q {
+					p := float64(v) * float64(quant.F16ToF32(k[j][i]))
+					want += p
+					mag += math.Abs(p)
+				}
+				if n < f16Block {
+					if got != float32(want) {
+						t.Fatalf("%s n=%d: row %d = %v, want %v (float64 sum)", impl.name, n, j, got, float32(want))
+					}
+				} else if d := math.Abs(float64(got) - want); d > float64(n+2)*0x1p-24*mag {
+					t.Fatalf("%s n=%d: row %d = %v, want %v", impl.name, n, j, got, want)
+				}
+			}
+		}
+	}
+}

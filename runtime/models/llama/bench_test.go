@@ -41,7 +41,7 @@ func BenchmarkDecodeStep(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer m.Close()
-				c, err := m.NewContext(llama.ContextConfig{MaxTokens: 1, MaxSeqs: 1, KVSlots: 256})
+				c, err := m.NewContext(llama.ContextConfig{MaxTokens: 1, MaxSeqs: 1, KVSlots: 256, KVType: tensor.F16})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -97,7 +97,7 @@ func TestDecodeStepAllocatesNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			c, err := m.NewContext(llama.ContextConfig{MaxTokens: 2, MaxSeqs: 2, KVSlots: 64})
+			c, err := m.NewContext(llama.ContextConfig{MaxTokens: 2, MaxSeqs: 2, KVSlots: 64, KVType: tensor.F16})
 			if err != nil {
 				t.Fatal(err)
 			}

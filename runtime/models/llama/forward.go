@@ -15,7 +15,7 @@ type ContextConfig struct {
 	MaxSeqs   int          // most rows of logits one step returns
 	KVSlots   int          // total KV-cache positions shared by all sequences
 	BlockSize int          // KV-cache block size in positions (default 16)
-	KVType    tensor.DType // F16 (default, as llama.cpp) or F32
+	KVType    tensor.DType // F32 (the zero value) or F16 (llama.cpp's default)
 }
 
 // Context is the state for running a model: the shared KV cache, its block pool, and scratch
@@ -48,9 +48,6 @@ type outViews struct{ h, logits backend.Tensor }
 func (m *Model) NewContext(cfg ContextConfig) (*Context, error) {
 	if cfg.BlockSize == 0 {
 		cfg.BlockSize = 16
-	}
-	if cfg.KVType == 0 {
-		cfg.KVType = tensor.F16
 	}
 	if cfg.MaxTokens <= 0 || cfg.MaxSeqs <= 0 || cfg.KVSlots <= 0 || cfg.BlockSize <= 0 {
 		return nil, fmt.Errorf("llama: invalid context config %+v", cfg)
