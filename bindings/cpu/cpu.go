@@ -1,0 +1,538 @@
+//go:build cgo && !nocgo
+
+package cpu
+
+/*
+#cgo CFLAGS: -O3 -std=c11 -D_GNU_SOURCE -Werror=implicit-function-declaration -I${SRCDIR}/../../native/include
+#cgo LDFLAGS: -lopenblas -lm -lpthread
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include "parley.h"
+
+// Buffers of at least this many bytes are anonymous mappings: zero pages the system provides on
+// first touch, so a large KV cache costs memory only as it fills.
+#define PLGO_MAP_MIN (1 << 20)
+
+static void *plgo_alloc(size_t n) {
+	if (n >= PLGO_MAP_MIN) {
+		void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		return p == MAP_FAILED ? NULL : p;
+	}
+	void *p = NULL;
+	if (posix_memalign(&p, 64, n ? n : 64) != 0) return NULL;
+	memset(p, 0, n);
+	return p;
+}
+
+static void plgo_free(void *p, size_t n) {
+	if (n >= PLGO_MAP_MIN) {
+		munmap(p, n);
+	} else {
+		free(p);
+	}
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+// Available reports whether the native kernels are compiled into this binary.
+func Available() bool { return true }
+
+// CurrentISA is the instruction-set level the kernels use now.
+func CurrentISA() ISA { return ISA(C.pl_cpu_isa()) }
+
+// BestISA is the best level this processor supports.
+func BestISA() ISA { return ISA(C.pl_cpu_best_isa()) }
+
+// SetISA makes the kernels use level isa (at most BestISA). It affects every Context and must
+// not be called while any operation runs; it exists to test the lower levels.
+func SetISA(isa ISA) error {
+	if st := C.pl_cpu_set_isa(C.int(isa)); st != C.PL_OK {
+		return fmt.Errorf("cpu: set ISA %v: this processor supports up to %v", isa, BestISA())
+	}
+	return nil
+}
+
+// Supports reports whether operation op handles dtype dt.
+func Supports(op Op, dt tensor.DType) bool {
+	if !dt.Known() {
+		return false
+	}
+	return C.pl_supports(C.int(op), C.int(dt)) == 1
+}
+
+func statusErr(op string, st C.int) error {
+	switch st {
+	case C.PL_ERR_ARG:
+		return fmt.Errorf("cpu: %s: invalid argument", op)
+	case C.PL_ERR_UNSUPPORTED:
+		return fmt.Errorf("cpu: %s: %w", op, backend.ErrUnsupported)
+	case C.PL_ERR_NOMEM:
+		return fmt.Errorf("cpu: %s: out of memory", op)
+	case C.PL_ERR_THREAD:
+		return fmt.Errorf("cpu: %s: cannot start a thread", op)
+	}
+	return fmt.Errorf("cpu: %s: status %d", op, int(st))
+}
+
+func f32p(s []float32) *C.float {
+	if len(s) == 0 {
+		return nil
+	}
+	return (*C.float)(unsafe.Pointer(&s[0]))
+}
+
+func bytep(s []byte) unsafe.Pointer {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Pointer(&s[0])
+}
+
+func i32p(s []int32) *C.int32_t {
+	if len(s) == 0 {
+		return nil
+	}
+	return (*C.int32_t)(unsafe.Pointer(&s[0]))
+}
+
+// QuantizeRow converts src to dt (F16, BF16, Q8_0, Q8_1 or Q8_K) into dst, exactly as
+// llama.cpp's x86 CPU backend converts activations. len(dst) must be dt.RowSize(len(src)).
+func QuantizeRow(dt tensor.DType, src []float32, dst []byte) error {
+	if !Supports(OpQuantize, dt) {
+		return unsupported("quantize", dt)
+	}
+	sz, err := rowBytes("quantize", dt, len(src))
+	if err != nil {
+		return err
+	}
+	if len(dst) != sz {
+		return fmt.Errorf("cpu: quantize %v: %d elements need %d bytes, got %d", dt, len(src), sz, len(dst))
+	}
+	if len(src) == 0 {
+		return nil
+	}
+	if st := C.pl_quantize_row(C.int(dt), f32p(src), bytep(dst), C.int64_t(len(src))); st != C.PL_OK {
+		return statusErr("quantize", st)
+	}
+	return nil
+}
+
+// DequantizeRow converts len(dst) elements of dt in src (exactly dt.RowSize(len(dst)) bytes)
+// to float32.
+func DequantizeRow(dt tensor.DType, src []byte, dst []float32) error {
+	if !Supports(OpDequantize, dt) {
+		return unsupported("dequantize", dt)
+	}
+	sz, err := rowBytes("dequantize", dt, len(dst))
+	if err != nil {
+		return err
+	}
+	if len(src) != sz {
+		return fmt.Errorf("cpu: dequantize %v: %d elements need %d bytes, got %d", dt, len(dst), sz, len(src))
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	if st := C.pl_dequantize_row(C.int(dt), bytep(src), f32p(dst), C.int64_t(len(dst))); st != C.PL_OK {
+		return statusErr("dequantize", st)
+	}
+	return nil
+}
+
+// Buffer is native memory, 64-byte aligned and zeroed when allocated, for tensors the kernels
+// read and write at full speed. Buffers of 1 MiB or more are anonymous mappings, backed by memory
+// only where written. It is not managed by the Go collector: Free releases it.
+type Buffer struct {
+	p unsafe.Pointer
+	n int
+}
+
+// Alloc allocates n bytes.
+func Alloc(n int) (*Buffer, error) {
+	if n < 0 || n > maxElems {
+		return nil, fmt.Errorf("cpu: alloc: bad size %d", n)
+	}
+	p := C.plgo_alloc(C.size_t(n))
+	if p == nil {
+		return nil, fmt.Errorf("cpu: alloc: cannot allocate %d bytes", n)
+	}
+	return &Buffer{p: p, n: n}, nil
+}
+
+// Bytes is the buffer's memory, nil after Free.
+func (b *Buffer) Bytes() []byte {
+	if b == nil || b.p == nil {
+		return nil
+	}
+	return unsafe.Slice((*byte)(b.p), b.n)
+}
+
+// Float32s is the buffer's memory as float32s (len Len()/4), nil after Free.
+func (b *Buffer) Float32s() []float32 {
+	if b == nil || b.p == nil {
+		return nil
+	}
+	return unsafe.Slice((*float32)(b.p), b.n/4)
+}
+
+// Len is the buffer's size in bytes.
+func (b *Buffer) Len() int { return b.n }
+
+// Free releases the memory; later calls do nothing. Slices obtained before must not be used.
+func (b *Buffer) Free() {
+	if b == nil || b.p == nil {
+		return
+	}
+	C.plgo_free(b.p, C.size_t(b.n))
+	b.p = nil
+}
+
+// Context runs operations on a pool of native threads.
+type Context struct {
+	mu      sync.Mutex
+	c       *C.pl_ctx
+	threads int
+	// Argument structs live here, not on the stack: a pointer to a local passed to C would make
+	// the local escape, an allocation per call.
+	rope C.pl_rope_cfg
+	attn C.pl_attn_cfg
+}
+
+// NewContext starts a context computing with threads threads (1..256), the calling one
+// included.
+func NewContext(threads int) (*Context, error) {
+	if threads < 1 || threads > 256 {
+		return nil, fmt.Errorf("cpu: %d threads, want 1..256", threads)
+	}
+	var c *C.pl_ctx
+	if st := C.pl_ctx_new(C.int(threads), &c); st != C.PL_OK {
+		return nil, statusErr("new context", st)
+	}
+	return &Context{c: c, threads: threads}, nil
+}
+
+// Threads is the number of threads the context computes with.
+func (c *Context) Threads() int { return c.threads }
+
+// Close stops the threads and frees the scratch memory. Closing twice is a no-op.
+func (c *Context) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.c != nil {
+		C.pl_ctx_free(c.c)
+		c.c = nil
+	}
+	return nil
+}
+
+// lock takes the context for one operation.
+func (c *Context) lock(op string) error {
+	c.mu.Lock()
+	if c.c == nil {
+		c.mu.Unlock()
+		return fmt.Errorf("cpu: %s: context closed", op)
+	}
+	return nil
+}
+
+// MatMul: dst[i,j] = sum_l x[i,l]*w[j,l] for x [n, k] F32, w [m, k] of wt, dst [n, m] F32.
+// Quantised and half-precision weights see each row of x converted to their dot type first.
+// dst must not overlap x or w.
+func (c *Context) MatMul(dst, x []float32, n, k int, w []byte, wt tensor.DType, m int) error {
+	const op = "matmul"
+	if !Supports(OpMatMul, wt) {
+		return unsupported(op, wt)
+	}
+	if n < 0 || k <= 0 || m < 0 {
+		return fmt.Errorf("cpu: %s: bad shape n=%d k=%d m=%d", op, n, k, m)
+	}
+	rb, err := rowBytes(op, wt, k)
+	if err != nil {
+		return err
+	}
+	if err := need(op, "x", len(x), mul(n, k)); err != nil {
+		return err
+	}
+	if err := need(op, "dst", len(dst), mul(n, m)); err != nil {
+		return err
+	}
+	if err := need(op, "w bytes", len(w), mul(m, rb)); err != nil {
+		return err
+	}
+	if n == 0 || m == 0 {
+		return nil
+	}
+	dp, dn := unsafe.Pointer(&dst[0]), n*m*4
+	if overlap(dp, dn, unsafe.Pointer(&x[0]), n*k*4) || overlap(dp, dn, unsafe.Pointer(&w[0]), m*rb) {
+		return fmt.Errorf("cpu: %s: dst overlaps an operand", op)
+	}
+	if err := c.lock(op); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	st := C.pl_matmul(c.c, f32p(dst), f32p(x), C.int64_t(n), C.int64_t(k), bytep(w), C.int(wt), C.int64_t(m))
+	if st != C.PL_OK {
+		return statusErr(op, st)
+	}
+	return nil
+}
+
+// GetRows: dst[i,:] = float32(table[ids[i],:]) for table [rows, cols] of dt, dst [len(ids), cols].
+func (c *Context) GetRows(dst []float32, table []byte, dt tensor.DType, rows, cols int, ids []int32) error {
+	const op = "get rows"
+	if !Supports(OpGetRows, dt) {
+		return unsupported(op, dt)
+	}
+	if rows < 0 || cols < 0 {
+		return fmt.Errorf("cpu: %s: bad shape %dx%d", op, rows, cols)
+	}
+	rb, err := rowBytes(op, dt, cols)
+	if err != nil {
+		return err
+	}
+	if err := need(op, "table bytes", len(table), mul(rows, rb)); err != nil {
+		return err
+	}
+	if err := need(op, "dst", len(dst), mul(len(ids), cols)); err != nil {
+		return err
+	}
+	for i, id := range ids {
+		if id < 0 || int(id) >= rows {
+			return fmt.Errorf("cpu: %s: id %d at %d outside the table's %d rows", op, id, i, rows)
+		}
+	}
+	if len(ids) == 0 || cols == 0 {
+		return nil
+	}
+	if err := c.lock(op); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	st := C.pl_get_rows(c.c, f32p(dst), bytep(table), C.int(dt), C.int64_t(rows), C.int64_t(cols), i32p(ids), C.int64_t(len(ids)))
+	if st != C.PL_OK {
+		return statusErr(op, st)
+	}
+	return nil
+}
+
+// AddRows: dst[i,:] = a[i,:] + b[i,:] (bRows == n) or b[0,:] (bRows == 1); [n, d]. dst may be a.
+func (c *Context) AddRows(dst, a, b []float32, n, d, bRows int) error {
+	const op = "add rows"
+	if n < 0 || d < 0 || (bRows != 1 && bRows != n) {
+		return fmt.Errorf("cpu: %s: bad shape n=%d d=%d b rows=%d", op, n, d, bRows)
+	}
+	if err := need(op, "a", len(a), mul(n, d)); err != nil {
+		return err
+	}
+	if err := need(op, "dst", len(dst), mul(n, d)); err != nil {
+		return err
+	}
+	if err := need(op, "b", len(b), mul(bRows, d)); err != nil {
+		return err
+	}
+	if n == 0 || d == 0 {
+		return nil
+	}
+	if err := c.lock(op); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	if st := C.pl_add_rows(c.c, f32p(dst), f32p(a), f32p(b), C.int64_t(n), C.int64_t(d), C.int64_t(bRows)); st != C.PL_OK {
+		return statusErr(op, st)
+	}
+	return nil
+}
+
+// RMSNorm: dst[i,:] = x[i,:] / sqrt(mean(x[i,:]^2) + eps) * w for x, dst [n, d], w [d].
+// dst may be x.
+func (c *Context) RMSNorm(dst, x, w []float32, n, d int, eps float32) error {
+	const op = "rms norm"
+	if n < 0 || d < 0 || !(eps >= 0) {
+		return fmt.Errorf("cpu: %s: bad arguments n=%d d=%d eps=%v", op, n, d, eps)
+	}
+	if err := need(op, "x", len(x), mul(n, d)); err != nil {
+		return err
+	}
+	if err := need(op, "dst", len(dst), mul(n, d)); err != nil {
+		return err
+	}
+	if err := need(op, "w", len(w), d); err != nil {
+		return err
+	}
+	if n == 0 || d == 0 {
+		return nil
+	}
+	if err := c.lock(op); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	if st := C.pl_rms_norm(c.c, f32p(dst), f32p(x), f32p(w), C.int64_t(n), C.int64_t(d), C.float(eps)); st != C.PL_OK {
+		return statusErr(op, st)
+	}
+	return nil
+}
+
+// SwiGLU: dst[i] = silu(gate[i]) * up[i] over len(dst) elements. dst may be gate or up.
+func (c *Context) SwiGLU(dst, gate, up []float32) error {
+	const op = "swiglu"
+	if len(gate) < len(dst) || len(up) < len(dst) {
+		return fmt.Errorf("cpu: %s: gate %d / up %d shorter than dst %d", op, len(gate), len(up), len(dst))
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	if err := c.lock(op); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	if st := C.pl_swiglu(c.c, f32p(dst), f32p(gate), f32p(up), C.int64_t(len(dst))); st != C.PL_OK {
+		return statusErr(op, st)
+	}
+	return nil
+}
+
+// Rope rotates x [n, nHead*r.HeadDim] in place, token i at position pos[i] >= 0.
+func (c *Context) Rope(x []float32, n, nHead int, r Rope, pos []int32) error {
+	const op = "rope"
+	if n < 0 || nHead < 0 || r.HeadDim <= 0 || r.Dims <= 0 || r.Dims > r.HeadDim || r.Dims%2 != 0 {
+		return fmt.Errorf("cpu: %s: bad shape n=%d heads=%d head dim=%d dims=%d", op, n, nHead, r.HeadDim, r.Dims)
+	}
+	if !(r.Base > 0) || r.FreqScale != r.FreqScale || r.FreqScale-r.FreqScale != 0 {
+		return fmt.Errorf("cpu: %s: bad base %v or frequency scale %v", op, r.Base, r.FreqScale)
+	}
+	if err := need(op, "x", len(x), mul(n, mul(nHead, r.HeadDim))); err != nil {
+		return err
+	}
+	if err := need(op, "positions", len(pos), n); err != nil {
+		return err
+	}
+	for i, p := range pos[:n] {
+		if p < 0 {
+			return fmt.Errorf("cpu: %s: negative position %d of token %d", op, p, i)
+		}
+	}
+	if n == 0 || nHead == 0 {
+		return nil
+	}
+	if err := c.lock(op); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	c.rope = C.pl_rope_cfg{mode: C.PL_ROPE_NORMAL, head_dim: C.int32_t(r.HeadDim), dims: C.int32_t(r.Dims), base: C.float(r.Base), freq_scale: C.float(r.FreqScale)}
+	if r.NeoX {
+		c.rope.mode = C.PL_ROPE_NEOX
+	}
+	if st := C.pl_rope(c.c, f32p(x), C.int64_t(n), C.int64_t(nHead), &c.rope, i32p(pos)); st != C.PL_OK {
+		return statusErr(op, st)
+	}
+	return nil
+}
+
+// StoreKV writes k and v [n, width] into rows slot[i] of the caches kc and vc, each
+// [slots, width] of kvt (F32 or F16).
+func (c *Context) StoreKV(kc, vc []byte, kvt tensor.DType, slots, width int, k, v []float32, n int, slot []int32) error {
+	const op = "store kv"
+	es := kvElemSize(kvt)
+	if es == 0 {
+		return unsupported(op, kvt)
+	}
+	if slots < 0 || width < 0 || n < 0 {
+		return fmt.Errorf("cpu: %s: bad shape slots=%d width=%d n=%d", op, slots, width, n)
+	}
+	cb := mul(mul(slots, width), es)
+	if err := need(op, "k cache bytes", len(kc), cb); err != nil {
+		return err
+	}
+	if err := need(op, "v cache bytes", len(vc), cb); err != nil {
+		return err
+	}
+	if err := need(op, "k", len(k), mul(n, width)); err != nil {
+		return err
+	}
+	if err := need(op, "v", len(v), mul(n, width)); err != nil {
+		return err
+	}
+	if err := need(op, "slots", len(slot), n); err != nil {
+		return err
+	}
+	for i, s := range slot[:n] {
+		if s < 0 || int(s) >= slots {
+			return fmt.Errorf("cpu: %s: slot %d of token %d outside the cache's %d", op, s, i, slots)
+		}
+	}
+	if n == 0 || width == 0 {
+		return nil
+	}
+	if err := c.lock(op); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	st := C.pl_store_kv(c.c, bytep(kc), bytep(vc), C.int(kvt), C.int64_t(slots), C.int64_t(width), f32p(k), f32p(v), C.int64_t(n), i32p(slot))
+	if st != C.PL_OK {
+		return statusErr(op, st)
+	}
+	return nil
+}
+
+// Attention computes causal attention for the n tokens of a batch over the caches kc, vc
+// ([slots, width] of kvt, in blocks of blockSize slots): for each sequence of seqs and each of
+// its tokens, each query head attends to the cache positions up to its own. q, dst
+// [n, NHead*HeadDim]; dst must not overlap q. Tokens in no sequence are left as they are.
+func (c *Context) Attention(dst, q []float32, n int, kc, vc []byte, kvt tensor.DType, slots, width, blockSize int, a Attn, seqs []Seq, blocks []int32) error {
+	const op = "attention"
+	es := kvElemSize(kvt)
+	if es == 0 {
+		return unsupported(op, kvt)
+	}
+	if n < 0 || slots < 0 || width < 0 {
+		return fmt.Errorf("cpu: %s: bad shape n=%d slots=%d width=%d", op, n, slots, width)
+	}
+	if err := checkAttention(n, a, slots, width, blockSize, seqs, blocks); err != nil {
+		return err
+	}
+	cb := mul(mul(slots, width), es)
+	if err := need(op, "k cache bytes", len(kc), cb); err != nil {
+		return err
+	}
+	if err := need(op, "v cache bytes", len(vc), cb); err != nil {
+		return err
+	}
+	qn := mul(n, mul(a.NHead, a.HeadDim))
+	if err := need(op, "q", len(q), qn); err != nil {
+		return err
+	}
+	if err := need(op, "dst", len(dst), qn); err != nil {
+		return err
+	}
+	if n == 0 || len(seqs) == 0 {
+		return nil
+	}
+	if overlap(unsafe.Pointer(&dst[0]), qn*4, unsafe.Pointer(&q[0]), qn*4) {
+		return fmt.Errorf("cpu: %s: dst overlaps q", op)
+	}
+	if err := c.lock(op); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	c.attn = C.pl_attn_cfg{n_head: C.int32_t(a.NHead), n_kv_head: C.int32_t(a.NKVHead), head_dim: C.int32_t(a.HeadDim), scale: C.float(a.Scale)}
+	st := C.pl_attention(c.c, f32p(dst), f32p(q), C.int64_t(n), bytep(kc), bytep(vc), C.int(kvt),
+		C.int64_t(slots), C.int64_t(width), C.int64_t(blockSize), &c.attn,
+		(*C.pl_seq)(unsafe.Pointer(&seqs[0])), C.int64_t(len(seqs)), i32p(blocks), C.int64_t(len(blocks)))
+	if st != C.PL_OK {
+		return statusErr(op, st)
+	}
+	return nil
+}
+
+// The Go Seq must match C's pl_seq field for field.
+var _ = [1]struct{}{}[unsafe.Sizeof(Seq{})-uintptr(C.sizeof_pl_seq)]

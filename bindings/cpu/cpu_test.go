@@ -1,0 +1,340 @@
+package cpu
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/quant"
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+// isas returns the instruction-set levels this processor can run, lowest first, and restores
+// the best one when t ends.
+func isas(t *testing.T) []ISA {
+	t.Helper()
+	if !Available() {
+		t.Skip(ErrNotBuilt)
+	}
+	best := BestISA()
+	t.Cleanup(func() { SetISA(best) })
+	var l []ISA
+	for i := ISAScalar; i <= best; i++ {
+		l = append(l, i)
+	}
+	return l
+}
+
+// rows returns n test rows of k values: normal values at varied scales, a zero block, blocks
+// of exact halves (ties of the rounding), and huge and tiny magnitudes.
+func rows(r *rand.Rand, n, k int) [][]float32 {
+	out := make([][]float32, n)
+	for i := range out {
+		v := make([]float32, k)
+		for j := range v {
+			scale := math.Exp2(float64(r.IntN(20) - 10))
+			v[j] = float32(r.NormFloat64() * scale)
+		}
+		switch i % 4 {
+		case 1: // a zero block
+			for j := 0; j < 32 && j < k; j++ {
+				v[j] = 0
+			}
+		case 2: // amax 127: multiplier 1, codes are the values, halves are ties
+			for j := 0; j < k; j++ {
+				v[j] = float32(r.IntN(254)-127) + 0.5
+			}
+			for j := 0; j < k; j += 32 {
+				v[j] = 127
+			}
+		case 3: // magnitudes near the ends of float32 and F16
+			for j := range v {
+				v[j] *= 1e-30
+				if j%64 == 7 {
+					v[j] = 3e38
+				}
+			}
+		}
+		out[i] = v
+	}
+	return out
+}
+
+// q8x86 is ggml's AVX quantize_row_q8_0 / q8_1 for one 32-block: d = amax/127 stored as F16,
+// codes x*(127/amax) rounded half to even, and for Q8_1 s = F16(d*sum).
+func q8x86(x []float32) (d uint16, q [32]int8, s uint16) {
+	var amax float32
+	for _, v := range x {
+		amax = max(amax, float32(math.Abs(float64(v))))
+	}
+	df := amax / 127
+	var id float32
+	if amax != 0 {
+		id = 127 / amax
+	}
+	sum := 0
+	for j, v := range x {
+		c := int(math.RoundToEven(float64(float32(v * id))))
+		q[j] = int8(c)
+		sum += c
+	}
+	return quant.F32ToF16(df), q, quant.F32ToF16(df * float32(sum))
+}
+
+func TestQuantizeRowQ8_0Q8_1MatchGGMLx86(t *testing.T) {
+	for _, isa := range isas(t) {
+		if err := SetISA(isa); err != nil {
+			t.Fatal(err)
+		}
+		r := rand.New(rand.NewPCG(1, 2))
+		for _, k := range []int{32, 96, 512} {
+			for ri, x := range rows(r, 12, k) {
+				for _, dt := range []tensor.DType{tensor.Q8_0, tensor.Q8_1} {
+					sz, _ := dt.RowSize(int64(k))
+					got := make([]byte, sz)
+					if err := QuantizeRow(dt, x, got); err != nil {
+						t.Fatal(err)
+					}
+					ts, qoff := dt.TypeSize(), 2
+					if dt == tensor.Q8_1 {
+						qoff = 4
+					}
+					for b := 0; b < k/32; b++ {
+						d, q, s := q8x86(x[b*32 : b*32+32])
+						blk := got[b*ts : (b+1)*ts]
+						if gd := uint16(blk[0]) | uint16(blk[1])<<8; gd != d {
+							t.Fatalf("%v %v k=%d row %d block %d: d = %#04x, want %#04x", isa, dt, k, ri, b, gd, d)
+						}
+						if dt == tensor.Q8_1 {
+							if gs := uint16(blk[2]) | uint16(blk[3])<<8; gs != s {
+								t.Fatalf("%v Q8_1 k=%d row %d block %d: s = %#04x, want %#04x", isa, k, ri, b, gs, s)
+							}
+						}
+						for j := 0; j < 32; j++ {
+							if c := int8(blk[qoff+j]); c != q[j] {
+								t.Fatalf("%v %v k=%d row %d block %d: code %d = %d, want %d (x = %v)", isa, dt, k, ri, b, j, c, q[j], x[b*32+j])
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestQuantizeRowQ8_0NearReference compares with runtime/quant's port of ggml's reference
+// quantizer (1/d and round-half-away): scales agree and codes differ by at most one, only at
+// the rare values where the two roundings disagree.
+func TestQuantizeRowQ8_0NearReference(t *testing.T) {
+	isas(t)
+	r := rand.New(rand.NewPCG(3, 4))
+	const k = 4096
+	x := make([]float32, k)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	sz, _ := tensor.Q8_0.RowSize(k)
+	got, ref := make([]byte, sz), make([]byte, sz)
+	if err := QuantizeRow(tensor.Q8_0, x, got); err != nil {
+		t.Fatal(err)
+	}
+	if err := quant.Quantize(tensor.Q8_0, x, ref); err != nil {
+		t.Fatal(err)
+	}
+	diff := 0
+	for b := 0; b < k/32; b++ {
+		o := b * 34
+		if got[o] != ref[o] || got[o+1] != ref[o+1] {
+			t.Fatalf("block %d: scale differs from the reference", b)
+		}
+		for j := 2; j < 34; j++ {
+			if d := int(int8(got[o+j])) - int(int8(ref[o+j])); d != 0 {
+				if d < -1 || d > 1 {
+					t.Fatalf("block %d code %d: %d vs reference %d", b, j-2, int8(got[o+j]), int8(ref[o+j]))
+				}
+				diff++
+			}
+		}
+	}
+	if diff > k/1000 {
+		t.Fatalf("%d of %d codes differ from the reference quantizer", diff, k)
+	}
+}
+
+func TestQuantizeRowMatchesQuant(t *testing.T) {
+	for _, isa := range isas(t) {
+		if err := SetISA(isa); err != nil {
+			t.Fatal(err)
+		}
+		r := rand.New(rand.NewPCG(5, 6))
+		for _, dt := range []tensor.DType{tensor.Q8_K, tensor.F16, tensor.BF16} {
+			for _, k := range []int{256, 768} {
+				for ri, x := range rows(r, 8, k) {
+					sz, _ := dt.RowSize(int64(k))
+					got, want := make([]byte, sz), make([]byte, sz)
+					if err := QuantizeRow(dt, x, got); err != nil {
+						t.Fatal(err)
+					}
+					if err := quant.Quantize(dt, x, want); err != nil {
+						t.Fatal(err)
+					}
+					for i := range got {
+						if got[i] != want[i] {
+							t.Fatalf("%v %v k=%d row %d: byte %d = %#02x, quant.Quantize %#02x", isa, dt, k, ri, i, got[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestDequantizeRowMatchesQuant(t *testing.T) {
+	for _, isa := range isas(t) {
+		if err := SetISA(isa); err != nil {
+			t.Fatal(err)
+		}
+		r := rand.New(rand.NewPCG(7, 8))
+		for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16, tensor.Q4_0, tensor.Q4_1,
+			tensor.Q5_0, tensor.Q5_1, tensor.Q8_0, tensor.Q8_1, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K, tensor.Q8_K} {
+			k := 512
+			x := make([]float32, k)
+			for i := range x {
+				x[i] = float32(r.NormFloat64())
+			}
+			sz, _ := dt.RowSize(int64(k))
+			data := make([]byte, sz)
+			if err := quant.Quantize(dt, x, data); err != nil {
+				t.Fatal(err)
+			}
+			got, want := make([]float32, k), make([]float32, k)
+			if err := DequantizeRow(dt, data, got); err != nil {
+				t.Fatal(err)
+			}
+			if err := quant.Dequantize(dt, data, want); err != nil {
+				t.Fatal(err)
+			}
+			for i := range got {
+				if got[i] != want[i] {
+					t.Fatalf("%v %v element %d = %v, quant.Dequantize %v", isa, dt, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+// TestErrors checks that the binding refuses bad arguments before they reach C.
+func TestErrors(t *testing.T) {
+	if !Available() {
+		t.Skip(ErrNotBuilt)
+	}
+	c, err := NewContext(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	f := make([]float32, 64)
+	w := make([]byte, 4*34)
+	cases := []struct {
+		name string
+		err  error
+	}{
+		{"MatMul short x", c.MatMul(f[:4], f[:31], 1, 32, w, tensor.Q8_0, 4)},
+		{"MatMul short w", c.MatMul(f[:4], f[:32], 1, 32, w[:100], tensor.Q8_0, 4)},
+		{"MatMul k not a block multiple", c.MatMul(f[:4], f[:33], 1, 33, w, tensor.Q8_0, 4)},
+		{"MatMul unsupported type", c.MatMul(f[:4], f[:32], 1, 32, w, tensor.Q2_K, 4)},
+		{"MatMul dst overlaps x", c.MatMul(f[:4], f[:32], 1, 32, w, tensor.Q8_0, 4)},
+		{"GetRows id out of range", c.GetRows(f[:32], w, tensor.Q8_0, 4, 32, []int32{4})},
+		{"GetRows negative id", c.GetRows(f[:32], w, tensor.Q8_0, 4, 32, []int32{-1})},
+		{"AddRows bad b rows", c.AddRows(f[:8], f[:8], f[:8], 2, 4, 3)},
+		{"RMSNorm negative eps", c.RMSNorm(f[:8], f[:8], f[:4], 2, 4, -1)},
+		{"RMSNorm short w", c.RMSNorm(f[:8], f[:8], f[:3], 2, 4, 1e-5)},
+		{"SwiGLU short up", c.SwiGLU(f[:8], f[:8], f[:7])},
+		{"Rope odd dims", c.Rope(f[:16], 2, 1, Rope{HeadDim: 8, Dims: 7, Base: 1e4, FreqScale: 1}, []int32{0, 1})},
+		{"Rope negative position", c.Rope(f[:16], 1, 2, Rope{HeadDim: 8, Dims: 8, Base: 1e4, FreqScale: 1}, []int32{-1})},
+		{"Rope NaN scale", c.Rope(f[:16], 1, 2, Rope{HeadDim: 8, Dims: 8, Base: 1e4, FreqScale: float32(math.NaN())}, []int32{0})},
+		{"StoreKV slot out of range", c.StoreKV(make([]byte, 64), make([]byte, 64), tensor.F32, 4, 4, f[:4], f[:4], 1, []int32{4})},
+		{"StoreKV short cache", c.StoreKV(make([]byte, 60), make([]byte, 64), tensor.F32, 4, 4, f[:4], f[:4], 1, []int32{0})},
+		{"StoreKV Q8_0 cache", c.StoreKV(make([]byte, 64), make([]byte, 64), tensor.Q8_0, 4, 4, f[:4], f[:4], 1, []int32{0})},
+		{"Attention block out of range", c.Attention(f[:8], f[8:16], 1, make([]byte, 128), make([]byte, 128), tensor.F32, 4, 8, 2,
+			Attn{NHead: 1, NKVHead: 1, HeadDim: 8, Scale: 1}, []Seq{{Count: 1, CtxLen: 1, NBlocks: 1}}, []int32{2})},
+		{"Attention table too short", c.Attention(f[:8], f[8:16], 1, make([]byte, 128), make([]byte, 128), tensor.F32, 4, 8, 2,
+			Attn{NHead: 1, NKVHead: 1, HeadDim: 8, Scale: 1}, []Seq{{Count: 1, CtxLen: 3, NBlocks: 1}}, []int32{0})},
+		{"Attention dst overlaps q", c.Attention(f[:8], f[4:12], 1, make([]byte, 128), make([]byte, 128), tensor.F32, 4, 8, 2,
+			Attn{NHead: 1, NKVHead: 1, HeadDim: 8, Scale: 1}, []Seq{{Count: 1, CtxLen: 1, NBlocks: 1}}, []int32{0})},
+		{"Attention width mismatch", c.Attention(f[:8], f[8:16], 1, make([]byte, 128), make([]byte, 128), tensor.F32, 4, 8, 2,
+			Attn{NHead: 1, NKVHead: 2, HeadDim: 8, Scale: 1}, []Seq{{Count: 1, CtxLen: 1, NBlocks: 1}}, []int32{0})},
+	}
+	for _, cs := range cases {
+		if cs.err == nil {
+			t.Errorf("%s: no error", cs.name)
+		}
+	}
+	if err := c.MatMul(f[:4], f[:32], 1, 32, w, tensor.Q2_K, 4); !errors.Is(err, backend.ErrUnsupported) {
+		t.Errorf("unsupported weight type: %v does not wrap ErrUnsupported", err)
+	}
+	c.Close()
+	if err := c.SwiGLU(f[:8], f[:8], f[:8]); err == nil {
+		t.Error("SwiGLU on a closed context: no error")
+	}
+}
+
+func TestBuffer(t *testing.T) {
+	if !Available() {
+		t.Skip(ErrNotBuilt)
+	}
+	b, err := Alloc(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Bytes()) != 100 || len(b.Float32s()) != 25 {
+		t.Fatalf("Bytes %d, Float32s %d", len(b.Bytes()), len(b.Float32s()))
+	}
+	for i, v := range b.Bytes() {
+		if v != 0 {
+			t.Fatalf("byte %d of a new buffer is %d", i, v)
+		}
+	}
+	b.Free()
+	b.Free()
+	if b.Bytes() != nil {
+		t.Fatal("Bytes after Free")
+	}
+	if _, err := Alloc(-1); err == nil {
+		t.Fatal("Alloc(-1): no error")
+	}
+	// a large buffer is a mapping: zero, writable, freed with it
+	big, err := Alloc(3<<20 + 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bb := big.Bytes()
+	if len(bb) != 3<<20+5 || bb[0] != 0 || bb[len(bb)-1] != 0 || bb[1<<20] != 0 {
+		t.Fatal("large buffer not zeroed")
+	}
+	bb[len(bb)-1] = 7
+	big.Free()
+}
+
+func TestSupports(t *testing.T) {
+	if !Available() {
+		t.Skip(ErrNotBuilt)
+	}
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0,
+		tensor.Q5_1, tensor.Q8_0, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K} {
+		if !Supports(OpMatMul, dt) || !Supports(OpGetRows, dt) {
+			t.Errorf("%v: matmul/get rows not supported", dt)
+		}
+	}
+	for _, dt := range []tensor.DType{tensor.Q2_K, tensor.Q8_K, tensor.IQ4_NL, tensor.DType(99)} {
+		if Supports(OpMatMul, dt) {
+			t.Errorf("%v: matmul claimed", dt)
+		}
+	}
+	if !Supports(OpKV, tensor.F16) || Supports(OpKV, tensor.BF16) {
+		t.Error("KV support: want F32 and F16 only")
+	}
+	t.Logf("kernels: %v (best %v)", CurrentISA(), BestISA())
+}

@@ -1,0 +1,936 @@
+/*
+ * attention.c: the paged KV cache (StoreKV) and attention over it.
+ *
+ * Attention works on items of (sequence, kv head, tile of consecutive tokens): the tile's query
+ * heads that share the kv head form R query rows that walk the sequence's cache positions once,
+ * CH keys at a time, with an online softmax: per row a running maximum m, a running sum l and an
+ * unnormalised output O. Keys past a row's own position are masked (causal). A chunk gathers the
+ * row pointers of its positions, so it may span several cache blocks; F16 rows are widened to
+ * F32 in registers.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "internal.h"
+#include "simd.h"
+
+#define CH 64      /* keys a chunk */
+#define TILE_ROWS 16 /* query rows (tokens × grouped heads) an item aims at */
+
+/* slot_of returns the cache slot of position p of a sequence with block table table, for
+ * blocks of bs slots; bs = 2^shift when shift >= 0 (no division). */
+static inline int64_t slot_of(const int32_t *table, int64_t bs, int shift, int64_t p) {
+    if (shift >= 0) return ((int64_t)table[p >> shift] << shift) | (p & (bs - 1));
+    return (int64_t)table[p / bs] * bs + p % bs;
+}
+
+#if PL_X86
+/* y = F16(x) as float, n elements. */
+PL_TARGET_AVX2 static void round_f16_avx2(float *y, const float *x, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+    for (; i < n; i++) y[i] = plx_f16_to_f32(plx_f32_to_f16(x[i]));
+}
+#endif
+
+/* Scratch of the rows-in-lanes kernels (AVX-512). */
+typedef struct {
+    float *qt;      /* [hd][16] queries, transposed and scaled */
+    float *st;      /* [sc][16] scores, then weights */
+    float *o;       /* [16][hd] */
+    float *kf, *vf; /* [CH][hd] widened F16 rows */
+} att_tile_buf;
+
+/* ================================================================ StoreKV */
+
+#if PL_X86
+PL_TARGET_AVX2 static void store_f16_avx2(uint16_t *d, const float *s, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) d[i] = plx_f32_to_f16(s[i]);
+}
+#endif
+
+static void store_row(void *cache, int kvt, int64_t slot, int64_t width, const float *src) {
+    if (kvt == PL_F32) {
+        memcpy((float *)cache + slot * width, src, (size_t)width * sizeof(float));
+        return;
+    }
+    uint16_t *d = (uint16_t *)cache + slot * width;
+#if PL_X86
+    if (plx_isa >= PL_ISA_AVX2) {
+        store_f16_avx2(d, src, width);
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < width; i++) d[i] = plx_f32_to_f16(src[i]);
+}
+
+typedef struct {
+    pl_ctx *ctx;
+    void *kc, *vc;
+    int kvt;
+    int64_t width;
+    const float *k, *v;
+    int64_t n;
+    const int32_t *slot;
+} kv_job;
+
+static void job_store(void *p, int ith, int nth) {
+    kv_job *j = (kv_job *)p;
+    (void)ith;
+    (void)nth;
+    int64_t i;
+    while ((i = plx_chunk_next(j->ctx)) < j->n) {
+        store_row(j->kc, j->kvt, j->slot[i], j->width, j->k + i * j->width);
+        store_row(j->vc, j->kvt, j->slot[i], j->width, j->v + i * j->width);
+    }
+}
+
+int pl_store_kv(pl_ctx *ctx, void *kc, void *vc, int kvtype, int64_t slots, int64_t width,
+                const float *k, const float *v, int64_t n, const int32_t *slot) {
+    if (ctx == NULL || slots < 0 || width < 0 || n < 0) return PL_ERR_ARG;
+    if (!pl_supports(PL_OP_KV, kvtype)) return PL_ERR_UNSUPPORTED;
+    if (n == 0 || width == 0) return PL_OK;
+    if (kc == NULL || vc == NULL || k == NULL || v == NULL || slot == NULL) return PL_ERR_ARG;
+    for (int64_t i = 0; i < n; i++)
+        if (slot[i] < 0 || slot[i] >= slots) return PL_ERR_ARG;
+    if (n * width <= 16384) {
+        for (int64_t i = 0; i < n; i++) {
+            store_row(kc, kvtype, slot[i], width, k + i * width);
+            store_row(vc, kvtype, slot[i], width, v + i * width);
+        }
+        return PL_OK;
+    }
+    kv_job j = {ctx, kc, vc, kvtype, width, k, v, n, slot};
+    plx_chunk_reset(ctx);
+    plx_run(ctx, job_store, &j);
+    return PL_OK;
+}
+
+/* ================================================================ kernels
+ *
+ * Keys and values are addressed through per-position row pointers (the rows of one chunk may
+ * lie in different cache blocks), as F32 or F16 (f16 != 0), converted in registers.
+ * scores: s[c] = scale * (q · K_c) for c < C.
+ * pv:     o = alpha*o + sum_{c<nv} p[c] * V_c.
+ * expsum: p[c] = exp(s[c] - mx) for c < nv; returns the sum.
+ */
+
+static inline float kv_at(const void *row, int d, int f16) {
+    return f16 ? plx_f16_to_f32(((const uint16_t *)row)[d]) : ((const float *)row)[d];
+}
+
+static void scores_scalar(const float *q, const void *const *k, int C, int hd, float scale,
+                          float *s, int f16) {
+    for (int c = 0; c < C; c++) {
+        float a = 0.0f;
+        for (int d = 0; d < hd; d++) a += q[d] * kv_at(k[c], d, f16);
+        s[c] = a * scale;
+    }
+}
+
+static void pv_scalar(float *o, float alpha, const float *p, int nv, const void *const *v, int hd,
+                      int f16) {
+    for (int d = 0; d < hd; d++) o[d] *= alpha;
+    for (int c = 0; c < nv; c++) {
+        float pc = p[c];
+        for (int d = 0; d < hd; d++) o[d] += pc * kv_at(v[c], d, f16);
+    }
+}
+
+static float expsum_scalar(float *s, int nv, float mx) {
+    float sum = 0.0f;
+    for (int c = 0; c < nv; c++) {
+        s[c] = expf(s[c] - mx);
+        sum += s[c];
+    }
+    return sum;
+}
+
+#if PL_X86
+__attribute__((always_inline)) PL_TARGET_AVX2 static inline __m256 ld8(const void *row, int d,
+                                                                        const int f16) {
+    if (f16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + d)));
+    return _mm256_loadu_ps((const float *)row + d);
+}
+
+__attribute__((always_inline)) PL_TARGET_AVX2 static inline void
+scores_avx2_t(const float *q, const void *const *k, int C, int hd, float scale, float *s,
+              const int f16) {
+    const int hd8 = hd & ~7;
+    for (int c0 = 0; c0 < C; c0 += 8) {
+        const int nc = PL_MIN(8, C - c0);
+        const void *kr[8];
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) kr[c] = k[c0 + (c < nc ? c : 0)]; /* spare lanes repeat key 0 */
+        __m256 acc[8];
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) acc[c] = _mm256_setzero_ps();
+        for (int d = 0; d < hd8; d += 8) {
+            __m256 qv = _mm256_loadu_ps(q + d);
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; c++) acc[c] = _mm256_fmadd_ps(qv, ld8(kr[c], d, f16), acc[c]);
+        }
+        float tmp[8];
+        _mm256_storeu_ps(tmp, _mm256_mul_ps(plx_hsum8x256(acc), _mm256_set1_ps(scale)));
+        for (int c = 0; c < nc; c++) {
+            float t = 0.0f;
+            for (int d = hd8; d < hd; d++) t += q[d] * kv_at(kr[c], d, f16);
+            s[c0 + c] = tmp[c] + t * scale;
+        }
+    }
+}
+
+__attribute__((always_inline)) PL_TARGET_AVX2 static inline void
+pv_avx2_t(float *o, float alpha, const float *p, int nv, const void *const *v, int hd, const int f16) {
+    const __m256 al = _mm256_set1_ps(alpha);
+    int d0 = 0;
+    for (; d0 + 32 <= hd; d0 += 32) {
+        __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(o + d0), al);
+        __m256 a1 = _mm256_mul_ps(_mm256_loadu_ps(o + d0 + 8), al);
+        __m256 a2 = _mm256_mul_ps(_mm256_loadu_ps(o + d0 + 16), al);
+        __m256 a3 = _mm256_mul_ps(_mm256_loadu_ps(o + d0 + 24), al);
+        for (int c = 0; c < nv; c++) {
+            __m256 pc = _mm256_set1_ps(p[c]);
+            a0 = _mm256_fmadd_ps(pc, ld8(v[c], d0, f16), a0);
+            a1 = _mm256_fmadd_ps(pc, ld8(v[c], d0 + 8, f16), a1);
+            a2 = _mm256_fmadd_ps(pc, ld8(v[c], d0 + 16, f16), a2);
+            a3 = _mm256_fmadd_ps(pc, ld8(v[c], d0 + 24, f16), a3);
+        }
+        _mm256_storeu_ps(o + d0, a0);
+        _mm256_storeu_ps(o + d0 + 8, a1);
+        _mm256_storeu_ps(o + d0 + 16, a2);
+        _mm256_storeu_ps(o + d0 + 24, a3);
+    }
+    for (; d0 + 8 <= hd; d0 += 8) {
+        __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(o + d0), al);
+        for (int c = 0; c < nv; c++) a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[c]), ld8(v[c], d0, f16), a0);
+        _mm256_storeu_ps(o + d0, a0);
+    }
+    for (; d0 < hd; d0++) {
+        float a = o[d0] * alpha;
+        for (int c = 0; c < nv; c++) a += p[c] * kv_at(v[c], d0, f16);
+        o[d0] = a;
+    }
+}
+
+PL_TARGET_AVX2 static void scores_avx2(const float *q, const void *const *k, int C, int hd,
+                                       float scale, float *s, int f16) {
+    if (f16) scores_avx2_t(q, k, C, hd, scale, s, 1);
+    else scores_avx2_t(q, k, C, hd, scale, s, 0);
+}
+
+PL_TARGET_AVX2 static void pv_avx2(float *o, float alpha, const float *p, int nv,
+                                   const void *const *v, int hd, int f16) {
+    if (f16) pv_avx2_t(o, alpha, p, nv, v, hd, 1);
+    else pv_avx2_t(o, alpha, p, nv, v, hd, 0);
+}
+
+PL_TARGET_AVX2 static float expsum_avx2(float *s, int nv, float mx) {
+    __m256 m = _mm256_set1_ps(mx), acc = _mm256_setzero_ps();
+    int c = 0;
+    for (; c + 8 <= nv; c += 8) {
+        __m256 e = plx_exp256(_mm256_sub_ps(_mm256_loadu_ps(s + c), m));
+        _mm256_storeu_ps(s + c, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    float sum = plx_hsum256(acc);
+    for (; c < nv; c++) {
+        s[c] = expf(s[c] - mx);
+        sum += s[c];
+    }
+    return sum;
+}
+
+__attribute__((always_inline)) PL_TARGET_AVX512 static inline __m512 ld16(const void *row, int d,
+                                                                           __mmask16 m, const int f16) {
+    if (f16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + d));
+    return _mm512_maskz_loadu_ps(m, (const float *)row + d);
+}
+
+__attribute__((always_inline)) PL_TARGET_AVX512 static inline void
+scores_avx512_t(const float *q, const void *const *k, int C, int hd, float scale, float *s,
+                const int f16) {
+    for (int c0 = 0; c0 < C; c0 += 16) {
+        const int nc = PL_MIN(16, C - c0);
+        const void *kr[16];
+#pragma GCC unroll 16
+        for (int c = 0; c < 16; c++) kr[c] = k[c0 + (c < nc ? c : 0)]; /* spare lanes repeat key 0 */
+        __m512 acc[16];
+#pragma GCC unroll 16
+        for (int c = 0; c < 16; c++) acc[c] = _mm512_setzero_ps();
+        for (int d = 0; d < hd; d += 16) {
+            __mmask16 mk = hd - d >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (hd - d)) - 1);
+            __m512 qv = _mm512_maskz_loadu_ps(mk, q + d);
+#pragma GCC unroll 16
+            for (int c = 0; c < 16; c++) acc[c] = _mm512_fmadd_ps(qv, ld16(kr[c], d, mk, f16), acc[c]);
+        }
+        __m512 r = _mm512_mul_ps(plx_hsum16x512(acc), _mm512_set1_ps(scale));
+        _mm512_mask_storeu_ps(s + c0, (__mmask16)((1u << nc) - 1), r);
+    }
+}
+
+/* NB blocks of 16 floats of o held in registers; the last masked by ml. */
+__attribute__((always_inline)) PL_TARGET_AVX512 static inline void
+pv_blk_avx512(float *o, __m512 al, const float *p, int nv, const void *const *v, int d0,
+              const int NB, __mmask16 ml, const int f16) {
+    __m512 a[8];
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; b++)
+        a[b] = _mm512_mul_ps(_mm512_maskz_loadu_ps(b == NB - 1 ? ml : 0xFFFF, o + d0 + 16 * b), al);
+    for (int c = 0; c < nv; c++) {
+        __m512 pc = _mm512_set1_ps(p[c]);
+#pragma GCC unroll 8
+        for (int b = 0; b < NB; b++)
+            a[b] = _mm512_fmadd_ps(pc, ld16(v[c], d0 + 16 * b, b == NB - 1 ? ml : 0xFFFF, f16), a[b]);
+    }
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; b++) _mm512_mask_storeu_ps(o + d0 + 16 * b, b == NB - 1 ? ml : 0xFFFF, a[b]);
+}
+
+__attribute__((always_inline)) PL_TARGET_AVX512 static inline void
+pv_avx512_t(float *o, float alpha, const float *p, int nv, const void *const *v, int hd, const int f16) {
+    const __m512 al = _mm512_set1_ps(alpha);
+    for (int d0 = 0; d0 < hd; d0 += 128) {
+        int rem = PL_MIN(128, hd - d0);
+        int nb = (rem + 15) / 16;
+        __mmask16 ml = rem % 16 ? (__mmask16)((1u << (rem % 16)) - 1) : (__mmask16)0xFFFF;
+        switch (nb) {
+        case 1: pv_blk_avx512(o, al, p, nv, v, d0, 1, ml, f16); break;
+        case 2: pv_blk_avx512(o, al, p, nv, v, d0, 2, ml, f16); break;
+        case 3: pv_blk_avx512(o, al, p, nv, v, d0, 3, ml, f16); break;
+        case 4: pv_blk_avx512(o, al, p, nv, v, d0, 4, ml, f16); break;
+        case 5: pv_blk_avx512(o, al, p, nv, v, d0, 5, ml, f16); break;
+        case 6: pv_blk_avx512(o, al, p, nv, v, d0, 6, ml, f16); break;
+        case 7: pv_blk_avx512(o, al, p, nv, v, d0, 7, ml, f16); break;
+        default: pv_blk_avx512(o, al, p, nv, v, d0, 8, ml, f16); break;
+        }
+    }
+}
+
+PL_TARGET_AVX512 static void scores_avx512(const float *q, const void *const *k, int C, int hd,
+                                           float scale, float *s, int f16) {
+    if (f16) scores_avx512_t(q, k, C, hd, scale, s, 1);
+    else scores_avx512_t(q, k, C, hd, scale, s, 0);
+}
+
+PL_TARGET_AVX512 static void pv_avx512(float *o, float alpha, const float *p, int nv,
+                                       const void *const *v, int hd, int f16) {
+    if (f16) pv_avx512_t(o, alpha, p, nv, v, hd, 1);
+    else pv_avx512_t(o, alpha, p, nv, v, hd, 0);
+}
+
+PL_TARGET_AVX512 static float expsum_avx512(float *s, int nv, float mx) {
+    __m512 m = _mm512_set1_ps(mx), acc = _mm512_setzero_ps();
+    for (int c = 0; c < nv; c += 16) {
+        __mmask16 mk = nv - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nv - c)) - 1);
+        __m512 e = plx_exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, s + c), m));
+        _mm512_mask_storeu_ps(s + c, mk, e);
+        acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(mk, e));
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+#endif
+
+#if PL_X86
+/* ---------------------------------------------------------------- AVX-512, rows in lanes
+ *
+ * For items of at least 8 query rows: the item's R <= 16 query rows are lanes of one vector.
+ * Q is transposed once per item (Qt [hd][16], pre-scaled), so the scores of one key for all rows
+ * are hd broadcast-FMAs, the online softmax runs lane-wise, and P·V accumulates 4 rows × 64
+ * elements of O in registers per pass over the chunk's values. F16 rows are widened once per
+ * chunk into Kf/Vf. */
+
+
+PL_TARGET_AVX512 static void widen_rows512(float *dst, const void *const *rows, int C, int hd) {
+    for (int c = 0; c < C; c++) {
+        const uint16_t *h = (const uint16_t *)rows[c];
+        for (int d = 0; d < hd; d += 16) {
+            __mmask16 mk = hd - d >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (hd - d)) - 1);
+            _mm512_mask_storeu_ps(dst + (size_t)c * hd + d, mk, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, h + d)));
+        }
+    }
+}
+
+/* O[r][d0..d0+16*NB) += sum_c P[c][r] * V_c[d0..], rows r0..r0+3 (P rows past R are zero). */
+__attribute__((always_inline)) PL_TARGET_AVX512 static inline void
+tile_pv(float *o, int hd, const float *st, int C, const float *const *v, int r0, int d0,
+        const int NB, __mmask16 ml) {
+    __m512 a[4][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; b++)
+            a[i][b] = _mm512_maskz_loadu_ps(b == NB - 1 ? ml : 0xFFFF, o + (size_t)(r0 + i) * hd + d0 + 16 * b);
+    for (int c = 0; c < C; c++) {
+        __m512 vv[4];
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; b++) vv[b] = _mm512_maskz_loadu_ps(b == NB - 1 ? ml : 0xFFFF, v[c] + d0 + 16 * b);
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            __m512 pc = _mm512_set1_ps(st[c * 16 + r0 + i]);
+#pragma GCC unroll 4
+            for (int b = 0; b < NB; b++) a[i][b] = _mm512_fmadd_ps(pc, vv[b], a[i][b]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; b++)
+            _mm512_mask_storeu_ps(o + (size_t)(r0 + i) * hd + d0 + 16 * b, b == NB - 1 ? ml : 0xFFFF, a[i][b]);
+}
+
+/* att_tile512 runs one item whose rows are lanes: q[r] the query of row r < R (scaled by
+ * scale), pos[r] its position; writes dst[r] rows. kp, vp: CH row pointers of scratch. */
+PL_TARGET_AVX512 static void att_tile512(const float *const *q, float *const *dst, const int32_t *pos,
+                                         int R, int hd, float scale, int f16, int32_t pmax,
+                                         const uint8_t *kc, const uint8_t *vc, int64_t rowb,
+                                         int64_t headb, const int32_t *table, int64_t bs, int shift,
+                                         const void **kp, const void **vp, att_tile_buf *tb) {
+    (void)shift; /* positions advance block by block here */
+    int32_t pl[16];
+    for (int r = 0; r < 16; r++) pl[r] = r < R ? pos[r] : pos[0];
+    const __m512i P = _mm512_loadu_si512((const void *)pl);
+    for (int d = 0; d < hd; d++)
+        for (int r = 0; r < 16; r++) tb->qt[d * 16 + r] = r < R ? q[r][d] * scale : 0.0f;
+    memset(tb->o, 0, (size_t)16 * hd * sizeof(float));
+    __m512 m = _mm512_set1_ps(-INFINITY), l = _mm512_setzero_ps();
+    __mmask16 valid[CH];
+    int64_t blk = 0, off = 0;
+    for (int32_t j0 = 0; j0 <= pmax;) {
+        int C = (int)PL_MIN((int64_t)CH, (int64_t)(pmax + 1 - j0));
+        for (int c = 0; c < C; c++) {
+            int64_t slot = (int64_t)table[blk] * bs + off;
+            kp[c] = kc + slot * rowb + headb;
+            vp[c] = vc + slot * rowb + headb;
+            if (++off == bs) {
+                off = 0;
+                blk++;
+            }
+        }
+        const float *const *K = (const float *const *)kp, *const *V = (const float *const *)vp;
+        const float *kr[CH], *vr[CH];
+        if (f16) {
+            widen_rows512(tb->kf, kp, C, hd);
+            widen_rows512(tb->vf, vp, C, hd);
+            for (int c = 0; c < C; c++) {
+                kr[c] = tb->kf + (size_t)c * hd;
+                vr[c] = tb->vf + (size_t)c * hd;
+            }
+            K = kr;
+            V = vr;
+        }
+        /* scores, four keys at a time; masked entries -inf */
+        __m512 mx = _mm512_set1_ps(-INFINITY);
+        for (int c0 = 0; c0 < C; c0 += 4) {
+            const float *k0 = K[c0], *k1 = K[PL_MIN(c0 + 1, C - 1)], *k2 = K[PL_MIN(c0 + 2, C - 1)],
+                        *k3 = K[PL_MIN(c0 + 3, C - 1)];
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int d = 0; d < hd; d++) {
+                __m512 qv = _mm512_load_ps(tb->qt + d * 16);
+                a0 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k0[d]), a0);
+                a1 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k1[d]), a1);
+                a2 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k2[d]), a2);
+                a3 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k3[d]), a3);
+            }
+            __m512 av[4] = {a0, a1, a2, a3};
+            for (int i = 0; i < 4 && c0 + i < C; i++) {
+                __mmask16 vm = _mm512_cmp_epi32_mask(_mm512_set1_epi32(j0 + c0 + i), P, _MM_CMPINT_LE);
+                valid[c0 + i] = vm;
+                __m512 sv = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), vm, av[i]);
+                _mm512_store_ps(tb->st + (c0 + i) * 16, sv);
+                mx = _mm512_max_ps(mx, sv);
+            }
+        }
+        __m512 mnew = _mm512_max_ps(m, mx);
+        /* rows with no key yet keep m = -inf: their alpha is irrelevant (O and l are zero) */
+        __mmask16 seen = _mm512_cmp_ps_mask(m, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+        __m512 alpha = _mm512_maskz_mov_ps(seen, plx_exp512(_mm512_sub_ps(m, mnew)));
+        __m512 sum = _mm512_setzero_ps();
+        for (int c = 0; c < C; c++) {
+            __m512 e = _mm512_maskz_mov_ps(valid[c], plx_exp512(_mm512_sub_ps(_mm512_load_ps(tb->st + c * 16), mnew)));
+            _mm512_store_ps(tb->st + c * 16, e);
+            sum = _mm512_add_ps(sum, e);
+        }
+        l = _mm512_fmadd_ps(l, alpha, sum);
+        m = mnew;
+        float al[16];
+        _mm512_storeu_ps(al, alpha);
+        for (int r = 0; r < R; r++) {
+            __m512 ar = _mm512_set1_ps(al[r]);
+            float *orow = tb->o + (size_t)r * hd;
+            for (int d = 0; d < hd; d += 16) {
+                __mmask16 mk = hd - d >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (hd - d)) - 1);
+                _mm512_mask_storeu_ps(orow + d, mk, _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, orow + d), ar));
+            }
+        }
+        for (int d0 = 0; d0 < hd; d0 += 64) {
+            int rem = PL_MIN(64, hd - d0), nb = (rem + 15) / 16;
+            __mmask16 ml = rem % 16 ? (__mmask16)((1u << (rem % 16)) - 1) : (__mmask16)0xFFFF;
+            for (int r0 = 0; r0 < R; r0 += 4) {
+                switch (nb) {
+                case 1: tile_pv(tb->o, hd, tb->st, C, V, r0, d0, 1, ml); break;
+                case 2: tile_pv(tb->o, hd, tb->st, C, V, r0, d0, 2, ml); break;
+                case 3: tile_pv(tb->o, hd, tb->st, C, V, r0, d0, 3, ml); break;
+                default: tile_pv(tb->o, hd, tb->st, C, V, r0, d0, 4, ml); break;
+                }
+            }
+        }
+        j0 += C;
+    }
+    float li[16];
+    _mm512_storeu_ps(li, l);
+    for (int r = 0; r < R; r++) {
+        float inv = 1.0f / li[r];
+        for (int d = 0; d < hd; d++) dst[r][d] = tb->o[(size_t)r * hd + d] * inv;
+    }
+}
+
+/* att_tile512_f16 is att_tile512 for an F16 cache, in two passes as llama.cpp's F16 products
+ * compute it: the queries rounded to F16; every score of the item stored (st [ctx][16]); the
+ * exact softmax of each row, its weights rounded to F16; then p·V. */
+PL_TARGET_AVX512 static void att_tile512_f16(const float *const *q, float *const *dst,
+                                             const int32_t *pos, int R, int hd, float scale,
+                                             int32_t pmax, const uint8_t *kc, const uint8_t *vc,
+                                             int64_t rowb, int64_t headb, const int32_t *table,
+                                             int64_t bs, int shift, const void **kp, const void **vp,
+                                             att_tile_buf *tb) {
+    int32_t pl[16];
+    for (int r = 0; r < 16; r++) pl[r] = r < R ? pos[r] : pos[0];
+    const __m512i P = _mm512_loadu_si512((const void *)pl);
+    for (int r = 0; r < R; r++) round_f16_avx2(tb->o + (size_t)r * hd, q[r], hd); /* o: free until pass 2 */
+    for (int d = 0; d < hd; d++)
+        for (int r = 0; r < 16; r++) tb->qt[d * 16 + r] = r < R ? tb->o[(size_t)r * hd + d] * scale : 0.0f;
+    const float *kr[CH], *vr[CH];
+    /* pass 1: scores of every position, masked ones -inf */
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (int32_t j0 = 0; j0 <= pmax; j0 += CH) {
+        int C = (int)PL_MIN((int64_t)CH, (int64_t)(pmax + 1 - j0));
+        for (int c = 0; c < C; c++) kp[c] = kc + slot_of(table, bs, shift, j0 + c) * rowb + headb;
+        widen_rows512(tb->kf, kp, C, hd);
+        for (int c = 0; c < C; c++) kr[c] = tb->kf + (size_t)c * hd;
+        for (int c0 = 0; c0 < C; c0 += 4) {
+            const float *k0 = kr[c0], *k1 = kr[PL_MIN(c0 + 1, C - 1)], *k2 = kr[PL_MIN(c0 + 2, C - 1)],
+                        *k3 = kr[PL_MIN(c0 + 3, C - 1)];
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int d = 0; d < hd; d++) {
+                __m512 qv = _mm512_load_ps(tb->qt + d * 16);
+                a0 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k0[d]), a0);
+                a1 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k1[d]), a1);
+                a2 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k2[d]), a2);
+                a3 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k3[d]), a3);
+            }
+            __m512 av[4] = {a0, a1, a2, a3};
+            for (int i = 0; i < 4 && c0 + i < C; i++) {
+                __mmask16 vm = _mm512_cmp_epi32_mask(_mm512_set1_epi32(j0 + c0 + i), P, _MM_CMPINT_LE);
+                __m512 sv = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), vm, av[i]);
+                _mm512_store_ps(tb->st + (size_t)(j0 + c0 + i) * 16, sv);
+                mx = _mm512_max_ps(mx, sv);
+            }
+        }
+    }
+    /* the softmax of each row (lane), weights rounded to F16 */
+    __m512 sum = _mm512_setzero_ps();
+    for (int32_t jj = 0; jj <= pmax; jj++) {
+        __mmask16 vm = _mm512_cmp_epi32_mask(_mm512_set1_epi32(jj), P, _MM_CMPINT_LE);
+        __m512 e = _mm512_maskz_mov_ps(vm, plx_exp512(_mm512_sub_ps(_mm512_load_ps(tb->st + (size_t)jj * 16), mx)));
+        _mm512_store_ps(tb->st + (size_t)jj * 16, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    const __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.0f), sum);
+    for (int32_t jj = 0; jj <= pmax; jj++) {
+        __m512 w = _mm512_mul_ps(_mm512_load_ps(tb->st + (size_t)jj * 16), inv);
+        _mm512_store_ps(tb->st + (size_t)jj * 16, _mm512_cvtph_ps(_mm512_cvtps_ph(w, _MM_FROUND_TO_NEAREST_INT)));
+    }
+    /* pass 2: p·V */
+    memset(tb->o, 0, (size_t)16 * hd * sizeof(float));
+    for (int32_t j0 = 0; j0 <= pmax; j0 += CH) {
+        int C = (int)PL_MIN((int64_t)CH, (int64_t)(pmax + 1 - j0));
+        for (int c = 0; c < C; c++) vp[c] = vc + slot_of(table, bs, shift, j0 + c) * rowb + headb;
+        widen_rows512(tb->vf, vp, C, hd);
+        for (int c = 0; c < C; c++) vr[c] = tb->vf + (size_t)c * hd;
+        const float *st = tb->st + (size_t)j0 * 16;
+        for (int d0 = 0; d0 < hd; d0 += 64) {
+            int rem = PL_MIN(64, hd - d0), nb = (rem + 15) / 16;
+            __mmask16 ml = rem % 16 ? (__mmask16)((1u << (rem % 16)) - 1) : (__mmask16)0xFFFF;
+            for (int r0 = 0; r0 < R; r0 += 4) {
+                switch (nb) {
+                case 1: tile_pv(tb->o, hd, st, C, vr, r0, d0, 1, ml); break;
+                case 2: tile_pv(tb->o, hd, st, C, vr, r0, d0, 2, ml); break;
+                case 3: tile_pv(tb->o, hd, st, C, vr, r0, d0, 3, ml); break;
+                default: tile_pv(tb->o, hd, st, C, vr, r0, d0, 4, ml); break;
+                }
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int d = 0; d < hd; d++) dst[r][d] = tb->o[(size_t)r * hd + d];
+}
+#endif
+
+static void scores(const float *q, const void *const *k, int C, int hd, float scale, float *s,
+                   int f16) {
+#if PL_X86
+    if (plx_isa >= PL_ISA_AVX512) {
+        scores_avx512(q, k, C, hd, scale, s, f16);
+        return;
+    }
+    if (plx_isa >= PL_ISA_AVX2) {
+        scores_avx2(q, k, C, hd, scale, s, f16);
+        return;
+    }
+#endif
+    scores_scalar(q, k, C, hd, scale, s, f16);
+}
+
+static void pv(float *o, float alpha, const float *p, int nv, const void *const *v, int hd, int f16) {
+#if PL_X86
+    if (plx_isa >= PL_ISA_AVX512) {
+        pv_avx512(o, alpha, p, nv, v, hd, f16);
+        return;
+    }
+    if (plx_isa >= PL_ISA_AVX2) {
+        pv_avx2(o, alpha, p, nv, v, hd, f16);
+        return;
+    }
+#endif
+    pv_scalar(o, alpha, p, nv, v, hd, f16);
+}
+
+static float expsum(float *s, int nv, float mx) {
+#if PL_X86
+    if (plx_isa >= PL_ISA_AVX512) return expsum_avx512(s, nv, mx);
+    if (plx_isa >= PL_ISA_AVX2) return expsum_avx2(s, nv, mx);
+#endif
+    return expsum_scalar(s, nv, mx);
+}
+
+/* round_weights: s[c] = F16(s[c] * inv) for c < n, the value back as float. */
+#if PL_X86
+
+PL_TARGET_AVX2 static void round_weights_avx2(float *s, int64_t n, float inv) {
+    const __m256 iv = _mm256_set1_ps(inv);
+    int64_t c = 0;
+    for (; c + 8 <= n; c += 8)
+        _mm256_storeu_ps(s + c, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(s + c), iv),
+                                                               _MM_FROUND_TO_NEAREST_INT)));
+    for (; c < n; c++) s[c] = plx_f16_to_f32(plx_f32_to_f16(s[c] * inv));
+}
+#endif
+
+/* round_f16: y = F16(x) as float, n elements. */
+static void round_f16(float *y, const float *x, int n) {
+    int i = 0;
+#if PL_X86
+    if (plx_isa >= PL_ISA_AVX2) {
+        round_f16_avx2(y, x, n);
+        return;
+    }
+#endif
+    for (; i < n; i++) y[i] = plx_f16_to_f32(plx_f32_to_f16(x[i]));
+}
+
+static void round_weights(float *s, int64_t n, float inv) {
+#if PL_X86
+    if (plx_isa >= PL_ISA_AVX2) {
+        round_weights_avx2(s, n, inv);
+        return;
+    }
+#endif
+    for (int64_t c = 0; c < n; c++) s[c] = plx_f16_to_f32(plx_f32_to_f16(s[c] * inv));
+}
+
+/* ================================================================ attention */
+
+typedef struct {
+    int32_t seq, g, t0, t1; /* tokens [t0, t1) of the batch, kv head g */
+} att_item;
+
+/* Positions ahead of the current chunk whose key and value rows are prefetched. Decoding streams
+ * the weights through the last-level cache, so the cache's rows come from memory each token, and
+ * consecutive positions are a whole cache row apart (all heads of a slot): too far apart for the
+ * hardware prefetchers, so without this attention waits on memory latency. */
+#define PF_AHEAD 128
+
+static inline void prefetch_rows(const uint8_t *kc, const uint8_t *vc, int64_t slot, int64_t rowb,
+                                 int64_t headb, int64_t bytes) {
+    const uint8_t *k = kc + slot * rowb + headb, *v = vc + slot * rowb + headb;
+    for (int64_t o = 0; o < bytes; o += 64) {
+        __builtin_prefetch(k + o, 0, 3);
+        __builtin_prefetch(v + o, 0, 3);
+    }
+}
+
+
+typedef struct {
+    pl_ctx *ctx;
+    float *dst;
+    const float *q;
+    const uint8_t *kc, *vc;
+    int kvt;
+    int64_t width, bs;
+    pl_attn_cfg a;
+    int G;
+    const pl_seq *seqs;
+    const int32_t *blocks;
+    const att_item *items;
+    int64_t nitems;
+    int rmax;
+    int64_t sc; /* score columns a row of scratch */
+    int shift;  /* bs = 2^shift, or -1 */
+} att_job;
+
+/* Per-thread scratch of an attention job: rmax query rows of hd, sc score columns a row (CH for
+ * F32 caches, whose softmax is online; every position of the longest sequence, rounded up to
+ * CH, for F16 caches, whose weights are normalised before p·V). */
+typedef struct {
+    float *o, *m, *l, *s, *qr; /* [rmax][hd], [rmax], [rmax], [rmax][sc], [rmax][hd] */
+    const void **kp, **vp;     /* [CH] row pointers */
+    att_tile_buf tb;           /* rows in lanes (AVX-512) */
+} att_scratch;
+
+static size_t att_scratch_floats(int rmax, int hd, int64_t sc) {
+    return (size_t)rmax * hd * 2 + 2 * (size_t)rmax + (size_t)rmax * sc + /* o, qr, m, l, s */
+           2 * CH * (sizeof(void *) / sizeof(float)) +                    /* kp, vp */
+           (size_t)hd * 16 + (size_t)sc * 16 + (size_t)16 * hd + 2 * (size_t)CH * hd + /* tb */
+           64;
+}
+
+static att_scratch att_layout(float *buf, int rmax, int hd, int64_t sc) {
+    att_scratch a;
+    a.o = buf;
+    a.qr = a.o + (size_t)rmax * hd;
+    a.m = a.qr + (size_t)rmax * hd;
+    a.l = a.m + rmax;
+    a.s = a.l + rmax;
+    a.kp = (const void **)(void *)(a.s + (size_t)rmax * sc);
+    a.vp = a.kp + CH;
+    float *f = (float *)(((uintptr_t)(a.vp + CH) + 63) & ~(uintptr_t)63);
+    a.tb.qt = f;
+    a.tb.st = a.tb.qt + (size_t)hd * 16;
+    a.tb.o = a.tb.st + (size_t)sc * 16;
+    a.tb.kf = a.tb.o + (size_t)16 * hd;
+    a.tb.vf = a.tb.kf + (size_t)CH * hd;
+    return a;
+}
+
+/* gather fills kp, vp with the key and value rows of positions j0 .. j0+C-1, prefetching the
+ * rows PF_AHEAD positions on (up to pmax). */
+static void gather(const att_job *j, const int32_t *table, int64_t rowb, int64_t headb, int64_t rowbytes,
+                   int32_t j0, int C, int32_t pmax, const void **kp, const void **vp) {
+    for (int c = 0; c < C; c++) {
+        int64_t slot = slot_of(table, j->bs, j->shift, j0 + c);
+        kp[c] = j->kc + slot * rowb + headb;
+        vp[c] = j->vc + slot * rowb + headb;
+        int64_t ahead = (int64_t)j0 + c + PF_AHEAD;
+        if (ahead <= pmax) prefetch_rows(j->kc, j->vc, slot_of(table, j->bs, j->shift, ahead), rowb, headb, rowbytes);
+    }
+}
+
+static void att_item_run(const att_job *j, const att_item *it, float *buf) {
+    const int hd = j->a.head_dim, G = j->G, nh = j->a.n_head, f16 = j->kvt == PL_F16;
+    const pl_seq *s = &j->seqs[it->seq];
+    const int R = (it->t1 - it->t0) * G;
+    att_scratch sc = att_layout(buf, j->rmax, hd, j->sc);
+    const int64_t esz = f16 ? 2 : 4;
+    const int64_t rowb = j->width * esz, headb = (int64_t)it->g * hd * esz, rowbytes = hd * esz;
+    const int32_t *table = j->blocks + s->blocks_off;
+    const int32_t pos0 = s->ctx_len - s->count - s->start; /* position of batch token t: pos0 + t */
+    const int32_t pmax = pos0 + it->t1 - 1;
+
+    for (int64_t p = 0; p < PL_MIN((int64_t)PF_AHEAD, (int64_t)pmax + 1); p++)
+        prefetch_rows(j->kc, j->vc, slot_of(table, j->bs, j->shift, p), rowb, headb, rowbytes);
+#if PL_X86
+    if (plx_isa >= PL_ISA_AVX512 && R >= 8 && R <= 16) {
+        const float *qs[16];
+        float *ds[16];
+        int32_t ps[16];
+        for (int r = 0; r < R; r++) {
+            int t = it->t0 + r / G, h = it->g * G + r % G;
+            qs[r] = j->q + ((int64_t)t * nh + h) * hd;
+            ds[r] = j->dst + ((int64_t)t * nh + h) * hd;
+            ps[r] = pos0 + t;
+        }
+        if (f16)
+            att_tile512_f16(qs, ds, ps, R, hd, j->a.scale, pmax, j->kc, j->vc, rowb, headb, table,
+                            j->bs, j->shift, sc.kp, sc.vp, &sc.tb);
+        else
+            att_tile512(qs, ds, ps, R, hd, j->a.scale, 0, pmax, j->kc, j->vc, rowb, headb, table,
+                        j->bs, j->shift, sc.kp, sc.vp, &sc.tb);
+        return;
+    }
+#endif
+    float *O = sc.o, *M = sc.m, *L = sc.l, *S = sc.s;
+    memset(O, 0, (size_t)R * hd * sizeof(float));
+    if (f16) {
+        /* Two passes, as llama.cpp's F16 products compute it: queries rounded to F16, every
+         * score stored, the exact softmax of each row, its weights rounded to F16, then p·V. */
+        for (int r = 0; r < R; r++) {
+            int t = it->t0 + r / G, h = it->g * G + r % G;
+            const float *qr = j->q + ((int64_t)t * nh + h) * hd;
+            round_f16(sc.qr + (size_t)r * hd, qr, hd);
+        }
+        for (int32_t j0 = 0; j0 <= pmax; j0 += CH) {
+            int C = (int)PL_MIN((int64_t)CH, (int64_t)(pmax + 1 - j0));
+            gather(j, table, rowb, headb, rowbytes, j0, C, pmax, sc.kp, sc.vp);
+            for (int r = 0; r < R; r++) {
+                int32_t p = pos0 + it->t0 + r / G;
+                int nv = (int)PL_MIN((int64_t)C, (int64_t)p - j0 + 1);
+                if (nv > 0) scores(sc.qr + (size_t)r * hd, sc.kp, nv, hd, j->a.scale, S + (size_t)r * j->sc + j0, 1);
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            int32_t n = pos0 + it->t0 + r / G + 1; /* positions 0..p */
+            float *sr = S + (size_t)r * j->sc;
+            float mx = sr[0];
+            for (int32_t c = 1; c < n; c++) mx = sr[c] > mx ? sr[c] : mx;
+            float sum = 0.0f;
+            for (int32_t c0 = 0; c0 < n; c0 += CH) sum += expsum(sr + c0, (int)PL_MIN((int64_t)CH, (int64_t)(n - c0)), mx);
+            round_weights(sr, n, 1.0f / sum);
+        }
+        for (int32_t j0 = 0; j0 <= pmax; j0 += CH) {
+            int C = (int)PL_MIN((int64_t)CH, (int64_t)(pmax + 1 - j0));
+            gather(j, table, rowb, headb, rowbytes, j0, C, -1, sc.kp, sc.vp);
+            for (int r = 0; r < R; r++) {
+                int32_t p = pos0 + it->t0 + r / G;
+                int nv = (int)PL_MIN((int64_t)C, (int64_t)p - j0 + 1);
+                if (nv > 0) pv(O + (size_t)r * hd, 1.0f, S + (size_t)r * j->sc + j0, nv, sc.vp, hd, 1);
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            int t = it->t0 + r / G, h = it->g * G + r % G;
+            memcpy(j->dst + ((int64_t)t * nh + h) * hd, O + (size_t)r * hd, (size_t)hd * sizeof(float));
+        }
+        return;
+    }
+    /* F32: one pass, online softmax */
+    for (int r = 0; r < R; r++) {
+        M[r] = -INFINITY;
+        L[r] = 0.0f;
+    }
+    for (int32_t j0 = 0; j0 <= pmax; j0 += CH) {
+        int C = (int)PL_MIN((int64_t)CH, (int64_t)(pmax + 1 - j0));
+        gather(j, table, rowb, headb, rowbytes, j0, C, pmax, sc.kp, sc.vp);
+        for (int r = 0; r < R; r++) {
+            int t = it->t0 + r / G, h = it->g * G + r % G;
+            int32_t p = pos0 + t;
+            int nv = (int)PL_MIN((int64_t)C, (int64_t)p - j0 + 1);
+            if (nv <= 0) continue;
+            const float *qr = j->q + ((int64_t)t * nh + h) * hd;
+            float *sr = S + (size_t)r * CH;
+            scores(qr, sc.kp, nv, hd, j->a.scale, sr, 0);
+            float mx = sr[0];
+            for (int c = 1; c < nv; c++) mx = sr[c] > mx ? sr[c] : mx;
+            float mnew = mx > M[r] ? mx : M[r];
+            float alpha = M[r] == -INFINITY ? 0.0f : expf(M[r] - mnew);
+            float sum = expsum(sr, nv, mnew);
+            L[r] = L[r] * alpha + sum;
+            M[r] = mnew;
+            pv(O + (size_t)r * hd, alpha, sr, nv, sc.vp, hd, 0);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        int t = it->t0 + r / G, h = it->g * G + r % G;
+        float *d = j->dst + ((int64_t)t * nh + h) * hd;
+        float inv = 1.0f / L[r];
+        for (int e = 0; e < hd; e++) d[e] = O[(size_t)r * hd + e] * inv;
+    }
+}
+
+static void job_att(void *p, int ith, int nth) {
+    att_job *j = (att_job *)p;
+    (void)nth;
+    float *buf = (float *)plx_tscratch(j->ctx, ith);
+    int64_t i;
+    while ((i = plx_chunk_next(j->ctx)) < j->nitems) att_item_run(j, &j->items[i], buf);
+}
+
+int pl_attention(pl_ctx *ctx, float *dst, const float *q, int64_t n, const void *kc,
+                 const void *vc, int kvtype, int64_t slots, int64_t width, int64_t block_size,
+                 const pl_attn_cfg *a, const pl_seq *seqs, int64_t n_seqs, const int32_t *blocks,
+                 int64_t n_blocks_total) {
+    if (ctx == NULL || a == NULL || n < 0 || slots < 0 || width < 0 || block_size <= 0 ||
+        n_seqs < 0 || n_blocks_total < 0)
+        return PL_ERR_ARG;
+    if (!pl_supports(PL_OP_KV, kvtype)) return PL_ERR_UNSUPPORTED;
+    if (a->n_head <= 0 || a->n_kv_head <= 0 || a->head_dim <= 0 || a->n_head % a->n_kv_head != 0)
+        return PL_ERR_ARG;
+    if ((int64_t)a->n_kv_head * a->head_dim != width || !isfinite(a->scale)) return PL_ERR_ARG;
+    if (n_seqs == 0 || n == 0) return PL_OK;
+    if (dst == NULL || q == NULL || kc == NULL || vc == NULL || seqs == NULL) return PL_ERR_ARG;
+    if (n > INT32_MAX / 2) return PL_ERR_ARG;
+    const int64_t nblk = slots / block_size;
+    int64_t nitems = 0;
+    const int G = a->n_head / a->n_kv_head;
+    const int T = PL_MAX(1, TILE_ROWS / G);
+    for (int64_t i = 0; i < n_seqs; i++) {
+        const pl_seq *s = &seqs[i];
+        if (s->start < 0 || s->count < 0 || (int64_t)s->start + s->count > n || s->count > s->ctx_len)
+            return PL_ERR_ARG;
+        if (s->count == 0) continue;
+        int64_t need = ((int64_t)s->ctx_len + block_size - 1) / block_size;
+        if (s->n_blocks < need || s->blocks_off < 0 || (int64_t)s->blocks_off + need > n_blocks_total)
+            return PL_ERR_ARG;
+        if (blocks == NULL) return PL_ERR_ARG;
+        for (int64_t b = 0; b < need; b++) {
+            int32_t id = blocks[s->blocks_off + b];
+            if (id < 0 || id >= nblk) return PL_ERR_ARG;
+        }
+        nitems += (int64_t)((s->count + T - 1) / T) * a->n_kv_head;
+    }
+    if (nitems == 0) return PL_OK;
+    att_item *items = (att_item *)plx_scratch(ctx, (size_t)nitems * sizeof(att_item));
+    if (items == NULL) return PL_ERR_NOMEM;
+    /* later tiles (more keys) first, so that the dynamic schedule ends on short items */
+    int64_t ni = 0;
+    for (int64_t i = 0; i < n_seqs; i++) {
+        const pl_seq *s = &seqs[i];
+        int ntile = (s->count + T - 1) / T;
+        for (int tl = ntile - 1; tl >= 0; tl--) {
+            for (int g = 0; g < a->n_kv_head; g++) {
+                items[ni].seq = (int32_t)i;
+                items[ni].g = g;
+                items[ni].t0 = s->start + tl * T;
+                items[ni].t1 = s->start + PL_MIN(s->count, (tl + 1) * T);
+                ni++;
+            }
+        }
+    }
+    att_job j;
+    memset(&j, 0, sizeof j);
+    j.ctx = ctx;
+    j.dst = dst;
+    j.q = q;
+    j.kc = (const uint8_t *)kc;
+    j.vc = (const uint8_t *)vc;
+    j.kvt = kvtype;
+    j.width = width;
+    j.bs = block_size;
+    j.a = *a;
+    j.G = G;
+    j.seqs = seqs;
+    j.blocks = blocks;
+    j.items = items;
+    j.nitems = nitems;
+    j.rmax = T * G;
+    j.shift = (block_size & (block_size - 1)) == 0 ? __builtin_ctzll((unsigned long long)block_size) : -1;
+    j.sc = CH;
+    if (kvtype == PL_F16) {
+        int64_t maxctx = 0;
+        for (int64_t i = 0; i < n_seqs; i++)
+            if (seqs[i].count > 0) maxctx = PL_MAX(maxctx, (int64_t)seqs[i].ctx_len);
+        j.sc = (maxctx + CH - 1) / CH * CH;
+    }
+    if (plx_tscratch_reserve(ctx, att_scratch_floats(j.rmax, a->head_dim, j.sc) * sizeof(float)) != PL_OK)
+        return PL_ERR_NOMEM;
+    plx_chunk_reset(ctx);
+    if (nitems == 1) {
+        att_item_run(&j, &items[0], (float *)plx_tscratch(ctx, 0));
+        return PL_OK;
+    }
+    plx_run(ctx, job_att, &j);
+    return PL_OK;
+}

@@ -1,0 +1,190 @@
+/*
+ * parley.h: the C ABI of Parley's native compute kernels.
+ *
+ * Plain C only: fixed-width integers, plain structs, opaque handles and int status codes. No
+ * function aborts, exits or prints; every failure is a negative status. Callers are expected to
+ * have checked their arguments, but every entry point checks again what it cheaply can.
+ *
+ * Element types are ggml's type ids (PL_F32 ... PL_BF16 below) and quantised rows use ggml's block
+ * layouts (ggml-common.h), so GGUF tensor data is used in place.
+ *
+ * Arrays are row-major. Shapes are written [rows, cols]; n is a number of tokens.
+ *
+ * CPU kernels exist in a portable scalar form and in AVX2 and AVX-512 forms chosen once at run
+ * time from the features the processor reports (never from compile-time flags). All forms compute
+ * the same quantities; results differ only by floating-point summation order. Float matrix
+ * products of several rows use OpenBLAS (sgemm, one OpenBLAS thread per worker) below AVX-512 and
+ * Parley's own AVX-512 kernel above it (OpenBLAS 0.3.21 runs its AVX2 kernels on AVX-512 AMD
+ * processors); the environment variable PARLEY_CPU_BLAS=openblas, read once, forces OpenBLAS.
+ *
+ * Threads: a context's workers spin for a short while (0.3 ms) after each operation, yielding the
+ * processor regularly, then sleep until the next one. Operations on a single row (a decode step's
+ * norms, RoPE, element-wise operations) run on the calling thread alone.
+ */
+#ifndef PARLEY_H
+#define PARLEY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes. */
+#define PL_OK 0
+#define PL_ERR_ARG (-1)         /* an argument is out of range, null or inconsistent */
+#define PL_ERR_UNSUPPORTED (-2) /* the case (dtype, shape) is not implemented */
+#define PL_ERR_NOMEM (-3)       /* memory allocation failed */
+#define PL_ERR_THREAD (-4)      /* a thread could not be started */
+
+/* Element types: ggml type ids. */
+#define PL_F32 0
+#define PL_F16 1
+#define PL_Q4_0 2
+#define PL_Q4_1 3
+#define PL_Q5_0 6
+#define PL_Q5_1 7
+#define PL_Q8_0 8
+#define PL_Q8_1 9
+#define PL_Q4_K 12
+#define PL_Q5_K 13
+#define PL_Q6_K 14
+#define PL_Q8_K 15
+#define PL_BF16 30
+
+/* Instruction-set levels of the CPU kernels. */
+#define PL_ISA_SCALAR 0
+#define PL_ISA_AVX2 1   /* AVX2, FMA, F16C */
+#define PL_ISA_AVX512 2 /* AVX-512 F, BW, VL, DQ and VNNI, plus AVX2, FMA, F16C */
+
+/* pl_cpu_isa returns the level the kernels use now: the best the processor supports unless
+ * lowered with pl_cpu_set_isa. */
+int pl_cpu_isa(void);
+/* pl_cpu_best_isa returns the best level the processor supports. */
+int pl_cpu_best_isa(void);
+/* pl_cpu_set_isa makes the kernels use level isa, which must not exceed pl_cpu_best_isa(). It
+ * must not be called while any operation runs. */
+int pl_cpu_set_isa(int isa);
+/* pl_isa_name returns a static name for an ISA level ("scalar", "avx2", "avx512"). */
+const char *pl_isa_name(int isa);
+
+/* Operations, for pl_supports. */
+#define PL_OP_MATMUL 1   /* dtype: weight type */
+#define PL_OP_GET_ROWS 2 /* dtype: table type */
+#define PL_OP_KV 3       /* dtype: KV-cache element type (StoreKV, Attention) */
+#define PL_OP_QUANTIZE 4 /* dtype: target of pl_quantize_row */
+#define PL_OP_DEQUANTIZE 5
+
+/* pl_supports reports 1 if operation op handles element type dtype, else 0. */
+int pl_supports(int op, int dtype);
+
+/* pl_row_size returns the bytes of n elements of dtype, or a negative status when dtype is not
+ * one of the types above or n is not a multiple of its block size. */
+int64_t pl_row_size(int dtype, int64_t n);
+
+/* pl_vec_dot_type returns the type a row of activations is converted to before being multiplied
+ * by weights of dtype (F32->F32, F16->F16, BF16->BF16, Q4_0/Q5_0/Q8_0->Q8_0, Q4_1/Q5_1->Q8_1,
+ * Q4_K/Q5_K/Q6_K->Q8_K), or PL_ERR_UNSUPPORTED. */
+int pl_vec_dot_type(int dtype);
+
+/* pl_quantize_row converts n floats to dtype in ggml's layout, bit for bit as ggml's x86 CPU
+ * backend converts activations (quantize_row_q8_0, _q8_1, _q8_K; F16 and BF16 round to nearest
+ * even). dtype is one of F16, BF16, Q8_0, Q8_1, Q8_K. Q8_0 and Q8_1 use d = amax/127 and the
+ * multiplier 127/amax with round-half-to-even, as ggml's AVX code does (ggml's portable
+ * reference quantizer uses 1/d and round-half-away, which differs in rare last-bit cases).
+ * Single-threaded. */
+int pl_quantize_row(int dtype, const float *src, void *dst, int64_t n);
+
+/* pl_dequantize_row converts n elements of dtype (any type pl_supports(PL_OP_DEQUANTIZE, ...)
+ * accepts) to float. Single-threaded. */
+int pl_dequantize_row(int dtype, const void *src, float *dst, int64_t n);
+
+/* A context owns a pool of worker threads and scratch memory. Operations on one context must not
+ * run concurrently; each returns when its result is complete. */
+typedef struct pl_ctx pl_ctx;
+
+/* pl_ctx_new makes a context computing with threads threads (the calling thread included),
+ * 1 <= threads <= 256. */
+int pl_ctx_new(int threads, pl_ctx **out);
+void pl_ctx_free(pl_ctx *ctx);
+int pl_ctx_threads(const pl_ctx *ctx);
+
+/* pl_matmul: dst[i,j] = sum_l x[i,l]*w[j,l]. x [n, k] F32, w [m, k] of wtype in ggml's layout,
+ * dst [n, m] F32 (must not overlap x or w). Quantised and half-precision weights are multiplied
+ * as ggml's CPU backend does: each row of x is first converted to pl_vec_dot_type(wtype) (for
+ * F16/BF16, x is rounded to that type and the products accumulate in float32); integer block dot
+ * products are exact, block scales are applied in float32. */
+int pl_matmul(pl_ctx *ctx, float *dst, const float *x, int64_t n, int64_t k, const void *w,
+              int wtype, int64_t m);
+
+/* pl_get_rows: dst[i,:] = float(table[ids[i],:]). table [rows, cols] of dtype, dst [n, cols]. */
+int pl_get_rows(pl_ctx *ctx, float *dst, const void *table, int dtype, int64_t rows,
+                int64_t cols, const int32_t *ids, int64_t n);
+
+/* pl_add_rows: dst[i,:] = a[i,:] + b[i % b_rows,:], b_rows 1 or n. [n, d]; dst may be a. */
+int pl_add_rows(pl_ctx *ctx, float *dst, const float *a, const float *b, int64_t n, int64_t d,
+                int64_t b_rows);
+
+/* pl_rms_norm: dst[i,:] = x[i,:] / sqrt(mean(x[i,:]^2) + eps) * w. x, dst [n, d], w [d].
+ * dst may be x. */
+int pl_rms_norm(pl_ctx *ctx, float *dst, const float *x, const float *w, int64_t n, int64_t d,
+                float eps);
+
+/* pl_swiglu: dst[i] = silu(gate[i]) * up[i] for i < len, silu(g) = g/(1+exp(-g)). dst may be
+ * gate or up. */
+int pl_swiglu(pl_ctx *ctx, float *dst, const float *gate, const float *up, int64_t len);
+
+/* Rotary embedding. */
+#define PL_ROPE_NORMAL 0 /* pairs (2i, 2i+1) */
+#define PL_ROPE_NEOX 1   /* pairs (i, i+dims/2) */
+typedef struct {
+    int32_t mode;     /* PL_ROPE_NORMAL or PL_ROPE_NEOX */
+    int32_t head_dim; /* elements of a head */
+    int32_t dims;     /* rotated elements, even, <= head_dim */
+    float base;       /* frequency base */
+    float freq_scale; /* position multiplier */
+} pl_rope_cfg;
+
+/* pl_rope rotates x [n, n_head*head_dim] in place; token i is at position pos[i] >= 0. Pair i
+ * turns by theta = freq_scale * p * base^(-2i/dims), computed as ggml does (theta_scale powers
+ * by repeated multiplication, cosf/sinf). The context keeps the angle table of the last call and
+ * reuses it while positions and parameters repeat (every layer of a forward step). */
+int pl_rope(pl_ctx *ctx, float *x, int64_t n, int64_t n_head, const pl_rope_cfg *r,
+            const int32_t *pos);
+
+/* pl_store_kv writes k and v [n, width] F32 into rows slot[i] of the caches kc and vc
+ * [slots, width] of kvtype (F32 or F16, F16 rounded to nearest even). With repeated slots, which
+ * token's row is kept is unspecified. */
+int pl_store_kv(pl_ctx *ctx, void *kc, void *vc, int kvtype, int64_t slots, int64_t width,
+                const float *k, const float *v, int64_t n, const int32_t *slot);
+
+/* One sequence of an attention batch: tokens [start, start+count) of the batch are at positions
+ * ctx_len-count .. ctx_len-1; cache position j is in slot blocks[blocks_off + j/block_size] *
+ * block_size + j%block_size, for n_blocks >= ceil(ctx_len/block_size) table entries. */
+typedef struct {
+    int32_t start, count, ctx_len;
+    int32_t blocks_off, n_blocks;
+} pl_seq;
+
+typedef struct {
+    int32_t n_head, n_kv_head, head_dim;
+    float scale;
+} pl_attn_cfg;
+
+/* pl_attention: for each sequence and each of its tokens i at position p, and each query head h,
+ * dst[i, h] = softmax_j(scale * q[i,h] . K[j,h']) . V[j,h'] over cache positions j = 0..p,
+ * h' = h / (n_head/n_kv_head). q, dst [n, n_head*head_dim] (must not overlap); kc, vc
+ * [slots, width] of kvtype (F32 or F16), width = n_kv_head*head_dim; blocks holds all block
+ * tables, each entry in [0, slots/block_size). Tokens of the batch not in any sequence are left
+ * untouched in dst. */
+int pl_attention(pl_ctx *ctx, float *dst, const float *q, int64_t n, const void *kc,
+                 const void *vc, int kvtype, int64_t slots, int64_t width, int64_t block_size,
+                 const pl_attn_cfg *a, const pl_seq *seqs, int64_t n_seqs, const int32_t *blocks,
+                 int64_t n_blocks_total);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PARLEY_H */
