@@ -395,7 +395,10 @@ PL_TARGET_AVX512 static void att_tile512(const float *const *q, float *const *ds
     for (int r = 0; r < 16; r++) pl[r] = r < R ? pos[r] : pos[0];
     const __m512i P = _mm512_loadu_si512((const void *)pl);
     for (int d = 0; d < hd; d++)
-        for (int r = 0; r < 16; r++) tb->qt[d * 16 + r] = r < R ? q[r][d] * scale : 0.0f;
+        for (int r = 0; r < 16; r++) tb->qt[d * 16 + r] = r < R ? q[r][d] : 0.0f;
+    /* dot products summed as ggml_vec_dot_f32/f16 do (see att_tile512_f16), then scaled */
+    const int hd64 = hd & ~63;
+    const __m512 scl = _mm512_set1_ps(scale);
     memset(tb->o, 0, (size_t)16 * hd * sizeof(float));
     __m512 m = _mm512_set1_ps(-INFINITY), l = _mm512_setzero_ps();
     __mmask16 valid[CH];
@@ -429,7 +432,7 @@ PL_TARGET_AVX512 static void att_tile512(const float *const *q, float *const *ds
             const float *k0 = K[c0], *k1 = K[PL_MIN(c0 + 1, C - 1)], *k2 = K[PL_MIN(c0 + 2, C - 1)],
                         *k3 = K[PL_MIN(c0 + 3, C - 1)];
             __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int d = 0; d < hd; d++) {
+            for (int d = 0; d < hd64; d++) {
                 __m512 qv = _mm512_load_ps(tb->qt + d * 16);
                 a0 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k0[d]), a0);
                 a1 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k1[d]), a1);
@@ -437,6 +440,20 @@ PL_TARGET_AVX512 static void att_tile512(const float *const *q, float *const *ds
                 a3 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k3[d]), a3);
             }
             __m512 av[4] = {a0, a1, a2, a3};
+            if (hd64 < hd) {
+                const float *kk[4] = {k0, k1, k2, k3};
+                for (int i = 0; i < 4; i++) {
+                    __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(av[i]));
+                    __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(av[i]), 1)));
+                    for (int d = hd64; d < hd; d++) {
+                        __m512 pr = _mm512_mul_ps(_mm512_load_ps(tb->qt + d * 16), _mm512_set1_ps(kk[i][d]));
+                        lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(pr)));
+                        hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(pr), 1))));
+                    }
+                    av[i] = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1);
+                }
+            }
+            for (int i = 0; i < 4; i++) av[i] = _mm512_mul_ps(av[i], scl);
             for (int i = 0; i < 4 && c0 + i < C; i++) {
                 __mmask16 vm = _mm512_cmp_epi32_mask(_mm512_set1_epi32(j0 + c0 + i), P, _MM_CMPINT_LE);
                 valid[c0 + i] = vm;
@@ -503,8 +520,12 @@ PL_TARGET_AVX512 static void att_tile512_f16(const float *const *q, float *const
     const __m512i P = _mm512_loadu_si512((const void *)pl);
     for (int r = 0; r < R; r++) round_f16_avx2(tb->o + (size_t)r * hd, q[r], hd); /* o: free until pass 2 */
     for (int d = 0; d < hd; d++)
-        for (int r = 0; r < 16; r++) tb->qt[d * 16 + r] = r < R ? tb->o[(size_t)r * hd + d] * scale : 0.0f;
+        for (int r = 0; r < 16; r++) tb->qt[d * 16 + r] = r < R ? tb->o[(size_t)r * hd + d] : 0.0f;
     const float *kr[CH], *vr[CH];
+    /* ggml's F16 dot product (ggml_vec_dot_f16, 64-element SIMD steps on AVX-512) sums whole steps
+     * in F32 and the remaining elements' F32 products in double; the scale is applied after. */
+    const int hd64 = hd & ~63;
+    const __m512 scl = _mm512_set1_ps(scale);
     /* pass 1: scores of every position, masked ones -inf */
     __m512 mx = _mm512_set1_ps(-INFINITY);
     for (int32_t j0 = 0; j0 <= pmax; j0 += CH) {
@@ -516,7 +537,7 @@ PL_TARGET_AVX512 static void att_tile512_f16(const float *const *q, float *const
             const float *k0 = kr[c0], *k1 = kr[PL_MIN(c0 + 1, C - 1)], *k2 = kr[PL_MIN(c0 + 2, C - 1)],
                         *k3 = kr[PL_MIN(c0 + 3, C - 1)];
             __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int d = 0; d < hd; d++) {
+            for (int d = 0; d < hd64; d++) {
                 __m512 qv = _mm512_load_ps(tb->qt + d * 16);
                 a0 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k0[d]), a0);
                 a1 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k1[d]), a1);
@@ -524,6 +545,20 @@ PL_TARGET_AVX512 static void att_tile512_f16(const float *const *q, float *const
                 a3 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k3[d]), a3);
             }
             __m512 av[4] = {a0, a1, a2, a3};
+            if (hd64 < hd) {
+                const float *kk[4] = {k0, k1, k2, k3};
+                for (int i = 0; i < 4; i++) {
+                    __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(av[i]));
+                    __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(av[i]), 1)));
+                    for (int d = hd64; d < hd; d++) {
+                        __m512 pr = _mm512_mul_ps(_mm512_load_ps(tb->qt + d * 16), _mm512_set1_ps(kk[i][d]));
+                        lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(pr)));
+                        hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(pr), 1))));
+                    }
+                    av[i] = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1);
+                }
+            }
+            for (int i = 0; i < 4; i++) av[i] = _mm512_mul_ps(av[i], scl);
             for (int i = 0; i < 4 && c0 + i < C; i++) {
                 __mmask16 vm = _mm512_cmp_epi32_mask(_mm512_set1_epi32(j0 + c0 + i), P, _MM_CMPINT_LE);
                 __m512 sv = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), vm, av[i]);
@@ -533,14 +568,18 @@ PL_TARGET_AVX512 static void att_tile512_f16(const float *const *q, float *const
         }
     }
     /* the softmax of each row (lane), weights rounded to F16 */
-    __m512 sum = _mm512_setzero_ps();
+    /* as ggml_soft_max: exp in F32, the sum in double, then a multiply by (float)(1/sum) */
+    __m512d sumlo = _mm512_setzero_pd(), sumhi = sumlo;
     for (int32_t jj = 0; jj <= pmax; jj++) {
         __mmask16 vm = _mm512_cmp_epi32_mask(_mm512_set1_epi32(jj), P, _MM_CMPINT_LE);
         __m512 e = _mm512_maskz_mov_ps(vm, plx_exp512(_mm512_sub_ps(_mm512_load_ps(tb->st + (size_t)jj * 16), mx)));
         _mm512_store_ps(tb->st + (size_t)jj * 16, e);
-        sum = _mm512_add_ps(sum, e);
+        sumlo = _mm512_add_pd(sumlo, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        sumhi = _mm512_add_pd(sumhi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
     }
-    const __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.0f), sum);
+    const __m512d one = _mm512_set1_pd(1.0);
+    const __m512 inv = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(_mm512_div_pd(one, sumlo))),
+                                          _mm512_cvtpd_ps(_mm512_div_pd(one, sumhi)), 1);
     for (int32_t jj = 0; jj <= pmax; jj++) {
         __m512 w = _mm512_mul_ps(_mm512_load_ps(tb->st + (size_t)jj * 16), inv);
         _mm512_store_ps(tb->st + (size_t)jj * 16, _mm512_cvtph_ps(_mm512_cvtps_ph(w, _MM_FROUND_TO_NEAREST_INT)));
@@ -584,6 +623,22 @@ static void scores(const float *q, const void *const *k, int C, int hd, float sc
     }
 #endif
     scores_scalar(q, k, C, hd, scale, s, f16);
+}
+
+/* scores_f16_ggml is scores() for an F16 cache summed as ggml_vec_dot_f16 does (AVX-512 build):
+ * whole 64-element steps in F32, the remaining elements' F32 products in double; then scaled. */
+static void scores_f16_ggml(const float *q, const void *const *k, int C, int hd, float scale, float *s) {
+    const int hd64 = hd & ~63;
+    if (hd64 == hd) {
+        scores(q, k, C, hd, scale, s, 1);
+        return;
+    }
+    if (hd64 > 0) scores(q, k, C, hd64, 1.0f, s, 1);
+    for (int c = 0; c < C; c++) {
+        double a = hd64 > 0 ? (double)s[c] : 0.0;
+        for (int d = hd64; d < hd; d++) a += (double)(q[d] * kv_at(k[c], d, 1));
+        s[c] = (float)a * scale;
+    }
 }
 
 static void pv(float *o, float alpha, const float *p, int nv, const void *const *v, int hd, int f16) {
@@ -690,12 +745,14 @@ typedef struct {
     float *o, *m, *l, *s, *qr; /* [rmax][hd], [rmax], [rmax], [rmax][sc], [rmax][hd] */
     const void **kp, **vp;     /* [CH] row pointers */
     att_tile_buf tb;           /* rows in lanes (AVX-512) */
+    double *tail;              /* [rmax][hd] double-summed part of p·V (F16 caches) */
 } att_scratch;
 
 static size_t att_scratch_floats(int rmax, int hd, int64_t sc) {
     return (size_t)rmax * hd * 2 + 2 * (size_t)rmax + (size_t)rmax * sc + /* o, qr, m, l, s */
            2 * CH * (sizeof(void *) / sizeof(float)) +                    /* kp, vp */
            (size_t)hd * 16 + (size_t)sc * 16 + (size_t)16 * hd + 2 * (size_t)CH * hd + /* tb */
+           2 * (size_t)rmax * hd + 8 + /* tail: [rmax][hd] doubles */
            64;
 }
 
@@ -714,6 +771,7 @@ static att_scratch att_layout(float *buf, int rmax, int hd, int64_t sc) {
     a.tb.o = a.tb.st + (size_t)sc * 16;
     a.tb.kf = a.tb.o + (size_t)16 * hd;
     a.tb.vf = a.tb.kf + (size_t)CH * hd;
+    a.tail = (double *)(((uintptr_t)(a.tb.vf + (size_t)CH * hd) + 7) & ~(uintptr_t)7);
     return a;
 }
 
@@ -779,7 +837,7 @@ static void att_item_run(const att_job *j, const att_item *it, float *buf) {
             for (int r = 0; r < R; r++) {
                 int32_t p = pos0 + it->t0 + r / G;
                 int nv = (int)PL_MIN((int64_t)C, (int64_t)p - j0 + 1);
-                if (nv > 0) scores(sc.qr + (size_t)r * hd, sc.kp, nv, hd, j->a.scale, S + (size_t)r * j->sc + j0, 1);
+                if (nv > 0) scores_f16_ggml(sc.qr + (size_t)r * hd, sc.kp, nv, hd, j->a.scale, S + (size_t)r * j->sc + j0);
             }
         }
         for (int r = 0; r < R; r++) {
@@ -787,22 +845,36 @@ static void att_item_run(const att_job *j, const att_item *it, float *buf) {
             float *sr = S + (size_t)r * j->sc;
             float mx = sr[0];
             for (int32_t c = 1; c < n; c++) mx = sr[c] > mx ? sr[c] : mx;
-            float sum = 0.0f;
-            for (int32_t c0 = 0; c0 < n; c0 += CH) sum += expsum(sr + c0, (int)PL_MIN((int64_t)CH, (int64_t)(n - c0)), mx);
-            round_weights(sr, n, 1.0f / sum);
+            double sum = 0.0; /* as ggml_soft_max: F32 exponentials, a double sum */
+            for (int32_t c0 = 0; c0 < n; c0 += CH) expsum(sr + c0, (int)PL_MIN((int64_t)CH, (int64_t)(n - c0)), mx);
+            for (int32_t c = 0; c < n; c++) sum += sr[c];
+            round_weights(sr, n, (float)(1.0 / sum));
         }
+        /* ggml's p·V is a dot product over the cache's n_kv cells (the context rounded up to 32):
+         * whole 64-element steps in F32, the rest of the positions' F32 products in double. */
+        const int32_t nkv = (int32_t)(((int64_t)s->ctx_len + 31) & ~(int64_t)31);
+        const int32_t np = nkv & ~63;
+        double *tail = sc.tail;
+        memset(tail, 0, (size_t)R * hd * sizeof(double));
         for (int32_t j0 = 0; j0 <= pmax; j0 += CH) {
             int C = (int)PL_MIN((int64_t)CH, (int64_t)(pmax + 1 - j0));
             gather(j, table, rowb, headb, rowbytes, j0, C, -1, sc.kp, sc.vp);
             for (int r = 0; r < R; r++) {
                 int32_t p = pos0 + it->t0 + r / G;
                 int nv = (int)PL_MIN((int64_t)C, (int64_t)p - j0 + 1);
-                if (nv > 0) pv(O + (size_t)r * hd, 1.0f, S + (size_t)r * j->sc + j0, nv, sc.vp, hd, 1);
+                if (nv <= 0) continue;
+                const float *pr = S + (size_t)r * j->sc + j0;
+                int nf = (int)PL_MAX(0, PL_MIN((int64_t)nv, (int64_t)np - j0)); /* F32 part */
+                if (nf > 0) pv(O + (size_t)r * hd, 1.0f, pr, nf, sc.vp, hd, 1);
+                double *tr = tail + (size_t)r * hd;
+                for (int c = nf; c < nv; c++)
+                    for (int d = 0; d < hd; d++) tr[d] += (double)(pr[c] * kv_at(sc.vp[c], d, 1));
             }
         }
         for (int r = 0; r < R; r++) {
             int t = it->t0 + r / G, h = it->g * G + r % G;
-            memcpy(j->dst + ((int64_t)t * nh + h) * hd, O + (size_t)r * hd, (size_t)hd * sizeof(float));
+            float *d = j->dst + ((int64_t)t * nh + h) * hd;
+            for (int e = 0; e < hd; e++) d[e] = (float)((double)O[(size_t)r * hd + e] + tail[(size_t)r * hd + e]);
         }
         return;
     }

@@ -4,8 +4,8 @@ import (
 	"math"
 	"testing"
 
-	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/internal/sharedtest"
+	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/kvcache"
 	"github.com/parleyhq/parley/runtime/models/llama"
 	"github.com/parleyhq/parley/runtime/quant"
