@@ -111,6 +111,16 @@ func (r *ref64) step(tok int32) []float64 {
 		q := r.matvec(p+"attn_q.weight", xn, qDim)
 		k := r.matvec(p+"attn_k.weight", xn, kvDim)
 		v := r.matvec(p+"attn_v.weight", xn, kvDim)
+		for _, bv := range []struct {
+			x    []float64
+			name string
+		}{{q, "attn_q.bias"}, {k, "attn_k.bias"}, {v, "attn_v.bias"}} {
+			if b, ok := r.w[p+bv.name]; ok {
+				for i := range bv.x {
+					bv.x[i] += b[i]
+				}
+			}
+		}
 		r.rope(q, c.Heads, pos)
 		r.rope(k, c.KVHeads, pos)
 		if r.kvRound != nil {
