@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/internal/sharedtest"
+	"github.com/parleyhq/parley/runtime/gguf"
 )
 
 var parleyBin string

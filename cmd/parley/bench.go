@@ -201,4 +201,3 @@ func fileBytes(e *engine.Engine) int64 {
 	}
 	return n
 }
-
