@@ -1,0 +1,57 @@
+package sched
+
+import (
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/kvcache"
+	"github.com/parleyhq/parley/runtime/models/llama"
+	"github.com/parleyhq/parley/runtime/tokenizer"
+)
+
+// LlamaModel adapts a *llama.Context to Model.
+type LlamaModel struct {
+	c     *llama.Context
+	vocab int
+	cfg   llama.ContextConfig
+}
+
+// NewLlamaModel wraps c. The scheduler owns c's block pool from then on.
+func NewLlamaModel(c *llama.Context) *LlamaModel {
+	return &LlamaModel{c: c, vocab: c.Model().Vocab, cfg: c.Config()}
+}
+
+// Forward runs one batched step (llama.Context.Forward).
+func (m *LlamaModel) Forward(tokens []int32, b *backend.Batch, out []int32, logits []float32) error {
+	return m.c.Forward(tokens, b, out, logits)
+}
+
+// Pool is the context's KV block pool.
+func (m *LlamaModel) Pool() *kvcache.Pool { return m.c.Pool() }
+
+// Vocab is the number of logits per row.
+func (m *LlamaModel) Vocab() int { return m.vocab }
+
+// MaxTokens is the most tokens one step takes.
+func (m *LlamaModel) MaxTokens() int { return m.cfg.MaxTokens }
+
+// MaxSeqs is the most logit rows one step returns.
+func (m *LlamaModel) MaxSeqs() int { return m.cfg.MaxSeqs }
+
+// Context is the model's training context, a sensible Config.MaxContext.
+func (m *LlamaModel) Context() int { return m.c.Model().Context }
+
+// TokenizerText adapts a *tokenizer.Tokenizer to Text.
+type TokenizerText struct {
+	t *tokenizer.Tokenizer
+	v *tokenizer.Vocab
+}
+
+// NewTokenizerText wraps t.
+func NewTokenizerText(t *tokenizer.Tokenizer) *TokenizerText {
+	return &TokenizerText{t: t, v: t.Vocab()}
+}
+
+// Piece is the bytes id stands for when detokenised (shared; not to be modified).
+func (x *TokenizerText) Piece(id int32) []byte { return x.t.Piece(id) }
+
+// IsEOG reports whether id ends generation.
+func (x *TokenizerText) IsEOG(id int32) bool { return x.v.IsEOG(id) }

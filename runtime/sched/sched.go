@@ -1,0 +1,778 @@
+// Package sched owns continuous batching: one goroutine (Scheduler.Run) owns a model, its KV-cache
+// block pool and every sequence in flight, and each step admits waiting requests, builds one batch
+// from every decoding sequence's next token plus chunks of pending prompts, runs one forward pass,
+// samples each sequence that produced logits and streams its text to the requester.
+//
+// Admission is conservative: a request leaves the FIFO queue only when the blocks for its whole
+// prompt plus MaxTokens (for all of its N sequences) are free, and takes them at once. A running
+// sequence therefore never runs out of cache, nothing is preempted, and the queue head is never
+// overtaken, so no request starves and the loop cannot deadlock or thrash. The cost is that a
+// request that stops early held blocks it did not need until it stopped.
+//
+// N > 1: the first sequence processes the whole prompt. When its prompt is done, the other N-1
+// sequences fork its KV blocks up to F = the last block boundary before the final prompt token
+// (kvcache.Seq.Fork shares whole blocks only) and each re-feeds prompt[F:] (1 to BlockSize
+// tokens) to get logits of its own. Sequence i samples with seed Sampling.Seed+i. Prompt-prefix
+// reuse across requests is not done.
+package sched
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/decode"
+	"github.com/parleyhq/parley/runtime/kvcache"
+)
+
+// LevelTrace is the level of the scheduler's per-step log records.
+const LevelTrace = slog.LevelDebug - 4
+
+// Model is what the scheduler steps: one batched forward over the tokens of several sequences,
+// whose KV-cache blocks come from Pool. *llama.Context satisfies it through LlamaModel.
+type Model interface {
+	Forward(tokens []int32, b *backend.Batch, out []int32, logits []float32) error
+	Pool() *kvcache.Pool
+	Vocab() int     // logits per row
+	MaxTokens() int // most tokens one Forward takes
+	MaxSeqs() int   // most logit rows one Forward returns
+}
+
+// Text turns tokens into text and knows the end-of-generation set.
+type Text interface {
+	Piece(id int32) []byte
+	IsEOG(id int32) bool
+}
+
+// Config configures a Scheduler. Zero fields take the defaults given.
+type Config struct {
+	MaxQueue   int              // waiting requests beyond which Submit fails with ErrQueueFull (default 64)
+	StepTokens int              // token budget per step, decode tokens plus prompt chunks (default and most: Model.MaxTokens())
+	MaxActive  int              // most sequences in flight (default and most: min(Model.MaxSeqs(), StepTokens))
+	MaxContext int              // if > 0, prompt+MaxTokens beyond it is ErrTooLong (the model's training context)
+	Clock      func() time.Time // default time.Now
+	Logger     *slog.Logger     // per-step records only at LevelTrace; default discards
+}
+
+// Request is one generation of N sequences sharing a prompt.
+type Request struct {
+	Prompt      []int32 // token ids, BOS included if wanted (copied by Submit)
+	MaxTokens   int     // > 0; tokens generated per sequence at most
+	Sampling    decode.Params
+	Stop        []string
+	IgnoreEOS   bool
+	TopLogprobs int  // alternatives per token (0..decode.MaxTopLogprobs)
+	Logprobs    bool // report Event.Logprob even when TopLogprobs is 0
+	N           int  // sequences sharing the prompt (0 means 1); their prompt KV blocks are shared
+	Deadline    time.Time
+}
+
+// Reasons beyond decode's stop reasons.
+const (
+	ReasonCancelled decode.StopReason = "cancelled"
+	ReasonTimeout   decode.StopReason = "timeout"
+	ReasonError     decode.StopReason = "error"
+)
+
+// Event is one piece of a sequence's output.
+type Event struct {
+	Seq     int                   // which of the N sequences
+	Token   int32                 // -1 for a final text flush
+	Text    []byte                // text safe to show now (owned by the receiver)
+	Logprob float64               // when Request.Logprobs or TopLogprobs > 0
+	Top     []decode.TokenLogprob // owned by the receiver
+	Done    bool                  // last event of this sequence
+	Reason  decode.StopReason     // when Done: eos | stop | length | cancelled | timeout | error
+	Err     error                 // when Reason is error
+}
+
+// Usage counts a request's tokens: the prompt once, and every sampled token of every sequence
+// (an end-of-generation token included).
+type Usage struct{ PromptTokens, CompletionTokens int }
+
+// Errors of Submit and Run.
+var (
+	ErrQueueFull = errors.New("sched: queue full")
+	ErrTooLong   = errors.New("sched: prompt and token limit do not fit the KV cache")
+	ErrClosed    = errors.New("sched: scheduler closed")
+	ErrInvalid   = errors.New("sched: invalid request")
+)
+
+// Stats is a snapshot for metrics.
+type Stats struct {
+	Queued          int // requests waiting
+	Active          int // sequences in flight
+	KVBlocksUsed    int
+	KVBlocksFree    int
+	PromptTokens    uint64 // prompt tokens processed (re-fed tokens of forked sequences included)
+	GeneratedTokens uint64
+	Steps           uint64
+	LastStep        time.Duration
+	LastBatchTokens int
+	LastBatchSeqs   int // sequences in the last batch
+}
+
+const (
+	causeNone int32 = iota
+	causeCancel
+	causeTimeout
+)
+
+// Stream is the output of one request.
+type Stream struct {
+	ch      chan Event
+	cause   atomic.Int32
+	s       *Scheduler
+	usage   Usage
+	stopCtx func() bool
+}
+
+// Events delivers the request's events; it is closed after every sequence's Done event. Its
+// buffer holds every event the request can produce, so the scheduler never waits on a receiver.
+func (st *Stream) Events() <-chan Event { return st.ch }
+
+// Usage is valid after Events is closed.
+func (st *Stream) Usage() Usage { return st.usage }
+
+// Cancel ends the request at the next step boundary (Reason "cancelled"), releasing its blocks.
+func (st *Stream) Cancel() {
+	if st.cause.CompareAndSwap(causeNone, causeCancel) {
+		st.s.wakeup()
+	}
+}
+
+// request is one admitted or waiting request; owned by Run once queued.
+type request struct {
+	st        *Stream
+	prompt    []int32
+	maxTokens int
+	topN      int
+	logprobs  bool
+	deadline  time.Time
+	n         int
+	length    int // positions each sequence needs: prompt + maxTokens - 1
+	fork      int // F: positions the other sequences share with the first
+	blocks    int // blocks the whole request takes
+	childOwn  int // blocks each forked sequence takes of its own
+	promised  int // blocks promised to sequences not yet forked
+	seqs      []*seqState
+	ended     int // sequences that sent Done
+}
+
+type seqState struct {
+	r        *request
+	idx      int
+	kv       *kvcache.Seq // nil until admitted (sequence 0) or forked (others)
+	feed     []int32      // prompt tokens still to process
+	last     int32        // token to feed next when decoding
+	decoding bool
+	done     bool
+	nfeed    int // tokens in the current batch
+	sampler  *decode.Sampler
+	stopper  *decode.Stopper
+	topBuf   []decode.TokenLogprob
+	textSlab []byte
+	topSlab  []decode.TokenLogprob
+}
+
+const (
+	textSlabSize = 2048
+	topSlabSize  = 256
+)
+
+// Scheduler steps many sequences through one Model. See the package comment.
+type Scheduler struct {
+	m      Model
+	t      Text
+	cfg    Config
+	clock  func() time.Time
+	log    *slog.Logger
+	pool   *kvcache.Pool
+	vocab  int
+	eog    []int32
+	bs     int
+	blocks int
+
+	mu      sync.Mutex
+	queue   []*request
+	closed  bool
+	started bool
+	closing chan struct{}
+	once    sync.Once
+	done    chan struct{}
+	wake    chan struct{}
+
+	// Owned by Run.
+	active   []*seqState
+	nseqs    int // sequences of admitted requests, forked or not
+	promised int
+	bb       kvcache.BatchBuilder
+	toks     []int32
+	out      []int32
+	rows     []*seqState
+	part     []*seqState
+	logits   []float32
+
+	promptTok, genTok, steps atomic.Uint64
+	lastStep                 atomic.Int64
+	lastTokens, lastSeqs     atomic.Int32
+	nActive, usedBlocks      atomic.Int32
+}
+
+// New makes a scheduler for m and t. The pool of m must be empty and is owned by the scheduler
+// from now on.
+func New(m Model, t Text, cfg Config) (*Scheduler, error) {
+	if m == nil || t == nil {
+		return nil, errors.New("sched: nil model or text")
+	}
+	pool := m.Pool()
+	if pool == nil {
+		return nil, errors.New("sched: model has no KV block pool")
+	}
+	vocab := m.Vocab()
+	if vocab <= 0 || vocab > decode.MaxVocab || m.MaxTokens() <= 0 || m.MaxSeqs() <= 0 {
+		return nil, fmt.Errorf("sched: model reports vocabulary %d, %d tokens and %d rows per step", vocab, m.MaxTokens(), m.MaxSeqs())
+	}
+	if cfg.StepTokens == 0 {
+		cfg.StepTokens = m.MaxTokens()
+	}
+	if cfg.StepTokens < 1 || cfg.StepTokens > m.MaxTokens() {
+		return nil, fmt.Errorf("sched: step budget %d outside 1..%d tokens", cfg.StepTokens, m.MaxTokens())
+	}
+	most := min(m.MaxSeqs(), cfg.StepTokens)
+	if cfg.MaxActive == 0 {
+		cfg.MaxActive = most
+	}
+	if cfg.MaxActive < 1 || cfg.MaxActive > most {
+		return nil, fmt.Errorf("sched: %d active sequences outside 1..%d (rows per step and step budget)", cfg.MaxActive, most)
+	}
+	if cfg.MaxQueue == 0 {
+		cfg.MaxQueue = 64
+	}
+	if cfg.MaxQueue < 0 || cfg.MaxContext < 0 {
+		return nil, fmt.Errorf("sched: negative queue %d or context %d", cfg.MaxQueue, cfg.MaxContext)
+	}
+	s := &Scheduler{
+		m: m, t: t, cfg: cfg, clock: cfg.Clock, log: cfg.Logger, pool: pool, vocab: vocab,
+		bs: pool.BlockSize(), blocks: pool.Blocks(),
+		closing: make(chan struct{}), done: make(chan struct{}), wake: make(chan struct{}, 1),
+		active: make([]*seqState, 0, cfg.MaxActive),
+		toks:   make([]int32, 0, cfg.StepTokens),
+		out:    make([]int32, 0, cfg.MaxActive),
+		rows:   make([]*seqState, 0, cfg.MaxActive),
+		part:   make([]*seqState, 0, cfg.MaxActive),
+		logits: make([]float32, cfg.MaxActive*vocab),
+		queue:  make([]*request, 0, cfg.MaxQueue),
+	}
+	if s.clock == nil {
+		s.clock = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	for id := range int32(vocab) {
+		if t.IsEOG(id) {
+			s.eog = append(s.eog, id)
+		}
+	}
+	s.usedBlocks.Store(int32(s.blocks - pool.FreeBlocks()))
+	return s, nil
+}
+
+func (s *Scheduler) wakeup() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Stats returns a snapshot of the scheduler's counters. Safe to call from any goroutine.
+func (s *Scheduler) Stats() Stats {
+	s.mu.Lock()
+	q := len(s.queue)
+	s.mu.Unlock()
+	used := int(s.usedBlocks.Load())
+	return Stats{
+		Queued: q, Active: int(s.nActive.Load()), KVBlocksUsed: used, KVBlocksFree: s.blocks - used,
+		PromptTokens: s.promptTok.Load(), GeneratedTokens: s.genTok.Load(), Steps: s.steps.Load(),
+		LastStep: time.Duration(s.lastStep.Load()), LastBatchTokens: int(s.lastTokens.Load()), LastBatchSeqs: int(s.lastSeqs.Load()),
+	}
+}
+
+// Submit validates r and queues it. ErrQueueFull: MaxQueue requests are waiting; ErrTooLong: the
+// prompt plus MaxTokens, for all N sequences, exceeds the whole pool (or Config.MaxContext);
+// errors wrapping ErrInvalid: the request is malformed; ErrClosed: the scheduler is closing.
+// When ctx is done the request ends as if cancelled ("timeout" if its deadline passed).
+func (s *Scheduler) Submit(ctx context.Context, r *Request) (*Stream, error) {
+	if r == nil {
+		return nil, fmt.Errorf("%w: nil request", ErrInvalid)
+	}
+	p := len(r.Prompt)
+	n := r.N
+	if n == 0 {
+		n = 1
+	}
+	switch {
+	case p == 0:
+		return nil, fmt.Errorf("%w: empty prompt", ErrInvalid)
+	case r.MaxTokens <= 0:
+		return nil, fmt.Errorf("%w: token limit %d, want > 0", ErrInvalid, r.MaxTokens)
+	case n < 0 || n > s.cfg.MaxActive:
+		return nil, fmt.Errorf("%w: %d sequences, want 1..%d", ErrInvalid, r.N, s.cfg.MaxActive)
+	case r.TopLogprobs < 0 || r.TopLogprobs > decode.MaxTopLogprobs:
+		return nil, fmt.Errorf("%w: %d top log-probabilities, want 0..%d", ErrInvalid, r.TopLogprobs, decode.MaxTopLogprobs)
+	}
+	for i, id := range r.Prompt {
+		if id < 0 || int(id) >= s.vocab {
+			return nil, fmt.Errorf("%w: prompt token %d is %d, outside the vocabulary of %d", ErrInvalid, i, id, s.vocab)
+		}
+	}
+	slots := s.blocks * s.bs
+	if p > slots || r.MaxTokens > slots || (s.cfg.MaxContext > 0 && p+r.MaxTokens > s.cfg.MaxContext) {
+		return nil, fmt.Errorf("%w: %d prompt tokens and %d to generate, cache of %d positions", ErrTooLong, p, r.MaxTokens, slots)
+	}
+	q := &request{prompt: append([]int32(nil), r.Prompt...), maxTokens: r.MaxTokens, topN: r.TopLogprobs,
+		logprobs: r.Logprobs || r.TopLogprobs > 0, deadline: r.Deadline, n: n, length: p + r.MaxTokens - 1}
+	q.blocks = s.pool.BlocksFor(q.length)
+	if n > 1 {
+		q.fork = (p - 1) / s.bs * s.bs
+		q.childOwn = q.blocks - q.fork/s.bs
+		q.blocks += (n - 1) * q.childOwn
+	}
+	if q.blocks > s.blocks {
+		return nil, fmt.Errorf("%w: %d sequences of %d prompt tokens and %d to generate take %d blocks, the cache has %d", ErrTooLong, n, p, r.MaxTokens, q.blocks, s.blocks)
+	}
+	sp := r.Sampling
+	sp.TopLogprobs = r.TopLogprobs
+	sc := decode.StopConfig{VocabSize: s.vocab, Stop: r.Stop, MaxTokens: r.MaxTokens}
+	if !r.IgnoreEOS {
+		sc.EOG = s.eog
+	}
+	q.seqs = make([]*seqState, n)
+	for i := range q.seqs {
+		sp.Seed = r.Sampling.Seed + uint64(i)
+		smp, err := decode.NewSampler(sp, s.vocab)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		if err := smp.AcceptPrompt(q.prompt); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		stp, err := decode.NewStopper(sc)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		q.seqs[i] = &seqState{r: q, idx: i, sampler: smp, stopper: stp, topBuf: make([]decode.TokenLogprob, 0, r.TopLogprobs)}
+	}
+	st := &Stream{s: s, ch: make(chan Event, n*(r.MaxTokens+1))}
+	st.usage.PromptTokens = p
+	q.st = st
+
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if len(s.queue) >= s.cfg.MaxQueue {
+		s.mu.Unlock()
+		return nil, ErrQueueFull
+	}
+	s.queue = append(s.queue, q)
+	s.mu.Unlock()
+	if ctx != nil && ctx.Done() != nil {
+		st.stopCtx = context.AfterFunc(ctx, func() {
+			c := causeCancel
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				c = causeTimeout
+			}
+			if st.cause.CompareAndSwap(causeNone, c) {
+				s.wakeup()
+			}
+		})
+	}
+	s.wakeup()
+	return st, nil
+}
+
+// Close stops accepting requests, ends those queued or in flight (Reason "cancelled") and waits
+// for Run to return.
+func (s *Scheduler) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	started := s.started
+	s.mu.Unlock()
+	s.once.Do(func() { close(s.closing) })
+	if started {
+		<-s.done
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.queue {
+		s.endRequest(r, ReasonCancelled, nil)
+	}
+	clear(s.queue)
+	s.queue = s.queue[:0]
+	return nil
+}
+
+// Run is the step loop; it returns nil after Close, or ctx.Err() when ctx is done (ending every
+// request with Reason "cancelled" and refusing new ones). It may be called once.
+func (s *Scheduler) Run(ctx context.Context) error {
+	s.mu.Lock()
+	if s.started {
+		s.mu.Unlock()
+		return errors.New("sched: Run called twice")
+	}
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.started = true
+	s.mu.Unlock()
+	defer close(s.done)
+	for {
+		select {
+		case <-ctx.Done():
+			s.shutdown()
+			return ctx.Err()
+		case <-s.closing:
+			s.shutdown()
+			return nil
+		default:
+		}
+		if s.step() {
+			continue
+		}
+		select {
+		case <-s.wake:
+		case <-ctx.Done():
+		case <-s.closing:
+		}
+	}
+}
+
+func (s *Scheduler) shutdown() {
+	s.mu.Lock()
+	s.closed = true
+	for _, r := range s.queue {
+		s.endRequest(r, ReasonCancelled, nil)
+	}
+	clear(s.queue)
+	s.queue = s.queue[:0]
+	s.mu.Unlock()
+	for _, q := range s.active {
+		if !q.done {
+			s.endRequest(q.r, ReasonCancelled, nil)
+		}
+	}
+	s.compact()
+	s.publish()
+}
+
+// expired reports why r must end now, if it must.
+func expired(r *request, now time.Time) decode.StopReason {
+	switch r.st.cause.Load() {
+	case causeCancel:
+		return ReasonCancelled
+	case causeTimeout:
+		return ReasonTimeout
+	}
+	if !r.deadline.IsZero() && !now.Before(r.deadline) {
+		return ReasonTimeout
+	}
+	return decode.NotStopped
+}
+
+// step runs one scheduling step and reports whether it did any work.
+func (s *Scheduler) step() bool {
+	start := s.clock()
+	s.reap(start)
+	s.admit()
+	if len(s.active) == 0 {
+		s.publish()
+		return false
+	}
+	s.bb.Reset()
+	s.toks, s.out, s.rows, s.part = s.toks[:0], s.out[:0], s.rows[:0], s.part[:0]
+	for _, q := range s.active {
+		if q.decoding {
+			s.add(q, 1)
+			s.toks = append(s.toks, q.last)
+			s.out = append(s.out, int32(len(s.toks)-1))
+			s.rows = append(s.rows, q)
+		}
+	}
+	budget := s.cfg.StepTokens - len(s.toks)
+	for _, q := range s.active {
+		if budget == 0 {
+			break
+		}
+		if q.decoding || len(q.feed) == 0 {
+			continue
+		}
+		k := min(budget, len(q.feed))
+		s.add(q, k)
+		s.toks = append(s.toks, q.feed[:k]...)
+		if k == len(q.feed) {
+			s.out = append(s.out, int32(len(s.toks)-1))
+			s.rows = append(s.rows, q)
+		}
+		budget -= k
+	}
+	if len(s.toks) == 0 {
+		s.publish()
+		return false
+	}
+	logits := s.logits[:len(s.out)*s.vocab]
+	if err := s.m.Forward(s.toks, s.bb.Batch(), s.out, logits); err != nil {
+		for _, q := range s.part {
+			if !q.done {
+				s.endRequest(q.r, ReasonError, err)
+			}
+		}
+		s.finishStep(start)
+		return true
+	}
+	for _, q := range s.part {
+		if err := q.kv.Advance(q.nfeed); err != nil {
+			s.endRequest(q.r, ReasonError, err)
+			continue
+		}
+		if !q.decoding {
+			q.feed = q.feed[q.nfeed:]
+			s.promptTok.Add(uint64(q.nfeed))
+		}
+	}
+	for i, q := range s.rows {
+		if q.done {
+			continue
+		}
+		if !q.decoding && q.idx == 0 && q.r.n > 1 {
+			s.forkChildren(q.r)
+		}
+		s.sample(q, logits[i*s.vocab:(i+1)*s.vocab])
+	}
+	s.finishStep(start)
+	return true
+}
+
+// add puts k tokens of q into the batch being built; room was reserved at admission.
+func (s *Scheduler) add(q *seqState, k int) {
+	// BatchBuilder.Add fails only when room was not reserved, which admission rules out.
+	_ = s.bb.Add(q.kv, k)
+	q.nfeed = k
+	s.part = append(s.part, q)
+}
+
+func (s *Scheduler) finishStep(start time.Time) {
+	s.compact()
+	s.steps.Add(1)
+	s.lastTokens.Store(int32(len(s.toks)))
+	s.lastSeqs.Store(int32(len(s.part)))
+	d := s.clock().Sub(start)
+	s.lastStep.Store(int64(d))
+	s.publish()
+	if s.log.Enabled(context.Background(), LevelTrace) {
+		s.log.Log(context.Background(), LevelTrace, "sched step", "tokens", len(s.toks), "seqs", len(s.part), "rows", len(s.out), "took", d)
+	}
+}
+
+func (s *Scheduler) publish() {
+	s.nActive.Store(int32(len(s.active)))
+	s.usedBlocks.Store(int32(s.blocks - s.pool.FreeBlocks()))
+}
+
+// compact drops finished sequences from the active list, keeping order.
+func (s *Scheduler) compact() {
+	j := 0
+	for _, q := range s.active {
+		if !q.done {
+			s.active[j] = q
+			j++
+		}
+	}
+	clear(s.active[j:])
+	s.active = s.active[:j]
+}
+
+// reap ends the requests that were cancelled or ran past their deadline, queued or active.
+func (s *Scheduler) reap(now time.Time) {
+	s.mu.Lock()
+	j := 0
+	for _, r := range s.queue {
+		if why := expired(r, now); why != decode.NotStopped {
+			s.endRequest(r, why, nil)
+			continue
+		}
+		s.queue[j] = r
+		j++
+	}
+	clear(s.queue[j:])
+	s.queue = s.queue[:j]
+	s.mu.Unlock()
+	for _, q := range s.active {
+		if q.done {
+			continue
+		}
+		if why := expired(q.r, now); why != decode.NotStopped {
+			s.endRequest(q.r, why, nil)
+		}
+	}
+	s.compact()
+}
+
+// admit moves requests from the head of the queue into the active set while their blocks are
+// free and MaxActive allows.
+func (s *Scheduler) admit() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.queue) > 0 {
+		r := s.queue[0]
+		if s.nseqs+r.n > s.cfg.MaxActive || s.pool.FreeBlocks()-s.promised < r.blocks {
+			return
+		}
+		copy(s.queue, s.queue[1:])
+		s.queue[len(s.queue)-1] = nil
+		s.queue = s.queue[:len(s.queue)-1]
+		s.nseqs += r.n
+		q := r.seqs[0]
+		q.kv = s.pool.NewSeq(r.length)
+		if err := q.kv.Reserve(r.length); err != nil {
+			// Unreachable: the free blocks were counted above.
+			s.endRequest(r, ReasonError, err)
+			continue
+		}
+		q.feed = r.prompt
+		r.promised = (r.n - 1) * r.childOwn
+		s.promised += r.promised
+		s.active = append(s.active, q)
+	}
+}
+
+// forkChildren gives sequences 1..n-1 of r the first r.fork positions of sequence 0 and the rest
+// of the prompt to re-feed.
+func (s *Scheduler) forkChildren(r *request) {
+	parent := r.seqs[0]
+	for _, c := range r.seqs[1:] {
+		if c.done {
+			continue
+		}
+		c.kv = parent.kv.Fork(r.fork)
+		if err := c.kv.Reserve(r.length - c.kv.Len()); err != nil {
+			s.endRequest(r, ReasonError, err)
+			return
+		}
+		s.promised -= r.childOwn
+		r.promised -= r.childOwn
+		c.feed = r.prompt[c.kv.Len():]
+		s.active = append(s.active, c)
+	}
+}
+
+// sample draws q's next token from its logits ([vocab]) and emits its event.
+func (s *Scheduler) sample(q *seqState, lg []float32) {
+	r := q.r
+	id, err := q.sampler.Sample(lg)
+	if err == nil {
+		err = q.sampler.Accept(id)
+	}
+	if err != nil {
+		s.endSeq(q, ReasonError, err)
+		return
+	}
+	q.decoding = true
+	q.last = id
+	r.st.usage.CompletionTokens++
+	s.genTok.Add(1)
+	ev := Event{Seq: q.idx, Token: id}
+	if r.topN > 0 {
+		ev.Logprob, q.topBuf = decode.Logprobs(lg, id, r.topN, q.topBuf[:0])
+		ev.Top = q.copyTop(q.topBuf)
+	} else if r.logprobs {
+		ev.Logprob = decode.Logprob(lg, id)
+	}
+	released, reason := q.stopper.PushBytes(id, s.t.Piece(id))
+	ev.Text = q.copyText(released)
+	switch reason {
+	case decode.NotStopped:
+		r.st.ch <- ev
+		return
+	case decode.StopEOS:
+		ev = Event{Seq: q.idx, Token: -1, Text: ev.Text}
+	}
+	ev.Done, ev.Reason = true, reason
+	s.closeSeq(q, ev)
+}
+
+func (q *seqState) copyText(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	if len(b) > cap(q.textSlab)-len(q.textSlab) {
+		q.textSlab = make([]byte, 0, max(textSlabSize, len(b)))
+	}
+	i := len(q.textSlab)
+	q.textSlab = append(q.textSlab, b...)
+	return q.textSlab[i:len(q.textSlab):len(q.textSlab)]
+}
+
+func (q *seqState) copyTop(t []decode.TokenLogprob) []decode.TokenLogprob {
+	if len(t) == 0 {
+		return nil
+	}
+	if len(t) > cap(q.topSlab)-len(q.topSlab) {
+		q.topSlab = make([]decode.TokenLogprob, 0, max(topSlabSize, len(t)))
+	}
+	i := len(q.topSlab)
+	q.topSlab = append(q.topSlab, t...)
+	return q.topSlab[i:len(q.topSlab):len(q.topSlab)]
+}
+
+// endSeq ends one sequence early: its held-back text is flushed with the Done event.
+func (s *Scheduler) endSeq(q *seqState, why decode.StopReason, err error) {
+	ev := Event{Seq: q.idx, Token: -1, Done: true, Reason: why, Err: err}
+	if q.decoding {
+		ev.Text = q.copyText(q.stopper.Finish())
+	}
+	s.closeSeq(q, ev)
+}
+
+// closeSeq sends q's last event and releases its blocks; the stream closes with its last sequence.
+func (s *Scheduler) closeSeq(q *seqState, ev Event) {
+	r := q.r
+	q.done = true
+	r.st.ch <- ev
+	if q.kv != nil {
+		q.kv.Release()
+	}
+	r.ended++
+	if r.ended < r.n {
+		return
+	}
+	if r.promised > 0 {
+		s.promised -= r.promised
+		r.promised = 0
+	}
+	if r.seqs[0].kv != nil { // admitted
+		s.nseqs -= r.n
+	}
+	if r.st.stopCtx != nil {
+		r.st.stopCtx()
+	}
+	close(r.st.ch)
+}
+
+// endRequest ends every sequence of r not yet done.
+func (s *Scheduler) endRequest(r *request, why decode.StopReason, err error) {
+	for _, q := range r.seqs {
+		if !q.done {
+			s.endSeq(q, why, err)
+		}
+	}
+}
