@@ -36,6 +36,7 @@ var commands = map[string]command{
 	"inspect":  {"print a model file's metadata and tensor table", runInspect},
 	"bench":    {"measure prompt-processing and generation speed", runBench},
 	"synth":    {"write a GGUF model with random weights in a real shape", runSynth},
+	"serve":    {"serve models over an OpenAI-compatible HTTP API", runServe},
 }
 
 // usageError is a command-line mistake: exit status 2, as flag does.

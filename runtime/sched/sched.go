@@ -373,17 +373,8 @@ func (s *Scheduler) Submit(ctx context.Context, r *Request) (*Stream, error) {
 	st.usage.PromptTokens = p
 	q.st = st
 
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, ErrClosed
-	}
-	if len(s.queue) >= s.cfg.MaxQueue {
-		s.mu.Unlock()
-		return nil, ErrQueueFull
-	}
-	s.queue = append(s.queue, q)
-	s.mu.Unlock()
+	// The context watch is set up before the request is queued: once queued, the step loop owns
+	// the stream's fields.
 	if ctx != nil && ctx.Done() != nil {
 		st.stopCtx = context.AfterFunc(ctx, func() {
 			c := causeCancel
@@ -395,6 +386,20 @@ func (s *Scheduler) Submit(ctx context.Context, r *Request) (*Stream, error) {
 			}
 		})
 	}
+	s.mu.Lock()
+	if s.closed || len(s.queue) >= s.cfg.MaxQueue {
+		closed := s.closed
+		s.mu.Unlock()
+		if st.stopCtx != nil {
+			st.stopCtx()
+		}
+		if closed {
+			return nil, ErrClosed
+		}
+		return nil, ErrQueueFull
+	}
+	s.queue = append(s.queue, q)
+	s.mu.Unlock()
 	s.wakeup()
 	return st, nil
 }

@@ -1,0 +1,276 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/parleyhq/parley/runtime/engine"
+	"github.com/parleyhq/parley/runtime/models/llama"
+	"github.com/parleyhq/parley/runtime/sched"
+	"github.com/parleyhq/parley/runtime/server"
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+// envDefault returns $name, or def when it is unset.
+func envDefault(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}
+
+func envInt(name string, def int) int {
+	if v, ok := os.LookupEnv(name); ok {
+		if n, err := strconv.Atoi(v); err == nil {
+			return n
+		}
+	}
+	return def
+}
+
+func runServe(e *env, args []string) error {
+	fs := newFlags(e, "serve", "-m [ALIAS=]MODEL [-m ...] [flags]   (every flag also reads $PARLEY_<FLAG>)")
+	bf := addBackendFlags(fs)
+	var models multiFlag
+	fs.Var(&models, "m", "model file, or ALIAS=FILE (repeatable; $PARLEY_MODEL, comma-separated)")
+	host := fs.String("host", envDefault("PARLEY_HOST", "127.0.0.1"), "address to listen on")
+	port := fs.Int("port", envInt("PARLEY_PORT", 8080), "port to listen on (0: any free port, printed at start)")
+	ctxLen := fs.Int("ctx", envInt("PARLEY_CTX", 0), "positions per sequence (0: the model's training context)")
+	parallel := fs.Int("parallel", envInt("PARLEY_PARALLEL", 8), "most sequences decoded together per model")
+	kvMiB := fs.Int("kv-mem", envInt("PARLEY_KV_MEM", 0), "KV-cache memory budget per model in MiB (0: ctx × parallel positions)")
+	step := fs.Int("step-tokens", envInt("PARLEY_STEP_TOKENS", 512), "token budget of one batched step (decode tokens plus prompt chunks)")
+	queue := fs.Int("queue", envInt("PARLEY_QUEUE", 64), "waiting requests per model beyond which requests get 429")
+	apiKey := fs.String("api-key", envDefault("PARLEY_API_KEY", ""), "require this bearer token")
+	cors := fs.String("cors", envDefault("PARLEY_CORS", ""), "comma-separated origins browsers may call from (* for any)")
+	maxBody := fs.Int64("max-body", int64(envInt("PARLEY_MAX_BODY", 4<<20)), "largest request body in bytes")
+	timeout := fs.Duration("timeout", 10*time.Minute, "longest a generation may run ($PARLEY_TIMEOUT)")
+	grace := fs.Duration("shutdown-grace", 30*time.Second, "on SIGTERM, how long in-flight requests may finish")
+	logFormat := fs.String("log-format", envDefault("PARLEY_LOG_FORMAT", "text"), "log format: text or json")
+	logLevel := fs.String("log-level", envDefault("PARLEY_LOG_LEVEL", "info"), "log level: trace, debug, info, warn, error")
+	kvType := fs.String("kv-type", envDefault("PARLEY_KV_TYPE", "f16"), "KV cache type: f16 or f32")
+	if v, ok := os.LookupEnv("PARLEY_TIMEOUT"); ok {
+		if d, err := time.ParseDuration(v); err == nil {
+			*timeout = d
+		}
+	}
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usagef("unexpected arguments %q", pos)
+	}
+	if len(models) == 0 {
+		if v := os.Getenv("PARLEY_MODEL"); v != "" {
+			models = strings.Split(v, ",")
+		} else {
+			return usagef("at least one -m MODEL is required")
+		}
+	}
+	if *parallel < 1 || *step < 1 || *queue < 0 || *ctxLen < 0 || *kvMiB < 0 || *maxBody < 1 {
+		return usagef("--parallel, --step-tokens and --max-body must be positive; --queue, --ctx and --kv-mem not negative")
+	}
+	kv, err := tensor.ParseDType(*kvType)
+	if err != nil || (kv != tensor.F16 && kv != tensor.F32) {
+		return usagef("--kv-type %q: want f16 or f32", *kvType)
+	}
+	logger, err := newLogger(e, *logFormat, *logLevel)
+	if err != nil {
+		return usageError{err}
+	}
+	type spec struct{ name, path string }
+	var specs []spec
+	seen := map[string]bool{}
+	for _, m := range models {
+		name, path, ok := strings.Cut(m, "=")
+		if !ok {
+			path = m
+			name = strings.TrimSuffix(filepath.Base(m), filepath.Ext(m))
+		}
+		if name == "" || path == "" {
+			return usagef("-m %q: want FILE or ALIAS=FILE", m)
+		}
+		if seen[name] {
+			return usagef("model alias %q given twice", name)
+		}
+		seen[name] = true
+		specs = append(specs, spec{name, path})
+	}
+
+	// Listen first, so that /health answers 503 while the models load.
+	ln, err := net.Listen("tcp", net.JoinHostPort(*host, strconv.Itoa(*port)))
+	if err != nil {
+		return err
+	}
+	var handler atomic.Pointer[http.Handler]
+	loading := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "5")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprint(w, `{"status":"loading","error":{"message":"models are loading","type":"server_error","param":null,"code":"loading"}}`)
+	}))
+	handler.Store(&loading)
+	hs := &http.Server{
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+	logger.Info("listening", "addr", ln.Addr().String())
+	fmt.Fprintf(e.stderr, "parley: listening on http://%s\n", ln.Addr())
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	be, err := bf.open(e)
+	if err != nil {
+		hs.Close()
+		return err
+	}
+	defer be.Close()
+	logger.Info("backend", "name", be.Name())
+
+	var served []*server.Model
+	var scheds []*sched.Scheduler
+	var closers []func()
+	defer func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}()
+	for _, sp := range specs {
+		t0 := time.Now()
+		eng, err := engine.Open(sp.path, be)
+		if err != nil {
+			hs.Close()
+			return err
+		}
+		closers = append(closers, func() { eng.Close() })
+		m := eng.Model
+		n := *ctxLen
+		if n == 0 || n > m.Context {
+			n = m.Context
+		}
+		slots := n * *parallel
+		if *kvMiB > 0 {
+			perPos := int64(m.Layers) * int64(m.KVHeads*m.HeadDim) * 2 * int64(kv.TypeSize())
+			slots = int(int64(*kvMiB) << 20 / perPos)
+			if slots < n {
+				hs.Close()
+				return fmt.Errorf("%s: --kv-mem %d MiB holds %d positions, less than one sequence of %d", sp.name, *kvMiB, slots, n)
+			}
+		}
+		c, err := m.NewContext(llama.ContextConfig{MaxTokens: *step, MaxSeqs: *parallel, KVSlots: slots, KVType: kv})
+		if err != nil {
+			hs.Close()
+			return fmt.Errorf("%s: %w", sp.name, err)
+		}
+		closers = append(closers, func() { c.Close() })
+		s, err := sched.New(sched.NewLlamaModel(c), sched.NewTokenizerText(eng.Tokenizer), sched.Config{
+			MaxQueue: *queue, StepTokens: *step, MaxActive: *parallel, MaxContext: n, Logger: logger.With("model", sp.name),
+		})
+		if err != nil {
+			hs.Close()
+			return fmt.Errorf("%s: %w", sp.name, err)
+		}
+		scheds = append(scheds, s)
+		served = append(served, &server.Model{Name: sp.name, Engine: eng, Sched: s, Ctx: n})
+		logger.Info("model loaded", "model", sp.name, "path", sp.path, "arch", m.Arch, "ctx", n, "kv_slots", c.Pool().Slots(), "parallel", *parallel, "took", time.Since(t0).Round(time.Millisecond))
+	}
+	var origins []string
+	for _, o := range strings.Split(*cors, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			origins = append(origins, o)
+		}
+	}
+	srv, err := server.New(server.Config{APIKey: *apiKey, AllowedOrigins: origins, MaxBodyBytes: *maxBody, RequestTimeout: *timeout, Logger: logger}, served)
+	if err != nil {
+		hs.Close()
+		return err
+	}
+	runCtx, cancelRun := context.WithCancel(context.Background())
+	defer cancelRun()
+	var wg sync.WaitGroup
+	for _, s := range scheds {
+		wg.Add(1)
+		go func(s *sched.Scheduler) {
+			defer wg.Done()
+			if err := s.Run(runCtx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, sched.ErrClosed) {
+				logger.Error("scheduler stopped", "err", err)
+			}
+		}(s)
+	}
+	h := srv.Handler()
+	handler.Store(&h)
+	srv.SetReady(true)
+	logger.Info("ready", "models", len(served))
+
+	select {
+	case err := <-serveErr:
+		cancelRun()
+		wg.Wait()
+		return err
+	case <-ctx.Done():
+	}
+	// Graceful shutdown: stop accepting, let in-flight requests finish up to the grace period,
+	// then cancel what is left.
+	logger.Info("shutting down", "grace", *grace)
+	srv.SetReady(false)
+	sctx, cancel := context.WithTimeout(context.Background(), *grace)
+	defer cancel()
+	shutErr := hs.Shutdown(sctx)
+	for _, s := range scheds {
+		s.Close()
+	}
+	cancelRun()
+	wg.Wait()
+	if shutErr != nil && !errors.Is(shutErr, context.DeadlineExceeded) {
+		return shutErr
+	}
+	hs.Close()
+	logger.Info("stopped")
+	return nil
+}
+
+// levelTrace is below slog's Debug: per-step scheduler records.
+const levelTrace = slog.Level(-8)
+
+func newLogger(e *env, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	switch strings.ToLower(level) {
+	case "trace":
+		lv = levelTrace
+	case "debug":
+		lv = slog.LevelDebug
+	case "info":
+		lv = slog.LevelInfo
+	case "warn":
+		lv = slog.LevelWarn
+	case "error":
+		lv = slog.LevelError
+	default:
+		return nil, fmt.Errorf("--log-level %q: want trace, debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(e.stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(e.stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}

@@ -1,0 +1,98 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metrics are the server's Prometheus series, in a registry of its own.
+type metrics struct {
+	reg       *prometheus.Registry
+	handler   http.Handler
+	requests  *prometheus.CounterVec   // endpoint, code
+	duration  *prometheus.HistogramVec // endpoint
+	ttft      *prometheus.HistogramVec // model
+	itl       *prometheus.HistogramVec // model
+	prompt    *prometheus.CounterVec   // model
+	generated *prometheus.CounterVec   // model
+}
+
+func newMetrics(models []*served) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parley_http_requests_total", Help: "HTTP requests by endpoint and status code.",
+		}, []string{"endpoint", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "parley_http_request_duration_seconds", Help: "HTTP request duration, streams included.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}, []string{"endpoint"}),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "parley_time_to_first_token_seconds", Help: "From request arrival to its first generated token.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
+		}, []string{"model"}),
+		itl: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "parley_inter_token_latency_seconds", Help: "Between consecutive generated tokens of one sequence.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}, []string{"model"}),
+		prompt: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parley_prompt_tokens_total", Help: "Prompt tokens of finished requests.",
+		}, []string{"model"}),
+		generated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parley_generated_tokens_total", Help: "Generated tokens of finished requests.",
+		}, []string{"model"}),
+	}
+	m.reg.MustRegister(m.requests, m.duration, m.ttft, m.itl, m.prompt, m.generated,
+		&schedCollector{models: models},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	return m
+}
+
+var (
+	descQueue     = prometheus.NewDesc("parley_queue_depth", "Requests waiting for admission.", []string{"model"}, nil)
+	descActive    = prometheus.NewDesc("parley_active_sequences", "Sequences in flight.", []string{"model"}, nil)
+	descKVUsed    = prometheus.NewDesc("parley_kv_blocks_used", "KV-cache blocks in use.", []string{"model"}, nil)
+	descKVFree    = prometheus.NewDesc("parley_kv_blocks_free", "KV-cache blocks free.", []string{"model"}, nil)
+	descSteps     = prometheus.NewDesc("parley_steps_total", "Scheduler steps (batched forward passes).", []string{"model"}, nil)
+	descStep      = prometheus.NewDesc("parley_step_duration_seconds", "Duration of the scheduler's last step.", []string{"model"}, nil)
+	descBatchTok  = prometheus.NewDesc("parley_batch_tokens", "Tokens in the scheduler's last batch.", []string{"model"}, nil)
+	descBatchSeqs = prometheus.NewDesc("parley_batch_size", "Sequences in the scheduler's last batch.", []string{"model"}, nil)
+	descSPrompt   = prometheus.NewDesc("parley_sched_prompt_tokens_total", "Prompt tokens processed by the scheduler (re-fed tokens of forked sequences included).", []string{"model"}, nil)
+	descSGen      = prometheus.NewDesc("parley_sched_generated_tokens_total", "Tokens sampled by the scheduler.", []string{"model"}, nil)
+)
+
+// schedCollector reads each scheduler's Stats at scrape time. The scheduler keeps only its last
+// step's duration and batch size, so those are gauges, not histograms.
+type schedCollector struct{ models []*served }
+
+func (c *schedCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descQueue, descActive, descKVUsed, descKVFree, descSteps, descStep, descBatchTok, descBatchSeqs, descSPrompt, descSGen} {
+		ch <- d
+	}
+}
+
+func (c *schedCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, m := range c.models {
+		st := m.Sched.Stats()
+		g := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, m.Name)
+		}
+		cn := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, m.Name)
+		}
+		g(descQueue, float64(st.Queued))
+		g(descActive, float64(st.Active))
+		g(descKVUsed, float64(st.KVBlocksUsed))
+		g(descKVFree, float64(st.KVBlocksFree))
+		cn(descSteps, float64(st.Steps))
+		g(descStep, st.LastStep.Seconds())
+		g(descBatchTok, float64(st.LastBatchTokens))
+		g(descBatchSeqs, float64(st.LastBatchSeqs))
+		cn(descSPrompt, float64(st.PromptTokens))
+		cn(descSGen, float64(st.GeneratedTokens))
+	}
+}

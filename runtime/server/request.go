@@ -1,0 +1,338 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/parleyhq/parley/runtime/decode"
+)
+
+// Limits on what one request may ask for.
+const (
+	maxN          = 16   // choices per request
+	maxLogitBias  = 1024 // logit_bias entries
+	maxCompletion = 16   // default max_tokens of /v1/completions, as OpenAI's
+)
+
+// commonRequest holds the fields /v1/completions and /v1/chat/completions share. Pointers tell
+// an absent (or null) field from a zero one.
+type commonRequest struct {
+	Model               string             `json:"model"`
+	MaxTokens           *int               `json:"max_tokens"`
+	MaxCompletionTokens *int               `json:"max_completion_tokens"`
+	Temperature         *float64           `json:"temperature"`
+	TopP                *float64           `json:"top_p"`
+	Seed                *int64             `json:"seed"`
+	Stop                json.RawMessage    `json:"stop"`
+	PresencePenalty     *float64           `json:"presence_penalty"`
+	FrequencyPenalty    *float64           `json:"frequency_penalty"`
+	LogitBias           map[string]float64 `json:"logit_bias"`
+	N                   *int               `json:"n"`
+	Stream              bool               `json:"stream"`
+	StreamOptions       *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	TopK      *int     `json:"top_k"`
+	MinP      *float64 `json:"min_p"`
+	IgnoreEOS bool     `json:"ignore_eos"`
+}
+
+type completionRequest struct {
+	commonRequest
+	Prompt   json.RawMessage `json:"prompt"`
+	Logprobs *int            `json:"logprobs"`
+}
+
+type chatRequest struct {
+	commonRequest
+	Messages    json.RawMessage `json:"messages"`
+	Logprobs    *bool           `json:"logprobs"`
+	TopLogprobs *int            `json:"top_logprobs"`
+}
+
+// decodeBody parses a JSON request body into v, turning every failure into a 400 that names the
+// offending field where there is one.
+func decodeBody(body []byte, v any) *apiError {
+	if !utf8.Valid(body) {
+		return invalid("", "The request body is not valid UTF-8.")
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			field := strings.TrimPrefix(te.Field, "commonRequest.")
+			if field == "" {
+				return invalid("", "The request body must be a JSON object.")
+			}
+			return invalid(field, fmt.Sprintf("Invalid type for '%s': expected %s, got %s.", field, jsonKind(te.Type.Kind().String()), te.Value))
+		}
+		return invalid("", "We could not parse the JSON body of your request. The body must be a JSON object.")
+	}
+	return nil
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "int", "int64", "int32", "uint64":
+		return "an integer"
+	case "float64", "float32":
+		return "a number"
+	case "string":
+		return "a string"
+	case "bool":
+		return "a boolean"
+	case "map", "struct":
+		return "an object"
+	case "slice":
+		return "an array"
+	}
+	return "a different type"
+}
+
+// genParams is what a request asks of generation, validated.
+type genParams struct {
+	maxTokens    int // 0: not given
+	sampling     decode.Params
+	stop         []string
+	n            int
+	ignoreEOS    bool
+	stream       bool
+	includeUsage bool
+}
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+// parseCommon validates the shared fields against a vocabulary of vocab tokens and a context of
+// ctx positions.
+func parseCommon(c *commonRequest, vocab, ctx int, seed func() uint64) (*genParams, *apiError) {
+	g := &genParams{n: 1, stream: c.Stream, ignoreEOS: c.IgnoreEOS}
+	if c.StreamOptions != nil && c.Stream {
+		g.includeUsage = c.StreamOptions.IncludeUsage
+	}
+	mt, param := c.MaxTokens, "max_tokens"
+	if c.MaxCompletionTokens != nil {
+		mt, param = c.MaxCompletionTokens, "max_completion_tokens"
+	}
+	if mt != nil {
+		if *mt < 1 {
+			return nil, invalid(param, fmt.Sprintf("Invalid '%s': integer below minimum value. Expected a value >= 1, but got %d instead.", param, *mt))
+		}
+		if *mt > ctx {
+			return nil, invalid(param, fmt.Sprintf("Invalid '%s': %d is larger than the model's context of %d tokens.", param, *mt, ctx))
+		}
+		g.maxTokens = *mt
+	}
+	if c.N != nil {
+		if *c.N < 1 || *c.N > maxN {
+			return nil, invalid("n", fmt.Sprintf("Invalid 'n': expected a value in [1, %d], but got %d instead.", maxN, *c.N))
+		}
+		g.n = *c.N
+	}
+
+	p := decode.DefaultParams()
+	p.Temperature = 1 // OpenAI's defaults: temperature 1, top_p 1, no top-k or min-p
+	p.TopK = 0
+	p.TopP = 1
+	p.MinP = 0
+	p.RepeatPenalty = 1
+	p.RepeatLastN = 0
+	if v := c.Temperature; v != nil {
+		if !finite(*v) || *v < 0 || *v > 2 {
+			return nil, invalid("temperature", fmt.Sprintf("Invalid 'temperature': expected a value in [0, 2], but got %v instead.", *v))
+		}
+		p.Temperature = float32(*v)
+	}
+	if v := c.TopP; v != nil {
+		if !finite(*v) || *v <= 0 || *v > 1 {
+			return nil, invalid("top_p", fmt.Sprintf("Invalid 'top_p': expected a value in (0, 1], but got %v instead.", *v))
+		}
+		p.TopP = float32(*v)
+	}
+	if v := c.TopK; v != nil {
+		if *v < 0 {
+			return nil, invalid("top_k", fmt.Sprintf("Invalid 'top_k': expected a value >= 0, but got %d instead.", *v))
+		}
+		p.TopK = *v
+	}
+	if v := c.MinP; v != nil {
+		if !finite(*v) || *v < 0 || *v > 1 {
+			return nil, invalid("min_p", fmt.Sprintf("Invalid 'min_p': expected a value in [0, 1], but got %v instead.", *v))
+		}
+		p.MinP = float32(*v)
+	}
+	for _, f := range []struct {
+		name string
+		v    *float64
+		dst  *float32
+	}{{"presence_penalty", c.PresencePenalty, &p.PresencePenalty}, {"frequency_penalty", c.FrequencyPenalty, &p.FrequencyPenalty}} {
+		if f.v == nil {
+			continue
+		}
+		if !finite(*f.v) || *f.v < -2 || *f.v > 2 {
+			return nil, invalid(f.name, fmt.Sprintf("Invalid '%s': expected a value in [-2, 2], but got %v instead.", f.name, *f.v))
+		}
+		*f.dst = float32(*f.v)
+	}
+	if len(c.LogitBias) > 0 {
+		if len(c.LogitBias) > maxLogitBias {
+			return nil, invalid("logit_bias", fmt.Sprintf("Invalid 'logit_bias': at most %d entries are allowed.", maxLogitBias))
+		}
+		p.LogitBias = make(map[int32]float32, len(c.LogitBias))
+		for k, v := range c.LogitBias {
+			id, err := strconv.ParseInt(k, 10, 32)
+			if err != nil || id < 0 || int(id) >= vocab {
+				return nil, invalid("logit_bias", fmt.Sprintf("Invalid 'logit_bias': key %q is not a token id of this model (0 to %d).", k, vocab-1))
+			}
+			if !finite(v) || v < -100 || v > 100 {
+				return nil, invalid("logit_bias", fmt.Sprintf("Invalid 'logit_bias': value for token %d must be in [-100, 100].", id))
+			}
+			p.LogitBias[int32(id)] = float32(v)
+		}
+	}
+	if c.Seed != nil {
+		p.Seed = uint64(*c.Seed)
+	} else {
+		p.Seed = seed()
+	}
+	stop, e := parseStop(c.Stop)
+	if e != nil {
+		return nil, e
+	}
+	g.stop = stop
+	g.sampling = p
+	return g, nil
+}
+
+// parseStop reads stop: null, a string, or an array of strings.
+func parseStop(raw json.RawMessage) ([]string, *apiError) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var one string
+	var list []string
+	if err := json.Unmarshal(raw, &one); err == nil {
+		list = []string{one}
+	} else if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, invalid("stop", "Invalid 'stop': expected a string or an array of strings.")
+	}
+	if len(list) > decode.MaxStopStrings {
+		return nil, invalid("stop", fmt.Sprintf("Invalid 'stop': at most %d stop strings are allowed.", decode.MaxStopStrings))
+	}
+	for _, s := range list {
+		if s == "" || len(s) > decode.MaxStopBytes {
+			return nil, invalid("stop", fmt.Sprintf("Invalid 'stop': each stop string must hold 1 to %d bytes.", decode.MaxStopBytes))
+		}
+	}
+	return list, nil
+}
+
+// promptInput is a completion prompt: text to tokenize, or token ids as given.
+type promptInput struct {
+	text   string
+	tokens []int32
+	isText bool
+}
+
+// parsePrompt reads prompt: a string, an array of token ids, or an array holding one of either.
+func parsePrompt(raw json.RawMessage, vocab int) (*promptInput, *apiError) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, invalid("prompt", "Missing required parameter: 'prompt'.")
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		if s == "" {
+			return nil, invalid("prompt", "Invalid 'prompt': the prompt must not be empty.")
+		}
+		return &promptInput{text: s, isText: true}, nil
+	}
+	var ids []int64
+	if err := json.Unmarshal(raw, &ids); err == nil {
+		if len(ids) == 0 {
+			return nil, invalid("prompt", "Invalid 'prompt': the prompt must not be empty.")
+		}
+		toks := make([]int32, len(ids))
+		for i, id := range ids {
+			if id < 0 || id >= int64(vocab) {
+				return nil, invalid("prompt", fmt.Sprintf("Invalid 'prompt': token id %d at index %d is outside the vocabulary (0 to %d).", id, i, vocab-1))
+			}
+			toks[i] = int32(id)
+		}
+		return &promptInput{tokens: toks}, nil
+	}
+	var batch []json.RawMessage
+	if err := json.Unmarshal(raw, &batch); err == nil && len(batch) > 0 && batch[0][0] != '{' {
+		if len(batch) != 1 {
+			return nil, invalid("prompt", "Invalid 'prompt': only one prompt per request is supported.")
+		}
+		return parsePrompt(batch[0], vocab)
+	}
+	return nil, invalid("prompt", "Invalid 'prompt': expected a string or an array of token ids.")
+}
+
+// chatMessage is one entry of messages as sent.
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+var chatRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true}
+
+// parseMessages reads messages: a non-empty array of {role, content}, content a string, null
+// (assistant only) or an array of text parts.
+func parseMessages(raw json.RawMessage) ([]message, *apiError) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, invalid("messages", "Missing required parameter: 'messages'.")
+	}
+	var list []chatMessage
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, invalid("messages", "Invalid 'messages': expected an array of message objects.")
+	}
+	if len(list) == 0 {
+		return nil, invalid("messages", "Invalid 'messages': empty array. Expected an array with minimum length 1.")
+	}
+	out := make([]message, len(list))
+	for i, m := range list {
+		param := fmt.Sprintf("messages[%d]", i)
+		if !chatRoles[m.Role] {
+			return nil, invalid(param+".role", fmt.Sprintf("Invalid '%s.role': expected one of system, developer, user, assistant, tool, but got %q.", param, m.Role))
+		}
+		text, e := parseContent(m.Content, m.Role, param+".content")
+		if e != nil {
+			return nil, e
+		}
+		out[i] = message{Role: m.Role, Content: text}
+	}
+	return out, nil
+}
+
+func parseContent(raw json.RawMessage, role, param string) (string, *apiError) {
+	if len(raw) == 0 || string(raw) == "null" {
+		if role == "assistant" {
+			return "", nil
+		}
+		return "", invalid(param, fmt.Sprintf("Missing required parameter: '%s'.", param))
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s, nil
+	}
+	var parts []struct {
+		Type string  `json:"type"`
+		Text *string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", invalid(param, fmt.Sprintf("Invalid '%s': expected a string or an array of content parts.", param))
+	}
+	var b strings.Builder
+	for j, p := range parts {
+		if p.Type != "text" || p.Text == nil {
+			return "", invalid(fmt.Sprintf("%s[%d]", param, j), fmt.Sprintf("Invalid '%s[%d]': only text content parts are supported.", param, j))
+		}
+		b.WriteString(*p.Text)
+	}
+	return b.String(), nil
+}

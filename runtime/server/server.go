@@ -1,0 +1,423 @@
+// Package server owns Parley's OpenAI-compatible HTTP API: /v1/models, /v1/completions and
+// /v1/chat/completions (chat prompts rendered from the model's tokenizer.chat_template), with
+// server-sent-event streaming, over one or more loaded models each driven by its own
+// sched.Scheduler; plus /health and Prometheus /metrics. It validates every request before it
+// reaches a scheduler and answers errors in OpenAI's shape; it never starts, stops or closes
+// schedulers or models, which stay the caller's.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/big"
+	"net/http"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/parleyhq/parley/runtime/engine"
+	"github.com/parleyhq/parley/runtime/sched"
+)
+
+// Model is one served model.
+type Model struct {
+	Name   string           // id clients pass as "model"; unique within a Server
+	Engine *engine.Engine   // tokenizer, vocabulary and GGUF metadata (the chat template)
+	Sched  *sched.Scheduler // runs this model's requests; the caller runs its Run loop
+	Ctx    int              // positions one sequence may hold (prompt plus generated); 0: the model's training context
+}
+
+// Config configures a Server. The zero value serves without authentication or CORS.
+type Config struct {
+	// APIKey, when not empty, must be sent as "Authorization: Bearer <key>" on every request but
+	// GET /health and CORS preflights.
+	APIKey string
+	// AllowedOrigins lists the origins browsers may call from ("*": any). Empty: none.
+	AllowedOrigins []string
+	// MaxBodyBytes bounds a request body; 0 means 4 MiB. Larger bodies are answered 413.
+	MaxBodyBytes int64
+	// RequestTimeout bounds one generation (its scheduler deadline); 0 means 10 minutes, and a
+	// negative value means none. A generation cut by it finishes with finish_reason "length".
+	RequestTimeout time.Duration
+	// Logger receives one line per request and every error, each with the request id; nil
+	// discards.
+	Logger *slog.Logger
+}
+
+// Server serves the API. Build it with New; it is safe for concurrent use.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	keyHash []byte // sha256 of the API key; nil when there is none
+	models  []*served
+	byName  map[string]*served
+	ready   atomic.Bool
+	metrics *metrics
+	start   time.Time
+	handler http.Handler
+}
+
+// served is a Model with what the server derives from it once.
+type served struct {
+	*Model
+	ctx      int           // context in positions
+	vocab    int           // token ids accepted in prompts and logit_bias
+	tmpl     *chatTemplate // nil: no usable chat template
+	tmplErr  string        // why there is none
+	bosText  string
+	addBOS   bool
+	stripBOS bool
+}
+
+const (
+	defaultBodyBytes = 4 << 20
+	defaultTimeout   = 10 * time.Minute
+)
+
+// New builds a Server over models. It parses each model's chat template; a model whose template
+// is absent or does not parse still serves completions, and its chat requests are answered 400
+// no_chat_template. The Server reports not ready (GET /health 503) until SetReady(true).
+func New(cfg Config, models []*Model) (*Server, error) {
+	if len(models) == 0 {
+		return nil, errors.New("server: no models")
+	}
+	if cfg.MaxBodyBytes < 0 {
+		return nil, fmt.Errorf("server: negative body limit %d", cfg.MaxBodyBytes)
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = defaultBodyBytes
+	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = defaultTimeout
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, byName: map[string]*served{}, start: time.Now()}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.APIKey != "" {
+		h := sha256.Sum256([]byte(cfg.APIKey))
+		s.keyHash = h[:]
+	}
+	for i, m := range models {
+		switch {
+		case m == nil || m.Engine == nil || m.Sched == nil:
+			return nil, fmt.Errorf("server: model %d: engine and scheduler are required", i)
+		case m.Name == "":
+			return nil, fmt.Errorf("server: model %d: empty name", i)
+		case s.byName[m.Name] != nil:
+			return nil, fmt.Errorf("server: model %q listed twice", m.Name)
+		case m.Ctx < 0:
+			return nil, fmt.Errorf("server: model %q: negative context %d", m.Name, m.Ctx)
+		}
+		sv := &served{Model: m, ctx: m.Ctx, vocab: m.Engine.Tokenizer.Vocab().Size}
+		if sv.ctx == 0 {
+			sv.ctx = m.Engine.Model.Context
+		}
+		if sv.ctx <= 1 {
+			return nil, fmt.Errorf("server: model %q: context of %d positions", m.Name, sv.ctx)
+		}
+		sv.loadTemplate(s.log)
+		s.models = append(s.models, sv)
+		s.byName[m.Name] = sv
+	}
+	s.metrics = newMetrics(s.models)
+	s.handler = http.HandlerFunc(s.serve)
+	return s, nil
+}
+
+func (m *served) loadTemplate(log *slog.Logger) {
+	v := m.Engine.Tokenizer.Vocab()
+	tok := func(id int32) string {
+		if id < 0 || int(id) >= v.Size {
+			return ""
+		}
+		return v.Token(id)
+	}
+	m.bosText, m.addBOS = tok(v.BOS), v.AddBOS
+	src, ok := m.Engine.File.String("tokenizer.chat_template")
+	if !ok || strings.TrimSpace(src) == "" {
+		m.tmplErr = fmt.Sprintf("The model '%s' has no chat template (tokenizer.chat_template); use /v1/completions.", m.Name)
+		return
+	}
+	t, err := parseChatTemplate(src, m.bosText, tok(v.EOS))
+	if err != nil {
+		log.Warn("chat template does not parse", "model", m.Name, "err", err)
+		m.tmplErr = fmt.Sprintf("The chat template of model '%s' could not be parsed; use /v1/completions.", m.Name)
+		return
+	}
+	m.tmpl = t
+}
+
+// SetReady marks the server ready (GET /health 200) or not (503).
+func (s *Server) SetReady(ready bool) { s.ready.Store(ready) }
+
+// Handler returns the HTTP handler serving every endpoint. Streams last as long as generation:
+// an http.Server carrying it should not set a WriteTimeout shorter than that.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Registry returns the Prometheus registry behind /metrics, for adding collectors.
+func (s *Server) Registry() *prometheus.Registry { return s.metrics.reg }
+
+type ctxKey struct{}
+
+// reqInfo travels with a request through its context.
+type reqInfo struct {
+	id    string
+	log   *slog.Logger
+	start time.Time
+}
+
+func info(ctx context.Context) *reqInfo {
+	if ri, ok := ctx.Value(ctxKey{}).(*reqInfo); ok {
+		return ri
+	}
+	return &reqInfo{id: "none", log: slog.New(slog.DiscardHandler), start: time.Now()}
+}
+
+// recorder remembers the status written and still lets http.ResponseController flush.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	n, err := r.ResponseWriter.Write(b)
+	r.bytes += int64(n)
+	return n, err
+}
+
+func (r *recorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// requestID keeps a client's X-Request-Id when it is short and plain, else makes one.
+func requestID(r *http.Request) string {
+	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 64 && !strings.ContainsFunc(id, func(c rune) bool {
+		return !(c == '-' || c == '_' || c == '.' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z')
+	}) {
+		return id
+	}
+	var b [12]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func randomSeed() uint64 {
+	n, err := rand.Int(rand.Reader, new(big.Int).SetUint64(1<<63))
+	if err != nil {
+		return uint64(time.Now().UnixNano())
+	}
+	return n.Uint64()
+}
+
+var endpoints = []string{"/v1/models", "/v1/completions", "/v1/chat/completions", "/health", "/metrics"}
+
+func endpointLabel(path string) string {
+	if slices.Contains(endpoints, path) {
+		return path
+	}
+	if strings.HasPrefix(path, "/v1/models/") {
+		return "/v1/models/{model}"
+	}
+	return "other"
+}
+
+// serve is the whole handler: request id, logging, metrics and panic recovery around CORS,
+// authentication, the body limit and routing.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	ri := &reqInfo{id: requestID(r), start: time.Now()}
+	ri.log = s.log.With("request_id", ri.id)
+	w.Header().Set("X-Request-Id", ri.id)
+	rec := &recorder{ResponseWriter: w}
+	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, ri))
+	defer func() {
+		if p := recover(); p != nil {
+			ri.log.Error("panic serving request", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			if rec.status == 0 {
+				writeError(rec, internalError())
+			}
+		}
+		if rec.status == 0 {
+			rec.status = http.StatusOK
+		}
+		ep := endpointLabel(r.URL.Path)
+		d := time.Since(ri.start)
+		s.metrics.requests.WithLabelValues(ep, strconv.Itoa(rec.status)).Inc()
+		s.metrics.duration.WithLabelValues(ep).Observe(d.Seconds())
+		ri.log.Info("request", "method", r.Method, "path", r.URL.Path, "status", rec.status, "bytes", rec.bytes, "duration", d)
+	}()
+	s.route(rec, r)
+}
+
+func (s *Server) route(w http.ResponseWriter, r *http.Request) {
+	if origin := r.Header.Get("Origin"); origin != "" {
+		allowed := s.originAllowed(origin)
+		if allowed {
+			h := w.Header()
+			h.Set("Access-Control-Allow-Origin", origin)
+			h.Add("Vary", "Origin")
+			h.Set("Access-Control-Expose-Headers", "X-Request-Id, Retry-After")
+		}
+		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+			if !allowed {
+				writeError(w, &apiError{Status: http.StatusForbidden, Message: "Origin not allowed.", Type: typeInvalidRequest})
+				return
+			}
+			h := w.Header()
+			h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+			h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Request-Id")
+			h.Set("Access-Control-Max-Age", "600")
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+	}
+	if s.keyHash != nil && r.URL.Path != "/health" && !s.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="parley"`)
+		writeError(w, &apiError{Status: http.StatusUnauthorized, Message: "Incorrect API key provided.", Type: typeInvalidRequest, Code: strptr("invalid_api_key")})
+		return
+	}
+	path := r.URL.Path
+	var h func(http.ResponseWriter, *http.Request)
+	method := http.MethodGet
+	switch {
+	case path == "/health":
+		h = s.health
+	case path == "/metrics":
+		h = s.metrics.handler.ServeHTTP
+	case path == "/v1/models":
+		h = s.listModels
+	case strings.HasPrefix(path, "/v1/models/"):
+		h = s.getModel
+	case path == "/v1/completions":
+		h, method = s.completions, http.MethodPost
+	case path == "/v1/chat/completions":
+		h, method = s.chat, http.MethodPost
+	default:
+		writeError(w, &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("Unknown request URL: %s %s.", r.Method, path), Type: typeInvalidRequest, Code: strptr("unknown_url")})
+		return
+	}
+	if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
+		w.Header().Set("Allow", method)
+		writeError(w, &apiError{Status: http.StatusMethodNotAllowed, Message: fmt.Sprintf("Method %s is not allowed on %s; use %s.", r.Method, path, method), Type: typeInvalidRequest})
+		return
+	}
+	if method == http.MethodPost {
+		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	}
+	h(w, r)
+}
+
+func (s *Server) originAllowed(origin string) bool {
+	for _, o := range s.cfg.AllowedOrigins {
+		if o == "*" || o == origin {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	auth := r.Header.Get("Authorization")
+	key, ok := strings.CutPrefix(auth, "Bearer ")
+	if !ok {
+		return false
+	}
+	h := sha256.Sum256([]byte(strings.TrimSpace(key)))
+	return subtle.ConstantTimeCompare(h[:], s.keyHash) == 1
+}
+
+// readBody reads a POST body under the size limit.
+func readBody(r *http.Request) ([]byte, *apiError) {
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("The request body is larger than %d bytes.", mb.Limit), Type: typeInvalidRequest, Code: strptr("request_too_large")}
+		}
+		return nil, invalid("", "The request body could not be read.")
+	}
+	return b, nil
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	if !s.ready.Load() {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, `{"status":"loading"}`+"\n")
+		return
+	}
+	writeJSON(w, map[string]string{"status": "ok"})
+}
+
+type modelObject struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+func (s *Server) modelObject(m *served) modelObject {
+	return modelObject{ID: m.Name, Object: "model", Created: s.start.Unix(), OwnedBy: "parley"}
+}
+
+func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
+	data := make([]modelObject, len(s.models))
+	for i, m := range s.models {
+		data[i] = s.modelObject(m)
+	}
+	writeJSON(w, struct {
+		Object string        `json:"object"`
+		Data   []modelObject `json:"data"`
+	}{"list", data})
+}
+
+func (s *Server) getModel(w http.ResponseWriter, r *http.Request) {
+	name := strings.TrimPrefix(r.URL.Path, "/v1/models/")
+	m, e := s.model(name)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	writeJSON(w, s.modelObject(m))
+}
+
+// model finds the named model; an empty name picks the only one when there is one.
+func (s *Server) model(name string) (*served, *apiError) {
+	if name == "" && len(s.models) == 1 {
+		return s.models[0], nil
+	}
+	if m := s.byName[name]; m != nil {
+		return m, nil
+	}
+	if name == "" {
+		return nil, invalid("model", "Missing required parameter: 'model'.")
+	}
+	return nil, &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("The model '%s' does not exist.", name), Type: typeInvalidRequest, Param: strptr("model"), Code: strptr("model_not_found")}
+}

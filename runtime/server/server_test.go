@@ -1,0 +1,800 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/parleyhq/parley/runtime/backend"
+	_ "github.com/parleyhq/parley/runtime/backend/all"
+	"github.com/parleyhq/parley/runtime/decode"
+	"github.com/parleyhq/parley/runtime/engine"
+	"github.com/parleyhq/parley/runtime/gguf"
+	"github.com/parleyhq/parley/runtime/models/llama"
+	"github.com/parleyhq/parley/runtime/sched"
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+const testCtx = 256 // positions per sequence in these tests
+
+// chatML is a ChatML template, as Qwen and many fine-tunes ship it.
+const chatML = `{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}`
+
+// strictTemplate refuses a conversation that does not start with a user message.
+const strictTemplate = `{% if messages[0]['role'] != 'user' %}{{ raise_exception('first message must come from the user') }}{% endif %}{{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content | trim }}{{ eos_token if m.role == 'assistant' else '\n' }}{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}`
+
+func modelPath(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Skip("go.mod not found above the package directory")
+		}
+		dir = parent
+	}
+	p := filepath.Join(dir, "..", "shared", "models", "llm", "stories260K-f32.gguf")
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("test model not available (%v); these tests need ../shared/models/llm/stories260K-f32.gguf", err)
+	}
+	return p
+}
+
+// withTemplate writes a copy of the model at src with tokenizer.chat_template set to tmpl.
+func withTemplate(t *testing.T, src, tmpl string) string {
+	t.Helper()
+	f, err := gguf.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w := gguf.NewWriter()
+	w.SetVersion(f.Version)
+	for _, kv := range f.KVs {
+		w.Set(kv.Key, kv.Value)
+	}
+	w.SetString("tokenizer.chat_template", tmpl)
+	for i := range f.Tensors {
+		ti := &f.Tensors[i]
+		if err := w.AddTensor(ti.Name, ti.DType, ti.Shape, f.TensorData(ti)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "chat.gguf")
+	if err := w.WriteFile(out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func openEngine(t *testing.T, path string) *engine.Engine {
+	t.Helper()
+	be, _, err := backend.New("go", backend.Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.Open(path, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// newSched builds a scheduler over e; run says whether its loop starts now.
+func newSched(t *testing.T, e *engine.Engine, cfg sched.Config, run bool) (*sched.Scheduler, func()) {
+	t.Helper()
+	c, err := e.Model.NewContext(llama.ContextConfig{MaxTokens: 64, MaxSeqs: 8, KVSlots: 4 * testCtx, KVType: tensor.F32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxContext = testCtx
+	sc, err := sched.New(sched.NewLlamaModel(c), sched.NewTokenizerText(e.Tokenizer), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	start := func() {
+		go func() {
+			defer close(done)
+			sc.Run(context.Background())
+		}()
+	}
+	if run {
+		start()
+	}
+	t.Cleanup(func() {
+		sc.Close()
+		<-done
+		c.Close()
+	})
+	return sc, start
+}
+
+type harness struct {
+	srv   *httptest.Server
+	s     *Server
+	plain *Model // stories260K as shipped: no chat template
+	chat  *Model // the same weights with chatML
+}
+
+func newHarness(t *testing.T, cfg Config) *harness {
+	t.Helper()
+	p := modelPath(t)
+	e1 := openEngine(t, p)
+	e2 := openEngine(t, withTemplate(t, p, chatML))
+	s1, _ := newSched(t, e1, sched.Config{}, true)
+	s2, _ := newSched(t, e2, sched.Config{}, true)
+	h := &harness{
+		plain: &Model{Name: "stories", Engine: e1, Sched: s1, Ctx: testCtx},
+		chat:  &Model{Name: "stories-chat", Engine: e2, Sched: s2, Ctx: testCtx},
+	}
+	var err error
+	if h.s, err = New(cfg, []*Model{h.plain, h.chat}); err != nil {
+		t.Fatal(err)
+	}
+	h.s.SetReady(true)
+	h.srv = httptest.NewServer(h.s.Handler())
+	t.Cleanup(h.srv.Close)
+	return h
+}
+
+func (h *harness) do(t *testing.T, method, path, body string, hdr ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, h.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, b
+}
+
+func (h *harness) post(t *testing.T, path string, body any) (*http.Response, []byte) {
+	t.Helper()
+	b, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h.do(t, "POST", path, string(b))
+}
+
+// reference runs the engine's single-sequence generation: the text the server must match.
+func reference(t *testing.T, e *engine.Engine, prompt []int32, maxTokens int) *engine.Result {
+	t.Helper()
+	c, err := e.NewContext(engine.ContextOptions{Ctx: testCtx, KVType: tensor.F32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p := decode.DefaultParams()
+	p.Temperature = 0
+	res, err := e.Generate(context.Background(), c, engine.Request{Prompt: prompt, MaxTokens: maxTokens, Sampling: p}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+type completionResp struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	Model   string `json:"model"`
+	Choices []struct {
+		Index   int     `json:"index"`
+		Text    *string `json:"text"`
+		Message *struct {
+			Role    string `json:"role"`
+			Content string `json:"content"`
+		} `json:"message"`
+		Delta *struct {
+			Role    string  `json:"role"`
+			Content *string `json:"content"`
+		} `json:"delta"`
+		Logprobs     json.RawMessage `json:"logprobs"`
+		FinishReason *string         `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+		TotalTokens      int `json:"total_tokens"`
+	} `json:"usage"`
+}
+
+func decodeResp(t *testing.T, b []byte) *completionResp {
+	t.Helper()
+	var r completionResp
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("response %s: %v", b, err)
+	}
+	return &r
+}
+
+const storyPrompt = "Once upon a time, there was a little"
+
+func TestCompletionGreedyMatchesEngine(t *testing.T) {
+	h := newHarness(t, Config{})
+	e := h.plain.Engine
+	toks, err := e.Tokenizer.Encode(storyPrompt, true, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := reference(t, e, toks, 40)
+	resp, b := h.post(t, "/v1/completions", map[string]any{"model": "stories", "prompt": storyPrompt, "max_tokens": 40, "temperature": 0})
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	if resp.Header.Get("X-Request-Id") == "" {
+		t.Error("no X-Request-Id")
+	}
+	r := decodeResp(t, b)
+	if r.Object != "text_completion" || !strings.HasPrefix(r.ID, "cmpl-") || r.Model != "stories" || r.Created == 0 || len(r.Choices) != 1 {
+		t.Fatalf("bad envelope: %s", b)
+	}
+	c := r.Choices[0]
+	if c.Text == nil || *c.Text != want.Text {
+		t.Errorf("text %q, engine %q", deref(c.Text), want.Text)
+	}
+	wantReason := map[decode.StopReason]string{decode.StopEOS: "stop", decode.StopLength: "length", decode.StopString: "stop"}[want.Reason]
+	if c.FinishReason == nil || *c.FinishReason != wantReason {
+		t.Errorf("finish_reason %v, engine %s", c.FinishReason, want.Reason)
+	}
+	if string(c.Logprobs) != "null" {
+		t.Errorf("logprobs %s, want null", c.Logprobs)
+	}
+	if r.Usage == nil || r.Usage.PromptTokens != len(toks) || r.Usage.TotalTokens != r.Usage.PromptTokens+r.Usage.CompletionTokens || r.Usage.CompletionTokens < len(want.Tokens) {
+		t.Errorf("usage %+v, prompt %d tokens, engine generated %d", r.Usage, len(toks), len(want.Tokens))
+	}
+
+	// The same prompt as token ids.
+	resp, b = h.post(t, "/v1/completions", map[string]any{"model": "stories", "prompt": toks, "max_tokens": 40, "temperature": 0})
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	if got := deref(decodeResp(t, b).Choices[0].Text); got != want.Text {
+		t.Errorf("token prompt: text %q, engine %q", got, want.Text)
+	}
+
+	// A stop string taken from the output ends the text just before it.
+	if len(want.Text) > 20 {
+		stop := want.Text[10:14]
+		cut := want.Text[:strings.Index(want.Text, stop)]
+		_, b = h.post(t, "/v1/completions", map[string]any{"model": "stories", "prompt": storyPrompt, "max_tokens": 40, "temperature": 0, "stop": []string{stop}})
+		r = decodeResp(t, b)
+		if got := deref(r.Choices[0].Text); got != cut || deref(r.Choices[0].FinishReason) != "stop" {
+			t.Errorf("stop %q: text %q (%s), want %q", stop, got, deref(r.Choices[0].FinishReason), cut)
+		}
+	}
+
+	// n=2 with logprobs: two choices, each token with its 3 alternatives.
+	resp, b = h.post(t, "/v1/completions", map[string]any{"model": "stories", "prompt": storyPrompt, "max_tokens": 8, "temperature": 0.8, "seed": 7, "n": 2, "logprobs": 3, "ignore_eos": true})
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	r = decodeResp(t, b)
+	if len(r.Choices) != 2 || r.Choices[1].Index != 1 {
+		t.Fatalf("n=2: %s", b)
+	}
+	var lp completionLogprobs
+	if err := json.Unmarshal(r.Choices[0].Logprobs, &lp); err != nil {
+		t.Fatal(err)
+	}
+	if len(lp.Tokens) != 8 || len(lp.TokenLogprobs) != 8 || len(lp.TopLogprobs) != 8 || len(lp.TopLogprobs[0]) == 0 || len(lp.TopLogprobs[0]) > 3 {
+		t.Errorf("logprobs: %s", r.Choices[0].Logprobs)
+	}
+	if strings.Join(lp.Tokens, "") != deref(r.Choices[0].Text) {
+		t.Errorf("logprob tokens %q do not spell the text %q", lp.Tokens, deref(r.Choices[0].Text))
+	}
+	if deref(r.Choices[0].FinishReason) != "length" || r.Usage.CompletionTokens != 16 {
+		t.Errorf("finish %s usage %+v", deref(r.Choices[0].FinishReason), r.Usage)
+	}
+}
+
+func deref[T any](p *T) T {
+	var z T
+	if p == nil {
+		return z
+	}
+	return *p
+}
+
+// sse reads a server-sent-event body: the data lines, in order.
+func sse(t *testing.T, body io.Reader) []string {
+	t.Helper()
+	var out []string
+	sc := bufio.NewScanner(body)
+	blank := true
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			if blank {
+				t.Errorf("empty event")
+			}
+			blank = true
+			continue
+		}
+		if !blank {
+			t.Errorf("event with several lines: %q", line)
+		}
+		blank = false
+		d, ok := strings.CutPrefix(line, "data: ")
+		if !ok {
+			t.Fatalf("line %q is not a data line", line)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+func TestCompletionStream(t *testing.T) {
+	h := newHarness(t, Config{})
+	_, b := h.post(t, "/v1/completions", map[string]any{"model": "stories", "prompt": storyPrompt, "max_tokens": 30, "temperature": 0})
+	want := deref(decodeResp(t, b).Choices[0].Text)
+
+	body, _ := json.Marshal(map[string]any{"model": "stories", "prompt": storyPrompt, "max_tokens": 30, "temperature": 0, "stream": true, "stream_options": map[string]any{"include_usage": true}})
+	resp, err := http.Post(h.srv.URL+"/v1/completions", "application/json", strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("status %d, content type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	events := sse(t, resp.Body)
+	if len(events) < 4 || events[len(events)-1] != "[DONE]" {
+		t.Fatalf("events %q", events)
+	}
+	var text strings.Builder
+	finishes := 0
+	for i, ev := range events[:len(events)-2] {
+		r := decodeResp(t, []byte(ev))
+		if r.Object != "text_completion" || len(r.Choices) != 1 || !strings.HasPrefix(r.ID, "cmpl-") {
+			t.Fatalf("chunk %d: %s", i, ev)
+		}
+		if !strings.Contains(ev, `"usage":null`) {
+			t.Errorf("chunk %d lacks usage:null: %s", i, ev)
+		}
+		text.WriteString(deref(r.Choices[0].Text))
+		if r.Choices[0].FinishReason != nil {
+			finishes++
+			if i != len(events)-3 {
+				t.Errorf("finish_reason on chunk %d of %d", i, len(events)-2)
+			}
+		}
+	}
+	if finishes != 1 {
+		t.Errorf("%d chunks with finish_reason", finishes)
+	}
+	if text.String() != want {
+		t.Errorf("streamed %q, non-streamed %q", text.String(), want)
+	}
+	u := decodeResp(t, []byte(events[len(events)-2]))
+	if len(u.Choices) != 0 || u.Usage == nil || u.Usage.CompletionTokens == 0 || u.Usage.TotalTokens != u.Usage.PromptTokens+u.Usage.CompletionTokens {
+		t.Errorf("usage chunk %s", events[len(events)-2])
+	}
+
+	// Without include_usage there is no usage anywhere.
+	body, _ = json.Marshal(map[string]any{"model": "stories", "prompt": storyPrompt, "max_tokens": 5, "stream": true})
+	resp2, err := http.Post(h.srv.URL+"/v1/completions", "application/json", strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp2.Body.Close()
+	events = sse(t, resp2.Body)
+	if events[len(events)-1] != "[DONE]" {
+		t.Fatalf("events %q", events)
+	}
+	for _, ev := range events[:len(events)-1] {
+		if strings.Contains(ev, "usage") {
+			t.Errorf("usage without include_usage: %s", ev)
+		}
+	}
+}
+
+func TestChat(t *testing.T) {
+	h := newHarness(t, Config{})
+	msgs := []map[string]any{{"role": "system", "content": "You tell stories."}, {"role": "user", "content": "Tell me about a cat."}}
+	rendered := "<|im_start|>system\nYou tell stories.<|im_end|>\n<|im_start|>user\nTell me about a cat.<|im_end|>\n<|im_start|>assistant\n"
+	e := h.chat.Engine
+	toks, err := e.Tokenizer.Encode(rendered, true, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := reference(t, e, toks, 30)
+
+	resp, b := h.post(t, "/v1/chat/completions", map[string]any{"model": "stories-chat", "messages": msgs, "max_completion_tokens": 30, "temperature": 0, "logprobs": true, "top_logprobs": 2})
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	r := decodeResp(t, b)
+	if r.Object != "chat.completion" || !strings.HasPrefix(r.ID, "chatcmpl-") || len(r.Choices) != 1 || r.Choices[0].Message == nil {
+		t.Fatalf("bad envelope: %s", b)
+	}
+	if m := r.Choices[0].Message; m.Role != "assistant" || m.Content != want.Text {
+		t.Errorf("message %+v, engine %q", m, want.Text)
+	}
+	if r.Usage.PromptTokens != len(toks) {
+		t.Errorf("prompt tokens %d, want %d", r.Usage.PromptTokens, len(toks))
+	}
+	var lp chatLogprobs
+	if err := json.Unmarshal(r.Choices[0].Logprobs, &lp); err != nil {
+		t.Fatal(err)
+	}
+	if len(lp.Content) == 0 || len(lp.Content[0].TopLogprobs) != 2 || len(lp.Content[0].Bytes) != len(lp.Content[0].Token) {
+		t.Errorf("logprobs %s", r.Choices[0].Logprobs)
+	}
+
+	// Content given as text parts is the same conversation.
+	parts := []map[string]any{msgs[0], {"role": "user", "content": []map[string]any{{"type": "text", "text": "Tell me about "}, {"type": "text", "text": "a cat."}}}}
+	_, b = h.post(t, "/v1/chat/completions", map[string]any{"model": "stories-chat", "messages": parts, "max_tokens": 30, "temperature": 0})
+	if got := decodeResp(t, b).Choices[0].Message; got == nil || got.Content != want.Text {
+		t.Errorf("content parts: %s", b)
+	}
+
+	// Streaming: role first, then content deltas, a finish chunk, [DONE].
+	body, _ := json.Marshal(map[string]any{"model": "stories-chat", "messages": msgs, "max_tokens": 30, "temperature": 0, "stream": true})
+	sresp, err := http.Post(h.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sresp.Body.Close()
+	events := sse(t, sresp.Body)
+	if len(events) < 3 || events[len(events)-1] != "[DONE]" {
+		t.Fatalf("events %q", events)
+	}
+	var text strings.Builder
+	for i, ev := range events[:len(events)-1] {
+		c := decodeResp(t, []byte(ev))
+		if c.Object != "chat.completion.chunk" || len(c.Choices) != 1 || c.Choices[0].Delta == nil {
+			t.Fatalf("chunk %d: %s", i, ev)
+		}
+		d := c.Choices[0].Delta
+		if (i == 0) != (d.Role == "assistant") {
+			t.Errorf("chunk %d role %q", i, d.Role)
+		}
+		last := i == len(events)-2
+		if last != (c.Choices[0].FinishReason != nil) {
+			t.Errorf("chunk %d finish_reason %v", i, c.Choices[0].FinishReason)
+		}
+		text.WriteString(deref(d.Content))
+	}
+	if text.String() != want.Text {
+		t.Errorf("streamed %q, engine %q", text.String(), want.Text)
+	}
+}
+
+func TestChatTemplateErrors(t *testing.T) {
+	p := modelPath(t)
+	e := openEngine(t, withTemplate(t, p, strictTemplate))
+	sc, _ := newSched(t, e, sched.Config{}, true)
+	s, err := New(Config{}, []*Model{{Name: "strict", Engine: e, Sched: sc, Ctx: testCtx}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	h := &harness{srv: srv, s: s}
+	resp, b := h.post(t, "/v1/chat/completions", map[string]any{"messages": []map[string]any{{"role": "assistant", "content": "hi"}}, "max_tokens": 4})
+	if resp.StatusCode != 400 || !strings.Contains(string(b), "first message must come from the user") {
+		t.Errorf("raise_exception: %d %s", resp.StatusCode, b)
+	}
+	resp, b = h.post(t, "/v1/chat/completions", map[string]any{"messages": []map[string]any{{"role": "user", "content": " hi "}}, "max_tokens": 4})
+	if resp.StatusCode != 200 {
+		t.Errorf("status %d: %s", resp.StatusCode, b)
+	}
+	if u := decodeResp(t, b).Usage; u == nil || u.PromptTokens == 0 {
+		t.Errorf("usage %s", b)
+	}
+}
+
+type errorBody struct {
+	Error *struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	} `json:"error"`
+}
+
+func TestErrors(t *testing.T) {
+	h := newHarness(t, Config{MaxBodyBytes: 64 << 10})
+	long := make([]int, testCtx+10)
+	for i := range long {
+		long[i] = 100
+	}
+	longJSON, _ := json.Marshal(long)
+	cases := []struct {
+		name   string
+		method string
+		path   string
+		body   string
+		status int
+		param  string
+		code   string
+	}{
+		{"malformed json", "POST", "/v1/completions", `{"model":"stories",`, 400, "", ""},
+		{"not an object", "POST", "/v1/completions", `[1,2]`, 400, "", ""},
+		{"trailing garbage", "POST", "/v1/completions", `{"model":"stories","prompt":"a"} x`, 400, "", ""},
+		{"wrong type", "POST", "/v1/completions", `{"model":"stories","prompt":"a","max_tokens":"ten"}`, 400, "max_tokens", ""},
+		{"fractional max_tokens", "POST", "/v1/completions", `{"model":"stories","prompt":"a","max_tokens":1.5}`, 400, "max_tokens", ""},
+		{"missing prompt", "POST", "/v1/completions", `{"model":"stories"}`, 400, "prompt", ""},
+		{"empty prompt", "POST", "/v1/completions", `{"model":"stories","prompt":""}`, 400, "prompt", ""},
+		{"empty token prompt", "POST", "/v1/completions", `{"model":"stories","prompt":[]}`, 400, "prompt", ""},
+		{"token out of vocab", "POST", "/v1/completions", `{"model":"stories","prompt":[1,999999]}`, 400, "prompt", ""},
+		{"prompt of objects", "POST", "/v1/completions", `{"model":"stories","prompt":{"a":1}}`, 400, "prompt", ""},
+		{"negative max_tokens", "POST", "/v1/completions", `{"model":"stories","prompt":"a","max_tokens":-5}`, 400, "max_tokens", ""},
+		{"zero max_tokens", "POST", "/v1/completions", `{"model":"stories","prompt":"a","max_tokens":0}`, 400, "max_tokens", ""},
+		{"absurd max_tokens", "POST", "/v1/completions", `{"model":"stories","prompt":"a","max_tokens":100000000}`, 400, "max_tokens", ""},
+		{"overflowing max_tokens", "POST", "/v1/completions", `{"model":"stories","prompt":"a","max_tokens":1e40}`, 400, "max_tokens", ""},
+		{"temperature", "POST", "/v1/completions", `{"model":"stories","prompt":"a","temperature":3}`, 400, "temperature", ""},
+		{"top_p zero", "POST", "/v1/completions", `{"model":"stories","prompt":"a","top_p":0}`, 400, "top_p", ""},
+		{"top_k", "POST", "/v1/completions", `{"model":"stories","prompt":"a","top_k":-1}`, 400, "top_k", ""},
+		{"min_p", "POST", "/v1/completions", `{"model":"stories","prompt":"a","min_p":1.5}`, 400, "min_p", ""},
+		{"presence_penalty", "POST", "/v1/completions", `{"model":"stories","prompt":"a","presence_penalty":9}`, 400, "presence_penalty", ""},
+		{"frequency_penalty", "POST", "/v1/completions", `{"model":"stories","prompt":"a","frequency_penalty":-9}`, 400, "frequency_penalty", ""},
+		{"logit_bias key", "POST", "/v1/completions", `{"model":"stories","prompt":"a","logit_bias":{"x":1}}`, 400, "logit_bias", ""},
+		{"logit_bias id", "POST", "/v1/completions", `{"model":"stories","prompt":"a","logit_bias":{"99999":1}}`, 400, "logit_bias", ""},
+		{"logit_bias value", "POST", "/v1/completions", `{"model":"stories","prompt":"a","logit_bias":{"5":500}}`, 400, "logit_bias", ""},
+		{"logit_bias type", "POST", "/v1/completions", `{"model":"stories","prompt":"a","logit_bias":{"5":"x"}}`, 400, "logit_bias", ""},
+		{"n", "POST", "/v1/completions", `{"model":"stories","prompt":"a","n":0}`, 400, "n", ""},
+		{"logprobs", "POST", "/v1/completions", `{"model":"stories","prompt":"a","logprobs":50}`, 400, "logprobs", ""},
+		{"stop type", "POST", "/v1/completions", `{"model":"stories","prompt":"a","stop":5}`, 400, "stop", ""},
+		{"empty stop", "POST", "/v1/completions", `{"model":"stories","prompt":"a","stop":[""]}`, 400, "stop", ""},
+		{"invalid utf-8", "POST", "/v1/completions", "{\"model\":\"stories\",\"prompt\":\"a\xff\xfe\"}", 400, "", ""},
+		{"prompt over context", "POST", "/v1/completions", `{"model":"stories","prompt":` + string(longJSON) + `}`, 400, "prompt", "context_length_exceeded"},
+		{"unknown model", "POST", "/v1/completions", `{"model":"gpt-9","prompt":"a"}`, 404, "model", "model_not_found"},
+		{"unknown model get", "GET", "/v1/models/gpt-9", ``, 404, "model", "model_not_found"},
+		{"body too large", "POST", "/v1/completions", `{"model":"stories","prompt":"` + strings.Repeat("a", 70<<10) + `"}`, 413, "", "request_too_large"},
+		{"no chat template", "POST", "/v1/chat/completions", `{"model":"stories","messages":[{"role":"user","content":"hi"}]}`, 400, "model", "no_chat_template"},
+		{"missing messages", "POST", "/v1/chat/completions", `{"model":"stories-chat"}`, 400, "messages", ""},
+		{"empty messages", "POST", "/v1/chat/completions", `{"model":"stories-chat","messages":[]}`, 400, "messages", ""},
+		{"bad role", "POST", "/v1/chat/completions", `{"model":"stories-chat","messages":[{"role":"robot","content":"hi"}]}`, 400, "messages[0].role", ""},
+		{"bad content", "POST", "/v1/chat/completions", `{"model":"stories-chat","messages":[{"role":"user","content":5}]}`, 400, "messages[0].content", ""},
+		{"image part", "POST", "/v1/chat/completions", `{"model":"stories-chat","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, 400, "messages[0].content[0]", ""},
+		{"top_logprobs without logprobs", "POST", "/v1/chat/completions", `{"model":"stories-chat","messages":[{"role":"user","content":"hi"}],"top_logprobs":2}`, 400, "top_logprobs", ""},
+		{"chat logprobs type", "POST", "/v1/chat/completions", `{"model":"stories-chat","messages":[{"role":"user","content":"hi"}],"logprobs":3}`, 400, "logprobs", ""},
+		{"chat over context", "POST", "/v1/chat/completions", `{"model":"stories-chat","messages":[{"role":"user","content":"` + strings.Repeat("cat ", 400) + `"}]}`, 400, "messages", "context_length_exceeded"},
+		{"unknown path", "GET", "/v1/nothing", ``, 404, "", "unknown_url"},
+		{"wrong method", "GET", "/v1/completions", ``, 405, "", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			resp, b := h.do(t, c.method, c.path, c.body)
+			if resp.StatusCode != c.status {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, c.status, b)
+			}
+			if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+				t.Errorf("content type %q", ct)
+			}
+			var eb errorBody
+			if err := json.Unmarshal(b, &eb); err != nil || eb.Error == nil || eb.Error.Message == "" || eb.Error.Type == "" {
+				t.Fatalf("error body %s (%v)", b, err)
+			}
+			if !strings.Contains(string(b), `"param":`) || !strings.Contains(string(b), `"code":`) {
+				t.Errorf("param or code missing: %s", b)
+			}
+			if deref(eb.Error.Param) != c.param {
+				t.Errorf("param %q, want %q", deref(eb.Error.Param), c.param)
+			}
+			if deref(eb.Error.Code) != c.code {
+				t.Errorf("code %q, want %q", deref(eb.Error.Code), c.code)
+			}
+			if c.status == 400 && eb.Error.Type != "invalid_request_error" {
+				t.Errorf("type %q", eb.Error.Type)
+			}
+		})
+	}
+	// Still serving.
+	resp, b := h.post(t, "/v1/completions", map[string]any{"model": "stories", "prompt": "a", "max_tokens": 3})
+	if resp.StatusCode != 200 {
+		t.Fatalf("after errors: %d %s", resp.StatusCode, b)
+	}
+}
+
+func TestQueueFull(t *testing.T) {
+	p := modelPath(t)
+	e := openEngine(t, p)
+	// The step loop starts late, so requests stay queued and the second one overflows.
+	sc, start := newSched(t, e, sched.Config{MaxQueue: 1}, false)
+	s, err := New(Config{}, []*Model{{Name: "m", Engine: e, Sched: sc, Ctx: testCtx}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	body := `{"model":"m","prompt":"a","max_tokens":4,"stream":true}`
+	req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/v1/completions", strings.NewReader(body))
+	first, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Body.Close()
+	if first.StatusCode != 200 {
+		t.Fatalf("first: %d", first.StatusCode)
+	}
+	h := &harness{srv: srv, s: s}
+	resp, b := h.do(t, "POST", "/v1/completions", body)
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(b), `"type":"rate_limit_error"`) {
+		t.Errorf("second: %d %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), b)
+	}
+	start()
+	events := sse(t, first.Body)
+	if len(events) == 0 || events[len(events)-1] != "[DONE]" {
+		t.Errorf("first stream: %q", events)
+	}
+}
+
+func TestClientDisconnectCancels(t *testing.T) {
+	h := newHarness(t, Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	body := `{"model":"stories","prompt":"Once","max_tokens":250,"ignore_eos":true,"stream":true}`
+	req, _ := http.NewRequestWithContext(ctx, "POST", h.srv.URL+"/v1/completions", strings.NewReader(body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(resp.Body)
+	if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: {") {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+	cancel()
+	resp.Body.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st := h.plain.Sched.Stats()
+		if st.Active == 0 && st.Queued == 0 {
+			if st.GeneratedTokens >= 250 {
+				t.Errorf("generated %d tokens: not cancelled", st.GeneratedTokens)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sequence still active after disconnect: %+v", st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Still serving.
+	resp2, b := h.post(t, "/v1/completions", map[string]any{"model": "stories", "prompt": "a", "max_tokens": 3})
+	if resp2.StatusCode != 200 {
+		t.Fatalf("after disconnect: %d %s", resp2.StatusCode, b)
+	}
+}
+
+func TestAuthHealthCORS(t *testing.T) {
+	h := newHarness(t, Config{APIKey: "sekrit", AllowedOrigins: []string{"https://app.example"}})
+	h.s.SetReady(false)
+	if resp, b := h.do(t, "GET", "/health", ""); resp.StatusCode != 503 {
+		t.Errorf("health before ready: %d %s", resp.StatusCode, b)
+	}
+	h.s.SetReady(true)
+	if resp, b := h.do(t, "GET", "/health", ""); resp.StatusCode != 200 || !strings.Contains(string(b), `"status":"ok"`) {
+		t.Errorf("health: %d %s", resp.StatusCode, b)
+	}
+	for _, hdr := range [][]string{nil, {"Authorization", "Bearer wrong"}, {"Authorization", "sekrit"}, {"Authorization", "Bearer sekrit2"}} {
+		resp, b := h.do(t, "GET", "/v1/models", "", hdr...)
+		if resp.StatusCode != 401 || !strings.Contains(string(b), `"code":"invalid_api_key"`) {
+			t.Errorf("%v: %d %s", hdr, resp.StatusCode, b)
+		}
+	}
+	resp, b := h.do(t, "GET", "/v1/models", "", "Authorization", "Bearer sekrit")
+	if resp.StatusCode != 200 {
+		t.Fatalf("models: %d %s", resp.StatusCode, b)
+	}
+	var list struct {
+		Object string        `json:"object"`
+		Data   []modelObject `json:"data"`
+	}
+	if err := json.Unmarshal(b, &list); err != nil || list.Object != "list" || len(list.Data) != 2 || list.Data[0].ID != "stories" || list.Data[0].Object != "model" {
+		t.Errorf("models: %s", b)
+	}
+	if resp, b := h.do(t, "GET", "/v1/models/stories-chat", "", "Authorization", "Bearer sekrit"); resp.StatusCode != 200 || !strings.Contains(string(b), `"id":"stories-chat"`) {
+		t.Errorf("model: %d %s", resp.StatusCode, b)
+	}
+
+	// Preflight: allowed origin without credentials; another origin refused.
+	resp, _ = h.do(t, "OPTIONS", "/v1/chat/completions", "", "Origin", "https://app.example", "Access-Control-Request-Method", "POST", "Access-Control-Request-Headers", "authorization, content-type")
+	if resp.StatusCode != 204 || resp.Header.Get("Access-Control-Allow-Origin") != "https://app.example" ||
+		!strings.Contains(resp.Header.Get("Access-Control-Allow-Methods"), "POST") || !strings.Contains(resp.Header.Get("Access-Control-Allow-Headers"), "Authorization") {
+		t.Errorf("preflight: %d %v", resp.StatusCode, resp.Header)
+	}
+	resp, _ = h.do(t, "OPTIONS", "/v1/chat/completions", "", "Origin", "https://evil.example", "Access-Control-Request-Method", "POST")
+	if resp.StatusCode != 403 || resp.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("preflight from another origin: %d %v", resp.StatusCode, resp.Header)
+	}
+	resp, _ = h.do(t, "GET", "/v1/models", "", "Origin", "https://app.example", "Authorization", "Bearer sekrit")
+	if resp.Header.Get("Access-Control-Allow-Origin") != "https://app.example" {
+		t.Errorf("CORS on GET: %v", resp.Header)
+	}
+	resp, _ = h.do(t, "GET", "/v1/models", "", "X-Request-Id", "abc-123", "Authorization", "Bearer sekrit")
+	if resp.Header.Get("X-Request-Id") != "abc-123" {
+		t.Errorf("request id %q", resp.Header.Get("X-Request-Id"))
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.post(t, "/v1/completions", map[string]any{"model": "stories", "prompt": storyPrompt, "max_tokens": 5})
+	h.post(t, "/v1/completions", map[string]any{"model": "nope", "prompt": "a"})
+	names := []string{
+		`parley_http_requests_total{code="200",endpoint="/v1/completions"} 1`,
+		`parley_http_requests_total{code="404",endpoint="/v1/completions"} 1`,
+		"parley_http_request_duration_seconds_bucket",
+		`parley_queue_depth{model="stories"} 0`,
+		`parley_active_sequences{model="stories"} 0`,
+		`parley_kv_blocks_used{model="stories"}`,
+		`parley_kv_blocks_free{model="stories-chat"}`,
+		`parley_prompt_tokens_total{model="stories"}`,
+		`parley_generated_tokens_total{model="stories"} 5`,
+		`parley_time_to_first_token_seconds_count{model="stories"} 1`,
+		`parley_inter_token_latency_seconds_count{model="stories"} 4`,
+		"parley_step_duration_seconds", "parley_batch_size", "parley_batch_tokens", "parley_steps_total",
+	}
+	// The scheduler publishes its statistics at the end of a step, which may come just after the
+	// response: scrape until they have caught up (or give up after two seconds).
+	var text string
+	for try := 0; try < 200; try++ {
+		resp, b := h.do(t, "GET", "/metrics", "")
+		if resp.StatusCode != 200 {
+			t.Fatalf("metrics: %d", resp.StatusCode)
+		}
+		text = string(b)
+		missing := 0
+		for _, name := range names {
+			if !strings.Contains(text, name) {
+				missing++
+			}
+		}
+		if missing == 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, name := range names {
+		if !strings.Contains(text, name) {
+			t.Errorf("metrics lack %s", name)
+		}
+	}
+	if t.Failed() {
+		t.Log(text)
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	if _, err := New(Config{}, nil); err == nil {
+		t.Error("no models accepted")
+	}
+	if _, err := New(Config{}, []*Model{{Name: "x"}}); err == nil {
+		t.Error("model without engine accepted")
+	}
+}
