@@ -43,7 +43,7 @@ type result struct {
 	stdout, stderr string
 }
 
-func parley(t *testing.T, stdin string, args ...string) result {
+func parley(t testing.TB, stdin string, args ...string) result {
 	t.Helper()
 	cmd := exec.Command(parleyBin, args...)
 	cmd.Stdin = strings.NewReader(stdin)

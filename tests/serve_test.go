@@ -78,7 +78,7 @@ func (s *syncBuffer) String() string {
 
 var listenRE = regexp.MustCompile(`listening on (http://[0-9.:\[\]]+)`)
 
-func startServer(t *testing.T, args ...string) *serverProc {
+func startServer(t testing.TB, args ...string) *serverProc {
 	t.Helper()
 	cmd := exec.Command(parleyBin, append([]string{"serve", "--host", "127.0.0.1", "--port", "0"}, args...)...)
 	sb := &syncBuffer{}

@@ -135,3 +135,84 @@ func TestDecodeStepAllocatesNothing(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkBatchedDecode measures one decode step of n sequences together (one token each, at
+// context 128) on a synthetic stories15M-shape Q8_0 model: the batched step a server runs.
+// tokens/s is the aggregate over the n sequences.
+func BenchmarkBatchedDecode(b *testing.B) {
+	w, err := llama.Synth(llama.Shapes["15M"], tensor.Q8_0, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, err := w.WriteTo(&buf); err != nil {
+		b.Fatal(err)
+	}
+	f, err := gguf.Parse(buf.Bytes())
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, name := range []string{"cpu", "go"} {
+		be, _, err := backend.New(name, backend.Options{Threads: 2})
+		if err != nil {
+			continue
+		}
+		m, err := llama.Load(f, be)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, n := range []int{1, 4, 8, 16} {
+			b.Run(fmt.Sprintf("%s/seqs=%d", name, n), func(b *testing.B) {
+				c, err := m.NewContext(llama.ContextConfig{MaxTokens: 128, MaxSeqs: n, KVSlots: 256 * n, KVType: tensor.F16})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer c.Close()
+				seqs := make([]*kvcache.Seq, n)
+				var bb kvcache.BatchBuilder
+				logits := make([]float32, n*m.Vocab)
+				toks := make([]int32, 128)
+				for i := range toks {
+					toks[i] = int32(i + 3)
+				}
+				out := []int32{127}
+				for i := range seqs { // fill each sequence's context to 128 positions
+					seqs[i] = c.Pool().NewSeq(256)
+					_ = seqs[i].Reserve(128)
+					bb.Reset()
+					_ = bb.Add(seqs[i], 128)
+					if err := c.Forward(toks, bb.Batch(), out, logits[:m.Vocab]); err != nil {
+						b.Fatal(err)
+					}
+					_ = seqs[i].Advance(128)
+				}
+				step := toks[:n]
+				rows := make([]int32, n)
+				for i := range rows {
+					rows[i] = int32(i)
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for it := 0; it < b.N; it++ {
+					bb.Reset()
+					for _, s := range seqs {
+						if s.Len() >= 250 {
+							s.Truncate(128)
+						}
+						_ = s.Reserve(1)
+						_ = bb.Add(s, 1)
+					}
+					if err := c.Forward(step, bb.Batch(), rows, logits); err != nil {
+						b.Fatal(err)
+					}
+					for _, s := range seqs {
+						_ = s.Advance(1)
+					}
+				}
+				b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "tokens/s")
+			})
+		}
+		m.Close()
+		be.Close()
+	}
+}
