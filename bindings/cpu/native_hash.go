@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "88cf7a80e29c4c4a2142d7f6ae4e19eeffdb9f364de72a1727f63ee6f3187603"
+const nativeSources = "4fccefe7799da47ed666b70b6237d088276d6bd8720ccfd6e33b5819c1ee51f9"

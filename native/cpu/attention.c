@@ -625,6 +625,31 @@ static void scores(const float *q, const void *const *k, int C, int hd, float sc
     scores_scalar(q, k, C, hd, scale, s, f16);
 }
 
+/* dot_tail_f16 is sum_d double(q[d] * k[d]) over n elements (F32 products, a double sum). */
+#if PL_X86
+PL_TARGET_AVX512 static double dot_tail_f16_avx512(const float *q, const uint16_t *k, int n) {
+    __m512d acc = _mm512_setzero_pd();
+    int d = 0;
+    for (; d + 16 <= n; d += 16) {
+        __m512 p = _mm512_mul_ps(_mm512_loadu_ps(q + d), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + d))));
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_castps512_ps256(p)));
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(p), 1))));
+    }
+    double s = _mm512_reduce_add_pd(acc);
+    for (; d < n; d++) s += (double)(q[d] * plx_f16_to_f32(k[d]));
+    return s;
+}
+#endif
+
+static double dot_tail_f16(const float *q, const uint16_t *k, int n) {
+#if PL_X86
+    if (plx_isa >= PL_ISA_AVX512) return dot_tail_f16_avx512(q, k, n);
+#endif
+    double s = 0.0;
+    for (int d = 0; d < n; d++) s += (double)(q[d] * plx_f16_to_f32(k[d]));
+    return s;
+}
+
 /* scores_f16_ggml is scores() for an F16 cache summed as ggml_vec_dot_f16 does (AVX-512 build):
  * whole 64-element steps in F32, the remaining elements' F32 products in double; then scaled. */
 static void scores_f16_ggml(const float *q, const void *const *k, int C, int hd, float scale, float *s) {
@@ -636,7 +661,7 @@ static void scores_f16_ggml(const float *q, const void *const *k, int C, int hd,
     if (hd64 > 0) scores(q, k, C, hd64, 1.0f, s, 1);
     for (int c = 0; c < C; c++) {
         double a = hd64 > 0 ? (double)s[c] : 0.0;
-        for (int d = hd64; d < hd; d++) a += (double)(q[d] * kv_at(k[c], d, 1));
+        a += dot_tail_f16(q + hd64, (const uint16_t *)k[c] + hd64, hd - hd64);
         s[c] = (float)a * scale;
     }
 }

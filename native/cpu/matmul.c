@@ -233,6 +233,58 @@ GEMV512(gemv512_q4_k, PL_Q4_K)
 GEMV512(gemv512_q5_k, PL_Q5_K)
 GEMV512(gemv512_q6_k, PL_Q6_K)
 
+/* Up to four activation rows (stride as bytes) against the same weight rows: each weight unit is
+ * decoded in registers once and multiplied with every activation row, so that a small batch of
+ * decode tokens (a server's step) streams the weights once instead of once a token.
+ * out[j*ldo + r] = row r · activation j. */
+__attribute__((always_inline)) PL_TARGET_AVX512 static inline void
+gemv512n_t(const int T, const int RN, const uint8_t *w, size_t wrow, int64_t nrows, int64_t k,
+           const uint8_t *act, int64_t as, float *out, int64_t ldo) {
+    const int has_min = T == PL_Q4_1 || T == PL_Q5_1 || T == PL_Q4_K || T == PL_Q5_K;
+    const int64_t kp = plx_kpad(k);
+    const __m512i zero = _mm512_setzero_si512();
+    for (int64_t r = 0; r < nrows; r++) {
+        const uint8_t *row = w + r * wrow;
+        __m512 acc[4], accm[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < RN; j++) acc[j] = accm[j] = _mm512_setzero_ps();
+        PLX_FOR_UNITS(T, row, k, ui, o, {
+#pragma GCC unroll 4
+            for (int j = 0; j < RN; j++) {
+                const uint8_t *a = act + j * as + 64 * ui;
+                __m512i bias = has_min ? zero : _mm512_load_si512((const void *)(a + 2 * kp));
+                __m512i d = _mm512_dpbusd_epi32(bias, o.u, _mm512_load_si512((const void *)a));
+                __m512 sc = _mm512_mul_ps(o.dw, _mm512_load_ps((const float *)(a + kp)));
+                acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sc, acc[j]);
+                if (has_min) accm[j] = _mm512_fmadd_ps(o.mn, _mm512_load_ps((const float *)(a + 2 * kp)), accm[j]);
+            }
+        });
+#pragma GCC unroll 4
+        for (int j = 0; j < RN; j++) out[j * ldo + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[j], accm[j]));
+    }
+}
+
+typedef void (*plx_gemvn_fn)(const uint8_t *w, size_t wrow, int64_t nrows, int64_t k,
+                             const uint8_t *act, int64_t as, float *out, int64_t ldo);
+
+#define GEMV512N(NAME, T, RN)                                                                    \
+    PL_TARGET_AVX512 static void NAME(const uint8_t *w, size_t wrow, int64_t nrows, int64_t k,   \
+                                      const uint8_t *act, int64_t as, float *out, int64_t ldo) { \
+        gemv512n_t(T, RN, w, wrow, nrows, k, act, as, out, ldo);                                 \
+    }
+#define GEMV512N_ALL(T, name)                                                                    \
+    GEMV512N(gemv512n_##name##_2, T, 2)                                                          \
+    GEMV512N(gemv512n_##name##_3, T, 3)                                                          \
+    GEMV512N(gemv512n_##name##_4, T, 4)
+GEMV512N_ALL(PL_Q4_0, q4_0)
+GEMV512N_ALL(PL_Q4_1, q4_1)
+GEMV512N_ALL(PL_Q5_0, q5_0)
+GEMV512N_ALL(PL_Q5_1, q5_1)
+GEMV512N_ALL(PL_Q8_0, q8_0)
+GEMV512N_ALL(PL_Q4_K, q4_k)
+GEMV512N_ALL(PL_Q5_K, q5_k)
+GEMV512N_ALL(PL_Q6_K, q6_k)
+
 /* ---------------------------------------------------------------- AVX2 fused matrix-vector */
 
 __attribute__((always_inline)) PL_TARGET_AVX2 static inline void
@@ -310,6 +362,30 @@ static plx_gemv_fn plx_gemv_pick(int wtype) {
     }
 #endif
     (void)wtype;
+    return NULL;
+}
+
+/* plx_gemvn_pick returns the fused kernel for rn (2..4) activation rows of weights of wtype, or
+ * NULL where there is none (other ISAs: the panel kernels serve). */
+static plx_gemvn_fn plx_gemvn_pick(int wtype, int rn) {
+#if PL_X86
+    if (plx_isa >= PL_ISA_AVX512 && rn >= 2 && rn <= 4) {
+#define PICK(name) return rn == 2 ? gemv512n_##name##_2 : rn == 3 ? gemv512n_##name##_3 : gemv512n_##name##_4
+        switch (wtype) {
+        case PL_Q4_0: PICK(q4_0);
+        case PL_Q4_1: PICK(q4_1);
+        case PL_Q5_0: PICK(q5_0);
+        case PL_Q5_1: PICK(q5_1);
+        case PL_Q8_0: PICK(q8_0);
+        case PL_Q4_K: PICK(q4_k);
+        case PL_Q5_K: PICK(q5_k);
+        case PL_Q6_K: PICK(q6_k);
+        }
+#undef PICK
+    }
+#endif
+    (void)wtype;
+    (void)rn;
     return NULL;
 }
 
@@ -682,6 +758,7 @@ typedef struct {
     plx_qk_fn fns[4];
     int rm, rnmax;
     plx_gemv_fn gemv; /* fused kernel for one activation row, or NULL */
+    plx_gemvn_fn gemvn[5]; /* fused kernels for 2..4 activation rows (small batches), or NULL */
     /* float */
     const float *xr; /* x rounded to the weight type */
 } mm_job;
@@ -702,6 +779,24 @@ static void job_gemv(void *p, int ith, int nth) {
     while ((g = plx_chunk_next(j->ctx)) < ngroups) {
         int64_t r0 = g * j->group, rows = PL_MIN(j->group, j->m - r0);
         j->gemv(j->w + r0 * j->wrow, j->wrow, rows, j->k, j->act, j->dst + r0);
+    }
+}
+
+/* Small batches: every group of weight rows against all activation rows, four at a time. */
+static void job_gemvn(void *p, int ith, int nth) {
+    mm_job *j = (mm_job *)p;
+    (void)ith;
+    (void)nth;
+    int64_t ngroups = (j->m + j->group - 1) / j->group, g;
+    while ((g = plx_chunk_next(j->ctx)) < ngroups) {
+        int64_t r0 = g * j->group, rows = PL_MIN(j->group, j->m - r0);
+        for (int64_t c0 = 0; c0 < j->n; c0 += 4) {
+            int rn = (int)PL_MIN(4, j->n - c0);
+            const uint8_t *a = j->act + c0 * j->as;
+            float *d = j->dst + c0 * j->m + r0;
+            if (rn == 1) j->gemv(j->w + r0 * j->wrow, j->wrow, rows, j->k, a, d);
+            else j->gemvn[rn](j->w + r0 * j->wrow, j->wrow, rows, j->k, a, j->as, d, j->m);
+        }
     }
 }
 
@@ -816,6 +911,9 @@ static void job_round(void *p, int ith, int nth) {
         round_rows(j->wt, j->x + i * j->k, (float *)j->xr + i * j->k, j->k);
 }
 
+/* Most rows of x that quantised weights multiply through the fused small-batch kernels. */
+#define PLX_GEMVN_MAX_ROWS 16
+
 /* Rows of x from which float weights go through sgemm rather than the matrix-vector kernel. */
 #define PLX_SGEMM_MIN_ROWS 4
 
@@ -884,10 +982,21 @@ int pl_matmul(pl_ctx *ctx, float *dst, const float *x, int64_t n, int64_t k, con
     j.as = plx_act_stride(k);
     j.ps = plx_panel_stride(k);
     j.gemv = n == 1 ? plx_gemv_pick(wtype) : NULL;
+    /* Small batches (a server's decode steps) stream the weights once per four tokens through the
+     * fused kernels; larger ones (prompts) amortise unpacking weight panels. */
+    int small = 0;
+    if (n > 1 && n <= PLX_GEMVN_MAX_ROWS && plx_gemv_pick(wtype) != NULL) {
+        small = 1;
+        for (int rn = 2; rn <= 4; rn++) {
+            j.gemvn[rn] = plx_gemvn_pick(wtype, rn);
+            if (j.gemvn[rn] == NULL) small = 0;
+        }
+        j.gemv = plx_gemv_pick(wtype);
+    }
     /* One activation row: panels of rm rows (L1-resident). Several: panels of up to 32 rows,
      * reused by every tile of activation rows. */
     j.group = n < j.rnmax ? j.rm : PL_MAX(j.rm, (int64_t)32 / j.rm * j.rm);
-    if (j.gemv != NULL) j.group = plx_mv_group(ctx, m);
+    if (j.gemv != NULL && (n == 1 || small)) j.group = plx_mv_group(ctx, m);
     else if (plx_tscratch_reserve(ctx, (size_t)(j.group * j.ps)) != PL_OK) return PL_ERR_NOMEM;
     j.act = plx_scratch(ctx, (size_t)(n * j.as));
     if (j.act == NULL) return PL_ERR_NOMEM;
@@ -898,7 +1007,7 @@ int pl_matmul(pl_ctx *ctx, float *dst, const float *x, int64_t n, int64_t k, con
         plx_run(ctx, job_pack, &j);
     }
     plx_chunk_reset(ctx);
-    plx_run(ctx, j.gemv != NULL ? job_gemv : job_qmm, &j);
+    plx_run(ctx, small ? job_gemvn : n == 1 && j.gemv != NULL ? job_gemv : job_qmm, &j);
     return PL_OK;
 }
 
