@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -80,7 +83,14 @@ var listenRE = regexp.MustCompile(`listening on (http://[0-9.:\[\]]+)`)
 
 func startServer(t testing.TB, args ...string) *serverProc {
 	t.Helper()
+	return startServerEnv(t, nil, args...)
+}
+
+// startServerEnv starts `parley serve` with extra environment variables.
+func startServerEnv(t testing.TB, env []string, args ...string) *serverProc {
+	t.Helper()
 	cmd := exec.Command(parleyBin, append([]string{"serve", "--host", "127.0.0.1", "--port", "0"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
 	sb := &syncBuffer{}
 	cmd.Stderr = sb
 	if err := cmd.Start(); err != nil {
@@ -516,5 +526,40 @@ func TestServeGracefulShutdown(t *testing.T) {
 		srv.done <- nil
 	case <-time.After(20 * time.Second):
 		t.Fatal("server did not exit after SIGTERM")
+	}
+}
+
+// TestServeDownloadsHFModel: a model named hf://owner/repo/file.gguf is downloaded once into the
+// cache (from a local stand-in for the hub, checksum verified) and served.
+func TestServeDownloadsHFModel(t *testing.T) {
+	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
+	data, err := os.ReadFile(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	var hits atomic.Int64
+	hubSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/tinyllamas/stories/resolve/main/stories260K.gguf" {
+			http.NotFound(w, r)
+			return
+		}
+		hits.Add(1)
+		w.Header().Set("ETag", `"`+hex.EncodeToString(sum[:])+`"`)
+		http.ServeContent(w, r, "stories260K.gguf", time.Time{}, bytes.NewReader(data))
+	}))
+	defer hubSrv.Close()
+	cache := t.TempDir()
+	env := []string{"PARLEY_HF_ENDPOINT=" + hubSrv.URL, "PARLEY_CACHE=" + cache}
+	for round := 0; round < 2; round++ {
+		srv := startServerEnv(t, env, "--backend", "go", "-m", "stories=hf://tinyllamas/stories/stories260K.gguf")
+		status, b, _ := postJSON(t, srv.base+"/v1/completions", `{"model":"stories","prompt":"Once upon a time","max_tokens":8,"temperature":0}`)
+		if status != 200 {
+			t.Fatalf("round %d: %d %s", round, status, b)
+		}
+		_ = srv.cmd.Process.Kill()
+	}
+	if hits.Load() != 1 {
+		t.Fatalf("the hub was asked %d times for the file; want once (then the cache)", hits.Load())
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/parleyhq/parley/runtime/engine"
+	"github.com/parleyhq/parley/runtime/hub"
 	"github.com/parleyhq/parley/runtime/models/llama"
 	"github.com/parleyhq/parley/runtime/sched"
 	"github.com/parleyhq/parley/runtime/server"
@@ -45,7 +46,7 @@ func runServe(e *env, args []string) error {
 	fs := newFlags(e, "serve", "-m [ALIAS=]MODEL [-m ...] [flags]   (every flag also reads $PARLEY_<FLAG>)")
 	bf := addBackendFlags(fs)
 	var models multiFlag
-	fs.Var(&models, "m", "model file, or ALIAS=FILE (repeatable; $PARLEY_MODEL, comma-separated)")
+	fs.Var(&models, "m", "model file, or ALIAS=FILE, where FILE may be hf://owner/repo[@rev]/file.gguf (downloaded once into $PARLEY_CACHE; repeatable; $PARLEY_MODEL, comma-separated)")
 	host := fs.String("host", envDefault("PARLEY_HOST", "127.0.0.1"), "address to listen on")
 	port := fs.Int("port", envInt("PARLEY_PORT", 8080), "port to listen on (0: any free port, printed at start)")
 	ctxLen := fs.Int("ctx", envInt("PARLEY_CTX", 0), "positions per sequence (0: the model's training context)")
@@ -154,6 +155,14 @@ func runServe(e *env, args []string) error {
 	}()
 	for _, sp := range specs {
 		t0 := time.Now()
+		if hub.IsRemote(sp.path) {
+			local, err := hub.Resolve(ctx, sp.path, hub.Options{Progress: e.stderr})
+			if err != nil {
+				hs.Close()
+				return fmt.Errorf("%s: %w", sp.name, err)
+			}
+			sp.path = local
+		}
 		eng, err := engine.Open(sp.path, be)
 		if err != nil {
 			hs.Close()
