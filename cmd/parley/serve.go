@@ -62,6 +62,7 @@ func runServe(e *env, args []string) error {
 	logFormat := fs.String("log-format", envDefault("PARLEY_LOG_FORMAT", "text"), "log format: text or json")
 	logLevel := fs.String("log-level", envDefault("PARLEY_LOG_LEVEL", "info"), "log level: trace, debug, info, warn, error")
 	kvType := fs.String("kv-type", envDefault("PARLEY_KV_TYPE", "f16"), "KV cache type: f16 or f32")
+	prefix := fs.Bool("prefix-cache", envDefault("PARLEY_PREFIX_CACHE", "true") != "false", "reuse the KV blocks of prompt prefixes shared between requests")
 	if v, ok := os.LookupEnv("PARLEY_TIMEOUT"); ok {
 		if d, err := time.ParseDuration(v); err == nil {
 			*timeout = d
@@ -190,7 +191,7 @@ func runServe(e *env, args []string) error {
 		}
 		closers = append(closers, func() { c.Close() })
 		s, err := sched.New(sched.NewLlamaModel(c), sched.NewTokenizerText(eng.Tokenizer), sched.Config{
-			MaxQueue: *queue, StepTokens: *step, MaxActive: *parallel, MaxContext: n, Logger: logger.With("model", sp.name),
+			MaxQueue: *queue, StepTokens: *step, MaxActive: *parallel, MaxContext: n, PrefixCache: *prefix, Logger: logger.With("model", sp.name),
 		})
 		if err != nil {
 			hs.Close()

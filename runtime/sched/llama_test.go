@@ -129,3 +129,105 @@ func TestMatchesEngine(t *testing.T) {
 		t.Fatalf("%d of %d blocks free", c.Pool().FreeBlocks(), c.Pool().Blocks())
 	}
 }
+
+// TestPrefixMatchesEngine: with the prefix cache on, a prompt sharing its first 20 tokens with an
+// earlier one (and the earlier one again, alongside it) takes those tokens' KV blocks from the
+// cache and still produces exactly engine.Generate's tokens and text.
+func TestPrefixMatchesEngine(t *testing.T) {
+	path := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
+	be, _, err := backend.New("go", backend.Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	e, err := engine.Open(path, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	a, err := e.Tokenizer.Encode("Once upon a time, there was a little girl named Lily. She loved to play outside", true, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tail, err := e.Tokenizer.Encode("The big dog ran to the park and saw a cat", false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a) < 24 || len(tail) < 4 {
+		t.Fatalf("prompts of %d and %d tokens, want at least 24 and 4", len(a), len(tail))
+	}
+	b := append(slices.Clone(a[:20]), tail...)
+	const maxTokens = 20
+	sp := decode.DefaultParams()
+	sp.Temperature = 0
+	type result struct {
+		tokens []int32
+		text   string
+	}
+	prompts := [][]int32{a, b}
+	var want []result
+	for _, p := range prompts {
+		c, err := e.NewContext(engine.ContextOptions{Ctx: 128, Chunk: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := e.Generate(context.Background(), c, engine.Request{Prompt: p, MaxTokens: maxTokens, Sampling: sp}, nil)
+		c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, result{res.Tokens, res.Text})
+	}
+
+	c, err := e.Model.NewContext(llama.ContextConfig{MaxTokens: 8, MaxSeqs: 4, KVSlots: 256, BlockSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	m := sched.NewLlamaModel(c)
+	s, err := sched.New(m, sched.NewTokenizerText(e.Tokenizer), sched.Config{MaxContext: m.Context(), PrefixCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- s.Run(context.Background()) }()
+	run := func(which ...int) {
+		t.Helper()
+		var sts []*sched.Stream
+		for _, k := range which {
+			st, err := s.Submit(context.Background(), &sched.Request{Prompt: prompts[k], MaxTokens: maxTokens, Sampling: sp})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sts = append(sts, st)
+		}
+		for i, st := range sts {
+			var got result
+			for ev := range st.Events() {
+				if ev.Token >= 0 {
+					got.tokens = append(got.tokens, ev.Token)
+				}
+				got.text += string(ev.Text)
+			}
+			w := want[which[i]]
+			if !slices.Equal(got.tokens, w.tokens) || got.text != w.text {
+				t.Errorf("prompt %d:\n scheduler %v %q\n engine    %v %q", which[i], got.tokens, got.text, w.tokens, w.text)
+			}
+		}
+	}
+	run(0)
+	run(1, 0)
+	// b shares 20 tokens (five blocks of 4); a again shares all its whole blocks but the last token's.
+	if st, wantHit := s.Stats(), uint64(20+(len(a)-1)/4*4); st.PrefixHitTokens != wantHit {
+		t.Errorf("%d prompt tokens from the cache, want %d", st.PrefixHitTokens, wantHit)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if c.Pool().FreeBlocks() != c.Pool().Blocks() {
+		t.Fatalf("%d of %d blocks free after Close", c.Pool().FreeBlocks(), c.Pool().Blocks())
+	}
+}

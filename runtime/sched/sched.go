@@ -12,8 +12,15 @@
 // N > 1: the first sequence processes the whole prompt. When its prompt is done, the other N-1
 // sequences fork its KV blocks up to F = the last block boundary before the final prompt token
 // (kvcache.Seq.Fork shares whole blocks only) and each re-feeds prompt[F:] (1 to BlockSize
-// tokens) to get logits of its own. Sequence i samples with seed Sampling.Seed+i. Prompt-prefix
-// reuse across requests is not done.
+// tokens) to get logits of its own. Sequence i samples with seed Sampling.Seed+i.
+//
+// Prefix cache (Config.PrefixCache): when the prompt of a sequence has been processed, its whole
+// blocks (those holding prompt tokens only) stay in a cache keyed by their tokens and those before
+// them. A later request whose prompt starts with the same whole blocks shares them (as Fork does)
+// and feeds only the rest of its prompt: at least its last token, so that it gets logits. Only
+// prefixes starting at position 0 are shared, since positions are absolute. Blocks that no
+// running sequence holds are evicted, least recently used first, when admission needs them, and
+// admission counts them as free, so the cache never makes a request wait.
 package sched
 
 import (
@@ -57,6 +64,15 @@ type Config struct {
 	MaxContext int              // if > 0, prompt+MaxTokens beyond it is ErrTooLong (the model's training context)
 	Clock      func() time.Time // default time.Now
 	Logger     *slog.Logger     // per-step records only at LevelTrace; default discards
+
+	// PrefixCache keeps processed prompt blocks for reuse by later prompts with the same prefix
+	// (see the package comment). Off by default.
+	PrefixCache bool
+
+	// OnStep, if set, is called after each step that ran a forward pass, with the step's duration,
+	// the sequences and the tokens in its batch. It runs on the step loop's goroutine, which it
+	// holds up: it must be fast and must not call the Scheduler.
+	OnStep func(d time.Duration, seqs, tokens int)
 }
 
 // Request is one generation of N sequences sharing a prompt.
@@ -109,12 +125,14 @@ type Stats struct {
 	Active          int // sequences in flight
 	KVBlocksUsed    int
 	KVBlocksFree    int
-	PromptTokens    uint64 // prompt tokens processed (re-fed tokens of forked sequences included)
+	PromptTokens    uint64 // prompt tokens processed (re-fed tokens of forked sequences included, those from the prefix cache not)
 	GeneratedTokens uint64
 	Steps           uint64
 	LastStep        time.Duration
 	LastBatchTokens int
-	LastBatchSeqs   int // sequences in the last batch
+	LastBatchSeqs   int    // sequences in the last batch
+	PrefixHitTokens uint64 // prompt tokens taken from the prefix cache instead of processed
+	CachedBlocks    int    // blocks the prefix cache holds (counted in KVBlocksUsed; those no sequence shares are reclaimable)
 }
 
 const (
@@ -168,6 +186,7 @@ type seqState struct {
 	r        *request
 	idx      int
 	kv       *kvcache.Seq // nil until admitted (sequence 0) or forked (others)
+	pin      *node        // deepest prefix-cache node whose path kv holds, if any
 	feed     []int32      // prompt tokens still to process
 	last     int32        // token to feed next when decoding
 	decoding bool
@@ -217,11 +236,12 @@ type Scheduler struct {
 	rows     []*seqState
 	part     []*seqState
 	logits   []float32
+	cache    *prefixCache // nil when Config.PrefixCache is off
 
-	promptTok, genTok, steps atomic.Uint64
-	lastStep                 atomic.Int64
-	lastTokens, lastSeqs     atomic.Int32
-	nActive, usedBlocks      atomic.Int32
+	promptTok, genTok, steps, hitTok  atomic.Uint64
+	lastStep                          atomic.Int64
+	lastTokens, lastSeqs              atomic.Int32
+	nActive, usedBlocks, cachedBlocks atomic.Int32
 }
 
 // New makes a scheduler for m and t. The pool of m must be empty and is owned by the scheduler
@@ -275,6 +295,9 @@ func New(m Model, t Text, cfg Config) (*Scheduler, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.PrefixCache {
+		s.cache = newPrefixCache(s.bs)
+	}
 	for id := range int32(vocab) {
 		if t.IsEOG(id) {
 			s.eog = append(s.eog, id)
@@ -301,6 +324,7 @@ func (s *Scheduler) Stats() Stats {
 		Queued: q, Active: int(s.nActive.Load()), KVBlocksUsed: used, KVBlocksFree: s.blocks - used,
 		PromptTokens: s.promptTok.Load(), GeneratedTokens: s.genTok.Load(), Steps: s.steps.Load(),
 		LastStep: time.Duration(s.lastStep.Load()), LastBatchTokens: int(s.lastTokens.Load()), LastBatchSeqs: int(s.lastSeqs.Load()),
+		PrefixHitTokens: s.hitTok.Load(), CachedBlocks: int(s.cachedBlocks.Load()),
 	}
 }
 
@@ -477,6 +501,9 @@ func (s *Scheduler) shutdown() {
 		}
 	}
 	s.compact()
+	if s.cache != nil {
+		s.cache.clear()
+	}
 	s.publish()
 }
 
@@ -558,8 +585,13 @@ func (s *Scheduler) step() bool {
 		if q.done {
 			continue
 		}
-		if !q.decoding && q.idx == 0 && q.r.n > 1 {
-			s.forkChildren(q.r)
+		if !q.decoding && q.idx == 0 {
+			if s.cache != nil {
+				q.pin = s.cache.insert(q.pin, q.r.prompt, q.kv)
+			}
+			if q.r.n > 1 {
+				s.forkChildren(q.r)
+			}
 		}
 		s.sample(q, logits[i*s.vocab:(i+1)*s.vocab])
 	}
@@ -583,6 +615,9 @@ func (s *Scheduler) finishStep(start time.Time) {
 	d := s.clock().Sub(start)
 	s.lastStep.Store(int64(d))
 	s.publish()
+	if s.cfg.OnStep != nil {
+		s.cfg.OnStep(d, len(s.part), len(s.toks))
+	}
 	if s.log.Enabled(context.Background(), LevelTrace) {
 		s.log.Log(context.Background(), LevelTrace, "sched step", "tokens", len(s.toks), "seqs", len(s.part), "rows", len(s.out), "took", d)
 	}
@@ -590,7 +625,14 @@ func (s *Scheduler) finishStep(start time.Time) {
 
 func (s *Scheduler) publish() {
 	s.nActive.Store(int32(len(s.active)))
+	s.publishBlocks()
+}
+
+func (s *Scheduler) publishBlocks() {
 	s.usedBlocks.Store(int32(s.blocks - s.pool.FreeBlocks()))
+	if s.cache != nil {
+		s.cachedBlocks.Store(int32(len(s.cache.nodes)))
+	}
 }
 
 // compact drops finished sequences from the active list, keeping order.
@@ -633,13 +675,24 @@ func (s *Scheduler) reap(now time.Time) {
 }
 
 // admit moves requests from the head of the queue into the active set while their blocks are
-// free and MaxActive allows.
+// free (or held by the prefix cache alone) and MaxActive allows.
 func (s *Scheduler) admit() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for len(s.queue) > 0 {
 		r := s.queue[0]
-		if s.nseqs+r.n > s.cfg.MaxActive || s.pool.FreeBlocks()-s.promised < r.blocks {
+		if s.nseqs+r.n > s.cfg.MaxActive {
+			return
+		}
+		var hit *node
+		shared := 0 // blocks taken from the cache
+		avail := s.pool.FreeBlocks() - s.promised
+		if s.cache != nil {
+			hit, shared = s.cache.match(r.prompt)
+			avail += s.cache.idle - idleOn(hit)
+		}
+		need := r.blocks - shared
+		if avail < need {
 			return
 		}
 		copy(s.queue, s.queue[1:])
@@ -647,13 +700,24 @@ func (s *Scheduler) admit() {
 		s.queue = s.queue[:len(s.queue)-1]
 		s.nseqs += r.n
 		q := r.seqs[0]
-		q.kv = s.pool.NewSeq(r.length)
-		if err := q.kv.Reserve(r.length); err != nil {
-			// Unreachable: the free blocks were counted above.
+		if s.cache != nil {
+			s.cache.pin(hit) // before evicting, so that the shared blocks stay
+			for s.pool.FreeBlocks()-s.promised < need && s.cache.evict() {
+			}
+		}
+		if hit != nil {
+			q.kv = s.cache.share(hit)
+			q.pin = hit
+			s.hitTok.Add(uint64(q.kv.Len()))
+		} else {
+			q.kv = s.pool.NewSeq(r.length)
+		}
+		if err := q.kv.Reserve(r.length - q.kv.Len()); err != nil {
+			// Unreachable: the free and reclaimable blocks were counted above.
 			s.endRequest(r, ReasonError, err)
 			continue
 		}
-		q.feed = r.prompt
+		q.feed = r.prompt[q.kv.Len():]
 		r.promised = (r.n - 1) * r.childOwn
 		s.promised += r.promised
 		s.active = append(s.active, q)
@@ -669,6 +733,10 @@ func (s *Scheduler) forkChildren(r *request) {
 			continue
 		}
 		c.kv = parent.kv.Fork(r.fork)
+		if s.cache != nil {
+			c.pin = ancestor(parent.pin, r.fork/s.bs)
+			s.cache.pin(c.pin)
+		}
 		if err := c.kv.Reserve(r.length - c.kv.Len()); err != nil {
 			s.endRequest(r, ReasonError, err)
 			return
@@ -756,6 +824,11 @@ func (s *Scheduler) closeSeq(q *seqState, ev Event) {
 	if q.kv != nil {
 		q.kv.Release()
 	}
+	if q.pin != nil {
+		s.cache.unpin(q.pin)
+		q.pin = nil
+	}
+	s.publishBlocks() // so that Stats shows the blocks free once Events is closed
 	r.ended++
 	if r.ended < r.n {
 		return
