@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "4fccefe7799da47ed666b70b6237d088276d6bd8720ccfd6e33b5819c1ee51f9"
+const nativeSources = "3ecd358538d6df4c281d1548816587511af16f965ea9145b23a7fb0fcec1c593"

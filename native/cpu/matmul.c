@@ -233,7 +233,7 @@ GEMV512(gemv512_q4_k, PL_Q4_K)
 GEMV512(gemv512_q5_k, PL_Q5_K)
 GEMV512(gemv512_q6_k, PL_Q6_K)
 
-/* Up to four activation rows (stride as bytes) against the same weight rows: each weight unit is
+/* Up to eight activation rows (stride as bytes) against the same weight rows: each weight unit is
  * decoded in registers once and multiplied with every activation row, so that a small batch of
  * decode tokens (a server's step) streams the weights once instead of once a token.
  * out[j*ldo + r] = row r · activation j. */
@@ -245,11 +245,11 @@ gemv512n_t(const int T, const int RN, const uint8_t *w, size_t wrow, int64_t nro
     const __m512i zero = _mm512_setzero_si512();
     for (int64_t r = 0; r < nrows; r++) {
         const uint8_t *row = w + r * wrow;
-        __m512 acc[4], accm[4];
-#pragma GCC unroll 4
+        __m512 acc[8], accm[8];
+#pragma GCC unroll 8
         for (int j = 0; j < RN; j++) acc[j] = accm[j] = _mm512_setzero_ps();
         PLX_FOR_UNITS(T, row, k, ui, o, {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int j = 0; j < RN; j++) {
                 const uint8_t *a = act + j * as + 64 * ui;
                 __m512i bias = has_min ? zero : _mm512_load_si512((const void *)(a + 2 * kp));
@@ -259,7 +259,7 @@ gemv512n_t(const int T, const int RN, const uint8_t *w, size_t wrow, int64_t nro
                 if (has_min) accm[j] = _mm512_fmadd_ps(o.mn, _mm512_load_ps((const float *)(a + 2 * kp)), accm[j]);
             }
         });
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int j = 0; j < RN; j++) out[j * ldo + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[j], accm[j]));
     }
 }
@@ -275,7 +275,11 @@ typedef void (*plx_gemvn_fn)(const uint8_t *w, size_t wrow, int64_t nrows, int64
 #define GEMV512N_ALL(T, name)                                                                    \
     GEMV512N(gemv512n_##name##_2, T, 2)                                                          \
     GEMV512N(gemv512n_##name##_3, T, 3)                                                          \
-    GEMV512N(gemv512n_##name##_4, T, 4)
+    GEMV512N(gemv512n_##name##_4, T, 4)                                                          \
+    GEMV512N(gemv512n_##name##_5, T, 5)                                                          \
+    GEMV512N(gemv512n_##name##_6, T, 6)                                                          \
+    GEMV512N(gemv512n_##name##_7, T, 7)                                                          \
+    GEMV512N(gemv512n_##name##_8, T, 8)
 GEMV512N_ALL(PL_Q4_0, q4_0)
 GEMV512N_ALL(PL_Q4_1, q4_1)
 GEMV512N_ALL(PL_Q5_0, q5_0)
@@ -365,12 +369,19 @@ static plx_gemv_fn plx_gemv_pick(int wtype) {
     return NULL;
 }
 
-/* plx_gemvn_pick returns the fused kernel for rn (2..4) activation rows of weights of wtype, or
+/* plx_gemvn_pick returns the fused kernel for rn (2..8) activation rows of weights of wtype, or
  * NULL where there is none (other ISAs: the panel kernels serve). */
 static plx_gemvn_fn plx_gemvn_pick(int wtype, int rn) {
 #if PL_X86
-    if (plx_isa >= PL_ISA_AVX512 && rn >= 2 && rn <= 4) {
-#define PICK(name) return rn == 2 ? gemv512n_##name##_2 : rn == 3 ? gemv512n_##name##_3 : gemv512n_##name##_4
+    if (plx_isa >= PL_ISA_AVX512 && rn >= 2 && rn <= 8) {
+#define PICK(name)                                                                                 \
+    {                                                                                              \
+        static const plx_gemvn_fn t[9] = {NULL, NULL, gemv512n_##name##_2, gemv512n_##name##_3,  \
+                                          gemv512n_##name##_4, gemv512n_##name##_5,               \
+                                          gemv512n_##name##_6, gemv512n_##name##_7,               \
+                                          gemv512n_##name##_8};                                    \
+        return t[rn];                                                                              \
+    }
         switch (wtype) {
         case PL_Q4_0: PICK(q4_0);
         case PL_Q4_1: PICK(q4_1);
@@ -758,7 +769,7 @@ typedef struct {
     plx_qk_fn fns[4];
     int rm, rnmax;
     plx_gemv_fn gemv; /* fused kernel for one activation row, or NULL */
-    plx_gemvn_fn gemvn[5]; /* fused kernels for 2..4 activation rows (small batches), or NULL */
+    plx_gemvn_fn gemvn[9]; /* fused kernels for 2..8 activation rows (small batches), or NULL */
     /* float */
     const float *xr; /* x rounded to the weight type */
 } mm_job;
@@ -782,7 +793,7 @@ static void job_gemv(void *p, int ith, int nth) {
     }
 }
 
-/* Small batches: every group of weight rows against all activation rows, four at a time. */
+/* Small batches: every group of weight rows against all activation rows, eight at a time. */
 static void job_gemvn(void *p, int ith, int nth) {
     mm_job *j = (mm_job *)p;
     (void)ith;
@@ -790,8 +801,8 @@ static void job_gemvn(void *p, int ith, int nth) {
     int64_t ngroups = (j->m + j->group - 1) / j->group, g;
     while ((g = plx_chunk_next(j->ctx)) < ngroups) {
         int64_t r0 = g * j->group, rows = PL_MIN(j->group, j->m - r0);
-        for (int64_t c0 = 0; c0 < j->n; c0 += 4) {
-            int rn = (int)PL_MIN(4, j->n - c0);
+        for (int64_t c0 = 0; c0 < j->n; c0 += 8) {
+            int rn = (int)PL_MIN(8, j->n - c0);
             const uint8_t *a = j->act + c0 * j->as;
             float *d = j->dst + c0 * j->m + r0;
             if (rn == 1) j->gemv(j->w + r0 * j->wrow, j->wrow, rows, j->k, a, d);
@@ -982,12 +993,12 @@ int pl_matmul(pl_ctx *ctx, float *dst, const float *x, int64_t n, int64_t k, con
     j.as = plx_act_stride(k);
     j.ps = plx_panel_stride(k);
     j.gemv = n == 1 ? plx_gemv_pick(wtype) : NULL;
-    /* Small batches (a server's decode steps) stream the weights once per four tokens through the
+    /* Small batches (a server's decode steps) stream the weights once per eight tokens through the
      * fused kernels; larger ones (prompts) amortise unpacking weight panels. */
     int small = 0;
     if (n > 1 && n <= PLX_GEMVN_MAX_ROWS && plx_gemv_pick(wtype) != NULL) {
         small = 1;
-        for (int rn = 2; rn <= 4; rn++) {
+        for (int rn = 2; rn <= 8; rn++) {
             j.gemvn[rn] = plx_gemvn_pick(wtype, rn);
             if (j.gemvn[rn] == NULL) small = 0;
         }
