@@ -336,10 +336,40 @@ PL_TARGET_AVX512 static float expsum_avx512(float *s, int nv, float mx) {
 #endif
 
 #if PL_X86
+/* tile_scores4 computes the scores of four keys k[0..3] (hd floats each) for the 16 query lanes
+ * of qt ([hd][16]), summed as ggml_vec_dot_f32/f16 do on AVX-512 (whole 64-element steps in F32,
+ * the remaining elements' products in double), then scaled by scl. */
+__attribute__((always_inline)) PL_TARGET_AVX512 static inline void
+tile_scores4(const float *qt, const float *const k[4], int hd, __m512 scl, __m512 av[4]) {
+    const int hd64 = hd & ~63;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int d = 0; d < hd64; d++) {
+        __m512 qv = _mm512_load_ps(qt + d * 16);
+        a0 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[0][d]), a0);
+        a1 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[1][d]), a1);
+        a2 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[2][d]), a2);
+        a3 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[3][d]), a3);
+    }
+    av[0] = a0, av[1] = a1, av[2] = a2, av[3] = a3;
+    if (hd64 < hd) {
+        for (int i = 0; i < 4; i++) {
+            __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(av[i]));
+            __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(av[i]), 1)));
+            for (int d = hd64; d < hd; d++) {
+                __m512 pr = _mm512_mul_ps(_mm512_load_ps(qt + d * 16), _mm512_set1_ps(k[i][d]));
+                lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(pr)));
+                hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(pr), 1))));
+            }
+            av[i] = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1);
+        }
+    }
+    for (int i = 0; i < 4; i++) av[i] = _mm512_mul_ps(av[i], scl);
+}
+
 /* ---------------------------------------------------------------- AVX-512, rows in lanes
  *
  * For items of at least 8 query rows: the item's R <= 16 query rows are lanes of one vector.
- * Q is transposed once per item (Qt [hd][16], pre-scaled), so the scores of one key for all rows
+ * Q is transposed once per item (Qt [hd][16]; the scale is applied to the sums), so the scores of one key for all rows
  * are hd broadcast-FMAs, the online softmax runs lane-wise, and P·V accumulates 4 rows × 64
  * elements of O in registers per pass over the chunk's values. F16 rows are widened once per
  * chunk into Kf/Vf. */
@@ -396,8 +426,6 @@ PL_TARGET_AVX512 static void att_tile512(const float *const *q, float *const *ds
     const __m512i P = _mm512_loadu_si512((const void *)pl);
     for (int d = 0; d < hd; d++)
         for (int r = 0; r < 16; r++) tb->qt[d * 16 + r] = r < R ? q[r][d] : 0.0f;
-    /* dot products summed as ggml_vec_dot_f32/f16 do (see att_tile512_f16), then scaled */
-    const int hd64 = hd & ~63;
     const __m512 scl = _mm512_set1_ps(scale);
     memset(tb->o, 0, (size_t)16 * hd * sizeof(float));
     __m512 m = _mm512_set1_ps(-INFINITY), l = _mm512_setzero_ps();
@@ -431,29 +459,9 @@ PL_TARGET_AVX512 static void att_tile512(const float *const *q, float *const *ds
         for (int c0 = 0; c0 < C; c0 += 4) {
             const float *k0 = K[c0], *k1 = K[PL_MIN(c0 + 1, C - 1)], *k2 = K[PL_MIN(c0 + 2, C - 1)],
                         *k3 = K[PL_MIN(c0 + 3, C - 1)];
-            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int d = 0; d < hd64; d++) {
-                __m512 qv = _mm512_load_ps(tb->qt + d * 16);
-                a0 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k0[d]), a0);
-                a1 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k1[d]), a1);
-                a2 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k2[d]), a2);
-                a3 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k3[d]), a3);
-            }
-            __m512 av[4] = {a0, a1, a2, a3};
-            if (hd64 < hd) {
-                const float *kk[4] = {k0, k1, k2, k3};
-                for (int i = 0; i < 4; i++) {
-                    __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(av[i]));
-                    __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(av[i]), 1)));
-                    for (int d = hd64; d < hd; d++) {
-                        __m512 pr = _mm512_mul_ps(_mm512_load_ps(tb->qt + d * 16), _mm512_set1_ps(kk[i][d]));
-                        lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(pr)));
-                        hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(pr), 1))));
-                    }
-                    av[i] = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1);
-                }
-            }
-            for (int i = 0; i < 4; i++) av[i] = _mm512_mul_ps(av[i], scl);
+            __m512 av[4];
+            const float *k4[4] = {k0, k1, k2, k3};
+            tile_scores4(tb->qt, k4, hd, scl, av);
             for (int i = 0; i < 4 && c0 + i < C; i++) {
                 __mmask16 vm = _mm512_cmp_epi32_mask(_mm512_set1_epi32(j0 + c0 + i), P, _MM_CMPINT_LE);
                 valid[c0 + i] = vm;
@@ -522,9 +530,6 @@ PL_TARGET_AVX512 static void att_tile512_f16(const float *const *q, float *const
     for (int d = 0; d < hd; d++)
         for (int r = 0; r < 16; r++) tb->qt[d * 16 + r] = r < R ? tb->o[(size_t)r * hd + d] : 0.0f;
     const float *kr[CH], *vr[CH];
-    /* ggml's F16 dot product (ggml_vec_dot_f16, 64-element SIMD steps on AVX-512) sums whole steps
-     * in F32 and the remaining elements' F32 products in double; the scale is applied after. */
-    const int hd64 = hd & ~63;
     const __m512 scl = _mm512_set1_ps(scale);
     /* pass 1: scores of every position, masked ones -inf */
     __m512 mx = _mm512_set1_ps(-INFINITY);
@@ -536,29 +541,9 @@ PL_TARGET_AVX512 static void att_tile512_f16(const float *const *q, float *const
         for (int c0 = 0; c0 < C; c0 += 4) {
             const float *k0 = kr[c0], *k1 = kr[PL_MIN(c0 + 1, C - 1)], *k2 = kr[PL_MIN(c0 + 2, C - 1)],
                         *k3 = kr[PL_MIN(c0 + 3, C - 1)];
-            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int d = 0; d < hd64; d++) {
-                __m512 qv = _mm512_load_ps(tb->qt + d * 16);
-                a0 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k0[d]), a0);
-                a1 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k1[d]), a1);
-                a2 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k2[d]), a2);
-                a3 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k3[d]), a3);
-            }
-            __m512 av[4] = {a0, a1, a2, a3};
-            if (hd64 < hd) {
-                const float *kk[4] = {k0, k1, k2, k3};
-                for (int i = 0; i < 4; i++) {
-                    __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(av[i]));
-                    __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(av[i]), 1)));
-                    for (int d = hd64; d < hd; d++) {
-                        __m512 pr = _mm512_mul_ps(_mm512_load_ps(tb->qt + d * 16), _mm512_set1_ps(kk[i][d]));
-                        lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(pr)));
-                        hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(pr), 1))));
-                    }
-                    av[i] = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1);
-                }
-            }
-            for (int i = 0; i < 4; i++) av[i] = _mm512_mul_ps(av[i], scl);
+            __m512 av[4];
+            const float *k4[4] = {k0, k1, k2, k3};
+            tile_scores4(tb->qt, k4, hd, scl, av);
             for (int i = 0; i < 4 && c0 + i < C; i++) {
                 __mmask16 vm = _mm512_cmp_epi32_mask(_mm512_set1_epi32(j0 + c0 + i), P, _MM_CMPINT_LE);
                 __m512 sv = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), vm, av[i]);
