@@ -383,7 +383,7 @@ func TestServe(t *testing.T) {
 	} else {
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != 200 || !bytes.Contains(b, []byte("parley_")) {
+		if resp.StatusCode != 200 || !bytes.Contains(b, []byte("parley_step_seconds_count")) || !bytes.Contains(b, []byte("parley_time_to_first_token_seconds")) {
 			t.Fatalf("metrics: %d %.300s", resp.StatusCode, b)
 		}
 	}

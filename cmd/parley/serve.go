@@ -146,6 +146,7 @@ func runServe(e *env, args []string) error {
 	defer be.Close()
 	logger.Info("backend", "name", be.Name())
 
+	steps := server.NewStepMetrics()
 	var served []*server.Model
 	var scheds []*sched.Scheduler
 	var closers []func()
@@ -191,7 +192,7 @@ func runServe(e *env, args []string) error {
 		}
 		closers = append(closers, func() { c.Close() })
 		s, err := sched.New(sched.NewLlamaModel(c), sched.NewTokenizerText(eng.Tokenizer), sched.Config{
-			MaxQueue: *queue, StepTokens: *step, MaxActive: *parallel, MaxContext: n, PrefixCache: *prefix, Logger: logger.With("model", sp.name),
+			MaxQueue: *queue, StepTokens: *step, MaxActive: *parallel, MaxContext: n, PrefixCache: *prefix, OnStep: steps.OnStep(sp.name), Logger: logger.With("model", sp.name),
 		})
 		if err != nil {
 			hs.Close()
@@ -207,7 +208,7 @@ func runServe(e *env, args []string) error {
 			origins = append(origins, o)
 		}
 	}
-	srv, err := server.New(server.Config{APIKey: *apiKey, AllowedOrigins: origins, MaxBodyBytes: *maxBody, RequestTimeout: *timeout, Logger: logger}, served)
+	srv, err := server.New(server.Config{APIKey: *apiKey, AllowedOrigins: origins, MaxBodyBytes: *maxBody, RequestTimeout: *timeout, Logger: logger, Steps: steps}, served)
 	if err != nil {
 		hs.Close()
 		return err

@@ -54,6 +54,9 @@ type Config struct {
 	// Logger receives one line per request and every error, each with the request id; nil
 	// discards.
 	Logger *slog.Logger
+	// Steps, when set, holds per-step histograms fed by the schedulers' OnStep hooks; the server
+	// exposes them at /metrics.
+	Steps *StepMetrics
 }
 
 // Server serves the API. Build it with New; it is safe for concurrent use.
@@ -133,6 +136,11 @@ func New(cfg Config, models []*Model) (*Server, error) {
 		s.byName[m.Name] = sv
 	}
 	s.metrics = newMetrics(s.models)
+	if cfg.Steps != nil {
+		if err := registerAll(s.metrics.reg, cfg.Steps.collectors()); err != nil {
+			return nil, err
+		}
+	}
 	s.handler = http.HandlerFunc(s.serve)
 	return s, nil
 }
