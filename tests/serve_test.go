@@ -395,15 +395,19 @@ func jsonString(s string) string {
 }
 
 // TestServeLoad runs 64 concurrent streaming clients against one model for a bounded time
-// ($PARLEY_LOAD_SECONDS, default 10) and reports time-to-first-token and inter-token latency;
+// ($PARLEY_LOAD_SECONDS, default 30) and reports time-to-first-token and inter-token latency;
 // every request must succeed (or be refused with 429 when over budget).
 func TestServeLoad(t *testing.T) {
 	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
-	secs := 10
+	secs := 30
 	if v, err := fmt.Sscan(os.Getenv("PARLEY_LOAD_SECONDS"), &secs); v != 1 || err != nil {
-		secs = 10
+		secs = 30
 	}
 	srv := startServer(t, "-m", "stories="+model, "--parallel", "16", "--ctx", "256", "--queue", "128", "-t", "2")
+	if status, b, _ := postJSON(t, srv.base+"/v1/completions", `{"model":"stories","prompt":"Once","max_tokens":8}`); status != 200 {
+		t.Fatalf("warm-up: %d %s", status, b)
+	}
+	goroutines0, rss0 := serverGauges(t, srv.base)
 	const clients = 64
 	var ttft, itl []time.Duration
 	var mu sync.Mutex
@@ -484,6 +488,50 @@ func TestServeLoad(t *testing.T) {
 	}
 	t.Logf("%d clients, %d s: %d streams completed, %d refused (429); time to first token p50 %v p99 %v; inter-token p50 %v p99 %v",
 		clients, secs, ok.Load(), refused.Load(), pct(ttft, .5), pct(ttft, .99), pct(itl, .5), pct(itl, .99))
+
+	// Afterwards nothing is left behind: goroutines return to where they were (connections close
+	// within the client's idle timeout) and resident memory stays bounded.
+	http.DefaultClient.CloseIdleConnections()
+	var goroutines1, rss1 float64
+	for try := 0; try < 50; try++ {
+		goroutines1, rss1 = serverGauges(t, srv.base)
+		if goroutines1 <= goroutines0+4 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("server goroutines %v before, %v after; resident memory %.1f MiB before, %.1f MiB after", goroutines0, goroutines1, rss0/(1<<20), rss1/(1<<20))
+	if goroutines1 > goroutines0+4 {
+		t.Errorf("goroutines grew from %v to %v", goroutines0, goroutines1)
+	}
+	if rss1 > rss0+256<<20 {
+		t.Errorf("resident memory grew from %.1f to %.1f MiB", rss0/(1<<20), rss1/(1<<20))
+	}
+}
+
+// serverGauges scrapes the server's goroutine count and resident memory from /metrics.
+func serverGauges(t *testing.T, base string) (goroutines, rss float64) {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		var v float64
+		line := sc.Text()
+		if _, err := fmt.Sscanf(line, "go_goroutines %g", &v); err == nil {
+			goroutines = v
+		}
+		if _, err := fmt.Sscanf(line, "process_resident_memory_bytes %g", &v); err == nil {
+			rss = v
+		}
+	}
+	if goroutines == 0 {
+		t.Fatal("/metrics has no go_goroutines")
+	}
+	return goroutines, rss
 }
 
 // TestServeGracefulShutdown: SIGTERM lets an in-flight stream finish, then the server exits 0.
