@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "8c9e99fe53bf98352aea5c82e9e08ecf0e8e3cc20e6e0cea6bef290a6b58bf8b"
+const nativeSources = "15e92df32b36181b61f0765fa8a8c68b7d26b6cef1d9af8f52e6114b777edd27"

@@ -193,45 +193,9 @@ QK_AVX512(qk_avx512_min_4, AVX512_RM, 4, 1)
 
 /* ---------------------------------------------------------------- AVX-512 fused matrix-vector
  *
- * One activation row: each weight unit is decoded in registers and multiplied at once, so that
- * weights stream from memory exactly once and nothing is stored in between. */
-
-__attribute__((always_inline)) PL_TARGET_AVX512 static inline void
-gemv512_t(const int T, const uint8_t *w, size_t wrow, int64_t nrows, int64_t k, const uint8_t *act,
-          float *out) {
-    const int has_min = T == PL_Q4_1 || T == PL_Q5_1 || T == PL_Q4_K || T == PL_Q5_K;
-    const int64_t kp = plx_kpad(k);
-    const __m512i zero = _mm512_setzero_si512();
-    /* One row at a time: interleaving the streams of two rows measured 2-3x slower from DRAM
-     * (decode's case), though slightly faster from L3. */
-    for (int64_t r = 0; r < nrows; r++) {
-        const uint8_t *row = w + r * wrow;
-        __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
-        PLX_FOR_UNITS(T, row, k, ui, o, {
-            const uint8_t *a = act + 64 * ui;
-            __m512i bias = has_min ? zero : _mm512_load_si512((const void *)(a + 2 * kp));
-            __m512i d = _mm512_dpbusd_epi32(bias, o.u, _mm512_load_si512((const void *)a));
-            __m512 sc = _mm512_mul_ps(o.dw, _mm512_load_ps((const float *)(a + kp)));
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sc, acc);
-            if (has_min) accm = _mm512_fmadd_ps(o.mn, _mm512_load_ps((const float *)(a + 2 * kp)), accm);
-        });
-        out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc, accm));
-    }
-}
-
-#define GEMV512(NAME, T)                                                                         \
-    PL_TARGET_AVX512 static void NAME(const uint8_t *w, size_t wrow, int64_t nrows, int64_t k,   \
-                                      const uint8_t *act, float *out) {                          \
-        gemv512_t(T, w, wrow, nrows, k, act, out);                                               \
-    }
-GEMV512(gemv512_q4_0, PL_Q4_0)
-GEMV512(gemv512_q4_1, PL_Q4_1)
-GEMV512(gemv512_q5_0, PL_Q5_0)
-GEMV512(gemv512_q5_1, PL_Q5_1)
-GEMV512(gemv512_q8_0, PL_Q8_0)
-GEMV512(gemv512_q4_k, PL_Q4_K)
-GEMV512(gemv512_q5_k, PL_Q5_K)
-GEMV512(gemv512_q6_k, PL_Q6_K)
+ * Each weight unit is decoded in registers and multiplied at once, so that weights stream from
+ * memory exactly once and nothing is stored in between. Weight rows go one at a time:
+ * interleaving the streams of two rows measured 2-3x slower from DRAM (decode's case). */
 
 /* Up to eight activation rows (stride as bytes) against the same weight rows: each weight unit is
  * decoded in registers once and multiplied with every activation row, so that a small batch of
@@ -288,6 +252,21 @@ GEMV512N_ALL(PL_Q8_0, q8_0)
 GEMV512N_ALL(PL_Q4_K, q4_k)
 GEMV512N_ALL(PL_Q5_K, q5_k)
 GEMV512N_ALL(PL_Q6_K, q6_k)
+
+/* One activation row: the same kernel (weights streamed exactly once, nothing stored). */
+#define GEMV512(NAME, T)                                                                         \
+    PL_TARGET_AVX512 static void NAME(const uint8_t *w, size_t wrow, int64_t nrows, int64_t k,   \
+                                      const uint8_t *act, float *out) {                          \
+        gemv512n_t(T, 1, w, wrow, nrows, k, act, 0, out, 0);                                     \
+    }
+GEMV512(gemv512_q4_0, PL_Q4_0)
+GEMV512(gemv512_q4_1, PL_Q4_1)
+GEMV512(gemv512_q5_0, PL_Q5_0)
+GEMV512(gemv512_q5_1, PL_Q5_1)
+GEMV512(gemv512_q8_0, PL_Q8_0)
+GEMV512(gemv512_q4_k, PL_Q4_K)
+GEMV512(gemv512_q5_k, PL_Q5_K)
+GEMV512(gemv512_q6_k, PL_Q6_K)
 
 /* ---------------------------------------------------------------- AVX2 fused matrix-vector */
 

@@ -238,6 +238,20 @@ func (b *Backend) f32Of(op, what string, t backend.Tensor, write bool) (*Tensor,
 	return ct, nil
 }
 
+// f32Of3 checks the writable F32 destination and two F32 operands of an elementwise op.
+func (b *Backend) f32Of3(op string, dst backend.Tensor, n1 string, t1 backend.Tensor, n2 string, t2 backend.Tensor) (d, a, c *Tensor, err error) {
+	if d, err = b.f32Of(op, "dst", dst, true); err != nil {
+		return nil, nil, nil, err
+	}
+	if a, err = b.f32Of(op, n1, t1, false); err != nil {
+		return nil, nil, nil, err
+	}
+	if c, err = b.f32Of(op, n2, t2, false); err != nil {
+		return nil, nil, nil, err
+	}
+	return d, a, c, nil
+}
+
 func shapeErr(op, what string, t *Tensor, rows, cols int) error {
 	return fmt.Errorf("cpu: %s: %s is [%d, %d], want [%d, %d]", op, what, t.rows, t.cols, rows, cols)
 }
@@ -360,15 +374,7 @@ func (b *Backend) MatMul(dst, x, w backend.Tensor) error {
 // AddRows: dst[i,:] = a[i,:] + b[i,:], or bias[0,:] when it has one row. dst may be a.
 func (b *Backend) AddRows(dst, a, bias backend.Tensor) error {
 	const op = "add rows"
-	d, err := b.f32Of(op, "dst", dst, true)
-	if err != nil {
-		return err
-	}
-	at, err := b.f32Of(op, "a", a, false)
-	if err != nil {
-		return err
-	}
-	bt, err := b.f32Of(op, "b", bias, false)
+	d, at, bt, err := b.f32Of3(op, dst, "a", a, "b", bias)
 	if err != nil {
 		return err
 	}
@@ -387,15 +393,7 @@ func (b *Backend) AddRows(dst, a, bias backend.Tensor) error {
 // RMSNorm: dst[i,:] = x[i,:] / sqrt(mean(x[i,:]^2) + eps) * w[0,:]; w [1, d] F32. dst may be x.
 func (b *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) error {
 	const op = "rms norm"
-	d, err := b.f32Of(op, "dst", dst, true)
-	if err != nil {
-		return err
-	}
-	xt, err := b.f32Of(op, "x", x, false)
-	if err != nil {
-		return err
-	}
-	wt, err := b.f32Of(op, "w", w, false)
+	d, xt, wt, err := b.f32Of3(op, dst, "x", x, "w", w)
 	if err != nil {
 		return err
 	}
@@ -414,15 +412,7 @@ func (b *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) error {
 // SwiGLU: dst = silu(gate) * up elementwise. dst may be gate (or up).
 func (b *Backend) SwiGLU(dst, gate, up backend.Tensor) error {
 	const op = "swiglu"
-	d, err := b.f32Of(op, "dst", dst, true)
-	if err != nil {
-		return err
-	}
-	g, err := b.f32Of(op, "gate", gate, false)
-	if err != nil {
-		return err
-	}
-	u, err := b.f32Of(op, "up", up, false)
+	d, g, u, err := b.f32Of3(op, dst, "gate", gate, "up", up)
 	if err != nil {
 		return err
 	}
