@@ -4,8 +4,11 @@
 package sharedtest
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 )
 
@@ -53,3 +56,42 @@ func find() (string, bool) {
 		d = p
 	}
 }
+
+// WhisperRandomModel returns the path of the random-weight Whisper model that the ASR references
+// were made with ("tiny.en", "tiny" or "base.en"), regenerating it byte for byte from the
+// vocabulary-only file in models/asr with the generator script there (python3 with numpy). The
+// file is written once into the system's temporary directory and reused. t is skipped when the
+// shared directory, python3 or numpy is absent.
+func WhisperRandomModel(t testing.TB, name string) string {
+	t.Helper()
+	src := Path(t, "models/asr/for-tests-ggml-"+name+".bin")
+	script := Path(t, "models/asr/make_random_ggml.py")
+	py := ""
+	for _, c := range []string{"python3", "/usr/bin/python3"} {
+		if p, err := exec.LookPath(c); err == nil && exec.Command(p, "-c", "import numpy").Run() == nil {
+			py = p
+			break
+		}
+	}
+	if py == "" {
+		t.Skip("no python3 with numpy: it is needed to regenerate the random-weight Whisper models (apt-get install python3-numpy)")
+	}
+	dst := filepath.Join(os.TempDir(), "parley-ggml-"+name+"-RANDOM.bin")
+	whisperGen.Lock()
+	defer whisperGen.Unlock()
+	if fi, err := os.Stat(dst); err == nil && fi.Size() > 1<<20 {
+		return dst
+	}
+	tmp := fmt.Sprintf("%s.%d.tmp", dst, os.Getpid())
+	out, err := exec.Command(py, script, src, tmp).CombinedOutput()
+	if err != nil {
+		os.Remove(tmp)
+		t.Fatalf("regenerating %s: %v\n%s", name, err, out)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+var whisperGen sync.Mutex

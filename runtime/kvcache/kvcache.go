@@ -166,6 +166,26 @@ func (s *Seq) Fork(n int) *Seq {
 	return t
 }
 
+// ForkInto is Fork reusing dst (an empty sequence of the same pool, e.g. one just released) so
+// that steady-state reordering of beams allocates nothing. It returns dst, or a new sequence when
+// dst is nil or belongs to another pool.
+func (s *Seq) ForkInto(dst *Seq, n int) *Seq {
+	if dst == nil || dst.pool != s.pool {
+		return s.Fork(n)
+	}
+	dst.Release()
+	if n > s.n {
+		n = s.n
+	}
+	full := n / s.pool.blockSize
+	dst.blocks = append(dst.blocks[:0], s.blocks[:full]...)
+	for _, b := range dst.blocks {
+		s.pool.refs[b]++
+	}
+	dst.n = full * s.pool.blockSize
+	return dst
+}
+
 // BatchBuilder assembles a backend.Batch for one forward step from the sequences taking part,
 // reusing its slices so that a steady-state step allocates nothing.
 type BatchBuilder struct {

@@ -116,3 +116,35 @@ func TestBatchBuilder(t *testing.T) {
 		t.Fatalf("steady-state batch building allocates %v times", allocs)
 	}
 }
+
+// TestForkIntoReusesSequence forks beams with block size 1 (exact sharing) into released
+// sequences, as beam search reorders its hypotheses, and checks reference counts and that a
+// steady-state fork allocates nothing.
+func TestForkIntoReusesSequence(t *testing.T) {
+	p, _ := NewPool(32, 1)
+	a := p.NewSeq(16)
+	if err := a.Reserve(5); err != nil {
+		t.Fatal(err)
+	}
+	_ = a.Advance(5)
+	b := p.NewSeq(16)
+	b = a.ForkInto(b, a.Len())
+	if b.Len() != 5 || !b.Shared(4) || p.FreeBlocks() != 27 {
+		t.Fatalf("fork: len %d, shared %v, %d free; want 5, true, 27", b.Len(), b.Shared(4), p.FreeBlocks())
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		b = a.ForkInto(b, 3)
+	})
+	if allocs != 0 || b.Len() != 3 || b.Shared(3) {
+		t.Fatalf("ForkInto: %v allocs, len %d; want 0 allocs, len 3", allocs, b.Len())
+	}
+	a.Release()
+	b.Release()
+	if p.FreeBlocks() != 32 {
+		t.Fatalf("%d free after releasing both, want 32", p.FreeBlocks())
+	}
+	q, _ := NewPool(4, 1)
+	if c := a.ForkInto(q.NewSeq(0), 0); c.pool != p {
+		t.Fatal("ForkInto with a sequence of another pool must make a sequence of the source's pool")
+	}
+}
