@@ -1,0 +1,433 @@
+package audio
+
+import (
+	"errors"
+	"fmt"
+	"mime"
+	"runtime/debug"
+	"strings"
+	"time"
+)
+
+var (
+	// ErrUnsupported reports input that is not in a format Decode handles (a server answers 415).
+	ErrUnsupported = errors.New("unsupported audio format")
+	// ErrCorrupt reports input in a supported format that is malformed or truncated.
+	ErrCorrupt = errors.New("corrupt audio")
+	// ErrTooLong reports audio longer than the decoder's duration limit.
+	ErrTooLong = errors.New("audio too long")
+)
+
+// DefaultMaxDuration bounds decoded audio when Options.MaxDuration is zero: two hours are 115.2M
+// samples (461 MB) at 16 kHz.
+const DefaultMaxDuration = 2 * time.Hour
+
+// Options controls DecodeWith.
+type Options struct {
+	// MaxDuration bounds the decoded length; longer input fails with ErrTooLong before the
+	// excess is decoded. Zero means DefaultMaxDuration; negative is invalid.
+	MaxDuration time.Duration
+	// ContentType, if set (e.g. from an HTTP header), is used when the bytes alone do not
+	// identify the format: an MP3 stream without a tag that starts mid-frame, or a reason to
+	// call unrecognised bytes corrupt (a supported type was declared) rather than unsupported.
+	ContentType string
+}
+
+// Format names a container and codec Decode reads.
+type Format string
+
+const (
+	FormatWAV    Format = "wav"        // RIFF, RIFX, RF64 or BW64 WAVE: integer/float PCM, A-law, µ-law
+	FormatFLAC   Format = "flac"       // native FLAC
+	FormatMP3    Format = "mp3"        // MPEG-1/2 layer III
+	FormatVorbis Format = "ogg/vorbis" // Vorbis in Ogg, first logical stream
+	FormatOpus   Format = "ogg/opus"   // Opus in Ogg (RFC 7845), mono or stereo
+)
+
+// Info describes the input as stored, before mixing down and resampling.
+type Info struct {
+	Format        Format
+	Codec         string        // "pcm_s16le", "pcm_f32be", "pcm_mulaw", "flac", "mp3", "vorbis", "opus", ...
+	SampleRate    int           // Hz; for Opus the 48 kHz coding rate
+	Channels      int           // channels mixed down by averaging
+	BitsPerSample int           // stored resolution for PCM and FLAC (valid bits); 0 for lossy codecs
+	Frames        int64         // decoded samples per channel at SampleRate
+	Duration      time.Duration // Frames / SampleRate
+}
+
+// Decode decodes an audio file to 16 kHz mono float32 with default options.
+func Decode(data []byte) ([]float32, Info, error) {
+	return DecodeWith(data, Options{})
+}
+
+// DecodeWith decodes an audio file to 16 kHz mono float32: the format is sniffed from the bytes
+// (opt.ContentType only helps where they are ambiguous), channels are averaged and the result
+// is resampled with Resampler. 16-bit PCM maps to float as s16·2⁻¹⁵ exactly, and 16 kHz input
+// is not resampled, so a 16 kHz mono PCM16 WAV yields exactly what whisper.cpp reads.
+func DecodeWith(data []byte, opt Options) (samples []float32, info Info, err error) {
+	maxDur := opt.MaxDuration
+	if maxDur == 0 {
+		maxDur = DefaultMaxDuration
+	}
+	if maxDur < 0 {
+		return nil, Info{}, fmt.Errorf("audio: negative duration limit %v", maxDur)
+	}
+	f, body, err := detect(data, opt.ContentType)
+	if err != nil {
+		return nil, Info{}, err
+	}
+	lim := limits{maxDur: maxDur, inputBytes: len(data)}
+	defer func() {
+		// Third-party codecs are fed untrusted bytes; a panic in one is a malformed stream.
+		if p := recover(); p != nil {
+			if panicHook != nil {
+				panicHook(p, debug.Stack())
+			}
+			samples, info = nil, Info{}
+			err = fmt.Errorf("audio: %s decoder failed: %v: %w", f, p, ErrCorrupt)
+		}
+	}()
+	switch f {
+	case FormatWAV:
+		return decodeWAV(body, lim)
+	case FormatFLAC:
+		return decodeFLAC(body, lim)
+	case FormatMP3:
+		return decodeMP3(body, lim)
+	case FormatVorbis:
+		return decodeVorbis(body, lim)
+	case FormatOpus:
+		return decodeOpus(body, lim)
+	}
+	return nil, Info{}, fmt.Errorf("audio: format %q: %w", f, ErrUnsupported)
+}
+
+// panicHook, when set, sees each panic DecodeWith turns into ErrCorrupt, with its stack, so
+// that tests can tell a codec's panic from one in this package.
+var panicHook func(p any, stack []byte)
+
+// limits is what every decoder checks before it grows its output.
+type limits struct {
+	maxDur     time.Duration
+	inputBytes int
+}
+
+// maxFrames is the most frames at rate that fit in the duration limit.
+func (l limits) maxFrames(rate int) int64 {
+	sec := int64(l.maxDur / time.Second)
+	ns := int64(l.maxDur % time.Second)
+	return sec*int64(rate) + ns*int64(rate)/int64(time.Second)
+}
+
+// sink collects mono samples at the input rate, enforces the duration limit and resamples to
+// SampleRate as it goes, so the full-rate signal is never held at once.
+type sink struct {
+	rate      int
+	maxFrames int64
+	frames    int64
+	rs        *Resampler
+	out       []float32
+}
+
+// newSink starts the output for a stream at rate. declared, when positive, is the frame count
+// the stream's header announces: more than the limit fails at once. It sizes the output only
+// when confirmed (the input's size proves it, as for PCM); otherwise the first allocation is
+// capped at 4 samples per input byte, and the output grows as decoding proves more.
+func newSink(rate int, lim limits, declared int64, confirmed bool) (*sink, error) {
+	if rate < MinRate || rate > MaxRate {
+		return nil, fmt.Errorf("audio: sample rate %d Hz outside [%d, %d]: %w", rate, MinRate, MaxRate, ErrUnsupported)
+	}
+	rs, err := NewResampler(rate, SampleRate)
+	if err != nil {
+		return nil, err
+	}
+	s := &sink{rate: rate, maxFrames: lim.maxFrames(rate), rs: rs}
+	if declared > s.maxFrames {
+		return nil, s.tooLong(declared)
+	}
+	if declared > 0 {
+		n := rs.OutLen(declared)
+		if !confirmed {
+			n = min(n, 4*int64(lim.inputBytes))
+		}
+		s.out = make([]float32, 0, n)
+	}
+	return s, nil
+}
+
+func (s *sink) tooLong(frames int64) error {
+	return fmt.Errorf("audio: %v of audio (at least) exceeds the limit of %v: %w",
+		samplesDuration(frames, s.rate).Round(time.Millisecond), samplesDuration(s.maxFrames, s.rate).Round(time.Millisecond), ErrTooLong)
+}
+
+// check reports whether n more frames fit.
+func (s *sink) check(n int) error {
+	if s.frames+int64(n) > s.maxFrames {
+		return s.tooLong(s.frames + int64(n))
+	}
+	return nil
+}
+
+func (s *sink) push(mono []float32) error {
+	if err := s.check(len(mono)); err != nil {
+		return err
+	}
+	s.frames += int64(len(mono))
+	s.out = s.rs.Process(s.out, mono)
+	return nil
+}
+
+func (s *sink) finish(info *Info) []float32 {
+	s.out = s.rs.Flush(s.out)
+	info.SampleRate = s.rate
+	info.Frames = s.frames
+	info.Duration = samplesDuration(s.frames, s.rate)
+	return s.out
+}
+
+// samplesDuration is n samples at rate as a Duration, rounded to the nanosecond.
+func samplesDuration(n int64, rate int) time.Duration {
+	sec := n / int64(rate)
+	rem := n % int64(rate)
+	return time.Duration(sec)*time.Second + time.Duration((rem*int64(time.Second)+int64(rate)/2)/int64(rate))
+}
+
+// detect identifies the format and returns the bytes its decoder reads (ID3v2 tags in front of
+// MP3 or FLAC removed).
+func detect(data []byte, contentType string) (Format, []byte, error) {
+	if len(data) == 0 {
+		return "", nil, fmt.Errorf("audio: empty input: %w", ErrCorrupt)
+	}
+	f, body, what := sniff(data)
+	if f != "" {
+		return f, body, nil
+	}
+	if what != "" {
+		return "", nil, fmt.Errorf("audio: %s: %w", what, ErrUnsupported)
+	}
+	declared := formatForContentType(contentType)
+	if declared == FormatMP3 {
+		// A headerless MP3 may start with a partial frame; the decoder resynchronises.
+		return FormatMP3, body, nil
+	}
+	head := data[:min(len(data), 12)]
+	if declared != "" {
+		return "", nil, fmt.Errorf("audio: declared %s but the data is not %s (starts % x): %w", contentType, declared, head, ErrCorrupt)
+	}
+	if contentType != "" {
+		return "", nil, fmt.Errorf("audio: content type %q, data starting % x: %w", contentType, head, ErrUnsupported)
+	}
+	return "", nil, fmt.Errorf("audio: unrecognised data starting % x: %w", head, ErrUnsupported)
+}
+
+func formatForContentType(ct string) Format {
+	if ct == "" {
+		return ""
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		mt = strings.ToLower(strings.TrimSpace(ct))
+	}
+	switch mt {
+	case "audio/wav", "audio/wave", "audio/x-wav", "audio/vnd.wave", "audio/x-pn-wav":
+		return FormatWAV
+	case "audio/flac", "audio/x-flac":
+		return FormatFLAC
+	case "audio/mpeg", "audio/mp3", "audio/x-mp3", "audio/mpeg3", "audio/x-mpeg-3", "audio/mpa":
+		return FormatMP3
+	case "audio/ogg", "application/ogg", "audio/vorbis", "audio/x-vorbis+ogg":
+		return FormatVorbis
+	case "audio/opus", "audio/x-opus+ogg":
+		return FormatOpus
+	}
+	return ""
+}
+
+// sniff returns the format the bytes carry and the part its decoder reads, or, for a format it
+// recognises but cannot decode, a description of it.
+func sniff(data []byte) (Format, []byte, string) {
+	has := func(off int, s string) bool {
+		return len(data) >= off+len(s) && string(data[off:off+len(s)]) == s
+	}
+	switch {
+	case (has(0, "RIFF") || has(0, "RIFX") || has(0, "RF64") || has(0, "BW64")) && (has(8, "WAVE") || len(data) < 12):
+		return FormatWAV, data, ""
+	case has(0, "fLaC"):
+		return FormatFLAC, data, ""
+	case has(0, "OggS"):
+		return sniffOgg(data)
+	case has(0, "FORM") && (has(8, "AIFF") || has(8, "AIFC")):
+		return "", nil, "AIFF"
+	case has(4, "ftyp"):
+		return "", nil, "MP4/M4A (AAC or ALAC)"
+	case has(0, "\x1a\x45\xdf\xa3"):
+		return "", nil, "Matroska/WebM"
+	case has(0, "#!AMR"):
+		return "", nil, "AMR"
+	case has(0, "caff"):
+		return "", nil, "Core Audio (CAF)"
+	case has(0, "MThd"):
+		return "", nil, "MIDI"
+	case has(0, ".snd"):
+		return "", nil, "Sun/NeXT audio (.au)"
+	case has(0, "wvpk"):
+		return "", nil, "WavPack"
+	case has(0, "MAC "):
+		return "", nil, "Monkey's Audio"
+	case has(0, "RIFF") && has(8, "AVI "):
+		return "", nil, "AVI"
+	case has(0, "RIFF"):
+		return "", nil, fmt.Sprintf("RIFF form %q", data[8:min(len(data), 12)])
+	}
+	body := skipID3v2(data)
+	tagged := len(body) < len(data)
+	if len(body) >= 4 && string(body[:4]) == "fLaC" {
+		return FormatFLAC, body, ""
+	}
+	return sniffMPEG(body, tagged)
+}
+
+// skipID3v2 drops ID3v2 tags (possibly several) from the front of data.
+func skipID3v2(data []byte) []byte {
+	for len(data) >= 10 && string(data[:3]) == "ID3" && data[3] < 0xff && data[4] < 0xff &&
+		data[6]|data[7]|data[8]|data[9] < 0x80 {
+		n := 10 + (int(data[6])<<21 | int(data[7])<<14 | int(data[8])<<7 | int(data[9]))
+		if data[5]&0x10 != 0 {
+			n += 10 // footer
+		}
+		if n > len(data) {
+			return data[len(data):]
+		}
+		data = data[n:]
+	}
+	return data
+}
+
+func sniffOgg(data []byte) (Format, []byte, string) {
+	// The first page carries the first packet of the first logical stream: 27-byte header,
+	// segment table, then the packet.
+	if len(data) < 28 {
+		return FormatVorbis, data, "" // the decoder reports the truncation
+	}
+	nseg := int(data[26])
+	if len(data) < 27+nseg {
+		return FormatVorbis, data, ""
+	}
+	p := data[27+nseg:]
+	has := func(s string) bool { return len(p) >= len(s) && string(p[:len(s)]) == s }
+	switch {
+	case has("\x01vorbis"):
+		return FormatVorbis, data, ""
+	case has("OpusHead"):
+		return FormatOpus, data, ""
+	case has("\x7fFLAC"):
+		return "", nil, "FLAC in Ogg"
+	case has("Speex   "):
+		return "", nil, "Ogg Speex"
+	case has("\x80theora"):
+		return "", nil, "Ogg Theora (video)"
+	}
+	return "", nil, fmt.Sprintf("Ogg stream with an unknown codec (first packet % x)", p[:min(len(p), 8)])
+}
+
+// mpegHeader is a parsed MPEG audio frame header.
+type mpegHeader struct {
+	version    int // 1, 2, or 25 for MPEG-2.5
+	layer      int // 1, 2 or 3
+	rate       int
+	channels   int
+	frameBytes int // 0 for free format
+	samples    int // samples per channel in the frame
+	crc        bool
+}
+
+var (
+	mpegRates = [3][3]int{{44100, 48000, 32000}, {22050, 24000, 16000}, {11025, 12000, 8000}}
+	// kbit/s for layer III; index 0 is free format, 15 invalid.
+	mp3Kbps1 = [15]int{0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320}
+	mp3Kbps2 = [15]int{0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160}
+)
+
+// parseMPEGHeader decodes the 4 bytes at the start of b; ok is false when they are not a valid
+// MPEG audio frame header. Sizes are computed for layer III only.
+func parseMPEGHeader(b []byte) (h mpegHeader, ok bool) {
+	if len(b) < 4 || b[0] != 0xff || b[1]&0xe0 != 0xe0 {
+		return h, false
+	}
+	ver := int(b[1]>>3) & 3
+	layer := int(b[1]>>1) & 3
+	bri := int(b[2] >> 4)
+	sri := int(b[2]>>2) & 3
+	if ver == 1 || layer == 0 || bri == 15 || sri == 3 {
+		return h, false
+	}
+	switch ver {
+	case 3:
+		h.version = 1
+	case 2:
+		h.version = 2
+	default:
+		h.version = 25
+	}
+	h.layer = 4 - layer
+	vi := map[int]int{1: 0, 2: 1, 25: 2}[h.version]
+	h.rate = mpegRates[vi][sri]
+	h.channels = 2
+	if b[3]>>6 == 3 {
+		h.channels = 1
+	}
+	h.crc = b[1]&1 == 0
+	if h.layer == 3 {
+		pad := int(b[2]>>1) & 1
+		if h.version == 1 {
+			h.samples = 1152
+			h.frameBytes = 144000*mp3Kbps1[bri]/h.rate + pad
+		} else {
+			h.samples = 576
+			h.frameBytes = 72000*mp3Kbps2[bri]/h.rate + pad
+		}
+		if bri == 0 {
+			h.frameBytes = 0
+		}
+	}
+	return h, true
+}
+
+// sniffMPEG recognises MPEG audio (and ADTS AAC) at the start of data: a layer III header that is
+// followed by another valid header where the first frame ends (or by the end of the data). After
+// an ID3 tag, which marks the file as MPEG audio, the first frame is searched for.
+func sniffMPEG(data []byte, tagged bool) (Format, []byte, string) {
+	limit := 1
+	if tagged {
+		limit = min(len(data), 64<<10)
+	}
+	for off := 0; off < limit && off+4 <= len(data); off++ {
+		b := data[off:]
+		if b[0] != 0xff {
+			continue
+		}
+		if b[1]&0xf6 == 0xf0 {
+			return "", nil, "AAC (ADTS)"
+		}
+		h, ok := parseMPEGHeader(b)
+		if !ok {
+			continue
+		}
+		if h.layer != 3 {
+			return "", nil, fmt.Sprintf("MPEG-%d layer %s audio (only layer III is decoded)", h.version, strings.Repeat("I", h.layer))
+		}
+		if h.frameBytes == 0 {
+			return "", nil, "free-format MP3"
+		}
+		if h.frameBytes < len(b) {
+			if h2, ok := parseMPEGHeader(b[h.frameBytes:]); !ok || h2.layer != 3 || h2.version != h.version {
+				continue
+			}
+		}
+		if h.version == 25 {
+			return "", nil, "MPEG-2.5 layer III audio (8, 11.025 or 12 kHz MP3)"
+		}
+		return FormatMP3, b, ""
+	}
+	return "", data, ""
+}
