@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "15e92df32b36181b61f0765fa8a8c68b7d26b6cef1d9af8f52e6114b777edd27"
+const nativeSources = "7c21f1ce036732bb72e87591867a874d4fc88603cb68cdf59df85f1ff00520b3"

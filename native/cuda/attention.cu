@@ -1,0 +1,430 @@
+// attention.cu: plc_attention and plc_full_attention.
+//
+// Two kernels compute attention. The decode kernel gives one thread block to one query row and
+// head (and, for long contexts, one range of keys: the key ranges' partial results are then
+// combined by a second kernel). The flash kernel gives one block to 16 consecutive queries of a
+// sequence and one head, streaming keys and values through shared memory 32 at a time with an
+// online softmax.
+//
+// With F16 keys and values the contract is that the query is rounded to F16 before q.k and the
+// normalised weights p_j = exp(s_j - max)/sum are rounded to F16 before p.v. Rounding p_j needs
+// the row's final maximum and sum before any value is weighted, so F16 attention makes two passes
+// over the keys: one for the statistics, one for the weighted values. F32 attention makes one,
+// normalising at the end.
+#include <limits.h>
+
+#include "attention.cuh"
+#include "kv.cuh"
+
+#define PLC_DEC_THREADS 128
+#define PLC_FA_THREADS 128
+
+enum { PLC_DEC_SINGLE = 0, PLC_DEC_PARTIAL = 1, PLC_DEC_STATS = 2, PLC_DEC_ROUNDED = 3 };
+
+__device__ __forceinline__ int64_t plc_slot(const int32_t *blocks, int boff, int bs, int j) {
+    return blocks != NULL ? (int64_t)blocks[boff + j / bs] * bs + j % bs : (int64_t)j;
+}
+
+// Decode kernel: grid (tiles, heads, splits), PLC_DEC_THREADS threads, dynamic shared memory
+// (hd + 2*chunk) * 4 bytes. Split s covers keys [s*chunk, (s+1)*chunk) of the tile's range.
+// part [tiles, heads, splits, hd+2]: per split the maximum score, the sum of exp(score-max) and hd
+// outputs. Modes:
+//   SINGLE   one split: writes dst.
+//   PARTIAL  (F32) writes max, sum and the unnormalised sum of exp(s-max)*v.
+//   STATS    (F16, first pass) writes max and sum.
+//   ROUNDED  (F16, second pass) reads every split's max and sum, writes sum_j f16(p_j)*v_j.
+template <typename KT, bool ROUND>
+__global__ void __launch_bounds__(PLC_DEC_THREADS)
+    plc_attn_decode(float *dst, const float *q, int64_t qstride, const KT *kc, const KT *vc, int64_t width, int bs,
+                    const int32_t *blocks, const plc_tile *tiles, int hd, int group, float scale, int chunk, int nsplit,
+                    int mode, float *part) {
+    extern __shared__ float plc_dec_sm[];
+    float *sq = plc_dec_sm;                 // [hd] the query, F16-rounded for an F16 cache
+    float *ss = sq + hd;                    // [chunk] scores, then weights
+    int *sslot = (int *)(ss + chunk);       // [chunk] cache rows of the keys
+    __shared__ float red[32];
+    const plc_tile t = tiles[blockIdx.x];
+    const int h = blockIdx.y, s = blockIdx.z, tid = threadIdx.x;
+    const int kvh = h / group;
+    const int limit = min(t.kvlen, t.pos0 + 1);
+    const int j0 = s * chunk;
+    const int cnt = max(min(j0 + chunk, limit) - j0, 0);
+    const float *qh = q + (int64_t)t.row0 * qstride + (int64_t)h * hd;
+    for (int d = tid; d < hd; d += blockDim.x) sq[d] = ROUND ? plc_f16_round(qh[d]) : qh[d];
+    for (int jj = tid; jj < cnt; jj += blockDim.x) sslot[jj] = (int)plc_slot(blocks, t.boff, bs, j0 + jj);
+    __syncthreads();
+    const int warp = tid / PLC_WARP, lane = tid % PLC_WARP, nw = blockDim.x / PLC_WARP;
+    const int64_t hoff = (int64_t)kvh * hd;
+    for (int jj = warp; jj < cnt; jj += nw) {
+        const KT *kr = kc + (int64_t)sslot[jj] * width + hoff;
+        float dot = 0.f;
+        for (int d = lane; d < hd; d += PLC_WARP) dot += sq[d] * plc_to_f32(kr[d]);
+        dot = plc_warp_sum(dot);
+        if (lane == 0) ss[jj] = scale * dot;
+    }
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int jj = tid; jj < cnt; jj += blockDim.x) mx = fmaxf(mx, ss[jj]);
+    mx = plc_block_max(mx, red);
+    const int64_t ph = ((int64_t)blockIdx.x * gridDim.y + h) * nsplit;  // first split of this tile and head
+    float *pp = part + (ph + s) * (hd + 2);
+    float M = mx, L = 0.f;
+    if (mode == PLC_DEC_ROUNDED) {
+        const float *p0 = part + ph * (hd + 2);
+        M = -INFINITY;
+        for (int u = 0; u < nsplit; u++) M = fmaxf(M, p0[u * (hd + 2)]);
+        for (int u = 0; u < nsplit; u++) {
+            const float mu = p0[u * (hd + 2)];
+            if (mu != -INFINITY) L += p0[u * (hd + 2) + 1] * expf(mu - M);
+        }
+    }
+    float l = 0.f;
+    for (int jj = tid; jj < cnt; jj += blockDim.x) {
+        const float e = expf(ss[jj] - M);
+        ss[jj] = e;
+        l += e;
+    }
+    l = plc_block_sum(l, red);  // its barriers also publish ss
+    if (mode == PLC_DEC_STATS) {
+        if (tid == 0) {
+            pp[0] = mx;
+            pp[1] = l;
+        }
+        return;
+    }
+    if (mode == PLC_DEC_SINGLE) L = l;
+    if (ROUND) {
+        for (int jj = tid; jj < cnt; jj += blockDim.x) ss[jj] = plc_f16_round(ss[jj] / L);
+        __syncthreads();
+    }
+    for (int d = tid; d < hd; d += blockDim.x) {
+        float o = 0.f;
+        const KT *vcol = vc + hoff + d;
+        for (int jj = 0; jj < cnt; jj++) o += ss[jj] * plc_to_f32(vcol[(int64_t)sslot[jj] * width]);
+        if (mode == PLC_DEC_SINGLE) {
+            dst[(int64_t)t.row0 * qstride + (int64_t)h * hd + d] = ROUND ? o : o / L;
+        } else {
+            pp[2 + d] = o;
+        }
+    }
+    if (mode == PLC_DEC_PARTIAL && tid == 0) {
+        pp[0] = mx;
+        pp[1] = l;
+    }
+}
+
+// Combines the splits of the decode kernel: grid (tiles, heads), threads over hd. F32: the parts
+// are rescaled to the largest maximum and normalised by the total sum; F16 (rounded): the parts
+// are already normalised and are summed.
+__global__ void plc_attn_combine(float *dst, int64_t qstride, const plc_tile *tiles, int hd, int nsplit, int rounded,
+                                 const float *part) {
+    const plc_tile t = tiles[blockIdx.x];
+    const int h = blockIdx.y;
+    const float *p0 = part + ((int64_t)blockIdx.x * gridDim.y + h) * nsplit * (hd + 2);
+    float M = -INFINITY;
+    for (int u = 0; u < nsplit; u++) M = fmaxf(M, p0[u * (hd + 2)]);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float num = 0.f, den = 0.f;
+        for (int u = 0; u < nsplit; u++) {
+            const float *pu = p0 + u * (hd + 2);
+            if (rounded) {
+                num += pu[2 + d];
+            } else if (pu[0] != -INFINITY) {
+                const float w = expf(pu[0] - M);
+                num += w * pu[2 + d];
+                den += w * pu[1];
+            }
+        }
+        dst[(int64_t)t.row0 * qstride + (int64_t)h * hd + d] = rounded ? num : num / den;
+    }
+}
+
+// Flash kernel: grid (tiles, heads), PLC_FA_THREADS threads. Thread tid owns query row
+// r = tid/8 of the tile and, of each 32-key tile, keys cg, cg+8, cg+16, cg+24 (cg = tid%8) for
+// the scores and output columns cg, cg+8, ... for the values. The eight threads of a row are
+// consecutive lanes of one warp and reduce with shuffles.
+template <int HD, typename KT, bool ROUND>
+__global__ void __launch_bounds__(PLC_FA_THREADS)
+    plc_attn_flash(float *dst, const float *q, int64_t qstride, const KT *kc, const KT *vc, int64_t width, int bs,
+                   const int32_t *blocks, const plc_tile *tiles, int group, float scale) {
+    __shared__ float sQ[PLC_FA_BQ][HD + 1];
+    __shared__ float sK[PLC_FA_BK][HD + 1];
+    __shared__ float sV[PLC_FA_BK][HD];
+    __shared__ float sP[PLC_FA_BQ][PLC_FA_BK + 1];
+    __shared__ int64_t sSlot[PLC_FA_BK];
+    const plc_tile t = tiles[blockIdx.x];
+    const int h = blockIdx.y, tid = threadIdx.x;
+    const int64_t hoff = (int64_t)(h / group) * HD;
+    const int r = tid / 8, cg = tid % 8;
+    for (int e = tid; e < PLC_FA_BQ * HD; e += PLC_FA_THREADS) {
+        const int rr = e / HD, d = e % HD;
+        float v = 0.f;
+        if (rr < t.nq) {
+            v = q[(int64_t)(t.row0 + rr) * qstride + (int64_t)h * HD + d];
+            if (ROUND) v = plc_f16_round(v);
+        }
+        sQ[rr][d] = v;
+    }
+    const int rq = r < t.nq ? r : t.nq - 1;  // rows past the tile's end compute row nq-1 again
+    const int limit = min(t.kvlen, t.pos0 + rq + 1);
+    const int kend = min(t.kvlen, t.pos0 + t.nq);
+    float m = -INFINITY, l = 0.f;
+    float o[HD / 8];
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++) o[i] = 0.f;
+
+    for (int pass = ROUND ? 0 : 1; pass < 2; pass++) {
+        const bool values = pass == 1;
+        for (int kt = 0; kt < kend; kt += PLC_FA_BK) {
+            __syncthreads();  // the previous tile's keys, values and weights are no longer read
+            for (int c = tid; c < PLC_FA_BK; c += PLC_FA_THREADS)
+                sSlot[c] = kt + c < kend ? plc_slot(blocks, t.boff, bs, kt + c) : 0;
+            __syncthreads();
+            for (int e = tid; e < PLC_FA_BK * HD; e += PLC_FA_THREADS) {
+                const int c = e / HD, d = e % HD;
+                float kv = 0.f, vv = 0.f;
+                if (kt + c < kend) {
+                    const int64_t off = sSlot[c] * width + hoff + d;
+                    kv = plc_to_f32(kc[off]);
+                    if (values) vv = plc_to_f32(vc[off]);
+                }
+                sK[c][d] = kv;
+                if (values) sV[c][d] = vv;
+            }
+            __syncthreads();
+            float sc[PLC_FA_BK / 8];
+#pragma unroll
+            for (int i = 0; i < PLC_FA_BK / 8; i++) {
+                const int c = cg + 8 * i;
+                float s = -INFINITY;
+                if (kt + c < limit) {
+                    float dot = 0.f;
+#pragma unroll 8
+                    for (int d = 0; d < HD; d++) dot += sQ[r][d] * sK[c][d];
+                    s = scale * dot;
+                }
+                sc[i] = s;
+            }
+            float alpha = 1.f;
+            float p[PLC_FA_BK / 8];
+            if (ROUND && values) {
+                // Second pass: m and l are the row's final maximum and sum.
+#pragma unroll
+                for (int i = 0; i < PLC_FA_BK / 8; i++) p[i] = sc[i] == -INFINITY ? 0.f : plc_f16_round(expf(sc[i] - m) / l);
+            } else {
+                float mt = -INFINITY;
+#pragma unroll
+                for (int i = 0; i < PLC_FA_BK / 8; i++) mt = fmaxf(mt, sc[i]);
+                for (int off = 4; off > 0; off >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
+                const float mn = fmaxf(m, mt);
+                alpha = m == -INFINITY ? 0.f : expf(m - mn);
+                float ps = 0.f;
+#pragma unroll
+                for (int i = 0; i < PLC_FA_BK / 8; i++) {
+                    p[i] = sc[i] == -INFINITY ? 0.f : expf(sc[i] - mn);
+                    ps += p[i];
+                }
+                for (int off = 4; off > 0; off >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, off);
+                l = l * alpha + ps;
+                m = mn;
+            }
+            if (!values) continue;
+#pragma unroll
+            for (int i = 0; i < PLC_FA_BK / 8; i++) sP[r][cg + 8 * i] = p[i];
+            __syncthreads();
+#pragma unroll
+            for (int i = 0; i < HD / 8; i++) {
+                const int d = cg + 8 * i;
+                float acc = 0.f;
+#pragma unroll 8
+                for (int c = 0; c < PLC_FA_BK; c++) acc += sP[r][c] * sV[c][d];
+                o[i] = o[i] * alpha + acc;
+            }
+        }
+    }
+    if (r < t.nq) {
+        float *out = dst + (int64_t)(t.row0 + r) * qstride + (int64_t)h * HD;
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++) out[cg + 8 * i] = ROUND ? o[i] : o[i] / l;
+    }
+}
+
+template <typename KT, bool ROUND>
+static void plc_launch_flash(plc_ctx *ctx, int hd, dim3 grid, float *dst, const float *q, int64_t qstride, const void *kc,
+                             const void *vc, int64_t width, int bs, const int32_t *blocks, const plc_tile *tiles, int group,
+                             float scale) {
+    const KT *k = (const KT *)kc, *v = (const KT *)vc;
+    switch (hd) {
+    case 64: plc_attn_flash<64, KT, ROUND><<<grid, PLC_FA_THREADS, 0, ctx->stream>>>(dst, q, qstride, k, v, width, bs, blocks, tiles, group, scale); break;
+    case 80: plc_attn_flash<80, KT, ROUND><<<grid, PLC_FA_THREADS, 0, ctx->stream>>>(dst, q, qstride, k, v, width, bs, blocks, tiles, group, scale); break;
+    case 128: plc_attn_flash<128, KT, ROUND><<<grid, PLC_FA_THREADS, 0, ctx->stream>>>(dst, q, qstride, k, v, width, bs, blocks, tiles, group, scale); break;
+    }
+}
+
+int plc_attend(plc_ctx *ctx, float *dst, const float *q, int64_t qstride, const void *kc, const void *vc, int kvtype,
+               int64_t width, int bs, const int32_t *blocks, int64_t n_blocks, const plc_tile *flash, int64_t n_flash,
+               const plc_tile *dec, int64_t n_dec, int max_kv, const plc_attn_cfg *a) {
+    const int hd = a->head_dim, group = a->n_head / a->n_kv_head;
+    const bool f16 = kvtype == PLC_F16;
+    if (n_flash > INT_MAX || n_dec > INT_MAX) return plc_fail_arg(ctx, "attention: too many tiles");
+    const void *host[3] = {blocks, flash, dec};
+    const size_t sizes[3] = {blocks != NULL ? (size_t)n_blocks * sizeof(int32_t) : 0, (size_t)n_flash * sizeof(plc_tile),
+                             (size_t)n_dec * sizeof(plc_tile)};
+    void *devp[3];
+    int st = plc_meta(ctx, 3, host, sizes, devp);
+    if (st != PLC_OK) return st;
+    const int32_t *dblocks = (const int32_t *)devp[0];
+    const plc_tile *dflash = (const plc_tile *)devp[1], *ddec = (const plc_tile *)devp[2];
+    if (n_flash > 0) {
+        const dim3 grid((unsigned)n_flash, (unsigned)a->n_head);
+        if (f16)
+            plc_launch_flash<__half, true>(ctx, hd, grid, dst, q, qstride, kc, vc, width, bs, dblocks, dflash, group, a->scale);
+        else
+            plc_launch_flash<float, false>(ctx, hd, grid, dst, q, qstride, kc, vc, width, bs, dblocks, dflash, group, a->scale);
+        if ((st = plc_launched(ctx, "attention: flash kernel")) != PLC_OK) return st;
+    }
+    if (n_dec == 0) return PLC_OK;
+    // Splits along the keys: enough blocks for about two per multiprocessor, each split at least
+    // 256 keys, and at most PLC_DEC_MAX_CHUNK keys per split.
+    const int64_t base = n_dec * a->n_head;
+    int64_t nsplit = (2 * (int64_t)ctx->sm_count + base - 1) / base;
+    const int64_t by_len = ((int64_t)max_kv + 255) / 256;
+    if (nsplit > by_len) nsplit = by_len;
+    const int64_t min_split = ((int64_t)max_kv + PLC_DEC_MAX_CHUNK - 1) / PLC_DEC_MAX_CHUNK;
+    if (nsplit < min_split) nsplit = min_split;
+    if (nsplit < 1) nsplit = 1;
+    if (nsplit > 65535) return plc_fail_arg(ctx, "attention: context too long");
+    const int chunk = (int)((max_kv + nsplit - 1) / nsplit);
+    const size_t smem = (size_t)(hd + 2 * chunk) * sizeof(float);
+    float *part = NULL;
+    if (nsplit > 1) {
+        void *w;
+        if ((st = plc_work(ctx, (size_t)(base * nsplit * (hd + 2)) * sizeof(float), &w)) != PLC_OK) return st;
+        part = (float *)w;
+    }
+    const dim3 grid((unsigned)n_dec, (unsigned)a->n_head, (unsigned)nsplit);
+    const dim3 grid2((unsigned)n_dec, (unsigned)a->n_head);
+    const int ns = (int)nsplit;
+    if (f16) {
+        const __half *k = (const __half *)kc, *v = (const __half *)vc;
+        if (ns == 1) {
+            plc_attn_decode<__half, true><<<grid, PLC_DEC_THREADS, smem, ctx->stream>>>(dst, q, qstride, k, v, width, bs, dblocks, ddec, hd, group, a->scale, chunk, ns, PLC_DEC_SINGLE, part);
+        } else {
+            plc_attn_decode<__half, true><<<grid, PLC_DEC_THREADS, smem, ctx->stream>>>(dst, q, qstride, k, v, width, bs, dblocks, ddec, hd, group, a->scale, chunk, ns, PLC_DEC_STATS, part);
+            plc_attn_decode<__half, true><<<grid, PLC_DEC_THREADS, smem, ctx->stream>>>(dst, q, qstride, k, v, width, bs, dblocks, ddec, hd, group, a->scale, chunk, ns, PLC_DEC_ROUNDED, part);
+            plc_attn_combine<<<grid2, 128, 0, ctx->stream>>>(dst, qstride, ddec, hd, ns, 1, part);
+        }
+    } else {
+        const float *k = (const float *)kc, *v = (const float *)vc;
+        if (ns == 1) {
+            plc_attn_decode<float, false><<<grid, PLC_DEC_THREADS, smem, ctx->stream>>>(dst, q, qstride, k, v, width, bs, dblocks, ddec, hd, group, a->scale, chunk, ns, PLC_DEC_SINGLE, part);
+        } else {
+            plc_attn_decode<float, false><<<grid, PLC_DEC_THREADS, smem, ctx->stream>>>(dst, q, qstride, k, v, width, bs, dblocks, ddec, hd, group, a->scale, chunk, ns, PLC_DEC_PARTIAL, part);
+            plc_attn_combine<<<grid2, 128, 0, ctx->stream>>>(dst, qstride, ddec, hd, ns, 0, part);
+        }
+    }
+    return plc_launched(ctx, "attention: decode kernel");
+}
+
+static int plc_attn_cfg_ok(plc_ctx *ctx, const plc_attn_cfg *a, int64_t width) {
+    if (a == NULL) return plc_fail_arg(ctx, "attention: null configuration");
+    if (a->n_head <= 0 || a->n_kv_head <= 0 || a->head_dim <= 0 || a->n_head % a->n_kv_head != 0 || a->n_head > 65535)
+        return plc_fail_arg(ctx, "attention: bad head counts");
+    if ((int64_t)a->n_kv_head * a->head_dim != width) return plc_fail_arg(ctx, "attention: n_kv_head*head_dim != width");
+    if (a->head_dim > PLC_MAX_HEAD_DIM) return PLC_ERR_UNSUPPORTED;
+    return PLC_OK;
+}
+
+// plc_tiles_reserve makes the context's host staging hold n tiles and returns it (NULL when out of
+// memory).
+static plc_tile *plc_tiles_reserve(plc_ctx *ctx, size_t n) {
+    try {
+        if (ctx->host.size() < n * sizeof(plc_tile)) ctx->host.resize(n * sizeof(plc_tile));
+    } catch (...) {
+        return NULL;
+    }
+    return (plc_tile *)ctx->host.data();
+}
+
+extern "C" int plc_attention(plc_ctx *ctx, float *dst, const float *q, int64_t n, const void *kc, const void *vc, int32_t kvtype,
+                             int64_t slots, int64_t width, int64_t block_size, const plc_attn_cfg *a, const plc_seq *seqs,
+                             int64_t n_seqs, const int32_t *blocks, int64_t n_blocks_total) {
+    if (ctx == NULL) return PLC_ERR_ARG;
+    if (!plc_kv_supports(kvtype)) return PLC_ERR_UNSUPPORTED;
+    int st = plc_attn_cfg_ok(ctx, a, width);
+    if (st != PLC_OK) return st;
+    if (n < 0 || n > INT_MAX || slots < 0 || slots > INT_MAX || block_size <= 0 || block_size > INT_MAX || n_seqs < 0 ||
+        n_blocks_total < 0 || n_blocks_total > INT_MAX)
+        return plc_fail_arg(ctx, "attention: bad sizes");
+    if (n_seqs > 0 && seqs == NULL) return plc_fail_arg(ctx, "attention: null sequences");
+    if (n_blocks_total > 0 && blocks == NULL) return plc_fail_arg(ctx, "attention: null block table");
+    const int64_t nblk = slots / block_size;
+    const int hd = a->head_dim;
+    const bool use_flash = plc_flash_head_dim(hd);
+    int64_t n_flash = 0, n_dec = 0;
+    for (int64_t i = 0; i < n_seqs; i++) {
+        const plc_seq s = seqs[i];
+        if (s.start < 0 || s.count < 0 || s.ctx_len < s.count || (int64_t)s.start + s.count > n || s.blocks_off < 0 ||
+            s.n_blocks < 0 || (int64_t)s.blocks_off + s.n_blocks > n_blocks_total)
+            return plc_fail_arg(ctx, "attention: sequence out of range");
+        const int64_t need = (s.ctx_len + block_size - 1) / block_size;
+        if (need > s.n_blocks) return plc_fail_arg(ctx, "attention: context longer than the block table");
+        for (int64_t b = 0; b < need; b++) {
+            const int32_t id = blocks[s.blocks_off + b];
+            if (id < 0 || id >= nblk) return plc_fail_arg(ctx, "attention: block id out of range");
+        }
+        if (use_flash && s.count >= 2) n_flash += (s.count + PLC_FA_BQ - 1) / PLC_FA_BQ;
+        else n_dec += s.count;
+    }
+    if (n_flash + n_dec == 0) return PLC_OK;
+    if (dst == NULL || q == NULL || kc == NULL || vc == NULL) return plc_fail_arg(ctx, "attention: null pointer");
+    PLC_ENTER(ctx);
+    plc_tile *tiles = plc_tiles_reserve(ctx, (size_t)(n_flash + n_dec));
+    if (tiles == NULL) return PLC_ERR_NOMEM;
+    plc_tile *ft = tiles, *dt = tiles + n_flash;
+    int64_t fi = 0, di = 0;
+    int max_kv = 0;
+    for (int64_t i = 0; i < n_seqs; i++) {
+        const plc_seq s = seqs[i];
+        if (s.count == 0) continue;
+        const int p0 = s.ctx_len - s.count;
+        if (use_flash && s.count >= 2) {
+            for (int c = 0; c < s.count; c += PLC_FA_BQ)
+                ft[fi++] = plc_tile{s.start + c, s.count - c < PLC_FA_BQ ? s.count - c : PLC_FA_BQ, p0 + c, s.blocks_off, s.ctx_len};
+        } else {
+            for (int c = 0; c < s.count; c++) dt[di++] = plc_tile{s.start + c, 1, p0 + c, s.blocks_off, s.ctx_len};
+            if (s.ctx_len > max_kv) max_kv = s.ctx_len;
+        }
+    }
+    return plc_attend(ctx, dst, q, (int64_t)a->n_head * hd, kc, vc, kvtype, width, (int)block_size, blocks, n_blocks_total, ft,
+                      n_flash, dt, n_dec, max_kv, a);
+}
+
+extern "C" int plc_full_attention(plc_ctx *ctx, float *dst, const float *q, int64_t n, const void *k, const void *v,
+                                  int32_t kvtype, int64_t m, const plc_attn_cfg *a) {
+    if (ctx == NULL) return PLC_ERR_ARG;
+    if (!plc_kv_supports(kvtype)) return PLC_ERR_UNSUPPORTED;
+    if (a == NULL) return plc_fail_arg(ctx, "full attention: null configuration");
+    int st = plc_attn_cfg_ok(ctx, a, (int64_t)a->n_kv_head * a->head_dim);
+    if (st != PLC_OK) return st;
+    if (n < 0 || n > INT_MAX || m < 1 || m > INT_MAX) return plc_fail_arg(ctx, "full attention: bad sizes");
+    if (n == 0) return PLC_OK;
+    if (dst == NULL || q == NULL || k == NULL || v == NULL) return plc_fail_arg(ctx, "full attention: null pointer");
+    PLC_ENTER(ctx);
+    const int hd = a->head_dim;
+    const bool use_flash = plc_flash_head_dim(hd) && n >= 2;
+    const int64_t nt = use_flash ? (n + PLC_FA_BQ - 1) / PLC_FA_BQ : n;
+    plc_tile *tiles = plc_tiles_reserve(ctx, (size_t)nt);
+    if (tiles == NULL) return PLC_ERR_NOMEM;
+    for (int64_t i = 0; i < nt; i++) {
+        if (use_flash) {
+            const int r0 = (int)(i * PLC_FA_BQ);
+            tiles[i] = plc_tile{r0, n - r0 < PLC_FA_BQ ? (int)(n - r0) : PLC_FA_BQ, PLC_NO_MASK, 0, (int)m};
+        } else {
+            tiles[i] = plc_tile{(int)i, 1, PLC_NO_MASK, 0, (int)m};
+        }
+    }
+    const int64_t width = (int64_t)a->n_kv_head * hd;
+    return plc_attend(ctx, dst, q, (int64_t)a->n_head * hd, k, v, kvtype, width, 1, NULL, 0, use_flash ? tiles : NULL,
+                      use_flash ? nt : 0, use_flash ? NULL : tiles, use_flash ? 0 : nt, (int)m, a);
+}

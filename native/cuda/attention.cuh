@@ -1,0 +1,34 @@
+// attention.cuh: attention over a block KV cache (plc_attention) and over dense keys and values
+// (plc_full_attention), shared by the decode and flash kernels.
+#ifndef PLC_ATTENTION_CUH
+#define PLC_ATTENTION_CUH
+
+#include "internal.cuh"
+
+// A tile is the unit of attention work: nq consecutive query rows row0.. of one sequence, query r
+// at position pos0+r seeing keys 0 .. min(kvlen, pos0+r+1)-1. Key j is in cache slot
+// blocks[boff + j/block_size]*block_size + j%block_size, or row j of dense keys. Unmasked
+// attention uses pos0 = PLC_NO_MASK.
+struct plc_tile {
+    int32_t row0, nq, pos0, boff, kvlen;
+};
+#define PLC_NO_MASK (1 << 30)
+
+// Flash-attention tiles: PLC_FA_BQ queries by PLC_FA_BK keys.
+#define PLC_FA_BQ 16
+#define PLC_FA_BK 32
+// Longest key range one decode block handles (its scores stay in shared memory).
+#define PLC_DEC_MAX_CHUNK 2048
+#define PLC_MAX_HEAD_DIM 256
+
+// plc_flash_head_dim reports whether the flash kernel is compiled for head dimension hd.
+static inline int plc_flash_head_dim(int hd) { return hd == 64 || hd == 80 || hd == 128; }
+
+// plc_attend runs the tiles: flash tiles (nq up to PLC_FA_BQ; head dims of plc_flash_head_dim)
+// and decode tiles (nq == 1, any head dim up to PLC_MAX_HEAD_DIM). Tables are host arrays;
+// blocks may be null for dense keys and values (then bs is ignored).
+int plc_attend(plc_ctx *ctx, float *dst, const float *q, int64_t qstride, const void *kc, const void *vc, int kvtype,
+               int64_t width, int bs, const int32_t *blocks, int64_t n_blocks, const plc_tile *flash, int64_t n_flash,
+               const plc_tile *dec, int64_t n_dec, int max_kv, const plc_attn_cfg *a);
+
+#endif

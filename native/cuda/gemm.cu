@@ -1,0 +1,187 @@
+// gemm.cu: plc_matmul. Float weights go to cuBLAS (cublasGemmEx). Quantised weights go through
+// a dequantising matrix-vector kernel for decode-sized batches, and for larger batches are
+// expanded to F16 in tiles of rows that cuBLAS multiplies with F16-rounded activations.
+//
+// Row-major x [n, k], w [m, k], dst [n, m] are, in cuBLAS's column-major terms, X (k x n),
+// W (k x m) and D (m x n): D = W^T X, so every call is GemmEx(OP_T, OP_N, m, n, k).
+#include <limits.h>
+
+#include "blas.cuh"
+#include "gemm.cuh"
+#include "internal.cuh"
+#include "quant.cuh"
+
+int plc_matmul_supports(int dt) {
+    switch (dt) {
+    case PLC_F32: case PLC_F16: case PLC_BF16:
+    case PLC_Q4_0: case PLC_Q4_1: case PLC_Q5_0: case PLC_Q5_1: case PLC_Q8_0:
+    case PLC_Q4_K: case PLC_Q5_K: case PLC_Q6_K:
+        return 1;
+    }
+    return 0;
+}
+
+// Activations rounded to F16 or BF16 (nearest even). x, y [len].
+__global__ void plc_f32_to_f16(__half *y, const float *x, int64_t len) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < len; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = __float2half_rn(x[i]);
+}
+
+__global__ void plc_f32_to_bf16(__nv_bfloat16 *y, const float *x, int64_t len) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < len; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = __float2bfloat16_rn(x[i]);
+}
+
+// Matrix-vector kernel for quantised weights: one warp per weight row; lane l expands chunks
+// l, l+32, ... of the row (32 elements each) into registers and multiplies them with the same
+// columns of each of the n <= NR activation rows. x [n, k] (k a multiple of 32, so rows are
+// 128-byte aligned), w [m, rowbytes], dst [n, m].
+template <int DT, int NR>
+__global__ void __launch_bounds__(128) plc_gemv_q(float *dst, const float *x, int n, int64_t k, const uint8_t *w,
+                                                  int64_t rowbytes, int64_t m) {
+    const int lane = threadIdx.x % PLC_WARP;
+    const int64_t row = (int64_t)blockIdx.x * (blockDim.x / PLC_WARP) + threadIdx.x / PLC_WARP;
+    if (row >= m) return;
+    const uint8_t *wr = w + row * rowbytes;
+    const int64_t nch = k / 32;
+    float acc[NR];
+#pragma unroll
+    for (int r = 0; r < NR; r++) acc[r] = 0.f;
+    float v[32];
+    for (int64_t c = lane; c < nch; c += PLC_WARP) {
+        plc_deq32<DT>(wr, c, v);
+#pragma unroll
+        for (int r = 0; r < NR; r++) {
+            if (r < n) {
+                const float4 *xp = (const float4 *)(x + r * k + c * 32);
+                float s = 0.f;
+#pragma unroll
+                for (int q = 0; q < 8; q++) {
+                    const float4 xv = xp[q];
+                    s += v[4 * q] * xv.x + v[4 * q + 1] * xv.y + v[4 * q + 2] * xv.z + v[4 * q + 3] * xv.w;
+                }
+                acc[r] += s;
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+        if (r < n) {
+            const float s = plc_warp_sum(acc[r]);
+            if (lane == 0) dst[r * m + row] = s;
+        }
+    }
+}
+
+// Expands rows [0, rows) of quantised w to F16: y [rows, k]. One thread per chunk.
+template <int DT>
+__global__ void plc_deq_f16(__half *y, const uint8_t *w, int64_t rowbytes, int64_t rows, int64_t k) {
+    const int64_t nch = k / 32;
+    float v[32];
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < rows * nch; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / nch, c = i % nch;
+        plc_deq32<DT>(w + r * rowbytes, c, v);
+        __half2 *o = (__half2 *)(y + r * k + c * 32);
+#pragma unroll
+        for (int j = 0; j < 16; j++) o[j] = __floats2half2_rn(v[2 * j], v[2 * j + 1]);
+    }
+}
+
+static int plc_grid(plc_ctx *ctx, int64_t work, int threads) {
+    int64_t b = (work + threads - 1) / threads;
+    const int64_t cap = (int64_t)ctx->sm_count * 32;
+    if (b > cap) b = cap;
+    return b < 1 ? 1 : (int)b;
+}
+
+template <int DT, int NR>
+static void plc_launch_gemv(plc_ctx *ctx, float *dst, const float *x, int n, int64_t k, const void *w, int64_t rowbytes, int64_t m) {
+    const int warps = 4;
+    const int64_t blocks = (m + warps - 1) / warps;
+    plc_gemv_q<DT, NR><<<(unsigned)blocks, warps * PLC_WARP, 0, ctx->stream>>>(dst, x, n, k, (const uint8_t *)w, rowbytes, m);
+}
+
+template <int DT>
+static int plc_matmul_q(plc_ctx *ctx, float *dst, const float *x, int64_t n, int64_t k, const void *w, int64_t m) {
+    const int64_t rowbytes = k / 32 / plc_qtype<DT>::chunks * plc_qtype<DT>::bytes;
+    if (n <= PLC_GEMV_MAX_ROWS) {
+        if (m > (int64_t)INT_MAX * 4) return plc_fail_arg(ctx, "matmul: too many weight rows");
+        if (n == 1) plc_launch_gemv<DT, 1>(ctx, dst, x, (int)n, k, w, rowbytes, m);
+        else if (n == 2) plc_launch_gemv<DT, 2>(ctx, dst, x, (int)n, k, w, rowbytes, m);
+        else if (n <= 4) plc_launch_gemv<DT, 4>(ctx, dst, x, (int)n, k, w, rowbytes, m);
+        else plc_launch_gemv<DT, 8>(ctx, dst, x, (int)n, k, w, rowbytes, m);
+        return plc_launched(ctx, "matmul: matrix-vector kernel");
+    }
+    // Weight rows are expanded in tiles of at most 2^25 elements (64 MiB of F16).
+    int64_t tile = ((int64_t)1 << 25) / k;
+    if (tile < 1) tile = 1;
+    if (tile > m) tile = m;
+    void *work;
+    const size_t xbytes = plc_round_up((size_t)(n * k) * sizeof(__half), 256);
+    int st = plc_work(ctx, xbytes + (size_t)(tile * k) * sizeof(__half), &work);
+    if (st != PLC_OK) return st;
+    __half *xh = (__half *)work, *wh = (__half *)((char *)work + xbytes);
+    plc_f32_to_f16<<<plc_grid(ctx, n * k, 256), 256, 0, ctx->stream>>>(xh, x, n * k);
+    if ((st = plc_launched(ctx, "matmul: rounding activations to F16")) != PLC_OK) return st;
+    const float one = 1.f, zero = 0.f;
+    for (int64_t r0 = 0; r0 < m; r0 += tile) {
+        const int64_t rows = m - r0 < tile ? m - r0 : tile;
+        plc_deq_f16<DT><<<plc_grid(ctx, rows * (k / 32), 128), 128, 0, ctx->stream>>>(
+            wh, (const uint8_t *)w + r0 * rowbytes, rowbytes, rows, k);
+        if ((st = plc_launched(ctx, "matmul: expanding weights to F16")) != PLC_OK) return st;
+        cublasStatus_t s = plc_blas(NULL)->gemm_ex(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)n, (int)k, &one, wh, CUDA_R_16F,
+                                        (int)k, xh, CUDA_R_16F, (int)k, &zero, dst + r0, CUDA_R_32F, (int)m,
+                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (s != CUBLAS_STATUS_SUCCESS) return plc_fail_blas(ctx, "matmul: cublasGemmEx (F16)", s);
+    }
+    return PLC_OK;
+}
+
+static int plc_matmul_float(plc_ctx *ctx, float *dst, const float *x, int64_t n, int64_t k, const void *w, int wt, int64_t m) {
+    const float one = 1.f, zero = 0.f;
+    const void *xin = x;
+    cudaDataType_t type = CUDA_R_32F;
+    cublasComputeType_t compute = ctx->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    if (wt != PLC_F32) {
+        void *work;
+        int st = plc_work(ctx, (size_t)(n * k) * 2, &work);
+        if (st != PLC_OK) return st;
+        if (wt == PLC_F16) {
+            plc_f32_to_f16<<<plc_grid(ctx, n * k, 256), 256, 0, ctx->stream>>>((__half *)work, x, n * k);
+            type = CUDA_R_16F;
+        } else {
+            plc_f32_to_bf16<<<plc_grid(ctx, n * k, 256), 256, 0, ctx->stream>>>((__nv_bfloat16 *)work, x, n * k);
+            type = CUDA_R_16BF;
+        }
+        if ((st = plc_launched(ctx, "matmul: rounding activations")) != PLC_OK) return st;
+        xin = work;
+        compute = CUBLAS_COMPUTE_32F;
+    }
+    cublasStatus_t s = plc_blas(NULL)->gemm_ex(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n, (int)k, &one, w, type, (int)k, xin,
+                                    type, (int)k, &zero, dst, CUDA_R_32F, (int)m, compute, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS) return plc_fail_blas(ctx, "matmul: cublasGemmEx", s);
+    return PLC_OK;
+}
+
+extern "C" int plc_matmul(plc_ctx *ctx, float *dst, const float *x, int64_t n, int64_t k, const void *w, int32_t wtype,
+                          int64_t m) {
+    if (ctx == NULL) return PLC_ERR_ARG;
+    if (!plc_matmul_supports(wtype)) return PLC_ERR_UNSUPPORTED;
+    if (n < 0 || k < 0 || m < 0 || n > INT_MAX || k > INT_MAX || m > INT_MAX) return plc_fail_arg(ctx, "matmul: size out of range");
+    if (plc_row_bytes(wtype, k) < 0) return plc_fail_arg(ctx, "matmul: k is not a multiple of the block size");
+    if (n == 0 || m == 0) return PLC_OK;
+    if (dst == NULL || x == NULL || w == NULL) return plc_fail_arg(ctx, "matmul: null pointer");
+    if (((uintptr_t)x % 16) != 0) return plc_fail_arg(ctx, "matmul: x is not 16-byte aligned");
+    PLC_ENTER(ctx);
+    if (k == 0) {
+        cudaError_t e = cudaMemsetAsync(dst, 0, (size_t)(n * m) * sizeof(float), ctx->stream);
+        return e == cudaSuccess ? PLC_OK : plc_fail_cuda(ctx, "matmul: cudaMemsetAsync", e);
+    }
+    switch (wtype) {
+    case PLC_F32: case PLC_F16: case PLC_BF16: return plc_matmul_float(ctx, dst, x, n, k, w, wtype, m);
+#define PLC_CASE(DT) case DT: return plc_matmul_q<DT>(ctx, dst, x, n, k, w, m);
+    PLC_FOR_QTYPES(PLC_CASE)
+#undef PLC_CASE
+    }
+    return PLC_ERR_UNSUPPORTED;
+}

@@ -1,0 +1,119 @@
+// internal.cuh: the context, scratch memory, error reporting and device helpers shared by the
+// kernels of libparley_cuda. Not part of the C ABI.
+#ifndef PLC_INTERNAL_CUH
+#define PLC_INTERNAL_CUH
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include <vector>
+
+#include "parley_cuda.h"
+
+struct plc_ctx {
+    int device;
+    int sm_count;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    int tf32;
+    // Device scratch, reused by every operation (stream order makes reuse safe): meta holds
+    // small per-call tables copied from the host (ids, positions, slots, block tables), work
+    // holds intermediate arrays (F16 copies, partial attention results).
+    void *meta;
+    size_t meta_cap;
+    void *work;
+    size_t work_cap;
+    // Host staging for tables the library builds (attention tiles), kept between calls.
+    std::vector<unsigned char> host;
+    char err[512];
+};
+
+// Every entry point that takes a context starts with PLC_ENTER: it checks the context and makes
+// its device current on this thread.
+int plc_enter(plc_ctx *ctx);
+#define PLC_ENTER(ctx)                       \
+    do {                                     \
+        int st_ = plc_enter(ctx);            \
+        if (st_ != PLC_OK) return st_;       \
+    } while (0)
+
+// plc_fail_cuda records what failed and returns PLC_ERR_CUDA (PLC_ERR_NOMEM for out-of-memory).
+int plc_fail_cuda(plc_ctx *ctx, const char *what, cudaError_t e);
+int plc_fail_blas(plc_ctx *ctx, const char *what, cublasStatus_t s);
+// plc_fail_arg records a message and returns PLC_ERR_ARG.
+int plc_fail_arg(plc_ctx *ctx, const char *what);
+// plc_launched checks that the kernel just launched was accepted.
+int plc_launched(plc_ctx *ctx, const char *what);
+
+// plc_meta copies count host arrays (sizes in bytes) into the meta scratch, each 256-byte
+// aligned, and returns their device addresses. Arrays of size 0 get a null address.
+int plc_meta(plc_ctx *ctx, int count, const void *const *host, const size_t *sizes, void **dev);
+// plc_work returns at least n bytes of device scratch, valid until the next plc_work call. One
+// operation asks once and divides the space itself.
+int plc_work(plc_ctx *ctx, size_t n, void **out);
+
+// plc_round_up rounds n up to a multiple of a.
+static inline size_t plc_round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+// Row size in bytes of n elements of dt, or -1 if dt is not a supported type or n is not a
+// multiple of its block size.
+int64_t plc_row_bytes(int dt, int64_t n);
+// Elements per block of dt (1 for float types), 0 if unsupported.
+int plc_block_elems(int dt);
+
+
+// ---- device helpers ----
+
+#define PLC_WARP 32
+
+__device__ __forceinline__ float plc_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float plc_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// plc_block_sum returns the sum of v over the block (blockDim.x a multiple of 32, at most 1024)
+// to every thread. red: shared scratch of 32 floats. Contains __syncthreads.
+__device__ __forceinline__ float plc_block_sum(float v, float *red) {
+    const int lane = threadIdx.x % PLC_WARP, warp = threadIdx.x / PLC_WARP;
+    const int nw = blockDim.x / PLC_WARP;
+    v = plc_warp_sum(v);
+    __syncthreads();  // red may still be read by a previous reduction
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float s = 0.f;
+    for (int w = 0; w < nw; w++) s += red[w];  // same order in every thread: same result
+    return s;
+}
+
+// plc_block_max: as plc_block_sum, for the maximum (-inf for a block of -inf).
+__device__ __forceinline__ float plc_block_max(float v, float *red) {
+    const int lane = threadIdx.x % PLC_WARP, warp = threadIdx.x / PLC_WARP;
+    const int nw = blockDim.x / PLC_WARP;
+    v = plc_warp_max(v);
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float m = -INFINITY;
+    for (int w = 0; w < nw; w++) m = fmaxf(m, red[w]);
+    return m;
+}
+
+// Half-precision loads from byte addresses that are 2-byte aligned (block layouts).
+__device__ __forceinline__ float plc_f16_at(const uint8_t *p) {
+    return __half2float(__ushort_as_half((unsigned short)(p[0] | (p[1] << 8))));
+}
+
+__device__ __forceinline__ float plc_f16_round(float v) { return __half2float(__float2half_rn(v)); }
+
+__device__ __forceinline__ float plc_to_f32(float v) { return v; }
+__device__ __forceinline__ float plc_to_f32(__half v) { return __half2float(v); }
+
+#endif

@@ -1,0 +1,152 @@
+// quant.cuh: device-side expansion of ggml's quantised blocks to F32, 32 elements (a "chunk")
+// at a time. Chunk c of a row holds elements 32c .. 32c+31. Formulas and block layouts are
+// ggml's (ggml-common.h, dequantize_row_*): scale products are formed in the same order, so
+// results equal the host's up to the compiler contracting a multiply and an add into one FMA.
+#ifndef PLC_QUANT_CUH
+#define PLC_QUANT_CUH
+
+#include "internal.cuh"
+
+template <int DT> struct plc_qtype;
+// bytes: bytes per block; chunks: chunks per block.
+template <> struct plc_qtype<PLC_Q4_0> { static constexpr int bytes = 18, chunks = 1; };
+template <> struct plc_qtype<PLC_Q4_1> { static constexpr int bytes = 20, chunks = 1; };
+template <> struct plc_qtype<PLC_Q5_0> { static constexpr int bytes = 22, chunks = 1; };
+template <> struct plc_qtype<PLC_Q5_1> { static constexpr int bytes = 24, chunks = 1; };
+template <> struct plc_qtype<PLC_Q8_0> { static constexpr int bytes = 34, chunks = 1; };
+template <> struct plc_qtype<PLC_Q4_K> { static constexpr int bytes = 144, chunks = 8; };
+template <> struct plc_qtype<PLC_Q5_K> { static constexpr int bytes = 176, chunks = 8; };
+template <> struct plc_qtype<PLC_Q6_K> { static constexpr int bytes = 210, chunks = 8; };
+
+__device__ __forceinline__ uint32_t plc_u32_at(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+// Scale and minimum of sub-block j (0..7) of a Q4_K/Q5_K block from its 12 packed bytes.
+__device__ __forceinline__ void plc_scale_min_k4(int j, const uint8_t *q, int &sc, int &m) {
+    if (j < 4) {
+        sc = q[j] & 63;
+        m = q[j + 4] & 63;
+    } else {
+        sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+// plc_deq32<DT>(row, c, y): y[0..31] = elements of chunk c of a row of DT.
+template <int DT> __device__ void plc_deq32(const uint8_t *row, int64_t c, float *y);
+
+template <> __device__ __forceinline__ void plc_deq32<PLC_Q4_0>(const uint8_t *row, int64_t c, float *y) {
+    const uint8_t *x = row + c * 18;
+    const float d = plc_f16_at(x);
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        const int q = x[2 + j];
+        y[j] = (float)((q & 15) - 8) * d;
+        y[j + 16] = (float)((q >> 4) - 8) * d;
+    }
+}
+
+template <> __device__ __forceinline__ void plc_deq32<PLC_Q4_1>(const uint8_t *row, int64_t c, float *y) {
+    const uint8_t *x = row + c * 20;
+    const float d = plc_f16_at(x), m = plc_f16_at(x + 2);
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        const int q = x[4 + j];
+        y[j] = (float)(q & 15) * d + m;
+        y[j + 16] = (float)(q >> 4) * d + m;
+    }
+}
+
+template <> __device__ __forceinline__ void plc_deq32<PLC_Q5_0>(const uint8_t *row, int64_t c, float *y) {
+    const uint8_t *x = row + c * 22;
+    const float d = plc_f16_at(x);
+    const uint32_t qh = plc_u32_at(x + 2);
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        const int q = x[6 + j];
+        const int h0 = ((qh >> j) & 1) << 4, h1 = ((qh >> (j + 16)) & 1) << 4;
+        y[j] = (float)(((q & 15) | h0) - 16) * d;
+        y[j + 16] = (float)(((q >> 4) | h1) - 16) * d;
+    }
+}
+
+template <> __device__ __forceinline__ void plc_deq32<PLC_Q5_1>(const uint8_t *row, int64_t c, float *y) {
+    const uint8_t *x = row + c * 24;
+    const float d = plc_f16_at(x), m = plc_f16_at(x + 2);
+    const uint32_t qh = plc_u32_at(x + 4);
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        const int q = x[8 + j];
+        const int h0 = ((qh >> j) & 1) << 4, h1 = ((qh >> (j + 16)) & 1) << 4;
+        y[j] = (float)((q & 15) | h0) * d + m;
+        y[j + 16] = (float)((q >> 4) | h1) * d + m;
+    }
+}
+
+template <> __device__ __forceinline__ void plc_deq32<PLC_Q8_0>(const uint8_t *row, int64_t c, float *y) {
+    const uint8_t *x = row + c * 34;
+    const float d = plc_f16_at(x);
+#pragma unroll
+    for (int j = 0; j < 32; j++) y[j] = (float)(int8_t)x[2 + j] * d;
+}
+
+// Q4_K: d, dmin (F16), scales[12], qs[128]. Chunk s (0..7) of a block uses qs[32*(s/2) ..],
+// the low nibbles for even s and the high ones for odd s.
+template <> __device__ __forceinline__ void plc_deq32<PLC_Q4_K>(const uint8_t *row, int64_t c, float *y) {
+    const uint8_t *x = row + (c >> 3) * 144;
+    const int s = (int)(c & 7);
+    const float d = plc_f16_at(x), dmin = plc_f16_at(x + 2);
+    int sc, m;
+    plc_scale_min_k4(s, x + 4, sc, m);
+    const float d1 = d * (float)sc, m1 = dmin * (float)m;
+    const uint8_t *q = x + 16 + 32 * (s >> 1);
+    const int shift = (s & 1) * 4;
+#pragma unroll
+    for (int l = 0; l < 32; l++) y[l] = d1 * (float)((q[l] >> shift) & 0xF) - m1;
+}
+
+// Q5_K: d, dmin, scales[12], qh[32], qs[128]; the fifth bit of element l of chunk s is bit s of
+// qh[l].
+template <> __device__ __forceinline__ void plc_deq32<PLC_Q5_K>(const uint8_t *row, int64_t c, float *y) {
+    const uint8_t *x = row + (c >> 3) * 176;
+    const int s = (int)(c & 7);
+    const float d = plc_f16_at(x), dmin = plc_f16_at(x + 2);
+    int sc, m;
+    plc_scale_min_k4(s, x + 4, sc, m);
+    const float d1 = d * (float)sc, m1 = dmin * (float)m;
+    const uint8_t *qh = x + 16;
+    const uint8_t *q = x + 48 + 32 * (s >> 1);
+    const int shift = (s & 1) * 4;
+#pragma unroll
+    for (int l = 0; l < 32; l++) {
+        const int v = ((q[l] >> shift) & 0xF) | (((qh[l] >> s) & 1) << 4);
+        y[l] = d1 * (float)v - m1;
+    }
+}
+
+// Q6_K: ql[128], qh[64], scales[16] (int8), d (F16). Half h = s/4 of the block covers 128
+// elements; chunk g = s%4 of the half takes its low bits from ql[64h + (g&1)*32 + l] (low nibble
+// for g < 2, high for g >= 2), its high two bits from qh[32h + l] >> 2g, and its scale from
+// scales[8h + 2g + l/16].
+template <> __device__ __forceinline__ void plc_deq32<PLC_Q6_K>(const uint8_t *row, int64_t c, float *y) {
+    const uint8_t *x = row + (c >> 3) * 210;
+    const int s = (int)(c & 7);
+    const int h = s >> 2, g = s & 3;
+    const float d = plc_f16_at(x + 208);
+    const uint8_t *ql = x + 64 * h + (g & 1) * 32;
+    const uint8_t *qh = x + 128 + 32 * h;
+    const int8_t *sc = (const int8_t *)(x + 192 + 8 * h + 2 * g);
+    const int lshift = (g >> 1) * 4, hshift = 2 * g;
+#pragma unroll
+    for (int l = 0; l < 32; l++) {
+        const int q = (((ql[l] >> lshift) & 0xF) | (((qh[l] >> hshift) & 3) << 4)) - 32;
+        y[l] = d * (float)sc[l >> 4] * (float)q;
+    }
+}
+
+// PLC_FOR_QTYPES(X) expands X(DT) for every quantised type.
+#define PLC_FOR_QTYPES(X) X(PLC_Q4_0) X(PLC_Q4_1) X(PLC_Q5_0) X(PLC_Q5_1) X(PLC_Q8_0) \
+    X(PLC_Q4_K) X(PLC_Q5_K) X(PLC_Q6_K)
+
+#endif

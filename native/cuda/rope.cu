@@ -1,0 +1,45 @@
+// rope.cu: plc_rope, one thread per rotated pair.
+#include "elementwise.cuh"
+#include "rope.cuh"
+
+// x [n, n_head*head_dim]; pairs per token n_head*dims/2. Pair i of a head at position p turns by
+// (p*freq_scale) * base^(-2i/dims).
+__global__ void plc_rope_k(float *x, int64_t n, int n_head, int head_dim, int dims, int neox, float base, float freq_scale,
+                           const int32_t *pos) {
+    const int half = dims / 2;
+    const int64_t per_tok = (int64_t)n_head * half;
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n * per_tok; t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t tok = t / per_tok;
+        const int h = (int)((t % per_tok) / half), i = (int)(t % half);
+        const float theta = ((float)pos[tok] * freq_scale) * powf(base, -2.f * (float)i / (float)dims);
+        float s, c;
+        sincosf(theta, &s, &c);
+        float *hx = x + tok * (int64_t)n_head * head_dim + (int64_t)h * head_dim;
+        const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        const float x0 = hx[a], x1 = hx[b];
+        hx[a] = x0 * c - x1 * s;
+        hx[b] = x0 * s + x1 * c;
+    }
+}
+
+extern "C" int plc_rope(plc_ctx *ctx, float *x, int64_t n, int32_t n_head, const plc_rope_cfg *r, const int32_t *pos) {
+    if (ctx == NULL) return PLC_ERR_ARG;
+    if (r == NULL) return plc_fail_arg(ctx, "rope: null configuration");
+    if (r->mode != PLC_ROPE_NORMAL && r->mode != PLC_ROPE_NEOX) return PLC_ERR_UNSUPPORTED;
+    if (n < 0 || n_head <= 0 || r->head_dim <= 0 || r->dims < 0 || r->dims % 2 != 0 || r->dims > r->head_dim)
+        return plc_fail_arg(ctx, "rope: bad shape");
+    if (n == 0 || r->dims == 0) return PLC_OK;
+    if (x == NULL || pos == NULL) return plc_fail_arg(ctx, "rope: null pointer");
+    for (int64_t i = 0; i < n; i++)
+        if (pos[i] < 0) return plc_fail_arg(ctx, "rope: negative position");
+    PLC_ENTER(ctx);
+    const void *host[1] = {pos};
+    const size_t sizes[1] = {(size_t)n * sizeof(int32_t)};
+    void *dev[1];
+    int st = plc_meta(ctx, 1, host, sizes, dev);
+    if (st != PLC_OK) return st;
+    const int64_t pairs = n * n_head * (r->dims / 2);
+    plc_rope_k<<<plc_grid1d(ctx, pairs, 256), 256, 0, ctx->stream>>>(x, n, n_head, r->head_dim, r->dims, r->mode == PLC_ROPE_NEOX,
+                                                                     r->base, r->freq_scale, (const int32_t *)dev[0]);
+    return plc_launched(ctx, "rope");
+}

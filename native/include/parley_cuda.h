@@ -1,0 +1,252 @@
+/*
+ * parley_cuda.h: the C ABI of Parley's CUDA kernels (libparley_cuda.a, built by CMake from
+ * native/cuda).
+ *
+ * Plain C only: fixed-width integers, plain structs, an opaque context and int status codes. C++
+ * and CUDA stay inside the library; no function throws, aborts, exits or prints. Status codes and
+ * element-type ids have the values of parley.h (PLC_OK == PL_OK, PLC_F16 == PL_F16, ...), so that
+ * the two headers can become one.
+ *
+ * Memory: every pointer documented as "device" is CUDA device memory of the context's device
+ * (plc_alloc); every other pointer is host memory, read or written only during the call.
+ * Element types are ggml's type ids and quantised rows use ggml's block layouts, as in parley.h.
+ * Arrays are row-major; shapes are written [rows, cols]; n is a number of tokens.
+ *
+ * Execution: a context owns one device, one CUDA stream and one cuBLAS handle. Operations are
+ * queued on the stream and return before they finish; they take effect in the order issued.
+ * plc_download and plc_sync wait; so do the sampling entry points, which return ids on the host.
+ * A context must not be used by two threads at once. Each entry point makes the context's device
+ * current on the calling thread first.
+ *
+ * Errors: a failing CUDA or cuBLAS call gives PLC_ERR_CUDA and the context keeps a message
+ * (plc_ctx_error). A kernel fault surfaces at the next call that waits, and leaves the context
+ * unusable (CUDA's rule for sticky errors).
+ */
+#ifndef PARLEY_CUDA_H
+#define PARLEY_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes (the first four as in parley.h). */
+#define PLC_OK 0
+#define PLC_ERR_ARG (-1)         /* an argument is out of range, null or inconsistent */
+#define PLC_ERR_UNSUPPORTED (-2) /* the case (dtype, shape) is not implemented */
+#define PLC_ERR_NOMEM (-3)       /* device or host memory allocation failed */
+#define PLC_ERR_CUDA (-5)        /* a CUDA or cuBLAS call failed; see plc_ctx_error */
+#define PLC_ERR_NO_DEVICE (-6)   /* no CUDA driver, or no usable device */
+
+/* Element types: ggml type ids. */
+#define PLC_F32 0
+#define PLC_F16 1
+#define PLC_Q4_0 2
+#define PLC_Q4_1 3
+#define PLC_Q5_0 6
+#define PLC_Q5_1 7
+#define PLC_Q8_0 8
+#define PLC_Q4_K 12
+#define PLC_Q5_K 13
+#define PLC_Q6_K 14
+#define PLC_BF16 30
+
+/* Operations, for plc_supports. */
+#define PLC_OP_MATMUL 1   /* dtype: weight type */
+#define PLC_OP_GET_ROWS 2 /* dtype: table type */
+#define PLC_OP_KV 3       /* dtype: KV-cache element type (store, attention, full attention) */
+#define PLC_OP_COPY 4     /* dtype: source or destination type of plc_copy */
+
+/* plc_supports reports 1 if operation op handles element type dtype, else 0. */
+int plc_supports(int op, int dtype);
+
+/* plc_runtime_version writes the CUDA runtime version the library was built with (11080 for
+ * 11.8). */
+int plc_runtime_version(int32_t *version);
+
+/* plc_device_count writes the number of CUDA devices the runtime sees. Without a driver, or with
+ * no device, it returns PLC_ERR_NO_DEVICE and a message in err (errlen bytes, NUL-terminated). */
+int plc_device_count(int32_t *count, char *err, size_t errlen);
+
+typedef struct {
+    char name[256];
+    char pci_bus_id[32]; /* "0000:65:00.0", lower case */
+    int32_t cc_major, cc_minor;
+    int32_t sm_count;
+    int64_t total_mem; /* bytes */
+} plc_device_props;
+
+/* plc_device_info describes CUDA device dev (0 <= dev < plc_device_count). */
+int plc_device_info(int32_t dev, plc_device_props *out, char *err, size_t errlen);
+
+typedef struct plc_ctx plc_ctx;
+
+/* plc_ctx_new makes a context on device dev: a stream, a cuBLAS handle (TF32 on), scratch. */
+int plc_ctx_new(int32_t dev, plc_ctx **out, char *err, size_t errlen);
+/* plc_ctx_free waits for the context's work, then frees it (not the buffers made with it). */
+void plc_ctx_free(plc_ctx *ctx);
+/* plc_ctx_error returns the message of the context's last failure ("" if none). The string
+ * belongs to the context and changes with the next failure. */
+const char *plc_ctx_error(const plc_ctx *ctx);
+/* plc_ctx_set_tf32: on != 0 lets F32 matrix products use TF32 tensor cores (10-bit mantissa
+ * inputs, F32 accumulation); 0 computes them in full F32. */
+int plc_ctx_set_tf32(plc_ctx *ctx, int32_t on);
+/* plc_sync waits for all work queued on the context. */
+int plc_sync(plc_ctx *ctx);
+/* plc_mem_info writes the device's free and total memory in bytes. */
+int plc_mem_info(plc_ctx *ctx, int64_t *free_bytes, int64_t *total_bytes);
+
+/* plc_alloc allocates n bytes (n > 0) of zeroed device memory, 256-byte aligned. */
+int plc_alloc(plc_ctx *ctx, size_t n, void **out);
+/* plc_free frees device memory from plc_alloc after the work queued before it. */
+int plc_free(plc_ctx *ctx, void *p);
+/* plc_upload copies n bytes of host memory src to device dst. It returns once src may be
+ * reused; the copy takes effect in stream order. */
+int plc_upload(plc_ctx *ctx, void *dst, const void *src, size_t n);
+/* plc_download waits for all queued work, then copies n bytes of device src to host dst. */
+int plc_download(plc_ctx *ctx, void *dst, const void *src, size_t n);
+/* plc_memset0 zeroes n bytes of device memory, in stream order. */
+int plc_memset0(plc_ctx *ctx, void *dst, size_t n);
+
+/* plc_matmul: dst[i,j] = sum_l x[i,l]*w[j,l]. x [n, k] F32, w [m, k] of wtype, dst [n, m] F32;
+ * all device, dst not overlapping x or w.
+ *   F32 weights: cuBLAS SGEMM-class product (TF32 tensor cores unless turned off).
+ *   F16, BF16: x is rounded to wtype (nearest even), products accumulate in F32 (cuBLAS).
+ *   Quantised (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K), n <= 8: a dequantising matrix-vector
+ *   kernel, weights expanded to F32 in registers, x used as F32. n > 8: weights are expanded to
+ *   F16 in tiles, x is rounded to F16, and cuBLAS multiplies them with F32 accumulation.
+ * cuBLAS takes int sizes: n, m, k <= 2^31-1. */
+int plc_matmul(plc_ctx *ctx, float *dst, const float *x, int64_t n, int64_t k, const void *w,
+               int32_t wtype, int64_t m);
+
+/* plc_get_rows: dst[i,:] = float(table[ids[i],:]). table [rows, cols] of dtype (device),
+ * dst [n, cols] F32 (device), ids host [n], each in [0, rows). */
+int plc_get_rows(plc_ctx *ctx, float *dst, const void *table, int32_t dtype, int64_t rows,
+                 int64_t cols, const int32_t *ids, int64_t n);
+
+/* plc_add_rows: dst[i,:] = a[i,:] + b[i % b_rows,:], b_rows 1 or n. [n, d]; dst may be a. */
+int plc_add_rows(plc_ctx *ctx, float *dst, const float *a, const float *b, int64_t n, int64_t d,
+                 int64_t b_rows);
+
+/* plc_rms_norm: dst[i,:] = x[i,:] / sqrt(mean(x[i,:]^2) + eps) * w. x, dst [n, d], w [d].
+ * dst may be x. */
+int plc_rms_norm(plc_ctx *ctx, float *dst, const float *x, const float *w, int64_t n, int64_t d,
+                 float eps);
+
+/* plc_layer_norm: dst[i,:] = (x[i,:] - mean) / sqrt(var + eps) * w + b, the biased variance of
+ * row i. x, dst [n, d]; w, b [d]. dst may be x. */
+int plc_layer_norm(plc_ctx *ctx, float *dst, const float *x, const float *w, const float *b,
+                   int64_t n, int64_t d, float eps);
+
+/* plc_swiglu: dst[i] = silu(gate[i]) * up[i] for i < len, silu(g) = g/(1+exp(-g)). dst may be
+ * gate or up. */
+int plc_swiglu(plc_ctx *ctx, float *dst, const float *gate, const float *up, int64_t len);
+
+/* plc_gelu: dst[i] = 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x^3))). dst may be x. */
+int plc_gelu(plc_ctx *ctx, float *dst, const float *x, int64_t len);
+
+/* plc_copy converts len elements: F32 to F16 (nearest even), F16 to F32, or copies between
+ * buffers of one type (F32, F16, BF16). Buffers must not overlap. */
+int plc_copy(plc_ctx *ctx, void *dst, int32_t dst_type, const void *src, int32_t src_type,
+             int64_t len);
+
+/* plc_im2col_1d: for x [t_in, c] and t_out = (t_in + 2*pad - kernel)/stride + 1,
+ * dst[t, ci*kernel + kk] = x[t*stride + kk - pad, ci], or 0 outside rows 0..t_in-1.
+ * dst [t_out, c*kernel]. */
+int plc_im2col_1d(plc_ctx *ctx, float *dst, const float *x, int64_t t_in, int64_t c,
+                  int32_t kernel, int32_t stride, int32_t pad, int64_t t_out);
+
+/* Rotary embedding. */
+#define PLC_ROPE_NORMAL 0 /* pairs (2i, 2i+1) */
+#define PLC_ROPE_NEOX 1   /* pairs (i, i+dims/2) */
+typedef struct {
+    int32_t mode;     /* PLC_ROPE_NORMAL or PLC_ROPE_NEOX */
+    int32_t head_dim; /* elements of a head */
+    int32_t dims;     /* rotated elements, even, <= head_dim */
+    float base;       /* frequency base */
+    float freq_scale; /* position multiplier */
+} plc_rope_cfg;
+
+/* plc_rope rotates x [n, n_head*head_dim] (device) in place; token i is at position pos[i] >= 0
+ * (host [n]). Pair i turns by theta = (p*freq_scale) * base^(-2i/dims), in F32 with powf and
+ * sincosf (full-range argument reduction). */
+int plc_rope(plc_ctx *ctx, float *x, int64_t n, int32_t n_head, const plc_rope_cfg *r,
+             const int32_t *pos);
+
+/* plc_store_kv writes k and v [n, width] F32 (device) into rows slot[i] (host [n]) of the
+ * caches kc and vc [slots, width] of kvtype (F32, or F16 rounded to nearest even). */
+int plc_store_kv(plc_ctx *ctx, void *kc, void *vc, int32_t kvtype, int64_t slots,
+                 int64_t width, const float *k, const float *v, int64_t n, const int32_t *slot);
+
+/* One sequence of an attention batch, as pl_seq: tokens [start, start+count) of the batch are at
+ * positions ctx_len-count .. ctx_len-1; cache position j is in slot
+ * blocks[blocks_off + j/block_size]*block_size + j%block_size. */
+typedef struct {
+    int32_t start, count, ctx_len;
+    int32_t blocks_off, n_blocks;
+} plc_seq;
+
+typedef struct {
+    int32_t n_head, n_kv_head, head_dim;
+    float scale;
+} plc_attn_cfg;
+
+/* plc_attention: causal attention over a block KV cache, as pl_attention: for each sequence,
+ * each of its tokens i at position p and each query head h, dst[i,h] = softmax_j(scale *
+ * q[i,h].K[j,h']) . V[j,h'] over j = 0..p, h' = h/(n_head/n_kv_head). q, dst [n,
+ * n_head*head_dim] F32 (device, not overlapping); kc, vc [slots, width] of kvtype (device),
+ * width = n_kv_head*head_dim; seqs host [n_seqs], blocks host [n_blocks_total]. head_dim <= 256.
+ *
+ * With an F16 cache the query is rounded to F16 before q.K and the normalised weights
+ * softmax(...)_j are rounded to F16 before p.V (the backend contract); sums are F32.
+ *
+ * Sequences of at least two tokens with head_dim 64, 80 or 128 go through a flash-attention
+ * kernel (tiles of 16 queries by 32 keys in shared memory, online softmax, F32 accumulation;
+ * with an F16 cache a first pass over the keys finds each row's maximum and sum, so that the
+ * second can round normalised weights). Other tokens go through a decode kernel that splits long
+ * contexts along the keys across thread blocks and combines the parts. Tokens of the batch in no
+ * sequence are left untouched. */
+int plc_attention(plc_ctx *ctx, float *dst, const float *q, int64_t n, const void *kc,
+                  const void *vc, int32_t kvtype, int64_t slots, int64_t width,
+                  int64_t block_size, const plc_attn_cfg *a, const plc_seq *seqs,
+                  int64_t n_seqs, const int32_t *blocks, int64_t n_blocks_total);
+
+/* plc_full_attention: unmasked attention of q [n, n_head*head_dim] over k, v [m,
+ * n_kv_head*head_dim] of kvtype (F32 or F16), all device; m >= 1. Roundings as plc_attention. */
+int plc_full_attention(plc_ctx *ctx, float *dst, const float *q, int64_t n, const void *k,
+                       const void *v, int32_t kvtype, int64_t m, const plc_attn_cfg *a);
+
+/* plc_argmax waits, then writes ids[i] (host [n]) = the index of the largest element of row i
+ * of logits [n, vocab] (device); the lowest index among equal maxima; NaN is never chosen unless
+ * the whole row is NaN (then 0). */
+int plc_argmax(plc_ctx *ctx, const float *logits, int64_t n, int64_t vocab, int32_t *ids);
+
+typedef struct {
+    float temperature; /* > 0; logits are divided by it */
+    int32_t top_k;     /* keep the top_k largest (ties at the boundary all kept); 0: all */
+    float top_p;       /* then the smallest top set holding top_p of their mass; 1: all */
+} plc_sampling;
+
+/* plc_sample draws ids[i] for each row of logits [n, vocab] (device) from softmax(logits/temp)
+ * restricted by top-k then top-p, with one uniform draw from the counter-based generator seeded
+ * by seeds[i] (host [n]): the same seed and logits give the same id. Waits. */
+int plc_sample(plc_ctx *ctx, const float *logits, int64_t n, int64_t vocab,
+               const plc_sampling *cfg, const uint64_t *seeds, int32_t *ids);
+
+/* plc_beam_step: one step of beam search over logits [beams, vocab] (device). Candidate
+ * (b, t) scores scores[b] + log_softmax(logits[b])[t] (scores host [beams], running sums of
+ * log-probabilities). The k best candidates over beams x vocab (ties: lower beam, then lower
+ * token first) are written, best first, to the host arrays out_beam, out_token, out_score (the
+ * new running sums) and out_norm (out_score / length^length_penalty, the score a finished
+ * hypothesis of `length` tokens is compared by). 1 <= k <= vocab, beams*k <= 4096. Waits. */
+int plc_beam_step(plc_ctx *ctx, const float *logits, int32_t beams, int64_t vocab,
+                  const float *scores, int32_t length, float length_penalty, int32_t k,
+                  int32_t *out_beam, int32_t *out_token, float *out_score, float *out_norm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PARLEY_CUDA_H */

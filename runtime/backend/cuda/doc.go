@@ -1,0 +1,12 @@
+// Package cuda is the GPU backend, registered as "cuda" in builds with the cuda tag: a
+// backend.Backend whose tensors and KV caches live in the memory of one NVIDIA GPU and whose
+// operations are the CUDA kernels of bindings/cuda, queued on one stream (Read waits for them).
+// Weights are uploaded once by Load; F32 weights are multiplied with TF32 tensor cores unless
+// Options.ExactF32 (or PARLEY_CUDA_TF32=0) asks for full F32. Besides the interface it decodes on
+// the device (Argmax, Sample, BeamStep), returning only token ids.
+//
+// The factory it registers fails with a precise error when no GPU is usable (no driver, no GPU,
+// a driver too old, or kernels not built for the GPU's architecture), so that backend.New("auto")
+// goes on to the CPU backends. In builds without the cuda tag the package is empty and registers
+// nothing.
+package cuda
