@@ -37,6 +37,7 @@ import "C"
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"unsafe"
 
@@ -528,6 +529,202 @@ func (c *Context) Attention(dst, q []float32, n int, kc, vc []byte, kvt tensor.D
 	st := C.pl_attention(c.c, f32p(dst), f32p(q), C.int64_t(n), bytep(kc), bytep(vc), C.int(kvt),
 		C.int64_t(slots), C.int64_t(width), C.int64_t(blockSize), &c.attn,
 		(*C.pl_seq)(unsafe.Pointer(&seqs[0])), C.int64_t(len(seqs)), i32p(blocks), C.int64_t(len(blocks)))
+	if st != C.PL_OK {
+		return statusErr(op, st)
+	}
+	return nil
+}
+
+// Convert converts n elements of src, of type st, into dst, of type dt: F32 to F16 (rounded to
+// nearest even), F16 to F32, or a copy between equal types (F32 or F16), for which dst and src
+// may overlap.
+func (c *Context) Convert(dst []byte, dt tensor.DType, src []byte, st tensor.DType, n int) error {
+	const op = "convert"
+	ds, ss := kvElemSize(dt), kvElemSize(st)
+	if ds == 0 {
+		return unsupported(op, dt)
+	}
+	if ss == 0 {
+		return unsupported(op, st)
+	}
+	if n < 0 {
+		return fmt.Errorf("cpu: %s: %d elements", op, n)
+	}
+	if err := need(op, "dst bytes", len(dst), mul(n, ds)); err != nil {
+		return err
+	}
+	if err := need(op, "src bytes", len(src), mul(n, ss)); err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	if dt != st && overlap(unsafe.Pointer(&dst[0]), n*ds, unsafe.Pointer(&src[0]), n*ss) {
+		return fmt.Errorf("cpu: %s: dst overlaps src", op)
+	}
+	if err := c.lock(op); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	if st := C.pl_convert(c.c, bytep(dst), C.int(dt), bytep(src), C.int(st), C.int64_t(n)); st != C.PL_OK {
+		return statusErr(op, st)
+	}
+	return nil
+}
+
+// LayerNorm: dst[i,:] = (x[i,:] - mean) / sqrt(var + eps) * w + b for x, dst [n, d], w, b [d],
+// with each row's mean and biased variance summed in double. dst may be x.
+func (c *Context) LayerNorm(dst, x, w, b []float32, n, d int, eps float32) error {
+	const op = "layer norm"
+	if n < 0 || d < 0 || !(eps >= 0) || math.IsInf(float64(eps), 0) {
+		return fmt.Errorf("cpu: %s: bad arguments n=%d d=%d eps=%v", op, n, d, eps)
+	}
+	if err := need(op, "x", len(x), mul(n, d)); err != nil {
+		return err
+	}
+	if err := need(op, "dst", len(dst), mul(n, d)); err != nil {
+		return err
+	}
+	if err := need(op, "w", len(w), d); err != nil {
+		return err
+	}
+	if err := need(op, "b", len(b), d); err != nil {
+		return err
+	}
+	if n == 0 || d == 0 {
+		return nil
+	}
+	dp, dn := unsafe.Pointer(&dst[0]), n*d*4
+	if overlap(dp, dn, unsafe.Pointer(&w[0]), d*4) || overlap(dp, dn, unsafe.Pointer(&b[0]), d*4) {
+		return fmt.Errorf("cpu: %s: dst overlaps w or b", op)
+	}
+	if dp != unsafe.Pointer(&x[0]) && overlap(dp, dn, unsafe.Pointer(&x[0]), n*d*4) {
+		return fmt.Errorf("cpu: %s: dst overlaps x without being x", op)
+	}
+	if err := c.lock(op); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	if st := C.pl_layer_norm(c.c, f32p(dst), f32p(x), f32p(w), f32p(b), C.int64_t(n), C.int64_t(d), C.float(eps)); st != C.PL_OK {
+		return statusErr(op, st)
+	}
+	return nil
+}
+
+// GELU: dst[i] = 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x^3))) for x = x[i], i < len(dst).
+// dst may be x.
+func (c *Context) GELU(dst, x []float32) error {
+	const op = "gelu"
+	if len(x) < len(dst) {
+		return fmt.Errorf("cpu: %s: x %d shorter than dst %d", op, len(x), len(dst))
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	n := len(dst) * 4
+	if unsafe.Pointer(&dst[0]) != unsafe.Pointer(&x[0]) && overlap(unsafe.Pointer(&dst[0]), n, unsafe.Pointer(&x[0]), n) {
+		return fmt.Errorf("cpu: %s: dst overlaps x without being x", op)
+	}
+	if err := c.lock(op); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	if st := C.pl_gelu(c.c, f32p(dst), f32p(x), C.int64_t(len(dst))); st != C.PL_OK {
+		return statusErr(op, st)
+	}
+	return nil
+}
+
+// Im2Col1D lays out the receptive fields of a 1-D convolution of x [t, ch] with kernel k,
+// stride and padding pad: dst[o, c*k+j] = x[o*stride+j-pad, c], 0 outside x, for
+// dst [Im2Col1DRows(t, k, stride, pad), ch*k], which must not overlap x.
+func (c *Context) Im2Col1D(dst, x []float32, t, ch, k, stride, pad int) error {
+	const op = "im2col"
+	tOut, err := Im2Col1DRows(t, k, stride, pad)
+	if err != nil {
+		return err
+	}
+	if ch < 0 {
+		return fmt.Errorf("cpu: %s: %d channels", op, ch)
+	}
+	cols := mul(ch, k)
+	if err := need(op, "x", len(x), mul(t, ch)); err != nil {
+		return err
+	}
+	if err := need(op, "dst", len(dst), mul(tOut, cols)); err != nil {
+		return err
+	}
+	if ch == 0 {
+		return nil
+	}
+	if t > 0 && overlap(unsafe.Pointer(&dst[0]), tOut*cols*4, unsafe.Pointer(&x[0]), t*ch*4) {
+		return fmt.Errorf("cpu: %s: dst overlaps x", op)
+	}
+	if err := c.lock(op); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	st := C.pl_im2col_1d(c.c, f32p(dst), f32p(x), C.int64_t(t), C.int64_t(ch), C.int64_t(k), C.int64_t(stride), C.int64_t(pad))
+	if st != C.PL_OK {
+		return statusErr(op, st)
+	}
+	return nil
+}
+
+// FullAttention computes attention without a cache or a mask: for each row i < n of q and each
+// query head h, dst[i,h] = softmax_j(Scale*q[i,h]·k[j,h'])·v[j,h'] over the m rows of k and v
+// ([m, NKVHead*HeadDim] of kvt, F32 or F16), h' = h/(NHead/NKVHead). q, dst
+// [n, NHead*HeadDim]; dst must not overlap q, k or v. F16 keys and values follow the rounding of
+// Attention over an F16 cache.
+func (c *Context) FullAttention(dst, q []float32, n int, k, v []byte, kvt tensor.DType, m int, a Attn) error {
+	const op = "full attention"
+	es := kvElemSize(kvt)
+	if es == 0 {
+		return unsupported(op, kvt)
+	}
+	if n < 0 || m < 0 {
+		return fmt.Errorf("cpu: %s: bad shape n=%d m=%d", op, n, m)
+	}
+	if a.NHead <= 0 || a.NKVHead <= 0 || a.HeadDim <= 0 || a.NHead%a.NKVHead != 0 {
+		return fmt.Errorf("cpu: %s: %d query heads over %d kv heads of %d", op, a.NHead, a.NKVHead, a.HeadDim)
+	}
+	if math.IsNaN(float64(a.Scale)) || math.IsInf(float64(a.Scale), 0) {
+		return fmt.Errorf("cpu: %s: scale %v", op, a.Scale)
+	}
+	if n > math.MaxInt32/2 || m > math.MaxInt32/2 {
+		return fmt.Errorf("cpu: %s: %d queries over %d keys is too large", op, n, m)
+	}
+	qn := mul(n, mul(a.NHead, a.HeadDim))
+	kb := mul(mul(m, mul(a.NKVHead, a.HeadDim)), es)
+	if err := need(op, "q", len(q), qn); err != nil {
+		return err
+	}
+	if err := need(op, "dst", len(dst), qn); err != nil {
+		return err
+	}
+	if err := need(op, "k bytes", len(k), kb); err != nil {
+		return err
+	}
+	if err := need(op, "v bytes", len(v), kb); err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	if m == 0 {
+		return fmt.Errorf("cpu: %s: no keys", op)
+	}
+	dp := unsafe.Pointer(&dst[0])
+	if overlap(dp, qn*4, unsafe.Pointer(&q[0]), qn*4) || overlap(dp, qn*4, unsafe.Pointer(&k[0]), kb) ||
+		overlap(dp, qn*4, unsafe.Pointer(&v[0]), kb) {
+		return fmt.Errorf("cpu: %s: dst overlaps q, k or v", op)
+	}
+	if err := c.lock(op); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	c.attn = C.pl_attn_cfg{n_head: C.int32_t(a.NHead), n_kv_head: C.int32_t(a.NKVHead), head_dim: C.int32_t(a.HeadDim), scale: C.float(a.Scale)}
+	st := C.pl_full_attention(c.c, f32p(dst), f32p(q), C.int64_t(n), bytep(k), bytep(v), C.int(kvt), C.int64_t(m), &c.attn)
 	if st != C.PL_OK {
 		return statusErr(op, st)
 	}

@@ -86,3 +86,22 @@ func (c *Context) StoreKV(kc, vc []byte, kvt tensor.DType, slots, width int, k, 
 func (c *Context) Attention(dst, q []float32, n int, kc, vc []byte, kvt tensor.DType, slots, width, blockSize int, a Attn, seqs []Seq, blocks []int32) error {
 	return ErrNotBuilt
 }
+
+// Convert converts elements between F32 and F16, or copies them.
+func (c *Context) Convert(dst []byte, dt tensor.DType, src []byte, st tensor.DType, n int) error {
+	return ErrNotBuilt
+}
+
+// LayerNorm normalises rows to zero mean and unit variance, then scales and shifts them.
+func (c *Context) LayerNorm(dst, x, w, b []float32, n, d int, eps float32) error { return ErrNotBuilt }
+
+// GELU applies the tanh form of GELU.
+func (c *Context) GELU(dst, x []float32) error { return ErrNotBuilt }
+
+// Im2Col1D lays out the receptive fields of a 1-D convolution.
+func (c *Context) Im2Col1D(dst, x []float32, t, ch, k, stride, pad int) error { return ErrNotBuilt }
+
+// FullAttention computes attention without a cache or a mask.
+func (c *Context) FullAttention(dst, q []float32, n int, k, v []byte, kvt tensor.DType, m int, a Attn) error {
+	return ErrNotBuilt
+}

@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "7c21f1ce036732bb72e87591867a874d4fc88603cb68cdf59df85f1ff00520b3"
+const nativeSources = "7221758675e264889db52ba34274da79a4af609c73e3461d108070c256e805f8"

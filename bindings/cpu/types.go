@@ -187,3 +187,23 @@ func kvElemSize(kvt tensor.DType) int {
 	}
 	return 0
 }
+
+// Im2Col1DRows returns the output rows (t+2*pad-k)/stride+1 of a 1-D convolution of t steps
+// with kernel k, or an error when k, stride or pad are out of range or give no output row.
+func Im2Col1DRows(t, k, stride, pad int) (int, error) {
+	switch {
+	case t < 0:
+		return 0, fmt.Errorf("cpu: im2col: %d steps", t)
+	case k <= 0:
+		return 0, fmt.Errorf("cpu: im2col: kernel size %d", k)
+	case stride <= 0:
+		return 0, fmt.Errorf("cpu: im2col: stride %d", stride)
+	case pad < 0:
+		return 0, fmt.Errorf("cpu: im2col: padding %d", pad)
+	case pad > maxElems || t > maxElems:
+		return 0, fmt.Errorf("cpu: im2col: %d steps padded by %d is too large", t, pad)
+	case t+2*pad < k:
+		return 0, fmt.Errorf("cpu: im2col: kernel %d is longer than %d steps padded by %d on each side", k, t, pad)
+	}
+	return (t+2*pad-k)/stride + 1, nil
+}

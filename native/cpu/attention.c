@@ -1,5 +1,6 @@
 /*
- * attention.c: the paged KV cache (StoreKV) and attention over it.
+ * attention.c: the paged KV cache (StoreKV), attention over it, and full attention (no cache,
+ * no mask: an encoder's self-attention, a decoder's cross-attention) with the same kernels.
  *
  * Attention works on items of (sequence, kv head, tile of consecutive tokens): the tile's query
  * heads that share the kv head form R query rows that walk the sequence's cache positions once,
@@ -376,11 +377,15 @@ tile_scores4(const float *qt, const float *const k[4], int hd, __m512 scl, __m51
 
 
 PL_TARGET_AVX512 static void widen_rows512(float *dst, const void *const *rows, int C, int hd) {
+    const int hd16 = hd & ~15;
     for (int c = 0; c < C; c++) {
         const uint16_t *h = (const uint16_t *)rows[c];
-        for (int d = 0; d < hd; d += 16) {
-            __mmask16 mk = hd - d >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (hd - d)) - 1);
-            _mm512_mask_storeu_ps(dst + (size_t)c * hd + d, mk, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, h + d)));
+        float *o = dst + (size_t)c * hd;
+        int d = 0;
+        for (; d < hd16; d += 16) _mm512_storeu_ps(o + d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + d))));
+        if (d < hd) { /* masked only for the tail */
+            const __mmask16 mk = (__mmask16)((1u << (hd - d)) - 1);
+            _mm512_mask_storeu_ps(o + d, mk, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, h + d)));
         }
     }
 }
@@ -686,6 +691,57 @@ PL_TARGET_AVX2 static void round_weights_avx2(float *s, int64_t n, float inv) {
 }
 #endif
 
+/* row_max returns the largest of s[0..n), n >= 1; row_sum_f64 the sum of s[0..n) in double. */
+#if PL_X86
+PL_TARGET_AVX2 static float row_max_avx2(const float *s, int64_t n) {
+    int64_t c = 0;
+    float mx = s[0];
+    if (n >= 8) {
+        __m256 a = _mm256_loadu_ps(s);
+        for (c = 8; c + 8 <= n; c += 8) a = _mm256_max_ps(a, _mm256_loadu_ps(s + c));
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        mx = _mm_cvtss_f32(h);
+    }
+    for (; c < n; c++) mx = s[c] > mx ? s[c] : mx;
+    return mx;
+}
+
+PL_TARGET_AVX2 static double row_sum_f64_avx2(const float *s, int64_t n) {
+    __m256d a0 = _mm256_setzero_pd(), a1 = a0;
+    int64_t c = 0;
+    for (; c + 8 <= n; c += 8) {
+        __m256 v = _mm256_loadu_ps(s + c);
+        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+    }
+    a0 = _mm256_add_pd(a0, a1);
+    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(a0), _mm256_extractf128_pd(a0, 1));
+    double r = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    for (; c < n; c++) r += (double)s[c];
+    return r;
+}
+#endif
+
+static float row_max(const float *s, int64_t n) {
+#if PL_X86
+    if (plx_isa >= PL_ISA_AVX2) return row_max_avx2(s, n);
+#endif
+    float mx = s[0];
+    for (int64_t c = 1; c < n; c++) mx = s[c] > mx ? s[c] : mx;
+    return mx;
+}
+
+static double row_sum_f64(const float *s, int64_t n) {
+#if PL_X86
+    if (plx_isa >= PL_ISA_AVX2) return row_sum_f64_avx2(s, n);
+#endif
+    double r = 0.0;
+    for (int64_t c = 0; c < n; c++) r += (double)s[c];
+    return r;
+}
+
 /* round_f16: y = F16(x) as float, n elements. */
 static void round_f16(float *y, const float *x, int n) {
     int i = 0;
@@ -746,11 +802,14 @@ typedef struct {
     int rmax;
     int64_t sc; /* score columns a row of scratch */
     int shift;  /* bs = 2^shift, or -1 */
+    int full;   /* full attention: every token sees all m positions (no mask) */
+    int64_t m;
 } att_job;
 
 /* Per-thread scratch of an attention job: rmax query rows of hd, sc score columns a row (CH for
  * F32 caches, whose softmax is online; every position of the longest sequence, rounded up to
- * CH, for F16 caches, whose weights are normalised before p·V). */
+ * CH, for F16 caches, whose weights are normalised before p·V; all m positions, rounded up, for
+ * full attention). */
 typedef struct {
     float *o, *m, *l, *s, *qr; /* [rmax][hd], [rmax], [rmax], [rmax][sc], [rmax][hd] */
     const void **kp, **vp;     /* [CH] row pointers */
@@ -798,6 +857,162 @@ static void gather(const att_job *j, const int32_t *table, int64_t rowb, int64_t
     }
 }
 
+#if PL_X86
+/* ---------------------------------------------------------------- AVX2, full attention
+ *
+ * Items of full attention below AVX-512 take their rows two at a time: the scores of two rows
+ * against four keys in eight accumulators (six loads for eight FMAs), and 32 elements of two
+ * rows' outputs in registers across a chunk of values. Every row sees every key, so the softmax
+ * is exact (two passes) for F32 and F16 alike.
+ */
+
+/* scores2_avx2_t: s0[c] = scale*(q0 . k_c) and s1[c] = scale*(q1 . k_c) for c < C. */
+__attribute__((always_inline)) PL_TARGET_AVX2 static inline void
+scores2_avx2_t(const float *q0, const float *q1, const void *const *k, int C, int hd, float scale,
+               float *s0, float *s1, const int f16) {
+    const int hd8 = hd & ~7;
+    for (int c0 = 0; c0 < C; c0 += 4) {
+        const int nc = PL_MIN(4, C - c0);
+        const void *kr[4];
+        for (int c = 0; c < 4; c++) kr[c] = k[c0 + (c < nc ? c : nc - 1)]; /* spare keys repeat the last */
+        __m256 a[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
+        for (int d = 0; d < hd8; d += 8) {
+            const __m256 x0 = _mm256_loadu_ps(q0 + d), x1 = _mm256_loadu_ps(q1 + d);
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) {
+                __m256 kv = ld8(kr[c], d, f16);
+                __asm__("" : "+x"(kv)); /* one load for both rows, not one folded into each FMA */
+                a[c] = _mm256_fmadd_ps(x0, kv, a[c]);
+                a[4 + c] = _mm256_fmadd_ps(x1, kv, a[4 + c]);
+            }
+        }
+        float t[8];
+        _mm256_storeu_ps(t, plx_hsum8x256(a));
+        for (int c = 0; c < nc; c++) {
+            float u0 = t[c], u1 = t[4 + c];
+            for (int d = hd8; d < hd; d++) {
+                const float kv = kv_at(kr[c], d, f16);
+                u0 += q0[d] * kv;
+                u1 += q1[d] * kv;
+            }
+            s0[c0 + c] = u0 * scale;
+            s1[c0 + c] = u1 * scale;
+        }
+    }
+}
+
+/* pv2_avx2_t: o0[d0..d0+32) += sum_{c<C} p0[c] * v_c[d0..d0+32), o1 likewise with p1. */
+__attribute__((always_inline)) PL_TARGET_AVX2 static inline void
+pv2_avx2_t(float *o0, float *o1, const float *p0, const float *p1, int C, const void *const *v,
+           int d0, const int f16) {
+    __m256 a[4], b[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        a[i] = _mm256_loadu_ps(o0 + d0 + 8 * i);
+        b[i] = _mm256_loadu_ps(o1 + d0 + 8 * i);
+    }
+    for (int c = 0; c < C; c++) {
+        const __m256 w0 = _mm256_set1_ps(p0[c]), w1 = _mm256_set1_ps(p1[c]);
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            __m256 x = ld8(v[c], d0 + 8 * i, f16);
+            __asm__("" : "+x"(x)); /* one load for both rows */
+            a[i] = _mm256_fmadd_ps(w0, x, a[i]);
+            b[i] = _mm256_fmadd_ps(w1, x, b[i]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        _mm256_storeu_ps(o0 + d0 + 8 * i, a[i]);
+        _mm256_storeu_ps(o1 + d0 + 8 * i, b[i]);
+    }
+}
+
+PL_TARGET_AVX2 static void scores2_avx2(const float *q0, const float *q1, const void *const *k, int C,
+                                        int hd, float scale, float *s0, float *s1, int f16) {
+    if (f16) scores2_avx2_t(q0, q1, k, C, hd, scale, s0, s1, 1);
+    else scores2_avx2_t(q0, q1, k, C, hd, scale, s0, s1, 0);
+}
+
+PL_TARGET_AVX2 static void pv2_avx2(float *o0, float *o1, const float *p0, const float *p1, int C,
+                                    const void *const *v, int d0, int f16) {
+    if (f16) pv2_avx2_t(o0, o1, p0, p1, C, v, d0, 1);
+    else pv2_avx2_t(o0, o1, p0, p1, C, v, d0, 0);
+}
+
+/* full_qrow returns query row r of an item: its F16 rounding in the scratch for F16 keys. */
+static inline const float *full_qrow(const att_job *j, const att_item *it, const att_scratch *sc, int r, int f16) {
+    const int hd = j->a.head_dim, G = j->G;
+    if (f16) return sc->qr + (size_t)r * hd;
+    return j->q + ((int64_t)(it->t0 + r / G) * j->a.n_head + it->g * G + r % G) * hd;
+}
+
+/* att_full_rows_avx2 runs an item of full attention (R >= 2 rows, each seeing all m keys) with
+ * the kernels above: the scores of every key, the softmax of each row (F16: the weights
+ * normalised and rounded to F16), then p.V. */
+static void att_full_rows_avx2(const att_job *j, const att_item *it, att_scratch *sc, int R) {
+    const int hd = j->a.head_dim, G = j->G, nh = j->a.n_head, f16 = j->kvt == PL_F16;
+    const int64_t esz = f16 ? 2 : 4;
+    const int64_t rowb = j->width * esz, headb = (int64_t)it->g * hd * esz;
+    const int32_t m = (int32_t)j->m;
+    float *S = sc->s, *O = sc->o;
+    if (f16) {
+        for (int r = 0; r < R; r++) {
+            const int t = it->t0 + r / G, h = it->g * G + r % G;
+            round_f16(sc->qr + (size_t)r * hd, j->q + ((int64_t)t * nh + h) * hd, hd);
+        }
+    }
+    for (int32_t j0 = 0; j0 < m; j0 += CH) {
+        const int C = (int)PL_MIN((int64_t)CH, (int64_t)(m - j0));
+        for (int c = 0; c < C; c++) sc->kp[c] = j->kc + (int64_t)(j0 + c) * rowb + headb;
+        for (int r = 0; r < R; r += 2) {
+            const int r1 = PL_MIN(r + 1, R - 1);
+            scores2_avx2(full_qrow(j, it, sc, r, f16), full_qrow(j, it, sc, r1, f16), sc->kp, C, hd,
+                         j->a.scale, S + (size_t)r * j->sc + j0, S + (size_t)r1 * j->sc + j0, f16);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        float *sr = S + (size_t)r * j->sc;
+        const float mx = row_max(sr, m);
+        /* F32 exponentials, a double sum */
+        for (int32_t c0 = 0; c0 < m; c0 += CH) expsum(sr + c0, (int)PL_MIN((int64_t)CH, (int64_t)(m - c0)), mx);
+        const double sum = row_sum_f64(sr, m);
+        if (f16) round_weights(sr, m, (float)(1.0 / sum));
+        else sc->l[r] = (float)(1.0 / sum);
+    }
+    memset(O, 0, (size_t)R * hd * sizeof(float));
+    const int hd32 = hd & ~31;
+    for (int32_t j0 = 0; j0 < m; j0 += CH) {
+        const int C = (int)PL_MIN((int64_t)CH, (int64_t)(m - j0));
+        for (int c = 0; c < C; c++) sc->vp[c] = j->vc + (int64_t)(j0 + c) * rowb + headb;
+        for (int r = 0; r < R; r += 2) {
+            const int r1 = PL_MIN(r + 1, R - 1);
+            const float *p0 = S + (size_t)r * j->sc + j0, *p1 = S + (size_t)r1 * j->sc + j0;
+            float *o0 = O + (size_t)r * hd, *o1 = O + (size_t)r1 * hd;
+            for (int d0 = 0; d0 < hd32; d0 += 32) pv2_avx2(o0, o1, p0, p1, C, sc->vp, d0, f16);
+            for (int d = hd32; d < hd; d++) {
+                float a0 = o0[d], a1 = o1[d];
+                for (int c = 0; c < C; c++) {
+                    const float x = kv_at(sc->vp[c], d, f16);
+                    a0 += p0[c] * x;
+                    a1 += p1[c] * x;
+                }
+                o0[d] = a0;
+                o1[d] = a1;
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        const int t = it->t0 + r / G, h = it->g * G + r % G;
+        float *d = j->dst + ((int64_t)t * nh + h) * hd;
+        const float f = f16 ? 1.0f : sc->l[r];
+        for (int e = 0; e < hd; e++) d[e] = O[(size_t)r * hd + e] * f;
+    }
+}
+#endif
+
 static void att_item_run(const att_job *j, const att_item *it, float *buf) {
     const int hd = j->a.head_dim, G = j->G, nh = j->a.n_head, f16 = j->kvt == PL_F16;
     const pl_seq *s = &j->seqs[it->seq];
@@ -806,8 +1021,10 @@ static void att_item_run(const att_job *j, const att_item *it, float *buf) {
     const int64_t esz = f16 ? 2 : 4;
     const int64_t rowb = j->width * esz, headb = (int64_t)it->g * hd * esz, rowbytes = hd * esz;
     const int32_t *table = j->blocks + s->blocks_off;
-    const int32_t pos0 = s->ctx_len - s->count - s->start; /* position of batch token t: pos0 + t */
-    const int32_t pmax = pos0 + it->t1 - 1;
+    /* position of batch token t: pos0 + step*t (full attention: m-1 for every token) */
+    const int32_t pos0 = j->full ? (int32_t)(j->m - 1) : s->ctx_len - s->count - s->start;
+    const int32_t step = j->full ? 0 : 1;
+    const int32_t pmax = pos0 + step * (it->t1 - 1);
 
     for (int64_t p = 0; p < PL_MIN((int64_t)PF_AHEAD, (int64_t)pmax + 1); p++)
         prefetch_rows(j->kc, j->vc, slot_of(table, j->bs, j->shift, p), rowb, headb, rowbytes);
@@ -820,7 +1037,7 @@ static void att_item_run(const att_job *j, const att_item *it, float *buf) {
             int t = it->t0 + r / G, h = it->g * G + r % G;
             qs[r] = j->q + ((int64_t)t * nh + h) * hd;
             ds[r] = j->dst + ((int64_t)t * nh + h) * hd;
-            ps[r] = pos0 + t;
+            ps[r] = pos0 + step * t;
         }
         if (f16)
             att_tile512_f16(qs, ds, ps, R, hd, j->a.scale, pmax, j->kc, j->vc, rowb, headb, table,
@@ -828,6 +1045,10 @@ static void att_item_run(const att_job *j, const att_item *it, float *buf) {
         else
             att_tile512(qs, ds, ps, R, hd, j->a.scale, 0, pmax, j->kc, j->vc, rowb, headb, table,
                         j->bs, j->shift, sc.kp, sc.vp, &sc.tb);
+        return;
+    }
+    if (j->full && plx_isa == PL_ISA_AVX2 && R >= 2) {
+        att_full_rows_avx2(j, it, &sc, R);
         return;
     }
 #endif
@@ -845,24 +1066,24 @@ static void att_item_run(const att_job *j, const att_item *it, float *buf) {
             int C = (int)PL_MIN((int64_t)CH, (int64_t)(pmax + 1 - j0));
             gather(j, table, rowb, headb, rowbytes, j0, C, pmax, sc.kp, sc.vp);
             for (int r = 0; r < R; r++) {
-                int32_t p = pos0 + it->t0 + r / G;
+                int32_t p = pos0 + step * (it->t0 + r / G);
                 int nv = (int)PL_MIN((int64_t)C, (int64_t)p - j0 + 1);
                 if (nv > 0) scores_f16_ggml(sc.qr + (size_t)r * hd, sc.kp, nv, hd, j->a.scale, S + (size_t)r * j->sc + j0);
             }
         }
         for (int r = 0; r < R; r++) {
-            int32_t n = pos0 + it->t0 + r / G + 1; /* positions 0..p */
+            int32_t n = pos0 + step * (it->t0 + r / G) + 1; /* positions 0..p */
             float *sr = S + (size_t)r * j->sc;
-            float mx = sr[0];
-            for (int32_t c = 1; c < n; c++) mx = sr[c] > mx ? sr[c] : mx;
-            double sum = 0.0; /* as ggml_soft_max: F32 exponentials, a double sum */
+            const float mx = row_max(sr, n);
+            /* as ggml_soft_max: F32 exponentials, a double sum */
             for (int32_t c0 = 0; c0 < n; c0 += CH) expsum(sr + c0, (int)PL_MIN((int64_t)CH, (int64_t)(n - c0)), mx);
-            for (int32_t c = 0; c < n; c++) sum += sr[c];
+            const double sum = row_sum_f64(sr, n);
             round_weights(sr, n, (float)(1.0 / sum));
         }
-        /* ggml's p·V is a dot product over the cache's n_kv cells (the context rounded up to 32):
-         * whole 64-element steps in F32, the rest of the positions' F32 products in double. */
-        const int32_t nkv = (int32_t)(((int64_t)s->ctx_len + 31) & ~(int64_t)31);
+        /* ggml's p·V is a dot product over the cache's n_kv cells (the context rounded up to 32;
+         * full attention: the m positions): whole 64-element steps in F32, the rest of the
+         * positions' F32 products in double. */
+        const int32_t nkv = j->full ? (int32_t)j->m : (int32_t)(((int64_t)s->ctx_len + 31) & ~(int64_t)31);
         const int32_t np = nkv & ~63;
         double *tail = sc.tail;
         memset(tail, 0, (size_t)R * hd * sizeof(double));
@@ -870,7 +1091,7 @@ static void att_item_run(const att_job *j, const att_item *it, float *buf) {
             int C = (int)PL_MIN((int64_t)CH, (int64_t)(pmax + 1 - j0));
             gather(j, table, rowb, headb, rowbytes, j0, C, -1, sc.kp, sc.vp);
             for (int r = 0; r < R; r++) {
-                int32_t p = pos0 + it->t0 + r / G;
+                int32_t p = pos0 + step * (it->t0 + r / G);
                 int nv = (int)PL_MIN((int64_t)C, (int64_t)p - j0 + 1);
                 if (nv <= 0) continue;
                 const float *pr = S + (size_t)r * j->sc + j0;
@@ -898,7 +1119,7 @@ static void att_item_run(const att_job *j, const att_item *it, float *buf) {
         gather(j, table, rowb, headb, rowbytes, j0, C, pmax, sc.kp, sc.vp);
         for (int r = 0; r < R; r++) {
             int t = it->t0 + r / G, h = it->g * G + r % G;
-            int32_t p = pos0 + t;
+            int32_t p = pos0 + step * t;
             int nv = (int)PL_MIN((int64_t)C, (int64_t)p - j0 + 1);
             if (nv <= 0) continue;
             const float *qr = j->q + ((int64_t)t * nh + h) * hd;
@@ -1006,6 +1227,74 @@ int pl_attention(pl_ctx *ctx, float *dst, const float *q, int64_t n, const void 
             if (seqs[i].count > 0) maxctx = PL_MAX(maxctx, (int64_t)seqs[i].ctx_len);
         j.sc = (maxctx + CH - 1) / CH * CH;
     }
+    if (plx_tscratch_reserve(ctx, att_scratch_floats(j.rmax, a->head_dim, j.sc) * sizeof(float)) != PL_OK)
+        return PL_ERR_NOMEM;
+    plx_chunk_reset(ctx);
+    if (nitems == 1) {
+        att_item_run(&j, &items[0], (float *)plx_tscratch(ctx, 0));
+        return PL_OK;
+    }
+    plx_run(ctx, job_att, &j);
+    return PL_OK;
+}
+
+/* ================================================================ full attention
+ *
+ * Attention without a cache or a mask runs the same items and kernels: keys and values are one
+ * block of m rows (block table {0}, block size m) and every token's position is m-1, so each
+ * sees every row. Items are (kv head, tile of tokens), head-major so that the threads work on
+ * one head's keys and values at a time while they fit in the cores' caches.
+ */
+
+int pl_full_attention(pl_ctx *ctx, float *dst, const float *q, int64_t n, const void *k,
+                      const void *v, int kvtype, int64_t m, const pl_attn_cfg *a) {
+    if (ctx == NULL || a == NULL || n < 0 || m < 0) return PL_ERR_ARG;
+    if (!pl_supports(PL_OP_KV, kvtype)) return PL_ERR_UNSUPPORTED;
+    if (a->n_head <= 0 || a->n_kv_head <= 0 || a->head_dim <= 0 || a->n_head % a->n_kv_head != 0 ||
+        !isfinite(a->scale))
+        return PL_ERR_ARG;
+    if (n == 0) return PL_OK;
+    if (m == 0 || dst == NULL || q == NULL || k == NULL || v == NULL) return PL_ERR_ARG;
+    if (n > INT32_MAX / 2 || m > INT32_MAX / 2) return PL_ERR_ARG;
+    const int G = a->n_head / a->n_kv_head;
+    const int T = PL_MAX(1, TILE_ROWS / G);
+    const int64_t ntile = (n + T - 1) / T;
+    const int64_t nitems = ntile * a->n_kv_head;
+    att_item *items = (att_item *)plx_scratch(ctx, (size_t)nitems * sizeof(att_item));
+    if (items == NULL) return PL_ERR_NOMEM;
+    int64_t ni = 0;
+    for (int g = 0; g < a->n_kv_head; g++) {
+        for (int64_t tl = 0; tl < ntile; tl++) {
+            items[ni].seq = 0;
+            items[ni].g = g;
+            items[ni].t0 = (int32_t)(tl * T);
+            items[ni].t1 = (int32_t)PL_MIN(n, (tl + 1) * T);
+            ni++;
+        }
+    }
+    static const int32_t one_block = 0;
+    pl_seq seq = {0, (int32_t)n, (int32_t)m, 0, 1};
+    att_job j;
+    memset(&j, 0, sizeof j);
+    j.ctx = ctx;
+    j.dst = dst;
+    j.q = q;
+    j.kc = (const uint8_t *)k;
+    j.vc = (const uint8_t *)v;
+    j.kvt = kvtype;
+    j.width = (int64_t)a->n_kv_head * a->head_dim;
+    j.bs = m;
+    j.a = *a;
+    j.G = G;
+    j.seqs = &seq;
+    j.blocks = &one_block;
+    j.items = items;
+    j.nitems = nitems;
+    j.rmax = T * G;
+    j.shift = (m & (m - 1)) == 0 ? __builtin_ctzll((unsigned long long)m) : -1;
+    j.sc = (m + CH - 1) / CH * CH; /* whole rows of scores (two-pass softmax) */
+    j.full = 1;
+    j.m = m;
     if (plx_tscratch_reserve(ctx, att_scratch_floats(j.rmax, a->head_dim, j.sc) * sizeof(float)) != PL_OK)
         return PL_ERR_NOMEM;
     plx_chunk_reset(ctx);

@@ -183,6 +183,40 @@ int pl_attention(pl_ctx *ctx, float *dst, const float *q, int64_t n, const void 
                  const pl_attn_cfg *a, const pl_seq *seqs, int64_t n_seqs, const int32_t *blocks,
                  int64_t n_blocks_total);
 
+/* ---- Operations of encoder-decoder models (Whisper) ---- */
+
+/* pl_convert: dst[i] = src[i] for i < n, converted from stype to dtype: F32 to F16 (rounded to
+ * nearest even, overflow to infinity), F16 to F32 (exact), or copied when the types are equal
+ * (F32 or F16; dst may then overlap src). Other types: PL_ERR_UNSUPPORTED. */
+int pl_convert(pl_ctx *ctx, void *dst, int dtype, const void *src, int stype, int64_t n);
+
+/* pl_layer_norm: dst[i,:] = (x[i,:] - mean) / sqrt(var + eps) * w + b with the mean and the
+ * biased variance of row i, both summed in double (two passes), eps >= 0. x, dst [n, d];
+ * w, b [d]. dst may be x. */
+int pl_layer_norm(pl_ctx *ctx, float *dst, const float *x, const float *w, const float *b,
+                  int64_t n, int64_t d, float eps);
+
+/* pl_gelu: dst[i] = 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x^3))), x = x[i], for i < len,
+ * computed in float as x / (1 + exp(-2*sqrt(2/pi)*(x + 0.044715*x^3))), the same function
+ * without cancellation for negative x. dst may be x. */
+int pl_gelu(pl_ctx *ctx, float *dst, const float *x, int64_t len);
+
+/* pl_im2col_1d lays out the receptive fields of a 1-D convolution of x [t, c] (row = time step)
+ * with kernel k, stride and padding pad: dst[o, ch*k + j] = x[o*stride + j - pad, ch], or 0
+ * where that row is outside 0..t-1, for o < t_out = (t + 2*pad - k)/stride + 1. k, stride >= 1,
+ * pad >= 0, t + 2*pad >= k. dst [t_out, c*k] must not overlap x. */
+int pl_im2col_1d(pl_ctx *ctx, float *dst, const float *x, int64_t t, int64_t c, int64_t k,
+                 int64_t stride, int64_t pad);
+
+/* pl_full_attention: attention without a cache or a mask. For each row i < n of q and each query
+ * head h, dst[i, h] = softmax_j(scale * q[i,h] . k[j,h']) . v[j,h'] over every row j < m,
+ * h' = h / (n_head/n_kv_head). q, dst [n, n_head*head_dim] (must not overlap each other, k or
+ * v); k, v [m, n_kv_head*head_dim] of kvtype (F32 or F16), m >= 1. With F16 keys and values the
+ * products are computed as pl_attention's over an F16 cache: q rounded to F16 before q.k, the
+ * normalised weights rounded to F16 before p.v. */
+int pl_full_attention(pl_ctx *ctx, float *dst, const float *q, int64_t n, const void *k,
+                      const void *v, int kvtype, int64_t m, const pl_attn_cfg *a);
+
 #ifdef __cplusplus
 }
 #endif

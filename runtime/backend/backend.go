@@ -153,6 +153,30 @@ type Backend interface {
 	// sums accumulate in F32 or wider. With an F32 cache nothing is rounded.
 	Attention(dst, q Tensor, kv KV, layer int, a Attn, b *Batch) error
 
+	// Operations for encoder-decoder models (Whisper).
+
+	// Copy converts src into dst elementwise: F32 to F16 (round to nearest even), F16 to F32, or
+	// a plain copy between tensors of one float type. Same shape.
+	Copy(dst, src Tensor) error
+	// LayerNorm: dst[i,:] = (x[i,:] - mean(x[i,:])) / sqrt(var(x[i,:]) + eps) * w[0,:] + b[0,:]
+	// (the biased variance). x, dst [n, d] F32; w, b [1, d] F32. dst may be x.
+	LayerNorm(dst, x, w, b Tensor, eps float32) error
+	// GELU: dst = 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x^3))) elementwise, the tanh form
+	// ggml and whisper.cpp compute. F32. dst may be x.
+	GELU(dst, x Tensor) error
+	// Im2Col1D lays out the receptive fields of a 1-D convolution as rows: for a signal x [T, C]
+	// (row t = time step t, C channels), dst[t, c*K+k] = x[t*stride+k-pad, c], or 0 where that row
+	// is outside 0..T-1, for t = 0..Tout-1, Tout = (T+2*pad-K)/stride+1. dst [Tout, C*K] F32.
+	// The convolution with weights w [Cout, C*K] (PyTorch's and ggml's [Cout, C, K] flattened)
+	// is then MatMul(out, dst, w).
+	Im2Col1D(dst, x Tensor, kernel, stride, pad int) error
+	// FullAttention is attention without a cache and without a mask: for each row i of q and
+	// each query head h, dst[i,h] = softmax_j(Scale*q[i,h]·k[j,h']) · v[j,h'] over every row j of
+	// k and v, h' = h/(NHead/NKVHead). q, dst [n, NHead*HeadDim] F32; k, v [m, NKVHead*HeadDim],
+	// both F32 or both F16. With F16 keys and values the products are F16 products as in
+	// Attention: q is rounded to F16 before q·k and the normalised weights before p·v.
+	FullAttention(dst, q, k, v Tensor, a Attn) error
+
 	// Close releases the backend's resources. Tensors made by it must not be used afterwards.
 	Close() error
 }

@@ -89,83 +89,91 @@ func (m *kvModel) attend(layer int, q []float32, a backend.Attn, b *backend.Batc
 	n := len(b.Pos)
 	want = make([]float64, n*qw)
 	tol = make([]float64, n*qw)
-	both := rd.q && rd.p
-	relQ := float64(hd+2) * u
 	group := a.NHead / a.NKVHead
 	bs := m.cfg.BlockSize
-	scale := float64(a.Scale)
-	qh := make([]float64, hd)
 	for _, s := range b.Seqs {
 		for c := 0; c < s.Count; c++ {
 			i := s.Start + c
-			p := s.CtxLen - s.Count + c
-			ctx := p + 1
-			scores := make([]float64, ctx) // scores, then weights
-			errs := make([]float64, ctx)   // e_j
-			rows := make([]int, ctx)       // offset of position j's kv row, before the head's
+			ctx := s.CtxLen - s.Count + c + 1
+			rows := make([]int, ctx) // offset of position j's kv row, before the head's
 			for j := range rows {
 				rows[j] = (int(s.Blocks[j/bs])*bs + j%bs) * w
 			}
 			for h := 0; h < a.NHead; h++ {
 				off := (h / group) * hd
-				for d, v := range q[i*qw+h*hd : i*qw+(h+1)*hd] {
-					qh[d] = float64(v)
-					if rd.q {
-						qh[d] = f16Round(v)
-					}
-				}
-				smax, emax, vmax := math.Inf(-1), 0.0, 0.0
-				for j, o := range rows {
-					kj := m.k[layer][o+off : o+off+hd]
-					dot, abs := 0.0, 0.0
-					for d, qv := range qh {
-						dot += qv * kj[d]
-						abs += math.Abs(qv * kj[d])
-					}
-					scores[j] = scale * dot
-					errs[j] = scale * abs * relQ
-					smax = math.Max(smax, scores[j])
-					emax = math.Max(emax, errs[j])
-					for _, v := range m.v[layer][o+off : o+off+hd] {
-						vmax = math.Max(vmax, math.Abs(v))
-					}
-				}
-				sum := 0.0
-				for j := range scores {
-					sum += math.Exp(scores[j] - smax)
-				}
-				ebar := 0.0
-				for j := range scores {
-					ebar += math.Exp(scores[j]-smax) / sum * math.Expm1(errs[j]+(smax-scores[j])*u)
-				}
-				out := want[i*qw+h*hd : i*qw+(h+1)*hd]
-				bound := tol[i*qw+h*hd : i*qw+(h+1)*hd]
-				for j, o := range rows {
-					pj := math.Exp(scores[j]-smax) / sum
-					wj := 0.0
-					if rd.p {
-						d := math.Expm1(errs[j] + (smax-scores[j])*u + ebar + 2*expRel + float64(ctx+4)*u)
-						wj = f16Round(float32(pj*(1+d))) - f16Round(float32(pj*(1-d)))
-						pj = f16Round(float32(pj))
-					}
-					vj := m.v[layer][o+off : o+off+hd]
-					for d := range out {
-						out[d] += pj * vj[d]
-						if both {
-							bound[d] += wj*math.Abs(vj[d]) + float64(ctx+2)*u*(pj+wj)*math.Abs(vj[d])
-						}
-					}
-				}
-				if !both {
-					f32 := (math.Expm1(2*emax) + 2*float64(p+hd+8)*u + expRel) * vmax
-					for d := range bound {
-						bound[d] = f32
-					}
-				}
+				attendHead(q[i*qw+h*hd:i*qw+(h+1)*hd], ctx,
+					func(j int) []float64 { return m.k[layer][rows[j]+off : rows[j]+off+hd] },
+					func(j int) []float64 { return m.v[layer][rows[j]+off : rows[j]+off+hd] },
+					float64(a.Scale), rd, want[i*qw+h*hd:i*qw+(h+1)*hd], tol[i*qw+h*hd:i*qw+(h+1)*hd])
 			}
 		}
 	}
 	return want, tol
+}
+
+// attendHead computes the reference output of one query head q [HeadDim] over ctx keys and
+// values, key(j) and val(j) returning position j's rows of the head as stored, with the
+// roundings rd, into out and the bound on each of its elements (derived at kvModel.attend) into
+// bound.
+func attendHead(q []float32, ctx int, key, val func(j int) []float64, scale float64, rd rounding, out, bound []float64) {
+	hd := len(q)
+	both := rd.q && rd.p
+	relQ := float64(hd+2) * u
+	qh := make([]float64, hd)
+	for d, v := range q {
+		qh[d] = float64(v)
+		if rd.q {
+			qh[d] = f16Round(v)
+		}
+	}
+	scores := make([]float64, ctx) // scores, then weights
+	errs := make([]float64, ctx)   // e_j
+	smax, emax, vmax := math.Inf(-1), 0.0, 0.0
+	for j := range scores {
+		kj := key(j)
+		dot, abs := 0.0, 0.0
+		for d, qv := range qh {
+			dot += qv * kj[d]
+			abs += math.Abs(qv * kj[d])
+		}
+		scores[j] = scale * dot
+		errs[j] = scale * abs * relQ
+		smax = math.Max(smax, scores[j])
+		emax = math.Max(emax, errs[j])
+		for _, v := range val(j) {
+			vmax = math.Max(vmax, math.Abs(v))
+		}
+	}
+	sum := 0.0
+	for j := range scores {
+		sum += math.Exp(scores[j] - smax)
+	}
+	ebar := 0.0
+	for j := range scores {
+		ebar += math.Exp(scores[j]-smax) / sum * math.Expm1(errs[j]+(smax-scores[j])*u)
+	}
+	for j := range scores {
+		pj := math.Exp(scores[j]-smax) / sum
+		wj := 0.0
+		if rd.p {
+			d := math.Expm1(errs[j] + (smax-scores[j])*u + ebar + 2*expRel + float64(ctx+4)*u)
+			wj = f16Round(float32(pj*(1+d))) - f16Round(float32(pj*(1-d)))
+			pj = f16Round(float32(pj))
+		}
+		vj := val(j)
+		for d := range out {
+			out[d] += pj * vj[d]
+			if both {
+				bound[d] += wj*math.Abs(vj[d]) + float64(ctx+2)*u*(pj+wj)*math.Abs(vj[d])
+			}
+		}
+	}
+	if !both {
+		f32 := (math.Expm1(2*emax) + 2*float64(ctx-1+hd+8)*u + expRel) * vmax
+		for d := range bound {
+			bound[d] = f32
+		}
+	}
 }
 
 // attnSeq is a sequence of an attention scenario: its block table and how many positions its

@@ -2,6 +2,7 @@ package backendtest
 
 import (
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/parleyhq/parley/runtime/backend"
@@ -15,9 +16,14 @@ import (
 //	MatMul/GEMM512x768x768/<dtype>   512 tokens through a 768x768 matrix (prefill)
 //	Attention/Decode512/<cache>      one token attending over 512 cached positions, 12 heads of 64
 //	Decode110M/<dtype>               a whole decode step of the 110M model at position 127
+//	FullAttention/<n>x<m>/<heads>x<dim>/<k,v>  Whisper's encoder self-attention: 1500 positions,
+//	                                 6 heads of 64 (tiny) or 8 (base), F32 or F16 keys and values
+//	LayerNorm/1500x384, GELU/1500x1536, Copy/F32toF16/1500x384, Im2Col1D/3000x384k3s2
+//	                                 the encoder's other operations at Whisper tiny's widths
 //
 // GEMV reports GB/s of weights streamed, GEMM GFLOP/s, Attention GB/s of cache read, Decode
-// tokens/s; all report allocations.
+// tokens/s, FullAttention GFLOP/s (4·n·m·heads·dim: the two products), the element-wise
+// operations GB/s of their operands read and written; all report allocations.
 func Bench(b *testing.B, newBackend func() (backend.Backend, error)) {
 	be := open(b, newBackend)
 	for _, sh := range []struct {
@@ -44,6 +50,14 @@ func Bench(b *testing.B, newBackend func() (backend.Backend, error)) {
 			benchDecode(b, be, dt)
 		})
 	}
+	for _, nh := range []int{6, 8} {
+		for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
+			b.Run(fmt.Sprintf("FullAttention/1500x1500/%dx64/%v", nh, dt), func(b *testing.B) {
+				benchFullAttention(b, be, dt, 1500, 1500, nh, 64)
+			})
+		}
+	}
+	benchEncoderOps(b, be)
 }
 
 func benchMatMul(b *testing.B, be backend.Backend, dt tensor.DType, n, m, k int) {
@@ -114,4 +128,67 @@ func benchDecode(b *testing.B, be backend.Backend, dt tensor.DType) {
 	s := b.Elapsed().Seconds() / float64(b.N)
 	b.ReportMetric(1/s, "tokens/s")
 	b.ReportMetric(m.weightBytes/s/1e9, "GB/s")
+}
+
+func benchFullAttention(b *testing.B, be backend.Backend, dt tensor.DType, n, m, nh, hd int) {
+	r := rng("bench full attention")
+	w := nh * hd
+	a := backend.Attn{NHead: nh, NKVHead: nh, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd)))}
+	q := alloc(b, be, n, w, randVec(r, n*w, 1))
+	k := alloc(b, be, m, w, randVec(r, m*w, 1))
+	v := alloc(b, be, m, w, randVec(r, m*w, 1))
+	if dt == tensor.F16 {
+		k = allocF16(b, be, m, w, randVec(r, m*w, 1))
+		v = allocF16(b, be, m, w, randVec(r, m*w, 1))
+	}
+	dst := alloc(b, be, n, w, nil)
+	row := make([]float32, w)
+	must(b, be.FullAttention(dst, q, k, v, a), "FullAttention")
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := be.FullAttention(dst, q, k, v, a); err != nil {
+			b.Fatal(err)
+		}
+	}
+	must(b, be.Read(dst, 0, row), "Read") // waits for issued work
+	s := b.Elapsed().Seconds() / float64(b.N)
+	b.ReportMetric(4*float64(n)*float64(m)*float64(w)/s/1e9, "GFLOP/s")
+}
+
+// benchEncoderOps measures LayerNorm, GELU, Copy and Im2Col1D at Whisper tiny's shapes
+// (1500 positions of 384, a feed-forward width of 1536, the second convolution's input).
+func benchEncoderOps(b *testing.B, be backend.Backend) {
+	r := rng("bench encoder ops")
+	const n, d, ff = 1500, 384, 1536
+	x := alloc(b, be, n, d, randVec(r, n*d, 1))
+	xf := alloc(b, be, n, ff, randVec(r, n*ff, 1))
+	w, bias := alloc(b, be, 1, d, randVec(r, d, 1)), alloc(b, be, 1, d, randVec(r, d, 1))
+	dst, dstf := alloc(b, be, n, d, nil), alloc(b, be, n, ff, nil)
+	h := allocF16(b, be, n, d, nil)
+	sig := alloc(b, be, 2*n, d, randVec(r, 2*n*d, 1))
+	cols := alloc(b, be, n, 3*d, nil)
+	for _, c := range []struct {
+		name  string
+		bytes int // operand bytes read and written by one call
+		run   func() error
+	}{
+		{"LayerNorm/1500x384", 8 * n * d, func() error { return be.LayerNorm(dst, x, w, bias, 1e-5) }},
+		{"GELU/1500x1536", 8 * n * ff, func() error { return be.GELU(dstf, xf) }},
+		{"Copy/F32toF16/1500x384", 6 * n * d, func() error { return be.Copy(h, x) }},
+		{"Im2Col1D/3000x384k3s2", 4 * (2*n*d + n*3*d), func() error { return be.Im2Col1D(cols, sig, 3, 2, 1) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			must(b, c.run(), "%s", c.name)
+			out := make([]float32, d)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := c.run(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			must(b, be.Read(dst, 0, out), "Read") // waits for issued work
+			s := b.Elapsed().Seconds() / float64(b.N)
+			b.ReportMetric(float64(c.bytes)/s/1e9, "GB/s")
+		})
+	}
 }

@@ -159,7 +159,8 @@ func (m *model) close() {
 }
 
 // testZeroAllocs checks that steady-state decoding allocates nothing: MatMul of one token for
-// several weight types, Attention of one token, and a whole decode step of a small model.
+// several weight types, Attention of one token, the encoder's operations, and a whole decode
+// step of a small model.
 func testZeroAllocs(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)) {
 	if raceEnabled {
 		t.Skip("allocation counts are not meaningful under the race detector")
@@ -215,6 +216,48 @@ func testZeroAllocs(t *testing.T, b backend.Backend, _ func() (backend.Backend, 
 			must(t, err, "StoreKV, Attention")
 			if n := testing.AllocsPerRun(20, run); n != 0 {
 				t.Errorf("StoreKV and Attention of one token: %v allocations per call, want 0", n)
+			}
+		})
+	}
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
+		t.Run("EncoderOps/"+dt.String(), func(t *testing.T) {
+			// A Whisper encoder layer's operations other than MatMul, at small sizes: the
+			// keys and values converted to dt, full attention, norms, GELU, a convolution's
+			// input layout.
+			const n, nh, hd, ff = 40, 4, 16, 256
+			d := nh * hd
+			r := rng("allocs encoder " + dt.String())
+			x := alloc(t, b, n, d, randVec(r, n*d, 1))
+			w, bias := alloc(t, b, 1, d, randVec(r, d, 1)), alloc(t, b, 1, d, randVec(r, d, 1))
+			xn, q, att := alloc(t, b, n, d, nil), alloc(t, b, n, d, randVec(r, n*d, 1)), alloc(t, b, n, d, nil)
+			h := alloc(t, b, n, ff, randVec(r, n*ff, 1))
+			cols := alloc(t, b, (n+2-3)/2+1, 3*d, nil)
+			k, v := alloc(t, b, n, d, nil), alloc(t, b, n, d, nil)
+			if dt == tensor.F16 {
+				k, v = allocF16(t, b, n, d, nil), allocF16(t, b, n, d, nil)
+			}
+			a := backend.Attn{NHead: nh, NKVHead: nh, HeadDim: hd, Scale: 0.25}
+			out := make([]float32, n*d)
+			var err error
+			run := func() {
+				for _, e := range []error{
+					b.LayerNorm(xn, x, w, bias, 1e-5),
+					b.Copy(k, xn),
+					b.Copy(v, x),
+					b.FullAttention(att, q, k, v, a),
+					b.GELU(h, h),
+					b.Im2Col1D(cols, x, 3, 2, 1),
+					b.Read(att, 0, out),
+				} {
+					if e != nil && err == nil {
+						err = e
+					}
+				}
+			}
+			run()
+			must(t, err, "encoder operations")
+			if n := testing.AllocsPerRun(20, run); n != 0 {
+				t.Errorf("encoder operations: %v allocations per run, want 0", n)
 			}
 		})
 	}

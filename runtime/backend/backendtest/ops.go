@@ -300,7 +300,8 @@ func testRope(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)
 }
 
 // testAliasing checks the in-place forms the interface allows: AddRows with dst == a, RMSNorm
-// with dst == x, SwiGLU with dst == gate. Results must equal the out-of-place ones exactly.
+// and LayerNorm with dst == x, SwiGLU with dst == gate, GELU with dst == x. Results must equal
+// the out-of-place ones exactly.
 func testAliasing(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)) {
 	const n, d = 5, 96
 	r := rng("aliasing")
@@ -309,12 +310,14 @@ func testAliasing(t *testing.T, b backend.Backend, _ func() (backend.Backend, er
 		name string
 		run  func(dst, x backend.Tensor) error
 	}
-	bt, wt := alloc(t, b, n, d, bv), alloc(t, b, 1, d, wv)
+	bt, wt, lb := alloc(t, b, n, d, bv), alloc(t, b, 1, d, wv), alloc(t, b, 1, d, randVec(r, d, 0.5))
 	for _, o := range []op{
 		{"AddRows", func(dst, x backend.Tensor) error { return b.AddRows(dst, x, bt) }},
 		{"AddRowsBias", func(dst, x backend.Tensor) error { return b.AddRows(dst, x, wt) }},
 		{"RMSNorm", func(dst, x backend.Tensor) error { return b.RMSNorm(dst, x, wt, 1e-5) }},
 		{"SwiGLU", func(dst, x backend.Tensor) error { return b.SwiGLU(dst, x, bt) }},
+		{"LayerNorm", func(dst, x backend.Tensor) error { return b.LayerNorm(dst, x, wt, lb, 1e-5) }},
+		{"GELU", func(dst, x backend.Tensor) error { return b.GELU(dst, x) }},
 	} {
 		t.Run(o.name, func(t *testing.T) {
 			x := alloc(t, b, n, d, av)

@@ -47,8 +47,14 @@ func Run(t *testing.T, newBackend func() (backend.Backend, error)) {
 		{"SwiGLU", testSwiGLU},
 		{"Rope", testRope},
 		{"Attention", testAttention},
+		{"Copy", testCopy},
+		{"LayerNorm", testLayerNorm},
+		{"GELU", testGELU},
+		{"Im2Col1D", testIm2Col1D},
+		{"FullAttention", testFullAttention},
 		{"Aliasing", testAliasing},
 		{"Errors", testErrors},
+		{"EncoderErrors", testEncoderErrors},
 		{"ZeroAllocs", testZeroAllocs},
 	}
 	for _, g := range groups {

@@ -68,6 +68,15 @@ func BenchmarkBackend(b *testing.B) {
 	backendtest.Bench(b, func() (backend.Backend, error) { return New(backend.Options{Threads: 2}) })
 }
 
+// BenchmarkBackendOneThread measures the same shapes on one thread: the per-core cost, which
+// contention from other processes on the machine disturbs less.
+func BenchmarkBackendOneThread(b *testing.B) {
+	if !cpu.Available() {
+		b.Skip(cpu.ErrNotBuilt)
+	}
+	backendtest.Bench(b, func() (backend.Backend, error) { return New(backend.Options{Threads: 1}) })
+}
+
 // TestUseAfterClose checks that tensors and caches of a closed backend give errors instead of
 // touching freed native memory.
 func TestUseAfterClose(t *testing.T) {

@@ -9,8 +9,9 @@ import (
 // The attention kernels: pure Go here, replaced at init by assembly where the CPU allows
 // (simd_amd64.go). Rows are [HeadDim] slices of the cache or of the query.
 
-// simdKernels names the implementation of dot4, dot4F16, axpy4, axpy4F16, expSum and
-// scaleRoundF16: "go", or "avx2" where the CPU has AVX2, FMA and F16C.
+// simdKernels names the implementation of dot4, dot4F16, axpy4, axpy4F16, expSum,
+// scaleRoundF16, scores2, scores2F16, pv2, pv2F16 and gelu: "go", or "avx2" where the CPU has
+// AVX2, FMA and F16C.
 var simdKernels = "go"
 
 // dot4 returns q·k0, q·k1, q·k2, q·k3; each k holds at least len(q) values.
@@ -120,6 +121,91 @@ func scale32(y []float32, f float32) {
 	for i := range y {
 		y[i] *= f
 	}
+}
+
+// The kernels of FullAttention's blocked path, for head sizes that are multiples of pvWidth.
+
+// scores2 sets s0[j] = scale·(q0·k_j) and s1[j] = scale·(q1·k_j) for j < nk, a multiple of 4,
+// where k_j = k[j*kstride : j*kstride+len(q0)]; len(q0) = len(q1) is a multiple of 8. q0 and q1
+// may be the same row, and s0 and s1 then the same scores.
+var scores2 = scores2Go
+
+// scores2F16 is scores2 for keys of F16 bits, summed in float32.
+var scores2F16 = scores2F16Go
+
+// pvWidth is the number of output elements pv2 and pv2F16 update.
+const pvWidth = 32
+
+// pv2 adds Σ_{j<nk} p0[j]·v_j to o0 and Σ_{j<nk} p1[j]·v_j to o1, v_j =
+// v[j*vstride : j*vstride+pvWidth]. o0 and o1 may be the same row if p0 and p1 are the same
+// weights (both sums are then the same).
+var pv2 = pv2Go
+
+// pv2F16 is pv2 for values of F16 bits.
+var pv2F16 = pv2F16Go
+
+func scores2Go(q0, q1, k []float32, kstride, nk int, scale float32, s0, s1 []float32) {
+	hd := len(q0)
+	q1 = q1[:hd]
+	for j := 0; j < nk; j++ {
+		kj := k[j*kstride : j*kstride+hd]
+		var a, b float32
+		for d, kv := range kj {
+			a += q0[d] * kv
+			b += q1[d] * kv
+		}
+		s0[j], s1[j] = scale*a, scale*b
+	}
+}
+
+func scores2F16Go(q0, q1 []float32, k []uint16, kstride, nk int, scale float32, s0, s1 []float32) {
+	t := f16Table
+	hd := len(q0)
+	q1 = q1[:hd]
+	for j := 0; j < nk; j++ {
+		kj := k[j*kstride : j*kstride+hd]
+		var a, b float32
+		for d, kh := range kj {
+			kv := t[kh]
+			a += q0[d] * kv
+			b += q1[d] * kv
+		}
+		s0[j], s1[j] = scale*a, scale*b
+	}
+}
+
+func pv2Go(o0, o1, p0, p1, v []float32, vstride, nk int) {
+	var a, b [pvWidth]float32
+	copy(a[:], o0[:pvWidth])
+	copy(b[:], o1[:pvWidth])
+	for j := 0; j < nk; j++ {
+		vj := v[j*vstride : j*vstride+pvWidth]
+		f, g := p0[j], p1[j]
+		for d, x := range vj {
+			a[d] += f * x
+			b[d] += g * x
+		}
+	}
+	copy(o0, a[:])
+	copy(o1, b[:])
+}
+
+func pv2F16Go(o0, o1, p0, p1 []float32, v []uint16, vstride, nk int) {
+	t := f16Table
+	var a, b [pvWidth]float32
+	copy(a[:], o0[:pvWidth])
+	copy(b[:], o1[:pvWidth])
+	for j := 0; j < nk; j++ {
+		vj := v[j*vstride : j*vstride+pvWidth]
+		f, g := p0[j], p1[j]
+		for d, h := range vj {
+			x := t[h]
+			a[d] += f * x
+			b[d] += g * x
+		}
+	}
+	copy(o0, a[:])
+	copy(o1, b[:])
 }
 
 var (

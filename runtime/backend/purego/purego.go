@@ -1,16 +1,20 @@
 // Package purego is the pure-Go backend (registered as "go"): it computes on the host without
 // cgo, so it is built everywhere, including nocgo builds. Weights are used in place (Load keeps
-// the caller's bytes), activations are float32 slices, and the heavy operations (MatMul, GetRows,
-// Attention) are split across a persistent pool of worker goroutines sized by Options.Threads,
-// without allocating per operation.
+// the caller's bytes), activations are float32 slices (F16 ones, for Copy and FullAttention,
+// bytes), and the heavy operations (MatMul, GetRows, Attention, FullAttention and the row-wise
+// operations of large batches) are split across a persistent pool of worker goroutines sized by
+// Options.Threads, without allocating per operation.
 //
 // Products with weights use the dot-product kernels of package quant: each row of activations is
 // converted once to the weight type's dot-product type (quant.KernelFor), then dotted with every
 // weight row, four activation rows per weight row while it is in cache. Attention walks each
 // sequence's block table: over F32 caches with a running (online) softmax; over F16 caches in
 // two passes, scores and then values weighted by normalised weights rounded to F16 (the query is
-// rounded to F16 too, as llama.cpp's F16 products do). Its inner loops are assembly on amd64
-// CPUs with AVX2, FMA and F16C (build tag noasm turns that off) and Go elsewhere.
+// rounded to F16 too, as llama.cpp's F16 products do). FullAttention (encoder self-attention,
+// cross-attention) takes tiles of query rows against blocks of keys and values, in two passes
+// with the same roundings for F16 keys and values. The inner loops of both, and GELU, are
+// assembly on amd64 CPUs with AVX2, FMA and F16C (build tag noasm turns that off) and Go
+// elsewhere.
 //
 // Operations run synchronously; a Backend may be used from several goroutines (its operations
 // are serialised).
@@ -48,11 +52,13 @@ type Backend struct {
 	closed bool
 	pool   *pool
 
-	mm matmulJob
-	cv convertJob
-	gr getRowsJob
-	at attnJob
-	xq []byte // converted activations [n, VecType row]
+	mm   matmulJob
+	cv   convertJob
+	gr   getRowsJob
+	at   attnJob
+	fa   fullAttnJob
+	rows rowJob
+	xq   []byte // converted activations [n, VecType row]
 	// xqFrom and xqType say which activations xq holds, converted to which type, so that the
 	// products of one input with several matrices (q, k, v; gate, up) convert it once. Every
 	// operation that writes activations forgets them.
@@ -209,6 +215,23 @@ func f32View(b []byte) []float32 {
 	f := make([]float32, n)
 	_ = quant.Dequantize(tensor.F32, b[:4*n], f)
 	return f
+}
+
+// u16View returns the uint16s (F16 bits) stored little-endian in b, without copying where the
+// platform allows (little-endian, 2-byte aligned), else decoded into a new slice.
+func u16View(b []byte) []uint16 {
+	n := len(b) / 2
+	if n == 0 {
+		return []uint16{}
+	}
+	if littleEndian && uintptr(unsafe.Pointer(&b[0]))%2 == 0 {
+		return unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), n)
+	}
+	h := make([]uint16, n)
+	for i := range h {
+		h[i] = uint16(b[2*i]) | uint16(b[2*i+1])<<8
+	}
+	return h
 }
 
 // byteView returns the bytes of f on little-endian platforms, nil elsewhere.

@@ -23,6 +23,21 @@ func dot4F16AVX2(q *float32, k0, k1, k2, k3 *uint16, n int, out *[4]float32)
 //go:noescape
 func dot4F32AVX2(q *float32, k0, k1, k2, k3 *float32, n int, out *[4]float32)
 
+//go:noescape
+func scores2F32AVX2(q0, q1, k *float32, kstride, nk, hd int, scale float32, s0, s1 *float32)
+
+//go:noescape
+func scores2F16AVX2(q0, q1 *float32, k *uint16, kstride, nk, hd int, scale float32, s0, s1 *float32)
+
+//go:noescape
+func pv2F32AVX2(o0, o1, p0, p1, v *float32, vstride, nk int)
+
+//go:noescape
+func pv2F16AVX2(o0, o1, p0, p1 *float32, v *uint16, vstride, nk int)
+
+//go:noescape
+func geluAVX2(y, x *float32, n int)
+
 // hasAVX2 reports AVX2, FMA and F16C with the OS saving YMM state.
 func hasAVX2() bool {
 	maxLeaf, _, _, _ := cpuid(0, 0)
@@ -123,6 +138,47 @@ func init() {
 			sum += expSumGo(x[k:], m)
 		}
 		return sum
+	}
+	scores2 = func(q0, q1, k []float32, kstride, nk int, scale float32, s0, s1 []float32) {
+		hd := len(q0)
+		if nk <= 0 || hd <= 0 {
+			return
+		}
+		_, _, _, _ = q1[hd-1], k[(nk-1)*kstride+hd-1], s0[nk-1], s1[nk-1]
+		scores2F32AVX2(&q0[0], &q1[0], &k[0], kstride, nk, hd, scale, &s0[0], &s1[0])
+	}
+	scores2F16 = func(q0, q1 []float32, k []uint16, kstride, nk int, scale float32, s0, s1 []float32) {
+		hd := len(q0)
+		if nk <= 0 || hd <= 0 {
+			return
+		}
+		_, _, _, _ = q1[hd-1], k[(nk-1)*kstride+hd-1], s0[nk-1], s1[nk-1]
+		scores2F16AVX2(&q0[0], &q1[0], &k[0], kstride, nk, hd, scale, &s0[0], &s1[0])
+	}
+	pv2 = func(o0, o1, p0, p1, v []float32, vstride, nk int) {
+		if nk <= 0 {
+			return
+		}
+		_, _, _, _, _ = o0[pvWidth-1], o1[pvWidth-1], p0[nk-1], p1[nk-1], v[(nk-1)*vstride+pvWidth-1]
+		pv2F32AVX2(&o0[0], &o1[0], &p0[0], &p1[0], &v[0], vstride, nk)
+	}
+	pv2F16 = func(o0, o1, p0, p1 []float32, v []uint16, vstride, nk int) {
+		if nk <= 0 {
+			return
+		}
+		_, _, _, _, _ = o0[pvWidth-1], o1[pvWidth-1], p0[nk-1], p1[nk-1], v[(nk-1)*vstride+pvWidth-1]
+		pv2F16AVX2(&o0[0], &o1[0], &p0[0], &p1[0], &v[0], vstride, nk)
+	}
+	gelu = func(y, x []float32) {
+		n := len(x)
+		y = y[:n]
+		m := n &^ 7
+		if m > 0 {
+			geluAVX2(&y[0], &x[0], m)
+		}
+		if m < n {
+			geluGo(y[m:], x[m:])
+		}
 	}
 	simdKernels = "avx2"
 }

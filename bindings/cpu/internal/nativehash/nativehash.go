@@ -14,15 +14,25 @@ import (
 	"strings"
 )
 
-// Sum returns a hex SHA-256 over the names and contents of every .c and .h file under root
-// (the repository's native directory), in sorted order.
+// Sum returns a hex SHA-256 over the names and contents of the files bindings/cpu compiles
+// under root (the repository's native directory): every .c and .h file under cpu/, and
+// include/parley.h, in sorted order. Sources of other backends under root (cuda/, their
+// headers) do not count.
 func Sum(root string) (string, error) {
 	var files []string
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if !d.IsDir() && (strings.HasSuffix(p, ".c") || strings.HasSuffix(p, ".h")) {
+		if d.IsDir() || !(strings.HasSuffix(p, ".c") || strings.HasSuffix(p, ".h")) {
+			return nil
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		if strings.HasPrefix(rel, "cpu/") || rel == "include/parley.h" {
 			files = append(files, p)
 		}
 		return nil

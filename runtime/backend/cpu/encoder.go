@@ -1,0 +1,151 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/parleyhq/parley/bindings/cpu"
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+// The operations of encoder-decoder models (Whisper).
+
+// Copy converts src into dst (same shape): F32 to F16 (round to nearest even), F16 to F32, or a
+// copy between tensors of one type.
+func (b *Backend) Copy(dst, src backend.Tensor) error {
+	const op = "copy"
+	d, err := b.tensorOf(op, "dst", dst)
+	if err != nil {
+		return err
+	}
+	s, err := b.tensorOf(op, "src", src)
+	if err != nil {
+		return err
+	}
+	if d.readOnly {
+		return fmt.Errorf("cpu: %s: dst is a loaded weight tensor (read-only)", op)
+	}
+	for _, t := range []*Tensor{s, d} {
+		if t.dt != tensor.F32 && t.dt != tensor.F16 {
+			return fmt.Errorf("cpu: %s: %v into %v: %w", op, s.dt, d.dt, backend.ErrUnsupported)
+		}
+	}
+	if d.rows != s.rows || d.cols != s.cols {
+		return shapeErr(op, "dst", d, s.rows, s.cols)
+	}
+	return b.ctx.Convert(d.data, d.dt, s.data, s.dt, s.rows*s.cols)
+}
+
+// LayerNorm: dst[i,:] = (x[i,:] - mean) / sqrt(var + eps) * w[0,:] + b[0,:] over each row's
+// mean and biased variance; w, b [1, d] F32. dst may be x.
+func (b *Backend) LayerNorm(dst, x, w, bias backend.Tensor, eps float32) error {
+	const op = "layer norm"
+	d, xt, wt, err := b.f32Of3(op, dst, "x", x, "w", w)
+	if err != nil {
+		return err
+	}
+	bt, err := b.f32Of(op, "b", bias, false)
+	if err != nil {
+		return err
+	}
+	if d.rows != xt.rows || d.cols != xt.cols {
+		return shapeErr(op, "dst", d, xt.rows, xt.cols)
+	}
+	if wt.rows != 1 || wt.cols != xt.cols {
+		return shapeErr(op, "w", wt, 1, xt.cols)
+	}
+	if bt.rows != 1 || bt.cols != xt.cols {
+		return shapeErr(op, "b", bt, 1, xt.cols)
+	}
+	return b.ctx.LayerNorm(d.f32, xt.f32, wt.f32, bt.f32, xt.rows, xt.cols, eps)
+}
+
+// GELU: dst = 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x^3))) element-wise. dst may be x.
+func (b *Backend) GELU(dst, x backend.Tensor) error {
+	const op = "gelu"
+	d, err := b.f32Of(op, "dst", dst, true)
+	if err != nil {
+		return err
+	}
+	xt, err := b.f32Of(op, "x", x, false)
+	if err != nil {
+		return err
+	}
+	if d.rows != xt.rows || d.cols != xt.cols {
+		return shapeErr(op, "dst", d, xt.rows, xt.cols)
+	}
+	return b.ctx.GELU(d.f32, xt.f32)
+}
+
+// Im2Col1D: dst[t, c*K+k] = x[t*stride+k-pad, c] (0 outside x) for x [T, C] and
+// dst [(T+2*pad-K)/stride+1, C*K] F32.
+func (b *Backend) Im2Col1D(dst, x backend.Tensor, kernel, stride, pad int) error {
+	const op = "im2col"
+	d, err := b.f32Of(op, "dst", dst, true)
+	if err != nil {
+		return err
+	}
+	xt, err := b.f32Of(op, "x", x, false)
+	if err != nil {
+		return err
+	}
+	tOut, err := cpu.Im2Col1DRows(xt.rows, kernel, stride, pad)
+	if err != nil {
+		return err
+	}
+	if xt.cols > 0 && kernel > math.MaxInt32/xt.cols {
+		return fmt.Errorf("cpu: %s: %d channels of kernel %d is too large", op, xt.cols, kernel)
+	}
+	if d.rows != tOut || d.cols != xt.cols*kernel {
+		return shapeErr(op, "dst", d, tOut, xt.cols*kernel)
+	}
+	return b.ctx.Im2Col1D(d.f32, xt.f32, xt.rows, xt.cols, kernel, stride, pad)
+}
+
+// FullAttention computes attention of q [n, NHead*HeadDim] over every row of k and v
+// ([m, NKVHead*HeadDim], both F32 or both F16) into dst (same shape as q, overlapping none of
+// them).
+func (b *Backend) FullAttention(dst, q, k, v backend.Tensor, a backend.Attn) error {
+	const op = "full attention"
+	d, err := b.f32Of(op, "dst", dst, true)
+	if err != nil {
+		return err
+	}
+	qt, err := b.f32Of(op, "q", q, false)
+	if err != nil {
+		return err
+	}
+	kt, err := b.tensorOf(op, "k", k)
+	if err != nil {
+		return err
+	}
+	vt, err := b.tensorOf(op, "v", v)
+	if err != nil {
+		return err
+	}
+	if a.NHead <= 0 || a.NKVHead <= 0 || a.HeadDim <= 0 || a.NHead%a.NKVHead != 0 || a.NHead > math.MaxInt32/a.HeadDim {
+		return fmt.Errorf("cpu: %s: %d query heads over %d kv heads of %d", op, a.NHead, a.NKVHead, a.HeadDim)
+	}
+	if kt.dt != tensor.F32 && kt.dt != tensor.F16 {
+		return fmt.Errorf("cpu: %s: k is %v, want F32 or F16", op, kt.dt)
+	}
+	if vt.dt != kt.dt {
+		return fmt.Errorf("cpu: %s: k is %v but v is %v (both F32 or both F16)", op, kt.dt, vt.dt)
+	}
+	qw, kw := a.NHead*a.HeadDim, a.NKVHead*a.HeadDim
+	if qt.cols != qw {
+		return fmt.Errorf("cpu: %s: q has %d columns, not %d heads of %d", op, qt.cols, a.NHead, a.HeadDim)
+	}
+	if kt.cols != kw {
+		return shapeErr(op, "k", kt, kt.rows, kw)
+	}
+	if vt.rows != kt.rows || vt.cols != kw {
+		return shapeErr(op, "v", vt, kt.rows, kw)
+	}
+	if d.rows != qt.rows || d.cols != qw {
+		return shapeErr(op, "dst", d, qt.rows, qw)
+	}
+	return b.ctx.FullAttention(d.f32, qt.f32, qt.rows, kt.data, vt.data, kt.dt, kt.rows,
+		cpu.Attn{NHead: a.NHead, NKVHead: a.NKVHead, HeadDim: a.HeadDim, Scale: a.Scale})
+}
