@@ -1,4 +1,5 @@
-// Command parley runs LLaMA-family GGUF models: generate text, tokenize, inspect model files,
+// Command parley runs LLaMA-family GGUF models and Whisper speech recognition: generate text,
+// transcribe audio, tokenize, inspect model files,
 // benchmark, and make synthetic models for speed work.
 //
 //	parley generate -m MODEL -p PROMPT [-n N] [--temp T] [--json]
@@ -6,6 +7,7 @@
 //	parley inspect MODEL
 //	parley bench -m MODEL [-p 512] [-n 128] [-t THREADS] [--json]
 //	parley synth --shape 15M|110M|1B --type f32|f16|q8_0|q4_0|q4_k|... -o FILE
+//	parley transcribe -m WHISPER_MODEL [--beam N] [--language L] [--output-format F] [--json] FILE...
 //
 // Every command takes --backend go|cpu|auto (or $PARLEY_BACKEND) and --help.
 package main
@@ -31,12 +33,13 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"generate": {"generate text from a prompt", runGenerate},
-	"tokenize": {"print the token ids of a text as JSON", runTokenize},
-	"inspect":  {"print a model file's metadata and tensor table", runInspect},
-	"bench":    {"measure prompt-processing and generation speed", runBench},
-	"synth":    {"write a GGUF model with random weights in a real shape", runSynth},
-	"serve":    {"serve models over an OpenAI-compatible HTTP API", runServe},
+	"generate":   {"generate text from a prompt", runGenerate},
+	"tokenize":   {"print the token ids of a text as JSON", runTokenize},
+	"inspect":    {"print a model file's metadata and tensor table", runInspect},
+	"bench":      {"measure prompt-processing and generation speed", runBench},
+	"synth":      {"write a GGUF model with random weights in a real shape", runSynth},
+	"serve":      {"serve models over an OpenAI-compatible HTTP API", runServe},
+	"transcribe": {"transcribe audio files with a Whisper model", runTranscribe},
 }
 
 // usageError is a command-line mistake: exit status 2, as flag does.

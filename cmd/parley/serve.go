@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"github.com/parleyhq/parley/runtime/engine"
 	"github.com/parleyhq/parley/runtime/hub"
 	"github.com/parleyhq/parley/runtime/models/llama"
+	"github.com/parleyhq/parley/runtime/models/whisper"
 	"github.com/parleyhq/parley/runtime/sched"
 	"github.com/parleyhq/parley/runtime/server"
 	"github.com/parleyhq/parley/runtime/tensor"
@@ -46,7 +48,7 @@ func runServe(e *env, args []string) error {
 	fs := newFlags(e, "serve", "-m [ALIAS=]MODEL [-m ...] [flags]   (every flag also reads $PARLEY_<FLAG>)")
 	bf := addBackendFlags(fs)
 	var models multiFlag
-	fs.Var(&models, "m", "model file, or ALIAS=FILE, where FILE may be hf://owner/repo[@rev]/file.gguf (downloaded once into $PARLEY_CACHE; repeatable; $PARLEY_MODEL, comma-separated)")
+	fs.Var(&models, "m", "model file, or ALIAS=FILE, where FILE may be hf://owner/repo[@rev]/file.gguf (downloaded once into $PARLEY_CACHE; repeatable; $PARLEY_MODEL, comma-separated); a whisper.cpp ggml file is served as a speech recognition model")
 	host := fs.String("host", envDefault("PARLEY_HOST", "127.0.0.1"), "address to listen on")
 	port := fs.Int("port", envInt("PARLEY_PORT", 8080), "port to listen on (0: any free port, printed at start)")
 	ctxLen := fs.Int("ctx", envInt("PARLEY_CTX", 0), "positions per sequence (0: the model's training context)")
@@ -62,10 +64,20 @@ func runServe(e *env, args []string) error {
 	logFormat := fs.String("log-format", envDefault("PARLEY_LOG_FORMAT", "text"), "log format: text or json")
 	logLevel := fs.String("log-level", envDefault("PARLEY_LOG_LEVEL", "info"), "log level: trace, debug, info, warn, error")
 	kvType := fs.String("kv-type", envDefault("PARLEY_KV_TYPE", "f16"), "KV cache type: f16 or f32")
+	asrParallel := fs.Int("asr-parallel", envInt("PARLEY_ASR_PARALLEL", 4), "most transcriptions decoded together per speech model")
+	asrQueue := fs.Int("asr-queue", envInt("PARLEY_ASR_QUEUE", 16), "waiting transcriptions per speech model beyond which requests get 429")
+	maxAudio := fs.Int64("max-audio-body", int64(envInt("PARLEY_MAX_AUDIO_BODY", 25<<20)), "largest audio upload in bytes")
+	maxAudioDur := fs.Duration("max-audio-duration", 2*time.Hour, "longest audio accepted for transcription ($PARLEY_MAX_AUDIO_DURATION)")
+	maxStreams := fs.Int("max-streams", envInt("PARLEY_MAX_STREAMS", 16), "live transcription sessions (/v1/audio/stream) open at once")
 	prefix := fs.Bool("prefix-cache", envDefault("PARLEY_PREFIX_CACHE", "true") != "false", "reuse the KV blocks of prompt prefixes shared between requests")
 	if v, ok := os.LookupEnv("PARLEY_TIMEOUT"); ok {
 		if d, err := time.ParseDuration(v); err == nil {
 			*timeout = d
+		}
+	}
+	if v, ok := os.LookupEnv("PARLEY_MAX_AUDIO_DURATION"); ok {
+		if d, err := time.ParseDuration(v); err == nil {
+			*maxAudioDur = d
 		}
 	}
 	pos, err := parse(fs, args)
@@ -84,6 +96,9 @@ func runServe(e *env, args []string) error {
 	}
 	if *parallel < 1 || *step < 1 || *queue < 0 || *ctxLen < 0 || *kvMiB < 0 || *maxBody < 1 {
 		return usagef("--parallel, --step-tokens and --max-body must be positive; --queue, --ctx and --kv-mem not negative")
+	}
+	if *asrParallel < 1 || *asrQueue < 0 || *maxAudio < 1 || *maxAudioDur <= 0 || *maxStreams < 1 {
+		return usagef("--asr-parallel, --max-audio-body, --max-audio-duration and --max-streams must be positive; --asr-queue not negative")
 	}
 	kv, err := tensor.ParseDType(*kvType)
 	if err != nil || (kv != tensor.F16 && kv != tensor.F32) {
@@ -148,6 +163,7 @@ func runServe(e *env, args []string) error {
 
 	steps := server.NewStepMetrics()
 	var served []*server.Model
+	var speechModels []*server.SpeechModel
 	var scheds []*sched.Scheduler
 	var closers []func()
 	defer func() {
@@ -164,6 +180,26 @@ func runServe(e *env, args []string) error {
 				return fmt.Errorf("%s: %w", sp.name, err)
 			}
 			sp.path = local
+		}
+		if isWhisper, err := isWhisperFile(sp.path); err != nil {
+			hs.Close()
+			return fmt.Errorf("%s: %w", sp.name, err)
+		} else if isWhisper {
+			wm, err := whisper.Open(be, sp.path)
+			if err != nil {
+				hs.Close()
+				return fmt.Errorf("%s: %w", sp.name, err)
+			}
+			closers = append(closers, func() { wm.Close() })
+			we, err := whisper.NewEngine(wm, whisper.EngineConfig{MaxActive: *asrParallel, MaxQueue: *asrQueue})
+			if err != nil {
+				hs.Close()
+				return fmt.Errorf("%s: %w", sp.name, err)
+			}
+			closers = append(closers, func() { we.Close() })
+			speechModels = append(speechModels, &server.SpeechModel{Name: sp.name, Engine: we})
+			logger.Info("speech model loaded", "model", sp.name, "path", sp.path, "multilingual", wm.Multilingual(), "parallel", *asrParallel, "took", time.Since(t0).Round(time.Millisecond))
+			continue
 		}
 		eng, err := engine.Open(sp.path, be)
 		if err != nil {
@@ -208,7 +244,8 @@ func runServe(e *env, args []string) error {
 			origins = append(origins, o)
 		}
 	}
-	srv, err := server.New(server.Config{APIKey: *apiKey, AllowedOrigins: origins, MaxBodyBytes: *maxBody, RequestTimeout: *timeout, Logger: logger, Steps: steps}, served)
+	srv, err := server.New(server.Config{APIKey: *apiKey, AllowedOrigins: origins, MaxBodyBytes: *maxBody, RequestTimeout: *timeout, Logger: logger, Steps: steps,
+		SpeechModels: speechModels, MaxAudioBytes: *maxAudio, MaxAudioDuration: *maxAudioDur, Stream: server.StreamConfig{MaxSessions: *maxStreams}}, served)
 	if err != nil {
 		hs.Close()
 		return err
@@ -228,7 +265,7 @@ func runServe(e *env, args []string) error {
 	h := srv.Handler()
 	handler.Store(&h)
 	srv.SetReady(true)
-	logger.Info("ready", "models", len(served))
+	logger.Info("ready", "models", len(served), "speech_models", len(speechModels))
 
 	select {
 	case err := <-serveErr:
@@ -284,4 +321,19 @@ func newLogger(e *env, format, level string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(e.stderr, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// isWhisperFile reports whether path is a whisper.cpp ggml model: magic 0x67676d6c, little-endian,
+// at offset 0 (the bytes "lmgg"). GGUF files start with "GGUF".
+func isWhisperFile(path string) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	var b [4]byte
+	if _, err := io.ReadFull(f, b[:]); err != nil {
+		return false, nil // too short to be either; the GGUF reader says why
+	}
+	return string(b[:]) == "lmgg", nil
 }

@@ -18,6 +18,9 @@ type metrics struct {
 	itl       *prometheus.HistogramVec // model
 	prompt    *prometheus.CounterVec   // model
 	generated *prometheus.CounterVec   // model
+	audioSec  *prometheus.CounterVec   // model, kind
+	asrTime   *prometheus.HistogramVec // model, kind
+	streams   prometheus.Gauge
 }
 
 func newMetrics(models []*served) *metrics {
@@ -44,8 +47,18 @@ func newMetrics(models []*served) *metrics {
 		generated: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "parley_generated_tokens_total", Help: "Generated tokens of finished requests.",
 		}, []string{"model"}),
+		audioSec: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parley_audio_seconds_total", Help: "Seconds of audio transcribed, by model and kind (transcription, translation, stream).",
+		}, []string{"model", "kind"}),
+		asrTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "parley_transcription_duration_seconds", Help: "Time one transcription took in the engine (queueing included); for streams, one pass over the live buffer.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
+		}, []string{"model", "kind"}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "parley_audio_streams", Help: "Open live transcription sessions (/v1/audio/stream).",
+		}),
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.ttft, m.itl, m.prompt, m.generated,
+	m.reg.MustRegister(m.requests, m.duration, m.ttft, m.itl, m.prompt, m.generated, m.audioSec, m.asrTime, m.streams,
 		&schedCollector{models: models},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})

@@ -1,7 +1,8 @@
 // Package server owns Parley's OpenAI-compatible HTTP API: /v1/models, /v1/completions and
 // /v1/chat/completions (chat prompts rendered from the model's tokenizer.chat_template), with
 // server-sent-event streaming, over one or more loaded models each driven by its own
-// sched.Scheduler; plus /health and Prometheus /metrics. It validates every request before it
+// sched.Scheduler; /v1/audio/transcriptions and /v1/audio/translations over Whisper engines, and
+// live transcription over a WebSocket at /v1/audio/stream; plus /health and Prometheus /metrics. It validates every request before it
 // reaches a scheduler and answers errors in OpenAI's shape; it never starts, stops or closes
 // schedulers or models, which stay the caller's.
 package server
@@ -57,6 +58,17 @@ type Config struct {
 	// Steps, when set, holds per-step histograms fed by the schedulers' OnStep hooks; the server
 	// exposes them at /metrics.
 	Steps *StepMetrics
+
+	// SpeechModels are served at /v1/audio/*; their names share one namespace with the LLMs.
+	SpeechModels []*SpeechModel
+	// MaxAudioBytes bounds an upload to /v1/audio/transcriptions and /translations; 0 means
+	// 25 MiB (OpenAI's limit). Larger bodies are answered 413.
+	MaxAudioBytes int64
+	// MaxAudioDuration bounds the decoded length of an upload; 0 means 2 hours. Longer audio is
+	// answered 400.
+	MaxAudioDuration time.Duration
+	// Stream configures /v1/audio/stream.
+	Stream StreamConfig
 }
 
 // Server serves the API. Build it with New; it is safe for concurrent use.
@@ -66,6 +78,9 @@ type Server struct {
 	keyHash []byte // sha256 of the API key; nil when there is none
 	models  []*served
 	byName  map[string]*served
+	speech  []*speechServed
+	speechN map[string]*speechServed
+	streams atomic.Int64 // open /v1/audio/stream sessions
 	ready   atomic.Bool
 	metrics *metrics
 	start   time.Time
@@ -93,7 +108,7 @@ const (
 // is absent or does not parse still serves completions, and its chat requests are answered 400
 // no_chat_template. The Server reports not ready (GET /health 503) until SetReady(true).
 func New(cfg Config, models []*Model) (*Server, error) {
-	if len(models) == 0 {
+	if len(models) == 0 && len(cfg.SpeechModels) == 0 {
 		return nil, errors.New("server: no models")
 	}
 	if cfg.MaxBodyBytes < 0 {
@@ -134,6 +149,9 @@ func New(cfg Config, models []*Model) (*Server, error) {
 		sv.loadTemplate(s.log)
 		s.models = append(s.models, sv)
 		s.byName[m.Name] = sv
+	}
+	if err := s.addSpeech(); err != nil {
+		return nil, err
 	}
 	s.metrics = newMetrics(s.models)
 	if cfg.Steps != nil {
@@ -245,7 +263,8 @@ func randomSeed() uint64 {
 	return n.Uint64()
 }
 
-var endpoints = []string{"/v1/models", "/v1/completions", "/v1/chat/completions", "/health", "/metrics"}
+var endpoints = []string{"/v1/models", "/v1/completions", "/v1/chat/completions", "/health", "/metrics",
+	"/v1/audio/transcriptions", "/v1/audio/translations", "/v1/audio/stream"}
 
 func endpointLabel(path string) string {
 	if slices.Contains(endpoints, path) {
@@ -327,6 +346,12 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		h, method = s.completions, http.MethodPost
 	case path == "/v1/chat/completions":
 		h, method = s.chat, http.MethodPost
+	case path == "/v1/audio/transcriptions":
+		h, method = s.transcriptions, http.MethodPost
+	case path == "/v1/audio/translations":
+		h, method = s.translations, http.MethodPost
+	case path == "/v1/audio/stream":
+		h = s.audioStream
 	default:
 		writeError(w, &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("Unknown request URL: %s %s.", r.Method, path), Type: typeInvalidRequest, Code: strptr("unknown_url")})
 		return
@@ -337,7 +362,11 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if method == http.MethodPost {
-		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		limit := s.cfg.MaxBodyBytes
+		if strings.HasPrefix(path, "/v1/audio/") {
+			limit = s.cfg.MaxAudioBytes
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
 	}
 	h(w, r)
 }
@@ -396,9 +425,12 @@ func (s *Server) modelObject(m *served) modelObject {
 }
 
 func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
-	data := make([]modelObject, len(s.models))
-	for i, m := range s.models {
-		data[i] = s.modelObject(m)
+	data := make([]modelObject, 0, len(s.models)+len(s.speech))
+	for _, m := range s.models {
+		data = append(data, s.modelObject(m))
+	}
+	for _, m := range s.speech {
+		data = append(data, modelObject{ID: m.Name, Object: "model", Created: s.start.Unix(), OwnedBy: "parley"})
 	}
 	writeJSON(w, struct {
 		Object string        `json:"object"`
@@ -408,6 +440,10 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) getModel(w http.ResponseWriter, r *http.Request) {
 	name := strings.TrimPrefix(r.URL.Path, "/v1/models/")
+	if sm := s.speechN[name]; sm != nil {
+		writeJSON(w, modelObject{ID: sm.Name, Object: "model", Created: s.start.Unix(), OwnedBy: "parley"})
+		return
+	}
 	m, e := s.model(name)
 	if e != nil {
 		writeError(w, e)
@@ -426,6 +462,9 @@ func (s *Server) model(name string) (*served, *apiError) {
 	}
 	if name == "" {
 		return nil, invalid("model", "Missing required parameter: 'model'.")
+	}
+	if s.speechN[name] != nil {
+		return nil, invalidCode("model", "model_not_supported", fmt.Sprintf("The model '%s' is a speech recognition model; use /v1/audio/transcriptions.", name))
 	}
 	return nil, &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("The model '%s' does not exist.", name), Type: typeInvalidRequest, Param: strptr("model"), Code: strptr("model_not_found")}
 }

@@ -1,0 +1,277 @@
+package whisper_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/parleyhq/parley/internal/sharedtest"
+	"github.com/parleyhq/parley/runtime/audio"
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/ggml"
+	"github.com/parleyhq/parley/runtime/kvcache"
+	"github.com/parleyhq/parley/runtime/models/whisper"
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+// synthModel writes a random-weight F16 model in a real shape (speed does not depend on the
+// values) from the header, filters and vocabulary of a shared vocabulary-only file.
+func synthModel(tb testing.TB, shape ggml.Shape, vocabFile string) string {
+	tb.Helper()
+	src, err := ggml.Open(sharedtest.Path(tb, "models/asr/for-tests-ggml-"+vocabFile+".bin"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer src.Close()
+	path := filepath.Join(tb.TempDir(), shape.Name+".bin")
+	f, err := os.Create(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	if err := ggml.Synth(w, src, shape, tensor.F16, 1); err != nil {
+		tb.Fatal(err)
+	}
+	if err := w.Flush(); err != nil {
+		tb.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		tb.Fatal(err)
+	}
+	return path
+}
+
+// recordings returns up to n shared recordings (sorted by name) and their total duration.
+func recordings(tb testing.TB, n int) ([][]float32, float64) {
+	tb.Helper()
+	mf, err := os.ReadFile(sharedtest.Path(tb, "data/asr/manifest.jsonl"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var files []string
+	for _, line := range splitLines(mf) {
+		var e struct{ File string }
+		if json.Unmarshal(line, &e) == nil && e.File != "" {
+			files = append(files, e.File)
+		}
+	}
+	sort.Strings(files)
+	var out [][]float32
+	var secs float64
+	for _, f := range files[:min(n, len(files))] {
+		b, err := os.ReadFile(filepath.Join(sharedtest.Dir(tb), "data/asr", f))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		s, _, err := audio.Decode(b)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out = append(out, s)
+		secs += float64(len(s)) / whisper.SampleRate
+	}
+	return out, secs
+}
+
+func splitLines(b []byte) [][]byte {
+	var out [][]byte
+	for len(b) > 0 {
+		i := 0
+		for i < len(b) && b[i] != '\n' {
+			i++
+		}
+		out = append(out, b[:i])
+		if i < len(b) {
+			i++
+		}
+		b = b[i:]
+	}
+	return out
+}
+
+func benchBackend(b *testing.B) backend.Backend {
+	be, _, err := backend.New(backend.Choose(""), backend.Options{Threads: 2})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { be.Close() })
+	return be
+}
+
+var benchShapes = []struct {
+	shape ggml.Shape
+	vocab string
+}{{ggml.Tiny, "tiny.en"}, {ggml.Base, "base.en"}}
+
+// BenchmarkEncoder reports the time to encode one 30-second window.
+func BenchmarkEncoder(b *testing.B) {
+	for _, s := range benchShapes {
+		b.Run(s.shape.Name, func(b *testing.B) {
+			m, err := whisper.Open(benchBackend(b), synthModel(b, s.shape, s.vocab))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			enc, _ := m.NewEncoder()
+			defer enc.Close()
+			cross, _ := m.NewCross()
+			defer cross.Close()
+			mel := make([]float32, m.Mels*whisper.WindowFrames)
+			for i := range mel {
+				mel[i] = float32(i%97) / 97
+			}
+			b.ResetTimer()
+			for range b.N {
+				if err := enc.Encode(mel, cross, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/window")
+		})
+	}
+}
+
+// BenchmarkTranscribe transcribes 12 shared recordings one after another, greedy and with beam 5
+// (English, no timestamps, no fallback: whisper-cli -l en -nt -nf), and reports the real-time
+// factor (processing time / audio time). Random weights never end a window early: each window
+// decodes the full 220 tokens, as whisper.cpp does with the same files.
+func BenchmarkTranscribe(b *testing.B) {
+	recs, secs := recordings(b, 12)
+	for _, s := range benchShapes {
+		for _, beam := range []int{1, 5} {
+			name := s.shape.Name + "/greedy"
+			if beam > 1 {
+				name = s.shape.Name + "/beam5"
+			}
+			b.Run(name, func(b *testing.B) {
+				m, err := whisper.Open(benchBackend(b), synthModel(b, s.shape, s.vocab))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer m.Close()
+				eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer eng.Close()
+				p := whisper.DefaultParams()
+				p.Language, p.NoTimestamps, p.TemperatureInc, p.BeamSize, p.BestOf = "en", true, 0, beam, beam
+				b.ResetTimer()
+				for range b.N {
+					for _, r := range recs {
+						if _, err := eng.Transcribe(context.Background(), r, p, nil); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				b.ReportMetric(b.Elapsed().Seconds()/float64(b.N)/secs, "RTF")
+				b.ReportMetric(secs, "audio-s")
+			})
+		}
+	}
+}
+
+// BenchmarkConcurrent transcribes 8 recordings at once through one engine (their decoder steps
+// batched) and reports the aggregate speed-up over transcribing them one after another.
+func BenchmarkConcurrent(b *testing.B) {
+	recs, secs := recordings(b, 8)
+	s := benchShapes[0]
+	m, err := whisper.Open(benchBackend(b), synthModel(b, s.shape, s.vocab))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	p := whisper.DefaultParams()
+	p.Language, p.NoTimestamps, p.TemperatureInc = "en", true, 0
+	run := func(active int) time.Duration {
+		eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: active, MaxQueue: len(recs)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer eng.Close()
+		start := time.Now()
+		var wg sync.WaitGroup
+		for _, r := range recs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := eng.Transcribe(context.Background(), r, p, nil); err != nil {
+					b.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		return time.Since(start)
+	}
+	var one, eight time.Duration
+	for range b.N {
+		one += run(1)
+		eight += run(8)
+	}
+	b.ReportMetric(one.Seconds()/eight.Seconds(), "speedup")
+	b.ReportMetric(secs*float64(b.N)/eight.Seconds(), "audio-s/s")
+}
+
+// TestDecodeStepAllocs checks that a steady-state decoder step (one token for each of several
+// sequences) allocates nothing.
+func TestDecodeStepAllocs(t *testing.T) {
+	if whisper.RaceEnabled {
+		t.Skip("allocation counts differ under the race detector")
+	}
+	for _, be := range backendsUnderTest(t) {
+		t.Run(be.Name(), func(t *testing.T) { decodeStepAllocs(t, be) })
+	}
+}
+
+func decodeStepAllocs(t *testing.T, be backend.Backend) {
+	m, err := whisper.Open(be, synthModel(t, ggml.Shape{Name: "mini", State: 64, Head: 2, AudioLayer: 1, TextLayer: 2}, "tiny.en"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	cross, _ := m.NewCross()
+	defer cross.Close()
+	dec, err := m.NewDecoder(whisper.DecoderConfig{MaxTokens: 8, MaxSeqs: 4, KVSlots: 448 * 4, BlockSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dec.Close()
+	seqs := make([]*kvcache.Seq, 3)
+	crosses := []*whisper.Cross{cross, cross, cross}
+	for i := range seqs {
+		seqs[i] = dec.Pool().NewSeq(448)
+	}
+	var bb kvcache.BatchBuilder
+	toks := []int32{50257, 50257, 50257}
+	out := []int32{0, 1, 2}
+	logits := make([]float32, 3*m.NVocab)
+	step := func() {
+		bb.Reset()
+		for _, s := range seqs {
+			if err := s.Reserve(1); err != nil {
+				t.Fatal(err)
+			}
+			if err := bb.Add(s, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := dec.Forward(toks, bb.Batch(), crosses, out, logits); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range seqs {
+			_ = s.Advance(1)
+		}
+	}
+	for range 64 { // scratch that grows with the context length reaches its size
+		step()
+	}
+	if a := testing.AllocsPerRun(20, step); a != 0 {
+		t.Errorf("%v allocations per decoder step, want 0", a)
+	}
+}

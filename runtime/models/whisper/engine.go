@@ -1,0 +1,663 @@
+package whisper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+
+	"github.com/parleyhq/parley/runtime/audio"
+	"github.com/parleyhq/parley/runtime/kvcache"
+)
+
+// ErrQueueFull is returned when the engine's queue is full; the caller may retry later.
+var ErrQueueFull = errors.New("whisper: too many transcriptions queued")
+
+// ErrClosed is returned for work submitted to, or cut short by, a closed engine.
+var ErrClosed = errors.New("whisper: engine closed")
+
+// EngineConfig sizes an Engine.
+type EngineConfig struct {
+	// MaxActive is the number of transcriptions decoded together; each may run up to
+	// MaxDecoders hypotheses (beams or samples) in the same batched step.
+	MaxActive int
+	// MaxQueue is the number of transcriptions waiting beyond MaxActive.
+	MaxQueue int
+	// MelThreads computes features with this many goroutines per request (default 2).
+	MelThreads int
+}
+
+// Engine transcribes many requests at once: one goroutine steps every active transcription's
+// hypotheses through the decoder in one batched forward per step, and encodes each request's
+// next window when it gets there. Requests' features are computed by their own goroutines.
+type Engine struct {
+	m   *Model
+	cfg EngineConfig
+	enc *Encoder
+	dec *Decoder
+	tok *Vocab
+
+	suppressAlways []int32
+	nonSpeech      []int32
+	nMax           int // tokens sampled per window: n_text_ctx/2 - 4
+
+	queue chan *job
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	shut  bool
+
+	// step state, owned by the loop goroutine
+	active  []*job
+	bb      kvcache.BatchBuilder
+	toks    []int32
+	outRows []int32
+	cross   []*Cross
+	owners  []*hyp
+	logits  []float32
+	cands   []beamCand
+	topk    []tokData
+	langLP  []float32
+	crosses []*Cross // free cross-attention windows
+	encNext int      // where the search for a window to encode starts (round robin)
+
+	freeBlocks atomic.Int64 // cache blocks free after the last step
+	nActive    atomic.Int64 // transcriptions being decoded
+	queued     atomic.Int64 // transcriptions waiting
+
+	// beamTrace, when set (tests), sees every beam-search step's live hypotheses.
+	beamTrace func(step int, hyps []*hyp)
+}
+
+// NewEngine makes an engine for m and starts its loop.
+func NewEngine(m *Model, cfg EngineConfig) (*Engine, error) {
+	if cfg.MaxActive <= 0 {
+		cfg.MaxActive = 4
+	}
+	if cfg.MaxQueue < 0 {
+		return nil, errors.New("whisper: negative queue size")
+	}
+	if cfg.MelThreads <= 0 {
+		cfg.MelThreads = 2
+	}
+	tok, err := NewVocab(m)
+	if err != nil {
+		return nil, err
+	}
+	maxSeqs := cfg.MaxActive * MaxDecoders
+	e := &Engine{m: m, cfg: cfg, tok: tok, nMax: m.TextCtx/2 - 4,
+		queue: make(chan *job, cfg.MaxQueue+cfg.MaxActive), stop: make(chan struct{})}
+	e.enc, err = m.NewEncoder()
+	if err != nil {
+		return nil, err
+	}
+	// A step holds one token per hypothesis, or a window's prompt (at most TextCtx/2 tokens of
+	// context plus the start sequence) per transcription.
+	e.dec, err = m.NewDecoder(DecoderConfig{MaxTokens: maxSeqs + cfg.MaxActive*(m.TextCtx/2+8), MaxSeqs: maxSeqs,
+		KVSlots: maxSeqs * m.TextCtx, BlockSize: 1})
+	if err != nil {
+		e.enc.Close()
+		return nil, err
+	}
+	e.logits = make([]float32, maxSeqs*m.NVocab)
+	e.langLP = make([]float32, m.NVocab)
+	e.suppressAlways = tok.suppressed()
+	e.nonSpeech = tok.nonSpeech()
+	e.wg.Add(1)
+	go e.loop()
+	return e, nil
+}
+
+// Model is the engine's model.
+func (e *Engine) Model() *Model { return e.m }
+
+// Vocab is the model's tokenizer.
+func (e *Engine) Vocab() *Vocab { return e.tok }
+
+// Close stops the engine; transcriptions in flight fail with ErrClosed.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.shut {
+		e.mu.Unlock()
+		return nil
+	}
+	e.shut = true
+	close(e.stop)
+	e.mu.Unlock()
+	e.wg.Wait()
+	var errs []error
+	for _, c := range e.crosses {
+		errs = append(errs, c.Close())
+	}
+	errs = append(errs, e.dec.Close(), e.enc.Close())
+	return errors.Join(errs...)
+}
+
+// Transcribe transcribes 16 kHz mono samples. onSegment, if not nil, is called (from the engine's
+// goroutine; it must not block) with each segment as it is finished.
+func (e *Engine) Transcribe(ctx context.Context, samples []float32, p Params, onSegment func(Segment)) (*Result, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if p.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.Timeout)
+		defer cancel()
+	}
+	j, err := e.submit(ctx, samples, p, onSegment, false)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Duration: float64(len(samples)) / SampleRate, Segments: j.segments, Language: j.langCode}
+	for _, s := range j.segments {
+		res.Text += s.Text
+	}
+	if res.Segments == nil {
+		res.Segments = []Segment{}
+	}
+	return res, nil
+}
+
+// submit queues a job and waits for it.
+func (e *Engine) submit(ctx context.Context, samples []float32, p Params, onSegment func(Segment), detect bool) (*job, error) {
+	if detect {
+		p.Language = ""
+	}
+	j := &job{ctx: ctx, p: p, onSegment: onSegment, done: make(chan struct{}), lang: -1, detectOnly: detect}
+	if err := e.prepare(j, samples); err != nil {
+		return nil, err
+	}
+	if detect && j.ph == phDone {
+		return nil, fmt.Errorf("whisper: %w: audio too short to detect its language", ErrBadRequest)
+	}
+	e.mu.Lock()
+	if e.shut {
+		e.mu.Unlock()
+		return nil, ErrClosed
+	}
+	e.queued.Add(1)
+	select {
+	case e.queue <- j:
+	default:
+		e.queued.Add(-1)
+		e.mu.Unlock()
+		return nil, ErrQueueFull
+	}
+	e.mu.Unlock()
+	select {
+	case <-j.done:
+	case <-ctx.Done():
+		if !j.admitted.Load() {
+			// Still queued: the loop discards it when it gets there.
+			return nil, ctx.Err()
+		}
+		<-j.done
+	}
+	if j.err != nil {
+		return nil, j.err
+	}
+	return j, nil
+}
+
+// prepare computes the features and the fixed parts of the prompt in the caller's goroutine.
+func (e *Engine) prepare(j *job, samples []float32) error {
+	m := e.m
+	mel, nFr, err := LogMel(samples, m, e.cfg.MelThreads)
+	if err != nil {
+		return err
+	}
+	j.mel, j.nMel, j.nFr = mel, m.Mels, nFr
+	j.seekEnd = max(0, audio.MelContentFrames(len(samples))) // whisper.cpp's n_len
+	j.window = make([]float32, m.Mels*WindowFrames)
+	j.temps = j.temps[:0]
+	if j.p.TemperatureInc > 0 {
+		for t := j.p.Temperature; t < 1+1e-6; t += j.p.TemperatureInc {
+			j.temps = append(j.temps, t)
+		}
+	} else {
+		j.temps = append(j.temps, j.p.Temperature)
+	}
+	switch lc := j.p.Language; {
+	case !m.Multilingual():
+		j.langCode = "en"
+		if lc != "" && lc != "auto" && lc != "en" {
+			return fmt.Errorf("whisper: %w: this model is English-only; language %q is not available", ErrBadRequest, lc)
+		}
+		if j.p.Translate {
+			return fmt.Errorf("whisper: %w: this model is English-only and cannot translate", ErrBadRequest)
+		}
+	case lc == "" || lc == "auto":
+	default:
+		id, ok := e.tok.LangToken(lc)
+		if !ok {
+			return fmt.Errorf("whisper: %w: unknown language %q", ErrBadRequest, lc)
+		}
+		j.lang, j.langCode = id, lc
+	}
+	if j.p.InitialPrompt != "" {
+		pt := e.tok.Encode(j.p.InitialPrompt)
+		if len(pt) > m.TextCtx/2 {
+			pt = pt[len(pt)-m.TextCtx/2:]
+		}
+		j.promptPast = append(j.promptPast, pt...)
+	}
+	if j.seekEnd < deltaMin {
+		j.ph = phDone
+	}
+	return nil
+}
+
+// ErrBadRequest marks errors caused by the request's parameters.
+var ErrBadRequest = errors.New("bad request")
+
+func (e *Engine) loop() {
+	defer e.wg.Done()
+	for {
+		if len(e.active) == 0 {
+			select {
+			case j := <-e.queue:
+				e.admit(j)
+			case <-e.stop:
+				e.drain()
+				return
+			}
+		}
+		for len(e.active) < e.cfg.MaxActive {
+			select {
+			case j := <-e.queue:
+				e.admit(j)
+				continue
+			default:
+			}
+			break
+		}
+		select {
+		case <-e.stop:
+			e.drain()
+			return
+		default:
+		}
+		e.step()
+	}
+}
+
+func (e *Engine) admit(j *job) {
+	j.admitted.Store(true)
+	e.queued.Add(-1)
+	if j.ph == phDone || j.ctx.Err() != nil {
+		e.finish(j, nil)
+		return
+	}
+	e.active = append(e.active, j)
+}
+
+func (e *Engine) drain() {
+	for _, j := range e.active {
+		e.finish(j, ErrClosed)
+	}
+	e.active = e.active[:0]
+	for {
+		select {
+		case j := <-e.queue:
+			j.admitted.Store(true)
+			e.queued.Add(-1)
+			e.finish(j, ErrClosed)
+		default:
+			return
+		}
+	}
+}
+
+// finish releases a job's cache blocks and window and wakes its caller.
+func (e *Engine) finish(j *job, err error) {
+	for _, h := range j.hyps {
+		h.seq.Release()
+		h.spare.Release()
+	}
+	if j.cross != nil {
+		e.crosses = append(e.crosses, j.cross)
+		j.cross = nil
+	}
+	if err == nil && j.err == nil && j.ctx.Err() != nil {
+		err = j.ctx.Err()
+	}
+	if err != nil {
+		j.err = err
+	}
+	close(j.done)
+	e.freeBlocks.Store(int64(e.dec.Pool().FreeBlocks()))
+}
+
+// FreeBlocks reports the decoder cache's free and total blocks as of the last step.
+func (e *Engine) FreeBlocks() (free, total int) {
+	return int(e.freeBlocks.Load()), e.dec.Pool().Blocks()
+}
+
+// Load reports the transcriptions being decoded and those waiting.
+func (e *Engine) Load() (active, queued int) {
+	return int(e.nActive.Load()), int(e.queued.Load())
+}
+
+// step advances every active transcription: encodes windows that need it, then runs one batched
+// decoder forward over all hypotheses and processes its logits.
+func (e *Engine) step() {
+	// Drop finished and cancelled jobs.
+	k := 0
+	for _, j := range e.active {
+		if err := j.ctx.Err(); err != nil {
+			e.finish(j, err)
+			continue
+		}
+		if j.ph == phDone {
+			e.finish(j, nil)
+			continue
+		}
+		e.active[k] = j
+		k++
+	}
+	clear(e.active[k:])
+	e.active = e.active[:k]
+	e.nActive.Store(int64(k))
+	// One window is encoded per step, so that transcriptions that are decoding keep stepping
+	// while others wait for their encoder (a window costs about as much as tens of decode steps).
+	for i := range e.active {
+		j := e.active[(e.encNext+i)%len(e.active)]
+		if j.ph == phEncode {
+			if err := e.encode(j); err != nil {
+				j.err = err
+				j.ph = phDone
+			}
+			e.encNext = (e.encNext + i + 1) % len(e.active)
+			break
+		}
+	}
+	e.bb.Reset()
+	e.toks, e.outRows, e.cross, e.owners = e.toks[:0], e.outRows[:0], e.cross[:0], e.owners[:0]
+	for _, j := range e.active {
+		if j.ph == phDone || j.ph == phEncode {
+			continue
+		}
+		for _, h := range j.hyps[:j.nHyp] {
+			if !h.live() || len(h.pending) == 0 {
+				continue
+			}
+			if err := h.seq.Reserve(len(h.pending)); err != nil {
+				j.err = fmt.Errorf("whisper: decoder cache: %w", err)
+				j.ph = phDone
+				break
+			}
+			if h.seq.Len()+len(h.pending) > e.m.TextCtx {
+				h.failed = true
+				continue
+			}
+			if err := e.bb.Add(h.seq, len(h.pending)); err != nil {
+				j.err = err
+				j.ph = phDone
+				break
+			}
+			e.toks = append(e.toks, h.pending...)
+			h.row = len(e.outRows)
+			e.outRows = append(e.outRows, int32(len(e.toks)-1))
+			e.cross = append(e.cross, j.cross)
+			e.owners = append(e.owners, h)
+		}
+	}
+	if len(e.toks) == 0 {
+		for _, j := range e.active {
+			if j.ph == phDecode {
+				e.endWindow(j)
+			}
+		}
+		return
+	}
+	lg := e.logits[:len(e.outRows)*e.m.NVocab]
+	if err := e.dec.Forward(e.toks, e.bb.Batch(), e.cross, e.outRows, lg); err != nil {
+		for _, j := range e.active {
+			j.err, j.ph = err, phDone
+		}
+		return
+	}
+	for _, h := range e.owners {
+		h.seq.Advance(len(h.pending))
+		h.pending = h.pending[:0]
+	}
+	for _, j := range e.active {
+		switch j.ph {
+		case phDetect:
+			e.afterDetect(j)
+		case phPrompt:
+			e.afterPrompt(j)
+		case phDecode:
+			e.afterStep(j)
+		}
+	}
+}
+
+func (e *Engine) row(h *hyp) []float32 {
+	V := e.m.NVocab
+	return e.logits[h.row*V : (h.row+1)*V]
+}
+
+// encode runs the encoder on the window at j.seek.
+func (e *Engine) encode(j *job) error {
+	if j.cross == nil {
+		if n := len(e.crosses); n > 0 {
+			j.cross, e.crosses = e.crosses[n-1], e.crosses[:n-1]
+		} else {
+			c, err := e.m.NewCross()
+			if err != nil {
+				return err
+			}
+			j.cross = c
+		}
+	}
+	if _, err := audio.MelWindow(j.window, j.mel, j.nMel, j.nFr, j.seek, WindowFrames); err != nil {
+		return err
+	}
+	if err := e.enc.Encode(j.window, j.cross, nil); err != nil {
+		return err
+	}
+	if j.seek > 0 && j.seek+500 >= j.seekEnd {
+		j.promptPast = j.promptPast[:0]
+	}
+	if j.lang < 0 && e.m.Multilingual() {
+		h := e.firstHyp(j)
+		h.pending = append(h.pending[:0], e.tok.SOT)
+		j.nHyp = 1
+		j.ph = phDetect
+		return nil
+	}
+	e.setupPrompt(j)
+	e.attempt(j)
+	return nil
+}
+
+func (e *Engine) firstHyp(j *job) *hyp {
+	if len(j.hyps) == 0 {
+		j.hyps = append(j.hyps, &hyp{seq: e.dec.Pool().NewSeq(e.m.TextCtx), spare: e.dec.Pool().NewSeq(e.m.TextCtx)})
+	}
+	h := j.hyps[0]
+	h.seq.Release()
+	h.failed, h.completed = false, false
+	return h
+}
+
+// afterDetect picks the most probable language token after [sot].
+func (e *Engine) afterDetect(j *job) {
+	h := j.hyps[0]
+	lg := e.row(h)
+	best, bestV := int32(-1), float32(math.Inf(-1))
+	for _, id := range e.tok.langs {
+		if lg[id] > bestV {
+			best, bestV = id, lg[id]
+		}
+	}
+	h.seq.Release()
+	j.lang = best
+	j.langCode = e.tok.LangCode(best)
+	if j.detectOnly {
+		// whisper_lang_auto_detect: a softmax over the 100 language slots after
+		// <|startoftranscript|> (in models that know 99 languages the last slot is another
+		// token, which whisper.cpp includes in the sum but which is never a language).
+		var sum float64
+		for i := int32(1); i <= 100 && int(e.tok.SOT+i) < len(lg); i++ {
+			sum += math.Exp(float64(lg[e.tok.SOT+i] - bestV))
+		}
+		j.langProbs = make([]LangProb, len(e.tok.langs))
+		for i, id := range e.tok.langs {
+			j.langProbs[i] = LangProb{Code: e.tok.LangCode(id), P: math.Exp(float64(lg[id]-bestV)) / sum}
+		}
+		j.ph = phDone
+		return
+	}
+	e.setupPrompt(j)
+	e.attempt(j)
+}
+
+// LangProb is a language's probability in language detection.
+type LangProb struct {
+	Code string  `json:"language"`
+	P    float64 `json:"probability"`
+}
+
+// DetectLanguage returns the probability of every language the model knows for the first 30 s
+// of samples, in the model's language order, as whisper.cpp's whisper_lang_auto_detect computes
+// them (the decoder's first step after <|startoftranscript|>).
+func (e *Engine) DetectLanguage(ctx context.Context, samples []float32) ([]LangProb, error) {
+	if !e.m.Multilingual() {
+		return nil, fmt.Errorf("whisper: %w: this model is English-only", ErrBadRequest)
+	}
+	j, err := e.submit(ctx, samples, DefaultParams(), nil, true)
+	if err != nil {
+		return nil, err
+	}
+	return j.langProbs, nil
+}
+
+// afterPrompt records the no-speech probability and the first distribution, then forks the other
+// hypotheses from the first.
+func (e *Engine) afterPrompt(j *job) {
+	h0 := j.hyps[0]
+	lg := e.row(h0)
+	copy(e.langLP, lg)
+	logSoftmax(e.langLP)
+	j.noSpeech = float32(math.Exp(float64(e.langLP[e.tok.NoSpeech])))
+	temp := j.temps[j.tempIdx]
+	e.process(j, h0, lg, temp)
+	for _, h := range j.hyps[1:j.nHyp] {
+		h.seq.Release()
+		h.seq = h0.seq.ForkInto(h.seq, h0.seq.Len())
+		h.row = h0.row
+	}
+	j.ph = phDecode
+	e.sample(j, temp, true)
+}
+
+// afterStep processes the logits of every live hypothesis and samples the next tokens.
+func (e *Engine) afterStep(j *job) {
+	temp := j.temps[j.tempIdx]
+	for _, h := range j.hyps[:j.nHyp] {
+		if h.live() {
+			e.process(j, h, e.row(h), temp)
+		}
+	}
+	e.sample(j, temp, false)
+}
+
+// sample chooses each live hypothesis's next token from its processed row (first: all rows are
+// hypothesis 0's), applies the end rules, and queues the tokens for the next step.
+func (e *Engine) sample(j *job, temp float32, first bool) {
+	i := j.step
+	beam := temp == 0 && j.p.BeamSize > 1
+	if beam {
+		e.cands = e.cands[:0]
+		for hi, h := range j.hyps[:j.nHyp] {
+			if !h.live() || (first && hi > 0) {
+				continue
+			}
+			e.topk = e.topK(e.row(h), j.p.BeamSize, e.topk)
+			for _, d := range e.topk {
+				e.cands = append(e.cands, beamCand{from: hi, tok: d, score: h.sumAll + float64(d.plog)})
+			}
+		}
+		sortCands(e.cands)
+		// Give each live hypothesis the next best candidate; its cache becomes a fork of the
+		// candidate's source (block size 1: an exact share, nothing recomputed).
+		type assign struct {
+			h    *hyp
+			c    beamCand
+			toks []tokData
+			sum  float64
+			sd   int
+			ts   bool
+			rl   int
+		}
+		var as [MaxDecoders]assign
+		na, ci := 0, 0
+		for _, h := range j.hyps[:j.nHyp] {
+			if !h.live() || ci >= len(e.cands) {
+				continue
+			}
+			c := e.cands[ci]
+			ci++
+			src := j.hyps[c.from]
+			as[na] = assign{h: h, c: c, sum: src.sumAll, sd: src.seekDelta, ts: src.hasTS, rl: src.resultLen}
+			h.spare = src.seq.ForkInto(h.spare, src.seq.Len())
+			as[na].toks = append(as[na].toks, src.tokens...)
+			na++
+		}
+		for _, a := range as[:na] {
+			h := a.h
+			h.seq.Release()
+			h.seq, h.spare = h.spare, h.seq
+			h.tokens = append(append(h.tokens[:0], a.toks...), a.c.tok)
+			h.sumAll = a.sum + float64(a.c.tok.plog)
+			h.seekDelta, h.hasTS, h.resultLen = a.sd, a.ts, a.rl
+		}
+		for _, h := range j.hyps[:j.nHyp] {
+			if h.live() && len(h.tokens) != i+1 { // no candidate was left for it
+				h.failed = true
+			}
+		}
+		if e.beamTrace != nil {
+			e.beamTrace(i, j.hyps[:j.nHyp])
+		}
+	} else {
+		for hi, h := range j.hyps[:j.nHyp] {
+			if !h.live() {
+				continue
+			}
+			var d tokData
+			if temp == 0 {
+				d = e.pickBest(e.row(h))
+			} else {
+				d = e.pickSample(e.row(h), h.rng)
+			}
+			_ = hi
+			h.tokens = append(h.tokens, d)
+			h.sumAll += float64(d.plog)
+		}
+	}
+	live := false
+	for _, h := range j.hyps[:j.nHyp] {
+		if !h.live() {
+			continue
+		}
+		e.accept(j, h, i)
+		if h.live() {
+			live = true
+			h.pending = append(h.pending[:0], h.tokens[len(h.tokens)-1].id)
+		}
+	}
+	j.step++
+	if !live || j.step >= e.nMax {
+		for _, h := range j.hyps[:j.nHyp] {
+			if h.live() {
+				h.failed = true
+			}
+		}
+		e.endWindow(j)
+	}
+}

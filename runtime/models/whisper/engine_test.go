@@ -1,0 +1,244 @@
+package whisper_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/parleyhq/parley/runtime/models/whisper"
+)
+
+// TestConcurrentTranscriptionsMatchSequential runs several transcriptions (greedy and beam
+// search, different recordings) through one engine at once, so that their hypotheses share
+// batched decoder steps, and checks each result against the same request run alone.
+func TestConcurrentTranscriptionsMatchSequential(t *testing.T) {
+	// The pure-Go backend's kernels give every row the same arithmetic whatever the batch holds,
+	// so batched and alone must agree exactly; the native backend picks kernels by batch size
+	// (sums in another order), which may swap near-tied beams of a random-weight model.
+	be := backendsUnderTest(t)[0]
+	m := openModel(t, be, "tiny.en")
+	type req struct {
+		utt  string
+		beam int
+	}
+	reqs := []req{{"psx-cards-001", 1}, {"jfk", 1}, {"ls-tc-1089-134686-0001", 3}, {"psx-cards-001", 2}}
+	maxTok := 16
+	if whisper.RaceEnabled {
+		reqs, maxTok = reqs[:2], 4
+	}
+	params := func(r req) whisper.Params {
+		p := whisper.DefaultParams()
+		p.Language, p.NoTimestamps, p.TemperatureInc, p.BeamSize, p.MaxTokens = "en", true, 0, r.beam, maxTok
+		return p
+	}
+	audio := map[string][]float32{}
+	for _, r := range reqs {
+		audio[r.utt] = loadWAV(t, r.utt)
+	}
+	type out struct {
+		ids []int32
+		avg float64
+	}
+	ids := func(res *whisper.Result) out {
+		var o out
+		for _, s := range res.Segments {
+			o.avg = s.AvgLogprob
+			for _, tk := range s.Tokens {
+				o.ids = append(o.ids, tk.ID)
+			}
+		}
+		return o
+	}
+	seq, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]out, len(reqs))
+	for i, r := range reqs {
+		res, err := seq.Transcribe(context.Background(), audio[r.utt], params(r), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = ids(res)
+		if len(want[i].ids) == 0 {
+			t.Fatalf("%s: no tokens", r.utt)
+		}
+	}
+	seq.Close()
+
+	eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: len(reqs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	got := make([]out, len(reqs))
+	errs := make([]error, len(reqs))
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := eng.Transcribe(context.Background(), audio[r.utt], params(r), nil)
+			if err == nil {
+				got[i] = ids(res)
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	for i := range reqs {
+		if errs[i] != nil {
+			t.Fatalf("request %d: %v", i, errs[i])
+		}
+		if !equal(got[i].ids, want[i].ids) || got[i].avg != want[i].avg {
+			t.Errorf("request %d (%s, beam %d): batched %v (%.5f), alone %v (%.5f)", i, reqs[i].utt, reqs[i].beam, got[i].ids, got[i].avg, want[i].ids, want[i].avg)
+		}
+	}
+}
+
+func equal(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestEngineCancelAndClose checks that a cancelled transcription returns promptly with the
+// context's error and frees its cache, that the queue bound answers ErrQueueFull, and that Close
+// fails work in flight with ErrClosed and leaves no goroutine behind.
+func TestEngineCancelAndClose(t *testing.T) {
+	backends := backendsUnderTest(t)
+	m := openModel(t, backends[len(backends)-1], "tiny.en")
+	before := runtime.NumGoroutine()
+	eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 1, MaxQueue: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples := loadWAV(t, "psx-cards-001")
+	p := whisper.DefaultParams()
+	p.Language, p.NoTimestamps, p.TemperatureInc = "en", true, 0
+	ctx, cancel := context.WithCancel(context.Background())
+	first := make(chan error, 1)
+	go func() {
+		_, err := eng.Transcribe(ctx, samples, p, func(whisper.Segment) {})
+		first <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-first:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled transcription: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a cancelled transcription did not return")
+	}
+	if free, all := eng.FreeBlocks(); free != all {
+		t.Errorf("%d of %d cache blocks free after cancellation", free, all)
+	}
+	bad := p
+	bad.BeamSize = 99
+	if _, err := eng.Transcribe(context.Background(), samples, bad, nil); err == nil {
+		t.Error("beam size 99 accepted")
+	}
+	if _, err := eng.Transcribe(context.Background(), nil, p, nil); err == nil {
+		t.Error("empty audio accepted")
+	}
+	done := make(chan error, 3)
+	for range 3 {
+		go func() {
+			_, err := eng.Transcribe(context.Background(), samples, p, nil)
+			done <- err
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	eng.Close()
+	full, closed := 0, 0
+	for range 3 {
+		switch err := <-done; {
+		case errors.Is(err, whisper.ErrQueueFull):
+			full++
+		case errors.Is(err, whisper.ErrClosed):
+			closed++
+		case err != nil:
+			t.Errorf("unexpected error %v", err)
+		}
+	}
+	t.Logf("after Close: %d queue-full, %d closed", full, closed)
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Errorf("%d goroutines after Close, %d before", n, before)
+	}
+}
+
+// TestTimestampsAndFallback decodes with timestamps and temperature fallback on (whisper-cli's
+// defaults). A random-weight model repeats itself, so its windows fail the entropy and
+// compression checks and are decoded again at higher temperatures with best-of-5 sampling. The
+// result must be reproducible for a seed, its segments ordered and inside the audio's windows,
+// and the subtitle renderings well formed.
+func TestTimestampsAndFallback(t *testing.T) {
+	if whisper.RaceEnabled {
+		t.Skip("whole-window decoding runs without the race detector (too slow under it)")
+	}
+	backends := backendsUnderTest(t)
+	m := openModel(t, backends[len(backends)-1], "tiny.en")
+	eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	p := whisper.DefaultParams()
+	p.Seed = 7
+	samples := loadWAV(t, "jfk")
+	var streamed []whisper.Segment
+	a, err := eng.Transcribe(context.Background(), samples, p, func(s whisper.Segment) { streamed = append(streamed, s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := eng.Transcribe(context.Background(), samples, p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Text != b.Text || len(a.Segments) != len(b.Segments) {
+		t.Fatalf("same seed, different results:\n%q\n%q", a.Text, b.Text)
+	}
+	if len(streamed) != len(a.Segments) {
+		t.Errorf("%d segments streamed, %d in the result", len(streamed), len(a.Segments))
+	}
+	maxTemp := float32(0)
+	prevEnd := 0.0
+	for i, s := range a.Segments {
+		maxTemp = max(maxTemp, s.Temperature)
+		if s.Start < prevEnd-1e-9 || s.End < s.Start || s.End > a.Duration+30 {
+			t.Errorf("segment %d [%.2f, %.2f] out of order or outside the audio (%.2f s)", i, s.Start, s.End, a.Duration)
+		}
+		prevEnd = s.Start
+		for _, tk := range s.Tokens {
+			if tk.T0 < s.Start-1e-9 || tk.T1 > s.End+1e-9 {
+				t.Errorf("segment %d: token time [%.2f, %.2f] outside [%.2f, %.2f]", i, tk.T0, tk.T1, s.Start, s.End)
+			}
+		}
+	}
+	t.Logf("%d segments, highest temperature %.1f, text %.60q", len(a.Segments), maxTemp, a.Text)
+	if maxTemp == 0 {
+		t.Error("a random-weight model's repetitive output was never decoded again at a higher temperature")
+	}
+	if srt := a.SRT(); len(a.Segments) > 0 && !strings.Contains(srt, " --> ") {
+		t.Errorf("SRT without time ranges:\n%s", srt)
+	}
+	if vtt := a.VTT(); !strings.HasPrefix(vtt, "WEBVTT\n\n") {
+		t.Errorf("VTT header missing:\n%s", vtt)
+	}
+}

@@ -1,0 +1,589 @@
+package whisper
+
+import (
+	"bytes"
+	"compress/zlib"
+	"context"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync/atomic"
+
+	"github.com/parleyhq/parley/runtime/kvcache"
+)
+
+// Frame arithmetic: mel frames are 10 ms; a timestamp token step is 20 ms (2 frames).
+const (
+	deltaMin    = 10 // frames: windows closer than this to the end are not decoded
+	framesPerTS = 2
+)
+
+type phase int
+
+const (
+	phEncode phase = iota // the window at seek needs the encoder
+	phDetect              // decoding [sot] to detect the language
+	phPrompt              // feeding the window's prompt
+	phDecode              // stepping the hypotheses
+	phDone
+)
+
+// hyp is one decoder of a window: a beam, or one of best-of samples.
+type hyp struct {
+	seq       *kvcache.Seq
+	spare     *kvcache.Seq // reused when beams are reordered
+	tokens    []tokData
+	pending   []int32 // tokens to feed at the next step
+	row       int     // logits row of the last step
+	sumAll    float64 // sum of plog over all tokens
+	resultLen int
+	seekDelta int
+	hasTS     bool
+	failed    bool
+	completed bool
+	rng       *rand.Rand
+	// scores after the window
+	sumLogprobs, avgLogprobs, score, entropy float64
+}
+
+type tokData struct {
+	id      int32
+	p, plog float32
+	tid     int32 // most probable timestamp token
+	pt      float32
+}
+
+func (h *hyp) live() bool { return !h.failed && !h.completed }
+
+// job is one transcription in the engine.
+type job struct {
+	ctx  context.Context
+	p    Params
+	mel  []float32 // [Mels, nFrames]
+	nMel int
+	nFr  int // frames of mel (audio plus 30 s of padding)
+
+	seek, seekEnd int
+	lang          int32 // language token, or -1
+	langCode      string
+	promptPast    []int32
+	promptInit    []int32
+	prompt        []int32
+	temps         []float32
+	tempIdx       int
+	cross         *Cross
+	hyps          []*hyp
+	nHyp          int     // decoders of the current attempt
+	step          int     // tokens sampled in the current attempt
+	noSpeech      float32 // no-speech probability of the window
+	ph            phase
+	window        []float32 // [Mels, 3000]
+
+	segments  []Segment
+	onSegment func(Segment)
+	err       error
+	done      chan struct{}
+	admitted  atomic.Bool // taken from the queue by the loop
+
+	detectOnly bool // stop after language detection
+	langProbs  []LangProb
+}
+
+// attempt resets the hypotheses for decoding the current window at temps[tempIdx].
+func (e *Engine) attempt(j *job) {
+	t := j.temps[j.tempIdx]
+	n := 1
+	if t > 0 {
+		n = j.p.BestOf
+	} else if j.p.BeamSize > 1 {
+		n = j.p.BeamSize
+	}
+	j.nHyp = n
+	for len(j.hyps) < n {
+		j.hyps = append(j.hyps, &hyp{seq: e.dec.Pool().NewSeq(e.m.TextCtx), spare: e.dec.Pool().NewSeq(e.m.TextCtx)})
+	}
+	for i, h := range j.hyps {
+		h.seq.Release()
+		h.tokens = h.tokens[:0]
+		h.pending = h.pending[:0]
+		h.sumAll, h.resultLen, h.seekDelta = 0, 0, 100*30
+		h.hasTS, h.failed, h.completed = false, i >= n, false
+		h.sumLogprobs, h.avgLogprobs, h.score, h.entropy = math.Inf(-1), math.Inf(-1), math.Inf(-1), 0
+		h.rng = rand.New(rand.NewPCG(j.p.Seed, uint64(i)<<32|uint64(j.seek)))
+	}
+	j.prompt = j.prompt[:0]
+	if len(j.promptPast) > 0 && t < 0.5 {
+		take := min(e.m.TextCtx/2, len(j.promptPast))
+		j.prompt = append(j.prompt, e.tok.Prev)
+		j.prompt = append(j.prompt, j.promptPast[len(j.promptPast)-take:]...)
+	}
+	j.prompt = append(j.prompt, j.promptInit...)
+	j.hyps[0].pending = append(j.hyps[0].pending, j.prompt...)
+	j.step = 0
+	j.ph = phPrompt
+}
+
+// setupPrompt builds the start-of-transcript sequence once the language is known.
+func (e *Engine) setupPrompt(j *job) {
+	j.promptInit = append(j.promptInit[:0], e.tok.SOT)
+	if e.m.Multilingual() {
+		j.promptInit = append(j.promptInit, j.lang)
+		if j.p.Translate {
+			j.promptInit = append(j.promptInit, e.tok.Translate)
+		} else {
+			j.promptInit = append(j.promptInit, e.tok.Transcribe)
+		}
+	}
+	if j.p.NoTimestamps {
+		j.promptInit = append(j.promptInit, e.tok.NoTimestamps)
+	}
+}
+
+// suppress applies whisper.cpp's logit filters for hypothesis h in place.
+func (e *Engine) suppress(j *job, h *hyp, logits []float32, temp float32) {
+	tk := e.tok
+	ninf := float32(math.Inf(-1))
+	if temp > 0 {
+		inv := 1 / temp
+		for i := range logits {
+			logits[i] *= inv
+		}
+	}
+	initial := len(h.tokens) == 0
+	if j.p.SuppressBlank && initial {
+		logits[tk.EOT] = ninf
+		if tk.Space >= 0 {
+			logits[tk.Space] = ninf
+		}
+	}
+	for _, id := range e.suppressAlways {
+		logits[id] = ninf
+	}
+	beg := int(tk.TimestampBegin)
+	if j.p.NoTimestamps {
+		for i := beg; i < len(logits); i++ {
+			logits[i] = ninf
+		}
+	}
+	if j.p.SuppressNonSpeech {
+		for _, id := range e.nonSpeech {
+			logits[id] = ninf
+		}
+	}
+	if n := len(h.tokens); n > 0 && int(h.tokens[n-1].id) >= beg {
+		penultimateTS := n < 2 || int(h.tokens[n-2].id) >= beg
+		if penultimateTS {
+			for i := beg; i < len(logits); i++ {
+				logits[i] = ninf
+			}
+		} else {
+			for i := 0; i < int(tk.EOT); i++ {
+				logits[i] = ninf
+			}
+		}
+	}
+	if initial && j.p.MaxInitialTimestamp > 0 && !j.p.NoTimestamps {
+		tid0 := int(math.Round(float64(j.p.MaxInitialTimestamp) / 0.02))
+		for i := beg + tid0 + 1; i < len(logits); i++ {
+			logits[i] = ninf
+		}
+	}
+	if h.hasTS {
+		tid0 := h.seekDelta / 2
+		for i := beg; i < beg+tid0 && i < len(logits); i++ {
+			logits[i] = ninf
+		}
+	}
+}
+
+// logSoftmax turns logits into log-probabilities in place as whisper.cpp does (float32, max, then
+// a sequential sum of exp in id order).
+func logSoftmax(x []float32) {
+	mx := float32(math.Inf(-1))
+	for _, v := range x {
+		if v > mx {
+			mx = v
+		}
+	}
+	var s float32
+	for _, v := range x {
+		if v > float32(math.Inf(-1)) {
+			s += float32(math.Exp(float64(v - mx)))
+		}
+	}
+	lse := float32(math.Log(float64(s))) + mx
+	for i, v := range x {
+		if v > float32(math.Inf(-1)) {
+			x[i] = v - lse
+		}
+	}
+}
+
+// process turns a hypothesis's raw logits into log-probabilities after suppression, and forces a
+// timestamp when timestamps together are more likely than any text token. logits is modified.
+func (e *Engine) process(j *job, h *hyp, logits []float32, temp float32) {
+	e.suppress(j, h, logits, temp)
+	logSoftmax(logits)
+	beg := int(e.tok.TimestampBegin)
+	if beg >= len(logits) {
+		return
+	}
+	ninf := float32(math.Inf(-1))
+	mx := ninf
+	for _, v := range logits[beg:] {
+		if v > mx {
+			mx = v
+		}
+	}
+	tsLogprob := ninf
+	var s float32
+	for _, v := range logits[beg:] {
+		if v > ninf {
+			s += float32(math.Exp(float64(v - mx)))
+		}
+	}
+	if s > 0 {
+		tsLogprob = float32(math.Log(float64(s))) + mx
+	}
+	maxText := ninf
+	for _, v := range logits[:beg] {
+		if v > maxText {
+			maxText = v
+		}
+	}
+	if tsLogprob > maxText {
+		for i := 0; i < beg; i++ {
+			logits[i] = ninf
+		}
+	}
+}
+
+// tsInfo computes the most probable timestamp token and its share, from log-probabilities.
+func (e *Engine) tsInfo(lp []float32, d *tokData) {
+	beg := int(e.tok.TimestampBegin)
+	var sum, mx float64
+	d.tid = -1
+	for i := beg; i < len(lp); i++ {
+		p := math.Exp(float64(lp[i]))
+		sum += p
+		if p > mx {
+			mx, d.tid = p, int32(i)
+		}
+	}
+	d.pt = float32(mx / (sum + 1e-10))
+	if d.id >= e.tok.TimestampBegin {
+		d.tid, d.pt = d.id, d.p
+	}
+}
+
+// pickBest takes the first most probable token (greedy).
+func (e *Engine) pickBest(lp []float32) tokData {
+	best := 0
+	for i, v := range lp {
+		if v > lp[best] {
+			best = i
+		}
+	}
+	d := tokData{id: int32(best), plog: lp[best], p: float32(math.Exp(float64(lp[best])))}
+	e.tsInfo(lp, &d)
+	return d
+}
+
+// pickSample draws a token from the distribution.
+func (e *Engine) pickSample(lp []float32, rng *rand.Rand) tokData {
+	var total float64
+	for _, v := range lp {
+		total += math.Exp(float64(v))
+	}
+	r := rng.Float64() * total
+	id := len(lp) - 1
+	for i, v := range lp {
+		r -= math.Exp(float64(v))
+		if r < 0 {
+			id = i
+			break
+		}
+	}
+	for math.IsInf(float64(lp[id]), -1) && id > 0 { // rounding at the tail
+		id--
+	}
+	d := tokData{id: int32(id), plog: lp[id], p: float32(math.Exp(float64(lp[id])))}
+	e.tsInfo(lp, &d)
+	return d
+}
+
+// topK returns the k most probable tokens (ties to the lower id), most probable first.
+func (e *Engine) topK(lp []float32, k int, out []tokData) []tokData {
+	out = out[:0]
+	for i, v := range lp {
+		if math.IsInf(float64(v), -1) {
+			continue
+		}
+		if len(out) == k && v <= out[k-1].plog {
+			continue
+		}
+		d := tokData{id: int32(i), plog: v}
+		pos := len(out)
+		if len(out) < k {
+			out = append(out, d)
+		} else {
+			pos = k - 1
+		}
+		for pos > 0 && out[pos-1].plog < v {
+			out[pos] = out[pos-1]
+			pos--
+		}
+		out[pos] = d
+	}
+	for i := range out {
+		out[i].p = float32(math.Exp(float64(out[i].plog)))
+		e.tsInfo(lp, &out[i])
+	}
+	return out
+}
+
+// accept applies whisper.cpp's end-of-window rules after token d was appended to h at step i.
+func (e *Engine) accept(j *job, h *hyp, i int) {
+	d := h.tokens[len(h.tokens)-1]
+	beg := e.tok.TimestampBegin
+	if d.id > beg {
+		sd := framesPerTS * int(d.id-beg)
+		if h.hasTS && h.seekDelta > sd && h.resultLen < i {
+			h.failed = true
+			return
+		}
+		h.seekDelta, h.resultLen, h.hasTS = sd, i+1, true
+	}
+	maxTok := j.p.MaxTokens > 0 && i >= j.p.MaxTokens
+	if d.id == e.tok.EOT || maxTok || (h.hasTS && j.seek+h.seekDelta+deltaMin >= j.seekEnd) {
+		if h.resultLen == 0 && !j.p.NoTimestamps {
+			if j.seek+h.seekDelta+deltaMin >= j.seekEnd {
+				h.resultLen = i + 1
+			} else {
+				h.failed = true
+				return
+			}
+		}
+		if j.p.NoTimestamps {
+			h.resultLen = i + 1
+			h.seekDelta = 100 * 30
+		}
+		h.completed = true
+		return
+	}
+	if i == e.nMax-1 && (h.resultLen == 0 || h.seekDelta < 100*30/2) {
+		h.failed = true
+	}
+}
+
+// score computes whisper.cpp's sequence score and token entropy for a finished hypothesis.
+func (h *hyp) finish(p *Params) {
+	if h.resultLen > len(h.tokens) {
+		h.resultLen = len(h.tokens)
+	}
+	h.tokens = h.tokens[:h.resultLen]
+	if h.resultLen == 0 {
+		return
+	}
+	var s float64
+	for _, t := range h.tokens {
+		s += float64(t.plog)
+	}
+	h.sumLogprobs = s
+	h.avgLogprobs = s / float64(h.resultLen)
+	pen := float64(h.resultLen)
+	if p.LengthPenalty > 0 {
+		pen = math.Pow((5+pen)/6, float64(p.LengthPenalty))
+	}
+	h.score = s / pen
+	counts := map[int32]int{}
+	n := 0
+	for i := max(0, h.resultLen-32); i < h.resultLen; i++ {
+		counts[h.tokens[i].id]++
+		n++
+	}
+	var ent float64
+	for _, c := range counts {
+		q := float64(c) / float64(n)
+		ent -= q * math.Log(q)
+	}
+	h.entropy = ent
+}
+
+// compressionRatio is OpenAI's repetition measure: text bytes over zlib-compressed bytes.
+func compressionRatio(text string) float64 {
+	if text == "" {
+		return 0
+	}
+	var b bytes.Buffer
+	w := zlib.NewWriter(&b)
+	w.Write([]byte(text))
+	w.Close()
+	return float64(len(text)) / float64(b.Len())
+}
+
+// endWindow scores the hypotheses of the attempt, falls back to the next temperature or emits
+// the window's segments and advances seek.
+func (e *Engine) endWindow(j *job) {
+	best := -1
+	bestScore := math.Inf(-1)
+	for _, h := range j.hyps[:j.nHyp] {
+		if h.failed {
+			continue
+		}
+		h.finish(&j.p)
+		if h.resultLen > 32 && h.entropy < float64(j.p.EntropyThold) {
+			h.failed = true
+			continue
+		}
+		if best < 0 || h.score > bestScore {
+			best, bestScore = indexOf(j.hyps, h), h.score
+		}
+	}
+	last := j.tempIdx == len(j.temps)-1
+	if best < 0 {
+		best = 0
+	}
+	bh := j.hyps[best]
+	if !last {
+		fail := bh.failed || (bh.avgLogprobs < float64(j.p.LogprobThold) && j.noSpeech < j.p.NoSpeechThold)
+		if !fail && j.p.CompressionRatioThold > 0 && compressionRatio(e.text(bh.tokens)) > float64(j.p.CompressionRatioThold) {
+			fail = true
+		}
+		if fail {
+			j.tempIdx++
+			e.attempt(j)
+			return
+		}
+	}
+	e.emit(j, bh)
+	for _, h := range j.hyps {
+		h.seq.Release()
+	}
+	j.tempIdx = 0
+	j.ph = phEncode
+	if j.seek+deltaMin >= j.seekEnd {
+		j.ph = phDone
+	}
+}
+
+func indexOf(hs []*hyp, h *hyp) int {
+	for i, x := range hs {
+		if x == h {
+			return i
+		}
+	}
+	return 0
+}
+
+func (e *Engine) text(ts []tokData) string {
+	var sb strings.Builder
+	for _, t := range ts {
+		if t.id < e.tok.EOT {
+			sb.Write(e.tok.Piece(t.id))
+		}
+	}
+	return sb.String()
+}
+
+// emit turns the best hypothesis's tokens into segments, as whisper.cpp does, and advances seek.
+func (e *Engine) emit(j *job, bh *hyp) {
+	temp := j.temps[j.tempIdx]
+	toks := bh.tokens
+	seekDelta := bh.seekDelta
+	noSpeech := j.noSpeech > j.p.NoSpeechThold && bh.avgLogprobs < float64(j.p.LogprobThold)
+	past := j.promptPast[:0]
+	if len(j.prompt) > 0 && j.prompt[0] == e.tok.Prev {
+		past = append(past, j.prompt[1:len(j.prompt)-len(j.promptInit)]...)
+	}
+	if !noSpeech {
+		for _, t := range toks {
+			past = append(past, t.id)
+		}
+	}
+	j.promptPast = past
+	if j.p.NoContext {
+		j.promptPast = j.promptPast[:0]
+	}
+	avg := 0.0 // of the window's tokens (also when every hypothesis failed and none was scored)
+	for _, t := range toks {
+		avg += float64(t.plog) / float64(len(toks))
+	}
+	beg := e.tok.TimestampBegin
+	add := func(t0, t1 int, ts []tokData) {
+		text := e.text(ts)
+		if text == "" {
+			return
+		}
+		seg := Segment{ID: len(j.segments), Start: float64(t0) / 100, End: float64(t1) / 100, Text: text,
+			Temperature: temp, AvgLogprob: avg, CompressionRatio: compressionRatio(text), NoSpeechProb: j.noSpeech}
+		for _, t := range ts {
+			seg.Tokens = append(seg.Tokens, Token{ID: t.id, Text: string(e.tok.Piece(t.id)), P: t.p, PLog: t.plog})
+		}
+		interpolate(&seg)
+		j.segments = append(j.segments, seg)
+		if j.onSegment != nil {
+			j.onSegment(seg)
+		}
+	}
+	if len(toks) > 0 && !noSpeech {
+		i0 := 0
+		t0 := j.seek + framesPerTS*int(toks[0].tid-beg)
+		if toks[0].tid < beg {
+			t0 = j.seek
+		}
+		for i := 0; i < len(toks); i++ {
+			if toks[i].id > beg && !j.p.NoTimestamps {
+				t1 := j.seek + framesPerTS*int(toks[i].tid-beg)
+				add(t0, t1, toks[i0:i+1])
+				for i < len(toks) && toks[i].id > beg {
+					i++
+				}
+				i--
+				t0, i0 = t1, i+1
+			}
+		}
+		if i0 < len(toks) {
+			add(t0, j.seek+seekDelta, toks[i0:])
+		}
+	}
+	if n := len(toks); n > 1 && toks[n-2].id < beg && toks[n-1].id > beg {
+		seekDelta = min(j.seekEnd-j.seek, 100*30)
+	}
+	j.seek += seekDelta
+}
+
+// interpolate spreads a segment's time over its text tokens in proportion to their byte length.
+func interpolate(s *Segment) {
+	total := 0
+	for _, t := range s.Tokens {
+		total += len(t.Text)
+	}
+	at := s.Start
+	for i := range s.Tokens {
+		w := 0.0
+		if total > 0 {
+			w = float64(len(s.Tokens[i].Text)) / float64(total) * (s.End - s.Start)
+		}
+		s.Tokens[i].T0, s.Tokens[i].T1 = at, at+w
+		at += w
+	}
+}
+
+// beamCand is a candidate continuation during beam search.
+type beamCand struct {
+	from  int
+	tok   tokData
+	score float64
+}
+
+// sortCands orders candidates by cumulative log-probability, then by source beam.
+func sortCands(c []beamCand) {
+	sort.SliceStable(c, func(a, b int) bool {
+		if c[a].score != c[b].score {
+			return c[a].score > c[b].score
+		}
+		return c[a].from < c[b].from
+	})
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package whisper
+
+const raceEnabled = false

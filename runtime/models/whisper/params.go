@@ -1,0 +1,115 @@
+package whisper
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Params control one transcription. The zero value is not useful: start from DefaultParams.
+type Params struct {
+	// Language is an ISO 639-1 code ("en"), or "" / "auto" to detect it (multilingual models).
+	Language string
+	// Translate asks for English text (multilingual models).
+	Translate bool
+	// NoTimestamps decodes without timestamp tokens: one segment per window.
+	NoTimestamps bool
+
+	// BeamSize > 1 selects beam search at temperature 0; 1 is greedy.
+	BeamSize int
+	// BestOf is the number of sampled candidates at temperatures above 0.
+	BestOf int
+	// LengthPenalty < 0 ranks finished hypotheses by average log-probability (whisper.cpp's and
+	// OpenAI's default); > 0 uses the Google NMT penalty ((5+len)/6)^alpha.
+	LengthPenalty float32
+
+	// Temperature is the first temperature; after a failed window the next is Temperature +
+	// TemperatureInc, up to 1. TemperatureInc 0 disables fallback.
+	Temperature, TemperatureInc float32
+	// A window fails (and is decoded again hotter) when its text compresses better than
+	// CompressionRatioThold (repetition), its token entropy over the last 32 tokens is below
+	// EntropyThold, or its average log-probability is below LogprobThold while the no-speech
+	// probability is below NoSpeechThold. A window whose no-speech probability exceeds
+	// NoSpeechThold with a low log-probability is silence and yields no text.
+	CompressionRatioThold, EntropyThold, LogprobThold, NoSpeechThold float32
+
+	// InitialPrompt is text that conditions the first window (spelling, vocabulary, style).
+	InitialPrompt string
+	// NoContext stops the text of one window from conditioning the next.
+	NoContext bool
+	// SuppressBlank suppresses a blank or end-of-text first token; SuppressNonSpeech suppresses
+	// the symbols OpenAI lists as non-speech.
+	SuppressBlank, SuppressNonSpeech bool
+	// MaxInitialTimestamp bounds the first timestamp of a window (seconds).
+	MaxInitialTimestamp float32
+	// MaxTokens caps the tokens of one segment (0: no cap beyond the window's 220).
+	MaxTokens int
+	// Seed makes sampling at temperatures above 0 reproducible.
+	Seed uint64
+	// Timeout bounds the whole transcription (0: none).
+	Timeout time.Duration
+}
+
+// DefaultParams are whisper.cpp's whisper-cli defaults: greedy with best-of 5 for fallback
+// temperatures 0, 0.2, ... 1.
+func DefaultParams() Params {
+	return Params{
+		BeamSize: 1, BestOf: 5, LengthPenalty: -1,
+		TemperatureInc: 0.2, CompressionRatioThold: 2.4, EntropyThold: 2.4, LogprobThold: -1, NoSpeechThold: 0.6,
+		SuppressBlank: true, MaxInitialTimestamp: 1,
+	}
+}
+
+// MaxDecoders bounds BeamSize and BestOf.
+const MaxDecoders = 8
+
+// Validate reports parameters out of range.
+func (p *Params) Validate() error {
+	switch {
+	case p.BeamSize < 1 || p.BeamSize > MaxDecoders:
+		return fmt.Errorf("whisper: beam size %d is outside 1..%d", p.BeamSize, MaxDecoders)
+	case p.BestOf < 1 || p.BestOf > MaxDecoders:
+		return fmt.Errorf("whisper: best-of %d is outside 1..%d", p.BestOf, MaxDecoders)
+	case p.Temperature < 0 || p.Temperature > 1 || p.Temperature != p.Temperature:
+		return fmt.Errorf("whisper: temperature %v is outside 0..1", p.Temperature)
+	case p.TemperatureInc < 0 || p.TemperatureInc > 1 || p.TemperatureInc != p.TemperatureInc:
+		return fmt.Errorf("whisper: temperature increment %v is outside 0..1", p.TemperatureInc)
+	case p.MaxTokens < 0:
+		return errors.New("whisper: negative max tokens")
+	case len(p.InitialPrompt) > 1<<16:
+		return errors.New("whisper: initial prompt longer than 64 KiB")
+	}
+	return nil
+}
+
+// Token is one decoded token with its probability after suppression, as whisper.cpp reports it.
+type Token struct {
+	ID   int32   `json:"id"`
+	Text string  `json:"text"`
+	P    float32 `json:"p"`
+	PLog float32 `json:"plog"`
+	// T0, T1 are the token's time span in seconds, interpolated within its segment.
+	T0 float64 `json:"t0"`
+	T1 float64 `json:"t1"`
+}
+
+// Segment is a stretch of text with its time span.
+type Segment struct {
+	ID               int     `json:"id"`
+	Start            float64 `json:"start"` // seconds
+	End              float64 `json:"end"`
+	Text             string  `json:"text"`
+	Tokens           []Token `json:"tokens"`
+	Temperature      float32 `json:"temperature"`
+	AvgLogprob       float64 `json:"avg_logprob"`
+	CompressionRatio float64 `json:"compression_ratio"`
+	NoSpeechProb     float32 `json:"no_speech_prob"`
+}
+
+// Result is a finished transcription.
+type Result struct {
+	Text     string    `json:"text"`
+	Language string    `json:"language"`
+	Duration float64   `json:"duration"` // seconds of audio
+	Segments []Segment `json:"segments"`
+}

@@ -1,0 +1,413 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/parleyhq/parley/runtime/audio"
+	"github.com/parleyhq/parley/runtime/models/whisper"
+	"github.com/parleyhq/parley/runtime/speech"
+	wtok "github.com/parleyhq/parley/runtime/tokenizer/whisper"
+)
+
+// SpeechModel is one served speech recognition model.
+type SpeechModel struct {
+	Name   string          // id clients pass as "model"; unique among all of a Server's models
+	Engine *whisper.Engine // runs this model's transcriptions; the caller closes it
+	// Params are what every request starts from (beam size, fallback, thresholds); requests set
+	// Language, Translate, InitialPrompt and Temperature. nil: whisper.DefaultParams().
+	Params *whisper.Params
+}
+
+// speechServed is a SpeechModel with what the server derives from it once.
+type speechServed struct {
+	*SpeechModel
+	params whisper.Params
+}
+
+const (
+	defaultAudioBytes = 25 << 20
+	defaultAudioDur   = 2 * time.Hour
+	maxFieldBytes     = 64 << 10 // a form field other than the file
+)
+
+func (s *Server) addSpeech() error {
+	cfg := &s.cfg
+	switch {
+	case cfg.MaxAudioBytes < 0:
+		return fmt.Errorf("server: negative audio body limit %d", cfg.MaxAudioBytes)
+	case cfg.MaxAudioDuration < 0:
+		return fmt.Errorf("server: negative audio duration limit %v", cfg.MaxAudioDuration)
+	}
+	if cfg.MaxAudioBytes == 0 {
+		cfg.MaxAudioBytes = defaultAudioBytes
+	}
+	if cfg.MaxAudioDuration == 0 {
+		cfg.MaxAudioDuration = defaultAudioDur
+	}
+	if err := cfg.Stream.setDefaults(); err != nil {
+		return err
+	}
+	s.speechN = map[string]*speechServed{}
+	for i, m := range cfg.SpeechModels {
+		switch {
+		case m == nil || m.Engine == nil:
+			return fmt.Errorf("server: speech model %d: engine is required", i)
+		case m.Name == "":
+			return fmt.Errorf("server: speech model %d: empty name", i)
+		case s.byName[m.Name] != nil || s.speechN[m.Name] != nil:
+			return fmt.Errorf("server: model %q listed twice", m.Name)
+		}
+		sm := &speechServed{SpeechModel: m, params: whisper.DefaultParams()}
+		if m.Params != nil {
+			sm.params = *m.Params
+		}
+		if err := sm.params.Validate(); err != nil {
+			return fmt.Errorf("server: speech model %q: %w", m.Name, err)
+		}
+		s.speech = append(s.speech, sm)
+		s.speechN[m.Name] = sm
+	}
+	return nil
+}
+
+// speechModel finds the named speech model; an empty name picks the only one when there is one.
+func (s *Server) speechModel(name string) (*speechServed, *apiError) {
+	if name == "" && len(s.speech) == 1 {
+		return s.speech[0], nil
+	}
+	if m := s.speechN[name]; m != nil {
+		return m, nil
+	}
+	if name == "" {
+		return nil, invalid("model", "Missing required parameter: 'model'.")
+	}
+	if s.byName[name] != nil {
+		return nil, invalidCode("model", "model_not_supported", fmt.Sprintf("The model '%s' is not a speech recognition model.", name))
+	}
+	return nil, &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("The model '%s' does not exist.", name), Type: typeInvalidRequest, Param: strptr("model"), Code: strptr("model_not_found")}
+}
+
+// checkLanguage answers 400 for a language m cannot transcribe.
+func (m *speechServed) checkLanguage(lang string) *apiError {
+	if lang == "" || lang == "auto" {
+		return nil
+	}
+	if !m.Engine.Model().Multilingual() {
+		if lang != "en" && lang != "english" {
+			return invalidCode("language", "unsupported_language", fmt.Sprintf("The model '%s' is English-only; language '%s' is not available.", m.Name, lang))
+		}
+		return nil
+	}
+	if _, ok := m.Engine.Vocab().LangToken(lang); !ok {
+		return invalidCode("language", "unsupported_language", fmt.Sprintf("Unknown language '%s'; use an ISO-639-1 code such as 'en'.", lang))
+	}
+	return nil
+}
+
+// audioRequest is a parsed multipart transcription request.
+type audioRequest struct {
+	file        []byte
+	fileType    string // the file part's Content-Type
+	model       string
+	language    string
+	prompt      string
+	format      string
+	temperature *float32
+	words       bool
+	segments    bool
+	stream      bool
+}
+
+func (s *Server) transcriptions(w http.ResponseWriter, r *http.Request) { s.audio(w, r, false) }
+func (s *Server) translations(w http.ResponseWriter, r *http.Request)   { s.audio(w, r, true) }
+
+func (s *Server) audio(w http.ResponseWriter, r *http.Request, translate bool) {
+	ri := info(r.Context())
+	req, e := parseAudioRequest(r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	m, e := s.speechModel(req.model)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	p := m.params
+	p.InitialPrompt = req.prompt
+	if req.temperature != nil {
+		p.Temperature = *req.temperature
+	}
+	kind := "transcription"
+	if translate {
+		kind = "translation"
+		p.Translate = true
+		p.Language = "" // detected; the output is English
+	} else {
+		if e := m.checkLanguage(req.language); e != nil {
+			writeError(w, e)
+			return
+		}
+		p.Language = req.language
+	}
+	if s.cfg.RequestTimeout > 0 {
+		p.Timeout = s.cfg.RequestTimeout
+	}
+	samples, _, err := audio.DecodeWith(req.file, audio.Options{MaxDuration: s.cfg.MaxAudioDuration, ContentType: req.fileType})
+	if err != nil {
+		writeError(w, decodeError(err, s.cfg.MaxAudioDuration))
+		return
+	}
+	res := &whisper.Result{Segments: []whisper.Segment{}, Language: p.Language}
+	if len(samples) > 0 {
+		t0 := time.Now()
+		res, err = m.Engine.Transcribe(r.Context(), samples, p, nil)
+		s.metrics.asrTime.WithLabelValues(m.Name, kind).Observe(time.Since(t0).Seconds())
+		if err != nil {
+			if e := transcribeError(err); e != nil {
+				writeError(w, e)
+			} else {
+				ri.log.Error("transcription failed", "model", m.Name, "err", err)
+				writeError(w, internalError())
+			}
+			return
+		}
+	}
+	s.metrics.audioSec.WithLabelValues(m.Name, kind).Add(res.Duration)
+	if res.Language == "" && !m.Engine.Model().Multilingual() {
+		res.Language = "en"
+	}
+	writeTranscript(w, req, res, translate, m)
+}
+
+// transcribeError maps an engine error to the client's answer; nil: an internal error.
+func transcribeError(err error) *apiError {
+	switch {
+	case errors.Is(err, whisper.ErrQueueFull):
+		return &apiError{Status: http.StatusTooManyRequests, Message: "The server is busy; retry shortly.", Type: typeRateLimit, Code: strptr("queue_full"), RetryAfter: 1}
+	case errors.Is(err, whisper.ErrBadRequest):
+		msg := err.Error()
+		if i := strings.Index(msg, whisper.ErrBadRequest.Error()+": "); i >= 0 {
+			msg = msg[i+len(whisper.ErrBadRequest.Error())+2:]
+		}
+		return invalid("", msg)
+	case errors.Is(err, whisper.ErrClosed):
+		return &apiError{Status: http.StatusServiceUnavailable, Message: "The server is shutting down.", Type: typeUnavailable, RetryAfter: 5}
+	case errors.Is(err, context.DeadlineExceeded):
+		return &apiError{Status: http.StatusServiceUnavailable, Message: "The transcription took longer than the server allows.", Type: typeUnavailable, Code: strptr("timeout")}
+	case errors.Is(err, context.Canceled):
+		return &apiError{Status: http.StatusServiceUnavailable, Message: "The request was cancelled.", Type: typeUnavailable}
+	}
+	return nil
+}
+
+func decodeError(err error, maxDur time.Duration) *apiError {
+	switch {
+	case errors.Is(err, audio.ErrUnsupported):
+		return &apiError{Status: http.StatusUnsupportedMediaType, Message: "The file is not in a supported audio format (wav, flac, mp3, ogg/vorbis, ogg/opus).", Type: typeInvalidRequest, Param: strptr("file"), Code: strptr("unsupported_format")}
+	case errors.Is(err, audio.ErrTooLong):
+		return invalidCode("file", "audio_too_long", fmt.Sprintf("The audio is longer than the %v this server accepts.", maxDur))
+	}
+	return invalidCode("file", "invalid_audio", "The audio file could not be decoded: it is corrupt or truncated.")
+}
+
+// parseAudioRequest reads OpenAI's multipart/form-data transcription request.
+func parseAudioRequest(r *http.Request) (*audioRequest, *apiError) {
+	ct := r.Header.Get("Content-Type")
+	mt, mp, err := mime.ParseMediaType(ct)
+	if err != nil || mt != "multipart/form-data" {
+		return nil, &apiError{Status: http.StatusUnsupportedMediaType, Message: fmt.Sprintf("Content-Type must be multipart/form-data, not %q.", ct), Type: typeInvalidRequest, Code: strptr("unsupported_media_type")}
+	}
+	if mp["boundary"] == "" {
+		return nil, invalid("", "The multipart/form-data Content-Type has no boundary.")
+	}
+	mr := multipart.NewReader(r.Body, mp["boundary"])
+	req := &audioRequest{}
+	haveFile := false
+	for {
+		part, err := mr.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, bodyError(err)
+		}
+		name := part.FormName()
+		if name == "file" {
+			if haveFile {
+				return nil, invalid("file", "More than one file was sent.")
+			}
+			haveFile = true
+			if req.file, err = io.ReadAll(part); err != nil {
+				return nil, bodyError(err)
+			}
+			req.fileType = part.Header.Get("Content-Type")
+			continue
+		}
+		b, err := io.ReadAll(io.LimitReader(part, maxFieldBytes+1))
+		if err != nil {
+			return nil, bodyError(err)
+		}
+		if len(b) > maxFieldBytes {
+			return nil, invalid(name, fmt.Sprintf("The field '%s' is longer than %d bytes.", name, maxFieldBytes))
+		}
+		v := string(b)
+		switch name {
+		case "model":
+			req.model = v
+		case "language":
+			req.language = strings.ToLower(strings.TrimSpace(v))
+		case "prompt":
+			req.prompt = v
+		case "response_format":
+			req.format = v
+		case "temperature":
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 32)
+			if err != nil || f < 0 || f > 1 || math.IsNaN(f) {
+				return nil, invalid("temperature", fmt.Sprintf("Invalid temperature %q: want a number from 0 to 1.", v))
+			}
+			t := float32(f)
+			req.temperature = &t
+		case "timestamp_granularities[]", "timestamp_granularities":
+			switch v {
+			case "word":
+				req.words = true
+			case "segment":
+				req.segments = true
+			default:
+				return nil, invalid("timestamp_granularities", fmt.Sprintf("Invalid timestamp granularity %q: want 'word' or 'segment'.", v))
+			}
+		case "stream":
+			req.stream = v == "true"
+		}
+	}
+	switch {
+	case !haveFile:
+		return nil, invalid("file", "Missing required parameter: 'file'.")
+	case len(req.file) == 0:
+		return nil, invalidCode("file", "empty_file", "The audio file is empty.")
+	case req.stream:
+		return nil, invalid("stream", "Streaming transcription is not supported here; use the WebSocket endpoint /v1/audio/stream.")
+	}
+	switch req.format {
+	case "":
+		req.format = "json"
+	case "json", "text", "srt", "vtt", "verbose_json":
+	default:
+		return nil, invalid("response_format", fmt.Sprintf("Invalid response_format %q: want json, text, srt, verbose_json or vtt.", req.format))
+	}
+	if (req.words || req.segments) && req.format != "verbose_json" {
+		return nil, invalid("timestamp_granularities", "timestamp_granularities needs response_format 'verbose_json'.")
+	}
+	if !req.words && !req.segments {
+		req.segments = true
+	}
+	return req, nil
+}
+
+// bodyError is a failure reading the request body: 413 over the limit, else 400.
+func bodyError(err error) *apiError {
+	var mb *http.MaxBytesError
+	if errors.As(err, &mb) {
+		return &apiError{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("The request body is larger than %d bytes.", mb.Limit), Type: typeInvalidRequest, Code: strptr("request_too_large")}
+	}
+	return invalid("", "The multipart/form-data body could not be parsed.")
+}
+
+type audioUsage struct {
+	Type    string `json:"type"`
+	Seconds int    `json:"seconds"`
+}
+
+type segmentJSON struct {
+	ID               int     `json:"id"`
+	Seek             int     `json:"seek"`
+	Start            float64 `json:"start"`
+	End              float64 `json:"end"`
+	Text             string  `json:"text"`
+	Tokens           []int32 `json:"tokens"`
+	Temperature      float32 `json:"temperature"`
+	AvgLogprob       float64 `json:"avg_logprob"`
+	CompressionRatio float64 `json:"compression_ratio"`
+	NoSpeechProb     float32 `json:"no_speech_prob"`
+}
+
+type verboseJSON struct {
+	Task     string     `json:"task"`
+	Language string     `json:"language"`
+	Duration float64    `json:"duration"`
+	Text     string     `json:"text"`
+	Segments any        `json:"segments,omitempty"` // []segmentJSON when asked for
+	Words    any        `json:"words,omitempty"`    // []speech.Word when asked for
+	Usage    audioUsage `json:"usage"`
+}
+
+// languageName is Whisper's lower-case English name of code, as OpenAI's verbose_json reports it.
+func languageName(code string) string {
+	for _, l := range wtok.Languages() {
+		if l.Code == code {
+			return l.Name
+		}
+	}
+	return code
+}
+
+func writeTranscript(w http.ResponseWriter, req *audioRequest, res *whisper.Result, translate bool, m *speechServed) {
+	text := strings.TrimSpace(res.Text)
+	usage := audioUsage{Type: "duration", Seconds: int(math.Ceil(res.Duration))}
+	switch req.format {
+	case "json":
+		writeJSON(w, struct {
+			Text  string     `json:"text"`
+			Usage audioUsage `json:"usage"`
+		}{text, usage})
+	case "text":
+		writeText(w, text+"\n")
+	case "srt":
+		writeText(w, res.SRT())
+	case "vtt":
+		writeText(w, res.VTT())
+	case "verbose_json":
+		v := verboseJSON{Task: "transcribe", Language: languageName(res.Language), Duration: res.Duration, Text: text, Usage: usage}
+		if translate {
+			v.Task = "translate"
+		}
+		if req.segments {
+			segs := make([]segmentJSON, len(res.Segments))
+			for i, sg := range res.Segments {
+				ids := make([]int32, len(sg.Tokens))
+				for k, t := range sg.Tokens {
+					ids[k] = t.ID
+				}
+				// Seek is the segment's start in 10 ms frames: the engine does not report the
+				// window a segment was decoded in.
+				segs[i] = segmentJSON{ID: sg.ID, Seek: int(sg.Start * 100), Start: sg.Start, End: sg.End, Text: sg.Text, Tokens: ids,
+					Temperature: sg.Temperature, AvgLogprob: sg.AvgLogprob, CompressionRatio: sg.CompressionRatio, NoSpeechProb: sg.NoSpeechProb}
+			}
+			v.Segments = segs
+		}
+		if req.words {
+			words := speech.Words(res.Segments, m.Engine.Vocab().IsSpecial)
+			if words == nil {
+				words = []speech.Word{}
+			}
+			v.Words = words
+		}
+		writeJSON(w, v)
+	}
+}
+
+func writeText(w http.ResponseWriter, s string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, s)
+}

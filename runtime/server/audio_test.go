@@ -1,0 +1,394 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/parleyhq/parley/internal/sharedtest"
+	"github.com/parleyhq/parley/runtime/audio"
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/models/whisper"
+	"github.com/parleyhq/parley/runtime/speech"
+)
+
+// asrParams keep the random-weight model's transcriptions short: no temperature fallback and at
+// most 24 tokens a window (random weights rarely sample end-of-text, so a window would otherwise
+// run its full 220 tokens).
+func asrParams() whisper.Params {
+	p := whisper.DefaultParams()
+	p.TemperatureInc = 0
+	p.MaxTokens = 24
+	return p
+}
+
+var asr struct {
+	once sync.Once
+	eng  *whisper.Engine
+	err  error
+	skip string
+}
+
+// speechEngine is one engine over the random-weight tiny.en model shared by this package's
+// tests, on the native CPU backend when the build has it (the pure-Go one is about 8 times slower).
+func speechEngine(t *testing.T) *whisper.Engine {
+	t.Helper()
+	path := sharedtest.WhisperRandomModel(t, "tiny.en")
+	asr.once.Do(func() {
+		var be backend.Backend
+		for _, name := range []string{"cpu", "go"} {
+			if be, _, asr.err = backend.New(name, backend.Options{Threads: 2}); asr.err == nil {
+				break
+			}
+		}
+		if asr.err != nil {
+			return
+		}
+		m, err := whisper.Open(be, path)
+		if err != nil {
+			asr.err = err
+			return
+		}
+		asr.eng, asr.err = whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 4, MaxQueue: 8})
+	})
+	if asr.err != nil {
+		t.Fatal(asr.err)
+	}
+	return asr.eng
+}
+
+// jfk returns the first sec seconds of jfk.wav as samples.
+func jfk(t *testing.T, sec float64) []float32 {
+	t.Helper()
+	b, err := os.ReadFile(sharedtest.Path(t, "data/asr/wav/jfk.wav"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _, err := audio.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s[:min(len(s), int(sec*16000))]
+}
+
+// wavBytes is a 16 kHz mono PCM16 WAV of samples.
+func wavBytes(samples []float32) []byte {
+	var b bytes.Buffer
+	n := uint32(2 * len(samples))
+	b.WriteString("RIFF")
+	binary.Write(&b, binary.LittleEndian, 36+n)
+	b.WriteString("WAVEfmt ")
+	for _, v := range []any{uint32(16), uint16(1), uint16(1), uint32(16000), uint32(32000), uint16(2), uint16(16)} {
+		binary.Write(&b, binary.LittleEndian, v)
+	}
+	b.WriteString("data")
+	binary.Write(&b, binary.LittleEndian, n)
+	for _, v := range samples {
+		binary.Write(&b, binary.LittleEndian, int16(max(-32768, min(32767, math.Round(float64(v)*32768)))))
+	}
+	return b.Bytes()
+}
+
+type speechHarness struct {
+	srv *httptest.Server
+	s   *Server
+	eng *whisper.Engine
+}
+
+func newSpeechHarness(t *testing.T, cfg Config) *speechHarness {
+	t.Helper()
+	eng := speechEngine(t)
+	p := asrParams()
+	cfg.SpeechModels = []*SpeechModel{{Name: "whisper-tiny", Engine: eng, Params: &p}}
+	s, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetReady(true)
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	return &speechHarness{srv: srv, s: s, eng: eng}
+}
+
+type field struct{ name, value string }
+
+// form builds a multipart body; a file is added when file is not nil.
+func form(file []byte, fileType string, fields ...field) (string, []byte) {
+	var b bytes.Buffer
+	mw := multipart.NewWriter(&b)
+	for _, f := range fields {
+		mw.WriteField(f.name, f.value)
+	}
+	if file != nil {
+		h := map[string][]string{"Content-Disposition": {`form-data; name="file"; filename="a.wav"`}}
+		if fileType != "" {
+			h["Content-Type"] = []string{fileType}
+		}
+		w, _ := mw.CreatePart(h)
+		w.Write(file)
+	}
+	mw.Close()
+	return mw.FormDataContentType(), b.Bytes()
+}
+
+func post(t *testing.T, url, ctype string, body []byte) (int, []byte, http.Header) {
+	t.Helper()
+	resp, err := http.Post(url, ctype, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, resp.Header
+}
+
+// TestTranscriptionMatchesEngine: every response format carries what a direct Engine.Transcribe
+// with the same parameters returns.
+func TestTranscriptionMatchesEngine(t *testing.T) {
+	h := newSpeechHarness(t, Config{})
+	pcm := jfk(t, 4)
+	p := asrParams()
+	p.InitialPrompt = "President Kennedy."
+	t0 := time.Now()
+	want, err := h.eng.Transcribe(context.Background(), pcm, p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("direct: %v, %q, %d segments", time.Since(t0), want.Text, len(want.Segments))
+	wav := wavBytes(pcm)
+	url := h.srv.URL + "/v1/audio/transcriptions"
+	base := []field{{"model", "whisper-tiny"}, {"prompt", p.InitialPrompt}, {"language", "en"}}
+	call := func(fs ...field) []byte {
+		ct, body := form(wav, "audio/wav", append(base, fs...)...)
+		code, b, _ := post(t, url, ct, body)
+		if code != 200 {
+			t.Fatalf("%v: status %d: %s", fs, code, b)
+		}
+		return b
+	}
+
+	var js struct {
+		Text  string `json:"text"`
+		Usage struct {
+			Type    string `json:"type"`
+			Seconds int    `json:"seconds"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(call(), &js); err != nil {
+		t.Fatal(err)
+	}
+	if js.Text != strings.TrimSpace(want.Text) || js.Usage.Type != "duration" || js.Usage.Seconds != 4 {
+		t.Errorf("json: %+v, want text %q and 4 s", js, strings.TrimSpace(want.Text))
+	}
+	if got := string(call(field{"response_format", "text"})); got != strings.TrimSpace(want.Text)+"\n" {
+		t.Errorf("text: %q", got)
+	}
+	srt := string(call(field{"response_format", "srt"}))
+	if srt != want.SRT() || !regexp.MustCompile(`^(\d+\n\d\d:\d\d:\d\d,\d{3} --> \d\d:\d\d:\d\d,\d{3}\n[^\n]*\n\n)*$`).MatchString(srt) {
+		t.Errorf("srt:\n%s\nwant:\n%s", srt, want.SRT())
+	}
+	vtt := string(call(field{"response_format", "vtt"}))
+	if vtt != want.VTT() || !strings.HasPrefix(vtt, "WEBVTT\n\n") {
+		t.Errorf("vtt:\n%s", vtt)
+	}
+	var vj struct {
+		Task     string        `json:"task"`
+		Language string        `json:"language"`
+		Duration float64       `json:"duration"`
+		Text     string        `json:"text"`
+		Segments []segmentJSON `json:"segments"`
+		Words    []speech.Word `json:"words"`
+	}
+	if err := json.Unmarshal(call(field{"response_format", "verbose_json"}, field{"timestamp_granularities[]", "word"}, field{"timestamp_granularities[]", "segment"}), &vj); err != nil {
+		t.Fatal(err)
+	}
+	if vj.Task != "transcribe" || vj.Language != "english" || vj.Duration != 4 || vj.Text != strings.TrimSpace(want.Text) || len(vj.Segments) != len(want.Segments) {
+		t.Errorf("verbose_json: %+v", vj)
+	}
+	for i, sg := range vj.Segments {
+		w := want.Segments[i]
+		if sg.Text != w.Text || sg.Start != w.Start || sg.End != w.End || len(sg.Tokens) != len(w.Tokens) || sg.AvgLogprob != w.AvgLogprob {
+			t.Errorf("segment %d: %+v, want %+v", i, sg, w)
+		}
+	}
+	wantWords := speech.Words(want.Segments, h.eng.Vocab().IsSpecial)
+	if fmt.Sprint(vj.Words) != fmt.Sprint(wantWords) {
+		t.Errorf("words %v, want %v", vj.Words, wantWords)
+	}
+	for i, w := range vj.Words {
+		if w.End < w.Start || (i > 0 && w.Start < vj.Words[i-1].Start) {
+			t.Errorf("word %d times %+v", i, w)
+		}
+	}
+
+	// Only words: no segments.
+	var wo map[string]json.RawMessage
+	json.Unmarshal(call(field{"response_format", "verbose_json"}, field{"timestamp_granularities[]", "word"}), &wo)
+	if _, ok := wo["segments"]; ok || wo["words"] == nil {
+		t.Errorf("words only: keys %v", wo)
+	}
+
+	// Metrics count the audio and the latency.
+	resp, err := http.Get(h.srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`parley_audio_seconds_total{kind="transcription",model="whisper-tiny"} 24`,
+		`parley_transcription_duration_seconds_count{kind="transcription",model="whisper-tiny"} 6`,
+		`parley_http_requests_total{code="200",endpoint="/v1/audio/transcriptions"} 6`} {
+		if !strings.Contains(string(mb), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+// TestSpeechOnlyServer: a server with only a speech model lists it, and LLM endpoints say so.
+func TestSpeechOnlyServer(t *testing.T) {
+	h := newSpeechHarness(t, Config{})
+	resp, err := http.Get(h.srv.URL + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Data []modelObject `json:"data"`
+	}
+	json.NewDecoder(resp.Body).Decode(&list)
+	resp.Body.Close()
+	if len(list.Data) != 1 || list.Data[0].ID != "whisper-tiny" {
+		t.Errorf("models %+v", list)
+	}
+	resp, _ = http.Get(h.srv.URL + "/v1/models/whisper-tiny")
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("GET /v1/models/whisper-tiny: %d", resp.StatusCode)
+	}
+	code, b, _ := post(t, h.srv.URL+"/v1/completions", "application/json", []byte(`{"model":"whisper-tiny","prompt":"x"}`))
+	if code != 400 || !strings.Contains(string(b), "speech recognition model") {
+		t.Errorf("completion on a speech model: %d %s", code, b)
+	}
+	if _, err := New(Config{}, nil); err == nil {
+		t.Error("New without any model succeeded")
+	}
+	eng := speechEngine(t)
+	if _, err := New(Config{SpeechModels: []*SpeechModel{{Name: "a", Engine: eng}, {Name: "a", Engine: eng}}}, nil); err == nil {
+		t.Error("duplicate speech model names accepted")
+	}
+}
+
+// TestTranscriptionBadInput: each bad request gets its 4xx in the API's error shape, and the
+// server goes on serving.
+func TestTranscriptionBadInput(t *testing.T) {
+	h := newSpeechHarness(t, Config{MaxAudioBytes: 200 << 10, MaxAudioDuration: 5 * time.Second})
+	url := h.srv.URL + "/v1/audio/transcriptions"
+	wav := wavBytes(jfk(t, 1))
+	mp := func(file []byte, fileType string, fs ...field) (string, []byte) {
+		return form(file, fileType, append([]field{{"model", "whisper-tiny"}}, fs...)...)
+	}
+	type tc struct {
+		name   string
+		ctype  string
+		body   []byte
+		status int
+		code   string
+	}
+	var cases []tc
+	add := func(name string, status int, code string, ct string, body []byte) {
+		cases = append(cases, tc{name, ct, body, status, code})
+	}
+	ct, b := mp(wav[:len(wav)/2+1], "audio/wav")
+	add("truncated wav", 400, "invalid_audio", ct, b)
+	bad := append([]byte(nil), wav...)
+	copy(bad[20:], []byte{0x55, 0x00}) // format tag 0x55 (MP3 in WAV)
+	ct, b = mp(bad, "audio/wav")
+	add("wav with an unknown format tag", 0, "", ct, b)
+	ct, b = mp([]byte("RIFF\x10\x00\x00\x00WAVEjunkjunk"), "audio/wav")
+	add("corrupt wav", 400, "invalid_audio", ct, b)
+	ct, b = mp([]byte("%PDF-1.4 not audio at all, just text that goes on for a while"), "application/pdf")
+	add("unsupported format", 415, "unsupported_format", ct, b)
+	ct, b = mp([]byte{}, "audio/wav")
+	add("empty upload", 400, "empty_file", ct, b)
+	ct, b = mp(nil, "")
+	add("missing file", 400, "", ct, b)
+	big := wavBytes(make([]float32, 150_000)) // 300 KB > 200 KiB
+	ct, b = mp(big, "audio/wav")
+	add("over-large upload", 413, "request_too_large", ct, b)
+	long := wavBytes(make([]float32, 6*16000)) // 6 s > 5 s, 192 KB
+	ct, b = mp(long, "audio/wav")
+	add("too long", 400, "audio_too_long", ct, b)
+	add("json body", 415, "unsupported_media_type", "application/json", []byte(`{"model":"whisper-tiny"}`))
+	add("no content type", 415, "unsupported_media_type", "", []byte("x"))
+	add("multipart without boundary", 400, "", "multipart/form-data", []byte("x"))
+	add("broken multipart", 400, "", "multipart/form-data; boundary=zzz", []byte("--zzz\r\nnot a header\r\n\r\n"))
+	ct, b = form(wav, "audio/wav", field{"model", "nope"})
+	add("unknown model", 404, "model_not_found", ct, b)
+	ct, b = mp(wav, "audio/wav", field{"response_format", "xml"})
+	add("bad response_format", 400, "", ct, b)
+	ct, b = mp(wav, "audio/wav", field{"timestamp_granularities[]", "word"})
+	add("granularity without verbose_json", 400, "", ct, b)
+	ct, b = mp(wav, "audio/wav", field{"timestamp_granularities[]", "sentence"})
+	add("bad granularity", 400, "", ct, b)
+	ct, b = mp(wav, "audio/wav", field{"temperature", "1.5"})
+	add("temperature out of range", 400, "", ct, b)
+	ct, b = mp(wav, "audio/wav", field{"language", "de"})
+	add("language an English-only model lacks", 400, "unsupported_language", ct, b)
+	ct, b = mp(wav, "audio/wav", field{"stream", "true"})
+	add("stream", 400, "", ct, b)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, body, _ := post(t, url, c.ctype, c.body)
+			if c.status == 0 { // either answer is right; it must be one of them
+				if code != 400 && code != 415 {
+					t.Errorf("status %d: %s", code, body)
+				}
+				return
+			}
+			var e struct {
+				Error apiError `json:"error"`
+			}
+			if code != c.status || json.Unmarshal(body, &e) != nil || e.Error.Message == "" || e.Error.Type != typeInvalidRequest {
+				t.Fatalf("status %d body %s, want %d in the error shape", code, body, c.status)
+			}
+			if c.code != "" && (e.Error.Code == nil || *e.Error.Code != c.code) {
+				t.Errorf("code %v, want %s", e.Error.Code, c.code)
+			}
+		})
+	}
+	// Translation with an English-only model: a clear 400 from the engine.
+	ct, b = mp(wav, "audio/wav")
+	code, body, _ := post(t, h.srv.URL+"/v1/audio/translations", ct, b)
+	if code != 400 || !strings.Contains(string(body), "cannot translate") || strings.Contains(string(body), "whisper:") {
+		t.Errorf("translation on tiny.en: %d %s", code, body)
+	}
+	// A well-formed file without samples is an empty transcription.
+	ct, b = mp(wavBytes(nil), "audio/wav")
+	code, body, _ = post(t, url, ct, b)
+	if code != 200 || strings.TrimSpace(string(body)) != `{"text":"","usage":{"type":"duration","seconds":0}}` {
+		t.Errorf("no samples: %d %s", code, body)
+	}
+	// Still serving.
+	ct, b = mp(wav, "audio/wav", field{"response_format", "text"})
+	if code, body, _ := post(t, url, ct, b); code != 200 {
+		t.Errorf("after the bad requests: %d %s", code, body)
+	}
+	// Wrong method.
+	resp, _ := http.Get(url)
+	resp.Body.Close()
+	if resp.StatusCode != 405 {
+		t.Errorf("GET: %d", resp.StatusCode)
+	}
+}

@@ -1,0 +1,366 @@
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/parleyhq/parley/runtime/audio"
+	"github.com/parleyhq/parley/runtime/models/whisper"
+	"github.com/parleyhq/parley/runtime/speech"
+)
+
+// StreamConfig configures live transcription at GET /v1/audio/stream (protocol: docs/streaming.md).
+type StreamConfig struct {
+	// MaxSessions bounds the sessions open at once; one more is answered 429 before the
+	// WebSocket upgrade. 0 means 16.
+	MaxSessions int
+	// MaxBacklog bounds the audio received but not yet taken up by the session (a client sending
+	// faster than the transcriber keeps up); beyond it the session gets an "error" event with
+	// code "backlog" and is closed with 1008 (policy violation). 0 means 10 s.
+	MaxBacklog time.Duration
+	// IdleTimeout closes a session that sends no message for this long ("error" event
+	// "idle_timeout", close 1008). 0 means 30 s.
+	IdleTimeout time.Duration
+	// MaxMessageBytes bounds one message; a larger one closes the session with 1009. 0 means 1 MiB.
+	MaxMessageBytes int64
+	// Session tunes the live transcription (Step, Silence, SilenceRMS, MaxBuffer, ...); Params,
+	// IsSpecial and PromptBytes come from the model and the request.
+	Session speech.Config
+}
+
+func (c *StreamConfig) setDefaults() error {
+	if c.MaxSessions < 0 || c.MaxBacklog < 0 || c.IdleTimeout < 0 || c.MaxMessageBytes < 0 {
+		return errors.New("server: negative stream limit")
+	}
+	if c.MaxSessions == 0 {
+		c.MaxSessions = 16
+	}
+	if c.MaxBacklog == 0 {
+		c.MaxBacklog = 10 * time.Second
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 30 * time.Second
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = 1 << 20
+	}
+	return nil
+}
+
+// clientEvent is a JSON text message from the client.
+type clientEvent struct {
+	Type  string `json:"type"`  // "audio", "commit" or "close"
+	Audio string `json:"audio"` // base64 PCM16LE, for "audio"
+}
+
+type errorEvent struct {
+	Type    string `json:"type"` // "error"
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+type readyEvent struct {
+	Type       string `json:"type"` // "ready"
+	Model      string `json:"model"`
+	SampleRate int    `json:"sample_rate"`
+}
+
+// item is one entry of a session's inbox: audio, or a commit or close request after it.
+type item struct {
+	pcm []float32
+	op  string // "", "commit" or "close"
+}
+
+// live is one WebSocket transcription session.
+type live struct {
+	s    *Server
+	m    *speechServed
+	c    *websocket.Conn
+	sess *speech.Session
+	ri   *reqInfo
+
+	mu      sync.Mutex
+	inbox   []item
+	backlog int // samples in inbox
+	wake    chan struct{}
+
+	endOnce sync.Once
+}
+
+// audioStream upgrades to a WebSocket and runs a live transcription session.
+func (s *Server) audioStream(w http.ResponseWriter, r *http.Request) {
+	ri := info(r.Context())
+	q := r.URL.Query()
+	m, e := s.speechModel(q.Get("model"))
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	lang := strings.ToLower(q.Get("language"))
+	if e := m.checkLanguage(lang); e != nil {
+		writeError(w, e)
+		return
+	}
+	cfg := s.cfg.Stream.Session
+	cfg.Params = m.params
+	cfg.Params.Language = lang
+	cfg.Params.InitialPrompt = q.Get("prompt")
+	cfg.Params.Timeout = 0
+	cfg.IsSpecial = m.Engine.Vocab().IsSpecial
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		w.Header().Set("Upgrade", "websocket")
+		writeError(w, &apiError{Status: http.StatusUpgradeRequired, Message: "This endpoint speaks WebSocket: send a WebSocket upgrade request.", Type: typeInvalidRequest})
+		return
+	}
+	if n := s.streams.Add(1); n > int64(s.cfg.Stream.MaxSessions) {
+		s.streams.Add(-1)
+		writeError(w, &apiError{Status: http.StatusTooManyRequests, Message: "Too many live transcription sessions are open; retry shortly.", Type: typeRateLimit, Code: strptr("too_many_sessions"), RetryAfter: 1})
+		return
+	}
+	defer s.streams.Add(-1)
+	lv := &live{s: s, m: m, ri: ri, wake: make(chan struct{}, 1)}
+	sess, err := speech.NewSession(&meteredEngine{lv: lv}, cfg)
+	if err != nil {
+		writeError(w, invalid("", "Invalid session parameters: "+err.Error()))
+		return
+	}
+	lv.sess = sess
+	opts := &websocket.AcceptOptions{}
+	for _, o := range s.cfg.AllowedOrigins {
+		if o == "*" {
+			opts.InsecureSkipVerify = true
+		} else if u, err := url.Parse(o); err == nil && u.Host != "" {
+			opts.OriginPatterns = append(opts.OriginPatterns, u.Host)
+		}
+	}
+	c, err := websocket.Accept(w, r, opts)
+	if err != nil {
+		ri.log.Info("websocket upgrade refused", "err", err)
+		return
+	}
+	lv.c = c
+	s.metrics.streams.Inc()
+	defer s.metrics.streams.Dec()
+	c.SetReadLimit(s.cfg.Stream.MaxMessageBytes)
+	lv.run(r.Context())
+}
+
+// meteredEngine is the session's transcriber: the model's engine, timed into the metrics.
+type meteredEngine struct{ lv *live }
+
+func (t *meteredEngine) Transcribe(ctx context.Context, pcm []float32, p whisper.Params, f func(whisper.Segment)) (*whisper.Result, error) {
+	t0 := time.Now()
+	res, err := t.lv.m.Engine.Transcribe(ctx, pcm, p, f)
+	t.lv.s.metrics.asrTime.WithLabelValues(t.lv.m.Name, "stream").Observe(time.Since(t0).Seconds())
+	return res, err
+}
+
+func (lv *live) send(ctx context.Context, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return lv.c.Write(wctx, websocket.MessageText, b)
+}
+
+// end sends ev (if not nil) and closes the connection with code and reason; only the first call
+// does anything, and later calls wait for it to finish.
+func (lv *live) end(code websocket.StatusCode, reason string, ev *errorEvent) {
+	lv.endOnce.Do(func() {
+		if ev != nil {
+			ev.Type = "error"
+			lv.ri.log.Info("stream closed", "model", lv.m.Name, "code", ev.Code, "reason", ev.Message)
+			lv.send(context.Background(), ev)
+		}
+		lv.c.Close(code, reason)
+	})
+}
+
+func (lv *live) run(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cfg := &lv.s.cfg.Stream
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		lv.work(ctx)
+	}()
+	if err := lv.send(ctx, readyEvent{Type: "ready", Model: lv.m.Name, SampleRate: speech.SampleRate}); err != nil {
+		lv.end(websocket.StatusInternalError, "", nil)
+	}
+	idle := time.AfterFunc(cfg.IdleTimeout, func() {
+		lv.end(websocket.StatusPolicyViolation, "idle timeout", &errorEvent{Code: "idle_timeout", Message: fmt.Sprintf("No message for %v.", cfg.IdleTimeout)})
+	})
+	lv.read(ctx, idle, int(cfg.MaxBacklog.Seconds()*speech.SampleRate))
+	idle.Stop()
+	cancel()
+	wg.Wait()
+	lv.end(websocket.StatusNormalClosure, "", nil)
+}
+
+// read queues the client's messages until the connection ends or a message ends the session.
+func (lv *live) read(ctx context.Context, idle *time.Timer, maxBacklog int) {
+	closing := false
+	for {
+		typ, b, err := lv.c.Read(ctx)
+		if err != nil {
+			return
+		}
+		idle.Reset(lv.s.cfg.Stream.IdleTimeout)
+		if closing {
+			continue
+		}
+		it, code, ev := parseMessage(typ, b)
+		if ev != nil {
+			lv.end(code, ev.Code, ev)
+			return
+		}
+		closing = it.op == "close"
+		if !lv.push(it, maxBacklog) {
+			lv.end(websocket.StatusPolicyViolation, "backlog", &errorEvent{Code: "backlog",
+				Message: fmt.Sprintf("More than %v of audio is waiting: send audio no faster than real time.", lv.s.cfg.Stream.MaxBacklog)})
+			return
+		}
+	}
+}
+
+// parseMessage reads one client message; a bad one yields the error event and close code.
+func parseMessage(typ websocket.MessageType, b []byte) (item, websocket.StatusCode, *errorEvent) {
+	if typ == websocket.MessageBinary {
+		pcm, err := pcm16(b)
+		if err != nil {
+			return item{}, websocket.StatusInvalidFramePayloadData, &errorEvent{Code: "invalid_audio", Message: err.Error()}
+		}
+		return item{pcm: pcm}, 0, nil
+	}
+	var ev clientEvent
+	if err := json.Unmarshal(b, &ev); err != nil {
+		return item{}, websocket.StatusInvalidFramePayloadData, &errorEvent{Code: "invalid_json", Message: "A text message is not a JSON event."}
+	}
+	switch ev.Type {
+	case "audio":
+		raw, err := base64.StdEncoding.DecodeString(ev.Audio)
+		if err != nil {
+			return item{}, websocket.StatusInvalidFramePayloadData, &errorEvent{Code: "invalid_audio", Message: "The audio field is not base64."}
+		}
+		pcm, err := pcm16(raw)
+		if err != nil {
+			return item{}, websocket.StatusInvalidFramePayloadData, &errorEvent{Code: "invalid_audio", Message: err.Error()}
+		}
+		return item{pcm: pcm}, 0, nil
+	case "commit", "close":
+		return item{op: ev.Type}, 0, nil
+	}
+	return item{}, websocket.StatusUnsupportedData, &errorEvent{Code: "unknown_event", Message: fmt.Sprintf("Unknown event type %q: want audio, commit or close.", ev.Type)}
+}
+
+func pcm16(b []byte) ([]float32, error) {
+	if len(b)%2 != 0 {
+		return nil, fmt.Errorf("audio of %d bytes is not whole 16-bit samples", len(b))
+	}
+	pcm := make([]float32, len(b)/2)
+	audio.PCM16ToFloat(pcm, b)
+	return pcm, nil
+}
+
+// push queues it for the worker; false when the backlog is over max.
+func (lv *live) push(it item, max int) bool {
+	lv.mu.Lock()
+	lv.inbox = append(lv.inbox, it)
+	lv.backlog += len(it.pcm)
+	over := lv.backlog > max
+	lv.mu.Unlock()
+	select {
+	case lv.wake <- struct{}{}:
+	default:
+	}
+	return !over
+}
+
+func (lv *live) take() []item {
+	lv.mu.Lock()
+	defer lv.mu.Unlock()
+	its := lv.inbox
+	lv.inbox, lv.backlog = nil, 0
+	return its
+}
+
+// work runs the session over the inbox until ctx ends or the client asks to close.
+func (lv *live) work(ctx context.Context) {
+	var pcm []float32
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-lv.wake:
+		}
+		for _, it := range lv.take() {
+			pcm = append(pcm, it.pcm...)
+			if it.op == "" {
+				continue
+			}
+			if !lv.write(ctx, pcm) {
+				return
+			}
+			pcm = pcm[:0]
+			evs, err := lv.sess.Commit(ctx)
+			if !lv.emit(ctx, evs, err) {
+				return
+			}
+			if it.op == "close" {
+				lv.end(websocket.StatusNormalClosure, "closed by the client", nil)
+				return
+			}
+		}
+		if !lv.write(ctx, pcm) {
+			return
+		}
+		pcm = pcm[:0]
+	}
+}
+
+func (lv *live) write(ctx context.Context, pcm []float32) bool {
+	if len(pcm) == 0 {
+		return true
+	}
+	lv.s.metrics.audioSec.WithLabelValues(lv.m.Name, "stream").Add(float64(len(pcm)) / speech.SampleRate)
+	evs, err := lv.sess.Write(ctx, pcm)
+	return lv.emit(ctx, evs, err)
+}
+
+// emit sends events, then ends the session on err; false when the session is over.
+func (lv *live) emit(ctx context.Context, evs []speech.Event, err error) bool {
+	for _, ev := range evs {
+		if lv.send(ctx, ev) != nil {
+			return false
+		}
+	}
+	switch {
+	case err == nil:
+		return true
+	case ctx.Err() != nil:
+	case errors.Is(err, whisper.ErrQueueFull):
+		lv.end(websocket.StatusTryAgainLater, "server busy", &errorEvent{Code: "busy", Message: "The server is busy; try again later."})
+	case errors.Is(err, whisper.ErrClosed):
+		lv.end(websocket.StatusGoingAway, "server shutting down", &errorEvent{Code: "shutting_down", Message: "The server is shutting down."})
+	case errors.Is(err, whisper.ErrBadRequest):
+		lv.end(websocket.StatusPolicyViolation, "bad request", &errorEvent{Code: "invalid_request", Message: err.Error()})
+	default:
+		lv.ri.log.Error("stream transcription failed", "model", lv.m.Name, "err", err)
+		lv.end(websocket.StatusInternalError, "transcription failed", &errorEvent{Code: "internal_error", Message: "The transcription failed."})
+	}
+	return false
+}

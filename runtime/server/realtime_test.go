@@ -1,0 +1,244 @@
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"math"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+func pcmBytes(samples []float32) []byte {
+	b := make([]byte, 2*len(samples))
+	for i, v := range samples {
+		binary.LittleEndian.PutUint16(b[2*i:], uint16(int16(max(-32768, min(32767, math.Round(float64(v)*32768))))))
+	}
+	return b
+}
+
+type wsEvent struct {
+	Type     string  `json:"type"`
+	Text     string  `json:"text"`
+	Start    float64 `json:"start"`
+	End      float64 `json:"end"`
+	Code     string  `json:"code"`
+	Message  string  `json:"message"`
+	Model    string  `json:"model"`
+	Segments []struct {
+		Text  string  `json:"text"`
+		Start float64 `json:"start"`
+		End   float64 `json:"end"`
+	} `json:"segments"`
+}
+
+func dial(t *testing.T, h *speechHarness, query string) *websocket.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(h.srv.URL, "http")+"/v1/audio/stream"+query, nil)
+	if err != nil {
+		code := 0
+		if resp != nil {
+			code = resp.StatusCode
+		}
+		t.Fatalf("dial: %v (HTTP %d)", err, code)
+	}
+	t.Cleanup(func() { c.CloseNow() })
+	return c
+}
+
+// readAll reads events until the server closes the connection; it returns them and the close
+// status.
+func readAll(t *testing.T, c *websocket.Conn, timeout time.Duration) ([]wsEvent, websocket.StatusCode, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var evs []wsEvent
+	for {
+		_, b, err := c.Read(ctx)
+		if err != nil {
+			var ce websocket.CloseError
+			if errors.As(err, &ce) {
+				return evs, ce.Code, ce.Reason
+			}
+			t.Fatalf("read: %v (events so far %+v)", err, evs)
+		}
+		var ev wsEvent
+		if err := json.Unmarshal(b, &ev); err != nil {
+			t.Fatalf("event %s is not JSON: %v", b, err)
+		}
+		evs = append(evs, ev)
+	}
+}
+
+// waitStreams waits until the server holds no session and its goroutines are back to base.
+func waitStreams(t *testing.T, h *speechHarness, base int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		http.DefaultClient.CloseIdleConnections()
+		if h.s.streams.Load() == 0 && runtime.NumGoroutine() <= base {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	buf := make([]byte, 1<<20)
+	t.Fatalf("%d sessions, %d goroutines (base %d)\n%s", h.s.streams.Load(), runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
+}
+
+// TestStream streams jfk.wav at about 8 times real time, binary frames and JSON audio events
+// mixed, and gets partial and final events with times inside the audio, then a normal close.
+func TestStream(t *testing.T) {
+	h := newSpeechHarness(t, Config{Stream: StreamConfig{MaxBacklog: time.Minute}})
+	base := runtime.NumGoroutine()
+	c := dial(t, h, "?model=whisper-tiny&language=en")
+	pcm := jfk(t, 11)
+	ctx := context.Background()
+	const chunk = 1600 // 100 ms
+	for i, k := 0, 0; i < len(pcm); i, k = i+chunk, k+1 {
+		b := pcmBytes(pcm[i:min(i+chunk, len(pcm))])
+		var err error
+		if k%2 == 0 {
+			err = c.Write(ctx, websocket.MessageBinary, b)
+		} else {
+			msg, _ := json.Marshal(map[string]string{"type": "audio", "audio": base64.StdEncoding.EncodeToString(b)})
+			err = c.Write(ctx, websocket.MessageText, msg)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(12 * time.Millisecond)
+	}
+	c.Write(ctx, websocket.MessageText, []byte(`{"type":"commit"}`))
+	c.Write(ctx, websocket.MessageText, []byte(`{"type":"close"}`))
+	evs, code, _ := readAll(t, c, 60*time.Second)
+	if code != websocket.StatusNormalClosure {
+		t.Errorf("closed with %v", code)
+	}
+	if len(evs) == 0 || evs[0].Type != "ready" || evs[0].Model != "whisper-tiny" {
+		t.Fatalf("first event %+v, want ready", evs)
+	}
+	var partial, final int
+	last := 0.0
+	for _, e := range evs[1:] {
+		switch e.Type {
+		case "partial":
+			partial++
+		case "final":
+			final++
+			if e.Start < last-1e-6 || e.End < e.Start || e.End > 11.01 {
+				t.Errorf("final times %.2f-%.2f after %.2f", e.Start, e.End, last)
+			}
+			last = e.End
+			if e.Text != "" && len(e.Segments) == 0 {
+				t.Errorf("final %q without segments", e.Text)
+			}
+		default:
+			t.Errorf("unexpected event %+v", e)
+		}
+	}
+	t.Logf("%d events: %d partial, %d final", len(evs), partial, final)
+	if partial == 0 || final == 0 {
+		t.Errorf("%d partials, %d finals; want both", partial, final)
+	}
+	waitStreams(t, h, base)
+}
+
+// TestStreamBadInput: garbage gets an error event and the matching close code; a stalled client
+// is closed; a client that vanishes mid-utterance leaves nothing behind; refused upgrades are
+// plain HTTP errors.
+func TestStreamBadInput(t *testing.T) {
+	h := newSpeechHarness(t, Config{Stream: StreamConfig{IdleTimeout: 300 * time.Millisecond, MaxBacklog: time.Second, MaxSessions: 2, MaxMessageBytes: 64 << 10}})
+	base := runtime.NumGoroutine()
+	ctx := context.Background()
+	cases := []struct {
+		name  string
+		typ   websocket.MessageType
+		msg   string
+		code  websocket.StatusCode
+		event string
+	}{
+		{"odd-length binary", websocket.MessageBinary, "abc", websocket.StatusInvalidFramePayloadData, "invalid_audio"},
+		{"not JSON", websocket.MessageText, "hello", websocket.StatusInvalidFramePayloadData, "invalid_json"},
+		{"bad base64", websocket.MessageText, `{"type":"audio","audio":"@@@"}`, websocket.StatusInvalidFramePayloadData, "invalid_audio"},
+		{"unknown event", websocket.MessageText, `{"type":"dance"}`, websocket.StatusUnsupportedData, "unknown_event"},
+		{"stall", 0, "", websocket.StatusPolicyViolation, "idle_timeout"},
+		{"too big", websocket.MessageBinary, strings.Repeat("x", 100<<10), websocket.StatusMessageTooBig, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			conn := dial(t, h, "")
+			if c.typ != 0 {
+				conn.Write(ctx, c.typ, []byte(c.msg))
+			}
+			evs, code, reason := readAll(t, conn, 10*time.Second)
+			if code != c.code {
+				t.Errorf("close %v %q, want %v", code, reason, c.code)
+			}
+			if c.event != "" && (len(evs) < 2 || evs[len(evs)-1].Type != "error" || evs[len(evs)-1].Code != c.event || evs[len(evs)-1].Message == "") {
+				t.Errorf("events %+v, want an error event %s", evs, c.event)
+			}
+		})
+	}
+
+	t.Run("backlog", func(t *testing.T) {
+		conn := dial(t, h, "")
+		pcm := jfk(t, 11)
+		for i := 0; i < len(pcm); i += 1600 {
+			if conn.Write(ctx, websocket.MessageBinary, pcmBytes(pcm[i:min(i+1600, len(pcm))])) != nil {
+				break
+			}
+		}
+		evs, code, _ := readAll(t, conn, 20*time.Second)
+		if code != websocket.StatusPolicyViolation || evs[len(evs)-1].Code != "backlog" {
+			t.Errorf("close %v, events %+v; want 1008 after a backlog error", code, evs)
+		}
+	})
+
+	t.Run("disconnect mid-utterance", func(t *testing.T) {
+		conn := dial(t, h, "")
+		pcm := jfk(t, 3)
+		for i := 0; i < len(pcm); i += 1600 {
+			conn.Write(ctx, websocket.MessageBinary, pcmBytes(pcm[i:min(i+1600, len(pcm))]))
+			time.Sleep(20 * time.Millisecond)
+		}
+		conn.CloseNow()
+		waitStreams(t, h, base+1) // +1: this subtest's goroutine
+	})
+
+	t.Run("session limit", func(t *testing.T) {
+		a, b := dial(t, h, ""), dial(t, h, "")
+		_, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(h.srv.URL, "http")+"/v1/audio/stream", nil)
+		if err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+			t.Errorf("third session: %v %+v", err, resp)
+		}
+		a.CloseNow()
+		b.CloseNow()
+	})
+
+	t.Run("refused before upgrade", func(t *testing.T) {
+		for q, want := range map[string]int{"?model=nope": 404, "?language=de": 400} {
+			_, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(h.srv.URL, "http")+"/v1/audio/stream"+q, nil)
+			if err == nil || resp == nil || resp.StatusCode != want {
+				t.Errorf("%s: %v %+v, want HTTP %d", q, err, resp, want)
+			}
+		}
+		resp, err := http.Get(h.srv.URL + "/v1/audio/stream")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUpgradeRequired {
+			t.Errorf("plain GET: %d", resp.StatusCode)
+		}
+	})
+	waitStreams(t, h, base)
+}

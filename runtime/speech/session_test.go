@@ -1,0 +1,331 @@
+package speech
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/parleyhq/parley/runtime/models/whisper"
+)
+
+// The fake audio spells words as loud blocks: word k is a square wave of amplitude
+// level(k), 300 ms long, words 100 ms apart. The fake transcriber reads the blocks back with their
+// times, leaving out a block that touches the end of its buffer (a word still being spoken), as
+// a recogniser is unsure of the last word.
+
+const wordMs, gapMs = 300, 100
+
+func level(k int) float32 { return 0.05 * float32(k%15+1) }
+
+func wordName(k int) string { return fmt.Sprintf("w%d", k%15) }
+
+// speech renders words ks, each followed by a gap; [n] samples.
+func speech(ks []int) []float32 {
+	var out []float32
+	for _, k := range ks {
+		for i := 0; i < wordMs*16; i++ {
+			v := level(k)
+			if i%2 == 1 {
+				v = -v
+			}
+			out = append(out, v)
+		}
+		out = append(out, make([]float32, gapMs*16)...)
+	}
+	return out
+}
+
+func quiet(ms int) []float32 { return make([]float32, ms*16) }
+
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) Now() time.Time { return c.t }
+
+type fakeTr struct {
+	clock   *fakeClock
+	cost    func(n int) time.Duration // clock time one call takes for n samples
+	calls   int
+	err     error
+	prompts []string
+	maxLen  int
+}
+
+func (f *fakeTr) Transcribe(ctx context.Context, pcm []float32, p whisper.Params, _ func(whisper.Segment)) (*whisper.Result, error) {
+	f.calls++
+	f.prompts = append(f.prompts, p.InitialPrompt)
+	f.maxLen = max(f.maxLen, len(pcm))
+	if !p.NoContext {
+		return nil, errors.New("session must set NoContext")
+	}
+	if f.cost != nil {
+		f.clock.t = f.clock.t.Add(f.cost(len(pcm)))
+	}
+	if f.err != nil {
+		return nil, f.err
+	}
+	res := &whisper.Result{Duration: float64(len(pcm)) / SampleRate}
+	seg := whisper.Segment{}
+	const fr = 160
+	for i := 0; i+fr <= len(pcm); {
+		if math.Abs(float64(pcm[i])) < 0.01 {
+			i += fr
+			continue
+		}
+		a := math.Abs(float64(pcm[i]))
+		j := i
+		for j+fr <= len(pcm) && math.Abs(float64(pcm[j])) >= 0.01 {
+			j += fr
+		}
+		if j+fr > len(pcm) { // runs to the end: unsure
+			break
+		}
+		k := int(math.Round(a/0.05)) - 1
+		seg.Tokens = append(seg.Tokens,
+			whisper.Token{ID: 1, Text: " " + wordName(k), T0: float64(i) / SampleRate, T1: float64(j) / SampleRate},
+			whisper.Token{ID: 9999, Text: "[_TT_]", T0: float64(j) / SampleRate, T1: float64(j) / SampleRate})
+		seg.Text += " " + wordName(k)
+		i = j
+	}
+	if len(seg.Tokens) > 0 {
+		res.Segments = []whisper.Segment{seg}
+		res.Text = seg.Text
+	}
+	return res, nil
+}
+
+func newTest(t *testing.T, cfg Config, cost func(int) time.Duration) (*Session, *fakeTr) {
+	t.Helper()
+	clk := &fakeClock{t: time.Unix(0, 0)}
+	tr := &fakeTr{clock: clk, cost: cost}
+	cfg.Now = clk.Now
+	cfg.IsSpecial = func(id int32) bool { return id >= 9999 }
+	s, err := NewSession(tr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, tr
+}
+
+// feed writes pcm in chunks of ms milliseconds and collects the events.
+func feed(t *testing.T, s *Session, pcm []float32, ms int) []Event {
+	t.Helper()
+	var evs []Event
+	n := ms * 16
+	for i := 0; i < len(pcm); i += n {
+		ev, err := s.Write(context.Background(), pcm[i:min(i+n, len(pcm))])
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev...)
+	}
+	return evs
+}
+
+func finals(evs []Event) (text []string, last float64, ok bool) {
+	ok = true
+	for _, e := range evs {
+		if e.Type != "final" {
+			continue
+		}
+		if e.Start < last-1e-9 || e.End < e.Start {
+			ok = false
+		}
+		last = e.End
+		if e.Text != "" {
+			text = append(text, e.Text)
+		}
+	}
+	return
+}
+
+func wordsOf(ks []int) string {
+	var w []string
+	for _, k := range ks {
+		w = append(w, wordName(k))
+	}
+	return strings.Join(w, " ")
+}
+
+// TestLocalAgreement: continuous speech (gaps shorter than the endpoint) is settled word by word
+// as consecutive hypotheses agree, partials come first, and the finals with the committed rest
+// spell every word once, in order, with times that never go back.
+func TestLocalAgreement(t *testing.T) {
+	s, tr := newTest(t, Config{}, nil)
+	ks := []int{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4}
+	evs := feed(t, s, speech(ks), 100)
+	nFinal, nPartial := 0, 0
+	for _, e := range evs {
+		switch e.Type {
+		case "final":
+			nFinal++
+		case "partial":
+			nPartial++
+		}
+	}
+	if nFinal == 0 || nPartial == 0 {
+		t.Fatalf("before commit: %d finals, %d partials; want both", nFinal, nPartial)
+	}
+	ev, err := s.Commit(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs = append(evs, ev...)
+	text, _, mono := finals(evs)
+	if got, want := strings.Join(text, " "), wordsOf(ks); got != want {
+		t.Errorf("finals %q, want %q", got, want)
+	}
+	if !mono {
+		t.Errorf("final times go back: %+v", evs)
+	}
+	if tr.maxLen > 30*SampleRate {
+		t.Errorf("transcribed %d samples at once, more than 30 s", tr.maxLen)
+	}
+	// The buffer is cut at settled words: no call saw the whole 8 s stream.
+	if tr.maxLen >= len(speech(ks)) {
+		t.Errorf("buffer never trimmed: longest call %d samples", tr.maxLen)
+	}
+	// Finals condition later prompts.
+	if last := tr.prompts[len(tr.prompts)-1]; !strings.HasPrefix(wordsOf(ks), last) || last == "" {
+		t.Errorf("last prompt %q is not a prefix of the final text", last)
+	}
+	for _, e := range evs {
+		if e.Type == "final" && e.Text != "" && len(e.Segments) == 0 {
+			t.Errorf("final %q without segments", e.Text)
+		}
+	}
+}
+
+// TestEndpoint: quiet after speech ends the utterance without a commit; quiet alone is never
+// transcribed; the next utterance starts clean.
+func TestEndpoint(t *testing.T) {
+	s, tr := newTest(t, Config{Silence: 600 * time.Millisecond}, nil)
+	evs := feed(t, s, quiet(5000), 100)
+	if tr.calls != 0 || len(evs) != 0 {
+		t.Fatalf("quiet: %d transcriptions, events %+v", tr.calls, evs)
+	}
+	if len(s.buf) > leadSamples+frameSamples {
+		t.Errorf("quiet buffered: %d samples", len(s.buf))
+	}
+	a, b := []int{1, 2, 3}, []int{4, 5}
+	pcm := append(append(append(speech(a), quiet(700)...), speech(b)...), quiet(700)...)
+	evs = feed(t, s, pcm, 40)
+	text, last, mono := finals(evs)
+	if got := strings.Join(text, " "); got != wordsOf(a)+" "+wordsOf(b) {
+		t.Errorf("finals %q, want %q", got, wordsOf(a)+" "+wordsOf(b))
+	}
+	if !mono || last < 5 {
+		t.Errorf("final times: monotone %v, last end %.2f (stream time, after 5 s of quiet)", mono, last)
+	}
+	if len(s.buf) > s.silence {
+		t.Errorf("after the endpoint %d samples stay buffered", len(s.buf))
+	}
+	ev, err := s.Commit(context.Background())
+	if err != nil || len(ev) != 0 {
+		t.Errorf("commit after endpoint: %+v %v", ev, err)
+	}
+}
+
+// TestSlowTranscriber: a transcriber that takes 2.5 s (by the clock) per call is called about once
+// per 2.5 s of audio, not once per step.
+func TestSlowTranscriber(t *testing.T) {
+	s, tr := newTest(t, Config{Silence: -1}, func(int) time.Duration { return 2500 * time.Millisecond })
+	ks := make([]int, 50) // 20 s
+	for i := range ks {
+		ks[i] = i
+	}
+	feed(t, s, speech(ks), 100)
+	if tr.calls > 20/2.5+2 {
+		t.Errorf("%d transcriptions of 20 s at 2.5 s each", tr.calls)
+	}
+	if st := s.Stats(); st.Busy != time.Duration(tr.calls)*2500*time.Millisecond || st.Audio != 20*time.Second {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestMaxBuffer: a buffer that never settles (every hypothesis differs) is finalized at MaxBuffer.
+func TestMaxBuffer(t *testing.T) {
+	clk := &fakeClock{}
+	n := 0
+	tr := transcriberFunc(func(ctx context.Context, pcm []float32, p whisper.Params) (*whisper.Result, error) {
+		n++
+		end := float64(len(pcm)) / SampleRate
+		return &whisper.Result{Segments: []whisper.Segment{{Tokens: []whisper.Token{{Text: fmt.Sprintf(" x%d", n), T0: 0, T1: end}}}}}, nil
+	})
+	s, err := NewSession(tr, Config{MaxBuffer: 5 * time.Second, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tone := make([]float32, 12*SampleRate)
+	for i := range tone {
+		tone[i] = float32(0.3 * math.Sin(float64(i)*0.05))
+	}
+	evs := feed(t, s, tone, 250)
+	var ends []float64
+	for _, e := range evs {
+		if e.Type == "final" {
+			ends = append(ends, e.End)
+		}
+	}
+	if len(ends) != 2 || math.Abs(ends[0]-5) > 0.02 || math.Abs(ends[1]-10) > 0.02 {
+		t.Errorf("finals end at %v, want [5 10]", ends)
+	}
+}
+
+type transcriberFunc func(ctx context.Context, pcm []float32, p whisper.Params) (*whisper.Result, error)
+
+func (f transcriberFunc) Transcribe(ctx context.Context, pcm []float32, p whisper.Params, _ func(whisper.Segment)) (*whisper.Result, error) {
+	return f(ctx, pcm, p)
+}
+
+// TestTranscriberError: an error reaches the caller and the session goes on.
+func TestTranscriberError(t *testing.T) {
+	s, tr := newTest(t, Config{}, nil)
+	tr.err = errors.New("boom")
+	var got error
+	pcm := speech([]int{1, 2, 3, 4})
+	for i := 0; i < len(pcm); i += 1600 {
+		if _, err := s.Write(context.Background(), pcm[i:min(i+1600, len(pcm))]); err != nil {
+			got = err
+		}
+	}
+	if got == nil || got.Error() != "boom" {
+		t.Fatalf("error %v, want boom", got)
+	}
+	tr.err = nil
+	ev, err := s.Commit(context.Background())
+	if err != nil || len(ev) != 1 || ev[0].Text != wordsOf([]int{1, 2, 3, 4}) {
+		t.Errorf("after the error: %+v %v", ev, err)
+	}
+}
+
+func TestWords(t *testing.T) {
+	segs := []whisper.Segment{
+		{Tokens: []whisper.Token{{ID: 50364, Text: "[_TT_0]"}, {ID: 1, Text: " Hel", T0: 0, T1: 0.2}, {ID: 2, Text: "lo", T0: 0.2, T1: 0.3},
+			{ID: 3, Text: ",", T0: 0.3, T1: 0.35}, {ID: 4, Text: " world", T0: 0.35, T1: 0.8}, {ID: 50400, Text: "[_TT_40]"}}},
+		{Tokens: []whisper.Token{{ID: 5, Text: "Again", T0: 1, T1: 1.5}}},
+	}
+	ws := Words(segs, func(id int32) bool { return id >= 50257 })
+	want := []Word{{"Hello,", 0, 0.35, 0}, {"world", 0.35, 0.8, 0}, {"Again", 1, 1.5, 1}}
+	if fmt.Sprint(ws) != fmt.Sprint(want) {
+		t.Errorf("Words = %v, want %v", ws, want)
+	}
+	if commonPrefix(ws, []Word{{Word: "hello"}, {Word: "World!"}, {Word: "x"}}) != 2 {
+		t.Error("commonPrefix ignores case and punctuation")
+	}
+}
+
+func TestBadConfig(t *testing.T) {
+	tr := &fakeTr{clock: &fakeClock{}}
+	for _, c := range []Config{{Step: -1}, {SilenceRMS: float32(math.NaN())}, {Params: whisper.Params{BeamSize: 99}}} {
+		if _, err := NewSession(tr, c); err == nil {
+			t.Errorf("NewSession(%+v) accepted", c)
+		}
+	}
+	if _, err := NewSession(nil, Config{}); err == nil {
+		t.Error("nil transcriber accepted")
+	}
+}

@@ -1,0 +1,135 @@
+package tests
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/parleyhq/parley/internal/sharedtest"
+)
+
+// TestTranscribeMatchesWhisperCpp transcribes recordings through the binary with whisper-cli's
+// settings (-l en -nt -nf, greedy) and compares the token ids and probabilities of --json with
+// whisper.cpp's (flash attention off) for the random-weight tiny.en model the references were
+// made with. Ids must be equal (the library's parity test shows the reference's margins are above
+// rounding on these files); plog within 2e-2 (logits within 1e-2).
+func TestTranscribeMatchesWhisperCpp(t *testing.T) {
+	model := sharedtest.WhisperRandomModel(t, "tiny.en")
+	ref := sharedtest.Path(t, "reference/asr/decode/tiny.en-f16/greedy-nfa")
+	for _, be := range backends() {
+		t.Run(be, func(t *testing.T) {
+			wavs := []string{"jfk", "psx-cards-001"}
+			args := []string{"transcribe", "--backend", be, "-m", model, "--language", "en", "--no-timestamps", "--no-fallback", "--json"}
+			for _, u := range wavs {
+				args = append(args, sharedtest.Path(t, "data/asr/wav/"+u+".wav"))
+			}
+			res := parley(t, "", args...)
+			if res.code != 0 {
+				t.Fatalf("exit %d: %s", res.code, res.stderr)
+			}
+			dec := json.NewDecoder(strings.NewReader(res.stdout))
+			for _, u := range wavs {
+				var got struct {
+					Text   string
+					Tokens []struct {
+						ID   int32
+						P    float32
+						PLog float32
+					}
+				}
+				if err := dec.Decode(&got); err != nil {
+					t.Fatalf("%s: %v in %q", u, err, res.stdout)
+				}
+				b, err := os.ReadFile(filepath.Join(ref, u+".tokens.json"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var want struct {
+					Text   string `json:"text"`
+					Tokens []struct {
+						ID   int32   `json:"id"`
+						PLog float32 `json:"plog"`
+					} `json:"tokens"`
+				}
+				if err := json.Unmarshal(b, &want); err != nil {
+					t.Fatal(err)
+				}
+				if len(got.Tokens) != len(want.Tokens) {
+					t.Fatalf("%s: %d tokens, whisper.cpp %d", u, len(got.Tokens), len(want.Tokens))
+				}
+				for i := range want.Tokens {
+					if got.Tokens[i].ID != want.Tokens[i].ID {
+						t.Fatalf("%s: token %d is %d, whisper.cpp %d", u, i, got.Tokens[i].ID, want.Tokens[i].ID)
+					}
+					if d := got.Tokens[i].PLog - want.Tokens[i].PLog; d > 2e-2 || d < -2e-2 {
+						t.Fatalf("%s: token %d plog %.5f, whisper.cpp %.5f", u, i, got.Tokens[i].PLog, want.Tokens[i].PLog)
+					}
+				}
+				if got.Text != want.Text {
+					t.Errorf("%s: text %q, whisper.cpp %q", u, got.Text, want.Text)
+				}
+			}
+		})
+	}
+}
+
+// TestTranscribeFormatsAndBadInput: subtitle formats are well formed, and bad input gets a clear
+// error and exit status.
+func TestTranscribeFormatsAndBadInput(t *testing.T) {
+	model := sharedtest.WhisperRandomModel(t, "tiny.en")
+	wav := sharedtest.Path(t, "data/asr/wav/psx-cards-001.wav")
+	for _, f := range []struct{ format, want string }{
+		{"srt", `^1\n\d\d:\d\d:\d\d,\d{3} --> \d\d:\d\d:\d\d,\d{3}\n`},
+		{"vtt", `^WEBVTT\n\n\d\d:\d\d:\d\d\.\d{3} --> \d\d:\d\d:\d\d\.\d{3}\n`},
+	} {
+		res := parley(t, "", "transcribe", "-m", model, "--language", "en", "--no-fallback", "--output-format", f.format, wav)
+		if res.code != 0 || !regexp.MustCompile(f.want).MatchString(res.stdout) {
+			t.Errorf("--output-format %s: exit %d, output %q, stderr %s", f.format, res.code, res.stdout, res.stderr)
+		}
+	}
+	dir := t.TempDir()
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good, err := os.ReadFile(wav)
+	if err != nil {
+		t.Fatal(err)
+	}
+	truncatedWAV := write("cut.wav", good[:30])
+	notAudio := write("notes.txt", []byte("this is not audio"))
+	ggufModel := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
+	vocabOnly := sharedtest.Path(t, "models/asr/for-tests-ggml-tiny.en.bin")
+	for _, c := range []struct {
+		name  string
+		args  []string
+		code  int
+		match string
+	}{
+		{"no file", []string{"transcribe", "-m", model}, 2, "no audio file"},
+		{"no model", []string{"transcribe", wav}, 2, "-m MODEL"},
+		{"bad format", []string{"transcribe", "-m", model, "--output-format", "docx", wav}, 2, "docx"},
+		{"bad beam", []string{"transcribe", "-m", model, "--beam", "99", wav}, 2, "beam"},
+		{"truncated wav", []string{"transcribe", "-m", model, truncatedWAV}, 1, "audio"},
+		{"not audio", []string{"transcribe", "-m", model, notAudio}, 1, "unsupported"},
+		{"gguf model", []string{"transcribe", "-m", ggufModel, wav}, 1, "ggml"},
+		{"vocabulary-only model", []string{"transcribe", "-m", vocabOnly, wav}, 1, "no weights"},
+		{"language on English model", []string{"transcribe", "-m", model, "--language", "de", wav}, 1, "english-only"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res := parley(t, "", c.args...)
+			if res.code != c.code {
+				t.Errorf("exit %d, want %d; stderr: %s", res.code, c.code, res.stderr)
+			}
+			if !strings.Contains(strings.ToLower(res.stderr), strings.ToLower(c.match)) {
+				t.Errorf("stderr %q does not mention %q", res.stderr, c.match)
+			}
+		})
+	}
+}
