@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/parleyhq/parley/internal/mapfile"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
@@ -175,7 +176,7 @@ type File struct {
 	Tensors []Tensor // in file order; empty in files that carry no weights
 
 	index  map[string]int
-	mapped []byte // the mapping to release on Close, if any
+	mapped *mapfile.File // the mapping to release on Close, if any
 }
 
 // Tensor returns the tensor named name.

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/parleyhq/parley/internal/mapfile"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
@@ -153,9 +154,9 @@ type File struct {
 	KVs       []KV         // in file order
 	Tensors   []TensorInfo // in file order
 
-	data       []byte // the whole file
-	dataOffset int64  // start of the data section within data
-	mapped     []byte // the mapping to release on Close, if any
+	data       []byte        // the whole file
+	dataOffset int64         // start of the data section within data
+	mapped     *mapfile.File // the mapping to release on Close, if any
 	kvIndex    map[string]int
 	tensorIdx  map[string]int
 }

@@ -55,6 +55,14 @@ func dial(t *testing.T, h *speechHarness, query string) *websocket.Conn {
 	return c
 }
 
+// waitIdle waits until the server holds no session: a session is released just after its close
+// reaches the client, and the session limit counts it until then.
+func waitIdle(h *speechHarness) {
+	for deadline := time.Now().Add(5 * time.Second); h.s.streams.Load() > 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // readAll reads events until the server closes the connection; it returns them and the close
 // status.
 func readAll(t *testing.T, c *websocket.Conn, timeout time.Duration) ([]wsEvent, websocket.StatusCode, string) {
@@ -175,6 +183,8 @@ func TestStreamBadInput(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			waitIdle(h)
+			waitIdle(h)
 			conn := dial(t, h, "")
 			if c.typ != 0 {
 				conn.Write(ctx, c.typ, []byte(c.msg))
@@ -190,6 +200,7 @@ func TestStreamBadInput(t *testing.T) {
 	}
 
 	t.Run("backlog", func(t *testing.T) {
+		waitIdle(h)
 		conn := dial(t, h, "")
 		pcm := jfk(t, 11)
 		for i := 0; i < len(pcm); i += 1600 {
@@ -204,6 +215,7 @@ func TestStreamBadInput(t *testing.T) {
 	})
 
 	t.Run("disconnect mid-utterance", func(t *testing.T) {
+		waitIdle(h)
 		conn := dial(t, h, "")
 		pcm := jfk(t, 3)
 		for i := 0; i < len(pcm); i += 1600 {
@@ -215,6 +227,7 @@ func TestStreamBadInput(t *testing.T) {
 	})
 
 	t.Run("session limit", func(t *testing.T) {
+		waitIdle(h)
 		a, b := dial(t, h, ""), dial(t, h, "")
 		_, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(h.srv.URL, "http")+"/v1/audio/stream", nil)
 		if err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {

@@ -208,7 +208,7 @@ func (e *Engine) prepare(j *job, samples []float32) error {
 	if err != nil {
 		return err
 	}
-	j.mel, j.nMel, j.nFr = mel, m.Mels, nFr
+	j.mel, j.nMel, j.nFr, j.nSamples = mel, m.Mels, nFr, len(samples)
 	j.seekEnd = max(0, audio.MelContentFrames(len(samples))) // whisper.cpp's n_len
 	j.window = make([]float32, m.Mels*WindowFrames)
 	j.temps = j.temps[:0]

@@ -64,6 +64,8 @@ type job struct {
 	nMel int
 	nFr  int // frames of mel (audio plus 30 s of padding)
 
+	nSamples int // of the audio
+
 	seek, seekEnd int
 	lang          int32 // language token, or -1
 	langCode      string
@@ -516,7 +518,9 @@ func (e *Engine) emit(j *job, bh *hyp) {
 		if text == "" {
 			return
 		}
-		seg := Segment{ID: len(j.segments), Start: float64(t0) / 100, End: float64(t1) / 100, Text: text,
+		// Timestamps are predicted, and may point past the end of the audio: keep them inside it.
+		end := float64(j.nSamples) / SampleRate
+		seg := Segment{ID: len(j.segments), Start: min(float64(t0)/100, end), End: min(float64(t1)/100, end), Text: text,
 			Temperature: temp, AvgLogprob: avg, CompressionRatio: compressionRatio(text), NoSpeechProb: j.noSpeech}
 		for _, t := range ts {
 			seg.Tokens = append(seg.Tokens, Token{ID: t.id, Text: string(e.tok.Piece(t.id)), P: t.p, PLog: t.plog})

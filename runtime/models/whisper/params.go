@@ -63,8 +63,15 @@ func DefaultParams() Params {
 // MaxDecoders bounds BeamSize and BestOf.
 const MaxDecoders = 8
 
-// Validate reports parameters out of range.
+// Validate reports parameters out of range (errors wrap ErrBadRequest).
 func (p *Params) Validate() error {
+	if err := p.validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	return nil
+}
+
+func (p *Params) validate() error {
 	switch {
 	case p.BeamSize < 1 || p.BeamSize > MaxDecoders:
 		return fmt.Errorf("whisper: beam size %d is outside 1..%d", p.BeamSize, MaxDecoders)

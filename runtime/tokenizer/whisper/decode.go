@@ -1,6 +1,6 @@
 package whisper
 
-import "unicode/utf8"
+import "github.com/parleyhq/parley/runtime/tokenizer/utf8stream"
 
 // Piece returns the bytes of token id as whisper.cpp's whisper_token_to_str gives them: the
 // stored bytes for text tokens, names such as "[_SOT_]", "[_LANG_en]", "[_BEG_]" and "[_TT_75]"
@@ -48,7 +48,7 @@ type Decoder struct {
 	// Special makes special tokens render as their pieces ("[_SOT_]", "[_TT_42]"); without it
 	// they give nothing.
 	Special bool
-	pend    []byte // held-back start of a character, at most 3 bytes
+	j       utf8stream.Joiner
 	buf     []byte
 }
 
@@ -64,50 +64,12 @@ func (d *Decoder) Write(id int32) []byte {
 
 // Append decodes one more token, appending the text it completes to dst.
 func (d *Decoder) Append(dst []byte, id int32) []byte {
-	p := d.t.piece(id, d.Special)
-	if len(p) == 0 {
-		return dst
-	}
-	if len(d.pend) > 0 {
-		// Complete the held-back character with continuation bytes from p, or give it up.
-		for len(p) > 0 && p[0]&0xC0 == 0x80 && !utf8.FullRune(d.pend) {
-			d.pend = append(d.pend, p[0])
-			p = p[1:]
-		}
-		if !utf8.FullRune(d.pend) && len(p) == 0 {
-			return dst
-		}
-		dst = append(dst, d.pend...)
-		d.pend = d.pend[:0]
-	}
-	cut := incompleteTail(p)
-	dst = append(dst, p[:cut]...)
-	d.pend = append(d.pend, p[cut:]...)
-	return dst
+	return d.j.Append(dst, d.t.piece(id, d.Special))
 }
 
 // Flush returns the bytes still held back (the start of a character that never completed) and
 // empties the Decoder. The slice is valid until the next call.
-func (d *Decoder) Flush() []byte {
-	d.buf = append(d.buf[:0], d.pend...)
-	d.pend = d.pend[:0]
-	return d.buf
-}
+func (d *Decoder) Flush() []byte { return d.j.Flush() }
 
 // Reset drops any held-back bytes.
-func (d *Decoder) Reset() { d.pend = d.pend[:0] }
-
-// incompleteTail returns the length of p without a trailing incomplete UTF-8 sequence: the last
-// non-continuation byte among the final three, if it opens a multi-byte character and the bytes
-// after it are too few to complete it.
-func incompleteTail(p []byte) int {
-	for j := len(p) - 1; j >= 0 && j >= len(p)-3; j-- {
-		if p[j]&0xC0 != 0x80 {
-			if p[j] >= 0xC0 && !utf8.FullRune(p[j:]) {
-				return j
-			}
-			break
-		}
-	}
-	return len(p)
-}
+func (d *Decoder) Reset() { d.j.Reset() }

@@ -1,6 +1,8 @@
 package whisper
 
 import (
+	"github.com/parleyhq/parley/runtime/tokenizer/utf8stream"
+
 	"encoding/hex"
 	"encoding/json"
 	"os"
@@ -429,7 +431,7 @@ func TestDecoder(t *testing.T) {
 		if len(w) > 0 && w[0]&0xC0 == 0x80 {
 			t.Fatalf("output starts inside a character: %q", w)
 		}
-		if cut := incompleteTail(w); cut != len(w) {
+		if cut := utf8stream.CompleteLen(w); cut != len(w) {
 			t.Fatalf("output ends inside a character: %q", w)
 		}
 		out = append(out, w...)

@@ -1,0 +1,39 @@
+package mapfile
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestOpen(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	if err := os.WriteFile(p, []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(f.Data) != "hello" {
+		t.Fatalf("data %q", f.Data)
+	}
+	if err := f.Close(); err != nil || f.Data != nil {
+		t.Fatalf("Close: %v, data %q", err, f.Data)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	e := filepath.Join(dir, "empty")
+	os.WriteFile(e, nil, 0o644)
+	if f, err := Open(e); err != nil || len(f.Data) != 0 {
+		t.Fatalf("empty file: %v, %d bytes", err, len(f.Data))
+	}
+	if _, err := Open(dir); err == nil {
+		t.Fatal("a directory opened")
+	}
+	if _, err := Open(filepath.Join(dir, "none")); !os.IsNotExist(err) {
+		t.Fatalf("missing file: %v", err)
+	}
+}

@@ -1,0 +1,39 @@
+package ggml
+
+import (
+	"fmt"
+
+	"github.com/parleyhq/parley/internal/mapfile"
+)
+
+// Open memory-maps the file at path read-only (reads it where there is no mapping) and parses
+// it. Tensor data is not copied: it aliases the mapping, which Close releases. The file must not
+// be truncated while it is open: reading a mapped page past the new end faults.
+func Open(path string) (*File, error) {
+	m, err := mapfile.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("ggml: %w", err)
+	}
+	f, perr := parse(m.Data)
+	if perr != nil {
+		m.Close()
+		return nil, fmt.Errorf("%s: %w", path, perr)
+	}
+	f.mapped = m
+	return f, nil
+}
+
+// Close releases the file's mapping. Tensor data must not be used afterwards; the
+// hyperparameters, filters, vocabulary and tensor names and shapes stay valid. Closing twice is
+// a no-op.
+func (f *File) Close() error {
+	m := f.mapped
+	f.mapped = nil
+	for i := range f.Tensors {
+		f.Tensors[i].Data = nil
+	}
+	if m == nil {
+		return nil
+	}
+	return m.Close()
+}
