@@ -242,3 +242,36 @@ func TestTimestampsAndFallback(t *testing.T) {
 		t.Errorf("VTT header missing:\n%s", vtt)
 	}
 }
+
+// TestLongAudioWindows: audio longer than 30 s is decoded window by window; without timestamps
+// each window is one segment, starting where the previous window ended.
+func TestLongAudioWindows(t *testing.T) {
+	if whisper.RaceEnabled {
+		t.Skip("whole-window decoding runs without the race detector (too slow under it)")
+	}
+	backends := backendsUnderTest(t)
+	m := openModel(t, backends[len(backends)-1], "tiny.en")
+	eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	jfk := loadWAV(t, "jfk")
+	var long []float32
+	for range 6 {
+		long = append(long, jfk...)
+	}
+	p := whisper.DefaultParams()
+	p.Language, p.NoTimestamps, p.TemperatureInc, p.MaxTokens = "en", true, 0, 4
+	res, err := eng.Transcribe(context.Background(), long, p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var starts []float64
+	for _, s := range res.Segments {
+		starts = append(starts, s.Start)
+	}
+	if len(starts) != 3 || starts[0] != 0 || starts[1] != 30 || starts[2] != 60 || res.Segments[2].End != res.Duration {
+		t.Errorf("%.1f s of audio: segments start at %v (last ends %.2f), want 0, 30, 60 (ending at %.2f)", res.Duration, starts, res.Segments[len(res.Segments)-1].End, res.Duration)
+	}
+}
