@@ -586,13 +586,12 @@ func (e *Engine) sample(j *job, temp float32, first bool) {
 		// Give each live hypothesis the next best candidate; its cache becomes a fork of the
 		// candidate's source (block size 1: an exact share, nothing recomputed).
 		type assign struct {
-			h    *hyp
-			c    beamCand
-			toks []tokData
-			sum  float64
-			sd   int
-			ts   bool
-			rl   int
+			h   *hyp
+			c   beamCand
+			sum float64
+			sd  int
+			ts  bool
+			rl  int
 		}
 		var as [MaxDecoders]assign
 		na, ci := 0, 0
@@ -605,14 +604,14 @@ func (e *Engine) sample(j *job, temp float32, first bool) {
 			src := j.hyps[c.from]
 			as[na] = assign{h: h, c: c, sum: src.sumAll, sd: src.seekDelta, ts: src.hasTS, rl: src.resultLen}
 			h.spare = src.seq.ForkInto(h.spare, src.seq.Len())
-			as[na].toks = append(as[na].toks, src.tokens...)
+			h.next = append(append(h.next[:0], src.tokens...), c.tok)
 			na++
 		}
 		for _, a := range as[:na] {
 			h := a.h
 			h.seq.Release()
 			h.seq, h.spare = h.spare, h.seq
-			h.tokens = append(append(h.tokens[:0], a.toks...), a.c.tok)
+			h.tokens, h.next = h.next, h.tokens
 			h.sumAll = a.sum + float64(a.c.tok.plog)
 			h.seekDelta, h.hasTS, h.resultLen = a.sd, a.ts, a.rl
 		}

@@ -6,7 +6,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
-	"sort"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -34,9 +34,10 @@ type hyp struct {
 	seq       *kvcache.Seq
 	spare     *kvcache.Seq // reused when beams are reordered
 	tokens    []tokData
-	pending   []int32 // tokens to feed at the next step
-	row       int     // logits row of the last step
-	sumAll    float64 // sum of plog over all tokens
+	next      []tokData // the tokens of the next step while beams are reordered
+	pending   []int32   // tokens to feed at the next step
+	row       int       // logits row of the last step
+	sumAll    float64   // sum of plog over all tokens
 	resultLen int
 	seekDelta int
 	hasTS     bool
@@ -584,10 +585,13 @@ type beamCand struct {
 
 // sortCands orders candidates by cumulative log-probability, then by source beam.
 func sortCands(c []beamCand) {
-	sort.SliceStable(c, func(a, b int) bool {
-		if c[a].score != c[b].score {
-			return c[a].score > c[b].score
+	slices.SortStableFunc(c, func(a, b beamCand) int {
+		switch {
+		case a.score > b.score:
+			return -1
+		case a.score < b.score:
+			return 1
 		}
-		return c[a].from < c[b].from
+		return a.from - b.from
 	})
 }
