@@ -105,10 +105,15 @@ func NewEngine(m *Model, cfg EngineConfig) (*Engine, error) {
 	e.langLP = make([]float32, m.NVocab)
 	e.suppressAlways = tok.suppressed()
 	e.nonSpeech = tok.nonSpeech()
-	e.wg.Add(1)
-	go e.loop()
+	if !noLoop {
+		e.wg.Add(1)
+		go e.loop()
+	}
 	return e, nil
 }
+
+// noLoop, set by tests, leaves the step loop to the caller.
+var noLoop bool
 
 // Model is the engine's model.
 func (e *Engine) Model() *Model { return e.m }
@@ -476,7 +481,7 @@ func (e *Engine) encode(j *job) error {
 
 func (e *Engine) firstHyp(j *job) *hyp {
 	if len(j.hyps) == 0 {
-		j.hyps = append(j.hyps, &hyp{seq: e.dec.Pool().NewSeq(e.m.TextCtx), spare: e.dec.Pool().NewSeq(e.m.TextCtx)})
+		j.hyps = append(j.hyps, e.newHyp())
 	}
 	h := j.hyps[0]
 	h.seq.Release()

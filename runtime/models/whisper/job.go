@@ -57,6 +57,13 @@ type tokData struct {
 
 func (h *hyp) live() bool { return !h.failed && !h.completed }
 
+// newHyp makes a hypothesis with room for a whole window, so that decoding never grows it.
+func (e *Engine) newHyp() *hyp {
+	n := e.m.TextCtx
+	return &hyp{seq: e.dec.Pool().NewSeq(n), spare: e.dec.Pool().NewSeq(n),
+		tokens: make([]tokData, 0, n), next: make([]tokData, 0, n), pending: make([]int32, 0, n)}
+}
+
 // job is one transcription in the engine.
 type job struct {
 	ctx  context.Context
@@ -104,7 +111,7 @@ func (e *Engine) attempt(j *job) {
 	}
 	j.nHyp = n
 	for len(j.hyps) < n {
-		j.hyps = append(j.hyps, &hyp{seq: e.dec.Pool().NewSeq(e.m.TextCtx), spare: e.dec.Pool().NewSeq(e.m.TextCtx)})
+		j.hyps = append(j.hyps, e.newHyp())
 	}
 	for i, h := range j.hyps {
 		h.seq.Release()

@@ -1,0 +1,47 @@
+package whisper
+
+import (
+	"context"
+	"testing"
+)
+
+// TestStepAllocs drives the engine's step loop by hand over two transcriptions (one greedy, one
+// beam search with 3 beams) and checks that a steady-state step, a batched decoder forward plus
+// sampling and beam reordering, allocates nothing.
+func TestStepAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts differ under the race detector")
+	}
+	m := testModel(t, "tiny.en")
+	noLoop = true
+	e, err := NewEngine(m, EngineConfig{MaxActive: 2})
+	noLoop = false
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		e.dec.Close()
+		e.enc.Close()
+	}()
+	samples := testWAV(t, "psx-cards-001")
+	for _, beam := range []int{1, 3} {
+		p := DefaultParams()
+		p.Language, p.NoTimestamps, p.TemperatureInc, p.BeamSize = "en", true, 0, beam
+		j := &job{ctx: context.Background(), p: p, done: make(chan struct{}), lang: -1}
+		if err := e.prepare(j, samples); err != nil {
+			t.Fatal(err)
+		}
+		e.admit(j)
+	}
+	for range 8 { // encode both windows, feed the prompts, take the first steps
+		e.step()
+	}
+	for _, j := range e.active {
+		if j.ph != phDecode || j.err != nil {
+			t.Fatalf("job in phase %d, error %v", j.ph, j.err)
+		}
+	}
+	if a := testing.AllocsPerRun(20, e.step); a != 0 {
+		t.Errorf("%v allocations per engine step, want 0", a)
+	}
+}
