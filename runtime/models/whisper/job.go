@@ -218,9 +218,7 @@ func logSoftmax(x []float32) {
 	}
 	var s float32
 	for _, v := range x {
-		if v > float32(math.Inf(-1)) {
-			s += float32(math.Exp(float64(v - mx)))
-		}
+		s += expf(v - mx) // -Inf gives 0
 	}
 	lse := float32(math.Log(float64(s))) + mx
 	for i, v := range x {
@@ -249,9 +247,7 @@ func (e *Engine) process(j *job, h *hyp, logits []float32, temp float32) {
 	tsLogprob := ninf
 	var s float32
 	for _, v := range logits[beg:] {
-		if v > ninf {
-			s += float32(math.Exp(float64(v - mx)))
-		}
+		s += expf(v - mx)
 	}
 	if s > 0 {
 		tsLogprob = float32(math.Log(float64(s))) + mx
@@ -269,22 +265,30 @@ func (e *Engine) process(j *job, h *hyp, logits []float32, temp float32) {
 	}
 }
 
-// tsInfo computes the most probable timestamp token and its share, from log-probabilities.
-func (e *Engine) tsInfo(lp []float32, d *tokData) {
+// tsStats finds the most probable timestamp token of a row of log-probabilities and its share
+// of the timestamps' probability (whisper.cpp's tid and pt).
+func (e *Engine) tsStats(lp []float32) (tid int32, pt float32) {
 	beg := int(e.tok.TimestampBegin)
 	var sum, mx float64
-	d.tid = -1
+	tid = -1
 	for i := beg; i < len(lp); i++ {
-		p := math.Exp(float64(lp[i]))
+		p := float64(expf(lp[i]))
 		sum += p
 		if p > mx {
-			mx, d.tid = p, int32(i)
+			mx, tid = p, int32(i)
 		}
 	}
-	d.pt = float32(mx / (sum + 1e-10))
+	return tid, float32(mx / (sum + 1e-10))
+}
+
+// token makes the token data of id from its row of log-probabilities and the row's timestamp
+// statistics.
+func (e *Engine) token(lp []float32, id int, tid int32, pt float32) tokData {
+	d := tokData{id: int32(id), plog: lp[id], p: expf(lp[id]), tid: tid, pt: pt}
 	if d.id >= e.tok.TimestampBegin {
 		d.tid, d.pt = d.id, d.p
 	}
+	return d
 }
 
 // pickBest takes the first most probable token (greedy).
@@ -295,21 +299,20 @@ func (e *Engine) pickBest(lp []float32) tokData {
 			best = i
 		}
 	}
-	d := tokData{id: int32(best), plog: lp[best], p: float32(math.Exp(float64(lp[best])))}
-	e.tsInfo(lp, &d)
-	return d
+	tid, pt := e.tsStats(lp)
+	return e.token(lp, best, tid, pt)
 }
 
 // pickSample draws a token from the distribution.
 func (e *Engine) pickSample(lp []float32, rng *rand.Rand) tokData {
 	var total float64
 	for _, v := range lp {
-		total += math.Exp(float64(v))
+		total += float64(expf(v))
 	}
 	r := rng.Float64() * total
 	id := len(lp) - 1
 	for i, v := range lp {
-		r -= math.Exp(float64(v))
+		r -= float64(expf(v))
 		if r < 0 {
 			id = i
 			break
@@ -318,19 +321,15 @@ func (e *Engine) pickSample(lp []float32, rng *rand.Rand) tokData {
 	for math.IsInf(float64(lp[id]), -1) && id > 0 { // rounding at the tail
 		id--
 	}
-	d := tokData{id: int32(id), plog: lp[id], p: float32(math.Exp(float64(lp[id])))}
-	e.tsInfo(lp, &d)
-	return d
+	tid, pt := e.tsStats(lp)
+	return e.token(lp, id, tid, pt)
 }
 
 // topK returns the k most probable tokens (ties to the lower id), most probable first.
 func (e *Engine) topK(lp []float32, k int, out []tokData) []tokData {
 	out = out[:0]
 	for i, v := range lp {
-		if math.IsInf(float64(v), -1) {
-			continue
-		}
-		if len(out) == k && v <= out[k-1].plog {
+		if len(out) == k && v <= out[k-1].plog || math.IsInf(float64(v), -1) {
 			continue
 		}
 		d := tokData{id: int32(i), plog: v}
@@ -346,9 +345,9 @@ func (e *Engine) topK(lp []float32, k int, out []tokData) []tokData {
 		}
 		out[pos] = d
 	}
+	tid, pt := e.tsStats(lp)
 	for i := range out {
-		out[i].p = float32(math.Exp(float64(out[i].plog)))
-		e.tsInfo(lp, &out[i])
+		out[i] = e.token(lp, int(out[i].id), tid, pt)
 	}
 	return out
 }

@@ -1,0 +1,58 @@
+package whisper
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+)
+
+// TestPrompt checks the start-of-transcript sequence as whisper.cpp builds it: the initial prompt
+// after <|startofprev|> (dropped at temperatures of 0.5 and above), then <|startoftranscript|>,
+// the language, the task, and <|notimestamps|> when asked.
+func TestPrompt(t *testing.T) {
+	m := testModel(t, "tiny")
+	noLoop = true
+	e, err := NewEngine(m, EngineConfig{MaxActive: 1})
+	noLoop = false
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { e.dec.Close(); e.enc.Close() }()
+	tk := e.tok
+	de, ok := tk.LangToken("de")
+	if !ok {
+		t.Fatal("no German token")
+	}
+	p := DefaultParams()
+	p.Language, p.Translate, p.InitialPrompt = "de", true, " Hello world"
+	j := &job{ctx: context.Background(), p: p, lang: -1}
+	if err := e.prepare(j, make([]float32, SampleRate)); err != nil {
+		t.Fatal(err)
+	}
+	e.setupPrompt(j)
+	e.attempt(j)
+	want := append(append([]int32{tk.Prev}, tk.Encode(" Hello world")...), tk.SOT, de, tk.Translate)
+	if !slices.Equal(j.prompt, want) {
+		t.Errorf("prompt %v, want %v", j.prompt, want)
+	}
+	j.tempIdx = 3 // temperature 0.6: no previous text
+	e.attempt(j)
+	if want := []int32{tk.SOT, de, tk.Translate}; !slices.Equal(j.prompt, want) {
+		t.Errorf("prompt at temperature %.1f: %v, want %v", j.temps[j.tempIdx], j.prompt, want)
+	}
+	p.Translate, p.NoTimestamps, p.InitialPrompt = false, true, ""
+	j = &job{ctx: context.Background(), p: p, lang: -1}
+	if err := e.prepare(j, make([]float32, SampleRate)); err != nil {
+		t.Fatal(err)
+	}
+	e.setupPrompt(j)
+	e.attempt(j)
+	if want := []int32{tk.SOT, de, tk.Transcribe, tk.NoTimestamps}; !slices.Equal(j.prompt, want) {
+		t.Errorf("prompt %v, want %v", j.prompt, want)
+	}
+	p.Language = "xx"
+	if err := e.prepare(&job{ctx: context.Background(), p: p, lang: -1}, make([]float32, SampleRate)); !errors.Is(err, ErrBadRequest) {
+		t.Errorf("unknown language: %v, want a bad request", err)
+	}
+}
