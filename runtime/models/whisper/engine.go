@@ -101,6 +101,7 @@ func NewEngine(m *Model, cfg EngineConfig) (*Engine, error) {
 		e.enc.Close()
 		return nil, err
 	}
+	e.freeBlocks.Store(int64(e.dec.Pool().FreeBlocks()))
 	e.logits = make([]float32, maxSeqs*m.NVocab)
 	e.langLP = make([]float32, m.NVocab)
 	e.suppressAlways = tok.suppressed()
