@@ -26,6 +26,17 @@ func Dir(t testing.TB) string {
 	return d
 }
 
+// Lookup returns the shared directory ($PARLEY_SHARED, or "shared" beside the repository root),
+// or "" if there is none, for tests that use it when present and do not skip without it (fuzz
+// seeds).
+func Lookup() string {
+	if d := os.Getenv("PARLEY_SHARED"); d != "" {
+		return d
+	}
+	d, _ := find()
+	return d
+}
+
 // Path returns a file under the shared directory, skipping t if it does not exist.
 func Path(t testing.TB, rel string) string {
 	t.Helper()

@@ -3,6 +3,7 @@ package ggml
 import (
 	"bytes"
 	"errors"
+	"github.com/parleyhq/parley/internal/sharedtest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -24,7 +25,7 @@ func FuzzParse(f *testing.F) {
 	f.Add(buf.Bytes())
 	// whisper.cpp's weightless test models, when the shared directory is there (optional seeds:
 	// the target runs without them).
-	if dir := optionalShared(); dir != "" {
+	if dir := sharedtest.Lookup(); dir != "" {
 		for _, name := range []string{"tiny", "tiny.en", "base.en", "parakeet-tdt"} {
 			if seed, err := os.ReadFile(filepath.Join(dir, "models", "asr", "for-tests-ggml-"+name+".bin")); err == nil {
 				f.Add(seed)
@@ -49,36 +50,10 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// optionalShared returns the shared reference directory ($PARLEY_SHARED, or "shared" beside the
-// directory holding go.mod), or "" if there is none.
-func optionalShared() string {
-	if d := os.Getenv("PARLEY_SHARED"); d != "" {
-		return d
-	}
-	d, err := os.Getwd()
-	if err != nil {
-		return ""
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			s := filepath.Join(filepath.Dir(d), "shared")
-			if fi, err := os.Stat(s); err == nil && fi.IsDir() {
-				return s
-			}
-			return ""
-		}
-		p := filepath.Dir(d)
-		if p == d {
-			return ""
-		}
-		d = p
-	}
-}
-
 // BenchmarkParse measures parsing whisper.cpp's weightless tiny model (header, 80x201 filters,
 // 50257 tokens), the part of loading that does not depend on the weights.
 func BenchmarkParse(b *testing.B) {
-	dir := optionalShared()
+	dir := sharedtest.Lookup()
 	data, err := os.ReadFile(filepath.Join(dir, "models", "asr", "for-tests-ggml-tiny.bin"))
 	if dir == "" || err != nil {
 		b.Skip("shared for-tests-ggml-tiny.bin is absent")

@@ -1,8 +1,8 @@
 package whisper
 
 import (
+	"github.com/parleyhq/parley/internal/sharedtest"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -61,7 +61,7 @@ func TestSplitOracle(t *testing.T) {
 // fuzzTokenizer returns the tiny model's tokenizer when the shared directory is there, and a
 // tokenizer over vocab256 otherwise, so that the target runs either way.
 func fuzzTokenizer(tb testing.TB) *Tokenizer {
-	if dir := optionalShared(); dir != "" {
+	if dir := sharedtest.Lookup(); dir != "" {
 		if f, err := ggml.Open(filepath.Join(dir, "models", "asr", "for-tests-ggml-tiny.bin")); err == nil {
 			defer f.Close()
 			tk, err := New(f.Vocab, f.HParams.NVocab)
@@ -116,32 +116,6 @@ func FuzzEncode(f *testing.F) {
 	})
 }
 
-// optionalShared returns the shared reference directory ($PARLEY_SHARED, or "shared" beside the
-// directory holding go.mod), or "" if there is none.
-func optionalShared() string {
-	if d := os.Getenv("PARLEY_SHARED"); d != "" {
-		return d
-	}
-	d, err := os.Getwd()
-	if err != nil {
-		return ""
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			s := filepath.Join(filepath.Dir(d), "shared")
-			if fi, err := os.Stat(s); err == nil && fi.IsDir() {
-				return s
-			}
-			return ""
-		}
-		p := filepath.Dir(d)
-		if p == d {
-			return ""
-		}
-		d = p
-	}
-}
-
 const benchText = " And so my fellow Americans, ask not what your country can do for you, ask what you can do for your country. " +
 	"The invention of movable metal letters in the middle of the fifteenth century may justly be considered as the invention of the art of printing. " +
 	"Ça va? Très bien, merci! 日本語のテキストです。 I'm sure they'll've done it by 10:45.\n\n"
@@ -182,7 +156,7 @@ func BenchmarkDecoder(b *testing.B) {
 
 // BenchmarkNew measures building the tokenizer from the tiny model's 50257 stored tokens.
 func BenchmarkNew(b *testing.B) {
-	dir := optionalShared()
+	dir := sharedtest.Lookup()
 	f, err := ggml.Open(filepath.Join(dir, "models", "asr", "for-tests-ggml-tiny.bin"))
 	if dir == "" || err != nil {
 		b.Skip("shared for-tests-ggml-tiny.bin is absent")
