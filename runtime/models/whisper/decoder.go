@@ -296,15 +296,23 @@ func (d *Decoder) layer(li int, vs *decViews, b *backend.Batch, cross []*Cross) 
 	if err := linear(be, vs.q, vs.xn, c.q, c.qb); err != nil {
 		return err
 	}
-	for s := range b.Seqs {
-		sq := &b.Seqs[s]
-		sp, err := d.span(sq.Start, sq.Count)
+	// Consecutive sequences over the same window (the beams or samples of one transcription)
+	// attend together: one pass over the window's keys and values for all their rows.
+	for s := 0; s < len(b.Seqs); {
+		start, count := b.Seqs[s].Start, b.Seqs[s].Count
+		e := s + 1
+		for e < len(b.Seqs) && cross[e] == cross[s] && b.Seqs[e].Start == start+count {
+			count += b.Seqs[e].Count
+			e++
+		}
+		sp, err := d.span(start, count)
 		if err != nil {
 			return err
 		}
 		if err := be.FullAttention(sp[1], sp[0], cross[s].k[li], cross[s].v[li], d.attn); err != nil {
 			return err
 		}
+		s = e
 	}
 	if err := linear(be, vs.xn, vs.att, c.o, c.ob); err != nil {
 		return err
