@@ -99,19 +99,20 @@ func (s *Server) speechModel(name string) (*speechServed, *apiError) {
 
 // checkLanguage answers 400 for a language m cannot transcribe.
 func (m *speechServed) checkLanguage(lang string) *apiError {
-	if lang == "" || lang == "auto" {
-		return nil
-	}
-	if !m.Engine.Model().Multilingual() {
-		if lang != "en" && lang != "english" {
-			return invalidCode("language", "unsupported_language", fmt.Sprintf("The model '%s' is English-only; language '%s' is not available.", m.Name, lang))
-		}
-		return nil
-	}
-	if _, ok := m.Engine.Vocab().LangToken(lang); !ok {
-		return invalidCode("language", "unsupported_language", fmt.Sprintf("Unknown language '%s'; use an ISO-639-1 code such as 'en'.", lang))
+	if _, _, err := m.Engine.ResolveLanguage(lang); err != nil {
+		return invalidCode("language", "unsupported_language", badRequestMessage(err))
 	}
 	return nil
+}
+
+// badRequestMessage is the part of an engine error wrapping whisper.ErrBadRequest meant for the
+// client: what follows "bad request: ".
+func badRequestMessage(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, whisper.ErrBadRequest.Error()+": "); i >= 0 {
+		msg = msg[i+len(whisper.ErrBadRequest.Error())+2:]
+	}
+	return msg
 }
 
 // audioRequest is a parsed multipart transcription request.
@@ -196,11 +197,7 @@ func transcribeError(err error) *apiError {
 	case errors.Is(err, whisper.ErrQueueFull):
 		return &apiError{Status: http.StatusTooManyRequests, Message: "The server is busy; retry shortly.", Type: typeRateLimit, Code: strptr("queue_full"), RetryAfter: 1}
 	case errors.Is(err, whisper.ErrBadRequest):
-		msg := err.Error()
-		if i := strings.Index(msg, whisper.ErrBadRequest.Error()+": "); i >= 0 {
-			msg = msg[i+len(whisper.ErrBadRequest.Error())+2:]
-		}
-		return invalid("", msg)
+		return invalid("", badRequestMessage(err))
 	case errors.Is(err, whisper.ErrClosed):
 		return &apiError{Status: http.StatusServiceUnavailable, Message: "The server is shutting down.", Type: typeUnavailable, RetryAfter: 5}
 	case errors.Is(err, context.DeadlineExceeded):

@@ -225,22 +225,11 @@ func (e *Engine) prepare(j *job, samples []float32) error {
 	} else {
 		j.temps = append(j.temps, j.p.Temperature)
 	}
-	switch lc := j.p.Language; {
-	case !m.Multilingual():
-		j.langCode = "en"
-		if lc != "" && lc != "auto" && lc != "en" {
-			return fmt.Errorf("whisper: %w: this model is English-only; language %q is not available", ErrBadRequest, lc)
-		}
-		if j.p.Translate {
-			return fmt.Errorf("whisper: %w: this model is English-only and cannot translate", ErrBadRequest)
-		}
-	case lc == "" || lc == "auto":
-	default:
-		id, ok := e.tok.LangToken(lc)
-		if !ok {
-			return fmt.Errorf("whisper: %w: unknown language %q", ErrBadRequest, lc)
-		}
-		j.lang, j.langCode = id, lc
+	if j.lang, j.langCode, err = e.ResolveLanguage(j.p.Language); err != nil {
+		return err
+	}
+	if j.p.Translate && !m.Multilingual() {
+		return fmt.Errorf("whisper: %w: this model is English-only and cannot translate", ErrBadRequest)
 	}
 	if j.p.InitialPrompt != "" {
 		pt := e.tok.Encode(j.p.InitialPrompt)
@@ -253,6 +242,26 @@ func (e *Engine) prepare(j *job, samples []float32) error {
 		j.ph = phDone
 	}
 	return nil
+}
+
+// ResolveLanguage checks a requested language against the model. "" or "auto" means detect it
+// (token -1; English-only models answer "en"); an ISO 639-1 code or an English name gives its
+// token and code. Errors wrap ErrBadRequest.
+func (e *Engine) ResolveLanguage(lang string) (tok int32, code string, err error) {
+	if !e.m.Multilingual() {
+		if lang != "" && lang != "auto" && lang != "en" && lang != "english" {
+			return -1, "", fmt.Errorf("whisper: %w: this model is English-only; language %q is not available", ErrBadRequest, lang)
+		}
+		return -1, "en", nil
+	}
+	if lang == "" || lang == "auto" {
+		return -1, "", nil
+	}
+	id, ok := e.tok.LangToken(lang)
+	if !ok {
+		return -1, "", fmt.Errorf("whisper: %w: unknown language %q; use an ISO 639-1 code such as \"en\"", ErrBadRequest, lang)
+	}
+	return id, e.tok.LangCode(id), nil
 }
 
 // ErrBadRequest marks errors caused by the request's parameters.
