@@ -38,19 +38,6 @@ func loadRefTokens(t *testing.T, path string) refTokens {
 	return r
 }
 
-func loadWAV(t *testing.T, utt string) []float32 {
-	t.Helper()
-	b, err := os.ReadFile(sharedtest.Path(t, "data/asr/wav/"+utt+".wav"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, _, err := audio.Decode(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 // forcedLogits decodes prompt+ids[:k] incrementally and returns the raw logits predicting ids[k].
 func forcedLogits(t *testing.T, m *whisper.Model, cross *whisper.Cross, prompt, ids []int32, k int) []float32 {
 	t.Helper()
@@ -102,7 +89,7 @@ func TestGreedyMatchesWhisperCpp(t *testing.T) {
 				defer eng.Close()
 				p := whisper.DefaultParams()
 				p.Language, p.NoTimestamps, p.TemperatureInc, p.BestOf = "en", true, 0, 1
-				res, err := eng.Transcribe(context.Background(), loadWAV(t, c.utt), p, nil)
+				res, err := eng.Transcribe(context.Background(), whisper.LoadWAV(t, c.utt), p, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -125,7 +112,7 @@ func TestGreedyMatchesWhisperCpp(t *testing.T) {
 							t.Fatal(err)
 						}
 						cross, _ := m.NewCross()
-						mel, nfr, err := whisper.LogMel(loadWAV(t, c.utt), m, 2)
+						mel, nfr, err := whisper.LogMel(whisper.LoadWAV(t, c.utt), m, 2)
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -191,7 +178,7 @@ func TestDetectLanguage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer eng.Close()
-	probs, err := eng.DetectLanguage(context.Background(), loadWAV(t, "jfk"))
+	probs, err := eng.DetectLanguage(context.Background(), whisper.LoadWAV(t, "jfk"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +200,7 @@ func TestDetectLanguage(t *testing.T) {
 	if gotBest.Code != best {
 		t.Errorf("detected %s, whisper.cpp %s", gotBest.Code, best)
 	}
-	if _, err := eng.Transcribe(context.Background(), loadWAV(t, "psx-cards-001"), func() whisper.Params {
+	if _, err := eng.Transcribe(context.Background(), whisper.LoadWAV(t, "psx-cards-001"), func() whisper.Params {
 		p := whisper.DefaultParams()
 		p.NoTimestamps, p.TemperatureInc, p.MaxTokens = true, 0, 4
 		return p

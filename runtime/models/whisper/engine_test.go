@@ -37,7 +37,7 @@ func TestConcurrentTranscriptionsMatchSequential(t *testing.T) {
 	}
 	audio := map[string][]float32{}
 	for _, r := range reqs {
-		audio[r.utt] = loadWAV(t, r.utt)
+		audio[r.utt] = whisper.LoadWAV(t, r.utt)
 	}
 	type out struct {
 		ids []int32
@@ -123,7 +123,7 @@ func TestEngineCancelAndClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	samples := loadWAV(t, "psx-cards-001")
+	samples := whisper.LoadWAV(t, "psx-cards-001")
 	p := whisper.DefaultParams()
 	p.Language, p.NoTimestamps, p.TemperatureInc = "en", true, 0
 	ctx, cancel := context.WithCancel(context.Background())
@@ -207,7 +207,7 @@ func TestTimestampsAndFallback(t *testing.T) {
 	defer eng.Close()
 	p := whisper.DefaultParams()
 	p.Seed = 7
-	samples := loadWAV(t, "jfk")
+	samples := whisper.LoadWAV(t, "jfk")
 	var streamed []whisper.Segment
 	a, err := eng.Transcribe(context.Background(), samples, p, func(s whisper.Segment) { streamed = append(streamed, s) })
 	if err != nil {
@@ -262,7 +262,7 @@ func TestLongAudioWindows(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer eng.Close()
-	jfk := loadWAV(t, "jfk")
+	jfk := whisper.LoadWAV(t, "jfk")
 	var long []float32
 	for range 6 {
 		long = append(long, jfk...)

@@ -1,6 +1,7 @@
 package whisper_test
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"math"
@@ -33,28 +34,16 @@ func backendsUnderTest(t *testing.T) []backend.Backend {
 	return bs
 }
 
-func readF32(t *testing.T, path string) []float32 {
+// readLE reads a raw little-endian array of 32-bit values (float32 or int32).
+func readLE[T float32 | int32](t *testing.T, path string) []T {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := make([]float32, len(b)/4)
-	for i := range v {
-		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return v
-}
-
-func readI32(t *testing.T, path string) []int32 {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
+	v := make([]T, len(b)/4)
+	if err := binary.Read(bytes.NewReader(b), binary.LittleEndian, v); err != nil {
 		t.Fatal(err)
-	}
-	v := make([]int32, len(b)/4)
-	for i := range v {
-		v[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
 	}
 	return v
 }
@@ -95,8 +84,8 @@ func TestEncoderMatchesWhisperCpp(t *testing.T) {
 			}
 			defer cross.Close()
 			for _, utt := range []string{"jfk", "psx-cards-001"} {
-				mel := readF32(t, filepath.Join(dir, utt, "mel.f32"))
-				want := readF32(t, filepath.Join(dir, utt, "enc_out_fa0.f32"))
+				mel := readLE[float32](t, filepath.Join(dir, utt, "mel.f32"))
+				want := readLE[float32](t, filepath.Join(dir, utt, "enc_out_fa0.f32"))
 				got := make([]float32, m.AudioCtx*m.AudioState)
 				if err := enc.Encode(mel, cross, got); err != nil {
 					t.Fatal(err)
@@ -152,10 +141,10 @@ func TestTeacherForcedLogits(t *testing.T) {
 				if err := json.Unmarshal(b, &fz); err != nil {
 					t.Fatal(err)
 				}
-				mel := readF32(t, filepath.Join(ref, "tensors", c.utt, "mel.f32"))
-				first := readF32(t, filepath.Join(tf, "fa0", "logits_first.f32"))
-				topIDs := readI32(t, filepath.Join(tf, "fa0", "topk_ids.i32"))
-				topLg := readF32(t, filepath.Join(tf, "fa0", "topk_logits.f32"))
+				mel := readLE[float32](t, filepath.Join(ref, "tensors", c.utt, "mel.f32"))
+				first := readLE[float32](t, filepath.Join(tf, "fa0", "logits_first.f32"))
+				topIDs := readLE[int32](t, filepath.Join(tf, "fa0", "topk_ids.i32"))
+				topLg := readLE[float32](t, filepath.Join(tf, "fa0", "topk_logits.f32"))
 				enc, err := m.NewEncoder()
 				if err != nil {
 					t.Fatal(err)
