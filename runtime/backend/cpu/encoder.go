@@ -2,11 +2,9 @@ package cpu
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/parleyhq/parley/bindings/cpu"
 	"github.com/parleyhq/parley/runtime/backend"
-	"github.com/parleyhq/parley/runtime/tensor"
 )
 
 // The operations of encoder-decoder models (Whisper).
@@ -26,13 +24,8 @@ func (b *Backend) Copy(dst, src backend.Tensor) error {
 	if d.readOnly {
 		return fmt.Errorf("cpu: %s: dst is a loaded weight tensor (read-only)", op)
 	}
-	for _, t := range []*Tensor{s, d} {
-		if t.dt != tensor.F32 && t.dt != tensor.F16 {
-			return fmt.Errorf("cpu: %s: %v into %v: %w", op, s.dt, d.dt, backend.ErrUnsupported)
-		}
-	}
-	if d.rows != s.rows || d.cols != s.cols {
-		return shapeErr(op, "dst", d, s.rows, s.cols)
+	if err := backend.CheckCopy(d, s); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
 	return b.ctx.Convert(d.data, d.dt, s.data, s.dt, s.rows*s.cols)
 }
@@ -49,14 +42,8 @@ func (b *Backend) LayerNorm(dst, x, w, bias backend.Tensor, eps float32) error {
 	if err != nil {
 		return err
 	}
-	if d.rows != xt.rows || d.cols != xt.cols {
-		return shapeErr(op, "dst", d, xt.rows, xt.cols)
-	}
-	if wt.rows != 1 || wt.cols != xt.cols {
-		return shapeErr(op, "w", wt, 1, xt.cols)
-	}
-	if bt.rows != 1 || bt.cols != xt.cols {
-		return shapeErr(op, "b", bt, 1, xt.cols)
+	if err := backend.CheckLayerNorm(d, xt, wt, bt); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
 	return b.ctx.LayerNorm(d.f32, xt.f32, wt.f32, bt.f32, xt.rows, xt.cols, eps)
 }
@@ -72,8 +59,8 @@ func (b *Backend) GELU(dst, x backend.Tensor) error {
 	if err != nil {
 		return err
 	}
-	if d.rows != xt.rows || d.cols != xt.cols {
-		return shapeErr(op, "dst", d, xt.rows, xt.cols)
+	if err := backend.CheckSameShape(op, d, xt); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
 	return b.ctx.GELU(d.f32, xt.f32)
 }
@@ -90,15 +77,8 @@ func (b *Backend) Im2Col1D(dst, x backend.Tensor, kernel, stride, pad int) error
 	if err != nil {
 		return err
 	}
-	tOut, err := cpu.Im2Col1DRows(xt.rows, kernel, stride, pad)
-	if err != nil {
-		return err
-	}
-	if xt.cols > 0 && kernel > math.MaxInt32/xt.cols {
-		return fmt.Errorf("cpu: %s: %d channels of kernel %d is too large", op, xt.cols, kernel)
-	}
-	if d.rows != tOut || d.cols != xt.cols*kernel {
-		return shapeErr(op, "dst", d, tOut, xt.cols*kernel)
+	if _, err := backend.CheckIm2Col1D(d, xt, kernel, stride, pad); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
 	return b.ctx.Im2Col1D(d.f32, xt.f32, xt.rows, xt.cols, kernel, stride, pad)
 }
@@ -124,27 +104,11 @@ func (b *Backend) FullAttention(dst, q, k, v backend.Tensor, a backend.Attn) err
 	if err != nil {
 		return err
 	}
-	if a.NHead <= 0 || a.NKVHead <= 0 || a.HeadDim <= 0 || a.NHead%a.NKVHead != 0 || a.NHead > math.MaxInt32/a.HeadDim {
-		return fmt.Errorf("cpu: %s: %d query heads over %d kv heads of %d", op, a.NHead, a.NKVHead, a.HeadDim)
+	if err := backend.CheckFullAttention(qt, kt, vt, a); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
-	if kt.dt != tensor.F32 && kt.dt != tensor.F16 {
-		return fmt.Errorf("cpu: %s: k is %v, want F32 or F16", op, kt.dt)
-	}
-	if vt.dt != kt.dt {
-		return fmt.Errorf("cpu: %s: k is %v but v is %v (both F32 or both F16)", op, kt.dt, vt.dt)
-	}
-	qw, kw := a.NHead*a.HeadDim, a.NKVHead*a.HeadDim
-	if qt.cols != qw {
-		return fmt.Errorf("cpu: %s: q has %d columns, not %d heads of %d", op, qt.cols, a.NHead, a.HeadDim)
-	}
-	if kt.cols != kw {
-		return shapeErr(op, "k", kt, kt.rows, kw)
-	}
-	if vt.rows != kt.rows || vt.cols != kw {
-		return shapeErr(op, "v", vt, kt.rows, kw)
-	}
-	if d.rows != qt.rows || d.cols != qw {
-		return shapeErr(op, "dst", d, qt.rows, qw)
+	if err := backend.CheckSameShape(op, d, qt); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
 	return b.ctx.FullAttention(d.f32, qt.f32, qt.rows, kt.data, vt.data, kt.dt, kt.rows,
 		cpu.Attn{NHead: a.NHead, NKVHead: a.NKVHead, HeadDim: a.HeadDim, Scale: a.Scale})

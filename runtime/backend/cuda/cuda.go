@@ -667,11 +667,8 @@ func (b *Backend) Copy(dst, src backend.Tensor) error {
 	if d.readOnly {
 		return fmt.Errorf("cuda: %s: dst is a loaded weight tensor (read-only)", op)
 	}
-	if d.rows != s.rows || d.cols != s.cols {
-		return shapeErr(op, "dst", d, s.rows, s.cols)
-	}
-	if s.dt != d.dt && !(s.dt == tensor.F32 && d.dt == tensor.F16) && !(s.dt == tensor.F16 && d.dt == tensor.F32) {
-		return fmt.Errorf("cuda: %s: %v to %v: %w", op, s.dt, d.dt, backend.ErrUnsupported)
+	if err := backend.CheckCopy(d, s); err != nil {
+		return fmt.Errorf("cuda: %w", err)
 	}
 	if overlaps(d, s) {
 		return fmt.Errorf("cuda: %s: dst overlaps src", op)
@@ -690,14 +687,8 @@ func (b *Backend) LayerNorm(dst, x, w, bias backend.Tensor, eps float32) error {
 	if err != nil {
 		return err
 	}
-	if d.rows != xt.rows || d.cols != xt.cols {
-		return shapeErr(op, "dst", d, xt.rows, xt.cols)
-	}
-	if wt.rows != 1 || wt.cols != xt.cols {
-		return shapeErr(op, "w", wt, 1, xt.cols)
-	}
-	if bt.rows != 1 || bt.cols != xt.cols {
-		return shapeErr(op, "b", bt, 1, xt.cols)
+	if err := backend.CheckLayerNorm(d, xt, wt, bt); err != nil {
+		return fmt.Errorf("cuda: %w", err)
 	}
 	if !(eps >= 0) || math.IsInf(float64(eps), 0) {
 		return fmt.Errorf("cuda: %s: eps %v", op, eps)
@@ -719,8 +710,8 @@ func (b *Backend) GELU(dst, x backend.Tensor) error {
 	if err != nil {
 		return err
 	}
-	if d.rows != xt.rows || d.cols != xt.cols {
-		return shapeErr(op, "dst", d, xt.rows, xt.cols)
+	if err := backend.CheckSameShape(op, d, xt); err != nil {
+		return fmt.Errorf("cuda: %w", err)
 	}
 	if overlaps(d, xt) && !same(d, xt) {
 		return fmt.Errorf("cuda: %s: dst partly overlaps x", op)
@@ -740,15 +731,9 @@ func (b *Backend) Im2Col1D(dst, x backend.Tensor, kernel, stride, pad int) error
 	if err != nil {
 		return err
 	}
-	if kernel <= 0 || stride <= 0 || pad < 0 || kernel > math.MaxInt32 || stride > math.MaxInt32 || pad > math.MaxInt32/2 {
-		return fmt.Errorf("cuda: %s: kernel %d, stride %d, padding %d", op, kernel, stride, pad)
-	}
-	if xt.rows+2*pad < kernel {
-		return fmt.Errorf("cuda: %s: a signal of %d steps padded by %d is shorter than the kernel %d", op, xt.rows, pad, kernel)
-	}
-	tout := (xt.rows+2*pad-kernel)/stride + 1
-	if xt.cols > math.MaxInt32/kernel || d.rows != tout || d.cols != xt.cols*kernel {
-		return shapeErr(op, "dst", d, tout, xt.cols*kernel)
+	tout, err := backend.CheckIm2Col1D(d, xt, kernel, stride, pad)
+	if err != nil {
+		return fmt.Errorf("cuda: %w", err)
 	}
 	if overlaps(d, xt) {
 		return fmt.Errorf("cuda: %s: dst overlaps x", op)
@@ -775,21 +760,11 @@ func (b *Backend) FullAttention(dst, q, k, v backend.Tensor, a backend.Attn) err
 	if err != nil {
 		return err
 	}
-	if kt.dt != vt.dt || (kt.dt != tensor.F32 && kt.dt != tensor.F16) {
-		return fmt.Errorf("cuda: %s: k is %v and v is %v, want both F32 or both F16", op, kt.dt, vt.dt)
+	if err := backend.CheckFullAttention(qt, kt, vt, a); err != nil {
+		return fmt.Errorf("cuda: %w", err)
 	}
-	if a.NHead <= 0 || a.NKVHead <= 0 || a.HeadDim <= 0 || a.NHead%a.NKVHead != 0 || qt.cols != a.NHead*a.HeadDim {
-		return fmt.Errorf("cuda: %s: q has %d columns, not %d heads of %d (%d kv heads)", op, qt.cols, a.NHead, a.HeadDim, a.NKVHead)
-	}
-	if !finite(a.Scale) {
-		return fmt.Errorf("cuda: %s: scale %v", op, a.Scale)
-	}
-	w := a.NKVHead * a.HeadDim
-	if kt.cols != w || vt.cols != w || vt.rows != kt.rows || kt.rows < 1 {
-		return fmt.Errorf("cuda: %s: k is [%d, %d] and v [%d, %d], want equal shapes [m >= 1, %d]", op, kt.rows, kt.cols, vt.rows, vt.cols, w)
-	}
-	if d.rows != qt.rows || d.cols != qt.cols {
-		return shapeErr(op, "dst", d, qt.rows, qt.cols)
+	if err := backend.CheckSameShape(op, d, qt); err != nil {
+		return fmt.Errorf("cuda: %w", err)
 	}
 	if overlaps(d, qt) || overlaps(d, kt) || overlaps(d, vt) {
 		return fmt.Errorf("cuda: %s: dst must not overlap an operand", op)

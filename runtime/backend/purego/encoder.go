@@ -283,9 +283,9 @@ func (be *Backend) Im2Col1D(dst, x backend.Tensor, kernel, stride, pad int) erro
 	if err != nil {
 		return err
 	}
-	tOut, cols, err := im2colShape(xt.rows, xt.cols, kernel, stride, pad)
+	tOut, cols, err := backend.Im2Col1DShape(xt.rows, xt.cols, kernel, stride, pad)
 	if err != nil {
-		return fmt.Errorf("purego: Im2Col1D: %w", err)
+		return fmt.Errorf("purego: %w", err)
 	}
 	d, err := be.getOut("Im2Col1D", dst, tOut, cols)
 	if err != nil {
@@ -299,24 +299,4 @@ func (be *Backend) Im2Col1D(dst, x backend.Tensor, kernel, stride, pad int) erro
 	j.t, j.c, j.k, j.stride, j.pad = xt.rows, xt.cols, kernel, stride, pad
 	be.runRows(j, tOut, cols)
 	return nil
-}
-
-// im2colShape returns Tout = (T+2*pad-kernel)/stride+1 and C*kernel for a signal x [T, C], or
-// an error for a kernel, stride or padding that gives no output row or sizes that overflow.
-func im2colShape(T, C, kernel, stride, pad int) (tOut, cols int, err error) {
-	switch {
-	case kernel <= 0:
-		return 0, 0, fmt.Errorf("kernel size %d", kernel)
-	case stride <= 0:
-		return 0, 0, fmt.Errorf("stride %d", stride)
-	case pad < 0:
-		return 0, 0, fmt.Errorf("padding %d", pad)
-	case pad > maxElems/4 || kernel > maxElems/4:
-		return 0, 0, fmt.Errorf("kernel %d with padding %d is too large", kernel, pad)
-	case T+2*pad < kernel:
-		return 0, 0, fmt.Errorf("kernel %d is longer than %d steps padded by %d on each side", kernel, T, pad)
-	case C > 0 && kernel > maxElems/C:
-		return 0, 0, fmt.Errorf("%d channels of kernel %d is too large", C, kernel)
-	}
-	return (T+2*pad-kernel)/stride + 1, C * kernel, nil
 }

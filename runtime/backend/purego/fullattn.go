@@ -2,7 +2,6 @@ package purego
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/tensor"
@@ -277,25 +276,10 @@ func (be *Backend) FullAttention(dst, q, k, v backend.Tensor, a backend.Attn) er
 	if err != nil {
 		return err
 	}
-	switch {
-	case a.NHead <= 0 || a.NKVHead <= 0 || a.HeadDim <= 0 || a.NHead%a.NKVHead != 0:
-		return fmt.Errorf("purego: FullAttention: %d heads over %d kv heads of %d", a.NHead, a.NKVHead, a.HeadDim)
-	case a.NHead > maxElems/a.HeadDim:
-		return fmt.Errorf("purego: FullAttention: %d heads of %d is too large", a.NHead, a.HeadDim)
-	case math.IsNaN(float64(a.Scale)) || math.IsInf(float64(a.Scale), 0):
-		return fmt.Errorf("purego: FullAttention: scale %v", a.Scale)
-	case kt.dt != tensor.F32 && kt.dt != tensor.F16:
-		return fmt.Errorf("purego: FullAttention: k is %v, want F32 or F16", kt)
-	case vt.dt != kt.dt:
-		return fmt.Errorf("purego: FullAttention: k is %v but v is %v (both F32 or both F16)", kt, vt)
+	if err := backend.CheckFullAttention(qt, kt, vt, a); err != nil {
+		return fmt.Errorf("purego: %w", err)
 	}
-	qw, kw := a.NHead*a.HeadDim, a.NKVHead*a.HeadDim
-	if qt.cols != qw {
-		return fmt.Errorf("purego: FullAttention: q is %v, want [n, %d]", qt, qw)
-	}
-	if kt.cols != kw || vt.cols != kw || vt.rows != kt.rows {
-		return fmt.Errorf("purego: FullAttention: k %v and v %v, want [m, %d] each", kt, vt, kw)
-	}
+	qw := a.NHead * a.HeadDim
 	n, m := qt.rows, kt.rows
 	d, err := be.getOut("FullAttention", dst, n, qw)
 	if err != nil {
