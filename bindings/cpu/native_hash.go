@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "7221758675e264889db52ba34274da79a4af609c73e3461d108070c256e805f8"
+const nativeSources = "97917c2563a1ac492b90b8a0b781d048c4cf7d4f8b0c4ec17d4dab854243f55b"

@@ -18,6 +18,7 @@
 
 void plx_blas_threads(int n) { openblas_set_num_threads(n); }
 
+
 /* ================================================================ integer kernels
  *
  * A kernel multiplies RM unpacked weight rows (w, stride ws bytes) by RN packed activation rows
@@ -200,12 +201,20 @@ QK_AVX512(qk_avx512_min_4, AVX512_RM, 4, 1)
 /* Up to eight activation rows (stride as bytes) against the same weight rows: each weight unit is
  * decoded in registers once and multiplied with every activation row, so that a small batch of
  * decode tokens (a server's step) streams the weights once instead of once a token.
- * out[j*ldo + r] = row r · activation j. */
+ * out[j*ldo + r] = row r · activation j.
+ *
+ * With several activation rows the kernel spends long enough on each weight row that the hardware
+ * prefetchers fall behind (a stall at every new page); prefetching PLX_GEMVN_PREFETCH bytes ahead
+ * of the unit being decoded made the 110M model's eight-sequence step 1.3-1.4x faster (the
+ * weights come from DRAM there; in-cache benchmarks do not show it). One row is left to the
+ * hardware: it streams at the machine's bandwidth already. */
+#define PLX_GEMVN_PREFETCH 4096
 __attribute__((always_inline)) PL_TARGET_AVX512 static inline void
 gemv512n_t(const int T, const int RN, const uint8_t *w, size_t wrow, int64_t nrows, int64_t k,
            const uint8_t *act, int64_t as, float *out, int64_t ldo) {
     const int has_min = T == PL_Q4_1 || T == PL_Q5_1 || T == PL_Q4_K || T == PL_Q5_K;
     const int64_t kp = plx_kpad(k);
+    const int64_t span = (int64_t)wrow * 64 / k;
     const __m512i zero = _mm512_setzero_si512();
     for (int64_t r = 0; r < nrows; r++) {
         const uint8_t *row = w + r * wrow;
@@ -213,6 +222,11 @@ gemv512n_t(const int T, const int RN, const uint8_t *w, size_t wrow, int64_t nro
 #pragma GCC unroll 8
         for (int j = 0; j < RN; j++) acc[j] = accm[j] = _mm512_setzero_ps();
         PLX_FOR_UNITS(T, row, k, ui, o, {
+            if (RN > 1) {
+                const char *pf = (const char *)row + PLX_GEMVN_PREFETCH + ui * span;
+                _mm_prefetch(pf, _MM_HINT_T0);
+                _mm_prefetch(pf + 64, _MM_HINT_T0);
+            }
 #pragma GCC unroll 8
             for (int j = 0; j < RN; j++) {
                 const uint8_t *a = act + j * as + 64 * ui;
@@ -227,6 +241,7 @@ gemv512n_t(const int T, const int RN, const uint8_t *w, size_t wrow, int64_t nro
         for (int j = 0; j < RN; j++) out[j * ldo + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[j], accm[j]));
     }
 }
+
 
 typedef void (*plx_gemvn_fn)(const uint8_t *w, size_t wrow, int64_t nrows, int64_t k,
                              const uint8_t *act, int64_t as, float *out, int64_t ldo);

@@ -14,6 +14,10 @@ import (
 //	MatMul/GEMV768x768/<dtype>       one token through a 768x768 matrix (110M model decode)
 //	MatMul/GEMV4096x4096/<dtype>     one token through a 4096x4096 matrix (7B model decode)
 //	MatMul/GEMM512x768x768/<dtype>   512 tokens through a 768x768 matrix (prefill)
+//	MatMul/GEMM<n>x2048x768/<dtype>  n = 4, 8, 16 tokens through the 110M model's feed-forward
+//	                                 up projection (a server's batched decode step)
+//	MatMul/GEMM8x32000x768/<dtype>   8 tokens through the 110M model's output matrix (26 MiB in
+//	                                 Q8_0: streamed from memory or the last-level cache)
 //	Attention/Decode512/<cache>      one token attending over 512 cached positions, 12 heads of 64
 //	Decode110M/<dtype>               a whole decode step of the 110M model at position 127
 //	FullAttention/<n>x<m>/<heads>x<dim>/<k,v>  Whisper's encoder self-attention: 1500 positions,
@@ -33,6 +37,10 @@ func Bench(b *testing.B, newBackend func() (backend.Backend, error)) {
 		{"GEMV768x768", 1, 768, 768},
 		{"GEMV4096x4096", 1, 4096, 4096},
 		{"GEMM512x768x768", 512, 768, 768},
+		{"GEMM4x2048x768", 4, 2048, 768},
+		{"GEMM8x2048x768", 8, 2048, 768},
+		{"GEMM16x2048x768", 16, 2048, 768},
+		{"GEMM8x32000x768", 8, 32000, 768},
 	} {
 		for _, dt := range WeightDTypes {
 			b.Run(fmt.Sprintf("MatMul/%s/%v", sh.name, dt), func(b *testing.B) {

@@ -3,6 +3,7 @@ package llama_test
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/parleyhq/parley/runtime/backend"
@@ -137,10 +138,18 @@ func TestDecodeStepAllocatesNothing(t *testing.T) {
 }
 
 // BenchmarkBatchedDecode measures one decode step of n sequences together (one token each, at
-// context 128) on a synthetic stories15M-shape Q8_0 model: the batched step a server runs.
-// tokens/s is the aggregate over the n sequences.
+// context 128) on a synthetic stories15M-shape Q8_0 model (PARLEY_BENCH_SHAPE=110M for the
+// larger shape): the batched step a server runs. tokens/s is the aggregate over the n sequences.
 func BenchmarkBatchedDecode(b *testing.B) {
-	w, err := llama.Synth(llama.Shapes["15M"], tensor.Q8_0, 1)
+	shape := "15M"
+	if s := os.Getenv("PARLEY_BENCH_SHAPE"); s != "" {
+		shape = s
+	}
+	sh, ok := llama.Shapes[shape]
+	if !ok {
+		b.Fatalf("PARLEY_BENCH_SHAPE=%q: no such shape", shape)
+	}
+	w, err := llama.Synth(sh, tensor.Q8_0, 1)
 	if err != nil {
 		b.Fatal(err)
 	}
