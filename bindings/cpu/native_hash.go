@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "97917c2563a1ac492b90b8a0b781d048c4cf7d4f8b0c4ec17d4dab854243f55b"
+const nativeSources = "3502024da553e23c764bd6bfc54d6a88ac7707e48ea09209a62e31f210f0b8af"

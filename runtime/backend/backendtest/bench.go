@@ -18,6 +18,8 @@ import (
 //	                                 up projection (a server's batched decode step)
 //	MatMul/GEMM8x32000x768/<dtype>   8 tokens through the 110M model's output matrix (26 MiB in
 //	                                 Q8_0: streamed from memory or the last-level cache)
+//	MatMul/GEMM<n>x51864x384/<dtype> n = 4, 8 tokens through Whisper tiny's output matrix (40 MiB
+//	                                 in F16: concurrent transcriptions or beams in one step)
 //	Attention/Decode512/<cache>      one token attending over 512 cached positions, 12 heads of 64
 //	Decode110M/<dtype>               a whole decode step of the 110M model at position 127
 //	FullAttention/<n>x<m>/<heads>x<dim>/<k,v>  Whisper's encoder self-attention: 1500 positions,
@@ -41,6 +43,8 @@ func Bench(b *testing.B, newBackend func() (backend.Backend, error)) {
 		{"GEMM8x2048x768", 8, 2048, 768},
 		{"GEMM16x2048x768", 16, 2048, 768},
 		{"GEMM8x32000x768", 8, 32000, 768},
+		{"GEMM8x51864x384", 8, 51864, 384},
+		{"GEMM4x51864x384", 4, 51864, 384},
 	} {
 		for _, dt := range WeightDTypes {
 			b.Run(fmt.Sprintf("MatMul/%s/%v", sh.name, dt), func(b *testing.B) {

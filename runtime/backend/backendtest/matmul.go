@@ -125,7 +125,7 @@ func testMatMul(t *testing.T, b backend.Backend, _ func() (backend.Backend, erro
 				rs := rowSize(t, dt, k)
 				for _, m := range []int{1, 3, 17, maxM} {
 					w := load(t, b, dt, m, k, data[:m*rs])
-					for _, n := range []int{1, 2, 5, maxN} {
+					for _, n := range []int{1, 2, 5, 7, 8, maxN} {
 						x := alloc(t, b, n, k, xv[:n*k])
 						if n > 1 {
 							x = allocView(t, b, n, k, xv[:n*k])
