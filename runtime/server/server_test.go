@@ -31,7 +31,7 @@ const chatML = `{% for message in messages %}{{'<|im_start|>' + message['role'] 
 // strictTemplate refuses a conversation that does not start with a user message.
 const strictTemplate = `{% if messages[0]['role'] != 'user' %}{{ raise_exception('first message must come from the user') }}{% endif %}{{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content | trim }}{{ eos_token if m.role == 'assistant' else '\n' }}{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}`
 
-func modelPath(t *testing.T) string {
+func modelPath(t testing.TB) string {
 	t.Helper()
 	dir, err := os.Getwd()
 	if err != nil {
@@ -81,7 +81,7 @@ func withTemplate(t *testing.T, src, tmpl string) string {
 	return out
 }
 
-func openEngine(t *testing.T, path string) *engine.Engine {
+func openEngine(t testing.TB, path string) *engine.Engine {
 	t.Helper()
 	be, _, err := backend.New("go", backend.Options{Threads: 1})
 	if err != nil {
