@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "3502024da553e23c764bd6bfc54d6a88ac7707e48ea09209a62e31f210f0b8af"
+const nativeSources = "7dec16458690ce27b706f29c014b32eb4cba9d533a327c3254c8422e6b1cc2ae"

@@ -848,6 +848,16 @@ static att_scratch att_layout(float *buf, int rmax, int hd, int64_t sc) {
  * rows PF_AHEAD positions on (up to pmax). */
 static void gather(const att_job *j, const int32_t *table, int64_t rowb, int64_t headb, int64_t rowbytes,
                    int32_t j0, int C, int32_t pmax, const void **kp, const void **vp) {
+    if (j->full) { /* one block: position p is row p (no block table, no division by m) */
+        const uint8_t *k = j->kc + (int64_t)j0 * rowb + headb, *v = j->vc + (int64_t)j0 * rowb + headb;
+        for (int c = 0; c < C; c++) {
+            kp[c] = k + c * rowb;
+            vp[c] = v + c * rowb;
+            int64_t ahead = (int64_t)j0 + c + PF_AHEAD;
+            if (ahead <= pmax) prefetch_rows(j->kc, j->vc, ahead, rowb, headb, rowbytes);
+        }
+        return;
+    }
     for (int c = 0; c < C; c++) {
         int64_t slot = slot_of(table, j->bs, j->shift, j0 + c);
         kp[c] = j->kc + slot * rowb + headb;
@@ -1013,6 +1023,37 @@ static void att_full_rows_avx2(const att_job *j, const att_item *it, att_scratch
 }
 #endif
 
+/* pv_tail_f16 adds to tr[d] (double) the F32 products p[c]·v_c[d] for positions nf <= c < nv of
+ * an F16 cache, in position order for every d: the part of ggml's p·V dot product past its whole
+ * 64-element steps. The vector form rounds exactly as the scalar one. */
+#if PL_X86
+PL_TARGET_AVX512 static void pv_tail_f16_avx512(double *tr, const float *p, int nf, int nv,
+                                                const void *const *v, int hd) {
+    for (int d0 = 0; d0 < hd; d0 += 16) {
+        __m512d lo = _mm512_loadu_pd(tr + d0), hi = _mm512_loadu_pd(tr + d0 + 8);
+        for (int c = nf; c < nv; c++) {
+            const __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)v[c] + d0)));
+            const __m512 prod = _mm512_mul_ps(_mm512_set1_ps(p[c]), x);
+            lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(prod)));
+            hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(prod), 1))));
+        }
+        _mm512_storeu_pd(tr + d0, lo);
+        _mm512_storeu_pd(tr + d0 + 8, hi);
+    }
+}
+#endif
+
+static void pv_tail_f16(double *tr, const float *p, int nf, int nv, const void *const *v, int hd) {
+#if PL_X86
+    if (plx_isa >= PL_ISA_AVX512 && hd % 16 == 0) {
+        pv_tail_f16_avx512(tr, p, nf, nv, v, hd);
+        return;
+    }
+#endif
+    for (int c = nf; c < nv; c++)
+        for (int d = 0; d < hd; d++) tr[d] += (double)(p[c] * kv_at(v[c], d, 1));
+}
+
 static void att_item_run(const att_job *j, const att_item *it, float *buf) {
     const int hd = j->a.head_dim, G = j->G, nh = j->a.n_head, f16 = j->kvt == PL_F16;
     const pl_seq *s = &j->seqs[it->seq];
@@ -1097,9 +1138,7 @@ static void att_item_run(const att_job *j, const att_item *it, float *buf) {
                 const float *pr = S + (size_t)r * j->sc + j0;
                 int nf = (int)PL_MAX(0, PL_MIN((int64_t)nv, (int64_t)np - j0)); /* F32 part */
                 if (nf > 0) pv(O + (size_t)r * hd, 1.0f, pr, nf, sc.vp, hd, 1);
-                double *tr = tail + (size_t)r * hd;
-                for (int c = nf; c < nv; c++)
-                    for (int d = 0; d < hd; d++) tr[d] += (double)(pr[c] * kv_at(sc.vp[c], d, 1));
+                if (nf < nv) pv_tail_f16(tail + (size_t)r * hd, pr, nf, nv, sc.vp, hd);
             }
         }
         for (int r = 0; r < R; r++) {

@@ -23,7 +23,8 @@ import (
 //	Attention/Decode512/<cache>      one token attending over 512 cached positions, 12 heads of 64
 //	Decode110M/<dtype>               a whole decode step of the 110M model at position 127
 //	FullAttention/<n>x<m>/<heads>x<dim>/<k,v>  Whisper's encoder self-attention: 1500 positions,
-//	                                 6 heads of 64 (tiny) or 8 (base), F32 or F16 keys and values
+//	                                 6 heads of 64 (tiny) or 8 (base), F32 or F16 keys and values;
+//	                                 1 or 5 rows against 1500: the decoder's cross-attention
 //	LayerNorm/1500x384, GELU/1500x1536, Copy/F32toF16/1500x384, Im2Col1D/3000x384k3s2
 //	                                 the encoder's other operations at Whisper tiny's widths
 //
@@ -68,6 +69,11 @@ func Bench(b *testing.B, newBackend func() (backend.Backend, error)) {
 				benchFullAttention(b, be, dt, 1500, 1500, nh, 64)
 			})
 		}
+	}
+	for _, n := range []int{1, 5} { // a decoder's cross-attention: one row (greedy) or five (beams)
+		b.Run(fmt.Sprintf("FullAttention/%dx1500/6x64/F16", n), func(b *testing.B) {
+			benchFullAttention(b, be, tensor.F16, n, 1500, 6, 64)
+		})
 	}
 	benchEncoderOps(b, be)
 }
