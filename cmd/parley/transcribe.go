@@ -22,6 +22,7 @@ func runTranscribe(e *env, args []string) error {
 	lang := fs.String("language", "", "spoken language code, e.g. en (default: detect; English-only models: en)")
 	translate := fs.Bool("translate", false, "translate to English")
 	noTS := fs.Bool("no-timestamps", false, "decode without timestamps")
+	wordTS := fs.Bool("word-timestamps", false, "time every token (and word) by cross-attention alignment (dynamic time warping)")
 	noFallback := fs.Bool("no-fallback", false, "do not decode failed windows again at higher temperatures")
 	temp := fs.Float64("temperature", 0, "initial temperature")
 	prompt := fs.String("prompt", "", "initial prompt")
@@ -44,7 +45,7 @@ func runTranscribe(e *env, args []string) error {
 	}
 	p := def
 	p.BeamSize, p.BestOf, p.Language, p.Translate, p.NoTimestamps = *beam, *bestOf, *lang, *translate, *noTS
-	p.Temperature, p.InitialPrompt = float32(*temp), *prompt
+	p.Temperature, p.InitialPrompt, p.WordTimestamps = float32(*temp), *prompt, *wordTS
 	if *noFallback {
 		p.TemperatureInc = 0
 	}

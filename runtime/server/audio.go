@@ -146,6 +146,7 @@ func (s *Server) audio(w http.ResponseWriter, r *http.Request, translate bool) {
 	}
 	p := m.params
 	p.InitialPrompt = req.prompt
+	p.WordTimestamps = req.words // words timed by alignment, as OpenAI's are
 	if req.temperature != nil {
 		p.Temperature = *req.temperature
 	}

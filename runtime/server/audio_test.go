@@ -224,7 +224,14 @@ func TestTranscriptionMatchesEngine(t *testing.T) {
 			t.Errorf("segment %d: %+v, want %+v", i, sg, w)
 		}
 	}
-	wantWords := speech.Words(want.Segments, h.eng.Vocab().IsSpecial)
+	// Word granularity times words by alignment (Params.WordTimestamps), as OpenAI's are.
+	pw := p
+	pw.WordTimestamps = true
+	aligned, err := h.eng.Transcribe(context.Background(), pcm, pw, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantWords := speech.Words(aligned.Segments, h.eng.Vocab().IsSpecial)
 	if fmt.Sprint(vj.Words) != fmt.Sprint(wantWords) {
 		t.Errorf("words %v, want %v", vj.Words, wantWords)
 	}

@@ -35,6 +35,10 @@ type Decoder struct {
 	logits              backend.Tensor // [MaxSeqs, Vocab]
 	scratch             []backend.Tensor
 
+	// captureQ, when set, receives every layer's cross-attention queries (the view of this
+	// step's rows) before they attend; word timing reads the alignment heads' from it.
+	captureQ func(li int, q backend.Tensor) error
+
 	tok   []*decViews                  // by token count
 	out   []*[2]backend.Tensor         // by logit rows: h, logits
 	spans map[int64]*[2]backend.Tensor // by start*(MaxTokens+1)+count: q, att rows of one sequence
@@ -295,6 +299,11 @@ func (d *Decoder) layer(li int, vs *decViews, b *backend.Batch, cross []*Cross) 
 	}
 	if err := linear(be, vs.q, vs.xn, c.q, c.qb); err != nil {
 		return err
+	}
+	if d.captureQ != nil {
+		if err := d.captureQ(li, vs.q); err != nil {
+			return err
+		}
 	}
 	// Consecutive sequences over the same window (the beams or samples of one transcription)
 	// attend together: one pass over the window's keys and values for all their rows.

@@ -50,18 +50,20 @@ type Engine struct {
 	shut  bool
 
 	// step state, owned by the loop goroutine
-	active  []*job
-	bb      kvcache.BatchBuilder
-	toks    []int32
-	outRows []int32
-	cross   []*Cross
-	owners  []*hyp
-	logits  []float32
-	cands   []beamCand
-	topk    []tokData
-	langLP  []float32
-	crosses []*Cross // free cross-attention windows
-	encNext int      // where the search for a window to encode starts (round robin)
+	active    []*job
+	bb        kvcache.BatchBuilder
+	toks      []int32
+	outRows   []int32
+	cross     []*Cross
+	owners    []*hyp
+	logits    []float32
+	cands     []beamCand
+	topk      []tokData
+	langLP    []float32
+	crosses   []*Cross // free cross-attention windows
+	encNext   int      // where the search for a window to encode starts (round robin)
+	align     *aligner // word timing, made on first use
+	alignToks []int32
 
 	freeBlocks atomic.Int64 // cache blocks free after the last step
 	nActive    atomic.Int64 // transcriptions being decoded
@@ -138,6 +140,9 @@ func (e *Engine) Close() error {
 		errs = append(errs, c.Close())
 	}
 	errs = append(errs, e.dec.Close(), e.enc.Close())
+	if e.align != nil {
+		errs = append(errs, e.align.Close())
+	}
 	return errors.Join(errs...)
 }
 

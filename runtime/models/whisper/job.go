@@ -520,6 +520,13 @@ func (e *Engine) emit(j *job, bh *hyp) {
 		avg += float64(t.plog) / float64(len(toks))
 	}
 	beg := e.tok.TimestampBegin
+	// With word timing, starts[i] is the audio frame (20 ms, from the window's start) at which
+	// the window's i-th text token begins; starts[i+1] is where it ends.
+	var starts []int
+	nText := 0
+	if j.p.WordTimestamps && len(toks) > 0 && !noSpeech {
+		starts = e.alignWindow(j, toks)
+	}
 	add := func(t0, t1 int, ts []tokData) {
 		text := e.text(ts)
 		if text == "" {
@@ -533,6 +540,19 @@ func (e *Engine) emit(j *job, bh *hyp) {
 			seg.Tokens = append(seg.Tokens, Token{ID: t.id, Text: string(e.tok.Piece(t.id)), P: t.p, PLog: t.plog})
 		}
 		interpolate(&seg)
+		if starts != nil {
+			for i, t := range ts {
+				if t.id >= e.tok.EOT {
+					continue
+				}
+				if nText+1 < len(starts) {
+					t0 := float64(j.seek)/100 + float64(starts[nText])*0.02
+					t1 := float64(j.seek)/100 + float64(starts[nText+1])*0.02
+					seg.Tokens[i].T0, seg.Tokens[i].T1 = min(t0, end), min(max(t1, t0), end)
+				}
+				nText++
+			}
+		}
 		j.segments = append(j.segments, seg)
 		if j.onSegment != nil {
 			j.onSegment(seg)
@@ -563,6 +583,39 @@ func (e *Engine) emit(j *job, bh *hyp) {
 		seekDelta = min(j.seekEnd-j.seek, 100*30)
 	}
 	j.seek += seekDelta
+}
+
+// alignWindow times the text tokens of toks, the window's result, by cross-attention alignment
+// (aligner.times); nil when that fails (the tokens keep interpolated times).
+func (e *Engine) alignWindow(j *job, toks []tokData) []int {
+	if e.align == nil {
+		a, err := newAligner(e.m)
+		if err != nil {
+			return nil
+		}
+		e.align = a
+	}
+	seq := e.alignToks[:0]
+	for _, t := range j.promptInit {
+		if t != e.tok.NoTimestamps {
+			seq = append(seq, t)
+		}
+	}
+	nSot := len(seq)
+	seq = append(seq, e.tok.NoTimestamps)
+	for _, t := range toks {
+		if t.id < e.tok.EOT {
+			seq = append(seq, t.id)
+		}
+	}
+	seq = append(seq, e.tok.EOT)
+	e.alignToks = seq
+	frames := min(WindowFrames, j.seekEnd-j.seek) / 2
+	starts, err := e.align.times(seq, nSot, j.cross, frames)
+	if err != nil {
+		return nil
+	}
+	return starts
 }
 
 // interpolate spreads a segment's time over its text tokens in proportion to their byte length.

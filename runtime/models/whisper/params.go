@@ -14,6 +14,10 @@ type Params struct {
 	Translate bool
 	// NoTimestamps decodes without timestamp tokens: one segment per window.
 	NoTimestamps bool
+	// WordTimestamps times every text token by cross-attention alignment (one more decoder pass
+	// over each window's text, then dynamic time warping; see Model.AlignHeads) instead of
+	// spreading its segment's time over its tokens. Words take their tokens' times.
+	WordTimestamps bool
 
 	// BeamSize > 1 selects beam search at temperature 0; 1 is greedy.
 	BeamSize int
@@ -95,7 +99,8 @@ type Token struct {
 	Text string  `json:"text"`
 	P    float32 `json:"p"`
 	PLog float32 `json:"plog"`
-	// T0, T1 are the token's time span in seconds, interpolated within its segment.
+	// T0, T1 are the token's time span in seconds: aligned to the audio with
+	// Params.WordTimestamps, otherwise interpolated within its segment by text length.
 	T0 float64 `json:"t0"`
 	T1 float64 `json:"t1"`
 }

@@ -1,0 +1,319 @@
+package whisper
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/kvcache"
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+// Word-level timing by cross-attention alignment: the window's text tokens are run through the
+// decoder once more, teacher-forced after the start-of-transcript sequence and <|notimestamps|>;
+// the cross-attention weights of the model's alignment heads (decoder heads whose attention
+// follows the speech) are normalised and averaged into a token × audio-frame matrix, and dynamic
+// time warping finds the monotonic path through it. The frame at which the path reaches a token
+// is the token's start; the next token's start is its end.
+
+// AlignHead names one decoder attention head: its layer and its index within the layer.
+type AlignHead struct{ Layer, Head int }
+
+// Alignment heads as published with the OpenAI checkpoints, by model size and vocabulary.
+var alignPresets = map[string][]AlignHead{
+	"tiny.en":  {{1, 0}, {2, 0}, {2, 5}, {3, 0}, {3, 1}, {3, 2}, {3, 3}, {3, 4}},
+	"tiny":     {{2, 2}, {3, 0}, {3, 2}, {3, 3}, {3, 4}, {3, 5}},
+	"base.en":  {{3, 3}, {4, 7}, {5, 1}, {5, 5}, {5, 7}},
+	"base":     {{3, 1}, {4, 2}, {4, 3}, {4, 7}, {5, 1}, {5, 2}, {5, 4}, {5, 6}},
+	"small.en": {{6, 6}, {7, 0}, {7, 3}, {7, 8}, {8, 2}, {8, 5}, {8, 7}, {9, 0}, {9, 4}, {9, 8}, {9, 10}, {10, 0}, {10, 1}, {10, 2}, {10, 3}, {10, 6}, {10, 11}, {11, 2}, {11, 4}},
+	"small":    {{5, 3}, {5, 9}, {8, 0}, {8, 4}, {8, 7}, {8, 8}, {9, 0}, {9, 7}, {9, 9}, {10, 5}},
+	"medium.en": {{11, 4}, {14, 1}, {14, 12}, {14, 14}, {15, 4}, {16, 0}, {16, 4}, {16, 9}, {17, 12}, {17, 14},
+		{18, 7}, {18, 10}, {18, 15}, {20, 0}, {20, 3}, {20, 9}, {20, 14}, {21, 12}},
+	"medium":         {{13, 15}, {15, 4}, {15, 15}, {16, 1}, {20, 0}, {23, 4}},
+	"large-v3":       {{7, 0}, {10, 17}, {12, 18}, {13, 12}, {16, 1}, {17, 14}, {19, 11}, {21, 4}, {24, 1}, {25, 6}},
+	"large-v3-turbo": {{2, 4}, {2, 11}, {3, 3}, {3, 6}, {3, 11}, {3, 14}},
+}
+
+// AlignHeads returns the alignment heads for m: the published ones for its size (recognised by
+// its text decoder's shape, vocabulary and mel count), otherwise every head of the second half of
+// the decoder's layers. Large v1 and v2 share a shape and differ in their heads, so they get the
+// latter too.
+func (m *Model) AlignHeads() []AlignHead {
+	size := ""
+	switch {
+	case m.TextLayer == 4 && m.TextState == 384:
+		size = "tiny"
+	case m.TextLayer == 6 && m.TextState == 512:
+		size = "base"
+	case m.TextLayer == 12 && m.TextState == 768:
+		size = "small"
+	case m.TextLayer == 24 && m.TextState == 1024:
+		size = "medium"
+	case m.TextLayer == 32 && m.TextState == 1280 && m.Mels == 128:
+		size = "large-v3"
+	case m.TextLayer == 4 && m.TextState == 1280 && m.Mels == 128:
+		size = "large-v3-turbo"
+	}
+	if size != "" && !m.Multilingual() && size != "large-v3" && size != "large-v3-turbo" {
+		size += ".en"
+	}
+	if hs, ok := alignPresets[size]; ok && m.TextHead > 0 {
+		ok := true
+		for _, h := range hs {
+			ok = ok && h.Layer < m.TextLayer && h.Head < m.TextHead
+		}
+		if ok {
+			return hs
+		}
+	}
+	var hs []AlignHead
+	for l := m.TextLayer / 2; l < m.TextLayer; l++ {
+		for h := range m.TextHead {
+			hs = append(hs, AlignHead{l, h})
+		}
+	}
+	return hs
+}
+
+// aligner holds what word timing needs beyond the engine's decoder: its own decoder (a whole
+// window's tokens in one pass), the captured cross-attention queries and the window's keys.
+type aligner struct {
+	m     *Model
+	dec   *Decoder
+	heads []AlignHead
+	layer []bool      // layer has an alignment head
+	q     [][]float32 // [layer] captured queries [n, T]
+	kf    backend.Tensor
+	k     []float32 // [AudioCtx, T] keys of one layer
+	bb    kvcache.BatchBuilder
+}
+
+func newAligner(m *Model) (*aligner, error) {
+	dec, err := m.NewDecoder(DecoderConfig{MaxTokens: m.TextCtx, MaxSeqs: 1, KVSlots: m.TextCtx})
+	if err != nil {
+		return nil, err
+	}
+	kf, err := m.be.Alloc(tensor.F32, m.AudioCtx, m.TextState)
+	if err != nil {
+		dec.Close()
+		return nil, err
+	}
+	a := &aligner{m: m, dec: dec, heads: m.AlignHeads(), layer: make([]bool, m.TextLayer), q: make([][]float32, m.TextLayer),
+		kf: kf, k: make([]float32, m.AudioCtx*m.TextState)}
+	for _, h := range a.heads {
+		a.layer[h.Layer] = true
+	}
+	return a, nil
+}
+
+func (a *aligner) Close() error {
+	err := a.dec.Close()
+	if e := a.kf.Close(); err == nil {
+		err = e
+	}
+	return err
+}
+
+// times runs tokens (sot sequence, <|notimestamps|>, text, <|endoftext|>; nSot of the first)
+// through the decoder over window c and returns, for the text tokens and the end token, the
+// audio frame (20 ms) at which each starts; frames is the window's length in audio frames.
+func (a *aligner) times(tokens []int32, nSot int, c *Cross, frames int) ([]int, error) {
+	m := a.m
+	n, T := len(tokens), m.TextState
+	nText := n - nSot - 2
+	if nText < 1 || n > m.TextCtx || frames < 1 {
+		return nil, fmt.Errorf("whisper: nothing to align (%d tokens, %d frames)", n, frames)
+	}
+	frames = min(frames, m.AudioCtx)
+	seq := a.dec.Pool().NewSeq(m.TextCtx)
+	defer seq.Release()
+	if err := seq.Reserve(n); err != nil {
+		return nil, err
+	}
+	a.bb.Reset()
+	if err := a.bb.Add(seq, n); err != nil {
+		return nil, err
+	}
+	a.dec.captureQ = func(li int, q backend.Tensor) error {
+		if !a.layer[li] {
+			return nil
+		}
+		a.q[li] = slices.Grow(a.q[li][:0], n*T)[:n*T]
+		return m.be.Read(q, 0, a.q[li])
+	}
+	err := a.dec.Forward(tokens, a.bb.Batch(), []*Cross{c}, nil, nil)
+	a.dec.captureQ = nil
+	if err != nil {
+		return nil, err
+	}
+
+	// Weights of every alignment head: softmax over the window's frames, standardised over
+	// the tokens, median-filtered along the frames; then their mean.
+	hd := T / m.TextHead
+	scale := 1 / math.Sqrt(float64(hd))
+	mat := make([]float64, n*frames)
+	w := make([]float64, n*frames)
+	row := make([]float64, frames)
+	kl := -1
+	for _, h := range a.heads {
+		if h.Layer != kl {
+			if err := m.be.Copy(a.kf, c.k[h.Layer]); err != nil {
+				return nil, err
+			}
+			if err := m.be.Read(a.kf, 0, a.k); err != nil {
+				return nil, err
+			}
+			kl = h.Layer
+		}
+		q := a.q[h.Layer]
+		for t := range n {
+			qt := q[t*T+h.Head*hd : t*T+(h.Head+1)*hd]
+			mx := math.Inf(-1)
+			for f := range frames {
+				kf := a.k[f*T+h.Head*hd : f*T+(h.Head+1)*hd]
+				var s float32
+				for d, x := range qt {
+					s += x * kf[d]
+				}
+				v := float64(s) * scale
+				w[t*frames+f] = v
+				mx = max(mx, v)
+			}
+			sum := 0.0
+			for f := range frames {
+				e := math.Exp(w[t*frames+f] - mx)
+				w[t*frames+f] = e
+				sum += e
+			}
+			for f := range frames {
+				w[t*frames+f] /= sum
+			}
+		}
+		standardize(w, n, frames)
+		for t := range n {
+			medianFilter(row, w[t*frames:(t+1)*frames], 7)
+			for f, v := range row {
+				mat[t*frames+f] += v / float64(len(a.heads))
+			}
+		}
+	}
+	// Rows nSot .. n-2: the inputs that predict the text tokens and the end token.
+	rows := mat[nSot*frames : (n-1)*frames]
+	for i := range rows {
+		rows[i] = -rows[i]
+	}
+	ti, fi := dtw(rows, nText+1, frames)
+	starts := make([]int, 0, nText+1)
+	for i := range ti {
+		if i == 0 || ti[i] != ti[i-1] {
+			starts = append(starts, fi[i])
+		}
+	}
+	return starts, nil
+}
+
+// standardize makes every column of x ([rows, cols]) zero-mean with unit (population)
+// standard deviation over the rows.
+func standardize(x []float64, rows, cols int) {
+	for c := range cols {
+		mean := 0.0
+		for r := range rows {
+			mean += x[r*cols+c]
+		}
+		mean /= float64(rows)
+		v := 0.0
+		for r := range rows {
+			d := x[r*cols+c] - mean
+			v += d * d
+		}
+		sd := math.Sqrt(v / float64(rows))
+		for r := range rows {
+			if sd > 0 {
+				x[r*cols+c] = (x[r*cols+c] - mean) / sd
+			} else {
+				x[r*cols+c] = 0
+			}
+		}
+	}
+}
+
+// medianFilter writes to dst the median of each width-wide neighbourhood of src (width odd),
+// the edges reflected (…, x2, x1 | x0, x1, x2, …). A row no longer than width/2 is copied.
+func medianFilter(dst, src []float64, width int) {
+	n, pad := len(src), width/2
+	if n <= pad {
+		copy(dst, src)
+		return
+	}
+	var buf [15]float64
+	win := buf[:width]
+	for i := range n {
+		for k := range width {
+			j := i + k - pad
+			if j < 0 {
+				j = -j
+			} else if j >= n {
+				j = 2*(n-1) - j
+			}
+			win[k] = src[j]
+		}
+		slices.Sort(win)
+		dst[i] = win[pad]
+	}
+}
+
+// dtw finds the least-cost monotonic path through cost ([n, m] row-major) from (0, 0) to
+// (n-1, m-1), each step moving one row, one column or both, and returns the path's row and
+// column indices in order. Ties prefer the diagonal, then the row step.
+func dtw(cost []float64, n, m int) (rows, cols []int) {
+	acc := make([]float64, (n+1)*(m+1))
+	trace := make([]int8, (n+1)*(m+1))
+	for i := range acc {
+		acc[i] = math.Inf(1)
+	}
+	acc[0] = 0
+	for j := 1; j <= m; j++ {
+		for i := 1; i <= n; i++ {
+			c0, c1, c2 := acc[(i-1)*(m+1)+j-1], acc[(i-1)*(m+1)+j], acc[i*(m+1)+j-1]
+			var c float64
+			var t int8
+			switch {
+			case c0 < c1 && c0 < c2:
+				c, t = c0, 0
+			case c1 < c0 && c1 < c2:
+				c, t = c1, 1
+			default:
+				c, t = c2, 2
+			}
+			acc[i*(m+1)+j] = cost[(i-1)*m+j-1] + c
+			trace[i*(m+1)+j] = t
+		}
+	}
+	for j := range m + 1 {
+		trace[j] = 2
+	}
+	for i := range n + 1 {
+		trace[i*(m+1)] = 1
+	}
+	i, j := n, m
+	for i > 0 || j > 0 {
+		rows = append(rows, i-1)
+		cols = append(cols, j-1)
+		switch trace[i*(m+1)+j] {
+		case 0:
+			i, j = i-1, j-1
+		case 1:
+			i--
+		default:
+			j--
+		}
+	}
+	// The walk ends at (0,0) of the padded table; drop the step that left the matrix.
+	for len(rows) > 0 && (rows[len(rows)-1] < 0 || cols[len(cols)-1] < 0) {
+		rows, cols = rows[:len(rows)-1], cols[:len(cols)-1]
+	}
+	slices.Reverse(rows)
+	slices.Reverse(cols)
+	return rows, cols
+}
