@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "7dec16458690ce27b706f29c014b32eb4cba9d533a327c3254c8422e6b1cc2ae"
+const nativeSources = "57b9e660bfd2af030a20b5070c12aa008fe97109bbc463aeb17a46e5f1a24d1c"

@@ -1056,7 +1056,7 @@ int pl_matmul(pl_ctx *ctx, float *dst, const float *x, int64_t n, int64_t k, con
             }
         }
 #if PL_X86
-        if (plx_isa >= PL_ISA_AVX512 && n > 1 && n <= PLX_FDN_MAX_ROWS) {
+        if (plx_isa >= PL_ISA_AVX512 && !plx_force_blas && n > 1 && n <= PLX_FDN_MAX_ROWS) {
             j.group = plx_mv_group(ctx, m);
             plx_chunk_reset(ctx);
             plx_run(ctx, job_fdn, &j);

@@ -184,3 +184,39 @@ func TestWordTimestamps(t *testing.T) {
 	t.Logf("%d tokens aligned over %.2f s; last ends at %.2f s; transcription %v, with word timing %v",
 		n, dur, prevEnd, t1.Sub(t0).Round(time.Millisecond), t2.Sub(t1).Round(time.Millisecond))
 }
+
+// TestWordTimestampsWithSegments aligns windows decoded with timestamp tokens, whose text falls
+// into several segments: the aligned spans must still run in order through each window.
+func TestWordTimestampsWithSegments(t *testing.T) {
+	m := testModel(t, "tiny.en")
+	e, err := NewEngine(m, EngineConfig{MaxActive: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	samples := testWAV(t, "jfk")
+	dur := float64(len(samples)) / SampleRate
+	p := DefaultParams()
+	p.Language, p.TemperatureInc, p.WordTimestamps = "en", 0, true
+	res, err := e.Transcribe(context.Background(), samples, p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev, n := 0.0, 0
+	for si, s := range res.Segments {
+		for ti, tok := range s.Tokens {
+			if tok.ID >= e.tok.EOT {
+				continue
+			}
+			if tok.T0 < 0 || tok.T1 < tok.T0 || tok.T1 > dur+1e-9 || tok.T0 < prev-1e-9 {
+				t.Fatalf("token %d of segment %d (%q): span %v..%v (previous start %v, audio %v s)", ti, si, tok.Text, tok.T0, tok.T1, prev, dur)
+			}
+			prev = tok.T0
+			n++
+		}
+	}
+	t.Logf("%d segments, %d text tokens", len(res.Segments), n)
+	if n == 0 {
+		t.Fatal("no text tokens")
+	}
+}

@@ -63,6 +63,7 @@ type Engine struct {
 	crosses   []*Cross // free cross-attention windows
 	encNext   int      // where the search for a window to encode starts (round robin)
 	align     *aligner // word timing, made on first use
+	alignErr  error    // why it could not be made
 	alignToks []int32
 
 	freeBlocks atomic.Int64 // cache blocks free after the last step

@@ -530,6 +530,11 @@ func (e *Engine) emit(j *job, bh *hyp) {
 	add := func(t0, t1 int, ts []tokData) {
 		text := e.text(ts)
 		if text == "" {
+			for _, t := range ts { // keep the aligned times of later tokens in step
+				if t.id < e.tok.EOT {
+					nText++
+				}
+			}
 			return
 		}
 		// Timestamps are predicted, and may point past the end of the audio: keep them inside it.
@@ -589,8 +594,12 @@ func (e *Engine) emit(j *job, bh *hyp) {
 // (aligner.times); nil when that fails (the tokens keep interpolated times).
 func (e *Engine) alignWindow(j *job, toks []tokData) []int {
 	if e.align == nil {
+		if e.alignErr != nil {
+			return nil
+		}
 		a, err := newAligner(e.m)
 		if err != nil {
+			e.alignErr = err // not retried every window
 			return nil
 		}
 		e.align = a
