@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "57b9e660bfd2af030a20b5070c12aa008fe97109bbc463aeb17a46e5f1a24d1c"
+const nativeSources = "bcc59f258cf5423e9abc815487e49362f595be7d7c51fdbedcf193d28879e515"

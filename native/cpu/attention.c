@@ -1322,7 +1322,11 @@ int pl_full_attention(pl_ctx *ctx, float *dst, const float *q, int64_t n, const 
     j.vc = (const uint8_t *)v;
     j.kvt = kvtype;
     j.width = (int64_t)a->n_kv_head * a->head_dim;
-    j.bs = m;
+    /* One block holding all m positions, its size rounded up to a power of two: slot_of is then
+     * a shift and a mask (position p is slot p) instead of two divisions by m for every key
+     * each tile of queries reads (which cost as much as the tile's arithmetic for m = 1500). */
+    j.bs = 1;
+    while (j.bs < m) j.bs <<= 1;
     j.a = *a;
     j.G = G;
     j.seqs = &seq;
@@ -1330,7 +1334,7 @@ int pl_full_attention(pl_ctx *ctx, float *dst, const float *q, int64_t n, const 
     j.items = items;
     j.nitems = nitems;
     j.rmax = T * G;
-    j.shift = (m & (m - 1)) == 0 ? __builtin_ctzll((unsigned long long)m) : -1;
+    j.shift = __builtin_ctzll((unsigned long long)j.bs);
     j.sc = (m + CH - 1) / CH * CH; /* whole rows of scores (two-pass softmax) */
     j.full = 1;
     j.m = m;
