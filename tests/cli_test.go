@@ -188,6 +188,24 @@ func TestSynthThenBench(t *testing.T) {
 		if br["pp_tokens_per_s"].(float64) <= 0 || br["tg_tokens_per_s"].(float64) <= 0 {
 			t.Fatalf("bench %s: %s", typ, res.stdout)
 		}
+		if typ != "q8_0" {
+			continue
+		}
+		// batched generation: 1 and 3 sequences a step
+		res = parley(t, "", "bench", "-m", path, "-p", "0", "-n", "8", "-r", "1", "-t", "2", "--parallel", "1,3", "--json")
+		if res.code != 0 {
+			t.Fatalf("bench --parallel: %s", res.stderr)
+		}
+		var pr struct {
+			Parallel []struct {
+				Seqs int     `json:"seqs"`
+				TG   float64 `json:"tg_tokens_per_s"`
+			} `json:"parallel"`
+		}
+		if err := json.Unmarshal([]byte(res.stdout), &pr); err != nil || len(pr.Parallel) != 2 ||
+			pr.Parallel[0].Seqs != 1 || pr.Parallel[1].Seqs != 3 || pr.Parallel[0].TG <= 0 || pr.Parallel[1].TG <= 0 {
+			t.Fatalf("bench --parallel --json: %v\n%s", err, res.stdout)
+		}
 	}
 }
 
@@ -241,6 +259,7 @@ func TestBadInput(t *testing.T) {
 		{"bad logit bias", []string{"generate", "-m", model, "-p", "x", "--logit-bias", "99999=1"}, 2, "logit_bias"},
 		{"bad synth type", []string{"synth", "--type", "q9_9", "-o", filepath.Join(dir, "x.gguf")}, 2, "q9_9"},
 		{"bad kv type", []string{"bench", "-m", model, "--kv-type", "q4_0"}, 2, "kv-type"},
+		{"bad parallel", []string{"bench", "-m", model, "--parallel", "4,0"}, 2, "parallel"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			res := parley(t, "", c.args...)

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/parleyhq/parley/runtime/engine"
@@ -15,9 +17,11 @@ import (
 )
 
 // runBench measures prompt processing (one batch of -p tokens) and generation (-n single-token
-// steps after a one-token prompt) with random token ids, as llama-bench does.
+// steps after a one-token prompt) with random token ids, as llama-bench does; --parallel adds
+// batched generation: S sequences advancing one token each per step, in one forward pass (what a
+// server's step does with S streams), reported as aggregate tokens/s.
 func runBench(e *env, args []string) error {
-	fs := newFlags(e, "bench", "-m MODEL [-p 512] [-n 128] [-t THREADS] [-r 3] [--json]")
+	fs := newFlags(e, "bench", "-m MODEL [-p 512] [-n 128] [-t THREADS] [-r 3] [--parallel 1,4,8,16] [--json]")
 	bf := addBackendFlags(fs)
 	model := fs.String("m", "", "model file (GGUF)")
 	pp := fs.Int("p", 512, "prompt tokens to process in one batch (0: skip)")
@@ -25,9 +29,23 @@ func runBench(e *env, args []string) error {
 	reps := fs.Int("r", 3, "repetitions (the median is reported)")
 	kvType := fs.String("kv-type", "f16", "KV cache type: f16 or f32")
 	asJSON := fs.Bool("json", false, "print JSON")
+	parallel := fs.String("parallel", "", "comma-separated sequence counts for batched generation of -n tokens each (e.g. 1,4,8,16)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
+	}
+	var seqCounts []int
+	if *parallel != "" {
+		for _, f := range strings.Split(*parallel, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 || n > 256 {
+				return usagef("--parallel %q: want sequence counts from 1 to 256, comma-separated", *parallel)
+			}
+			seqCounts = append(seqCounts, n)
+		}
+		if *tg < 1 {
+			return usagef("--parallel needs -n >= 1")
+		}
 	}
 	if len(pos) != 0 {
 		return usagef("unexpected arguments %q", pos)
@@ -47,7 +65,14 @@ func runBench(e *env, args []string) error {
 	defer eng.Close()
 	m := eng.Model
 	ctxLen := max(*pp, *tg+1)
-	c, err := m.NewContext(llama.ContextConfig{MaxTokens: max(*pp, 1), MaxSeqs: 1, KVSlots: ctxLen, KVType: kv})
+	maxSeqs := 1
+	for _, n := range seqCounts {
+		maxSeqs = max(maxSeqs, n)
+	}
+	const blockSize = 16
+	perSeq := (*tg + 1 + blockSize - 1) / blockSize * blockSize // whole blocks
+	c, err := m.NewContext(llama.ContextConfig{MaxTokens: max(*pp, maxSeqs), MaxSeqs: maxSeqs,
+		KVSlots: max(ctxLen+blockSize, maxSeqs*perSeq), BlockSize: blockSize, KVType: kv})
 	if err != nil {
 		return err
 	}
@@ -112,11 +137,25 @@ func runBench(e *env, args []string) error {
 		}
 	}
 	seq.Release()
+	var par []parallelResult
+	for _, n := range seqCounts {
+		var rs []float64
+		for r := 0; r <= *reps; r++ {
+			rate, err := benchParallel(c, m.Vocab, n, *tg, rng)
+			if err != nil {
+				return err
+			}
+			if r > 0 {
+				rs = append(rs, rate)
+			}
+		}
+		par = append(par, parallelResult{Seqs: n, TG: median(rs), TGAll: rs})
+	}
 	res := benchResult{
 		Model: *model, Backend: be.Name(), Threads: *bf.threads, Params: paramCount(eng),
 		FileBytes: fileBytes(eng), PromptTokens: *pp, GenTokens: *tg, Reps: *reps,
 		PP: median(ppRates), TG: median(tgRates), PPAll: ppRates, TGAll: tgRates,
-		AllocsPerStep: allocsPerStep, PeakRSSMiB: peakRSSMiB(),
+		AllocsPerStep: allocsPerStep, Parallel: par, PeakRSSMiB: peakRSSMiB(),
 	}
 	if *asJSON {
 		return json.NewEncoder(e.stdout).Encode(res)
@@ -128,25 +167,89 @@ func runBench(e *env, args []string) error {
 	if *tg > 0 {
 		fmt.Fprintf(e.stdout, "tg%-5d %10.1f tokens/s  (runs: %s)  allocs/step %.1f\n", *tg, res.TG, rates(tgRates), allocsPerStep)
 	}
+	for _, p := range par {
+		fmt.Fprintf(e.stdout, "tg%-5d x %-3d %7.1f tokens/s  (%d sequences a step; runs: %s)\n", *tg, p.Seqs, p.TG, p.Seqs, rates(p.TGAll))
+	}
 	fmt.Fprintf(e.stdout, "peak RSS %.1f MiB\n", res.PeakRSSMiB)
 	return nil
 }
 
 type benchResult struct {
-	Model         string    `json:"model"`
-	Backend       string    `json:"backend"`
-	Threads       int       `json:"threads"`
-	Params        int64     `json:"params"`
-	FileBytes     int64     `json:"file_bytes"`
-	PromptTokens  int       `json:"n_prompt"`
-	GenTokens     int       `json:"n_gen"`
-	Reps          int       `json:"reps"`
-	PP            float64   `json:"pp_tokens_per_s"`
-	TG            float64   `json:"tg_tokens_per_s"`
-	PPAll         []float64 `json:"pp_runs"`
-	TGAll         []float64 `json:"tg_runs"`
-	AllocsPerStep float64   `json:"allocs_per_decode_step"`
-	PeakRSSMiB    float64   `json:"peak_rss_mib"`
+	Model         string           `json:"model"`
+	Backend       string           `json:"backend"`
+	Threads       int              `json:"threads"`
+	Params        int64            `json:"params"`
+	FileBytes     int64            `json:"file_bytes"`
+	PromptTokens  int              `json:"n_prompt"`
+	GenTokens     int              `json:"n_gen"`
+	Reps          int              `json:"reps"`
+	PP            float64          `json:"pp_tokens_per_s"`
+	TG            float64          `json:"tg_tokens_per_s"`
+	PPAll         []float64        `json:"pp_runs"`
+	TGAll         []float64        `json:"tg_runs"`
+	AllocsPerStep float64          `json:"allocs_per_decode_step"`
+	Parallel      []parallelResult `json:"parallel,omitempty"`
+	PeakRSSMiB    float64          `json:"peak_rss_mib"`
+}
+
+// parallelResult is batched generation with Seqs sequences: aggregate tokens/s.
+type parallelResult struct {
+	Seqs  int       `json:"seqs"`
+	TG    float64   `json:"tg_tokens_per_s"`
+	TGAll []float64 `json:"tg_runs"`
+}
+
+// benchParallel gives n sequences a one-token prompt each (one step), then times tg steps in
+// which every sequence advances by its greedy token, all n in one forward pass; it returns the
+// aggregate tokens/s of those steps.
+func benchParallel(c *llama.Context, vocab, n, tg int, rng *rand.Rand) (float64, error) {
+	seqs := make([]*kvcache.Seq, n)
+	for i := range seqs {
+		seqs[i] = c.Pool().NewSeq(tg + 1)
+	}
+	defer func() {
+		for _, s := range seqs {
+			s.Release()
+		}
+	}()
+	toks := make([]int32, n)
+	rows := make([]int32, n)
+	logits := make([]float32, n*vocab)
+	for i := range toks {
+		toks[i], rows[i] = rng.Int32N(int32(vocab)), int32(i)
+	}
+	var bb kvcache.BatchBuilder
+	step := func() error {
+		bb.Reset()
+		for _, s := range seqs {
+			if err := s.Reserve(1); err != nil {
+				return err
+			}
+			if err := bb.Add(s, 1); err != nil {
+				return err
+			}
+		}
+		if err := c.Forward(toks, bb.Batch(), rows, logits); err != nil {
+			return err
+		}
+		for i, s := range seqs {
+			if err := s.Advance(1); err != nil {
+				return err
+			}
+			toks[i] = argmax32(logits[i*vocab : (i+1)*vocab])
+		}
+		return nil
+	}
+	if err := step(); err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	for range tg {
+		if err := step(); err != nil {
+			return 0, err
+		}
+	}
+	return float64(n*tg) / time.Since(t0).Seconds(), nil
 }
 
 func argmax32(x []float32) int32 {
