@@ -22,3 +22,7 @@ func Open(path string) (*File, error) {
 	}
 	return &File{Data: data}, nil
 }
+
+const pageSize = 4096
+
+func release([]byte) {}

@@ -37,3 +37,8 @@ func Open(path string) (*File, error) {
 	}
 	return &File{Data: data, unmap: syscall.Munmap}, nil
 }
+
+var pageSize = os.Getpagesize()
+
+// release drops the pages of b (page-aligned, within a mapping) from the resident set.
+func release(b []byte) { _ = syscall.Madvise(b, syscall.MADV_DONTNEED) }

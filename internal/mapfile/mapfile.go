@@ -2,6 +2,8 @@
 // mapping where the platform has one, the file read into memory elsewhere.
 package mapfile
 
+import "unsafe"
+
 // File is a mapped (or read) file. Data must not be used after Close.
 type File struct {
 	Data  []byte
@@ -16,4 +18,25 @@ func (f *File) Close() error {
 		return nil
 	}
 	return f.unmap(d)
+}
+
+// Release tells the system that b, a part of Data that the caller has copied and will not read
+// again, need not stay resident: the whole pages inside b leave the process's resident set (they
+// stay in the page cache, and a later read maps them back with the same contents). It is a no-op
+// where the file was read rather than mapped, and for a b outside Data.
+func (f *File) Release(b []byte) {
+	if f.unmap == nil || len(b) == 0 || len(f.Data) == 0 {
+		return
+	}
+	base := uintptr(unsafe.Pointer(&f.Data[0]))
+	p := uintptr(unsafe.Pointer(&b[0]))
+	if p < base || p+uintptr(len(b)) > base+uintptr(len(f.Data)) {
+		return
+	}
+	ps := uintptr(pageSize)
+	lo := (p - base + ps - 1) / ps * ps
+	hi := (p - base + uintptr(len(b))) / ps * ps
+	if hi > lo {
+		release(f.Data[lo:hi])
+	}
 }

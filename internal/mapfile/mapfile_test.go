@@ -37,3 +37,33 @@ func TestOpen(t *testing.T) {
 		t.Fatalf("missing file: %v", err)
 	}
 }
+
+// TestRelease: released pages read back with their contents; slices outside the file are ignored.
+func TestRelease(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	want := make([]byte, 5*65536+123)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	if err := os.WriteFile(p, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sum := 0
+	for _, b := range f.Data {
+		sum += int(b)
+	}
+	f.Release(f.Data[100 : len(f.Data)-100])
+	f.Release(f.Data[:0])
+	f.Release(make([]byte, 10)) // not part of the file
+	for i := range want {
+		if f.Data[i] != want[i] {
+			t.Fatalf("byte %d after Release: %d, want %d", i, f.Data[i], want[i])
+		}
+	}
+	_ = sum
+}

@@ -37,3 +37,11 @@ func (f *File) Close() error {
 	}
 	return m.Close()
 }
+
+// Release tells the system that b, tensor data of f that the caller has copied, need not stay
+// resident (see mapfile.File.Release); the bytes stay readable. A no-op for parsed buffers.
+func (f *File) Release(b []byte) {
+	if f.mapped != nil {
+		f.mapped.Release(b)
+	}
+}

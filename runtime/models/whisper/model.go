@@ -189,7 +189,11 @@ func (m *Model) load(f *ggml.File) error {
 		default:
 			return fmt.Errorf("whisper: tensor %q has unsupported type %v", name, t.Type)
 		}
-		bt, err := m.be.Load(t.Type, rows, cols, aligned(t.Data))
+		data := aligned(t.Data)
+		if len(data) > 0 && len(t.Data) > 0 && &data[0] != &t.Data[0] {
+			f.Release(t.Data) // copied: the file's pages need not stay resident as well
+		}
+		bt, err := m.be.Load(t.Type, rows, cols, data)
 		if err != nil {
 			return fmt.Errorf("whisper: tensor %q: %w", name, err)
 		}
