@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "bcc59f258cf5423e9abc815487e49362f595be7d7c51fdbedcf193d28879e515"
+const nativeSources = "6ba021b0fe6ef7e7613addab4fea6d07b66733c4f49e378c9002dc35e6c03362"
