@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "6ba021b0fe6ef7e7613addab4fea6d07b66733c4f49e378c9002dc35e6c03362"
+const nativeSources = "1dbb51979a2ee1d017e78e8ec08cff69d889e6c4a709e39bb261e1c1375b5522"

@@ -848,16 +848,6 @@ static att_scratch att_layout(float *buf, int rmax, int hd, int64_t sc) {
  * rows PF_AHEAD positions on (up to pmax). */
 static void gather(const att_job *j, const int32_t *table, int64_t rowb, int64_t headb, int64_t rowbytes,
                    int32_t j0, int C, int32_t pmax, const void **kp, const void **vp) {
-    if (j->full) { /* one block: position p is row p (no block table, no division by m) */
-        const uint8_t *k = j->kc + (int64_t)j0 * rowb + headb, *v = j->vc + (int64_t)j0 * rowb + headb;
-        for (int c = 0; c < C; c++) {
-            kp[c] = k + c * rowb;
-            vp[c] = v + c * rowb;
-            int64_t ahead = (int64_t)j0 + c + PF_AHEAD;
-            if (ahead <= pmax) prefetch_rows(j->kc, j->vc, ahead, rowb, headb, rowbytes);
-        }
-        return;
-    }
     for (int c = 0; c < C; c++) {
         int64_t slot = slot_of(table, j->bs, j->shift, j0 + c);
         kp[c] = j->kc + slot * rowb + headb;
@@ -1280,8 +1270,8 @@ int pl_attention(pl_ctx *ctx, float *dst, const float *q, int64_t n, const void 
 /* ================================================================ full attention
  *
  * Attention without a cache or a mask runs the same items and kernels: keys and values are one
- * block of m rows (block table {0}, block size m) and every token's position is m-1, so each
- * sees every row. Items are (kv head, tile of tokens), head-major so that the threads work on
+ * block of m rows (block table {0}, block size m rounded up to a power of two, so that a
+ * position's slot is itself) and every token's position is m-1, so each sees every row. Items are (kv head, tile of tokens), head-major so that the threads work on
  * one head's keys and values at a time while they fit in the cores' caches.
  */
 
