@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "1dbb51979a2ee1d017e78e8ec08cff69d889e6c4a709e39bb261e1c1375b5522"
+const nativeSources = "9532ba088de2db05bfaff39adc2d969d98be1342c493e16bc91e53989d6b71bf"

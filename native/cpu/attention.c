@@ -708,20 +708,6 @@ PL_TARGET_AVX2 static float row_max_avx2(const float *s, int64_t n) {
     return mx;
 }
 
-PL_TARGET_AVX2 static double row_sum_f64_avx2(const float *s, int64_t n) {
-    __m256d a0 = _mm256_setzero_pd(), a1 = a0;
-    int64_t c = 0;
-    for (; c + 8 <= n; c += 8) {
-        __m256 v = _mm256_loadu_ps(s + c);
-        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
-        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
-    }
-    a0 = _mm256_add_pd(a0, a1);
-    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(a0), _mm256_extractf128_pd(a0, 1));
-    double r = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
-    for (; c < n; c++) r += (double)s[c];
-    return r;
-}
 #endif
 
 static float row_max(const float *s, int64_t n) {
@@ -735,7 +721,7 @@ static float row_max(const float *s, int64_t n) {
 
 static double row_sum_f64(const float *s, int64_t n) {
 #if PL_X86
-    if (plx_isa >= PL_ISA_AVX2) return row_sum_f64_avx2(s, n);
+    if (plx_isa >= PL_ISA_AVX2) return plx_sum_f64_avx2(s, n);
 #endif
     double r = 0.0;
     for (int64_t c = 0; c < n; c++) r += (double)s[c];

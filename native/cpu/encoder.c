@@ -150,20 +150,6 @@ static void ln_out_scalar(float *y, const float *x, const float *w, const float 
 }
 
 #if PL_X86
-PL_TARGET_AVX2 static double sum_avx2(const float *x, int64_t d) {
-    __m256d a0 = _mm256_setzero_pd(), a1 = a0;
-    int64_t i = 0;
-    for (; i + 8 <= d; i += 8) {
-        __m256 v = _mm256_loadu_ps(x + i);
-        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
-        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
-    }
-    a0 = _mm256_add_pd(a0, a1);
-    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(a0), _mm256_extractf128_pd(a0, 1));
-    double r = _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
-    for (; i < d; i++) r += (double)x[i];
-    return r;
-}
 
 PL_TARGET_AVX2 static double sqdev_avx2(const float *x, float mf, int64_t d) {
     const __m256 m = _mm256_set1_ps(mf);
@@ -248,7 +234,7 @@ static void ln_row(float *y, const float *x, const float *w, const float *b, int
         mf = (float)(s / (double)d);
         ss = sqdev_avx512(x, mf, d);
     } else if (plx_isa >= PL_ISA_AVX2) {
-        s = sum_avx2(x, d);
+        s = plx_sum_f64_avx2(x, d);
         mf = (float)(s / (double)d);
         ss = sqdev_avx2(x, mf, d);
     } else

@@ -64,6 +64,24 @@ PL_TARGET_AVX2 static inline __m256 plx_hsum8x256(const __m256 v[8]) {
     return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
+/* plx_sum_f64_avx2 is the sum of n floats in double: eight lanes (two vectors of four doubles) over
+ * whole 8-element steps, then those lanes, then the rest in order. Attention's softmax and the
+ * layer norm's mean share it, and so its order. */
+PL_TARGET_AVX2 static inline double plx_sum_f64_avx2(const float *x, int64_t n) {
+    __m256d a0 = _mm256_setzero_pd(), a1 = a0;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+    }
+    a0 = _mm256_add_pd(a0, a1);
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(a0), _mm256_extractf128_pd(a0, 1));
+    double r = _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+    for (; i < n; i++) r += (double)x[i];
+    return r;
+}
+
 /* plx_hsum16x512 returns the vector whose lane i is the sum of the lanes of v[i]. */
 PL_TARGET_AVX512 static inline __m512 plx_hsum16x512(const __m512 v[16]) {
     __m512 w[8], x[4];
