@@ -97,12 +97,14 @@ func (s *Server) speechModel(name string) (*speechServed, *apiError) {
 	return nil, &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("The model '%s' does not exist.", name), Type: typeInvalidRequest, Param: strptr("model"), Code: strptr("model_not_found")}
 }
 
-// checkLanguage answers 400 for a language m cannot transcribe.
-func (m *speechServed) checkLanguage(lang string) *apiError {
-	if _, _, err := m.Engine.ResolveLanguage(lang); err != nil {
-		return invalidCode("language", "unsupported_language", badRequestMessage(err))
+// checkLanguage returns the code of a requested language ("" to detect it), or answers 400 for a
+// language m cannot transcribe.
+func (m *speechServed) checkLanguage(lang string) (string, *apiError) {
+	_, code, err := m.Engine.ResolveLanguage(lang)
+	if err != nil {
+		return "", invalidCode("language", "unsupported_language", badRequestMessage(err))
 	}
-	return nil
+	return code, nil
 }
 
 // badRequestMessage is the part of an engine error wrapping whisper.ErrBadRequest meant for the
@@ -156,11 +158,12 @@ func (s *Server) audio(w http.ResponseWriter, r *http.Request, translate bool) {
 		p.Translate = true
 		p.Language = "" // detected; the output is English
 	} else {
-		if e := m.checkLanguage(req.language); e != nil {
+		code, e := m.checkLanguage(req.language)
+		if e != nil {
 			writeError(w, e)
 			return
 		}
-		p.Language = req.language
+		p.Language = code
 	}
 	if s.cfg.RequestTimeout > 0 {
 		p.Timeout = s.cfg.RequestTimeout
@@ -350,16 +353,6 @@ type verboseJSON struct {
 	Usage    audioUsage `json:"usage"`
 }
 
-// languageName is Whisper's lower-case English name of code, as OpenAI's verbose_json reports it.
-func languageName(code string) string {
-	for _, l := range wtok.Languages() {
-		if l.Code == code {
-			return l.Name
-		}
-	}
-	return code
-}
-
 func writeTranscript(w http.ResponseWriter, req *audioRequest, res *whisper.Result, translate bool, m *speechServed) {
 	text := strings.TrimSpace(res.Text)
 	usage := audioUsage{Type: "duration", Seconds: int(math.Ceil(res.Duration))}
@@ -376,7 +369,7 @@ func writeTranscript(w http.ResponseWriter, req *audioRequest, res *whisper.Resu
 	case "vtt":
 		writeText(w, res.VTT())
 	case "verbose_json":
-		v := verboseJSON{Task: "transcribe", Language: languageName(res.Language), Duration: res.Duration, Text: text, Usage: usage}
+		v := verboseJSON{Task: "transcribe", Language: wtok.LanguageName(res.Language), Duration: res.Duration, Text: text, Usage: usage}
 		if translate {
 			v.Task = "translate"
 		}

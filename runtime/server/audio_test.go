@@ -387,6 +387,12 @@ func TestTranscriptionBadInput(t *testing.T) {
 	if code != 200 || strings.TrimSpace(string(body)) != `{"text":"","usage":{"type":"duration","seconds":0}}` {
 		t.Errorf("no samples: %d %s", code, body)
 	}
+	// ... and reports the language as any transcription does, not as the request spelled it.
+	ct, b = mp(wavBytes(nil), "audio/wav", field{"language", "auto"}, field{"response_format", "verbose_json"})
+	code, body, _ = post(t, url, ct, b)
+	if code != 200 || !strings.Contains(string(body), `"language":"english"`) {
+		t.Errorf("no samples, language auto: %d %s", code, body)
+	}
 	// Still serving.
 	ct, b = mp(wav, "audio/wav", field{"response_format", "text"})
 	if code, body, _ := post(t, url, ct, b); code != 200 {

@@ -106,8 +106,8 @@ func (s *Server) audioStream(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	lang := strings.ToLower(q.Get("language"))
-	if e := m.checkLanguage(lang); e != nil {
+	lang, e := m.checkLanguage(strings.ToLower(q.Get("language")))
+	if e != nil {
 		writeError(w, e)
 		return
 	}
@@ -357,7 +357,7 @@ func (lv *live) emit(ctx context.Context, evs []speech.Event, err error) bool {
 	case errors.Is(err, whisper.ErrClosed):
 		lv.end(websocket.StatusGoingAway, "server shutting down", &errorEvent{Code: "shutting_down", Message: "The server is shutting down."})
 	case errors.Is(err, whisper.ErrBadRequest):
-		lv.end(websocket.StatusPolicyViolation, "bad request", &errorEvent{Code: "invalid_request", Message: err.Error()})
+		lv.end(websocket.StatusPolicyViolation, "bad request", &errorEvent{Code: "invalid_request", Message: badRequestMessage(err)})
 	default:
 		lv.ri.log.Error("stream transcription failed", "model", lv.m.Name, "err", err)
 		lv.end(websocket.StatusInternalError, "transcription failed", &errorEvent{Code: "internal_error", Message: "The transcription failed."})

@@ -38,6 +38,17 @@ func Languages() []Language {
 	return out
 }
 
+// LanguageName is the lower-case English name of the language with code (as OpenAI's API
+// reports languages), or code itself when there is none.
+func LanguageName(code string) string {
+	for i := range languages {
+		if languages[i].Code == code {
+			return languages[i].Name
+		}
+	}
+	return code
+}
+
 // LanguageIndex returns the id of the language with code or English name s (as whisper.cpp's
 // whisper_lang_id: the code is tried first).
 func LanguageIndex(s string) (int, bool) {
