@@ -230,9 +230,7 @@ func (p pcmLayout) mix(dst []float32, src []byte) {
 	ch := p.channels
 	fch := float64(ch)
 	if p.kind == kindInt && p.width == 2 && !p.be && ch == 1 {
-		for i := range dst {
-			dst[i] = float32(int16(binary.LittleEndian.Uint16(src[2*i:]))) * (1.0 / 32768)
-		}
+		PCM16ToFloat(dst, src)
 		return
 	}
 	w := p.width

@@ -1,6 +1,8 @@
 package whisper
 
 import (
+	"bytes"
+	"compress/zlib"
 	"context"
 	"errors"
 	"fmt"
@@ -65,6 +67,8 @@ type Engine struct {
 	align     *aligner // word timing, made on first use
 	alignErr  error    // why it could not be made
 	alignToks []int32
+	zw        *zlib.Writer // compression ratios
+	zbuf      bytes.Buffer
 
 	freeBlocks atomic.Int64 // cache blocks free after the last step
 	nActive    atomic.Int64 // transcriptions being decoded
@@ -263,7 +267,7 @@ func (e *Engine) ResolveLanguage(lang string) (tok int32, code string, err error
 	if lang == "" || lang == "auto" {
 		return -1, "", nil
 	}
-	id, ok := e.tok.LangToken(lang)
+	id, ok := e.tok.LangID(lang)
 	if !ok {
 		return -1, "", fmt.Errorf("whisper: %w: unknown language %q; use an ISO 639-1 code such as \"en\"", ErrBadRequest, lang)
 	}
@@ -645,7 +649,7 @@ func (e *Engine) sample(j *job, temp float32, first bool) {
 			e.beamTrace(i, j.hyps[:j.nHyp])
 		}
 	} else {
-		for hi, h := range j.hyps[:j.nHyp] {
+		for _, h := range j.hyps[:j.nHyp] {
 			if !h.live() {
 				continue
 			}
@@ -655,7 +659,6 @@ func (e *Engine) sample(j *job, temp float32, first bool) {
 			} else {
 				d = e.pickSample(e.row(h), h.rng)
 			}
-			_ = hi
 			h.tokens = append(h.tokens, d)
 			h.sumAll += float64(d.plog)
 		}

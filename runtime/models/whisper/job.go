@@ -1,7 +1,6 @@
 package whisper
 
 import (
-	"bytes"
 	"compress/zlib"
 	"context"
 	"math"
@@ -136,18 +135,7 @@ func (e *Engine) attempt(j *job) {
 
 // setupPrompt builds the start-of-transcript sequence once the language is known.
 func (e *Engine) setupPrompt(j *job) {
-	j.promptInit = append(j.promptInit[:0], e.tok.SOT)
-	if e.m.Multilingual() {
-		j.promptInit = append(j.promptInit, j.lang)
-		if j.p.Translate {
-			j.promptInit = append(j.promptInit, e.tok.Translate)
-		} else {
-			j.promptInit = append(j.promptInit, e.tok.Transcribe)
-		}
-	}
-	if j.p.NoTimestamps {
-		j.promptInit = append(j.promptInit, e.tok.NoTimestamps)
-	}
+	j.promptInit = e.tok.AppendPrompt(j.promptInit[:0], j.lang, j.p.Translate, j.p.NoTimestamps)
 }
 
 // suppress applies whisper.cpp's logit filters for hypothesis h in place.
@@ -420,16 +408,21 @@ func (h *hyp) finish(p *Params) {
 	h.entropy = ent
 }
 
-// compressionRatio is OpenAI's repetition measure: text bytes over zlib-compressed bytes.
-func compressionRatio(text string) float64 {
+// compressionRatio is OpenAI's repetition measure: text bytes over zlib-compressed bytes. The
+// compressor (several hundred KiB of state) is made once and reset for every text.
+func (e *Engine) compressionRatio(text string) float64 {
 	if text == "" {
 		return 0
 	}
-	var b bytes.Buffer
-	w := zlib.NewWriter(&b)
-	w.Write([]byte(text))
-	w.Close()
-	return float64(len(text)) / float64(b.Len())
+	e.zbuf.Reset()
+	if e.zw == nil {
+		e.zw = zlib.NewWriter(&e.zbuf)
+	} else {
+		e.zw.Reset(&e.zbuf)
+	}
+	e.zw.Write([]byte(text))
+	e.zw.Close()
+	return float64(len(text)) / float64(e.zbuf.Len())
 }
 
 // endWindow scores the hypotheses of the attempt, falls back to the next temperature or emits
@@ -437,7 +430,7 @@ func compressionRatio(text string) float64 {
 func (e *Engine) endWindow(j *job) {
 	best := -1
 	bestScore := math.Inf(-1)
-	for _, h := range j.hyps[:j.nHyp] {
+	for i, h := range j.hyps[:j.nHyp] {
 		if h.failed {
 			continue
 		}
@@ -447,7 +440,7 @@ func (e *Engine) endWindow(j *job) {
 			continue
 		}
 		if best < 0 || h.score > bestScore {
-			best, bestScore = indexOf(j.hyps, h), h.score
+			best, bestScore = i, h.score
 		}
 	}
 	last := j.tempIdx == len(j.temps)-1
@@ -457,7 +450,7 @@ func (e *Engine) endWindow(j *job) {
 	bh := j.hyps[best]
 	if !last {
 		fail := bh.failed || (bh.avgLogprobs < float64(j.p.LogprobThold) && j.noSpeech < j.p.NoSpeechThold)
-		if !fail && j.p.CompressionRatioThold > 0 && compressionRatio(e.text(bh.tokens)) > float64(j.p.CompressionRatioThold) {
+		if !fail && j.p.CompressionRatioThold > 0 && e.compressionRatio(e.text(bh.tokens)) > float64(j.p.CompressionRatioThold) {
 			fail = true
 		}
 		if fail {
@@ -475,15 +468,6 @@ func (e *Engine) endWindow(j *job) {
 	if j.seek+deltaMin >= j.seekEnd {
 		j.ph = phDone
 	}
-}
-
-func indexOf(hs []*hyp, h *hyp) int {
-	for i, x := range hs {
-		if x == h {
-			return i
-		}
-	}
-	return 0
 }
 
 func (e *Engine) text(ts []tokData) string {
@@ -540,7 +524,7 @@ func (e *Engine) emit(j *job, bh *hyp) {
 		// Timestamps are predicted, and may point past the end of the audio: keep them inside it.
 		end := float64(j.nSamples) / SampleRate
 		seg := Segment{ID: len(j.segments), Start: min(float64(t0)/100, end), End: min(float64(t1)/100, end), Text: text,
-			Temperature: temp, AvgLogprob: avg, CompressionRatio: compressionRatio(text), NoSpeechProb: j.noSpeech}
+			Temperature: temp, AvgLogprob: avg, CompressionRatio: e.compressionRatio(text), NoSpeechProb: j.noSpeech}
 		for _, t := range ts {
 			seg.Tokens = append(seg.Tokens, Token{ID: t.id, Text: string(e.tok.Piece(t.id)), P: t.p, PLog: t.plog})
 		}
@@ -604,12 +588,7 @@ func (e *Engine) alignWindow(j *job, toks []tokData) []int {
 		}
 		e.align = a
 	}
-	seq := e.alignToks[:0]
-	for _, t := range j.promptInit {
-		if t != e.tok.NoTimestamps {
-			seq = append(seq, t)
-		}
-	}
+	seq := e.tok.AppendPrompt(e.alignToks[:0], j.lang, j.p.Translate, false)
 	nSot := len(seq)
 	seq = append(seq, e.tok.NoTimestamps)
 	for _, t := range toks {

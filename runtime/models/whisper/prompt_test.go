@@ -20,7 +20,7 @@ func TestPrompt(t *testing.T) {
 	}
 	defer func() { e.dec.Close(); e.enc.Close() }()
 	tk := e.tok
-	de, ok := tk.LangToken("de")
+	de, ok := tk.LangID("de")
 	if !ok {
 		t.Fatal("no German token")
 	}

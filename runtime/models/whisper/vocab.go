@@ -33,9 +33,6 @@ func single(t *wtok.Tokenizer, s string) int32 {
 	return -1
 }
 
-// LangToken returns the token of language code, if the model knows it.
-func (v *Vocab) LangToken(code string) (int32, bool) { return v.LangID(code) }
-
 // LangCode returns the code of a language token ("" if it is none).
 func (v *Vocab) LangCode(id int32) string {
 	c, _ := v.Tokenizer.LangCode(id)

@@ -198,20 +198,29 @@ func (t *Tokenizer) IsSpecial(id int32) bool { return id >= t.EOT || id < 0 }
 // translate), then NoTimestamps with noTimestamps. lang is a code or English name; English-only
 // models ignore it and translate.
 func (t *Tokenizer) Prompt(lang string, translate, noTimestamps bool) ([]int32, error) {
-	p := []int32{t.SOT}
+	id := int32(-1)
 	if t.multilingual {
-		id, ok := t.LangID(lang)
-		if !ok {
+		var ok bool
+		if id, ok = t.LangID(lang); !ok {
 			return nil, fmt.Errorf("whisper: unknown language %q", lang)
 		}
+	}
+	return t.AppendPrompt(nil, id, translate, noTimestamps), nil
+}
+
+// AppendPrompt appends Prompt's tokens to dst for the language token lang (ignored, as
+// translate is, by English-only models).
+func (t *Tokenizer) AppendPrompt(dst []int32, lang int32, translate, noTimestamps bool) []int32 {
+	dst = append(dst, t.SOT)
+	if t.multilingual {
 		mode := t.Transcribe
 		if translate {
 			mode = t.Translate
 		}
-		p = append(p, id, mode)
+		dst = append(dst, lang, mode)
 	}
 	if noTimestamps {
-		p = append(p, t.NoTimestamps)
+		dst = append(dst, t.NoTimestamps)
 	}
-	return p, nil
+	return dst
 }
