@@ -375,6 +375,7 @@ func fullOperands(t *testing.T, b backend.Backend, dt tensor.DType, rows, cols i
 // overflow.
 func testFullAttention(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)) {
 	cases := []fullCase{
+		{0, 0, 2, 1, 8, 2}, // nothing to attend: a no-op on every backend
 		{1, 1, 2, 1, 8, 2},
 		{5, 1500, 6, 6, 64, 2},
 		{33, 1500, 6, 6, 64, 2},

@@ -769,6 +769,9 @@ func (b *Backend) FullAttention(dst, q, k, v backend.Tensor, a backend.Attn) err
 	if overlaps(d, qt) || overlaps(d, kt) || overlaps(d, vt) {
 		return fmt.Errorf("cuda: %s: dst must not overlap an operand", op)
 	}
+	if qt.rows == 0 { // no queries (and maybe no keys): nothing to do, as on the other backends
+		return nil
+	}
 	return b.ctx.FullAttention(d.ref(), qt.ref(), qt.rows, kt.ref(), vt.ref(), kt.dt, kt.rows,
 		bcuda.Attn{NHead: a.NHead, NKVHead: a.NKVHead, HeadDim: a.HeadDim, Scale: a.Scale})
 }

@@ -180,18 +180,12 @@ func (be *Backend) Copy(dst, src backend.Tensor) error {
 	if d.readOnly {
 		return fmt.Errorf("purego: Copy: dst is loaded (read-only) memory")
 	}
-	if s.dt != tensor.F32 && s.dt != tensor.F16 || d.dt != tensor.F32 && d.dt != tensor.F16 {
-		return fmt.Errorf("purego: Copy: %v into %v: %w", s, d, backend.ErrUnsupported)
-	}
-	if s.rows != d.rows || s.cols != d.cols {
-		return fmt.Errorf("purego: Copy: src %v and dst %v differ in shape", s, d)
+	if err := backend.CheckCopy(d, s); err != nil {
+		return fmt.Errorf("purego: %w", err)
 	}
 	if s.rows*s.cols > 0 && ((s.dt == tensor.F16 && s.data == nil) || (d.dt == tensor.F16 && d.data == nil)) {
 		return fmt.Errorf("purego: Copy: %v into %v without bytes: %w", s, d, backend.ErrUnsupported)
 	}
-	j := &be.rows
-	j.op, j.srcDT, j.dstDT = opCopy, s.dt, d.dt
-	j.src32, j.dst32, j.src16, j.dst16 = s.f32, d.f32, s.data, d.data
 	if s.dt == d.dt {
 		// One copy handles overlapping views of one tensor; chunks of it might not.
 		if s.dt == tensor.F32 {
@@ -199,9 +193,11 @@ func (be *Backend) Copy(dst, src backend.Tensor) error {
 		} else {
 			copy(d.data, s.data)
 		}
-		*j = rowJob{}
 		return nil
 	}
+	j := &be.rows
+	j.op, j.srcDT, j.dstDT = opCopy, s.dt, d.dt
+	j.src32, j.dst32, j.src16, j.dst16 = s.f32, d.f32, s.data, d.data
 	be.runRows(j, s.rows, s.cols)
 	return nil
 }
@@ -224,11 +220,8 @@ func (be *Backend) LayerNorm(dst, x, w, b backend.Tensor, eps float32) error {
 	if err != nil {
 		return err
 	}
-	if wt.rows != 1 || wt.cols != xt.cols {
-		return fmt.Errorf("purego: LayerNorm: w is %v, want [1, %d]", wt, xt.cols)
-	}
-	if bt.rows != 1 || bt.cols != xt.cols {
-		return fmt.Errorf("purego: LayerNorm: b is %v, want [1, %d]", bt, xt.cols)
+	if err := backend.CheckLayerNorm(dst, xt, wt, bt); err != nil {
+		return fmt.Errorf("purego: %w", err)
 	}
 	if !(eps >= 0) || math.IsInf(float64(eps), 0) {
 		return fmt.Errorf("purego: LayerNorm: eps %v", eps)

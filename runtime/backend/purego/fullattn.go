@@ -288,9 +288,6 @@ func (be *Backend) FullAttention(dst, q, k, v backend.Tensor, a backend.Attn) er
 	if n == 0 {
 		return nil
 	}
-	if m == 0 {
-		return fmt.Errorf("purego: FullAttention: no keys (k is %v)", kt)
-	}
 	if overlap(d.f32, qt.f32) || (kt.dt == tensor.F32 && (overlap(d.f32, kt.f32) || overlap(d.f32, vt.f32))) {
 		return fmt.Errorf("purego: FullAttention: dst overlaps q, k or v")
 	}
