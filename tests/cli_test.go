@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -107,10 +108,10 @@ func TestGenerateMatchesLlamaCpp(t *testing.T) {
 			if err := json.Unmarshal([]byte(res.stdout), &got); err != nil {
 				t.Fatalf("%s: output is not JSON: %v\n%s", be, err, res.stdout)
 			}
-			if !equalIDs(got.PromptTokens, r.PromptTokens) {
+			if !slices.Equal(got.PromptTokens, r.PromptTokens) {
 				t.Errorf("%s %q: prompt tokens %v, llama.cpp %v", be, r.Prompt, got.PromptTokens, r.PromptTokens)
 			}
-			if !equalIDs(got.Tokens, r.Generated) {
+			if !slices.Equal(got.Tokens, r.Generated) {
 				t.Errorf("%s %q: generated %v, llama.cpp %v", be, r.Prompt, got.Tokens, r.Generated)
 			}
 			if got.Text != r.Text {
@@ -121,18 +122,6 @@ func TestGenerateMatchesLlamaCpp(t *testing.T) {
 			}
 		}
 	}
-}
-
-func equalIDs(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestGeneratePromptFromStdin(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"testing"
 
@@ -240,7 +241,7 @@ func TestBeamsAreBestContinuations(t *testing.T) {
 		for i := range got {
 			found := false
 			for _, c := range cands[:5] {
-				if equalIDs(c.ids, got[i].ids) {
+				if slices.Equal(c.ids, got[i].ids) {
 					found = true
 					if math.Abs(c.sum-got[i].sum) > 1e-3*float64(s+1) {
 						t.Errorf("step %d: beam %v scores %.5f, independently %.5f", s, got[i].ids, got[i].sum, c.sum)
@@ -256,16 +257,4 @@ func TestBeamsAreBestContinuations(t *testing.T) {
 			prev = append(prev, beamState{c.ids, c.sum})
 		}
 	}
-}
-
-func equalIDs(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

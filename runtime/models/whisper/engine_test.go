@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -94,22 +95,10 @@ func TestConcurrentTranscriptionsMatchSequential(t *testing.T) {
 		if errs[i] != nil {
 			t.Fatalf("request %d: %v", i, errs[i])
 		}
-		if !equal(got[i].ids, want[i].ids) || got[i].avg != want[i].avg {
+		if !slices.Equal(got[i].ids, want[i].ids) || got[i].avg != want[i].avg {
 			t.Errorf("request %d (%s, beam %d): batched %v (%.5f), alone %v (%.5f)", i, reqs[i].utt, reqs[i].beam, got[i].ids, got[i].avg, want[i].ids, want[i].avg)
 		}
 	}
-}
-
-func equal(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestEngineCancelAndClose checks that a cancelled transcription returns promptly with the
