@@ -7,6 +7,7 @@
 #include <limits.h>
 
 #include "blas.cuh"
+#include "elementwise.cuh"
 #include "gemm.cuh"
 #include "internal.cuh"
 #include "quant.cuh"
@@ -87,13 +88,6 @@ __global__ void plc_deq_f16(__half *y, const uint8_t *w, int64_t rowbytes, int64
     }
 }
 
-static int plc_grid(plc_ctx *ctx, int64_t work, int threads) {
-    int64_t b = (work + threads - 1) / threads;
-    const int64_t cap = (int64_t)ctx->sm_count * 32;
-    if (b > cap) b = cap;
-    return b < 1 ? 1 : (int)b;
-}
-
 template <int DT, int NR>
 static void plc_launch_gemv(plc_ctx *ctx, float *dst, const float *x, int n, int64_t k, const void *w, int64_t rowbytes, int64_t m) {
     const int warps = 4;
@@ -121,12 +115,12 @@ static int plc_matmul_q(plc_ctx *ctx, float *dst, const float *x, int64_t n, int
     int st = plc_work(ctx, xbytes + (size_t)(tile * k) * sizeof(__half), &work);
     if (st != PLC_OK) return st;
     __half *xh = (__half *)work, *wh = (__half *)((char *)work + xbytes);
-    plc_f32_to_f16<<<plc_grid(ctx, n * k, 256), 256, 0, ctx->stream>>>(xh, x, n * k);
+    plc_f32_to_f16<<<plc_grid1d(ctx, n * k, 256), 256, 0, ctx->stream>>>(xh, x, n * k);
     if ((st = plc_launched(ctx, "matmul: rounding activations to F16")) != PLC_OK) return st;
     const float one = 1.f, zero = 0.f;
     for (int64_t r0 = 0; r0 < m; r0 += tile) {
         const int64_t rows = m - r0 < tile ? m - r0 : tile;
-        plc_deq_f16<DT><<<plc_grid(ctx, rows * (k / 32), 128), 128, 0, ctx->stream>>>(
+        plc_deq_f16<DT><<<plc_grid1d(ctx, rows * (k / 32), 128), 128, 0, ctx->stream>>>(
             wh, (const uint8_t *)w + r0 * rowbytes, rowbytes, rows, k);
         if ((st = plc_launched(ctx, "matmul: expanding weights to F16")) != PLC_OK) return st;
         cublasStatus_t s = plc_blas(NULL)->gemm_ex(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)n, (int)k, &one, wh, CUDA_R_16F,
@@ -147,10 +141,10 @@ static int plc_matmul_float(plc_ctx *ctx, float *dst, const float *x, int64_t n,
         int st = plc_work(ctx, (size_t)(n * k) * 2, &work);
         if (st != PLC_OK) return st;
         if (wt == PLC_F16) {
-            plc_f32_to_f16<<<plc_grid(ctx, n * k, 256), 256, 0, ctx->stream>>>((__half *)work, x, n * k);
+            plc_f32_to_f16<<<plc_grid1d(ctx, n * k, 256), 256, 0, ctx->stream>>>((__half *)work, x, n * k);
             type = CUDA_R_16F;
         } else {
-            plc_f32_to_bf16<<<plc_grid(ctx, n * k, 256), 256, 0, ctx->stream>>>((__nv_bfloat16 *)work, x, n * k);
+            plc_f32_to_bf16<<<plc_grid1d(ctx, n * k, 256), 256, 0, ctx->stream>>>((__nv_bfloat16 *)work, x, n * k);
             type = CUDA_R_16BF;
         }
         if ((st = plc_launched(ctx, "matmul: rounding activations")) != PLC_OK) return st;

@@ -16,14 +16,6 @@ __global__ void plc_get_rows_float(float *dst, const T *table, int64_t cols, con
         out[j] = plc_to_f32(src[j]);
 }
 
-__global__ void plc_get_rows_bf16(float *dst, const __nv_bfloat16 *table, int64_t cols, const int32_t *ids) {
-    const int64_t i = blockIdx.y;
-    const __nv_bfloat16 *src = table + (int64_t)ids[i] * cols;
-    float *out = dst + i * cols;
-    for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < cols; j += (int64_t)gridDim.x * blockDim.x)
-        out[j] = __bfloat162float(src[j]);
-}
-
 // Quantised tables: one thread per 32-element chunk; grid (chunk groups, n).
 template <int DT>
 __global__ void plc_get_rows_q(float *dst, const uint8_t *table, int64_t rowbytes, int64_t cols, const int32_t *ids) {
@@ -76,7 +68,7 @@ static int plc_get_rows_launch(plc_ctx *ctx, float *dst, const void *table, int 
     switch (dtype) {
     case PLC_F32: plc_get_rows_float<float><<<grid, threads, 0, ctx->stream>>>(dst, (const float *)table, cols, dids); break;
     case PLC_F16: plc_get_rows_float<__half><<<grid, threads, 0, ctx->stream>>>(dst, (const __half *)table, cols, dids); break;
-    case PLC_BF16: plc_get_rows_bf16<<<grid, threads, 0, ctx->stream>>>(dst, (const __nv_bfloat16 *)table, cols, dids); break;
+    case PLC_BF16: plc_get_rows_float<__nv_bfloat16><<<grid, threads, 0, ctx->stream>>>(dst, (const __nv_bfloat16 *)table, cols, dids); break;
 #define PLC_CASE(DT) \
     case DT: plc_get_rows_q<DT><<<grid, threads, 0, ctx->stream>>>(dst, (const uint8_t *)table, rowbytes, cols, dids); break;
     PLC_FOR_QTYPES(PLC_CASE)

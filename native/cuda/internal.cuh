@@ -115,5 +115,6 @@ __device__ __forceinline__ float plc_f16_round(float v) { return __half2float(__
 
 __device__ __forceinline__ float plc_to_f32(float v) { return v; }
 __device__ __forceinline__ float plc_to_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float plc_to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 #endif
