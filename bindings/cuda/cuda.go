@@ -859,3 +859,6 @@ func (c *Context) BeamStep(logits Ref, vocab int, scores []float32, length int, 
 	return c.status(op, C.plc_beam_step(c.c, fp(lp), C.int32_t(len(scores)), C.int64_t(vocab), f32p(scores), C.int32_t(length), C.float(penalty),
 		C.int32_t(k), i32p(beam), i32p(token), f32p(score), f32p(norm)))
 }
+
+// Seq is passed to C as plc_seq: the build fails if their sizes ever differ.
+var _ = [1]struct{}{}[unsafe.Sizeof(Seq{})-uintptr(C.sizeof_plc_seq)]
