@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "9532ba088de2db05bfaff39adc2d969d98be1342c493e16bc91e53989d6b71bf"
+const nativeSources = "6908a82c8653bb6ac45bf7b7b1d0f340a58af3217e928a7eecda598b59768603"

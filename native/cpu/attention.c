@@ -1166,6 +1166,20 @@ static void job_att(void *p, int ith, int nth) {
     while ((i = plx_chunk_next(j->ctx)) < j->nitems) att_item_run(j, &j->items[i], buf);
 }
 
+/* att_launch runs a prepared job: scratch for every thread, then its items (one inline, several
+ * on the pool). */
+static int att_launch(pl_ctx *ctx, att_job *j) {
+    if (plx_tscratch_reserve(ctx, att_scratch_floats(j->rmax, j->a.head_dim, j->sc) * sizeof(float)) != PL_OK)
+        return PL_ERR_NOMEM;
+    plx_chunk_reset(ctx);
+    if (j->nitems == 1) {
+        att_item_run(j, &j->items[0], (float *)plx_tscratch(ctx, 0));
+        return PL_OK;
+    }
+    plx_run(ctx, job_att, j);
+    return PL_OK;
+}
+
 int pl_attention(pl_ctx *ctx, float *dst, const float *q, int64_t n, const void *kc,
                  const void *vc, int kvtype, int64_t slots, int64_t width, int64_t block_size,
                  const pl_attn_cfg *a, const pl_seq *seqs, int64_t n_seqs, const int32_t *blocks,
@@ -1242,23 +1256,16 @@ int pl_attention(pl_ctx *ctx, float *dst, const float *q, int64_t n, const void 
             if (seqs[i].count > 0) maxctx = PL_MAX(maxctx, (int64_t)seqs[i].ctx_len);
         j.sc = (maxctx + CH - 1) / CH * CH;
     }
-    if (plx_tscratch_reserve(ctx, att_scratch_floats(j.rmax, a->head_dim, j.sc) * sizeof(float)) != PL_OK)
-        return PL_ERR_NOMEM;
-    plx_chunk_reset(ctx);
-    if (nitems == 1) {
-        att_item_run(&j, &items[0], (float *)plx_tscratch(ctx, 0));
-        return PL_OK;
-    }
-    plx_run(ctx, job_att, &j);
-    return PL_OK;
+    return att_launch(ctx, &j);
 }
 
 /* ================================================================ full attention
  *
  * Attention without a cache or a mask runs the same items and kernels: keys and values are one
  * block of m rows (block table {0}, block size m rounded up to a power of two, so that a
- * position's slot is itself) and every token's position is m-1, so each sees every row. Items are (kv head, tile of tokens), head-major so that the threads work on
- * one head's keys and values at a time while they fit in the cores' caches.
+ * position's slot is itself) and every token's position is m-1, so each sees every row. Items
+ * are (kv head, tile of tokens), head-major so that the threads work on one head's keys and
+ * values at a time while they fit in the cores' caches.
  */
 
 int pl_full_attention(pl_ctx *ctx, float *dst, const float *q, int64_t n, const void *k,
@@ -1314,13 +1321,5 @@ int pl_full_attention(pl_ctx *ctx, float *dst, const float *q, int64_t n, const 
     j.sc = (m + CH - 1) / CH * CH; /* whole rows of scores (two-pass softmax) */
     j.full = 1;
     j.m = m;
-    if (plx_tscratch_reserve(ctx, att_scratch_floats(j.rmax, a->head_dim, j.sc) * sizeof(float)) != PL_OK)
-        return PL_ERR_NOMEM;
-    plx_chunk_reset(ctx);
-    if (nitems == 1) {
-        att_item_run(&j, &items[0], (float *)plx_tscratch(ctx, 0));
-        return PL_OK;
-    }
-    plx_run(ctx, job_att, &j);
-    return PL_OK;
+    return att_launch(ctx, &j);
 }
