@@ -191,7 +191,8 @@ func runServe(e *env, args []string) error {
 				return fmt.Errorf("%s: %w", sp.name, err)
 			}
 			closers = append(closers, func() { wm.Close() })
-			we, err := whisper.NewEngine(wm, whisper.EngineConfig{MaxActive: *asrParallel, MaxQueue: *asrQueue})
+			we, err := whisper.NewEngine(wm, whisper.EngineConfig{MaxActive: *asrParallel, MaxQueue: *asrQueue,
+				OnStep: steps.OnStep(sp.name), Logger: logger.With("model", sp.name)})
 			if err != nil {
 				hs.Close()
 				return fmt.Errorf("%s: %w", sp.name, err)

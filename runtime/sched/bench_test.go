@@ -35,7 +35,7 @@ func benchStep(b *testing.B, top int) {
 		submit(i)
 	}
 	for range 4 { // past the prompts
-		s.step()
+		s.loop.Step()
 	}
 	b.ReportAllocs()
 	var ms0, ms1 runtime.MemStats
@@ -43,8 +43,8 @@ func benchStep(b *testing.B, top int) {
 	b.ResetTimer()
 	toks := 0
 	for i := 0; i < b.N; i++ {
-		s.step()
-		toks += int(s.lastSeqs.Load())
+		s.loop.Step()
+		toks += int(s.loop.lastSeqs.Load())
 		for j := 0; j < len(streams); j++ {
 			st := streams[j]
 		drain:

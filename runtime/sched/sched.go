@@ -3,6 +3,12 @@
 // from every decoding sequence's next token plus chunks of pending prompts, runs one forward pass,
 // samples each sequence that produced logits and streams its text to the requester.
 //
+// The machinery under it is shared by every kind of model: a Loop owns the bounded FIFO queue,
+// admission from its head, cancellation and deadlines at step boundaries, shutdown and per-step
+// accounting, and steps a Work. The Scheduler is the Work of language models; the speech
+// recogniser's engine (runtime/models/whisper) is another, whose step encodes a window for one
+// transcription and runs one batched decoder forward over every transcription's hypotheses.
+//
 // Admission is conservative: a request leaves the FIFO queue only when the blocks for its whole
 // prompt plus MaxTokens (for all of its N sequences) are free, and takes them at once. A running
 // sequence therefore never runs out of cache, nothing is preempted, and the queue head is never
@@ -28,7 +34,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -217,14 +222,7 @@ type Scheduler struct {
 	bs     int
 	blocks int
 
-	mu      sync.Mutex
-	queue   []*request
-	closed  bool
-	started bool
-	closing chan struct{}
-	once    sync.Once
-	done    chan struct{}
-	wake    chan struct{}
+	loop *Loop[*request] // queue, admission order, step accounting, shutdown
 
 	// Owned by Run.
 	active   []*seqState
@@ -238,9 +236,7 @@ type Scheduler struct {
 	logits   []float32
 	cache    *prefixCache // nil when Config.PrefixCache is off
 
-	promptTok, genTok, steps, hitTok  atomic.Uint64
-	lastStep                          atomic.Int64
-	lastTokens, lastSeqs              atomic.Int32
+	promptTok, genTok, hitTok         atomic.Uint64
 	nActive, usedBlocks, cachedBlocks atomic.Int32
 }
 
@@ -280,20 +276,21 @@ func New(m Model, t Text, cfg Config) (*Scheduler, error) {
 	s := &Scheduler{
 		m: m, t: t, cfg: cfg, clock: cfg.Clock, log: cfg.Logger, pool: pool, vocab: vocab,
 		bs: pool.BlockSize(), blocks: pool.Blocks(),
-		closing: make(chan struct{}), done: make(chan struct{}), wake: make(chan struct{}, 1),
 		active: make([]*seqState, 0, cfg.MaxActive),
 		toks:   make([]int32, 0, cfg.StepTokens),
 		out:    make([]int32, 0, cfg.MaxActive),
 		rows:   make([]*seqState, 0, cfg.MaxActive),
 		part:   make([]*seqState, 0, cfg.MaxActive),
 		logits: make([]float32, cfg.MaxActive*vocab),
-		queue:  make([]*request, 0, cfg.MaxQueue),
 	}
 	if s.clock == nil {
 		s.clock = time.Now
 	}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
+	var err error
+	s.loop, err = NewLoop[*request]((*llmWork)(s), LoopConfig{MaxQueue: cfg.MaxQueue, Clock: s.clock,
+		Logger: cfg.Logger, Name: "sched step", OnStep: cfg.OnStep})
+	if err != nil {
+		return nil, err
 	}
 	if cfg.PrefixCache {
 		s.cache = newPrefixCache(s.bs)
@@ -307,23 +304,16 @@ func New(m Model, t Text, cfg Config) (*Scheduler, error) {
 	return s, nil
 }
 
-func (s *Scheduler) wakeup() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
+func (s *Scheduler) wakeup() { s.loop.Wake() }
 
 // Stats returns a snapshot of the scheduler's counters. Safe to call from any goroutine.
 func (s *Scheduler) Stats() Stats {
-	s.mu.Lock()
-	q := len(s.queue)
-	s.mu.Unlock()
+	l := s.loop.Stats()
 	used := int(s.usedBlocks.Load())
 	return Stats{
-		Queued: q, Active: int(s.nActive.Load()), KVBlocksUsed: used, KVBlocksFree: s.blocks - used,
-		PromptTokens: s.promptTok.Load(), GeneratedTokens: s.genTok.Load(), Steps: s.steps.Load(),
-		LastStep: time.Duration(s.lastStep.Load()), LastBatchTokens: int(s.lastTokens.Load()), LastBatchSeqs: int(s.lastSeqs.Load()),
+		Queued: l.Queued, Active: int(s.nActive.Load()), KVBlocksUsed: used, KVBlocksFree: s.blocks - used,
+		PromptTokens: s.promptTok.Load(), GeneratedTokens: s.genTok.Load(), Steps: l.Steps,
+		LastStep: l.LastStep, LastBatchTokens: l.LastBatchTokens, LastBatchSeqs: l.LastBatchSeqs,
 		PrefixHitTokens: s.hitTok.Load(), CachedBlocks: int(s.cachedBlocks.Load()),
 	}
 }
@@ -410,91 +400,43 @@ func (s *Scheduler) Submit(ctx context.Context, r *Request) (*Stream, error) {
 			}
 		})
 	}
-	s.mu.Lock()
-	if s.closed || len(s.queue) >= s.cfg.MaxQueue {
-		closed := s.closed
-		s.mu.Unlock()
+	if err := s.loop.Enqueue(q); err != nil {
 		if st.stopCtx != nil {
 			st.stopCtx()
 		}
-		if closed {
-			return nil, ErrClosed
-		}
-		return nil, ErrQueueFull
+		return nil, err
 	}
-	s.queue = append(s.queue, q)
-	s.mu.Unlock()
-	s.wakeup()
 	return st, nil
 }
 
 // Close stops accepting requests, ends those queued or in flight (Reason "cancelled") and waits
 // for Run to return.
-func (s *Scheduler) Close() error {
-	s.mu.Lock()
-	s.closed = true
-	started := s.started
-	s.mu.Unlock()
-	s.once.Do(func() { close(s.closing) })
-	if started {
-		<-s.done
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, r := range s.queue {
-		s.endRequest(r, ReasonCancelled, nil)
-	}
-	clear(s.queue)
-	s.queue = s.queue[:0]
-	return nil
-}
+func (s *Scheduler) Close() error { return s.loop.Close() }
 
 // Run is the step loop; it returns nil after Close, or ctx.Err() when ctx is done (ending every
 // request with Reason "cancelled" and refusing new ones). It may be called once.
-func (s *Scheduler) Run(ctx context.Context) error {
-	s.mu.Lock()
-	if s.started {
-		s.mu.Unlock()
-		return errors.New("sched: Run called twice")
+func (s *Scheduler) Run(ctx context.Context) error { return s.loop.Run(ctx) }
+
+// llmWork is the Scheduler as the Work its Loop steps.
+type llmWork Scheduler
+
+func (w *llmWork) Reap(now time.Time)                       { (*Scheduler)(w).reap(now) }
+func (w *llmWork) Admit(r *request) bool                    { return (*Scheduler)(w).admit(r) }
+func (w *llmWork) Step(time.Time) (seqs, toks int, ok bool) { return (*Scheduler)(w).step() }
+func (w *llmWork) Abort(r *request)                         { (*Scheduler)(w).endRequest(r, ReasonCancelled, nil) }
+func (w *llmWork) Shutdown()                                { (*Scheduler)(w).shutdown() }
+
+func (w *llmWork) Expire(r *request, now time.Time) bool {
+	why := expired(r, now)
+	if why == decode.NotStopped {
+		return false
 	}
-	if s.closed {
-		s.mu.Unlock()
-		return ErrClosed
-	}
-	s.started = true
-	s.mu.Unlock()
-	defer close(s.done)
-	for {
-		select {
-		case <-ctx.Done():
-			s.shutdown()
-			return ctx.Err()
-		case <-s.closing:
-			s.shutdown()
-			return nil
-		default:
-		}
-		if s.step() {
-			continue
-		}
-		select {
-		case <-s.wake:
-		case <-ctx.Done():
-		case <-s.closing:
-		}
-	}
+	(*Scheduler)(w).endRequest(r, why, nil)
+	return true
 }
 
+// shutdown ends every admitted request; the Loop has ended the queued ones.
 func (s *Scheduler) shutdown() {
-	s.mu.Lock()
-	s.closed = true
-	for _, r := range s.queue {
-		s.endRequest(r, ReasonCancelled, nil)
-	}
-	clear(s.queue)
-	s.queue = s.queue[:0]
-	s.mu.Unlock()
 	for _, q := range s.active {
 		if !q.done {
 			s.endRequest(q.r, ReasonCancelled, nil)
@@ -521,14 +463,12 @@ func expired(r *request, now time.Time) decode.StopReason {
 	return decode.NotStopped
 }
 
-// step runs one scheduling step and reports whether it did any work.
-func (s *Scheduler) step() bool {
-	start := s.clock()
-	s.reap(start)
-	s.admit()
+// step runs one forward pass over every admitted sequence (the Loop has reaped and admitted)
+// and reports the sequences and tokens of its batch, and whether there was anything to run.
+func (s *Scheduler) step() (seqs, tokens int, busy bool) {
 	if len(s.active) == 0 {
 		s.publish()
-		return false
+		return 0, 0, false
 	}
 	s.bb.Reset()
 	s.toks, s.out, s.rows, s.part = s.toks[:0], s.out[:0], s.rows[:0], s.part[:0]
@@ -559,7 +499,7 @@ func (s *Scheduler) step() bool {
 	}
 	if len(s.toks) == 0 {
 		s.publish()
-		return false
+		return 0, 0, false
 	}
 	logits := s.logits[:len(s.out)*s.vocab]
 	if err := s.m.Forward(s.toks, s.bb.Batch(), s.out, logits); err != nil {
@@ -568,8 +508,7 @@ func (s *Scheduler) step() bool {
 				s.endRequest(q.r, ReasonError, err)
 			}
 		}
-		s.finishStep(start)
-		return true
+		return s.finishStep()
 	}
 	for _, q := range s.part {
 		if err := q.kv.Advance(q.nfeed); err != nil {
@@ -595,8 +534,7 @@ func (s *Scheduler) step() bool {
 		}
 		s.sample(q, logits[i*s.vocab:(i+1)*s.vocab])
 	}
-	s.finishStep(start)
-	return true
+	return s.finishStep()
 }
 
 // add puts k tokens of q into the batch being built; room was reserved at admission.
@@ -607,20 +545,10 @@ func (s *Scheduler) add(q *seqState, k int) {
 	s.part = append(s.part, q)
 }
 
-func (s *Scheduler) finishStep(start time.Time) {
+func (s *Scheduler) finishStep() (seqs, tokens int, busy bool) {
 	s.compact()
-	s.steps.Add(1)
-	s.lastTokens.Store(int32(len(s.toks)))
-	s.lastSeqs.Store(int32(len(s.part)))
-	d := s.clock().Sub(start)
-	s.lastStep.Store(int64(d))
 	s.publish()
-	if s.cfg.OnStep != nil {
-		s.cfg.OnStep(d, len(s.part), len(s.toks))
-	}
-	if s.log.Enabled(context.Background(), LevelTrace) {
-		s.log.Log(context.Background(), LevelTrace, "sched step", "tokens", len(s.toks), "seqs", len(s.part), "rows", len(s.out), "took", d)
-	}
+	return len(s.part), len(s.toks), true
 }
 
 func (s *Scheduler) publish() {
@@ -648,21 +576,8 @@ func (s *Scheduler) compact() {
 	s.active = s.active[:j]
 }
 
-// reap ends the requests that were cancelled or ran past their deadline, queued or active.
+// reap ends the admitted requests that were cancelled or ran past their deadline.
 func (s *Scheduler) reap(now time.Time) {
-	s.mu.Lock()
-	j := 0
-	for _, r := range s.queue {
-		if why := expired(r, now); why != decode.NotStopped {
-			s.endRequest(r, why, nil)
-			continue
-		}
-		s.queue[j] = r
-		j++
-	}
-	clear(s.queue[j:])
-	s.queue = s.queue[:j]
-	s.mu.Unlock()
 	for _, q := range s.active {
 		if q.done {
 			continue
@@ -674,54 +589,47 @@ func (s *Scheduler) reap(now time.Time) {
 	s.compact()
 }
 
-// admit moves requests from the head of the queue into the active set while their blocks are
-// free (or held by the prefix cache alone) and MaxActive allows.
-func (s *Scheduler) admit() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for len(s.queue) > 0 {
-		r := s.queue[0]
-		if s.nseqs+r.n > s.cfg.MaxActive {
-			return
-		}
-		var hit *node
-		shared := 0 // blocks taken from the cache
-		avail := s.pool.FreeBlocks() - s.promised
-		if s.cache != nil {
-			hit, shared = s.cache.match(r.prompt)
-			avail += s.cache.idle - idleOn(hit)
-		}
-		need := r.blocks - shared
-		if avail < need {
-			return
-		}
-		copy(s.queue, s.queue[1:])
-		s.queue[len(s.queue)-1] = nil
-		s.queue = s.queue[:len(s.queue)-1]
-		s.nseqs += r.n
-		q := r.seqs[0]
-		if s.cache != nil {
-			s.cache.pin(hit) // before evicting, so that the shared blocks stay
-			for s.pool.FreeBlocks()-s.promised < need && s.cache.evict() {
-			}
-		}
-		if hit != nil {
-			q.kv = s.cache.share(hit)
-			q.pin = hit
-			s.hitTok.Add(uint64(q.kv.Len()))
-		} else {
-			q.kv = s.pool.NewSeq(r.length)
-		}
-		if err := q.kv.Reserve(r.length - q.kv.Len()); err != nil {
-			// Unreachable: the free and reclaimable blocks were counted above.
-			s.endRequest(r, ReasonError, err)
-			continue
-		}
-		q.feed = r.prompt[q.kv.Len():]
-		r.promised = (r.n - 1) * r.childOwn
-		s.promised += r.promised
-		s.active = append(s.active, q)
+// admit moves r, at the head of the queue, into the active set if its blocks are free (or held
+// by the prefix cache alone) and MaxActive allows, and reports whether it did.
+func (s *Scheduler) admit(r *request) bool {
+	if s.nseqs+r.n > s.cfg.MaxActive {
+		return false
 	}
+	var hit *node
+	shared := 0 // blocks taken from the cache
+	avail := s.pool.FreeBlocks() - s.promised
+	if s.cache != nil {
+		hit, shared = s.cache.match(r.prompt)
+		avail += s.cache.idle - idleOn(hit)
+	}
+	need := r.blocks - shared
+	if avail < need {
+		return false
+	}
+	s.nseqs += r.n
+	q := r.seqs[0]
+	if s.cache != nil {
+		s.cache.pin(hit) // before evicting, so that the shared blocks stay
+		for s.pool.FreeBlocks()-s.promised < need && s.cache.evict() {
+		}
+	}
+	if hit != nil {
+		q.kv = s.cache.share(hit)
+		q.pin = hit
+		s.hitTok.Add(uint64(q.kv.Len()))
+	} else {
+		q.kv = s.pool.NewSeq(r.length)
+	}
+	if err := q.kv.Reserve(r.length - q.kv.Len()); err != nil {
+		// Unreachable: the free and reclaimable blocks were counted above.
+		s.endRequest(r, ReasonError, err)
+		return true
+	}
+	q.feed = r.prompt[q.kv.Len():]
+	r.promised = (r.n - 1) * r.childOwn
+	s.promised += r.promised
+	s.active = append(s.active, q)
+	return true
 }
 
 // forkChildren gives sequences 1..n-1 of r the first r.fork positions of sequence 0 and the rest

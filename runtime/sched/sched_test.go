@@ -371,7 +371,7 @@ func TestCloseInFlight(t *testing.T) {
 	m.hook = func(call int) {
 		if call == 3 {
 			go func() { closed <- h.s.Close() }()
-			<-h.s.closing
+			<-h.s.loop.closing
 		}
 	}
 	var sts []*Stream

@@ -297,6 +297,36 @@ func TestSpeechOnlyServer(t *testing.T) {
 	}
 }
 
+// TestSpeechMetrics: a speech model's engine reports through /metrics the scheduler figures the
+// language models report (queue, active, KV blocks, steps, last batch).
+func TestSpeechMetrics(t *testing.T) {
+	h := newSpeechHarness(t, Config{})
+	ct, body := form(wavBytes(jfk(t, 1)), "audio/wav", field{"model", "whisper-tiny"})
+	if code, b, _ := post(t, h.srv.URL+"/v1/audio/transcriptions", ct, body); code != 200 {
+		t.Fatalf("transcription: %d %s", code, b)
+	}
+	resp, err := http.Get(h.srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	text := string(b)
+	steps := regexp.MustCompile(`(?m)^parley_steps_total\{model="whisper-tiny"\} (\d+)$`).FindStringSubmatch(text)
+	if steps == nil || steps[1] == "0" {
+		t.Errorf("no steps counted for the speech model: %v", steps)
+	}
+	for _, name := range []string{`parley_queue_depth{model="whisper-tiny"} 0`, `parley_kv_blocks_free{model="whisper-tiny"}`,
+		`parley_batch_size{model="whisper-tiny"}`, `parley_step_duration_seconds{model="whisper-tiny"}`} {
+		if !strings.Contains(text, name) {
+			t.Errorf("metrics lack %s", name)
+		}
+	}
+	if t.Failed() {
+		t.Log(text)
+	}
+}
+
 // TestTranscriptionBadInput: each bad request gets its 4xx in the API's error shape, and the
 // server goes on serving.
 func TestTranscriptionBadInput(t *testing.T) {

@@ -23,7 +23,7 @@ type metrics struct {
 	streams   prometheus.Gauge
 }
 
-func newMetrics(models []*served) *metrics {
+func newMetrics(models []*served, speech []*speechServed) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -59,7 +59,7 @@ func newMetrics(models []*served) *metrics {
 		}),
 	}
 	m.reg.MustRegister(m.requests, m.duration, m.ttft, m.itl, m.prompt, m.generated, m.audioSec, m.asrTime, m.streams,
-		&schedCollector{models: models},
+		&schedCollector{models: models, speech: speech},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m
@@ -78,9 +78,14 @@ var (
 	descSGen      = prometheus.NewDesc("parley_sched_generated_tokens_total", "Tokens sampled by the scheduler.", []string{"model"}, nil)
 )
 
-// schedCollector reads each scheduler's Stats at scrape time. The scheduler keeps only its last
-// step's duration and batch size, so those are gauges, not histograms.
-type schedCollector struct{ models []*served }
+// schedCollector reads each scheduler's Stats at scrape time, the language models' and the speech
+// models' engines alike (for those, active sequences are transcriptions in flight and the KV
+// blocks are the decoder's). A scheduler keeps only its last step's duration and batch size, so
+// those are gauges, not histograms; StepMetrics has the histograms.
+type schedCollector struct {
+	models []*served
+	speech []*speechServed
+}
 
 func (c *schedCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descQueue, descActive, descKVUsed, descKVFree, descSteps, descStep, descBatchTok, descBatchSeqs, descSPrompt, descSGen} {
@@ -107,5 +112,19 @@ func (c *schedCollector) Collect(ch chan<- prometheus.Metric) {
 		g(descBatchSeqs, float64(st.LastBatchSeqs))
 		cn(descSPrompt, float64(st.PromptTokens))
 		cn(descSGen, float64(st.GeneratedTokens))
+	}
+	for _, m := range c.speech {
+		st := m.Engine.Stats()
+		g := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, m.Name)
+		}
+		g(descQueue, float64(st.Queued))
+		g(descActive, float64(st.Active))
+		g(descKVUsed, float64(st.KVBlocksUsed))
+		g(descKVFree, float64(st.KVBlocksFree))
+		ch <- prometheus.MustNewConstMetric(descSteps, prometheus.CounterValue, float64(st.Steps), m.Name)
+		g(descStep, st.LastStep.Seconds())
+		g(descBatchTok, float64(st.LastBatchTokens))
+		g(descBatchSeqs, float64(st.LastBatchSeqs))
 	}
 }

@@ -153,7 +153,7 @@ func New(cfg Config, models []*Model) (*Server, error) {
 	if err := s.addSpeech(); err != nil {
 		return nil, err
 	}
-	s.metrics = newMetrics(s.models)
+	s.metrics = newMetrics(s.models, s.speech)
 	if cfg.Steps != nil {
 		if err := registerAll(s.metrics.reg, cfg.Steps.collectors()); err != nil {
 			return nil, err

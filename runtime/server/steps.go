@@ -8,7 +8,8 @@ import (
 
 // StepMetrics records every scheduler step in histograms: its duration, and the sequences and
 // tokens of its batch. Make it before the schedulers, give each scheduler OnStep(name) as its
-// sched.Config.OnStep, and pass it to the server in Config.Steps, which registers it.
+// sched.Config.OnStep (a speech engine's whisper.EngineConfig.OnStep), and pass it to the server
+// in Config.Steps, which registers it.
 type StepMetrics struct {
 	dur, seqs, toks *prometheus.HistogramVec
 }
@@ -17,7 +18,7 @@ type StepMetrics struct {
 func NewStepMetrics() *StepMetrics {
 	return &StepMetrics{
 		dur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "parley_step_seconds", Help: "Duration of each scheduler step (one batched forward pass and its sampling).",
+			Name: "parley_step_seconds", Help: "Duration of each scheduler step: one batched forward pass and its sampling (for a speech model, plus the window it encoded, if any).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}, []string{"model"}),
 		seqs: prometheus.NewHistogramVec(prometheus.HistogramOpts{

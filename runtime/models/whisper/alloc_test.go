@@ -34,14 +34,14 @@ func TestStepAllocs(t *testing.T) {
 		e.admit(j)
 	}
 	for range 8 { // encode both windows, feed the prompts, take the first steps
-		e.step()
+		e.loop.Step()
 	}
 	for _, j := range e.active {
 		if j.ph != phDecode || j.err != nil {
 			t.Fatalf("job in phase %d, error %v", j.ph, j.err)
 		}
 	}
-	if a := testing.AllocsPerRun(20, e.step); a != 0 {
+	if a := testing.AllocsPerRun(20, func() { e.loop.Step() }); a != 0 {
 		t.Errorf("%v allocations per engine step, want 0", a)
 	}
 }

@@ -6,12 +6,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/parleyhq/parley/runtime/audio"
 	"github.com/parleyhq/parley/runtime/kvcache"
+	"github.com/parleyhq/parley/runtime/sched"
 )
 
 // ErrQueueFull is returned when the engine's queue is full; the caller may retry later.
@@ -29,11 +32,19 @@ type EngineConfig struct {
 	MaxQueue int
 	// MelThreads computes features with this many goroutines per request (default 2).
 	MelThreads int
+	// OnStep, if set, is called after each step with its duration and the hypotheses and tokens
+	// of its decoder batch (see sched.LoopConfig.OnStep).
+	OnStep func(d time.Duration, seqs, tokens int)
+	// Logger receives per-step records at sched.LevelTrace only; default discards.
+	Logger *slog.Logger
 }
 
-// Engine transcribes many requests at once: one goroutine steps every active transcription's
-// hypotheses through the decoder in one batched forward per step, and encodes each request's
-// next window when it gets there. Requests' features are computed by their own goroutines.
+// Engine transcribes many requests at once. It is scheduled by the machinery that schedules
+// language models (sched.Loop): a bounded FIFO queue, admission from its head while fewer than
+// MaxActive transcriptions run, cancellation at step boundaries, per-step metrics. Each step
+// encodes at most one window (round robin over the transcriptions that need one) and steps every
+// active transcription's hypotheses through the decoder in one batched forward. Requests'
+// features are computed by their own goroutines.
 type Engine struct {
 	m   *Model
 	cfg EngineConfig
@@ -45,11 +56,9 @@ type Engine struct {
 	nonSpeech      []int32
 	nMax           int // tokens sampled per window: n_text_ctx/2 - 4
 
-	queue chan *job
-	stop  chan struct{}
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	shut  bool
+	loop *sched.Loop[*job]
+	mu   sync.Mutex
+	shut bool
 
 	// step state, owned by the loop goroutine
 	active    []*job
@@ -72,7 +81,6 @@ type Engine struct {
 
 	freeBlocks atomic.Int64 // cache blocks free after the last step
 	nActive    atomic.Int64 // transcriptions being decoded
-	queued     atomic.Int64 // transcriptions waiting
 
 	// beamTrace, when set (tests), sees every beam-search step's live hypotheses.
 	beamTrace func(step int, hyps []*hyp)
@@ -94,8 +102,14 @@ func NewEngine(m *Model, cfg EngineConfig) (*Engine, error) {
 		return nil, err
 	}
 	maxSeqs := cfg.MaxActive * MaxDecoders
-	e := &Engine{m: m, cfg: cfg, tok: tok, nMax: m.TextCtx/2 - 4,
-		queue: make(chan *job, cfg.MaxQueue+cfg.MaxActive), stop: make(chan struct{})}
+	e := &Engine{m: m, cfg: cfg, tok: tok, nMax: m.TextCtx/2 - 4}
+	// Requests wait in the loop's queue until its next step admits them, so it holds MaxActive
+	// more than MaxQueue.
+	e.loop, err = sched.NewLoop[*job]((*engineWork)(e), sched.LoopConfig{MaxQueue: cfg.MaxQueue + cfg.MaxActive,
+		Logger: cfg.Logger, Name: "whisper step", OnStep: cfg.OnStep})
+	if err != nil {
+		return nil, err
+	}
 	e.enc, err = m.NewEncoder()
 	if err != nil {
 		return nil, err
@@ -114,8 +128,7 @@ func NewEngine(m *Model, cfg EngineConfig) (*Engine, error) {
 	e.suppressAlways = tok.suppressed()
 	e.nonSpeech = tok.nonSpeech()
 	if !noLoop {
-		e.wg.Add(1)
-		go e.loop()
+		go e.loop.Run(context.Background())
 	}
 	return e, nil
 }
@@ -137,9 +150,8 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	e.shut = true
-	close(e.stop)
 	e.mu.Unlock()
-	e.wg.Wait()
+	e.loop.Close()
 	var errs []error
 	for _, c := range e.crosses {
 		errs = append(errs, c.Close())
@@ -188,20 +200,12 @@ func (e *Engine) submit(ctx context.Context, samples []float32, p Params, onSegm
 	if detect && j.ph == phDone {
 		return nil, fmt.Errorf("whisper: %w: audio too short to detect its language", ErrBadRequest)
 	}
-	e.mu.Lock()
-	if e.shut {
-		e.mu.Unlock()
+	switch err := e.loop.Enqueue(j); {
+	case errors.Is(err, sched.ErrQueueFull):
+		return nil, ErrQueueFull
+	case err != nil:
 		return nil, ErrClosed
 	}
-	e.queued.Add(1)
-	select {
-	case e.queue <- j:
-	default:
-		e.queued.Add(-1)
-		e.mu.Unlock()
-		return nil, ErrQueueFull
-	}
-	e.mu.Unlock()
 	select {
 	case <-j.done:
 	case <-ctx.Done():
@@ -277,40 +281,38 @@ func (e *Engine) ResolveLanguage(lang string) (tok int32, code string, err error
 // ErrBadRequest marks errors caused by the request's parameters.
 var ErrBadRequest = errors.New("bad request")
 
-func (e *Engine) loop() {
-	defer e.wg.Done()
-	for {
-		if len(e.active) == 0 {
-			select {
-			case j := <-e.queue:
-				e.admit(j)
-			case <-e.stop:
-				e.drain()
-				return
-			}
-		}
-		for len(e.active) < e.cfg.MaxActive {
-			select {
-			case j := <-e.queue:
-				e.admit(j)
-				continue
-			default:
-			}
-			break
-		}
-		select {
-		case <-e.stop:
-			e.drain()
-			return
-		default:
-		}
-		e.step()
+// engineWork is the Engine as the Work its loop steps (sched.Work).
+type engineWork Engine
+
+func (w *engineWork) Reap(time.Time)                             { (*Engine)(w).reap() }
+func (w *engineWork) Step(time.Time) (seqs, toks int, busy bool) { return (*Engine)(w).step() }
+func (w *engineWork) Shutdown()                                  { (*Engine)(w).shutdown() }
+
+func (w *engineWork) Admit(j *job) bool {
+	e := (*Engine)(w)
+	if len(e.active) >= e.cfg.MaxActive {
+		return false
 	}
+	e.admit(j)
+	return true
+}
+
+func (w *engineWork) Expire(j *job, _ time.Time) bool {
+	if j.ctx.Err() == nil {
+		return false
+	}
+	j.admitted.Store(true)
+	(*Engine)(w).finish(j, nil)
+	return true
+}
+
+func (w *engineWork) Abort(j *job) {
+	j.admitted.Store(true)
+	(*Engine)(w).finish(j, ErrClosed)
 }
 
 func (e *Engine) admit(j *job) {
 	j.admitted.Store(true)
-	e.queued.Add(-1)
 	if j.ph == phDone || j.ctx.Err() != nil {
 		e.finish(j, nil)
 		return
@@ -318,21 +320,14 @@ func (e *Engine) admit(j *job) {
 	e.active = append(e.active, j)
 }
 
-func (e *Engine) drain() {
+// shutdown fails every active transcription with ErrClosed.
+func (e *Engine) shutdown() {
 	for _, j := range e.active {
 		e.finish(j, ErrClosed)
 	}
+	clear(e.active)
 	e.active = e.active[:0]
-	for {
-		select {
-		case j := <-e.queue:
-			j.admitted.Store(true)
-			e.queued.Add(-1)
-			e.finish(j, ErrClosed)
-		default:
-			return
-		}
-	}
+	e.nActive.Store(0)
 }
 
 // finish releases a job's cache blocks and window and wakes its caller.
@@ -362,13 +357,29 @@ func (e *Engine) FreeBlocks() (free, total int) {
 
 // Load reports the transcriptions being decoded and those waiting.
 func (e *Engine) Load() (active, queued int) {
-	return int(e.nActive.Load()), int(e.queued.Load())
+	return int(e.nActive.Load()), e.loop.Queued()
 }
 
-// step advances every active transcription: encodes windows that need it, then runs one batched
-// decoder forward over all hypotheses and processes its logits.
-func (e *Engine) step() {
-	// Drop finished and cancelled jobs.
+// Stats is a snapshot of an Engine's counters, for metrics.
+type Stats struct {
+	Queued, Active             int // transcriptions waiting, and being decoded
+	KVBlocksUsed, KVBlocksFree int // of the decoder's self-attention cache, as of the last step
+	Steps                      uint64
+	LastStep                   time.Duration
+	LastBatchSeqs              int // hypotheses in the last decoder batch
+	LastBatchTokens            int
+}
+
+// Stats returns a snapshot of the engine's counters. Safe from any goroutine.
+func (e *Engine) Stats() Stats {
+	l := e.loop.Stats()
+	free, total := e.FreeBlocks()
+	return Stats{Queued: l.Queued, Active: int(e.nActive.Load()), KVBlocksUsed: total - free, KVBlocksFree: free,
+		Steps: l.Steps, LastStep: l.LastStep, LastBatchSeqs: l.LastBatchSeqs, LastBatchTokens: l.LastBatchTokens}
+}
+
+// reap ends the transcriptions that are finished or whose context is done.
+func (e *Engine) reap() {
 	k := 0
 	for _, j := range e.active {
 		if err := j.ctx.Err(); err != nil {
@@ -384,7 +395,16 @@ func (e *Engine) step() {
 	}
 	clear(e.active[k:])
 	e.active = e.active[:k]
-	e.nActive.Store(int64(k))
+}
+
+// step advances every active transcription: encodes a window that needs it, then runs one
+// batched decoder forward over all hypotheses and processes its logits. It reports the
+// hypotheses and tokens of the decoder batch, and false when no transcription is active.
+func (e *Engine) step() (seqs, tokens int, busy bool) {
+	e.nActive.Store(int64(len(e.active)))
+	if len(e.active) == 0 {
+		return 0, 0, false
+	}
 	// One window is encoded per step, so that transcriptions that are decoding keep stepping
 	// while others wait for their encoder (a window costs about as much as tens of decode steps).
 	for i := range e.active {
@@ -435,14 +455,14 @@ func (e *Engine) step() {
 				e.endWindow(j)
 			}
 		}
-		return
+		return 0, 0, true
 	}
 	lg := e.logits[:len(e.outRows)*e.m.NVocab]
 	if err := e.dec.Forward(e.toks, e.bb.Batch(), e.cross, e.outRows, lg); err != nil {
 		for _, j := range e.active {
 			j.err, j.ph = err, phDone
 		}
-		return
+		return len(e.owners), len(e.toks), true
 	}
 	for _, h := range e.owners {
 		h.seq.Advance(len(h.pending))
@@ -458,6 +478,7 @@ func (e *Engine) step() {
 			e.afterStep(j)
 		}
 	}
+	return len(e.owners), len(e.toks), true
 }
 
 func (e *Engine) row(h *hyp) []float32 {
