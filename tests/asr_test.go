@@ -38,7 +38,7 @@ func TestServeASR(t *testing.T) {
 	llm := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	short := sharedtest.Path(t, "data/asr/wav/psx-cards-001.wav") // 1.1 s
 	be := asrBackend()
-	srv := startServer(t, "--backend", be, "-m", "stories="+llm, "-m", "whisper="+whisperModel, "--asr-parallel", "2")
+	srv := startServer(t, "--backend", be, "-m", "stories="+llm, "-m", "whisper="+whisperModel, "--asr-parallel", "2", "--asr-encode-batch", "2")
 
 	cli := parley(t, "", "transcribe", "--backend", be, "-m", whisperModel, short)
 	if cli.code != 0 {

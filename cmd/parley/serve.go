@@ -66,6 +66,7 @@ func runServe(e *env, args []string) error {
 	kvType := fs.String("kv-type", envDefault("PARLEY_KV_TYPE", "f16"), "KV cache type: f16 or f32")
 	asrParallel := fs.Int("asr-parallel", envInt("PARLEY_ASR_PARALLEL", 4), "most transcriptions decoded together per speech model")
 	asrQueue := fs.Int("asr-queue", envInt("PARLEY_ASR_QUEUE", 16), "waiting transcriptions per speech model beyond which requests get 429")
+	asrEncode := fs.Int("asr-encode-batch", envInt("PARLEY_ASR_ENCODE_BATCH", 1), "most audio windows encoded in one batched encoder call per step (1..--asr-parallel; more pays on a GPU, not on a CPU)")
 	maxAudio := fs.Int64("max-audio-body", int64(envInt("PARLEY_MAX_AUDIO_BODY", 25<<20)), "largest audio upload in bytes")
 	maxAudioDur := fs.Duration("max-audio-duration", 2*time.Hour, "longest audio accepted for transcription ($PARLEY_MAX_AUDIO_DURATION)")
 	maxStreams := fs.Int("max-streams", envInt("PARLEY_MAX_STREAMS", 16), "live transcription sessions (/v1/audio/stream) open at once")
@@ -97,8 +98,8 @@ func runServe(e *env, args []string) error {
 	if *parallel < 1 || *step < 1 || *queue < 0 || *ctxLen < 0 || *kvMiB < 0 || *maxBody < 1 {
 		return usagef("--parallel, --step-tokens and --max-body must be positive; --queue, --ctx and --kv-mem not negative")
 	}
-	if *asrParallel < 1 || *asrQueue < 0 || *maxAudio < 1 || *maxAudioDur <= 0 || *maxStreams < 1 {
-		return usagef("--asr-parallel, --max-audio-body, --max-audio-duration and --max-streams must be positive; --asr-queue not negative")
+	if *asrParallel < 1 || *asrQueue < 0 || *maxAudio < 1 || *maxAudioDur <= 0 || *maxStreams < 1 || *asrEncode < 1 || *asrEncode > *asrParallel {
+		return usagef("--asr-parallel, --max-audio-body, --max-audio-duration and --max-streams must be positive; --asr-queue not negative; --asr-encode-batch 1..--asr-parallel")
 	}
 	kv, err := tensor.ParseDType(*kvType)
 	if err != nil || (kv != tensor.F16 && kv != tensor.F32) {
@@ -191,7 +192,7 @@ func runServe(e *env, args []string) error {
 				return fmt.Errorf("%s: %w", sp.name, err)
 			}
 			closers = append(closers, func() { wm.Close() })
-			we, err := whisper.NewEngine(wm, whisper.EngineConfig{MaxActive: *asrParallel, MaxQueue: *asrQueue,
+			we, err := whisper.NewEngine(wm, whisper.EngineConfig{MaxActive: *asrParallel, MaxQueue: *asrQueue, EncodeBatch: *asrEncode,
 				OnStep: steps.OnStep(sp.name), Logger: logger.With("model", sp.name)})
 			if err != nil {
 				hs.Close()

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -116,31 +117,42 @@ var benchShapes = []struct {
 	vocab string
 }{{ggml.Tiny, "tiny.en"}, {ggml.Base, "base.en"}}
 
-// BenchmarkEncoder reports the time to encode one 30-second window.
+// BenchmarkEncoder reports the time to encode one 30-second window, alone (windows=1) and in
+// batched calls of 4 windows.
 func BenchmarkEncoder(b *testing.B) {
 	for _, s := range benchShapes {
-		b.Run(s.shape.Name, func(b *testing.B) {
-			m, err := whisper.Open(benchBackend(b), synthModel(b, s.shape, s.vocab))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer m.Close()
-			enc, _ := m.NewEncoder()
-			defer enc.Close()
-			cross, _ := m.NewCross()
-			defer cross.Close()
-			mel := make([]float32, m.Mels*whisper.WindowFrames)
-			for i := range mel {
-				mel[i] = float32(i%97) / 97
-			}
-			b.ResetTimer()
-			for range b.N {
-				if err := enc.Encode(mel, cross, nil); err != nil {
+		for _, n := range []int{1, 4} {
+			b.Run(fmt.Sprintf("%s/windows=%d", s.shape.Name, n), func(b *testing.B) {
+				m, err := whisper.Open(benchBackend(b), synthModel(b, s.shape, s.vocab))
+				if err != nil {
 					b.Fatal(err)
 				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/window")
-		})
+				defer m.Close()
+				enc, err := m.NewBatchEncoder(n)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer enc.Close()
+				mels, outs := make([][]float32, n), make([]*whisper.Cross, n)
+				for i := range n {
+					if outs[i], err = m.NewCross(); err != nil {
+						b.Fatal(err)
+					}
+					defer outs[i].Close()
+					mels[i] = make([]float32, m.Mels*whisper.WindowFrames)
+					for k := range mels[i] {
+						mels[i][k] = float32((k+i)%97) / 97
+					}
+				}
+				b.ResetTimer()
+				for range b.N {
+					if err := enc.EncodeBatch(mels, outs); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N*n), "ms/window")
+			})
+		}
 	}
 }
 
@@ -185,7 +197,9 @@ func BenchmarkTranscribe(b *testing.B) {
 }
 
 // BenchmarkConcurrent transcribes 8 recordings at once through one engine (their decoder steps
-// batched) and reports the aggregate speed-up over transcribing them one after another.
+// batched) and reports the aggregate speed-up over transcribing them one after another: with
+// one window encoded per step (speedup), and with up to 8 windows in one encoder call
+// (speedup-enc8).
 func BenchmarkConcurrent(b *testing.B) {
 	recs, secs := recordings(b, 8)
 	s := benchShapes[0]
@@ -196,8 +210,8 @@ func BenchmarkConcurrent(b *testing.B) {
 	defer m.Close()
 	p := whisper.DefaultParams()
 	p.Language, p.NoTimestamps, p.TemperatureInc = "en", true, 0
-	run := func(active int) time.Duration {
-		eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: active, MaxQueue: len(recs)})
+	run := func(active, encodeBatch int) time.Duration {
+		eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: active, MaxQueue: len(recs), EncodeBatch: encodeBatch})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -216,12 +230,14 @@ func BenchmarkConcurrent(b *testing.B) {
 		wg.Wait()
 		return time.Since(start)
 	}
-	var one, eight time.Duration
+	var one, eight, eightEnc time.Duration
 	for range b.N {
-		one += run(1)
-		eight += run(8)
+		one += run(1, 1)
+		eight += run(8, 1)
+		eightEnc += run(8, 8)
 	}
 	b.ReportMetric(one.Seconds()/eight.Seconds(), "speedup")
+	b.ReportMetric(one.Seconds()/eightEnc.Seconds(), "speedup-enc8")
 	b.ReportMetric(secs*float64(b.N)/eight.Seconds(), "audio-s/s")
 }
 

@@ -40,58 +40,114 @@ func (c *Cross) Close() error {
 	return errors.Join(errs...)
 }
 
-// Encoder runs the audio encoder. It holds scratch for one window; one goroutine uses it at a time.
+// Encoder runs the audio encoder over up to Windows() windows in one batched call: the matrix
+// products, norms and activations run on all the windows' rows at once (weights read once per
+// call), the convolutions' padding, the positional embedding and the self-attention stay per
+// window. It holds scratch for its windows; one goroutine uses it at a time.
 type Encoder struct {
-	m *Model
+	m    *Model
+	nWin int
 
-	mel            backend.Tensor // [3000, mels] time-major
-	col1           backend.Tensor // [3000, 3*mels]
-	h1             backend.Tensor // [3000, S]
-	col2           backend.Tensor // [1500, 3*S]
-	x, xn, q, k, v backend.Tensor // [1500, S]
-	att            backend.Tensor // [1500, S]
-	ff             backend.Tensor // [1500, 4S]
-	k16, v16       backend.Tensor // [1500, S] F16
+	// whole scratch, rows for nWin windows
+	mel            backend.Tensor // [nWin·3000, mels] time-major
+	col1           backend.Tensor // [nWin·3000, 3*mels]
+	h1             backend.Tensor // [nWin·3000, S]
+	col2           backend.Tensor // [nWin·1500, 3*S]
+	x, xn, q, k, v backend.Tensor // [nWin·1500, S]
+	att            backend.Tensor // [nWin·1500, S]
+	ff             backend.Tensor // [nWin·1500, 4S]
+	k16, v16       backend.Tensor // [nWin·1500, S] F16
 	attn           backend.Attn
 
-	melT    []float32 // host buffer for the transposed mel
+	win []encViews // win[i]: window i's rows
+	all []encViews // all[n-1]: the rows of windows 0..n-1
+
+	melT    []float32 // host buffer for one transposed mel window
 	scratch []backend.Tensor
+	views   []backend.Tensor
+	one     [1][]float32
+	oneOut  [1]*Cross
 }
 
-// NewEncoder allocates an encoder's scratch.
-func (m *Model) NewEncoder() (*Encoder, error) {
+// encViews are views of the encoder's scratch over some of its windows' rows.
+type encViews struct {
+	mel, col1, h1, col2, x, xn, q, k, v, att, ff, k16, v16 backend.Tensor
+}
+
+// NewEncoder allocates an encoder's scratch for one window.
+func (m *Model) NewEncoder() (*Encoder, error) { return m.NewBatchEncoder(1) }
+
+// NewBatchEncoder allocates an encoder's scratch for up to windows windows per call (about 40 MB
+// a window for tiny, 55 MB for base).
+func (m *Model) NewBatchEncoder(windows int) (*Encoder, error) {
+	if windows < 1 || windows > 64 {
+		return nil, fmt.Errorf("whisper: %d encoder windows per call, want 1..64", windows)
+	}
 	S, n := m.AudioState, m.AudioCtx
-	e := &Encoder{m: m, melT: make([]float32, WindowFrames*m.Mels),
+	e := &Encoder{m: m, nWin: windows, melT: make([]float32, WindowFrames*m.Mels),
 		attn: backend.Attn{NHead: m.AudioHead, NKVHead: m.AudioHead, HeadDim: S / m.AudioHead, Scale: 1 / sqrt32(float32(S/m.AudioHead))}}
-	for _, s := range []struct {
+	type spec struct {
 		dst        *backend.Tensor
 		dt         tensor.DType
-		rows, cols int
-	}{
-		{&e.mel, tensor.F32, WindowFrames, m.Mels}, {&e.col1, tensor.F32, WindowFrames, 3 * m.Mels},
-		{&e.h1, tensor.F32, WindowFrames, S}, {&e.col2, tensor.F32, n, 3 * S},
-		{&e.x, tensor.F32, n, S}, {&e.xn, tensor.F32, n, S}, {&e.q, tensor.F32, n, S},
-		{&e.k, tensor.F32, n, S}, {&e.v, tensor.F32, n, S}, {&e.att, tensor.F32, n, S},
-		{&e.ff, tensor.F32, n, 4 * S}, {&e.k16, tensor.F16, n, S}, {&e.v16, tensor.F16, n, S},
-	} {
-		t, err := m.be.Alloc(s.dt, s.rows, s.cols)
+		rows, cols int // per window
+		view       func(v *encViews) *backend.Tensor
+	}
+	specs := []spec{
+		{&e.mel, tensor.F32, WindowFrames, m.Mels, func(v *encViews) *backend.Tensor { return &v.mel }},
+		{&e.col1, tensor.F32, WindowFrames, 3 * m.Mels, func(v *encViews) *backend.Tensor { return &v.col1 }},
+		{&e.h1, tensor.F32, WindowFrames, S, func(v *encViews) *backend.Tensor { return &v.h1 }},
+		{&e.col2, tensor.F32, n, 3 * S, func(v *encViews) *backend.Tensor { return &v.col2 }},
+		{&e.x, tensor.F32, n, S, func(v *encViews) *backend.Tensor { return &v.x }},
+		{&e.xn, tensor.F32, n, S, func(v *encViews) *backend.Tensor { return &v.xn }},
+		{&e.q, tensor.F32, n, S, func(v *encViews) *backend.Tensor { return &v.q }},
+		{&e.k, tensor.F32, n, S, func(v *encViews) *backend.Tensor { return &v.k }},
+		{&e.v, tensor.F32, n, S, func(v *encViews) *backend.Tensor { return &v.v }},
+		{&e.att, tensor.F32, n, S, func(v *encViews) *backend.Tensor { return &v.att }},
+		{&e.ff, tensor.F32, n, 4 * S, func(v *encViews) *backend.Tensor { return &v.ff }},
+		{&e.k16, tensor.F16, n, S, func(v *encViews) *backend.Tensor { return &v.k16 }},
+		{&e.v16, tensor.F16, n, S, func(v *encViews) *backend.Tensor { return &v.v16 }},
+	}
+	e.win, e.all = make([]encViews, windows), make([]encViews, windows)
+	for _, s := range specs {
+		t, err := m.be.Alloc(s.dt, windows*s.rows, s.cols)
 		if err != nil {
 			e.Close()
 			return nil, fmt.Errorf("whisper: encoder scratch: %w", err)
 		}
 		*s.dst = t
 		e.scratch = append(e.scratch, t)
+		for i := range windows {
+			for _, w := range []struct {
+				v          *encViews
+				row0, rows int
+			}{{&e.win[i], i * s.rows, s.rows}, {&e.all[i], 0, (i + 1) * s.rows}} {
+				if windows == 1 {
+					*s.view(w.v) = t
+					continue
+				}
+				vt, err := m.be.View(t, w.row0, w.rows)
+				if err != nil {
+					e.Close()
+					return nil, fmt.Errorf("whisper: encoder scratch: %w", err)
+				}
+				*s.view(w.v) = vt
+				e.views = append(e.views, vt)
+			}
+		}
 	}
 	return e, nil
 }
 
+// Windows is the most windows one call encodes.
+func (e *Encoder) Windows() int { return e.nWin }
+
 // Close releases the encoder's scratch.
 func (e *Encoder) Close() error {
 	var errs []error
-	for _, t := range e.scratch {
+	for _, t := range append(e.views, e.scratch...) {
 		errs = append(errs, t.Close())
 	}
-	e.scratch = nil
+	e.scratch, e.views = nil, nil
 	return errors.Join(errs...)
 }
 
@@ -99,126 +155,159 @@ func (e *Encoder) Close() error {
 // features are computed) and stores the cross-attention keys and values of every decoder layer
 // in out. When encOut is not nil it receives the encoder output [1500, S].
 func (e *Encoder) Encode(mel []float32, out *Cross, encOut []float32) error {
-	m, be := e.m, e.m.be
-	if len(mel) != m.Mels*WindowFrames {
-		return fmt.Errorf("whisper: mel window has %d values, want %d×%d", len(mel), m.Mels, WindowFrames)
-	}
-	if out == nil || len(out.k) != m.TextLayer {
-		return errors.New("whisper: Encode needs a Cross made by this model")
-	}
+	m := e.m
 	if encOut != nil && len(encOut) != m.AudioCtx*m.AudioState {
 		return fmt.Errorf("whisper: encoder output buffer holds %d values, want %d", len(encOut), m.AudioCtx*m.AudioState)
 	}
-	for b := 0; b < m.Mels; b++ { // [mels, frames] → [frames, mels]
-		row := mel[b*WindowFrames : (b+1)*WindowFrames]
-		for t, v := range row {
-			e.melT[t*m.Mels+b] = v
-		}
-	}
-	if err := be.Write(e.mel, 0, e.melT); err != nil {
+	e.one[0], e.oneOut[0] = mel, out
+	err := e.EncodeBatch(e.one[:], e.oneOut[:])
+	e.one[0], e.oneOut[0] = nil, nil
+	if err != nil || encOut == nil {
 		return err
 	}
-	if err := e.conv(); err != nil {
+	return m.be.Read(e.win[0].x, 0, encOut)
+}
+
+// EncodeBatch encodes len(mels) windows (1..Windows()) in one call: window i's log-mel mels[i]
+// ([Mels, 3000]) gives the cross-attention keys and values in outs[i]. Each window's result is
+// the one Encode gives it alone.
+func (e *Encoder) EncodeBatch(mels [][]float32, outs []*Cross) error {
+	m, be := e.m, e.m.be
+	n := len(mels)
+	if n < 1 || n > e.nWin || len(outs) != n {
+		return fmt.Errorf("whisper: %d windows and %d outputs for an encoder of %d windows", n, len(outs), e.nWin)
+	}
+	for i, mel := range mels {
+		if len(mel) != m.Mels*WindowFrames {
+			return fmt.Errorf("whisper: mel window has %d values, want %d×%d", len(mel), m.Mels, WindowFrames)
+		}
+		if outs[i] == nil || len(outs[i].k) != m.TextLayer {
+			return errors.New("whisper: Encode needs a Cross made by this model")
+		}
+	}
+	for i, mel := range mels {
+		for b := 0; b < m.Mels; b++ { // [mels, frames] → [frames, mels]
+			row := mel[b*WindowFrames : (b+1)*WindowFrames]
+			for t, v := range row {
+				e.melT[t*m.Mels+b] = v
+			}
+		}
+		if err := be.Write(e.mel, i*WindowFrames, e.melT); err != nil {
+			return err
+		}
+	}
+	a := &e.all[n-1]
+	if err := e.conv(a, e.win[:n]); err != nil {
 		return fmt.Errorf("whisper: encoder conv: %w", err)
 	}
 	for li := range m.enc {
-		if err := e.layer(&m.enc[li]); err != nil {
+		if err := e.layer(&m.enc[li], a, e.win[:n]); err != nil {
 			return fmt.Errorf("whisper: encoder layer %d: %w", li, err)
 		}
 	}
-	if err := be.LayerNorm(e.x, e.x, m.encLnW, m.encLnB, normEps); err != nil {
+	if err := be.LayerNorm(a.x, a.x, m.encLnW, m.encLnB, normEps); err != nil {
 		return err
 	}
 	for li := range m.dec {
 		c := &m.dec[li].cross
-		if err := be.MatMul(e.k, e.x, c.k); err != nil {
+		if err := be.MatMul(a.k, a.x, c.k); err != nil {
 			return err
 		}
-		if err := be.Copy(out.k[li], e.k); err != nil {
+		if err := be.MatMul(a.v, a.x, c.v); err != nil {
 			return err
 		}
-		if err := be.MatMul(e.v, e.x, c.v); err != nil {
+		if err := be.AddRows(a.v, a.v, c.vb); err != nil {
 			return err
 		}
-		if err := be.AddRows(e.v, e.v, c.vb); err != nil {
-			return err
+		for i, out := range outs {
+			if err := be.Copy(out.k[li], e.win[i].k); err != nil {
+				return err
+			}
+			if err := be.Copy(out.v[li], e.win[i].v); err != nil {
+				return err
+			}
 		}
-		if err := be.Copy(out.v[li], e.v); err != nil {
-			return err
-		}
-	}
-	if encOut != nil {
-		return be.Read(e.x, 0, encOut)
 	}
 	return nil
 }
 
 // conv runs the convolutional stem: two 3-wide convolutions (the second with stride 2), each
-// followed by GELU, then adds the positional embedding. Result in e.x [1500, S].
-func (e *Encoder) conv() error {
+// followed by GELU, then adds the positional embedding. Result in a.x, [1500, S] a window.
+func (e *Encoder) conv(a *encViews, win []encViews) error {
 	m, be := e.m, e.m.be
-	if err := be.Im2Col1D(e.col1, e.mel, 3, 1, 1); err != nil {
+	for i := range win {
+		if err := be.Im2Col1D(win[i].col1, win[i].mel, 3, 1, 1); err != nil {
+			return err
+		}
+	}
+	if err := be.MatMul(a.h1, a.col1, m.conv1w); err != nil {
 		return err
 	}
-	if err := be.MatMul(e.h1, e.col1, m.conv1w); err != nil {
+	if err := be.AddRows(a.h1, a.h1, m.conv1b); err != nil {
 		return err
 	}
-	if err := be.AddRows(e.h1, e.h1, m.conv1b); err != nil {
+	if err := be.GELU(a.h1, a.h1); err != nil {
 		return err
 	}
-	if err := be.GELU(e.h1, e.h1); err != nil {
+	for i := range win {
+		if err := be.Im2Col1D(win[i].col2, win[i].h1, 3, 2, 1); err != nil {
+			return err
+		}
+	}
+	if err := be.MatMul(a.x, a.col2, m.conv2w); err != nil {
 		return err
 	}
-	if err := be.Im2Col1D(e.col2, e.h1, 3, 2, 1); err != nil {
+	if err := be.AddRows(a.x, a.x, m.conv2b); err != nil {
 		return err
 	}
-	if err := be.MatMul(e.x, e.col2, m.conv2w); err != nil {
+	if err := be.GELU(a.x, a.x); err != nil {
 		return err
 	}
-	if err := be.AddRows(e.x, e.x, m.conv2b); err != nil {
-		return err
+	for i := range win {
+		if err := be.AddRows(win[i].x, win[i].x, m.encPE); err != nil {
+			return err
+		}
 	}
-	if err := be.GELU(e.x, e.x); err != nil {
-		return err
-	}
-	return be.AddRows(e.x, e.x, m.encPE)
+	return nil
 }
 
-// layer runs one encoder block on e.x in place:
+// layer runs one encoder block on a.x in place, attention per window:
 //
 //	x += Wo · attention(Wq·ln(x), Wk·ln(x), Wv·ln(x))
 //	x += W2 · gelu(W0·ln(x))
-func (e *Encoder) layer(l *encLayer) error {
+func (e *Encoder) layer(l *encLayer, a *encViews, win []encViews) error {
 	be := e.m.be
-	a := &l.attn
-	if err := be.LayerNorm(e.xn, e.x, a.lnW, a.lnB, normEps); err != nil {
+	w := &l.attn
+	if err := be.LayerNorm(a.xn, a.x, w.lnW, w.lnB, normEps); err != nil {
 		return err
 	}
-	if err := linear(be, e.q, e.xn, a.q, a.qb); err != nil {
+	if err := linear(be, a.q, a.xn, w.q, w.qb); err != nil {
 		return err
 	}
-	if err := linear(be, e.k, e.xn, a.k, nil); err != nil {
+	if err := linear(be, a.k, a.xn, w.k, nil); err != nil {
 		return err
 	}
-	if err := linear(be, e.v, e.xn, a.v, a.vb); err != nil {
+	if err := linear(be, a.v, a.xn, w.v, w.vb); err != nil {
 		return err
 	}
-	if err := be.Copy(e.k16, e.k); err != nil {
+	if err := be.Copy(a.k16, a.k); err != nil {
 		return err
 	}
-	if err := be.Copy(e.v16, e.v); err != nil {
+	if err := be.Copy(a.v16, a.v); err != nil {
 		return err
 	}
-	if err := be.FullAttention(e.att, e.q, e.k16, e.v16, e.attn); err != nil {
+	for i := range win {
+		if err := be.FullAttention(win[i].att, win[i].q, win[i].k16, win[i].v16, e.attn); err != nil {
+			return err
+		}
+	}
+	if err := linear(be, a.xn, a.att, w.o, w.ob); err != nil {
 		return err
 	}
-	if err := linear(be, e.xn, e.att, a.o, a.ob); err != nil {
+	if err := be.AddRows(a.x, a.x, a.xn); err != nil {
 		return err
 	}
-	if err := be.AddRows(e.x, e.x, e.xn); err != nil {
-		return err
-	}
-	return mlp(be, &l.mlp, e.x, e.xn, e.ff)
+	return mlp(be, &l.mlp, a.x, a.xn, a.ff)
 }
 
 // linear: dst = x·wᵀ (+ bias).

@@ -32,6 +32,11 @@ type EngineConfig struct {
 	MaxQueue int
 	// MelThreads computes features with this many goroutines per request (default 2).
 	MelThreads int
+	// EncodeBatch is the most windows (of different transcriptions) encoded in one batched
+	// encoder call per step (default 1, at most MaxActive). On a CPU a window's encoder is
+	// compute-bound and batching gains nothing, while a step that encodes holds up every
+	// transcription that is decoding; a GPU gains from larger batches.
+	EncodeBatch int
 	// OnStep, if set, is called after each step with its duration and the hypotheses and tokens
 	// of its decoder batch (see sched.LoopConfig.OnStep).
 	OnStep func(d time.Duration, seqs, tokens int)
@@ -42,9 +47,10 @@ type EngineConfig struct {
 // Engine transcribes many requests at once. It is scheduled by the machinery that schedules
 // language models (sched.Loop): a bounded FIFO queue, admission from its head while fewer than
 // MaxActive transcriptions run, cancellation at step boundaries, per-step metrics. Each step
-// encodes at most one window (round robin over the transcriptions that need one) and steps every
-// active transcription's hypotheses through the decoder in one batched forward. Requests'
-// features are computed by their own goroutines.
+// encodes at most EncodeBatch windows of different transcriptions in one batched encoder call
+// (round robin over the transcriptions that need one) and steps every active transcription's
+// hypotheses through the decoder in one batched forward. Requests' features are computed by
+// their own goroutines.
 type Engine struct {
 	m   *Model
 	cfg EngineConfig
@@ -73,6 +79,9 @@ type Engine struct {
 	langLP    []float32
 	crosses   []*Cross // free cross-attention windows
 	encNext   int      // where the search for a window to encode starts (round robin)
+	encJobs   []*job   // the jobs of this step's encoder call
+	encMels   [][]float32
+	encOuts   []*Cross
 	align     *aligner // word timing, made on first use
 	alignErr  error    // why it could not be made
 	alignToks []int32
@@ -97,6 +106,12 @@ func NewEngine(m *Model, cfg EngineConfig) (*Engine, error) {
 	if cfg.MelThreads <= 0 {
 		cfg.MelThreads = 2
 	}
+	if cfg.EncodeBatch <= 0 {
+		cfg.EncodeBatch = 1
+	}
+	if cfg.EncodeBatch > cfg.MaxActive {
+		return nil, fmt.Errorf("whisper: %d windows encoded per step, more than the %d transcriptions decoded together", cfg.EncodeBatch, cfg.MaxActive)
+	}
 	tok, err := NewVocab(m)
 	if err != nil {
 		return nil, err
@@ -110,7 +125,7 @@ func NewEngine(m *Model, cfg EngineConfig) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.enc, err = m.NewEncoder()
+	e.enc, err = m.NewBatchEncoder(cfg.EncodeBatch)
 	if err != nil {
 		return nil, err
 	}
@@ -124,6 +139,11 @@ func NewEngine(m *Model, cfg EngineConfig) (*Engine, error) {
 	}
 	e.freeBlocks.Store(int64(e.dec.Pool().FreeBlocks()))
 	e.logits = make([]float32, maxSeqs*m.NVocab)
+	e.encMels = make([][]float32, cfg.EncodeBatch)
+	for i := range e.encMels {
+		e.encMels[i] = make([]float32, m.Mels*WindowFrames)
+	}
+	e.encJobs, e.encOuts = make([]*job, 0, cfg.EncodeBatch), make([]*Cross, 0, cfg.EncodeBatch)
 	e.langLP = make([]float32, m.NVocab)
 	e.suppressAlways = tok.suppressed()
 	e.nonSpeech = tok.nonSpeech()
@@ -230,7 +250,6 @@ func (e *Engine) prepare(j *job, samples []float32) error {
 	}
 	j.mel, j.nMel, j.nFr, j.nSamples = mel, m.Mels, nFr, len(samples)
 	j.seekEnd = max(0, audio.MelContentFrames(len(samples))) // whisper.cpp's n_len
-	j.window = make([]float32, m.Mels*WindowFrames)
 	j.temps = j.temps[:0]
 	if j.p.TemperatureInc > 0 {
 		for t := j.p.Temperature; t < 1+1e-6; t += j.p.TemperatureInc {
@@ -405,19 +424,10 @@ func (e *Engine) step() (seqs, tokens int, busy bool) {
 	if len(e.active) == 0 {
 		return 0, 0, false
 	}
-	// One window is encoded per step, so that transcriptions that are decoding keep stepping
-	// while others wait for their encoder (a window costs about as much as tens of decode steps).
-	for i := range e.active {
-		j := e.active[(e.encNext+i)%len(e.active)]
-		if j.ph == phEncode {
-			if err := e.encode(j); err != nil {
-				j.err = err
-				j.ph = phDone
-			}
-			e.encNext = (e.encNext + i + 1) % len(e.active)
-			break
-		}
-	}
+	// At most EncodeBatch windows are encoded per step, so that transcriptions that are decoding
+	// keep stepping while others wait for their encoder (a window costs about as much as tens of
+	// decode steps on a CPU).
+	e.encodeSome()
 	e.bb.Reset()
 	e.toks, e.outRows, e.cross, e.owners = e.toks[:0], e.outRows[:0], e.cross[:0], e.owners[:0]
 	for _, j := range e.active {
@@ -486,8 +496,41 @@ func (e *Engine) row(h *hyp) []float32 {
 	return e.logits[h.row*V : (h.row+1)*V]
 }
 
-// encode runs the encoder on the window at j.seek.
-func (e *Engine) encode(j *job) error {
+// encodeSome encodes the windows at seek of up to EncodeBatch transcriptions that need their
+// encoder, taken round robin, in one encoder call, and sets each up to decode its window.
+func (e *Engine) encodeSome() {
+	e.encJobs, e.encOuts = e.encJobs[:0], e.encOuts[:0]
+	n, start := len(e.active), e.encNext
+	for i := 0; i < n && len(e.encJobs) < e.cfg.EncodeBatch; i++ {
+		j := e.active[(start+i)%n]
+		if j.ph != phEncode {
+			continue
+		}
+		e.encNext = (start + i + 1) % n
+		if err := e.window(j, e.encMels[len(e.encJobs)]); err != nil {
+			j.err, j.ph = err, phDone
+			continue
+		}
+		e.encJobs = append(e.encJobs, j)
+		e.encOuts = append(e.encOuts, j.cross)
+	}
+	if len(e.encJobs) == 0 {
+		return
+	}
+	err := e.enc.EncodeBatch(e.encMels[:len(e.encJobs)], e.encOuts)
+	for _, j := range e.encJobs {
+		if err != nil {
+			j.err, j.ph = err, phDone
+			continue
+		}
+		e.encoded(j)
+	}
+	clear(e.encJobs)
+	clear(e.encOuts)
+}
+
+// window gives j a cross-attention window and puts the log-mel of its window at j.seek in mel.
+func (e *Engine) window(j *job, mel []float32) error {
 	if j.cross == nil {
 		if n := len(e.crosses); n > 0 {
 			j.cross, e.crosses = e.crosses[n-1], e.crosses[:n-1]
@@ -499,12 +542,13 @@ func (e *Engine) encode(j *job) error {
 			j.cross = c
 		}
 	}
-	if _, err := audio.MelWindow(j.window, j.mel, j.nMel, j.nFr, j.seek, WindowFrames); err != nil {
-		return err
-	}
-	if err := e.enc.Encode(j.window, j.cross, nil); err != nil {
-		return err
-	}
+	_, err := audio.MelWindow(mel, j.mel, j.nMel, j.nFr, j.seek, WindowFrames)
+	return err
+}
+
+// encoded sets j up to decode the window just encoded: language detection first when it is
+// still unknown, else the window's prompt.
+func (e *Engine) encoded(j *job) {
 	if j.seek > 0 && j.seek+500 >= j.seekEnd {
 		j.promptPast = j.promptPast[:0]
 	}
@@ -513,11 +557,10 @@ func (e *Engine) encode(j *job) error {
 		h.pending = append(h.pending[:0], e.tok.SOT)
 		j.nHyp = 1
 		j.ph = phDetect
-		return nil
+		return
 	}
 	e.setupPrompt(j)
 	e.attempt(j)
-	return nil
 }
 
 func (e *Engine) firstHyp(j *job) *hyp {

@@ -87,7 +87,6 @@ type job struct {
 	step          int     // tokens sampled in the current attempt
 	noSpeech      float32 // no-speech probability of the window
 	ph            phase
-	window        []float32 // [Mels, 3000]
 
 	segments  []Segment
 	onSegment func(Segment)
