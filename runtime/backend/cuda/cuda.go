@@ -687,11 +687,8 @@ func (b *Backend) LayerNorm(dst, x, w, bias backend.Tensor, eps float32) error {
 	if err != nil {
 		return err
 	}
-	if err := backend.CheckLayerNorm(d, xt, wt, bt); err != nil {
+	if err := backend.CheckLayerNorm(d, xt, wt, bt, eps); err != nil {
 		return fmt.Errorf("cuda: %w", err)
-	}
-	if !(eps >= 0) || math.IsInf(float64(eps), 0) {
-		return fmt.Errorf("cuda: %s: eps %v", op, eps)
 	}
 	if overlaps(d, wt) || overlaps(d, bt) || (overlaps(d, xt) && !same(d, xt)) {
 		return fmt.Errorf("cuda: %s: dst overlaps a parameter or part of x", op)

@@ -220,15 +220,12 @@ func (be *Backend) LayerNorm(dst, x, w, b backend.Tensor, eps float32) error {
 	if err != nil {
 		return err
 	}
-	if err := backend.CheckLayerNorm(dst, xt, wt, bt); err != nil {
-		return fmt.Errorf("purego: %w", err)
-	}
-	if !(eps >= 0) || math.IsInf(float64(eps), 0) {
-		return fmt.Errorf("purego: LayerNorm: eps %v", eps)
-	}
 	d, err := be.getOut("LayerNorm", dst, xt.rows, xt.cols)
 	if err != nil {
 		return err
+	}
+	if err := backend.CheckLayerNorm(d, xt, wt, bt, eps); err != nil {
+		return fmt.Errorf("purego: %w", err)
 	}
 	if xt.cols == 0 {
 		return nil
