@@ -44,8 +44,9 @@ const (
 )
 
 // RoPE describes rotary position embedding for heads of HeadDim elements, of which the first
-// Dims are rotated (Dims == HeadDim for LLaMA). Pair i of a token at position p is rotated by the
-// angle theta = (p * FreqScale) * Base^(-2i/Dims) (with llama.cpp's YaRN extensions off).
+// Dims are rotated (Dims == HeadDim for LLaMA; an even number from 2 to HeadDim). Pair i of a
+// token at position p is rotated by the angle theta = (p * FreqScale) * Base^(-2i/Dims) (with
+// llama.cpp's YaRN extensions off). Base and FreqScale are finite and above 0.
 type RoPE struct {
 	Mode      RoPEMode
 	HeadDim   int
@@ -73,9 +74,9 @@ type Batch struct {
 	Seqs []Seq
 }
 
-// KVConfig sizes a KV cache: Layers layers, each with Slots slots of Width = nKVHead*headDim
-// elements for keys and as many for values, stored as DType (F32 or F16), in blocks of BlockSize
-// slots.
+// KVConfig sizes a KV cache: Layers layers, each with Slots slots (at most MaxInt32) of Width =
+// nKVHead*headDim elements for keys and as many for values, stored as DType (F32 or F16), in
+// blocks of BlockSize slots.
 type KVConfig struct {
 	Layers    int
 	Slots     int
@@ -131,11 +132,12 @@ type Backend interface {
 	MatMul(dst, x, w Tensor) error
 	// AddRows: dst[i,:] = a[i,:] + b[i,:], or b[0,:] when b has one row (a bias). dst may be a.
 	AddRows(dst, a, b Tensor) error
-	// RMSNorm: dst[i,:] = x[i,:] / sqrt(mean(x[i,:]^2) + eps) * w[0,:]. w [1, d] F32. dst may be x.
+	// RMSNorm: dst[i,:] = x[i,:] / sqrt(mean(x[i,:]^2) + eps) * w[0,:]. w [1, d] F32; eps finite
+	// and above 0. dst may be x.
 	RMSNorm(dst, x, w Tensor, eps float32) error
 	// SwiGLU: dst = silu(gate) * up elementwise, silu(g) = g/(1+exp(-g)). dst may be gate.
 	SwiGLU(dst, gate, up Tensor) error
-	// Rope rotates x [n, nHead*HeadDim] in place, token i at position b.Pos[i].
+	// Rope rotates x [n, nHead*HeadDim] in place, token i at position b.Pos[i] (>= 0).
 	Rope(x Tensor, nHead int, r RoPE, b *Batch) error
 
 	// NewKV makes a zeroed KV cache.
@@ -144,8 +146,9 @@ type Backend interface {
 	StoreKV(kv KV, layer int, k, v Tensor, b *Batch) error
 	// Attention: for each sequence s of b and each of its tokens i (at position p), and each query
 	// head h: dst[i, h] = softmax_j(Scale * q[i,h]·K[j,h']) · V[j,h'] over the cache positions
-	// j = 0..p of s (causal), h' = h/(NHead/NKVHead). q, dst [n, NHead*HeadDim] F32. The keys and
-	// values of the batch's own tokens must have been stored (StoreKV) first.
+	// j = 0..p of s (causal), h' = h/(NHead/NKVHead). q, dst [n, NHead*HeadDim] F32. Every token of
+	// b is in exactly one sequence. The keys and values of the batch's own tokens must have been
+	// stored (StoreKV) first.
 	//
 	// With an F16 cache the products are F16 products, as llama.cpp computes them (ggml_mul_mat
 	// converts its F32 operand to the F16 type of the cache): q is rounded to F16 before q·K, and
@@ -159,7 +162,8 @@ type Backend interface {
 	// a plain copy between tensors of one float type. Same shape.
 	Copy(dst, src Tensor) error
 	// LayerNorm: dst[i,:] = (x[i,:] - mean(x[i,:])) / sqrt(var(x[i,:]) + eps) * w[0,:] + b[0,:]
-	// (the biased variance). x, dst [n, d] F32; w, b [1, d] F32. dst may be x.
+	// (the biased variance). x, dst [n, d] F32; w, b [1, d] F32; eps finite and above 0. dst may
+	// be x.
 	LayerNorm(dst, x, w, b Tensor, eps float32) error
 	// GELU: dst = 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x^3))) elementwise, the tanh form
 	// ggml and whisper.cpp compute. F32. dst may be x.

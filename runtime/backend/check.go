@@ -7,12 +7,281 @@ import (
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
-// Shape checks shared by the backends: each returns a description of what is wrong with the
-// operands' types and shapes, or nil; backends add their name and check what only they know
-// (ownership, liveness, writability, overlap).
+// Argument checks shared by the backends, so that all of them reject the same arguments with the
+// same words: each returns a description of what is wrong with an operation's arguments (the
+// operands' types and shapes, its parameters, the batch), or nil; backends add their name and
+// check what only they know (ownership, liveness, writability, overlap), after resolving the
+// operands and before computing.
+//
+// They run on every call, so they stay cheap: none allocates (CheckAttention's scratch grows to
+// the largest batch seen, and only then), and the only loops are over the ids, slots, positions,
+// sequences and needed block-table entries that a call passes.
 
 func shapeErr(op, what string, t Tensor, rows, cols int) error {
 	return fmt.Errorf("%s: %s is [%d, %d], want [%d, %d]", op, what, t.Rows(), t.Cols(), rows, cols)
+}
+
+// positive reports whether v is finite and above 0.
+func positive(v float32) bool { return v > 0 && !math.IsInf(float64(v), 1) }
+
+// finite reports whether v is neither NaN nor infinite.
+func finite(v float32) bool { return !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) }
+
+// checkEps: a normalisation's epsilon is finite and above 0.
+func checkEps(op string, eps float32) error {
+	if !positive(eps) {
+		return fmt.Errorf("%s: eps %v, want a finite value above 0", op, eps)
+	}
+	return nil
+}
+
+// checkHeads: query heads that group over the kv heads, all of HeadDim > 0, NHead*HeadDim within
+// int32.
+func checkHeads(op string, a Attn) error {
+	if a.NHead <= 0 || a.NKVHead <= 0 || a.HeadDim <= 0 || a.NHead%a.NKVHead != 0 || a.NHead > math.MaxInt32/a.HeadDim {
+		return fmt.Errorf("%s: %d query heads over %d kv heads of %d", op, a.NHead, a.NKVHead, a.HeadDim)
+	}
+	return nil
+}
+
+// CheckSpan: n elements from row row0 are whole rows inside t (Write, Read).
+func CheckSpan(op string, t Tensor, row0, n int) error {
+	rows, cols := t.Rows(), t.Cols()
+	if cols == 0 {
+		if n != 0 || row0 < 0 || row0 > rows {
+			return fmt.Errorf("%s: %d elements at row %d of a [%d, 0] tensor", op, n, row0, rows)
+		}
+		return nil
+	}
+	if n%cols != 0 {
+		return fmt.Errorf("%s: %d elements is not a whole number of rows of %d", op, n, cols)
+	}
+	if row0 < 0 || row0 > rows || n/cols > rows-row0 {
+		return fmt.Errorf("%s: rows [%d, %d) outside a tensor of %d rows", op, row0, row0+n/cols, rows)
+	}
+	return nil
+}
+
+// CheckView: rows row0 .. row0+rows-1 lie inside t.
+func CheckView(t Tensor, row0, rows int) error {
+	if row0 < 0 || rows < 0 || row0 > t.Rows() || rows > t.Rows()-row0 {
+		return fmt.Errorf("view: rows [%d, %d+%d) outside a tensor of %d rows", row0, row0, rows, t.Rows())
+	}
+	return nil
+}
+
+// CheckGetRows: dst [len(ids), cols of table], every id a row of table.
+func CheckGetRows(dst, table Tensor, ids []int32) error {
+	const op = "get rows"
+	if dst.Rows() != len(ids) || dst.Cols() != table.Cols() {
+		return shapeErr(op, "dst", dst, len(ids), table.Cols())
+	}
+	for i, id := range ids {
+		if id < 0 || int(id) >= table.Rows() {
+			return fmt.Errorf("%s: id %d at %d outside the table's %d rows", op, id, i, table.Rows())
+		}
+	}
+	return nil
+}
+
+// CheckMatMul: x [n, k] and w [m, k], dst [n, m].
+func CheckMatMul(dst, x, w Tensor) error {
+	const op = "matmul"
+	if w.Cols() != x.Cols() {
+		return fmt.Errorf("%s: x is [%d, %d] but w is [%d, %d]", op, x.Rows(), x.Cols(), w.Rows(), w.Cols())
+	}
+	if dst.Rows() != x.Rows() || dst.Cols() != w.Rows() {
+		return shapeErr(op, "dst", dst, x.Rows(), w.Rows())
+	}
+	return nil
+}
+
+// CheckAddRows: dst like a, b like a or one row as wide.
+func CheckAddRows(dst, a, b Tensor) error {
+	const op = "add rows"
+	if dst.Rows() != a.Rows() || dst.Cols() != a.Cols() {
+		return shapeErr(op, "dst", dst, a.Rows(), a.Cols())
+	}
+	if b.Cols() != a.Cols() || (b.Rows() != a.Rows() && b.Rows() != 1) {
+		return fmt.Errorf("%s: b is [%d, %d], want [%d, %d] or [1, %d]", op, b.Rows(), b.Cols(), a.Rows(), a.Cols(), a.Cols())
+	}
+	return nil
+}
+
+// CheckRMSNorm: dst like x, w [1, cols of x], eps finite and above 0.
+func CheckRMSNorm(dst, x, w Tensor, eps float32) error {
+	const op = "rms norm"
+	if dst.Rows() != x.Rows() || dst.Cols() != x.Cols() {
+		return shapeErr(op, "dst", dst, x.Rows(), x.Cols())
+	}
+	if w.Rows() != 1 || w.Cols() != x.Cols() {
+		return shapeErr(op, "w", w, 1, x.Cols())
+	}
+	return checkEps(op, eps)
+}
+
+// CheckSwiGLU: up and dst shaped like gate.
+func CheckSwiGLU(dst, gate, up Tensor) error {
+	const op = "swiglu"
+	if up.Rows() != gate.Rows() || up.Cols() != gate.Cols() {
+		return shapeErr(op, "up", up, gate.Rows(), gate.Cols())
+	}
+	if dst.Rows() != gate.Rows() || dst.Cols() != gate.Cols() {
+		return shapeErr(op, "dst", dst, gate.Rows(), gate.Cols())
+	}
+	return nil
+}
+
+// CheckRope: a batch, a known mode (else an error wrapping ErrUnsupported), x [len(b.Pos),
+// nHead*HeadDim] with nHead*HeadDim within int32, an even number of rotated dimensions from 2 to
+// HeadDim, a base and a frequency scale finite and above 0, and no negative position.
+func CheckRope(x Tensor, nHead int, r RoPE, b *Batch) error {
+	const op = "rope"
+	switch {
+	case b == nil:
+		return fmt.Errorf("%s: nil batch", op)
+	case r.Mode != RoPENormal && r.Mode != RoPENeoX:
+		return fmt.Errorf("%s: mode %d: %w", op, r.Mode, ErrUnsupported)
+	case nHead <= 0 || r.HeadDim <= 0 || nHead > math.MaxInt32/r.HeadDim || x.Cols() != nHead*r.HeadDim:
+		return fmt.Errorf("%s: x has %d columns, not %d heads of %d", op, x.Cols(), nHead, r.HeadDim)
+	case r.Dims <= 0 || r.Dims%2 != 0 || r.Dims > r.HeadDim:
+		return fmt.Errorf("%s: %d rotated dimensions of a head of %d, want an even number from 2 to %d", op, r.Dims, r.HeadDim, r.HeadDim)
+	case !positive(r.Base):
+		return fmt.Errorf("%s: base %v, want a finite value above 0", op, r.Base)
+	case !positive(r.FreqScale):
+		return fmt.Errorf("%s: frequency scale %v, want a finite value above 0", op, r.FreqScale)
+	case len(b.Pos) != x.Rows():
+		return fmt.Errorf("%s: %d positions for %d tokens", op, len(b.Pos), x.Rows())
+	}
+	for i, p := range b.Pos {
+		if p < 0 {
+			return fmt.Errorf("%s: token %d at negative position %d", op, i, p)
+		}
+	}
+	return nil
+}
+
+// CheckKVConfig: an F32 or F16 cache (else an error wrapping ErrUnsupported) of positive
+// Layers, Width and BlockSize and of 1 to MaxInt32 slots (slots are int32 in a Batch).
+func CheckKVConfig(cfg KVConfig) error {
+	const op = "new kv"
+	if cfg.DType != tensor.F32 && cfg.DType != tensor.F16 {
+		return fmt.Errorf("%s: dtype %v (want F32 or F16): %w", op, cfg.DType, ErrUnsupported)
+	}
+	if cfg.Layers <= 0 || cfg.Slots <= 0 || cfg.Width <= 0 || cfg.BlockSize <= 0 || cfg.Slots > math.MaxInt32 {
+		return fmt.Errorf("%s: bad config %+v", op, cfg)
+	}
+	return nil
+}
+
+// CheckLayer: layer is a layer of a cache of cfg.
+func CheckLayer(op string, cfg KVConfig, layer int) error {
+	if layer < 0 || layer >= cfg.Layers {
+		return fmt.Errorf("%s: layer %d outside the cache's %d", op, layer, cfg.Layers)
+	}
+	return nil
+}
+
+// CheckStoreKV: a batch, k and v [len(b.Slot), Width], every slot a slot of the cache.
+func CheckStoreKV(cfg KVConfig, k, v Tensor, b *Batch) error {
+	const op = "store kv"
+	if b == nil {
+		return fmt.Errorf("%s: nil batch", op)
+	}
+	n := len(b.Slot)
+	if k.Rows() != n || k.Cols() != cfg.Width {
+		return shapeErr(op, "k", k, n, cfg.Width)
+	}
+	if v.Rows() != n || v.Cols() != cfg.Width {
+		return shapeErr(op, "v", v, n, cfg.Width)
+	}
+	for i, s := range b.Slot {
+		if s < 0 || int(s) >= cfg.Slots {
+			return fmt.Errorf("%s: slot %d of token %d outside the cache's %d", op, s, i, cfg.Slots)
+		}
+	}
+	return nil
+}
+
+// CheckAttention validates attention over a cache of cfg: a batch; heads that group and make the
+// cache's width; a finite scale; q [len(b.Pos), NHead*HeadDim] and dst shaped like it; and
+// sequences that each hold tokens [Start, Start+Count) of the batch, Count <= CtxLen <=
+// cfg.Slots, with a block table whose first ceil(CtxLen/BlockSize) entries are blocks of the
+// cache, every token of the batch in exactly one sequence.
+//
+// tok is scratch: CheckAttention returns it grown to len(b.Pos) (reallocated only when its
+// capacity is short), holding the index in b.Seqs of each token's sequence when the batch is
+// valid.
+func CheckAttention(dst, q Tensor, cfg KVConfig, a Attn, b *Batch, tok []int32) ([]int32, error) {
+	const op = "attention"
+	if b == nil {
+		return tok, fmt.Errorf("%s: nil batch", op)
+	}
+	if err := checkHeads(op, a); err != nil {
+		return tok, err
+	}
+	if a.NKVHead*a.HeadDim != cfg.Width {
+		return tok, fmt.Errorf("%s: %d kv heads of %d do not make the cache's width %d", op, a.NKVHead, a.HeadDim, cfg.Width)
+	}
+	if !finite(a.Scale) {
+		return tok, fmt.Errorf("%s: scale %v", op, a.Scale)
+	}
+	n, qw := len(b.Pos), a.NHead*a.HeadDim
+	if q.Cols() != qw {
+		return tok, fmt.Errorf("%s: q has %d columns, not %d heads of %d", op, q.Cols(), a.NHead, a.HeadDim)
+	}
+	if q.Rows() != n {
+		return tok, fmt.Errorf("%s: %d positions for %d tokens", op, n, q.Rows())
+	}
+	if dst.Rows() != n || dst.Cols() != qw {
+		return tok, shapeErr(op, "dst", dst, n, qw)
+	}
+	bs := cfg.BlockSize
+	if bs <= 0 {
+		return tok, fmt.Errorf("%s: block size %d", op, bs)
+	}
+	nBlocks := cfg.Slots / bs
+	if cap(tok) < n {
+		tok = make([]int32, n, n+n/4)
+	}
+	tok = tok[:n]
+	for i := range tok {
+		tok[i] = -1
+	}
+	for si, s := range b.Seqs {
+		switch {
+		case s.Start < 0 || s.Count < 0 || s.Start > n-s.Count:
+			return tok, fmt.Errorf("%s: sequence %d: tokens [%d, %d+%d) outside the batch of %d", op, si, s.Start, s.Start, s.Count, n)
+		case s.Count > s.CtxLen:
+			return tok, fmt.Errorf("%s: sequence %d: %d tokens but context length %d", op, si, s.Count, s.CtxLen)
+		case s.CtxLen > cfg.Slots:
+			return tok, fmt.Errorf("%s: sequence %d: context length %d exceeds the cache's %d slots", op, si, s.CtxLen, cfg.Slots)
+		}
+		need := s.CtxLen / bs
+		if s.CtxLen%bs != 0 {
+			need++
+		}
+		if len(s.Blocks) < need {
+			return tok, fmt.Errorf("%s: sequence %d: context %d needs %d blocks, table has %d", op, si, s.CtxLen, need, len(s.Blocks))
+		}
+		for _, id := range s.Blocks[:need] {
+			if id < 0 || int(id) >= nBlocks {
+				return tok, fmt.Errorf("%s: sequence %d: block %d outside the cache's %d blocks", op, si, id, nBlocks)
+			}
+		}
+		for i := s.Start; i < s.Start+s.Count; i++ {
+			if tok[i] >= 0 {
+				return tok, fmt.Errorf("%s: token %d is in sequences %d and %d", op, i, tok[i], si)
+			}
+			tok[i] = int32(si)
+		}
+	}
+	for i, s := range tok {
+		if s < 0 {
+			return tok, fmt.Errorf("%s: token %d is in no sequence", op, i)
+		}
+	}
+	return tok, nil
 }
 
 // CheckCopy: dst and src of one shape, each F32 or F16.
@@ -28,8 +297,8 @@ func CheckCopy(dst, src Tensor) error {
 	return nil
 }
 
-// CheckLayerNorm: dst like x, w and b [1, cols of x].
-func CheckLayerNorm(dst, x, w, b Tensor) error {
+// CheckLayerNorm: dst like x, w and b [1, cols of x], eps finite and above 0.
+func CheckLayerNorm(dst, x, w, b Tensor, eps float32) error {
 	const op = "layer norm"
 	if dst.Rows() != x.Rows() || dst.Cols() != x.Cols() {
 		return shapeErr(op, "dst", dst, x.Rows(), x.Cols())
@@ -40,7 +309,7 @@ func CheckLayerNorm(dst, x, w, b Tensor) error {
 	if b.Rows() != 1 || b.Cols() != x.Cols() {
 		return shapeErr(op, "b", b, 1, x.Cols())
 	}
-	return nil
+	return checkEps(op, eps)
 }
 
 // CheckSameShape: dst shaped like x (elementwise operations).
@@ -82,13 +351,13 @@ func CheckIm2Col1D(dst, x Tensor, kernel, stride, pad int) (int, error) {
 // shape [m, NKVHead*HeadDim] with m >= 1 when n >= 1. (dst must be shaped like q.)
 func CheckFullAttention(q, k, v Tensor, a Attn) error {
 	const op = "full attention"
-	if a.NHead <= 0 || a.NKVHead <= 0 || a.HeadDim <= 0 || a.NHead%a.NKVHead != 0 || a.NHead > math.MaxInt32/a.HeadDim {
-		return fmt.Errorf("%s: %d query heads over %d kv heads of %d", op, a.NHead, a.NKVHead, a.HeadDim)
+	if err := checkHeads(op, a); err != nil {
+		return err
 	}
 	if k.DType() != v.DType() || (k.DType() != tensor.F32 && k.DType() != tensor.F16) {
 		return fmt.Errorf("%s: k is %v and v is %v, want both F32 or both F16", op, k.DType(), v.DType())
 	}
-	if s := float64(a.Scale); math.IsNaN(s) || math.IsInf(s, 0) {
+	if !finite(a.Scale) {
 		return fmt.Errorf("%s: scale %v", op, a.Scale)
 	}
 	qw, kw := a.NHead*a.HeadDim, a.NKVHead*a.HeadDim

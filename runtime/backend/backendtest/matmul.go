@@ -145,6 +145,16 @@ func testMatMul(t *testing.T, b backend.Backend, _ func() (backend.Backend, erro
 			}
 		})
 	}
+	// Rows of no elements: every product is an empty sum, 0.
+	t.Run("k=0", func(t *testing.T) {
+		for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.Q8_0} {
+			w := load(t, b, dt, 3, 0, []byte{})
+			dst, g := output(t, b, 2, 3)
+			must(t, b.MatMul(dst, alloc(t, b, 2, 0, nil), w), "MatMul %v n=2 m=3 k=0", dt)
+			compare(t, fmt.Sprintf("MatMul %v n=2 m=3 k=0", dt), 3, read(t, b, dst), make([]float64, 6), func(int) float64 { return 0 })
+			g.check(t)
+		}
+	})
 }
 
 // testMatMulBatch checks that a token's result does not depend on the batch it is computed in.

@@ -55,6 +55,7 @@ func Run(t *testing.T, newBackend func() (backend.Backend, error)) {
 		{"Aliasing", testAliasing},
 		{"Errors", testErrors},
 		{"EncoderErrors", testEncoderErrors},
+		{"ArgChecks", testArgChecks},
 		{"ZeroAllocs", testZeroAllocs},
 	}
 	for _, g := range groups {

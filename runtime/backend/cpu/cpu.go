@@ -36,6 +36,7 @@ type Backend struct {
 	closed atomic.Bool // set (under mu) by Close; tensors are unusable after
 	seqs   []cpu.Seq   // attention batch, flattened
 	blocks []int32
+	tok    []int32 // scratch of backend.CheckAttention
 }
 
 // New starts a CPU backend computing with opts.Threads threads (0: one per CPU).
@@ -252,10 +253,6 @@ func (b *Backend) f32Of3(op string, dst backend.Tensor, n1 string, t1 backend.Te
 	return d, a, c, nil
 }
 
-func shapeErr(op, what string, t *Tensor, rows, cols int) error {
-	return fmt.Errorf("cpu: %s: %s is [%d, %d], want [%d, %d]", op, what, t.rows, t.cols, rows, cols)
-}
-
 // View returns a tensor of rows row0 .. row0+rows-1 of t, sharing its memory. Closing the view
 // does not free t; t must outlive it.
 func (b *Backend) View(t backend.Tensor, row0, rows int) (backend.Tensor, error) {
@@ -264,8 +261,8 @@ func (b *Backend) View(t backend.Tensor, row0, rows int) (backend.Tensor, error)
 	if err != nil {
 		return nil, err
 	}
-	if row0 < 0 || rows < 0 || row0 > p.rows || rows > p.rows-row0 {
-		return nil, fmt.Errorf("cpu: %s: rows [%d, %d+%d) outside a tensor of %d rows", op, row0, row0, rows, p.rows)
+	if err := backend.CheckView(p, row0, rows); err != nil {
+		return nil, fmt.Errorf("cpu: %w", err)
 	}
 	rb := 0
 	if p.rows > 0 {
@@ -286,8 +283,8 @@ func (b *Backend) Write(dst backend.Tensor, row0 int, src []float32) error {
 	if err != nil {
 		return err
 	}
-	if err := span(op, t, row0, len(src)); err != nil {
-		return err
+	if err := backend.CheckSpan(op, t, row0, len(src)); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
 	copy(t.f32[row0*t.cols:], src)
 	return nil
@@ -300,27 +297,10 @@ func (b *Backend) Read(src backend.Tensor, row0 int, dst []float32) error {
 	if err != nil {
 		return err
 	}
-	if err := span(op, t, row0, len(dst)); err != nil {
-		return err
+	if err := backend.CheckSpan(op, t, row0, len(dst)); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
 	copy(dst, t.f32[row0*t.cols:])
-	return nil
-}
-
-// span checks that n floats starting at row row0 are whole rows inside t.
-func span(op string, t *Tensor, row0, n int) error {
-	if t.cols == 0 {
-		if n != 0 || row0 < 0 || row0 > t.rows {
-			return fmt.Errorf("cpu: %s: %d elements at row %d of a [%d, 0] tensor", op, n, row0, t.rows)
-		}
-		return nil
-	}
-	if n%t.cols != 0 {
-		return fmt.Errorf("cpu: %s: %d elements is not a whole number of rows of %d", op, n, t.cols)
-	}
-	if row0 < 0 || row0 > t.rows || n/t.cols > t.rows-row0 {
-		return fmt.Errorf("cpu: %s: rows [%d, %d) outside a tensor of %d rows", op, row0, row0+n/t.cols, t.rows)
-	}
 	return nil
 }
 
@@ -335,8 +315,8 @@ func (b *Backend) GetRows(dst, table backend.Tensor, ids []int32) error {
 	if err != nil {
 		return err
 	}
-	if d.rows != len(ids) || d.cols != tb.cols {
-		return shapeErr(op, "dst", d, len(ids), tb.cols)
+	if err := backend.CheckGetRows(d, tb, ids); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
 	if d == tb {
 		return fmt.Errorf("cpu: %s: dst is the table", op)
@@ -359,14 +339,15 @@ func (b *Backend) MatMul(dst, x, w backend.Tensor) error {
 	if err != nil {
 		return err
 	}
-	if wt.cols != xt.cols {
-		return fmt.Errorf("cpu: %s: x is [%d, %d] but w is [%d, %d]", op, xt.rows, xt.cols, wt.rows, wt.cols)
-	}
-	if d.rows != xt.rows || d.cols != wt.rows {
-		return shapeErr(op, "dst", d, xt.rows, wt.rows)
+	if err := backend.CheckMatMul(d, xt, wt); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
 	if d == xt || d == wt {
 		return fmt.Errorf("cpu: %s: dst must not be an operand", op)
+	}
+	if xt.cols == 0 { // empty sums, which the kernels do not take
+		clear(d.f32)
+		return nil
 	}
 	return b.ctx.MatMul(d.f32, xt.f32, xt.rows, xt.cols, wt.data, wt.dt, wt.rows)
 }
@@ -378,11 +359,8 @@ func (b *Backend) AddRows(dst, a, bias backend.Tensor) error {
 	if err != nil {
 		return err
 	}
-	if d.rows != at.rows || d.cols != at.cols {
-		return shapeErr(op, "dst", d, at.rows, at.cols)
-	}
-	if bt.cols != at.cols || (bt.rows != at.rows && bt.rows != 1) {
-		return shapeErr(op, "b", bt, at.rows, at.cols)
+	if err := backend.CheckAddRows(d, at, bt); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
 	if d == bt && bt.rows != at.rows {
 		return fmt.Errorf("cpu: %s: dst is the broadcast row", op)
@@ -397,11 +375,8 @@ func (b *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) error {
 	if err != nil {
 		return err
 	}
-	if d.rows != xt.rows || d.cols != xt.cols {
-		return shapeErr(op, "dst", d, xt.rows, xt.cols)
-	}
-	if wt.rows != 1 || wt.cols != xt.cols {
-		return shapeErr(op, "w", wt, 1, xt.cols)
+	if err := backend.CheckRMSNorm(d, xt, wt, eps); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
 	if d == wt {
 		return fmt.Errorf("cpu: %s: dst is the weight", op)
@@ -416,11 +391,8 @@ func (b *Backend) SwiGLU(dst, gate, up backend.Tensor) error {
 	if err != nil {
 		return err
 	}
-	if g.rows != u.rows || g.cols != u.cols {
-		return shapeErr(op, "up", u, g.rows, g.cols)
-	}
-	if d.rows != g.rows || d.cols != g.cols {
-		return shapeErr(op, "dst", d, g.rows, g.cols)
+	if err := backend.CheckSwiGLU(d, g, u); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
 	return b.ctx.SwiGLU(d.f32, g.f32, u.f32)
 }
@@ -432,17 +404,8 @@ func (b *Backend) Rope(x backend.Tensor, nHead int, r backend.RoPE, bt *backend.
 	if err != nil {
 		return err
 	}
-	if bt == nil {
-		return fmt.Errorf("cpu: %s: nil batch", op)
-	}
-	if r.Mode != backend.RoPENormal && r.Mode != backend.RoPENeoX {
-		return fmt.Errorf("cpu: %s: mode %d: %w", op, r.Mode, backend.ErrUnsupported)
-	}
-	if nHead <= 0 || r.HeadDim <= 0 || xt.cols != nHead*r.HeadDim {
-		return fmt.Errorf("cpu: %s: x has %d columns, not %d heads of %d", op, xt.cols, nHead, r.HeadDim)
-	}
-	if len(bt.Pos) != xt.rows {
-		return fmt.Errorf("cpu: %s: %d positions for %d tokens", op, len(bt.Pos), xt.rows)
+	if err := backend.CheckRope(xt, nHead, r, bt); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
 	return b.ctx.Rope(xt.f32, xt.rows, nHead, cpu.Rope{
 		NeoX: r.Mode == backend.RoPENeoX, HeadDim: r.HeadDim, Dims: r.Dims, Base: r.Base, FreqScale: r.FreqScale,
@@ -480,11 +443,8 @@ func (b *Backend) NewKV(cfg backend.KVConfig) (backend.KV, error) {
 	if b.closed.Load() {
 		return nil, fmt.Errorf("cpu: %s: backend closed", op)
 	}
-	if cfg.DType != tensor.F32 && cfg.DType != tensor.F16 {
-		return nil, fmt.Errorf("cpu: %s: dtype %v (want F32 or F16): %w", op, cfg.DType, backend.ErrUnsupported)
-	}
-	if cfg.Layers <= 0 || cfg.Slots <= 0 || cfg.Width <= 0 || cfg.BlockSize <= 0 {
-		return nil, fmt.Errorf("cpu: %s: bad config %+v", op, cfg)
+	if err := backend.CheckKVConfig(cfg); err != nil {
+		return nil, fmt.Errorf("cpu: %w", err)
 	}
 	n, err := size(op, cfg.DType, cfg.Slots, cfg.Width)
 	if err != nil {
@@ -517,8 +477,8 @@ func (b *Backend) kvOf(op string, kv backend.KV, layer int) (*KV, error) {
 	if c.closed || b.closed.Load() {
 		return nil, fmt.Errorf("cpu: %s: kv cache is closed", op)
 	}
-	if layer < 0 || layer >= c.cfg.Layers {
-		return nil, fmt.Errorf("cpu: %s: layer %d outside the cache's %d", op, layer, c.cfg.Layers)
+	if err := backend.CheckLayer(op, c.cfg, layer); err != nil {
+		return nil, fmt.Errorf("cpu: %w", err)
 	}
 	return c, nil
 }
@@ -538,17 +498,10 @@ func (b *Backend) StoreKV(kv backend.KV, layer int, k, v backend.Tensor, bt *bac
 	if err != nil {
 		return err
 	}
-	if bt == nil {
-		return fmt.Errorf("cpu: %s: nil batch", op)
+	if err := backend.CheckStoreKV(c.cfg, kt, vt, bt); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
-	n := len(bt.Slot)
-	if kt.rows != n || kt.cols != c.cfg.Width {
-		return shapeErr(op, "k", kt, n, c.cfg.Width)
-	}
-	if vt.rows != n || vt.cols != c.cfg.Width {
-		return shapeErr(op, "v", vt, n, c.cfg.Width)
-	}
-	return b.ctx.StoreKV(c.k[layer].Bytes(), c.v[layer].Bytes(), c.cfg.DType, c.cfg.Slots, c.cfg.Width, kt.f32, vt.f32, n, bt.Slot)
+	return b.ctx.StoreKV(c.k[layer].Bytes(), c.v[layer].Bytes(), c.cfg.DType, c.cfg.Slots, c.cfg.Width, kt.f32, vt.f32, len(bt.Slot), bt.Slot)
 }
 
 // Attention computes causal attention of q [n, NHead*HeadDim] over layer's cache for every
@@ -567,27 +520,19 @@ func (b *Backend) Attention(dst, q backend.Tensor, kv backend.KV, layer int, a b
 	if err != nil {
 		return err
 	}
-	if bt == nil {
-		return fmt.Errorf("cpu: %s: nil batch", op)
-	}
-	if a.NHead <= 0 || a.HeadDim <= 0 || qt.cols != a.NHead*a.HeadDim {
-		return fmt.Errorf("cpu: %s: q has %d columns, not %d heads of %d", op, qt.cols, a.NHead, a.HeadDim)
-	}
-	if d.rows != qt.rows || d.cols != qt.cols {
-		return shapeErr(op, "dst", d, qt.rows, qt.cols)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.tok, err = backend.CheckAttention(d, qt, c.cfg, a, bt, b.tok); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
 	if d == qt {
 		return fmt.Errorf("cpu: %s: dst must not be q", op)
 	}
-	if len(bt.Pos) != qt.rows {
-		return fmt.Errorf("cpu: %s: %d positions for %d tokens", op, len(bt.Pos), qt.rows)
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	// The C batch holds int32s. The check leaves Start, Count and CtxLen non-negative and CtxLen
+	// at most the cache's slots (an int32).
 	b.seqs, b.blocks = b.seqs[:0], b.blocks[:0]
 	for i, s := range bt.Seqs {
-		if s.Start < 0 || s.Count < 0 || s.CtxLen < 0 || s.Start > math.MaxInt32 || s.Count > math.MaxInt32 ||
-			s.CtxLen > math.MaxInt32 || len(bt.Seqs[i].Blocks) > math.MaxInt32-len(b.blocks) {
+		if s.Start > math.MaxInt32 || s.Count > math.MaxInt32 || len(s.Blocks) > math.MaxInt32-len(b.blocks) {
 			return fmt.Errorf("cpu: %s: sequence %d: bad range start=%d count=%d context=%d", op, i, s.Start, s.Count, s.CtxLen)
 		}
 		b.seqs = append(b.seqs, cpu.Seq{

@@ -42,7 +42,7 @@ func (b *Backend) LayerNorm(dst, x, w, bias backend.Tensor, eps float32) error {
 	if err != nil {
 		return err
 	}
-	if err := backend.CheckLayerNorm(d, xt, wt, bt); err != nil {
+	if err := backend.CheckLayerNorm(d, xt, wt, bt, eps); err != nil {
 		return fmt.Errorf("cpu: %w", err)
 	}
 	return b.ctx.LayerNorm(d.f32, xt.f32, wt.f32, bt.f32, xt.rows, xt.cols, eps)

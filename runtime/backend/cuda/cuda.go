@@ -60,6 +60,7 @@ type Backend struct {
 	closed atomic.Bool
 	seqs   []bcuda.Seq
 	blocks []int32
+	tok    []int32 // scratch of backend.CheckAttention
 }
 
 // New starts a backend on GPU o.Device. Without a usable GPU it returns an error saying why.
@@ -276,10 +277,6 @@ func (b *Backend) f32Of3(op string, dst backend.Tensor, n1 string, t1 backend.Te
 	return d, a, c, nil
 }
 
-func shapeErr(op, what string, t *Tensor, rows, cols int) error {
-	return fmt.Errorf("cuda: %s: %s is [%d, %d], want [%d, %d]", op, what, t.rows, t.cols, rows, cols)
-}
-
 // overlaps reports whether two tensors share any byte of device memory.
 func overlaps(a, c *Tensor) bool {
 	if a.buf != c.buf {
@@ -301,28 +298,11 @@ func (b *Backend) View(t backend.Tensor, row0, rows int) (backend.Tensor, error)
 	if err != nil {
 		return nil, err
 	}
-	if row0 < 0 || rows < 0 || row0 > p.rows || rows > p.rows-row0 {
-		return nil, fmt.Errorf("cuda: %s: rows [%d, %d+%d) outside a tensor of %d rows", op, row0, row0, rows, p.rows)
+	if err := backend.CheckView(p, row0, rows); err != nil {
+		return nil, fmt.Errorf("cuda: %w", err)
 	}
 	return &Tensor{b: b, dt: p.dt, rows: rows, cols: p.cols, rowBytes: p.rowBytes, buf: p.buf,
 		off: p.off + row0*p.rowBytes, root: p.root, readOnly: p.readOnly}, nil
-}
-
-// span checks that n floats starting at row row0 are whole rows inside t.
-func span(op string, t *Tensor, row0, n int) error {
-	if t.cols == 0 {
-		if n != 0 || row0 < 0 || row0 > t.rows {
-			return fmt.Errorf("cuda: %s: %d elements at row %d of a [%d, 0] tensor", op, n, row0, t.rows)
-		}
-		return nil
-	}
-	if n%t.cols != 0 {
-		return fmt.Errorf("cuda: %s: %d elements is not a whole number of rows of %d", op, n, t.cols)
-	}
-	if row0 < 0 || row0 > t.rows || n/t.cols > t.rows-row0 {
-		return fmt.Errorf("cuda: %s: rows [%d, %d) outside a tensor of %d rows", op, row0, row0+n/t.cols, t.rows)
-	}
-	return nil
 }
 
 // Write copies src into rows row0.. of an F32 tensor (in stream order).
@@ -332,8 +312,8 @@ func (b *Backend) Write(dst backend.Tensor, row0 int, src []float32) error {
 	if err != nil {
 		return err
 	}
-	if err := span(op, t, row0, len(src)); err != nil {
-		return err
+	if err := backend.CheckSpan(op, t, row0, len(src)); err != nil {
+		return fmt.Errorf("cuda: %w", err)
 	}
 	return b.ctx.UploadF32(bcuda.Ref{Buf: t.buf, Off: t.off + row0*t.rowBytes}, src)
 }
@@ -345,8 +325,8 @@ func (b *Backend) Read(src backend.Tensor, row0 int, dst []float32) error {
 	if err != nil {
 		return err
 	}
-	if err := span(op, t, row0, len(dst)); err != nil {
-		return err
+	if err := backend.CheckSpan(op, t, row0, len(dst)); err != nil {
+		return fmt.Errorf("cuda: %w", err)
 	}
 	return b.ctx.DownloadF32(dst, bcuda.Ref{Buf: t.buf, Off: t.off + row0*t.rowBytes})
 }
@@ -362,8 +342,8 @@ func (b *Backend) GetRows(dst, table backend.Tensor, ids []int32) error {
 	if err != nil {
 		return err
 	}
-	if d.rows != len(ids) || d.cols != tb.cols {
-		return shapeErr(op, "dst", d, len(ids), tb.cols)
+	if err := backend.CheckGetRows(d, tb, ids); err != nil {
+		return fmt.Errorf("cuda: %w", err)
 	}
 	if overlaps(d, tb) {
 		return fmt.Errorf("cuda: %s: dst overlaps the table", op)
@@ -386,11 +366,8 @@ func (b *Backend) MatMul(dst, x, w backend.Tensor) error {
 	if err != nil {
 		return err
 	}
-	if wt.cols != xt.cols {
-		return fmt.Errorf("cuda: %s: x is [%d, %d] but w is [%d, %d]", op, xt.rows, xt.cols, wt.rows, wt.cols)
-	}
-	if d.rows != xt.rows || d.cols != wt.rows {
-		return shapeErr(op, "dst", d, xt.rows, wt.rows)
+	if err := backend.CheckMatMul(d, xt, wt); err != nil {
+		return fmt.Errorf("cuda: %w", err)
 	}
 	if overlaps(d, xt) || overlaps(d, wt) {
 		return fmt.Errorf("cuda: %s: dst must not overlap an operand", op)
@@ -405,11 +382,8 @@ func (b *Backend) AddRows(dst, a, bias backend.Tensor) error {
 	if err != nil {
 		return err
 	}
-	if d.rows != at.rows || d.cols != at.cols {
-		return shapeErr(op, "dst", d, at.rows, at.cols)
-	}
-	if bt.cols != at.cols || (bt.rows != at.rows && bt.rows != 1) {
-		return shapeErr(op, "b", bt, at.rows, at.cols)
+	if err := backend.CheckAddRows(d, at, bt); err != nil {
+		return fmt.Errorf("cuda: %w", err)
 	}
 	if (overlaps(d, at) && !same(d, at)) || (overlaps(d, bt) && !(same(d, bt) && bt.rows == at.rows)) {
 		return fmt.Errorf("cuda: %s: dst partly overlaps an operand", op)
@@ -424,14 +398,8 @@ func (b *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) error {
 	if err != nil {
 		return err
 	}
-	if d.rows != xt.rows || d.cols != xt.cols {
-		return shapeErr(op, "dst", d, xt.rows, xt.cols)
-	}
-	if wt.rows != 1 || wt.cols != xt.cols {
-		return shapeErr(op, "w", wt, 1, xt.cols)
-	}
-	if !(eps >= 0) || math.IsInf(float64(eps), 0) {
-		return fmt.Errorf("cuda: %s: eps %v", op, eps)
+	if err := backend.CheckRMSNorm(d, xt, wt, eps); err != nil {
+		return fmt.Errorf("cuda: %w", err)
 	}
 	if overlaps(d, wt) || (overlaps(d, xt) && !same(d, xt)) {
 		return fmt.Errorf("cuda: %s: dst overlaps the weight or part of x", op)
@@ -446,11 +414,8 @@ func (b *Backend) SwiGLU(dst, gate, up backend.Tensor) error {
 	if err != nil {
 		return err
 	}
-	if g.rows != u.rows || g.cols != u.cols {
-		return shapeErr(op, "up", u, g.rows, g.cols)
-	}
-	if d.rows != g.rows || d.cols != g.cols {
-		return shapeErr(op, "dst", d, g.rows, g.cols)
+	if err := backend.CheckSwiGLU(d, g, u); err != nil {
+		return fmt.Errorf("cuda: %w", err)
 	}
 	if (overlaps(d, g) && !same(d, g)) || (overlaps(d, u) && !same(d, u)) {
 		return fmt.Errorf("cuda: %s: dst partly overlaps an operand", op)
@@ -465,25 +430,8 @@ func (b *Backend) Rope(x backend.Tensor, nHead int, r backend.RoPE, bt *backend.
 	if err != nil {
 		return err
 	}
-	if bt == nil {
-		return fmt.Errorf("cuda: %s: nil batch", op)
-	}
-	if r.Mode != backend.RoPENormal && r.Mode != backend.RoPENeoX {
-		return fmt.Errorf("cuda: %s: mode %d: %w", op, r.Mode, backend.ErrUnsupported)
-	}
-	if nHead <= 0 || r.HeadDim <= 0 || xt.cols != nHead*r.HeadDim {
-		return fmt.Errorf("cuda: %s: x has %d columns, not %d heads of %d", op, xt.cols, nHead, r.HeadDim)
-	}
-	if r.Dims < 0 || r.Dims%2 != 0 || r.Dims > r.HeadDim {
-		return fmt.Errorf("cuda: %s: %d rotated dimensions of a head of %d", op, r.Dims, r.HeadDim)
-	}
-	if len(bt.Pos) != xt.rows {
-		return fmt.Errorf("cuda: %s: %d positions for %d tokens", op, len(bt.Pos), xt.rows)
-	}
-	for i, p := range bt.Pos {
-		if p < 0 {
-			return fmt.Errorf("cuda: %s: token %d at negative position %d", op, i, p)
-		}
+	if err := backend.CheckRope(xt, nHead, r, bt); err != nil {
+		return fmt.Errorf("cuda: %w", err)
 	}
 	return b.ctx.Rope(xt.ref(), xt.rows, nHead, bcuda.RoPE{NeoX: r.Mode == backend.RoPENeoX, HeadDim: r.HeadDim, Dims: r.Dims,
 		Base: r.Base, FreqScale: r.FreqScale}, bt.Pos)
@@ -520,11 +468,8 @@ func (b *Backend) NewKV(cfg backend.KVConfig) (backend.KV, error) {
 	if b.closed.Load() {
 		return nil, fmt.Errorf("cuda: %s: backend closed", op)
 	}
-	if cfg.DType != tensor.F32 && cfg.DType != tensor.F16 {
-		return nil, fmt.Errorf("cuda: %s: dtype %v (want F32 or F16): %w", op, cfg.DType, backend.ErrUnsupported)
-	}
-	if cfg.Layers <= 0 || cfg.Slots <= 0 || cfg.Width <= 0 || cfg.BlockSize <= 0 || cfg.Slots > math.MaxInt32 {
-		return nil, fmt.Errorf("cuda: %s: bad config %+v", op, cfg)
+	if err := backend.CheckKVConfig(cfg); err != nil {
+		return nil, fmt.Errorf("cuda: %w", err)
 	}
 	n, _, err := size(op, cfg.DType, cfg.Slots, cfg.Width)
 	if err != nil {
@@ -564,8 +509,8 @@ func (b *Backend) kvOf(op string, kv backend.KV, layer int) (*KV, error) {
 	if c.closed || b.closed.Load() {
 		return nil, fmt.Errorf("cuda: %s: kv cache is closed", op)
 	}
-	if layer < 0 || layer >= c.cfg.Layers {
-		return nil, fmt.Errorf("cuda: %s: layer %d outside the cache's %d", op, layer, c.cfg.Layers)
+	if err := backend.CheckLayer(op, c.cfg, layer); err != nil {
+		return nil, fmt.Errorf("cuda: %w", err)
 	}
 	return c, nil
 }
@@ -585,18 +530,11 @@ func (b *Backend) StoreKV(kv backend.KV, layer int, k, v backend.Tensor, bt *bac
 	if err != nil {
 		return err
 	}
-	if bt == nil {
-		return fmt.Errorf("cuda: %s: nil batch", op)
-	}
-	n := len(bt.Slot)
-	if kt.rows != n || kt.cols != c.cfg.Width {
-		return shapeErr(op, "k", kt, n, c.cfg.Width)
-	}
-	if vt.rows != n || vt.cols != c.cfg.Width {
-		return shapeErr(op, "v", vt, n, c.cfg.Width)
+	if err := backend.CheckStoreKV(c.cfg, kt, vt, bt); err != nil {
+		return fmt.Errorf("cuda: %w", err)
 	}
 	return b.ctx.StoreKV(bcuda.Ref{Buf: c.k[layer]}, bcuda.Ref{Buf: c.v[layer]}, c.cfg.DType, c.cfg.Slots, c.cfg.Width,
-		kt.ref(), vt.ref(), n, bt.Slot)
+		kt.ref(), vt.ref(), len(bt.Slot), bt.Slot)
 }
 
 // Attention computes causal attention of q [n, NHead*HeadDim] over layer's cache for every
@@ -615,33 +553,19 @@ func (b *Backend) Attention(dst, q backend.Tensor, kv backend.KV, layer int, a b
 	if err != nil {
 		return err
 	}
-	if bt == nil {
-		return fmt.Errorf("cuda: %s: nil batch", op)
-	}
-	if a.NHead <= 0 || a.HeadDim <= 0 || qt.cols != a.NHead*a.HeadDim {
-		return fmt.Errorf("cuda: %s: q has %d columns, not %d heads of %d", op, qt.cols, a.NHead, a.HeadDim)
-	}
-	if !finite(a.Scale) {
-		return fmt.Errorf("cuda: %s: scale %v", op, a.Scale)
-	}
-	if a.NKVHead <= 0 || a.NHead%a.NKVHead != 0 || a.NKVHead*a.HeadDim != c.cfg.Width {
-		return fmt.Errorf("cuda: %s: %d kv heads of %d for %d query heads and a cache %d wide", op, a.NKVHead, a.HeadDim, a.NHead, c.cfg.Width)
-	}
-	if d.rows != qt.rows || d.cols != qt.cols {
-		return shapeErr(op, "dst", d, qt.rows, qt.cols)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.tok, err = backend.CheckAttention(d, qt, c.cfg, a, bt, b.tok); err != nil {
+		return fmt.Errorf("cuda: %w", err)
 	}
 	if overlaps(d, qt) {
 		return fmt.Errorf("cuda: %s: dst must not overlap q", op)
 	}
-	if len(bt.Pos) != qt.rows {
-		return fmt.Errorf("cuda: %s: %d positions for %d tokens", op, len(bt.Pos), qt.rows)
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	// The C batch holds int32s. The check leaves Start, Count and CtxLen non-negative and CtxLen
+	// at most the cache's slots (an int32).
 	b.seqs, b.blocks = b.seqs[:0], b.blocks[:0]
 	for i, s := range bt.Seqs {
-		if s.Start < 0 || s.Count < 0 || s.CtxLen < 0 || s.Start > math.MaxInt32 || s.Count > math.MaxInt32 ||
-			s.CtxLen > math.MaxInt32 || len(s.Blocks) > math.MaxInt32-len(b.blocks) {
+		if s.Start > math.MaxInt32 || s.Count > math.MaxInt32 || len(s.Blocks) > math.MaxInt32-len(b.blocks) {
 			return fmt.Errorf("cuda: %s: sequence %d: bad range start=%d count=%d context=%d", op, i, s.Start, s.Count, s.CtxLen)
 		}
 		b.seqs = append(b.seqs, bcuda.Seq{Start: int32(s.Start), Count: int32(s.Count), CtxLen: int32(s.CtxLen),
@@ -687,11 +611,8 @@ func (b *Backend) LayerNorm(dst, x, w, bias backend.Tensor, eps float32) error {
 	if err != nil {
 		return err
 	}
-	if err := backend.CheckLayerNorm(d, xt, wt, bt); err != nil {
+	if err := backend.CheckLayerNorm(d, xt, wt, bt, eps); err != nil {
 		return fmt.Errorf("cuda: %w", err)
-	}
-	if !(eps >= 0) || math.IsInf(float64(eps), 0) {
-		return fmt.Errorf("cuda: %s: eps %v", op, eps)
 	}
 	if overlaps(d, wt) || overlaps(d, bt) || (overlaps(d, xt) && !same(d, xt)) {
 		return fmt.Errorf("cuda: %s: dst overlaps a parameter or part of x", op)
@@ -775,8 +696,6 @@ func (b *Backend) FullAttention(dst, q, k, v backend.Tensor, a backend.Attn) err
 	return b.ctx.FullAttention(d.ref(), qt.ref(), qt.rows, kt.ref(), vt.ref(), kt.dt, kt.rows,
 		bcuda.Attn{NHead: a.NHead, NKVHead: a.NKVHead, HeadDim: a.HeadDim, Scale: a.Scale})
 }
-
-func finite(v float32) bool { return !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) }
 
 var (
 	_ backend.Backend = (*Backend)(nil)

@@ -37,14 +37,11 @@ func (be *Backend) NewKV(cfg backend.KVConfig) (backend.KV, error) {
 	if be.closed {
 		return nil, errClosed
 	}
-	if cfg.DType != tensor.F32 && cfg.DType != tensor.F16 {
-		return nil, fmt.Errorf("purego: NewKV: %v cache: %w", cfg.DType, backend.ErrUnsupported)
-	}
-	if cfg.Layers <= 0 || cfg.Slots <= 0 || cfg.Width <= 0 || cfg.BlockSize <= 0 {
-		return nil, fmt.Errorf("purego: NewKV: invalid config %+v", cfg)
+	if err := backend.CheckKVConfig(cfg); err != nil {
+		return nil, fmt.Errorf("purego: %w", err)
 	}
 	if cfg.Slots > maxElems/cfg.Width || cfg.Layers > maxElems/(cfg.Slots*cfg.Width) {
-		return nil, fmt.Errorf("purego: NewKV: config %+v is too large", cfg)
+		return nil, fmt.Errorf("purego: new kv: config %+v is too large", cfg)
 	}
 	c := &kvCache{be: be, cfg: cfg}
 	n := cfg.Slots * cfg.Width
@@ -74,42 +71,34 @@ func (be *Backend) getKV(op string, kv backend.KV, layer int) (*kvCache, error) 
 		return nil, fmt.Errorf("purego: %s: KV cache was made by another backend", op)
 	case c.closed:
 		return nil, fmt.Errorf("purego: %s: KV cache is closed", op)
-	case layer < 0 || layer >= c.cfg.Layers:
-		return nil, fmt.Errorf("purego: %s: layer %d of a %d-layer cache", op, layer, c.cfg.Layers)
+	}
+	if err := backend.CheckLayer(op, c.cfg, layer); err != nil {
+		return nil, fmt.Errorf("purego: %w", err)
 	}
 	return c, nil
 }
 
 // StoreKV writes k and v [n, Width] into layer's cache at slots b.Slot.
 func (be *Backend) StoreKV(kv backend.KV, layer int, k, v backend.Tensor, b *backend.Batch) error {
+	const op = "store kv"
 	be.mu.Lock()
 	defer be.mu.Unlock()
-	c, err := be.getKV("StoreKV", kv, layer)
+	c, err := be.getKV(op, kv, layer)
 	if err != nil {
 		return err
 	}
-	kt, err := be.getF32("StoreKV", "k", k)
+	kt, err := be.getF32(op, "k", k)
 	if err != nil {
 		return err
 	}
-	vt, err := be.getF32("StoreKV", "v", v)
+	vt, err := be.getF32(op, "v", v)
 	if err != nil {
 		return err
+	}
+	if err := backend.CheckStoreKV(c.cfg, kt, vt, b); err != nil {
+		return fmt.Errorf("purego: %w", err)
 	}
 	w := c.cfg.Width
-	switch {
-	case b == nil:
-		return fmt.Errorf("purego: StoreKV: nil batch")
-	case kt.cols != w || vt.cols != w || vt.rows != kt.rows:
-		return fmt.Errorf("purego: StoreKV: k %v and v %v, want [n, %d] each", kt, vt, w)
-	case len(b.Slot) != kt.rows:
-		return fmt.Errorf("purego: StoreKV: %d slots for %d rows", len(b.Slot), kt.rows)
-	}
-	for i, s := range b.Slot {
-		if s < 0 || int(s) >= c.cfg.Slots {
-			return fmt.Errorf("purego: StoreKV: Slot[%d] = %d is outside the cache's %d slots", i, s, c.cfg.Slots)
-		}
-	}
 	for i, s := range b.Slot {
 		kr, vr := kt.f32[i*w:(i+1)*w], vt.f32[i*w:(i+1)*w]
 		o := int(s) * w
@@ -319,68 +308,35 @@ func (j *attnJob) attend(sc *attnScratch, i, kh int) {
 // i's sequence. With an F16 cache, q and the normalised weights are rounded to F16 before their
 // products (backend.Backend.Attention).
 func (be *Backend) Attention(dst, q backend.Tensor, kv backend.KV, layer int, a backend.Attn, b *backend.Batch) error {
+	const op = "attention"
 	be.mu.Lock()
 	defer be.mu.Unlock()
 	be.xqFrom = nil // writes activations
-	c, err := be.getKV("Attention", kv, layer)
+	c, err := be.getKV(op, kv, layer)
 	if err != nil {
 		return err
 	}
-	qt, err := be.getF32("Attention", "q", q)
+	qt, err := be.getF32(op, "q", q)
 	if err != nil {
 		return err
 	}
-	if b == nil {
-		return fmt.Errorf("purego: Attention: nil batch")
-	}
-	if a.NHead <= 0 || a.NKVHead <= 0 || a.HeadDim <= 0 || a.NHead%a.NKVHead != 0 || a.NKVHead*a.HeadDim != c.cfg.Width {
-		return fmt.Errorf("purego: Attention: %d heads over %d kv heads of %d do not fit a cache of width %d",
-			a.NHead, a.NKVHead, a.HeadDim, c.cfg.Width)
-	}
-	n, qw := len(b.Pos), a.NHead*a.HeadDim
-	if qt.rows != n || qt.cols != qw {
-		return fmt.Errorf("purego: Attention: q is %v, want [%d, %d]", qt, n, qw)
-	}
-	d, err := be.getOut("Attention", dst, n, qw)
+	d, err := be.getOut(op, "dst", dst)
 	if err != nil {
 		return err
+	}
+	// The check also finds the sequence of every token (be.tok): each is in exactly one, whose
+	// blocks hold its positions.
+	if be.tok, err = backend.CheckAttention(d, qt, c.cfg, a, b, be.tok); err != nil {
+		return fmt.Errorf("purego: %w", err)
 	}
 	if overlap(d.f32, qt.f32) {
-		return fmt.Errorf("purego: Attention: dst overlaps q")
+		return fmt.Errorf("purego: %s: dst overlaps q", op)
 	}
-	// Every token belongs to exactly one sequence whose blocks hold its positions.
-	be.tok = grow(be.tok, n)
-	for i := range be.tok {
-		be.tok[i] = -1
-	}
-	bs, nBlocks := c.cfg.BlockSize, c.cfg.Slots/c.cfg.BlockSize
+	n := len(b.Pos)
 	maxCtx := 0
-	for si, s := range b.Seqs {
-		if s.Start < 0 || s.Count < 0 || s.Start > n-s.Count || s.CtxLen < s.Count || s.CtxLen > len(s.Blocks)*bs {
-			return fmt.Errorf("purego: Attention: sequence %d (tokens %d+%d, %d positions, %d blocks of %d) does not fit a batch of %d",
-				si, s.Start, s.Count, s.CtxLen, len(s.Blocks), bs, n)
-		}
-		if s.CtxLen > c.cfg.Slots {
-			return fmt.Errorf("purego: Attention: sequence %d has %d positions, more than the cache's %d slots", si, s.CtxLen, c.cfg.Slots)
-		}
+	for _, s := range b.Seqs {
 		if s.Count > 0 {
 			maxCtx = max(maxCtx, s.CtxLen)
-		}
-		for bi, blk := range s.Blocks[:(s.CtxLen+bs-1)/bs] {
-			if blk < 0 || int(blk) >= nBlocks {
-				return fmt.Errorf("purego: Attention: sequence %d: block %d is %d, outside the cache's %d blocks", si, bi, blk, nBlocks)
-			}
-		}
-		for i := s.Start; i < s.Start+s.Count; i++ {
-			if be.tok[i] >= 0 {
-				return fmt.Errorf("purego: Attention: token %d is in sequences %d and %d", i, be.tok[i], si)
-			}
-			be.tok[i] = int32(si)
-		}
-	}
-	for i, s := range be.tok {
-		if s < 0 {
-			return fmt.Errorf("purego: Attention: token %d is in no sequence", i)
 		}
 	}
 

@@ -166,25 +166,26 @@ func (be *Backend) runRows(j *rowJob, rows, cols int) {
 // Copy converts src into dst: F32 to F16 (round to nearest even), F16 to F32, or a copy
 // between tensors of one type.
 func (be *Backend) Copy(dst, src backend.Tensor) error {
+	const op = "copy"
 	be.mu.Lock()
 	defer be.mu.Unlock()
 	be.xqFrom = nil // writes activations
-	s, err := be.get("Copy", "src", src)
+	s, err := be.get(op, "src", src)
 	if err != nil {
 		return err
 	}
-	d, err := be.get("Copy", "dst", dst)
+	d, err := be.get(op, "dst", dst)
 	if err != nil {
 		return err
 	}
 	if d.readOnly {
-		return fmt.Errorf("purego: Copy: dst is loaded (read-only) memory")
+		return fmt.Errorf("purego: %s: dst is loaded (read-only) memory", op)
 	}
 	if err := backend.CheckCopy(d, s); err != nil {
 		return fmt.Errorf("purego: %w", err)
 	}
 	if s.rows*s.cols > 0 && ((s.dt == tensor.F16 && s.data == nil) || (d.dt == tensor.F16 && d.data == nil)) {
-		return fmt.Errorf("purego: Copy: %v into %v without bytes: %w", s, d, backend.ErrUnsupported)
+		return fmt.Errorf("purego: %s: %v into %v without bytes: %w", op, s, d, backend.ErrUnsupported)
 	}
 	if s.dt == d.dt {
 		// One copy handles overlapping views of one tensor; chunks of it might not.
@@ -205,39 +206,37 @@ func (be *Backend) Copy(dst, src backend.Tensor) error {
 // LayerNorm: dst[i,:] = (x[i,:] - mean) / sqrt(var + eps) * w[0,:] + b[0,:], with the mean and
 // biased variance of each row taken in float64.
 func (be *Backend) LayerNorm(dst, x, w, b backend.Tensor, eps float32) error {
+	const op = "layer norm"
 	be.mu.Lock()
 	defer be.mu.Unlock()
 	be.xqFrom = nil // writes activations
-	xt, err := be.getF32("LayerNorm", "x", x)
+	xt, err := be.getF32(op, "x", x)
 	if err != nil {
 		return err
 	}
-	wt, err := be.getF32("LayerNorm", "w", w)
+	wt, err := be.getF32(op, "w", w)
 	if err != nil {
 		return err
 	}
-	bt, err := be.getF32("LayerNorm", "b", b)
+	bt, err := be.getF32(op, "b", b)
 	if err != nil {
 		return err
 	}
-	if err := backend.CheckLayerNorm(dst, xt, wt, bt); err != nil {
+	d, err := be.getOut(op, "dst", dst)
+	if err != nil {
+		return err
+	}
+	if err := backend.CheckLayerNorm(d, xt, wt, bt, eps); err != nil {
 		return fmt.Errorf("purego: %w", err)
-	}
-	if !(eps >= 0) || math.IsInf(float64(eps), 0) {
-		return fmt.Errorf("purego: LayerNorm: eps %v", eps)
-	}
-	d, err := be.getOut("LayerNorm", dst, xt.rows, xt.cols)
-	if err != nil {
-		return err
 	}
 	if xt.cols == 0 {
 		return nil
 	}
 	if overlap(d.f32, wt.f32) || overlap(d.f32, bt.f32) {
-		return fmt.Errorf("purego: LayerNorm: dst overlaps w or b")
+		return fmt.Errorf("purego: %s: dst overlaps w or b", op)
 	}
 	if overlap(d.f32, xt.f32) && !same(d.f32, xt.f32) {
-		return fmt.Errorf("purego: LayerNorm: dst overlaps x without being x")
+		return fmt.Errorf("purego: %s: dst overlaps x without being x", op)
 	}
 	j := &be.rows
 	j.op, j.dst32, j.x, j.w, j.b, j.eps = opLayerNorm, d.f32, xt.f32, wt.f32, bt.f32, float64(eps)
@@ -247,19 +246,23 @@ func (be *Backend) LayerNorm(dst, x, w, b backend.Tensor, eps float32) error {
 
 // GELU: dst = 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x^3))) element-wise, in float32.
 func (be *Backend) GELU(dst, x backend.Tensor) error {
+	const op = "gelu"
 	be.mu.Lock()
 	defer be.mu.Unlock()
 	be.xqFrom = nil // writes activations
-	xt, err := be.getF32("GELU", "x", x)
+	xt, err := be.getF32(op, "x", x)
 	if err != nil {
 		return err
 	}
-	d, err := be.getOut("GELU", dst, xt.rows, xt.cols)
+	d, err := be.getOut(op, "dst", dst)
 	if err != nil {
 		return err
+	}
+	if err := backend.CheckSameShape(op, d, xt); err != nil {
+		return fmt.Errorf("purego: %w", err)
 	}
 	if overlap(d.f32, xt.f32) && !same(d.f32, xt.f32) {
-		return fmt.Errorf("purego: GELU: dst overlaps x without being x")
+		return fmt.Errorf("purego: %s: dst overlaps x without being x", op)
 	}
 	j := &be.rows
 	j.op, j.dst32, j.x = opGELU, d.f32, xt.f32
@@ -269,27 +272,28 @@ func (be *Backend) GELU(dst, x backend.Tensor) error {
 
 // Im2Col1D: dst[t, c*K+k] = x[t*stride+k-pad, c] (0 outside x) for x [T, C], dst [Tout, C*K].
 func (be *Backend) Im2Col1D(dst, x backend.Tensor, kernel, stride, pad int) error {
+	const op = "im2col"
 	be.mu.Lock()
 	defer be.mu.Unlock()
 	be.xqFrom = nil // writes activations
-	xt, err := be.getF32("Im2Col1D", "x", x)
+	xt, err := be.getF32(op, "x", x)
 	if err != nil {
 		return err
 	}
-	tOut, cols, err := backend.Im2Col1DShape(xt.rows, xt.cols, kernel, stride, pad)
+	d, err := be.getOut(op, "dst", dst)
+	if err != nil {
+		return err
+	}
+	tOut, err := backend.CheckIm2Col1D(d, xt, kernel, stride, pad)
 	if err != nil {
 		return fmt.Errorf("purego: %w", err)
 	}
-	d, err := be.getOut("Im2Col1D", dst, tOut, cols)
-	if err != nil {
-		return err
-	}
 	if overlap(d.f32, xt.f32) {
-		return fmt.Errorf("purego: Im2Col1D: dst overlaps x")
+		return fmt.Errorf("purego: %s: dst overlaps x", op)
 	}
 	j := &be.rows
 	j.op, j.dst32, j.x = opIm2Col, d.f32, xt.f32
 	j.t, j.c, j.k, j.stride, j.pad = xt.rows, xt.cols, kernel, stride, pad
-	be.runRows(j, tOut, cols)
+	be.runRows(j, tOut, d.cols)
 	return nil
 }

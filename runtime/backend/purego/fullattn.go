@@ -261,42 +261,45 @@ func (j *fullAttnJob) attend(sc *fullScratch, kh, t0, t1 int) {
 // and v. With F16 keys and values, q and the normalised weights are rounded to F16 before their
 // products (backend.Backend.FullAttention).
 func (be *Backend) FullAttention(dst, q, k, v backend.Tensor, a backend.Attn) error {
+	const op = "full attention"
 	be.mu.Lock()
 	defer be.mu.Unlock()
 	be.xqFrom = nil // writes activations
-	qt, err := be.getF32("FullAttention", "q", q)
+	d, err := be.getOut(op, "dst", dst)
 	if err != nil {
 		return err
 	}
-	kt, err := be.get("FullAttention", "k", k)
+	qt, err := be.getF32(op, "q", q)
 	if err != nil {
 		return err
 	}
-	vt, err := be.get("FullAttention", "v", v)
+	kt, err := be.get(op, "k", k)
+	if err != nil {
+		return err
+	}
+	vt, err := be.get(op, "v", v)
 	if err != nil {
 		return err
 	}
 	if err := backend.CheckFullAttention(qt, kt, vt, a); err != nil {
 		return fmt.Errorf("purego: %w", err)
 	}
-	qw := a.NHead * a.HeadDim
-	n, m := qt.rows, kt.rows
-	d, err := be.getOut("FullAttention", dst, n, qw)
-	if err != nil {
-		return err
+	if err := backend.CheckSameShape(op, d, qt); err != nil {
+		return fmt.Errorf("purego: %w", err)
 	}
+	n, m := qt.rows, kt.rows
 	if n == 0 {
 		return nil
 	}
 	if overlap(d.f32, qt.f32) || (kt.dt == tensor.F32 && (overlap(d.f32, kt.f32) || overlap(d.f32, vt.f32))) {
-		return fmt.Errorf("purego: FullAttention: dst overlaps q, k or v")
+		return fmt.Errorf("purego: %s: dst overlaps q, k or v", op)
 	}
 	j := &be.fa
 	j.a, j.n, j.m, j.q, j.dst = a, n, m, qt.f32, d.f32
 	j.f16 = kt.dt == tensor.F16
 	if j.f16 {
 		if kt.data == nil || vt.data == nil {
-			return fmt.Errorf("purego: FullAttention: F16 k or v without bytes: %w", backend.ErrUnsupported)
+			return fmt.Errorf("purego: %s: F16 k or v without bytes: %w", op, backend.ErrUnsupported)
 		}
 		f16Once.Do(initF16Table)
 		j.k16, j.v16 = u16View(kt.data), u16View(vt.data)

@@ -96,25 +96,26 @@ func (be *Backend) convert(dt tensor.DType, src []float32, cols int, dst []byte,
 
 // MatMul: dst [n, m] = x [n, k] · w [m, k]ᵀ, each row of x converted to w's dot-product type.
 func (be *Backend) MatMul(dst, x, w backend.Tensor) error {
+	const op = "matmul"
 	be.mu.Lock()
 	defer be.mu.Unlock()
-	xt, err := be.getF32("MatMul", "x", x)
+	xt, err := be.getF32(op, "x", x)
 	if err != nil {
 		return err
 	}
-	wt, err := be.getWeight("MatMul", w)
+	wt, err := be.getWeight(op, w)
 	if err != nil {
 		return err
 	}
 	if wt.kernErr != nil {
-		return fmt.Errorf("purego: MatMul: %v weights: %v: %w", wt.dt, wt.kernErr, backend.ErrUnsupported)
+		return fmt.Errorf("purego: %s: %v weights: %v: %w", op, wt.dt, wt.kernErr, backend.ErrUnsupported)
 	}
-	if xt.cols != wt.cols {
-		return fmt.Errorf("purego: MatMul: x %v and w %v differ in columns", xt, wt)
-	}
-	d, err := be.getOut("MatMul", dst, xt.rows, wt.rows)
+	d, err := be.getOut(op, "dst", dst)
 	if err != nil {
 		return err
+	}
+	if err := backend.CheckMatMul(d, xt, wt); err != nil {
+		return fmt.Errorf("purego: %w", err)
 	}
 	n, m, k := xt.rows, wt.rows, wt.cols
 	if n == 0 || m == 0 {
@@ -179,21 +180,20 @@ func (j *getRowsJob) unit(_, c int) {
 
 // GetRows: dst[i,:] = float32(table[ids[i],:]).
 func (be *Backend) GetRows(dst, table backend.Tensor, ids []int32) error {
+	const op = "get rows"
 	be.mu.Lock()
 	defer be.mu.Unlock()
 	be.xqFrom = nil // writes activations
-	t, err := be.get("GetRows", "table", table)
+	t, err := be.get(op, "table", table)
 	if err != nil {
 		return err
 	}
-	d, err := be.getOut("GetRows", dst, len(ids), t.cols)
+	d, err := be.getOut(op, "dst", dst)
 	if err != nil {
 		return err
 	}
-	for i, id := range ids {
-		if id < 0 || int(id) >= t.rows {
-			return fmt.Errorf("purego: GetRows: ids[%d] = %d is outside the table's %d rows", i, id, t.rows)
-		}
+	if err := backend.CheckGetRows(d, t, ids); err != nil {
+		return fmt.Errorf("purego: %w", err)
 	}
 	if t.dt == tensor.F32 {
 		// Exact copies; also the path for activation tables on big-endian platforms.
@@ -207,13 +207,13 @@ func (be *Backend) GetRows(dst, table backend.Tensor, ids []int32) error {
 		return nil
 	}
 	if t.data == nil {
-		return fmt.Errorf("purego: GetRows: %v table without bytes: %w", t, backend.ErrUnsupported)
+		return fmt.Errorf("purego: %s: %v table without bytes: %w", op, t, backend.ErrUnsupported)
 	}
 	if len(ids) == 0 {
 		return nil
 	}
 	if err := quant.Dequantize(t.dt, t.data[int(ids[0])*t.rowBytes:int(ids[0]+1)*t.rowBytes], d.f32[:t.cols]); err != nil {
-		return fmt.Errorf("purego: GetRows: %v: %w", err, backend.ErrUnsupported)
+		return fmt.Errorf("purego: %s: %v: %w", op, err, backend.ErrUnsupported)
 	}
 	j := &be.gr
 	j.dt, j.table, j.rowB, j.ids, j.dst, j.cols = t.dt, t.data, t.rowBytes, ids, d.f32, t.cols

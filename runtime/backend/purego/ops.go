@@ -9,23 +9,24 @@ import (
 
 // AddRows: dst[i,:] = a[i,:] + b[i,:], or + b[0,:] when b has one row.
 func (be *Backend) AddRows(dst, a, b backend.Tensor) error {
+	const op = "add rows"
 	be.mu.Lock()
 	defer be.mu.Unlock()
 	be.xqFrom = nil // writes activations
-	at, err := be.getF32("AddRows", "a", a)
+	at, err := be.getF32(op, "a", a)
 	if err != nil {
 		return err
 	}
-	bt, err := be.getF32("AddRows", "b", b)
+	bt, err := be.getF32(op, "b", b)
 	if err != nil {
 		return err
 	}
-	if bt.cols != at.cols || (bt.rows != at.rows && bt.rows != 1) {
-		return fmt.Errorf("purego: AddRows: b %v does not match a %v (same shape or one row)", bt, at)
-	}
-	d, err := be.getOut("AddRows", dst, at.rows, at.cols)
+	d, err := be.getOut(op, "dst", dst)
 	if err != nil {
 		return err
+	}
+	if err := backend.CheckAddRows(d, at, bt); err != nil {
+		return fmt.Errorf("purego: %w", err)
 	}
 	c := at.cols
 	for i := 0; i < at.rows; i++ {
@@ -44,23 +45,24 @@ func (be *Backend) AddRows(dst, a, b backend.Tensor) error {
 // RMSNorm: dst[i,:] = x[i,:] / sqrt(mean(x[i,:]²) + eps) * w[0,:]. The sum of squares is taken in
 // float64.
 func (be *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) error {
+	const op = "rms norm"
 	be.mu.Lock()
 	defer be.mu.Unlock()
 	be.xqFrom = nil // writes activations
-	xt, err := be.getF32("RMSNorm", "x", x)
+	xt, err := be.getF32(op, "x", x)
 	if err != nil {
 		return err
 	}
-	wt, err := be.getF32("RMSNorm", "w", w)
+	wt, err := be.getF32(op, "w", w)
 	if err != nil {
 		return err
 	}
-	if wt.rows != 1 || wt.cols != xt.cols {
-		return fmt.Errorf("purego: RMSNorm: w is %v, want [1, %d]", wt, xt.cols)
-	}
-	d, err := be.getOut("RMSNorm", dst, xt.rows, xt.cols)
+	d, err := be.getOut(op, "dst", dst)
 	if err != nil {
 		return err
+	}
+	if err := backend.CheckRMSNorm(d, xt, wt, eps); err != nil {
+		return fmt.Errorf("purego: %w", err)
 	}
 	c := xt.cols
 	if c == 0 {
@@ -93,23 +95,24 @@ func (be *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) error {
 
 // SwiGLU: dst = gate/(1+exp(-gate)) * up.
 func (be *Backend) SwiGLU(dst, gate, up backend.Tensor) error {
+	const op = "swiglu"
 	be.mu.Lock()
 	defer be.mu.Unlock()
 	be.xqFrom = nil // writes activations
-	gt, err := be.getF32("SwiGLU", "gate", gate)
+	gt, err := be.getF32(op, "gate", gate)
 	if err != nil {
 		return err
 	}
-	ut, err := be.getF32("SwiGLU", "up", up)
+	ut, err := be.getF32(op, "up", up)
 	if err != nil {
 		return err
 	}
-	if ut.rows != gt.rows || ut.cols != gt.cols {
-		return fmt.Errorf("purego: SwiGLU: up %v does not match gate %v", ut, gt)
-	}
-	d, err := be.getOut("SwiGLU", dst, gt.rows, gt.cols)
+	d, err := be.getOut(op, "dst", dst)
 	if err != nil {
 		return err
+	}
+	if err := backend.CheckSwiGLU(d, gt, ut); err != nil {
+		return fmt.Errorf("purego: %w", err)
 	}
 	g, u, o := gt.f32, ut.f32[:len(gt.f32)], d.f32[:len(gt.f32)]
 	for i, v := range g {
@@ -120,28 +123,16 @@ func (be *Backend) SwiGLU(dst, gate, up backend.Tensor) error {
 
 // Rope rotates x [n, nHead*r.HeadDim] in place. Angles are computed in float64.
 func (be *Backend) Rope(x backend.Tensor, nHead int, r backend.RoPE, b *backend.Batch) error {
+	const op = "rope"
 	be.mu.Lock()
 	defer be.mu.Unlock()
 	be.xqFrom = nil // writes activations
-	xt, err := be.getF32("Rope", "x", x)
+	xt, err := be.getOut(op, "x", x)
 	if err != nil {
 		return err
 	}
-	switch {
-	case xt.readOnly:
-		return fmt.Errorf("purego: Rope: x is loaded (read-only) memory")
-	case b == nil:
-		return fmt.Errorf("purego: Rope: nil batch")
-	case r.Mode != backend.RoPENormal && r.Mode != backend.RoPENeoX:
-		return fmt.Errorf("purego: Rope: unknown mode %d", r.Mode)
-	case nHead <= 0 || r.HeadDim <= 0 || r.Dims <= 0 || r.Dims%2 != 0 || r.Dims > r.HeadDim:
-		return fmt.Errorf("purego: Rope: %d heads of %d with %d rotated dims (need an even count up to HeadDim)", nHead, r.HeadDim, r.Dims)
-	case !(r.Base > 0):
-		return fmt.Errorf("purego: Rope: base %v", r.Base)
-	case xt.cols != nHead*r.HeadDim:
-		return fmt.Errorf("purego: Rope: x is %v, want %d heads of %d", xt, nHead, r.HeadDim)
-	case len(b.Pos) != xt.rows:
-		return fmt.Errorf("purego: Rope: %d positions for %d rows", len(b.Pos), xt.rows)
+	if err := backend.CheckRope(xt, nHead, r, b); err != nil {
+		return fmt.Errorf("purego: %w", err)
 	}
 	half, hd := r.Dims/2, r.HeadDim
 	if be.ropeBase != r.Base || be.ropeDims != r.Dims {

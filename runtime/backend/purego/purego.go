@@ -167,22 +167,19 @@ func (be *Backend) getF32(op, name string, x backend.Tensor) (*tens, error) {
 		return nil, err
 	}
 	if t.dt != tensor.F32 {
-		return nil, fmt.Errorf("purego: %s: %s is %v, want F32", op, name, t)
+		return nil, fmt.Errorf("purego: %s: %s is %v, want F32", op, name, t.dt)
 	}
 	return t, nil
 }
 
-// getOut returns x as a live, writable F32 tensor of be of rows×cols.
-func (be *Backend) getOut(op string, x backend.Tensor, rows, cols int) (*tens, error) {
-	t, err := be.getF32(op, "dst", x)
+// getOut returns x as a live, writable F32 tensor of be (named name).
+func (be *Backend) getOut(op, name string, x backend.Tensor) (*tens, error) {
+	t, err := be.getF32(op, name, x)
 	if err != nil {
 		return nil, err
 	}
 	if t.readOnly {
-		return nil, fmt.Errorf("purego: %s: dst is loaded (read-only) memory", op)
-	}
-	if t.rows != rows || t.cols != cols {
-		return nil, fmt.Errorf("purego: %s: dst is %v, want [%d, %d]", op, t, rows, cols)
+		return nil, fmt.Errorf("purego: %s: %s is loaded (read-only) memory", op, name)
 	}
 	return t, nil
 }
@@ -262,14 +259,14 @@ func (be *Backend) Load(dt tensor.DType, rows, cols int, data []byte) (backend.T
 		return nil, errClosed
 	}
 	if !dt.Supported() {
-		return nil, fmt.Errorf("purego: Load: dtype %v: %w", dt, backend.ErrUnsupported)
+		return nil, fmt.Errorf("purego: load: dtype %v: %w", dt, backend.ErrUnsupported)
 	}
-	rs, err := checkSize("Load", dt, rows, cols)
+	rs, err := checkSize("load", dt, rows, cols)
 	if err != nil {
 		return nil, err
 	}
 	if len(data) != rows*rs {
-		return nil, fmt.Errorf("purego: Load: %v [%d, %d] needs %d bytes, got %d", dt, rows, cols, rows*rs, len(data))
+		return nil, fmt.Errorf("purego: load: %v [%d, %d] needs %d bytes, got %d", dt, rows, cols, rows*rs, len(data))
 	}
 	t := &tens{be: be, dt: dt, rows: rows, cols: cols, rowBytes: rs, data: data, readOnly: true}
 	if dt == tensor.F32 {
@@ -287,9 +284,9 @@ func (be *Backend) Alloc(dt tensor.DType, rows, cols int) (backend.Tensor, error
 		return nil, errClosed
 	}
 	if dt != tensor.F32 && dt != tensor.F16 {
-		return nil, fmt.Errorf("purego: Alloc: dtype %v: activations are F32 or F16", dt)
+		return nil, fmt.Errorf("purego: alloc: dtype %v: activations are F32 or F16", dt)
 	}
-	rs, err := checkSize("Alloc", dt, rows, cols)
+	rs, err := checkSize("alloc", dt, rows, cols)
 	if err != nil {
 		return nil, err
 	}
@@ -308,12 +305,12 @@ func (be *Backend) Alloc(dt tensor.DType, rows, cols int) (backend.Tensor, error
 func (be *Backend) View(x backend.Tensor, row0, rows int) (backend.Tensor, error) {
 	be.mu.Lock()
 	defer be.mu.Unlock()
-	t, err := be.get("View", "t", x)
+	t, err := be.get("view", "t", x)
 	if err != nil {
 		return nil, err
 	}
-	if row0 < 0 || rows < 0 || row0 > t.rows-rows {
-		return nil, fmt.Errorf("purego: View: rows %d..%d of %v", row0, row0+rows-1, t)
+	if err := backend.CheckView(t, row0, rows); err != nil {
+		return nil, fmt.Errorf("purego: %w", err)
 	}
 	v := &tens{be: be, dt: t.dt, rows: rows, cols: t.cols, rowBytes: t.rowBytes, readOnly: t.readOnly, parent: t,
 		kern: t.kern, kernErr: t.kernErr, vecRow: t.vecRow}
@@ -326,33 +323,17 @@ func (be *Backend) View(x backend.Tensor, row0, rows int) (backend.Tensor, error
 	return v, nil
 }
 
-// rowRange checks that src or dst of len n covers whole rows from row0 within t.
-func rowRange(op string, t *tens, row0, n int) error {
-	if t.cols == 0 {
-		if n != 0 || row0 < 0 || row0 > t.rows {
-			return fmt.Errorf("purego: %s: %d values at row %d of %v", op, n, row0, t)
-		}
-		return nil
-	}
-	if row0 < 0 || n%t.cols != 0 || row0 > t.rows-n/t.cols {
-		return fmt.Errorf("purego: %s: %d values at row %d of %v (whole rows within the tensor)", op, n, row0, t)
-	}
-	return nil
-}
-
 // Write copies src into rows row0.. of an F32 tensor.
 func (be *Backend) Write(dst backend.Tensor, row0 int, src []float32) error {
+	const op = "write"
 	be.mu.Lock()
 	defer be.mu.Unlock()
-	t, err := be.getF32("Write", "dst", dst)
+	t, err := be.getOut(op, "dst", dst)
 	if err != nil {
 		return err
 	}
-	if t.readOnly {
-		return fmt.Errorf("purego: Write: %v is loaded (read-only) memory", t)
-	}
-	if err := rowRange("Write", t, row0, len(src)); err != nil {
-		return err
+	if err := backend.CheckSpan(op, t, row0, len(src)); err != nil {
+		return fmt.Errorf("purego: %w", err)
 	}
 	be.xqFrom = nil
 	copy(t.f32[row0*t.cols:], src)
@@ -361,14 +342,15 @@ func (be *Backend) Write(dst backend.Tensor, row0 int, src []float32) error {
 
 // Read copies rows row0.. of an F32 tensor into dst.
 func (be *Backend) Read(src backend.Tensor, row0 int, dst []float32) error {
+	const op = "read"
 	be.mu.Lock()
 	defer be.mu.Unlock()
-	t, err := be.getF32("Read", "src", src)
+	t, err := be.getF32(op, "src", src)
 	if err != nil {
 		return err
 	}
-	if err := rowRange("Read", t, row0, len(dst)); err != nil {
-		return err
+	if err := backend.CheckSpan(op, t, row0, len(dst)); err != nil {
+		return fmt.Errorf("purego: %w", err)
 	}
 	copy(dst, t.f32[row0*t.cols:])
 	return nil
