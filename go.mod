@@ -12,6 +12,7 @@ require (
 	github.com/nikolalohinski/gonja/v2 v2.9.1
 	github.com/pion/opus v0.1.0
 	github.com/prometheus/client_golang v1.23.2
+	golang.org/x/sys v0.37.0
 	golang.org/x/text v0.34.0
 )
 
@@ -45,6 +46,5 @@ require (
 	github.com/tonistiigi/go-csvvalue v0.0.0-20240814133006-030d3b2625d0 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
 	golang.org/x/exp v0.0.0-20250911091902-df9299821621 // indirect
-	golang.org/x/sys v0.37.0 // indirect
 	google.golang.org/protobuf v1.36.10 // indirect
 )

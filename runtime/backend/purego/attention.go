@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/parleyhq/parley/internal/vec"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/quant"
 	"github.com/parleyhq/parley/runtime/tensor"
@@ -204,7 +205,7 @@ func (j *attnJob) attendF16(sc *attnScratch, i, kh int) {
 				m = v
 			}
 		}
-		sum := expSum(ss[:ctx], m)
+		sum := vec.ExpSum(ss[:ctx], m)
 		scaleRoundF16(ss[:ctx], ss[:ctx], float32(1/sum))
 		ss[ctx], ss[ctx+1], ss[ctx+2] = 0, 0, 0
 	}
@@ -269,7 +270,7 @@ func (j *attnJob) attend(sc *attnScratch, i, kh int) {
 			}
 			if m > mx[g] {
 				if l[g] != 0 {
-					f := expf(mx[g] - m)
+					f := vec.Expf(mx[g] - m)
 					l[g] *= f
 					scale32(acc[g*hd:(g+1)*hd], f)
 				}
@@ -277,7 +278,7 @@ func (j *attnJob) attend(sc *attnScratch, i, kh int) {
 			}
 			sum := float32(0)
 			for jj, v := range ss {
-				e := expf(v - m)
+				e := vec.Expf(v - m)
 				ss[jj] = e
 				sum += e
 			}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/parleyhq/parley/internal/vec"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/quant"
 	"github.com/parleyhq/parley/runtime/tensor"
@@ -126,7 +127,7 @@ func geluGo(y, x []float32) {
 	y = y[:len(x)]
 	for i, v := range x {
 		u := geluC * v * (1 + geluA*v*v)
-		y[i] = v / (1 + expf(-2*u))
+		y[i] = v / (1 + vec.Expf(-2*u))
 	}
 }
 

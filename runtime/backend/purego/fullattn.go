@@ -3,6 +3,7 @@ package purego
 import (
 	"fmt"
 
+	"github.com/parleyhq/parley/internal/vec"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
@@ -161,7 +162,7 @@ func (j *fullAttnJob) softmax(sc *fullScratch, s []float32, rows int) {
 				mx = v
 			}
 		}
-		sum := expSum(ss[:m], mx)
+		sum := vec.ExpSum(ss[:m], mx)
 		if j.f16 {
 			scaleRoundF16(ss[:m], ss[:m], float32(1/sum))
 		} else {

@@ -9,9 +9,9 @@ import (
 // The attention kernels: pure Go here, replaced at init by assembly where the CPU allows
 // (simd_amd64.go). Rows are [HeadDim] slices of the cache or of the query.
 
-// simdKernels names the implementation of dot4, dot4F16, axpy4, axpy4F16, expSum,
-// scaleRoundF16, scores2, scores2F16, pv2, pv2F16 and gelu: "go", or "avx2" where the CPU has
-// AVX2, FMA and F16C.
+// simdKernels names the implementation of dot4, dot4F16, axpy4, axpy4F16, scaleRoundF16,
+// scores2, scores2F16, pv2, pv2F16 and gelu: "go", or "avx2" where the CPU has AVX2, FMA and F16C.
+// Softmax exponentials come from internal/vec.
 var simdKernels = "go"
 
 // dot4 returns q·k0, q·k1, q·k2, q·k3; each k holds at least len(q) values.
@@ -100,20 +100,6 @@ func scaleRoundF16Go(dst, src []float32, f float32) {
 	for i, v := range src {
 		dst[i] = t[quant.F32ToF16(v*f)]
 	}
-}
-
-// expSum sets x[i] = exp(x[i] - m), with m at least every x[i], and returns the sum of the new
-// x[i] in float64.
-var expSum = expSumGo
-
-func expSumGo(x []float32, m float32) float64 {
-	sum := 0.0
-	for i, v := range x {
-		e := expf(v - m)
-		x[i] = e
-		sum += float64(e)
-	}
-	return sum
 }
 
 // scale32 multiplies y by f.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/parleyhq/parley/internal/vec"
 	"github.com/parleyhq/parley/runtime/backend"
 )
 
@@ -116,7 +117,7 @@ func (be *Backend) SwiGLU(dst, gate, up backend.Tensor) error {
 	}
 	g, u, o := gt.f32, ut.f32[:len(gt.f32)], d.f32[:len(gt.f32)]
 	for i, v := range g {
-		o[i] = v / (1 + expf(-v)) * u[i]
+		o[i] = v / (1 + vec.Expf(-v)) * u[i]
 	}
 	return nil
 }
@@ -172,31 +173,4 @@ func (be *Backend) Rope(x backend.Tensor, nHead int, r backend.RoPE, b *backend.
 		}
 	}
 	return nil
-}
-
-// expf returns e^x within a few float32 ulp: 0 where the result would be below the smallest
-// normal float32, +Inf above the largest.
-func expf(x float32) float32 {
-	const (
-		log2e = 1.44269504088896341
-		ln2hi = 0.693359375
-		ln2lo = -2.12194440e-4
-		round = 12582912 // 1.5·2^23: adding it rounds to an integer
-	)
-	if x < -87.33654 {
-		return 0
-	}
-	if x > 88.72283 {
-		return float32(math.Inf(1))
-	}
-	kf := x*log2e + round
-	kf -= round
-	r := x - kf*ln2hi - kf*ln2lo
-	// e^r on |r| <= ln2/2 by its Taylor polynomial of degree 7 (truncation below 6e-9).
-	p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720+r*(1.0/5040)))))))
-	k := int32(kf)
-	if k > 127 {
-		return p * 2 * math.Float32frombits(uint32(127+127)<<23)
-	}
-	return p * math.Float32frombits(uint32(k+127)<<23)
 }

@@ -12,9 +12,6 @@ func axpy4F16AVX2(y *float32, f *[4]float32, x0, x1, x2, x3 *uint16, n int)
 func axpy4F32AVX2(y *float32, f *[4]float32, x0, x1, x2, x3 *float32, n int)
 
 //go:noescape
-func expSumAVX2(x *float32, n int, m float32) float64
-
-//go:noescape
 func scaleRoundF16AVX2(dst, src *float32, f float32, n int)
 
 //go:noescape
@@ -126,18 +123,6 @@ func init() {
 		if m < n {
 			scaleRoundF16Go(dst[m:], src[m:], f)
 		}
-	}
-	expSum = func(x []float32, m float32) float64 {
-		n := len(x)
-		k := n &^ 7
-		sum := 0.0
-		if k > 0 {
-			sum = expSumAVX2(&x[0], k, m)
-		}
-		if k < n {
-			sum += expSumGo(x[k:], m)
-		}
-		return sum
 	}
 	scores2 = func(q0, q1, k []float32, kstride, nk int, scale float32, s0, s1 []float32) {
 		hd := len(q0)

@@ -99,49 +99,6 @@ func TestScaleRoundF16(t *testing.T) {
 	}
 }
 
-// TestExpSum checks the dispatched expSum (assembly where the CPU allows) and its Go form
-// against float64 exp of the same float32 argument x[i]-m, over arguments from 0 down past the
-// point (-87.34) below which both return 0, which spans float32's subnormal results. The result
-// is a Taylor polynomial of degree 7 (truncation below 6e-9 relative) after a range reduction
-// and about ten float32 operations: within 8·2^-24 relative, or 2^-148 absolute for subnormal
-// results. The sum is the float64 sum of the results, up to the order of additions.
-func TestExpSum(t *testing.T) {
-	r := rand.New(rand.NewPCG(13, 17))
-	const m = 3.25
-	for _, n := range []int{1, 7, 8, 9, 17, 64, 1000} {
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = m - float32(r.Float64()*95)
-			if i%5 == 0 {
-				x[i] = m - float32(r.Float64()*2)
-			}
-		}
-		x[0] = m
-		for _, impl := range []struct {
-			name string
-			run  func(x []float32, m float32) float64
-		}{{"expSum", expSum}, {"expSumGo", expSumGo}} {
-			got := append([]float32(nil), x...)
-			sum := impl.run(got, m)
-			want := 0.0
-			for i, v := range got {
-				a := x[i] - m
-				e := math.Exp(float64(a))
-				if a < -87.33654 {
-					e = 0
-				}
-				if d := math.Abs(float64(v) - e); d > 8*0x1p-24*e && d > 0x1p-148 {
-					t.Fatalf("%s n=%d: exp(%v) = %v, want %v", impl.name, n, a, v, e)
-				}
-				want += float64(v)
-			}
-			if math.Abs(sum-want) > 1e-12*want {
-				t.Fatalf("%s n=%d: sum %v, want %v", impl.name, n, sum, want)
-			}
-		}
-	}
-}
-
 // TestDot4F16 checks the dispatched dot4F16 (assembly where the CPU allows) and its Go form
 // against float64 sums. Products of F16 keys and F16-valued queries are exact in float32; the
 // float32 sums over whole blocks of f16Block add at most (n+2)·2^-24 of Σ|products|. Shorter

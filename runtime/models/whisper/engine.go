@@ -77,9 +77,10 @@ type Engine struct {
 	cands     []beamCand
 	topk      []tokData
 	langLP    []float32
-	crosses   []*Cross // free cross-attention windows
-	encNext   int      // where the search for a window to encode starts (round robin)
-	encJobs   []*job   // the jobs of this step's encoder call
+	expBuf    []float32 // scratch of NVocab exponentials
+	crosses   []*Cross  // free cross-attention windows
+	encNext   int       // where the search for a window to encode starts (round robin)
+	encJobs   []*job    // the jobs of this step's encoder call
 	encMels   [][]float32
 	encOuts   []*Cross
 	align     *aligner // word timing, made on first use
@@ -145,6 +146,7 @@ func NewEngine(m *Model, cfg EngineConfig) (*Engine, error) {
 	}
 	e.encJobs, e.encOuts = make([]*job, 0, cfg.EncodeBatch), make([]*Cross, 0, cfg.EncodeBatch)
 	e.langLP = make([]float32, m.NVocab)
+	e.expBuf = make([]float32, m.NVocab)
 	e.suppressAlways = tok.suppressed()
 	e.nonSpeech = tok.nonSpeech()
 	if !noLoop {
@@ -631,7 +633,7 @@ func (e *Engine) afterPrompt(j *job) {
 	h0 := j.hyps[0]
 	lg := e.row(h0)
 	copy(e.langLP, lg)
-	logSoftmax(e.langLP)
+	logSoftmax(e.langLP, e.expBuf)
 	j.noSpeech = float32(math.Exp(float64(e.langLP[e.tok.NoSpeech])))
 	temp := j.temps[j.tempIdx]
 	e.process(j, h0, lg, temp)

@@ -1,0 +1,105 @@
+package vec
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestExpf compares Expf with float64 exp over the range log-probabilities and attention
+// scores take, in fine steps, at the underflow edge and at ±Inf. Bound: 3e-7 relative (2 ulp of
+// float32).
+func TestExpf(t *testing.T) {
+	var worst float64
+	for x := float32(-87.3); x <= 10; x += 0.000731 {
+		want := math.Exp(float64(x))
+		got := float64(Expf(x))
+		if rel := math.Abs(got-want) / want; rel > worst {
+			worst = rel
+		}
+	}
+	t.Logf("max relative error %.3g", worst)
+	if worst > 3e-7 {
+		t.Errorf("Expf is off by %.3g relative", worst)
+	}
+	if Expf(float32(math.Inf(-1))) != 0 || Expf(-100) != 0 || Expf(0) != 1 || !math.IsInf(float64(Expf(100)), 1) {
+		t.Errorf("Expf(-Inf) %v, Expf(-100) %v, Expf(0) %v, Expf(100) %v", Expf(float32(math.Inf(-1))), Expf(-100), Expf(0), Expf(100))
+	}
+}
+
+// TestExpSum checks the dispatched expSum (assembly where the CPU allows) and its Go form
+// against float64 exp of the same float32 argument x[i]-m, over arguments from 0 down past the
+// point (-87.34) below which both return 0, which spans float32's subnormal results. The result
+// is a Taylor polynomial of degree 7 (truncation below 6e-9 relative) after a range reduction
+// and about ten float32 operations: within 8·2^-24 relative, or 2^-148 absolute for subnormal
+// results. The sum is the float64 sum of the results, up to the order of additions.
+func TestExpSum(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 17))
+	const m = 3.25
+	for _, n := range []int{1, 7, 8, 9, 17, 64, 1000} {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = m - float32(r.Float64()*95)
+			if i%5 == 0 {
+				x[i] = m - float32(r.Float64()*2)
+			}
+		}
+		x[0] = m
+		for _, impl := range []struct {
+			name string
+			run  func(x []float32, m float32) float64
+		}{{"ExpSum (" + Kernels + ")", ExpSum}, {"expSumGo", expSumGo}} {
+			got := append([]float32(nil), x...)
+			sum := impl.run(got, m)
+			want := 0.0
+			for i, v := range got {
+				a := x[i] - m
+				e := math.Exp(float64(a))
+				if a < -87.33654 {
+					e = 0
+				}
+				if d := math.Abs(float64(v) - e); d > 8*0x1p-24*e && d > 0x1p-148 {
+					t.Fatalf("%s n=%d: exp(%v) = %v, want %v", impl.name, n, a, v, e)
+				}
+				want += float64(v)
+			}
+			if math.Abs(sum-want) > 1e-12*want {
+				t.Fatalf("%s n=%d: sum %v, want %v", impl.name, n, sum, want)
+			}
+		}
+	}
+}
+
+// TestExpSumInf: -Inf arguments (suppressed logits) give 0, in the vector body and the tail.
+func TestExpSumInf(t *testing.T) {
+	for _, impl := range []func([]float32, float32) float64{ExpSum, expSumGo} {
+		x := make([]float32, 19)
+		for i := range x {
+			x[i] = float32(math.Inf(-1))
+		}
+		x[3], x[17] = 0, -1
+		sum := impl(x, 0)
+		if want := 1 + math.Exp(-1); math.Abs(sum-want) > 1e-6 || x[0] != 0 || x[18] != 0 || x[3] != 1 {
+			t.Errorf("sum %v (want %v), x %v", sum, want, x)
+		}
+	}
+}
+
+func BenchmarkExpSum(b *testing.B) {
+	x := make([]float32, 51864)
+	for i := range x {
+		x[i] = -float32(i%2000) / 100
+	}
+	buf := make([]float32, len(x))
+	for _, impl := range []struct {
+		name string
+		f    func([]float32, float32) float64
+	}{{"ExpSum-" + Kernels, ExpSum}, {"go", expSumGo}} {
+		b.Run(impl.name, func(b *testing.B) {
+			for range b.N {
+				copy(buf, x)
+				impl.f(buf, 0)
+			}
+		})
+	}
+}
