@@ -98,8 +98,8 @@ func runServe(e *env, args []string) error {
 	if *parallel < 1 || *step < 1 || *queue < 0 || *ctxLen < 0 || *kvMiB < 0 || *maxBody < 1 {
 		return usagef("--parallel, --step-tokens and --max-body must be positive; --queue, --ctx and --kv-mem not negative")
 	}
-	if *asrParallel < 1 || *asrQueue < 0 || *maxAudio < 1 || *maxAudioDur <= 0 || *maxStreams < 1 || *asrEncode < 1 || *asrEncode > *asrParallel {
-		return usagef("--asr-parallel, --max-audio-body, --max-audio-duration and --max-streams must be positive; --asr-queue not negative; --asr-encode-batch 1..--asr-parallel")
+	if *asrParallel < 1 || *asrQueue < 0 || *maxAudio < 1 || *maxAudioDur <= 0 || *maxStreams < 1 || *asrEncode < 1 || *asrEncode > min(*asrParallel, 64) {
+		return usagef("--asr-parallel, --max-audio-body, --max-audio-duration and --max-streams must be positive; --asr-queue not negative; --asr-encode-batch 1..--asr-parallel (64 at most)")
 	}
 	kv, err := tensor.ParseDType(*kvType)
 	if err != nil || (kv != tensor.F16 && kv != tensor.F32) {

@@ -27,8 +27,8 @@ type Work[R any] interface {
 	// whether it did; false leaves it at the head, and nothing behind it is admitted before it.
 	Admit(r R) bool
 	// Step advances every admitted request by one batched step. It reports the sequences and
-	// tokens the step's batch held, and false when there was nothing to do (the Loop then waits
-	// for Wake).
+	// tokens the step's batch held (none when it did other work only, such as encoding audio),
+	// and false when there was nothing to do (the Loop then waits for Wake).
 	Step(now time.Time) (seqs, tokens int, busy bool)
 	// Abort ends a queued request when the Loop shuts down.
 	Abort(r R)
@@ -148,7 +148,8 @@ func (l *Loop[R]) Stats() LoopStats {
 }
 
 // Close stops accepting requests, ends those queued or in flight and waits for Run to return.
-// Before Run has started it ends the queued requests itself.
+// Before Run has started it ends them itself (requests admitted by calling Step by hand
+// included).
 func (l *Loop[R]) Close() error {
 	l.mu.Lock()
 	l.closed = true
@@ -160,8 +161,9 @@ func (l *Loop[R]) Close() error {
 		return nil
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.abortQueued()
+	l.mu.Unlock()
+	l.w.Shutdown()
 	return nil
 }
 
@@ -214,8 +216,10 @@ func (l *Loop[R]) Step() bool {
 		return false
 	}
 	l.steps.Add(1)
-	l.lastSeqs.Store(int32(seqs))
-	l.lastTokens.Store(int32(tokens))
+	if tokens > 0 { // a step without a batch (a speech model's encoder alone) keeps the last batch
+		l.lastSeqs.Store(int32(seqs))
+		l.lastTokens.Store(int32(tokens))
+	}
 	d := l.clock().Sub(start)
 	l.lastStep.Store(int64(d))
 	if l.cfg.OnStep != nil {

@@ -176,6 +176,16 @@ func TestLoopQueue(t *testing.T) {
 	if err := l.Run(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Errorf("Run after Close: %v", err)
 	}
+	// Close before Run also ends what Step admitted by hand.
+	w2 := &fakeWork{room: 1}
+	l2 := newTestLoop(t, w2, LoopConfig{})
+	admitted := &fakeReq{size: 1, steps: 10}
+	l2.Enqueue(admitted)
+	l2.Step()
+	l2.Close()
+	if admitted.ended != "shutdown" {
+		t.Errorf("Close before Run: admitted request %q", admitted.ended)
+	}
 	if _, err := NewLoop[*fakeReq](w, LoopConfig{}); err == nil {
 		t.Error("a loop without a queue was made")
 	}
@@ -207,6 +217,14 @@ func TestLoopAccounting(t *testing.T) {
 	st := l.Stats()
 	if st.Steps != 2 || st.LastBatchSeqs != 1 || st.LastBatchTokens != 3 || st.LastStep != time.Millisecond || st.Queued != 0 {
 		t.Errorf("stats %+v", st)
+	}
+	// A busy step without a batch (work of size 0 here; a speech model's encoder in earnest)
+	// counts as a step and keeps the last batch.
+	l.Enqueue(&fakeReq{size: 0, steps: 1})
+	l.Step()
+	st = l.Stats()
+	if st.Steps != 3 || st.LastBatchSeqs != 1 || st.LastBatchTokens != 3 || len(got) != 3 || got[2].tokens != 0 {
+		t.Errorf("after a step without a batch: stats %+v, OnStep saw %v", st, got)
 	}
 }
 

@@ -38,8 +38,10 @@ func (s *StepMetrics) OnStep(model string) func(d time.Duration, seqs, tokens in
 	dur, sq, tk := s.dur.WithLabelValues(model), s.seqs.WithLabelValues(model), s.toks.WithLabelValues(model)
 	return func(d time.Duration, seqs, tokens int) {
 		dur.Observe(d.Seconds())
-		sq.Observe(float64(seqs))
-		tk.Observe(float64(tokens))
+		if tokens > 0 { // a speech model's step that only encoded audio has no batch
+			sq.Observe(float64(seqs))
+			tk.Observe(float64(tokens))
+		}
 	}
 }
 

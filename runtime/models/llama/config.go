@@ -101,7 +101,7 @@ func ConfigFrom(f *gguf.File) (Config, error) {
 	}
 	c.NormEps = 1e-5
 	if v, ok := f.Float(p + "attention.layer_norm_rms_epsilon"); ok {
-		if !(v > 0 && v < 1) {
+		if !(v > 0 && v < 1) || !(float32(v) > 0) {
 			return Config{}, fmt.Errorf("rms norm epsilon %g is out of range", v)
 		}
 		c.NormEps = float32(v)
@@ -115,7 +115,7 @@ func ConfigFrom(f *gguf.File) (Config, error) {
 	}
 	base := 10000.0
 	if v, ok := f.Float(p + "rope.freq_base"); ok {
-		if !(v > 0) || math.IsInf(v, 0) {
+		if !(v > 0) || math.IsInf(float64(float32(v)), 0) || !(float32(v) > 0) {
 			return Config{}, fmt.Errorf("rope frequency base %g is out of range", v)
 		}
 		base = v
@@ -132,6 +132,9 @@ func ConfigFrom(f *gguf.File) (Config, error) {
 		scale = 1 / factor
 	} else if factor, ok := f.Float(p + "rope.scale_linear"); ok && factor > 0 {
 		scale = 1 / factor
+	}
+	if fs := float32(scale); !(fs > 0) || math.IsInf(float64(fs), 0) {
+		return Config{}, fmt.Errorf("rope scaling factor %g is out of range", 1/scale)
 	}
 	c.RoPE = backend.RoPE{Mode: a.rope, HeadDim: c.HeadDim, Dims: ropeDims, Base: float32(base), FreqScale: float32(scale)}
 

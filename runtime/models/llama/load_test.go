@@ -112,6 +112,26 @@ func TestLoadRejectsBadModels(t *testing.T) {
 			}
 			return true
 		}, "longrope"},
+		// Values in range as float64 that float32, the backends' type, cannot hold.
+		{"rope base past float32", func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+			if ti == nil {
+				w.Set("llama.rope.freq_base", gguf.Value{Type: gguf.Float64, V: 1e300})
+			}
+			return true
+		}, "rope frequency base"},
+		{"norm epsilon below float32", func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+			if ti == nil {
+				w.Set("llama.attention.layer_norm_rms_epsilon", gguf.Value{Type: gguf.Float64, V: 1e-60})
+			}
+			return true
+		}, "epsilon"},
+		{"rope scale past float32", func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+			if ti == nil {
+				w.SetString("llama.rope.scaling.type", "linear")
+				w.Set("llama.rope.scaling.factor", gguf.Value{Type: gguf.Float64, V: 1e300})
+			}
+			return true
+		}, "rope scaling factor"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

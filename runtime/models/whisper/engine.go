@@ -222,6 +222,11 @@ func (e *Engine) submit(ctx context.Context, samples []float32, p Params, onSegm
 	if detect && j.ph == phDone {
 		return nil, fmt.Errorf("whisper: %w: audio too short to detect its language", ErrBadRequest)
 	}
+	// MaxActive transcriptions run and MaxQueue wait; the loop's own bound (their sum) also
+	// holds requests that arrive before its next step admits them.
+	if e.loop.Queued()+int(e.nActive.Load()) >= e.cfg.MaxQueue+e.cfg.MaxActive {
+		return nil, ErrQueueFull
+	}
 	switch err := e.loop.Enqueue(j); {
 	case errors.Is(err, sched.ErrQueueFull):
 		return nil, ErrQueueFull
@@ -349,6 +354,7 @@ func (e *Engine) shutdown() {
 	clear(e.active)
 	e.active = e.active[:0]
 	e.nActive.Store(0)
+	e.freeBlocks.Store(int64(e.dec.Pool().FreeBlocks()))
 }
 
 // finish releases a job's cache blocks and window and wakes its caller.
@@ -418,10 +424,17 @@ func (e *Engine) reap() {
 	e.active = e.active[:k]
 }
 
-// step advances every active transcription: encodes a window that needs it, then runs one
-// batched decoder forward over all hypotheses and processes its logits. It reports the
-// hypotheses and tokens of the decoder batch, and false when no transcription is active.
+// step advances every active transcription: encodes the windows that need it (EncodeBatch at
+// most), then runs one batched decoder forward over all hypotheses and processes its logits. It
+// reports the hypotheses and tokens of the decoder batch, and false when no transcription is
+// active.
 func (e *Engine) step() (seqs, tokens int, busy bool) {
+	seqs, tokens, busy = e.stepAll()
+	e.freeBlocks.Store(int64(e.dec.Pool().FreeBlocks()))
+	return seqs, tokens, busy
+}
+
+func (e *Engine) stepAll() (seqs, tokens int, busy bool) {
 	e.nActive.Store(int64(len(e.active)))
 	if len(e.active) == 0 {
 		return 0, 0, false

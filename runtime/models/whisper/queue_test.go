@@ -1,0 +1,53 @@
+package whisper
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestQueueBound: with MaxActive transcriptions running and MaxQueue waiting, the next request
+// is refused at once with ErrQueueFull (not queued behind them), and the engine's statistics
+// show the decoder cache in use while a transcription decodes.
+func TestQueueBound(t *testing.T) {
+	m := testModel(t, "tiny.en")
+	noLoop = true
+	e, err := NewEngine(m, EngineConfig{MaxActive: 1, MaxQueue: 1})
+	noLoop = false
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	samples := testWAV(t, "psx-cards-001")
+	p := DefaultParams()
+	p.Language, p.NoTimestamps, p.TemperatureInc = "en", true, 0
+	job := func() *job {
+		j := &job{ctx: context.Background(), p: p, done: make(chan struct{}), lang: -1}
+		if err := e.prepare(j, samples); err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	if err := e.loop.Enqueue(job()); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 { // admit, encode, feed the prompt, decode
+		e.loop.Step()
+	}
+	st := e.Stats()
+	if st.Active != 1 || st.KVBlocksUsed == 0 || st.Steps != 4 || st.LastBatchSeqs != 1 {
+		t.Errorf("while decoding: %+v", st)
+	}
+	if err := e.loop.Enqueue(job()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := e.submit(ctx, samples, p, nil, false); !errors.Is(err, ErrQueueFull) {
+		t.Errorf("a third request with one running and one waiting: %v, want ErrQueueFull", err)
+	}
+	if st := e.Stats(); st.Queued != 1 {
+		t.Errorf("%d queued, want 1", st.Queued)
+	}
+}
