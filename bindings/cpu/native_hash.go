@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "6908a82c8653bb6ac45bf7b7b1d0f340a58af3217e928a7eecda598b59768603"
+const nativeSources = "b9b820f04c666206c99d7c72c195c128a50347ef44f6badb91cd8f87186f22d8"

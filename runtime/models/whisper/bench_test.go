@@ -156,6 +156,99 @@ func BenchmarkEncoder(b *testing.B) {
 	}
 }
 
+// BenchmarkDecodeStep reports one decoder step of 1 and 8 sequences (one token each, at
+// context 64 to 127, each against its own encoded window as separate transcriptions do): the
+// batched forward up to the logits, sampling not included.
+func BenchmarkDecodeStep(b *testing.B) {
+	for _, s := range benchShapes {
+		for _, n := range []int{1, 8} {
+			b.Run(fmt.Sprintf("%s/seqs=%d", s.shape.Name, n), func(b *testing.B) {
+				m, err := whisper.Open(benchBackend(b), synthModel(b, s.shape, s.vocab))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer m.Close()
+				enc, err := m.NewEncoder()
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer enc.Close()
+				crosses := make([]*whisper.Cross, n)
+				mel := make([]float32, m.Mels*whisper.WindowFrames)
+				for i := range crosses {
+					if crosses[i], err = m.NewCross(); err != nil {
+						b.Fatal(err)
+					}
+					defer crosses[i].Close()
+					for k := range mel {
+						mel[k] = float32((k*7919+i*31)%1000)/1000 - 0.5
+					}
+					if err := enc.Encode(mel, crosses[i], nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+				dec, err := m.NewDecoder(whisper.DecoderConfig{MaxTokens: 64 * n, MaxSeqs: n, KVSlots: 128 * n, BlockSize: 1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer dec.Close()
+				seqs := make([]*kvcache.Seq, n)
+				for i := range seqs {
+					seqs[i] = dec.Pool().NewSeq(128)
+				}
+				var bb kvcache.BatchBuilder
+				toks, rows := make([]int32, 64*n), make([]int32, n)
+				logits := make([]float32, n*m.NVocab)
+				fill := func() { // every sequence back to 64 positions of context
+					bb.Reset()
+					for i, sq := range seqs {
+						sq.Truncate(0)
+						_ = sq.Reserve(64)
+						_ = bb.Add(sq, 64)
+						rows[i] = int32(64*i + 63)
+					}
+					for i := range toks {
+						toks[i] = int32(50257 + i%3)
+					}
+					if err := dec.Forward(toks, bb.Batch(), crosses, rows, logits); err != nil {
+						b.Fatal(err)
+					}
+					for _, sq := range seqs {
+						_ = sq.Advance(64)
+					}
+				}
+				fill()
+				for i := range rows {
+					rows[i] = int32(i)
+				}
+				b.ResetTimer()
+				for range b.N {
+					if seqs[0].Len() == 128 {
+						b.StopTimer()
+						fill()
+						for i := range rows {
+							rows[i] = int32(i)
+						}
+						b.StartTimer()
+					}
+					bb.Reset()
+					for _, sq := range seqs {
+						_ = sq.Reserve(1)
+						_ = bb.Add(sq, 1)
+					}
+					if err := dec.Forward(toks[:n], bb.Batch(), crosses, rows, logits); err != nil {
+						b.Fatal(err)
+					}
+					for _, sq := range seqs {
+						_ = sq.Advance(1)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/step")
+			})
+		}
+	}
+}
+
 // BenchmarkTranscribe transcribes 12 shared recordings one after another, greedy and with beam 5
 // (English, no timestamps, no fallback: whisper-cli -l en -nt -nf), and reports the real-time
 // factor (processing time / audio time). Random weights never end a window early: each window
