@@ -79,7 +79,7 @@ type Engine struct {
 	langLP    []float32
 	expBuf    []float32 // scratch of NVocab exponentials
 	crosses   []*Cross  // free cross-attention windows
-	encNext   int       // where the search for a window to encode starts (round robin)
+	steps     uint64    // steps taken: when a transcription began to wait for its encoder
 	encJobs   []*job    // the jobs of this step's encoder call
 	encMels   [][]float32
 	encOuts   []*Cross
@@ -339,6 +339,7 @@ func (w *engineWork) Abort(j *job) {
 
 func (e *Engine) admit(j *job) {
 	j.admitted.Store(true)
+	j.encSince = e.steps
 	if j.ph == phDone || j.ctx.Err() != nil {
 		e.finish(j, nil)
 		return
@@ -435,6 +436,7 @@ func (e *Engine) step() (seqs, tokens int, busy bool) {
 }
 
 func (e *Engine) stepAll() (seqs, tokens int, busy bool) {
+	e.steps++
 	e.nActive.Store(int64(len(e.active)))
 	if len(e.active) == 0 {
 		return 0, 0, false
@@ -512,16 +514,21 @@ func (e *Engine) row(h *hyp) []float32 {
 }
 
 // encodeSome encodes the windows at seek of up to EncodeBatch transcriptions that need their
-// encoder, taken round robin, in one encoder call, and sets each up to decode its window.
+// encoder, those that have waited longest first (in admission order among equals), in one encoder
+// call, and sets each up to decode its window.
 func (e *Engine) encodeSome() {
 	e.encJobs, e.encOuts = e.encJobs[:0], e.encOuts[:0]
-	n, start := len(e.active), e.encNext
-	for i := 0; i < n && len(e.encJobs) < e.cfg.EncodeBatch; i++ {
-		j := e.active[(start+i)%n]
-		if j.ph != phEncode {
-			continue
+	for len(e.encJobs) < e.cfg.EncodeBatch {
+		var j *job
+		for _, c := range e.active {
+			if c.ph == phEncode && !c.encPicked && (j == nil || c.encSince < j.encSince) {
+				j = c
+			}
 		}
-		e.encNext = (start + i + 1) % n
+		if j == nil {
+			break
+		}
+		j.encPicked = true
 		if err := e.window(j, e.encMels[len(e.encJobs)]); err != nil {
 			j.err, j.ph = err, phDone
 			continue
@@ -534,6 +541,7 @@ func (e *Engine) encodeSome() {
 	}
 	err := e.enc.EncodeBatch(e.encMels[:len(e.encJobs)], e.encOuts)
 	for _, j := range e.encJobs {
+		j.encPicked = false
 		if err != nil {
 			j.err, j.ph = err, phDone
 			continue

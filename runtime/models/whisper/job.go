@@ -75,7 +75,9 @@ type job struct {
 	nSamples int // of the audio
 
 	seek, seekEnd int
-	lang          int32 // language token, or -1
+	encSince      uint64 // the engine step since which the window at seek waits for its encoder
+	encPicked     bool   // chosen for this step's encoder call
+	lang          int32  // language token, or -1
 	langCode      string
 	promptPast    []int32
 	promptInit    []int32
@@ -460,7 +462,7 @@ func (e *Engine) endWindow(j *job) {
 		h.seq.Release()
 	}
 	j.tempIdx = 0
-	j.ph = phEncode
+	j.ph, j.encSince = phEncode, e.steps
 	if j.seek+deltaMin >= j.seekEnd {
 		j.ph = phDone
 	}

@@ -51,3 +51,42 @@ func TestQueueBound(t *testing.T) {
 		t.Errorf("%d queued, want 1", st.Queued)
 	}
 }
+
+// TestEncoderOrder: windows are encoded in the order their transcriptions began to wait, also
+// when a transcription ahead of them leaves (round robin by position skipped one then).
+func TestEncoderOrder(t *testing.T) {
+	m := testModel(t, "tiny.en")
+	noLoop = true
+	e, err := NewEngine(m, EngineConfig{MaxActive: 3})
+	noLoop = false
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	samples := testWAV(t, "psx-cards-001")
+	p := DefaultParams()
+	p.Language, p.NoTimestamps, p.TemperatureInc = "en", true, 0
+	jobs := make([]*job, 3)
+	cancels := make([]context.CancelFunc, 3)
+	for i := range jobs {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancels[i] = cancel
+		defer cancel()
+		jobs[i] = &job{ctx: ctx, p: p, done: make(chan struct{}), lang: -1}
+		if err := e.prepare(jobs[i], samples); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.loop.Enqueue(jobs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.loop.Step() // admits all three, encodes the first
+	if jobs[0].ph == phEncode || jobs[1].ph != phEncode || jobs[2].ph != phEncode {
+		t.Fatalf("after one step: phases %d %d %d", jobs[0].ph, jobs[1].ph, jobs[2].ph)
+	}
+	cancels[0]()
+	e.loop.Step() // the first leaves; the second is encoded
+	if jobs[1].ph == phEncode || jobs[2].ph != phEncode {
+		t.Errorf("after the first left: second in phase %d, third in phase %d; want the second encoded first", jobs[1].ph, jobs[2].ph)
+	}
+}
