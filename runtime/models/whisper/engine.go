@@ -91,6 +91,7 @@ type Engine struct {
 
 	freeBlocks atomic.Int64 // cache blocks free after the last step
 	nActive    atomic.Int64 // transcriptions being decoded
+	inFlight   atomic.Int64 // transcriptions queued or running, from enqueue to finish
 
 	// beamTrace, when set (tests), sees every beam-search step's live hypotheses.
 	beamTrace func(step int, hyps []*hyp)
@@ -222,16 +223,8 @@ func (e *Engine) submit(ctx context.Context, samples []float32, p Params, onSegm
 	if detect && j.ph == phDone {
 		return nil, fmt.Errorf("whisper: %w: audio too short to detect its language", ErrBadRequest)
 	}
-	// MaxActive transcriptions run and MaxQueue wait; the loop's own bound (their sum) also
-	// holds requests that arrive before its next step admits them.
-	if e.loop.Queued()+int(e.nActive.Load()) >= e.cfg.MaxQueue+e.cfg.MaxActive {
-		return nil, ErrQueueFull
-	}
-	switch err := e.loop.Enqueue(j); {
-	case errors.Is(err, sched.ErrQueueFull):
-		return nil, ErrQueueFull
-	case err != nil:
-		return nil, ErrClosed
+	if err := e.enqueue(j); err != nil {
+		return nil, err
 	}
 	select {
 	case <-j.done:
@@ -246,6 +239,27 @@ func (e *Engine) submit(ctx context.Context, samples []float32, p Params, onSegm
 		return nil, j.err
 	}
 	return j, nil
+}
+
+// enqueue queues j unless MaxActive transcriptions run and MaxQueue wait already. A job counts
+// from here until finish, not until the loop's next step notices that it ended, so that a caller
+// whose transcription just returned can submit the next one at once.
+func (e *Engine) enqueue(j *job) error {
+	if n := e.inFlight.Add(1); n > int64(e.cfg.MaxQueue+e.cfg.MaxActive) {
+		e.inFlight.Add(-1)
+		return ErrQueueFull
+	}
+	j.counted = true
+	err := e.loop.Enqueue(j)
+	if err == nil {
+		return nil
+	}
+	j.counted = false
+	e.inFlight.Add(-1)
+	if errors.Is(err, sched.ErrQueueFull) {
+		return ErrQueueFull
+	}
+	return ErrClosed
 }
 
 // prepare computes the features and the fixed parts of the prompt in the caller's goroutine.
@@ -373,6 +387,10 @@ func (e *Engine) finish(j *job, err error) {
 	}
 	if err != nil {
 		j.err = err
+	}
+	if j.counted {
+		j.counted = false
+		e.inFlight.Add(-1)
 	}
 	close(j.done)
 	e.freeBlocks.Store(int64(e.dec.Pool().FreeBlocks()))

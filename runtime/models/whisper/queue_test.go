@@ -29,7 +29,7 @@ func TestQueueBound(t *testing.T) {
 		}
 		return j
 	}
-	if err := e.loop.Enqueue(job()); err != nil {
+	if err := e.enqueue(job()); err != nil {
 		t.Fatal(err)
 	}
 	for range 4 { // admit, encode, feed the prompt, decode
@@ -39,7 +39,7 @@ func TestQueueBound(t *testing.T) {
 	if st.Active != 1 || st.KVBlocksUsed == 0 || st.Steps != 4 || st.LastBatchSeqs != 1 {
 		t.Errorf("while decoding: %+v", st)
 	}
-	if err := e.loop.Enqueue(job()); err != nil {
+	if err := e.enqueue(job()); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -49,6 +49,45 @@ func TestQueueBound(t *testing.T) {
 	}
 	if st := e.Stats(); st.Queued != 1 {
 		t.Errorf("%d queued, want 1", st.Queued)
+	}
+}
+
+// TestQueueFreedAtFinish: a transcription that has just returned to its caller no longer
+// counts against the queue, even before the loop's next step: with one running and none
+// waiting allowed, the caller can submit its next transcription at once.
+func TestQueueFreedAtFinish(t *testing.T) {
+	m := testModel(t, "tiny.en")
+	noLoop = true
+	e, err := NewEngine(m, EngineConfig{MaxActive: 1})
+	noLoop = false
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	samples := testWAV(t, "psx-cards-001")
+	p := DefaultParams()
+	p.Language, p.NoTimestamps, p.TemperatureInc, p.MaxTokens = "en", true, 0, 2
+	first := &job{ctx: context.Background(), p: p, done: make(chan struct{}), lang: -1}
+	if err := e.prepare(first, samples); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.enqueue(first); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; first.ph != phDone; i++ {
+		if i == 100 {
+			t.Fatal("the first transcription did not end")
+		}
+		e.loop.Step()
+	}
+	e.reap() // what the next step does first: the caller of the first is woken here
+	<-first.done
+	second := &job{ctx: context.Background(), p: p, done: make(chan struct{}), lang: -1}
+	if err := e.prepare(second, samples); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.enqueue(second); err != nil {
+		t.Errorf("the next transcription after one returned: %v", err)
 	}
 }
 
