@@ -39,7 +39,41 @@ var (
 	dotQ5_0Impl = dotQ5_0Go
 	dotQ5_1Impl = dotQ5_1Go
 	dotQ5_KImpl = dotQ5_KGo
+
+	dot4Q8_0Impl = dot4Q8_0Go
 )
+
+// dot4Q8_0 is Kernel.Dot4 for Q8_0 weights.
+func dot4Q8_0(n int, w []byte, wRow, rows int, x []byte, xRow int, dst []float32, ldd int) bool {
+	nb := n / 32
+	switch {
+	case n < 0 || n%32 != 0 || rows < 0 || wRow < nb*34 || xRow < nb*34 || ldd < rows:
+		return false
+	case rows == 0:
+		return true
+	case ldd > len(dst) || 3*ldd > len(dst)-rows:
+		return false
+	case nb == 0:
+		for i := range 4 {
+			clear(dst[i*ldd : i*ldd+rows])
+		}
+		return true
+	case len(w) < nb*34 || (rows > 1 && (wRow > len(w) || rows-1 > (len(w)-nb*34)/wRow)),
+		xRow > len(x) || 3*xRow > len(x)-nb*34:
+		return false
+	}
+	dot4Q8_0Impl(nb, w, wRow, rows, x, xRow, dst, ldd)
+	return true
+}
+
+func dot4Q8_0Go(nb int, w []byte, wRow, rows int, x []byte, xRow int, dst []float32, ldd int) {
+	for r := range rows {
+		wr := w[r*wRow:]
+		for i := range 4 {
+			dst[i*ldd+r] = dotQ8_0Impl(nb, wr, x[i*xRow:])
+		}
+	}
+}
 
 func dotF32(n int, w, x []byte) float32 {
 	nb, ok := rowBlocks(n, 1, 4, 4, w, x)

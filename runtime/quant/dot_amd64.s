@@ -568,3 +568,124 @@ cvtloop:
 	JNZ       cvtloop
 	VZEROUPPER
 	RET
+
+// Q84BLK(ofs, A0, A1, A2, A3): one Q8_0 weight block at SI+ofs against the blocks at the same
+// offset of four activation rows (DI, R8, R9, R10), each row's scaled block sum added to its
+// accumulator with the operations dotQ8_0Asm uses, so that every row's result is the one
+// dotQ8_0Asm gives it. The four scales dw·dx are formed in one multiply and broadcast from sc.
+#define Q84BLK(OFS, A0, A1, A2, A3) \
+	MOVWLZX      OFS(DI), AX           \
+	VMOVD        AX, X8                \
+	VPINSRW      $1, OFS(R8), X8, X8   \
+	VPINSRW      $2, OFS(R9), X8, X8   \
+	VPINSRW      $3, OFS(R10), X8, X8  \
+	VCVTPH2PS    X8, X8                \
+	MOVWLZX      OFS(SI), AX           \
+	VMOVD        AX, X9                \
+	VCVTPH2PS    X9, X9                \
+	VBROADCASTSS X9, X9                \
+	VMULPS       X8, X9, X8            \
+	VMOVUPS      X8, sc-16(SP)         \
+	VMOVDQU      OFS+2(SI), Y10        \
+	VPABSB       Y10, Y11              \
+	VMOVDQU      OFS+2(DI), Y12        \
+	VPSIGNB      Y10, Y12, Y12         \
+	VPMADDUBSW   Y12, Y11, Y12         \
+	VPMADDWD     Y15, Y12, Y12         \
+	VCVTDQ2PS    Y12, Y12              \
+	VBROADCASTSS sc-16(SP), Y13        \
+	VFMADD231PS  Y12, Y13, A0          \
+	VMOVDQU      OFS+2(R8), Y12        \
+	VPSIGNB      Y10, Y12, Y12         \
+	VPMADDUBSW   Y12, Y11, Y12         \
+	VPMADDWD     Y15, Y12, Y12         \
+	VCVTDQ2PS    Y12, Y12              \
+	VBROADCASTSS sc-12(SP), Y13        \
+	VFMADD231PS  Y12, Y13, A1          \
+	VMOVDQU      OFS+2(R9), Y12        \
+	VPSIGNB      Y10, Y12, Y12         \
+	VPMADDUBSW   Y12, Y11, Y12         \
+	VPMADDWD     Y15, Y12, Y12         \
+	VCVTDQ2PS    Y12, Y12              \
+	VBROADCASTSS sc-8(SP), Y13         \
+	VFMADD231PS  Y12, Y13, A2          \
+	VMOVDQU      OFS+2(R10), Y12       \
+	VPSIGNB      Y10, Y12, Y12         \
+	VPMADDUBSW   Y12, Y11, Y12         \
+	VPMADDWD     Y15, Y12, Y12         \
+	VCVTDQ2PS    Y12, Y12              \
+	VBROADCASTSS sc-4(SP), Y13         \
+	VFMADD231PS  Y12, Y13, A3
+
+// func dot4Q8_0Asm(w *byte, wRow, rows int, x *byte, xs, nb int, dst *float32, ds int)
+// For each of rows weight rows (wRow bytes apart from w) and each of four activation rows (xs
+// bytes apart from x): dst[i·ds + r·4 bytes] = dotQ8_0Asm(w + r·wRow, x + i·xs, nb), with two
+// accumulators a row (even and odd blocks) as dotQ8_0Asm has. nb > 0.
+TEXT ·dot4Q8_0Asm(SB), NOSPLIT, $16-64
+	MOVQ     w+0(FP), BX
+	MOVQ     wRow+8(FP), R11
+	MOVQ     rows+16(FP), R12
+	MOVQ     dst+48(FP), R13
+	VPCMPEQW Y15, Y15, Y15
+	VPSRLW   $15, Y15, Y15
+
+q84row:
+	TESTQ  R12, R12
+	JZ     q84end
+	MOVQ   BX, SI
+	MOVQ   x+24(FP), DI
+	MOVQ   xs+32(FP), DX
+	LEAQ   (DI)(DX*1), R8
+	LEAQ   (R8)(DX*1), R9
+	LEAQ   (R9)(DX*1), R10
+	MOVQ   nb+40(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+q84pair:
+	CMPQ CX, $2
+	JB   q84one
+	Q84BLK(0, Y0, Y2, Y4, Y6)
+	Q84BLK(34, Y1, Y3, Y5, Y7)
+	ADDQ $68, SI
+	ADDQ $68, DI
+	ADDQ $68, R8
+	ADDQ $68, R9
+	ADDQ $68, R10
+	SUBQ $2, CX
+	JMP  q84pair
+
+q84one:
+	TESTQ CX, CX
+	JZ    q84sum
+	Q84BLK(0, Y0, Y2, Y4, Y6)
+
+q84sum:
+	MOVQ   ds+56(FP), AX
+	VADDPS Y1, Y0, Y0
+	HSUM8(Y0, X0, X8)
+	MOVSS  X0, (R13)
+	VADDPS Y3, Y2, Y2
+	HSUM8(Y2, X2, X8)
+	MOVSS  X2, (R13)(AX*1)
+	LEAQ   (R13)(AX*2), DI
+	VADDPS Y5, Y4, Y4
+	HSUM8(Y4, X4, X8)
+	MOVSS  X4, (DI)
+	VADDPS Y7, Y6, Y6
+	HSUM8(Y6, X6, X8)
+	MOVSS  X6, (DI)(AX*1)
+	ADDQ   R11, BX
+	ADDQ   $4, R13
+	DECQ   R12
+	JMP    q84row
+
+q84end:
+	VZEROUPPER
+	RET

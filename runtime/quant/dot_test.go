@@ -210,3 +210,98 @@ func TestDotF32Unaligned(t *testing.T) {
 		}
 	}
 }
+
+// TestDot4 checks the four-row kernels against the one-row kernel: every result must be the same
+// float32, bit for bit, for row lengths from none to many blocks (odd and even block counts take
+// different paths), several weight rows, rows padded apart, and the dispatched and Go forms
+// alike; and arguments that do not fit are refused.
+func TestDot4(t *testing.T) {
+	r := rand.New(rand.NewSource(11))
+	for _, dt := range []tensor.DType{tensor.Q8_0} {
+		k, err := KernelFor(dt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k.Dot4 == nil {
+			t.Fatalf("%v: no four-row kernel", dt)
+		}
+		impls := []struct {
+			name string
+			f    func(nb int, w []byte, wRow, rows int, x []byte, xRow int, dst []float32, ldd int)
+		}{{"dispatched", dot4Q8_0Impl}, {"go", dot4Q8_0Go}}
+		for _, n := range []int{0, 32, 64, 96, 288, 768, 4096} {
+			for _, rows := range []int{1, 3, 8} {
+				row := rowSize(t, dt, n)
+				wRow := row + 34*r.Intn(2)
+				w := make([]byte, (rows-1)*wRow+row)
+				src := make([]float32, n)
+				for q := range rows {
+					for i := range src {
+						src[i] = float32(r.NormFloat64())
+					}
+					if err := Quantize(dt, src, w[q*wRow:q*wRow+row]); err != nil {
+						t.Fatal(err)
+					}
+				}
+				xr := rowSize(t, k.VecType, n)
+				xRow := xr + 34*r.Intn(3)
+				x := make([]byte, 3*xRow+xr)
+				for i := range 4 {
+					for j := range src {
+						src[j] = float32(r.NormFloat64() * 3)
+					}
+					if err := Quantize(k.VecType, src, x[i*xRow:i*xRow+xr]); err != nil {
+						t.Fatal(err)
+					}
+				}
+				ldd := rows + r.Intn(3)
+				want := make([]float32, 3*ldd+rows)
+				for q := range rows {
+					for i := range 4 {
+						want[i*ldd+q] = k.Dot(n, w[q*wRow:], x[i*xRow:])
+					}
+				}
+				got := make([]float32, len(want))
+				if !k.Dot4(n, w, wRow, rows, x, xRow, got, ldd) {
+					t.Fatalf("%v n=%d rows=%d: refused", dt, n, rows)
+				}
+				for _, im := range impls {
+					if im.name != "dispatched" {
+						clear(got)
+						im.f(n/32, w, wRow, rows, x, xRow, got, ldd)
+					}
+					for q := range rows {
+						for i := range 4 {
+							if g, w := got[i*ldd+q], want[i*ldd+q]; math.Float32bits(g) != math.Float32bits(w) {
+								t.Errorf("%v n=%d %s: weight row %d, activation row %d: %v, one at a time %v", dt, n, im.name, q, i, g, w)
+							}
+						}
+					}
+				}
+			}
+		}
+		row, xr := rowSize(t, dt, 64), rowSize(t, k.VecType, 64)
+		w, x, dst := make([]byte, 2*row), make([]byte, 4*xr), make([]float32, 8)
+		for _, c := range []struct {
+			name          string
+			n, wRow, rows int
+			w, x          []byte
+			xRow          int
+			dst           []float32
+			ldd           int
+		}{
+			{"n not whole blocks", 33, row, 2, w, x, xr, dst, 2},
+			{"negative n", -32, row, 2, w, x, xr, dst, 2},
+			{"weight rows overlapping", 64, row - 1, 2, w, x, xr, dst, 2},
+			{"short weights", 64, row, 2, w[:2*row-1], x, xr, dst, 2},
+			{"short activations", 64, row, 2, w, x[:len(x)-1], xr, dst, 2},
+			{"activation rows overlapping", 64, row, 2, w, x, xr - 1, dst, 2},
+			{"short output", 64, row, 2, w, x, xr, dst[:7], 2},
+			{"output rows overlapping", 64, row, 2, w, x, xr, dst, 1},
+		} {
+			if k.Dot4(c.n, c.w, c.wRow, c.rows, c.x, c.xRow, c.dst, c.ldd) {
+				t.Errorf("%s: accepted", c.name)
+			}
+		}
+	}
+}

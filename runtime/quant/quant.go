@@ -100,6 +100,12 @@ type Kernel struct {
 	// Dot returns NaN. Activation quants of -128 (which Quantize never writes: it uses
 	// [-127, 127]) are not supported by the AVX2 kernels.
 	Dot func(n int, w, x []byte) float32
+	// Dot4, where not nil, sets dst[i*ldd+r] = Dot(n, w[r*wRow:], x[i*xRow:]) for the rows
+	// weight rows r (wRow bytes apart) and four activation rows i (xRow bytes apart), each the
+	// same float32 as Dot gives, in one pass over each weight row. It reports false, and writes
+	// nothing, when the arguments do not fit: n not whole blocks, rows that overlap, or slices
+	// too short. Only the bytes the rows need are read.
+	Dot4 func(n int, w []byte, wRow, rows int, x []byte, xRow int, dst []float32, ldd int) bool
 }
 
 // KernelFor returns the dot-product kernel for weights of type dt.
@@ -112,7 +118,7 @@ func KernelFor(dt tensor.DType) (Kernel, error) {
 	if !ok {
 		return Kernel{}, fmt.Errorf("quant: no dot product for dtype %v", dt)
 	}
-	return Kernel{DType: dt, VecType: vt, Dot: f}, nil
+	return Kernel{DType: dt, VecType: vt, Dot: f, Dot4: dots4[dt]}, nil
 }
 
 // dequantizers and quantizers take inputs whose lengths the exported functions have checked.
@@ -132,6 +138,9 @@ var (
 		tensor.Q8_0: quantQ8_0, tensor.Q8_1: quantQ8_1,
 		tensor.Q4_K: quantQ4_K, tensor.Q5_K: quantQ5_K,
 		tensor.Q6_K: quantQ6_K, tensor.Q8_K: quantQ8_K,
+	}
+	dots4 = map[tensor.DType]func(n int, w []byte, wRow, rows int, x []byte, xRow int, dst []float32, ldd int) bool{
+		tensor.Q8_0: dot4Q8_0,
 	}
 	dots = map[tensor.DType]func(n int, w, x []byte) float32{
 		tensor.F32: dotF32, tensor.F16: dotF16, tensor.BF16: dotBF16,

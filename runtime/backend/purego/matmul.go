@@ -32,7 +32,10 @@ const xTile = 4
 
 // matmulJob computes dst [n, m] = x [n, k] · w [m, k]ᵀ by tiles of w's rows.
 type matmulJob struct {
-	dot  func(n int, w, x []byte) float32
+	dot func(n int, w, x []byte) float32
+	// dot4, where the type has it, takes four activation rows through a tile of weight rows in
+	// one pass over each weight row
+	dot4 func(n int, w []byte, wRow, rows int, x []byte, xRow int, dst []float32, ldd int) bool
 	k    int
 	w    []byte // [m, wRow]
 	wRow int
@@ -55,6 +58,11 @@ func (j *matmulJob) unit(_, t int) {
 	}
 	for i0 := 0; i0 < j.n; i0 += xTile {
 		i1 := min(i0+xTile, j.n)
+		// Lengths were checked by MatMul, so dot4 cannot refuse them.
+		if j.dot4 != nil && i1-i0 == 4 &&
+			j.dot4(j.k, j.w[r0*j.wRow:r1*j.wRow], j.wRow, r1-r0, j.x[i0*j.xRow:i1*j.xRow], j.xRow, j.dst[i0*j.m+r0:], j.m) {
+			continue
+		}
 		for r := r0; r < r1; r++ {
 			wr := j.w[r*j.wRow : (r+1)*j.wRow]
 			for i := i0; i < i1; i++ {
@@ -147,6 +155,7 @@ func (be *Backend) MatMul(dst, x, w backend.Tensor) error {
 
 	j := &be.mm
 	j.dot, j.k, j.w, j.wRow, j.x, j.xRow, j.dst, j.n, j.m = wt.kern.Dot, k, wt.data, wt.rowBytes, xb, xRow, d.f32, n, m
+	j.dot4 = wt.kern.Dot4
 	// Tiles: enough of them for the workers to balance (4 per thread), none so large that a
 	// tile's weights fall out of L2 (256 KiB) while the activation rows pass over them.
 	threads := be.pool.threads
@@ -155,7 +164,7 @@ func (be *Backend) MatMul(dst, x, w backend.Tensor) error {
 		j.tile = m
 	}
 	be.pool.do(j, (m+j.tile-1)/j.tile)
-	j.dot, j.w, j.x, j.dst = nil, nil, nil, nil
+	j.dot, j.dot4, j.w, j.x, j.dst = nil, nil, nil, nil, nil
 	return nil
 }
 
