@@ -41,36 +41,64 @@ var (
 	dotQ5_KImpl = dotQ5_KGo
 
 	dot4Q8_0Impl = dot4Q8_0Go
+	dot4Q4_0Impl = dot4Q4_0Go
 )
 
-// dot4Q8_0 is Kernel.Dot4 for Q8_0 weights.
-func dot4Q8_0(n int, w []byte, wRow, rows int, x []byte, xRow int, dst []float32, ldd int) bool {
-	nb := n / 32
+// dot4Args checks Kernel.Dot4's arguments for weight blocks of wsz bytes and Q8_0 activation
+// blocks (34 bytes) and returns the block count; run is false when there is nothing to compute
+// (no blocks: the outputs are set to 0 here) or the arguments do not fit (ok false).
+func dot4Args(n, wsz int, w []byte, wRow, rows int, x []byte, xRow int, dst []float32, ldd int) (nb int, run, ok bool) {
+	nb = n / 32
 	switch {
-	case n < 0 || n%32 != 0 || rows < 0 || wRow < nb*34 || xRow < nb*34 || ldd < rows:
-		return false
-	case rows == 0:
-		return true
+	case n < 0 || n%32 != 0 || rows < 0 || wRow < nb*wsz || xRow < nb*34 || ldd < rows:
+		return 0, false, false
 	case ldd > len(dst) || 3*ldd > len(dst)-rows:
-		return false
+		return 0, false, false
+	case rows == 0:
+		return 0, false, true
 	case nb == 0:
 		for i := range 4 {
 			clear(dst[i*ldd : i*ldd+rows])
 		}
-		return true
-	case len(w) < nb*34 || (rows > 1 && (wRow > len(w) || rows-1 > (len(w)-nb*34)/wRow)),
+		return 0, false, true
+	case len(w) < nb*wsz || (rows > 1 && (wRow > len(w) || rows-1 > (len(w)-nb*wsz)/wRow)),
 		xRow > len(x) || 3*xRow > len(x)-nb*34:
-		return false
+		return 0, false, false
 	}
-	dot4Q8_0Impl(nb, w, wRow, rows, x, xRow, dst, ldd)
-	return true
+	return nb, true, true
+}
+
+// dot4Q8_0 is Kernel.Dot4 for Q8_0 weights.
+func dot4Q8_0(n int, w []byte, wRow, rows int, x []byte, xRow int, dst []float32, ldd int) bool {
+	nb, run, ok := dot4Args(n, 34, w, wRow, rows, x, xRow, dst, ldd)
+	if run {
+		dot4Q8_0Impl(nb, w, wRow, rows, x, xRow, dst, ldd)
+	}
+	return ok
+}
+
+// dot4Q4_0 is Kernel.Dot4 for Q4_0 weights.
+func dot4Q4_0(n int, w []byte, wRow, rows int, x []byte, xRow int, dst []float32, ldd int) bool {
+	nb, run, ok := dot4Args(n, 18, w, wRow, rows, x, xRow, dst, ldd)
+	if run {
+		dot4Q4_0Impl(nb, w, wRow, rows, x, xRow, dst, ldd)
+	}
+	return ok
 }
 
 func dot4Q8_0Go(nb int, w []byte, wRow, rows int, x []byte, xRow int, dst []float32, ldd int) {
+	dot4Go(dotQ8_0Impl, nb, w, wRow, rows, x, xRow, dst, ldd)
+}
+
+func dot4Q4_0Go(nb int, w []byte, wRow, rows int, x []byte, xRow int, dst []float32, ldd int) {
+	dot4Go(dotQ4_0Impl, nb, w, wRow, rows, x, xRow, dst, ldd)
+}
+
+func dot4Go(dot func(nb int, w, x []byte) float32, nb int, w []byte, wRow, rows int, x []byte, xRow int, dst []float32, ldd int) {
 	for r := range rows {
 		wr := w[r*wRow:]
 		for i := range 4 {
-			dst[i*ldd+r] = dotQ8_0Impl(nb, wr, x[i*xRow:])
+			dst[i*ldd+r] = dot(nb, wr, x[i*xRow:])
 		}
 	}
 }

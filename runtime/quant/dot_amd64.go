@@ -41,6 +41,9 @@ func dot4Q8_0Asm(w *byte, wRow, rows int, x *byte, xs, nb int, dst *float32, ds 
 func dotQ4_0Asm(w, x *byte, nb int) float32
 
 //go:noescape
+func dot4Q4_0Asm(w *byte, wRow, rows int, x *byte, xs, nb int, dst *float32, ds int)
+
+//go:noescape
 func dotQ4_KAsm(w, x *byte, nb int) float32
 
 //go:noescape
@@ -77,6 +80,7 @@ func init() {
 	dotF16Impl = dotF16AVX2
 	dotQ8_0Impl = dotQ8_0AVX2
 	dot4Q8_0Impl = dot4Q8_0AVX2
+	dot4Q4_0Impl = dot4Q4_0AVX2
 	dotQ4_0Impl = dotQ4_0AVX2
 	dotQ4_KImpl = dotQ4_KAVX2
 	dotQ6_KImpl = dotQ6_KAVX2
@@ -118,11 +122,11 @@ func dotQ8_0AVX2(nb int, w, x []byte) float32 {
 }
 
 func dot4Q8_0AVX2(nb int, w []byte, wRow, rows int, x []byte, xRow int, dst []float32, ldd int) {
-	if nb == 0 {
-		dot4Q8_0Go(nb, w, wRow, rows, x, xRow, dst, ldd)
-		return
-	}
 	dot4Q8_0Asm(&w[0], wRow, rows, &x[0], xRow, nb, &dst[0], 4*ldd)
+}
+
+func dot4Q4_0AVX2(nb int, w []byte, wRow, rows int, x []byte, xRow int, dst []float32, ldd int) {
+	dot4Q4_0Asm(&w[0], wRow, rows, &x[0], xRow, nb, &dst[0], 4*ldd)
 }
 
 func dotQ4_0AVX2(nb int, w, x []byte) float32 {

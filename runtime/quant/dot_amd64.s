@@ -689,3 +689,127 @@ q84sum:
 q84end:
 	VZEROUPPER
 	RET
+
+// Q44BLK(wofs, xofs, A0, A1, A2, A3): Q84BLK for a Q4_0 weight block at SI+wofs (f16 d, 16
+// nibble bytes) against Q8_0 activation blocks at xofs, with the operations dotQ4_0Asm uses.
+// Y14: bytes 0x0f, Y13: bytes 8.
+#define Q44BLK(WOFS, XOFS, A0, A1, A2, A3) \
+	MOVWLZX      XOFS(DI), AX          \
+	VMOVD        AX, X8                \
+	VPINSRW      $1, XOFS(R8), X8, X8  \
+	VPINSRW      $2, XOFS(R9), X8, X8  \
+	VPINSRW      $3, XOFS(R10), X8, X8 \
+	VCVTPH2PS    X8, X8                \
+	MOVWLZX      WOFS(SI), AX          \
+	VMOVD        AX, X9                \
+	VCVTPH2PS    X9, X9                \
+	VBROADCASTSS X9, X9                \
+	VMULPS       X8, X9, X8            \
+	VMOVUPS      X8, sc-16(SP)         \
+	Q4NIB(WOFS+2, Y10, X10, X8, Y8)    \
+	VPABSB       Y10, Y11              \
+	VMOVDQU      XOFS+2(DI), Y12       \
+	VPSIGNB      Y10, Y12, Y12         \
+	VPMADDUBSW   Y12, Y11, Y12         \
+	VPMADDWD     Y15, Y12, Y12         \
+	VCVTDQ2PS    Y12, Y12              \
+	VBROADCASTSS sc-16(SP), Y9         \
+	VFMADD231PS  Y12, Y9, A0           \
+	VMOVDQU      XOFS+2(R8), Y12       \
+	VPSIGNB      Y10, Y12, Y12         \
+	VPMADDUBSW   Y12, Y11, Y12         \
+	VPMADDWD     Y15, Y12, Y12         \
+	VCVTDQ2PS    Y12, Y12              \
+	VBROADCASTSS sc-12(SP), Y9         \
+	VFMADD231PS  Y12, Y9, A1           \
+	VMOVDQU      XOFS+2(R9), Y12       \
+	VPSIGNB      Y10, Y12, Y12         \
+	VPMADDUBSW   Y12, Y11, Y12         \
+	VPMADDWD     Y15, Y12, Y12         \
+	VCVTDQ2PS    Y12, Y12              \
+	VBROADCASTSS sc-8(SP), Y9          \
+	VFMADD231PS  Y12, Y9, A2           \
+	VMOVDQU      XOFS+2(R10), Y12      \
+	VPSIGNB      Y10, Y12, Y12         \
+	VPMADDUBSW   Y12, Y11, Y12         \
+	VPMADDWD     Y15, Y12, Y12         \
+	VCVTDQ2PS    Y12, Y12              \
+	VBROADCASTSS sc-4(SP), Y9          \
+	VFMADD231PS  Y12, Y9, A3
+
+// func dot4Q4_0Asm(w *byte, wRow, rows int, x *byte, xs, nb int, dst *float32, ds int)
+// dot4Q8_0Asm for Q4_0 weights: dst[i·ds + r·4 bytes] = dotQ4_0Asm(w + r·wRow, x + i·xs, nb).
+TEXT ·dot4Q4_0Asm(SB), NOSPLIT, $16-64
+	MOVQ         w+0(FP), BX
+	MOVQ         wRow+8(FP), R11
+	MOVQ         rows+16(FP), R12
+	MOVQ         dst+48(FP), R13
+	VPCMPEQW     Y15, Y15, Y15
+	VPSRLW       $15, Y15, Y15
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+	MOVL         $0x08080808, AX
+	VMOVD        AX, X13
+	VPBROADCASTD X13, Y13
+
+q44row:
+	TESTQ  R12, R12
+	JZ     q44end
+	MOVQ   BX, SI
+	MOVQ   x+24(FP), DI
+	MOVQ   xs+32(FP), DX
+	LEAQ   (DI)(DX*1), R8
+	LEAQ   (R8)(DX*1), R9
+	LEAQ   (R9)(DX*1), R10
+	MOVQ   nb+40(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+q44pair:
+	CMPQ CX, $2
+	JB   q44one
+	Q44BLK(0, 0, Y0, Y2, Y4, Y6)
+	Q44BLK(18, 34, Y1, Y3, Y5, Y7)
+	ADDQ $36, SI
+	ADDQ $68, DI
+	ADDQ $68, R8
+	ADDQ $68, R9
+	ADDQ $68, R10
+	SUBQ $2, CX
+	JMP  q44pair
+
+q44one:
+	TESTQ CX, CX
+	JZ    q44sum
+	Q44BLK(0, 0, Y0, Y2, Y4, Y6)
+
+q44sum:
+	MOVQ   ds+56(FP), AX
+	VADDPS Y1, Y0, Y0
+	HSUM8(Y0, X0, X8)
+	MOVSS  X0, (R13)
+	VADDPS Y3, Y2, Y2
+	HSUM8(Y2, X2, X8)
+	MOVSS  X2, (R13)(AX*1)
+	LEAQ   (R13)(AX*2), DI
+	VADDPS Y5, Y4, Y4
+	HSUM8(Y4, X4, X8)
+	MOVSS  X4, (DI)
+	VADDPS Y7, Y6, Y6
+	HSUM8(Y6, X6, X8)
+	MOVSS  X6, (DI)(AX*1)
+	ADDQ   R11, BX
+	ADDQ   $4, R13
+	DECQ   R12
+	JMP    q44row
+
+q44end:
+	VZEROUPPER
+	RET

@@ -217,7 +217,10 @@ func TestDotF32Unaligned(t *testing.T) {
 // alike; and arguments that do not fit are refused.
 func TestDot4(t *testing.T) {
 	r := rand.New(rand.NewSource(11))
-	for _, dt := range []tensor.DType{tensor.Q8_0} {
+	goForms := map[tensor.DType]func(nb int, w []byte, wRow, rows int, x []byte, xRow int, dst []float32, ldd int){
+		tensor.Q8_0: dot4Q8_0Go, tensor.Q4_0: dot4Q4_0Go,
+	}
+	for _, dt := range []tensor.DType{tensor.Q8_0, tensor.Q4_0} {
 		k, err := KernelFor(dt)
 		if err != nil {
 			t.Fatal(err)
@@ -228,11 +231,11 @@ func TestDot4(t *testing.T) {
 		impls := []struct {
 			name string
 			f    func(nb int, w []byte, wRow, rows int, x []byte, xRow int, dst []float32, ldd int)
-		}{{"dispatched", dot4Q8_0Impl}, {"go", dot4Q8_0Go}}
+		}{{"dispatched", nil}, {"go", goForms[dt]}}
 		for _, n := range []int{0, 32, 64, 96, 288, 768, 4096} {
 			for _, rows := range []int{1, 3, 8} {
 				row := rowSize(t, dt, n)
-				wRow := row + 34*r.Intn(2)
+				wRow := row + 18*r.Intn(2)
 				w := make([]byte, (rows-1)*wRow+row)
 				src := make([]float32, n)
 				for q := range rows {

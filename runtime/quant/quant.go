@@ -140,7 +140,7 @@ var (
 		tensor.Q6_K: quantQ6_K, tensor.Q8_K: quantQ8_K,
 	}
 	dots4 = map[tensor.DType]func(n int, w []byte, wRow, rows int, x []byte, xRow int, dst []float32, ldd int) bool{
-		tensor.Q8_0: dot4Q8_0,
+		tensor.Q8_0: dot4Q8_0, tensor.Q4_0: dot4Q4_0,
 	}
 	dots = map[tensor.DType]func(n int, w, x []byte) float32{
 		tensor.F32: dotF32, tensor.F16: dotF16, tensor.BF16: dotBF16,
