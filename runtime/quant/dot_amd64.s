@@ -569,53 +569,46 @@ cvtloop:
 	VZEROUPPER
 	RET
 
-// Q84BLK(ofs, A0, A1, A2, A3): one Q8_0 weight block at SI+ofs against the blocks at the same
-// offset of four activation rows (DI, R8, R9, R10), each row's scaled block sum added to its
-// accumulator with the operations dotQ8_0Asm uses, so that every row's result is the one
-// dotQ8_0Asm gives it. The four scales dw·dx are formed in one multiply and broadcast from sc.
-#define Q84BLK(OFS, A0, A1, A2, A3) \
-	MOVWLZX      OFS(DI), AX           \
+// SCALE4(wofs, xofs): the scales dw·dx of the weight block at SI+wofs and the activation blocks
+// at xofs of the four activation rows (DI, R8, R9, R10), formed in one multiply, to sc.
+#define SCALE4(WOFS, XOFS) \
+	MOVWLZX      XOFS(DI), AX          \
 	VMOVD        AX, X8                \
-	VPINSRW      $1, OFS(R8), X8, X8   \
-	VPINSRW      $2, OFS(R9), X8, X8   \
-	VPINSRW      $3, OFS(R10), X8, X8  \
+	VPINSRW      $1, XOFS(R8), X8, X8  \
+	VPINSRW      $2, XOFS(R9), X8, X8  \
+	VPINSRW      $3, XOFS(R10), X8, X8 \
 	VCVTPH2PS    X8, X8                \
-	MOVWLZX      OFS(SI), AX           \
+	MOVWLZX      WOFS(SI), AX          \
 	VMOVD        AX, X9                \
 	VCVTPH2PS    X9, X9                \
 	VBROADCASTSS X9, X9                \
 	VMULPS       X8, X9, X8            \
-	VMOVUPS      X8, sc-16(SP)         \
-	VMOVDQU      OFS+2(SI), Y10        \
-	VPABSB       Y10, Y11              \
-	VMOVDQU      OFS+2(DI), Y12        \
-	VPSIGNB      Y10, Y12, Y12         \
-	VPMADDUBSW   Y12, Y11, Y12         \
-	VPMADDWD     Y15, Y12, Y12         \
-	VCVTDQ2PS    Y12, Y12              \
-	VBROADCASTSS sc-16(SP), Y13        \
-	VFMADD231PS  Y12, Y13, A0          \
-	VMOVDQU      OFS+2(R8), Y12        \
-	VPSIGNB      Y10, Y12, Y12         \
-	VPMADDUBSW   Y12, Y11, Y12         \
-	VPMADDWD     Y15, Y12, Y12         \
-	VCVTDQ2PS    Y12, Y12              \
-	VBROADCASTSS sc-12(SP), Y13        \
-	VFMADD231PS  Y12, Y13, A1          \
-	VMOVDQU      OFS+2(R9), Y12        \
-	VPSIGNB      Y10, Y12, Y12         \
-	VPMADDUBSW   Y12, Y11, Y12         \
-	VPMADDWD     Y15, Y12, Y12         \
-	VCVTDQ2PS    Y12, Y12              \
-	VBROADCASTSS sc-8(SP), Y13         \
-	VFMADD231PS  Y12, Y13, A2          \
-	VMOVDQU      OFS+2(R10), Y12       \
-	VPSIGNB      Y10, Y12, Y12         \
-	VPMADDUBSW   Y12, Y11, Y12         \
-	VPMADDWD     Y15, Y12, Y12         \
-	VCVTDQ2PS    Y12, Y12              \
-	VBROADCASTSS sc-4(SP), Y13         \
-	VFMADD231PS  Y12, Y13, A3
+	VMOVUPS      X8, sc-16(SP)
+
+// XROW(xofs, XP, SC, A): with the block's signed quants in Y10 and their magnitudes in Y11,
+// adds to A the scale at SC(SP) times the block sum against the activations at XP+xofs, as
+// I8DOT and dotQ8_0Asm compute it.
+#define XROW(XOFS, XP, SC, A) \
+	VMOVDQU      XOFS+2(XP), Y12 \
+	VPSIGNB      Y10, Y12, Y12   \
+	VPMADDUBSW   Y12, Y11, Y12   \
+	VPMADDWD     Y15, Y12, Y12   \
+	VCVTDQ2PS    Y12, Y12        \
+	VBROADCASTSS SC(SP), Y9      \
+	VFMADD231PS  Y12, Y9, A
+
+// Q84BLK(ofs, A0, A1, A2, A3): one Q8_0 weight block at SI+ofs against the blocks at the same
+// offset of four activation rows (DI, R8, R9, R10), each row's scaled block sum added to its
+// accumulator with the operations dotQ8_0Asm uses, so that every row's result is the one
+// dotQ8_0Asm gives it.
+#define Q84BLK(OFS, A0, A1, A2, A3) \
+	SCALE4(OFS, OFS)              \
+	VMOVDQU OFS+2(SI), Y10        \
+	VPABSB  Y10, Y11              \
+	XROW(OFS, DI, sc-16, A0)      \
+	XROW(OFS, R8, sc-12, A1)      \
+	XROW(OFS, R9, sc-8, A2)       \
+	XROW(OFS, R10, sc-4, A3)
 
 // func dot4Q8_0Asm(w *byte, wRow, rows int, x *byte, xs, nb int, dst *float32, ds int)
 // For each of rows weight rows (wRow bytes apart from w) and each of four activation rows (xs
@@ -694,48 +687,13 @@ q84end:
 // nibble bytes) against Q8_0 activation blocks at xofs, with the operations dotQ4_0Asm uses.
 // Y14: bytes 0x0f, Y13: bytes 8.
 #define Q44BLK(WOFS, XOFS, A0, A1, A2, A3) \
-	MOVWLZX      XOFS(DI), AX          \
-	VMOVD        AX, X8                \
-	VPINSRW      $1, XOFS(R8), X8, X8  \
-	VPINSRW      $2, XOFS(R9), X8, X8  \
-	VPINSRW      $3, XOFS(R10), X8, X8 \
-	VCVTPH2PS    X8, X8                \
-	MOVWLZX      WOFS(SI), AX          \
-	VMOVD        AX, X9                \
-	VCVTPH2PS    X9, X9                \
-	VBROADCASTSS X9, X9                \
-	VMULPS       X8, X9, X8            \
-	VMOVUPS      X8, sc-16(SP)         \
+	SCALE4(WOFS, XOFS)                 \
 	Q4NIB(WOFS+2, Y10, X10, X8, Y8)    \
-	VPABSB       Y10, Y11              \
-	VMOVDQU      XOFS+2(DI), Y12       \
-	VPSIGNB      Y10, Y12, Y12         \
-	VPMADDUBSW   Y12, Y11, Y12         \
-	VPMADDWD     Y15, Y12, Y12         \
-	VCVTDQ2PS    Y12, Y12              \
-	VBROADCASTSS sc-16(SP), Y9         \
-	VFMADD231PS  Y12, Y9, A0           \
-	VMOVDQU      XOFS+2(R8), Y12       \
-	VPSIGNB      Y10, Y12, Y12         \
-	VPMADDUBSW   Y12, Y11, Y12         \
-	VPMADDWD     Y15, Y12, Y12         \
-	VCVTDQ2PS    Y12, Y12              \
-	VBROADCASTSS sc-12(SP), Y9         \
-	VFMADD231PS  Y12, Y9, A1           \
-	VMOVDQU      XOFS+2(R9), Y12       \
-	VPSIGNB      Y10, Y12, Y12         \
-	VPMADDUBSW   Y12, Y11, Y12         \
-	VPMADDWD     Y15, Y12, Y12         \
-	VCVTDQ2PS    Y12, Y12              \
-	VBROADCASTSS sc-8(SP), Y9          \
-	VFMADD231PS  Y12, Y9, A2           \
-	VMOVDQU      XOFS+2(R10), Y12      \
-	VPSIGNB      Y10, Y12, Y12         \
-	VPMADDUBSW   Y12, Y11, Y12         \
-	VPMADDWD     Y15, Y12, Y12         \
-	VCVTDQ2PS    Y12, Y12              \
-	VBROADCASTSS sc-4(SP), Y9          \
-	VFMADD231PS  Y12, Y9, A3
+	VPABSB Y10, Y11                    \
+	XROW(XOFS, DI, sc-16, A0)          \
+	XROW(XOFS, R8, sc-12, A1)          \
+	XROW(XOFS, R9, sc-8, A2)           \
+	XROW(XOFS, R10, sc-4, A3)
 
 // func dot4Q4_0Asm(w *byte, wRow, rows int, x *byte, xs, nb int, dst *float32, ds int)
 // dot4Q8_0Asm for Q4_0 weights: dst[i·ds + r·4 bytes] = dotQ4_0Asm(w + r·wRow, x + i·xs, nb).
