@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "b9b820f04c666206c99d7c72c195c128a50347ef44f6badb91cd8f87186f22d8"
+const nativeSources = "83d3e8cb28fe79ef6a060214fc66254a4370bedb1deb57cb5543db39616281a2"

@@ -284,40 +284,60 @@ GEMV512(gemv512_q6_k, PL_Q6_K)
 
 /* ---------------------------------------------------------------- AVX2 fused matrix-vector */
 
+/* Up to four activation rows against the same weight rows (AVX2), as gemv512n_t: each unit is
+ * decoded once and multiplied with every activation row, with the operations of one row, so a
+ * row's result does not depend on how many rows go with it. Four at most: with the min terms of
+ * Q4_1/Q5_1/K-quants, eight accumulators already fill half of the sixteen registers. */
 __attribute__((always_inline)) PL_TARGET_AVX2 static inline void
-gemv256_t(const int T, const uint8_t *w, size_t wrow, int64_t nrows, int64_t k, const uint8_t *act,
-          float *out) {
+gemv256_t(const int T, const int RN, const uint8_t *w, size_t wrow, int64_t nrows, int64_t k,
+          const uint8_t *act, int64_t as, float *out, int64_t ldo) {
     const int has_min = T == PL_Q4_1 || T == PL_Q5_1 || T == PL_Q4_K || T == PL_Q5_K;
     const int64_t kp = plx_kpad(k);
     const int64_t span = (int64_t)wrow * 32 / k; /* bytes of weights a unit covers */
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t r = 0; r < nrows; r++) {
         const uint8_t *row = w + r * wrow;
-        __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+        __m256 acc[4], accm[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < RN; j++) acc[j] = accm[j] = _mm256_setzero_ps();
         PLX_FOR_UNITS8(T, row, k, ui, o, {
             _mm_prefetch((const char *)row + PLX_GEMVN_PREFETCH + ui * span, _MM_HINT_T0);
-            const uint8_t *a = act + 32 * ui;
-            __m256i xv = _mm256_load_si256((const __m256i *)a);
-            __m256i d;
-            if (T == PL_Q8_0) {
-                d = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(o.u, o.u), _mm256_sign_epi8(xv, o.u)), ones);
-            } else {
-                d = _mm256_madd_epi16(_mm256_maddubs_epi16(o.u, xv), ones);
-                if (!has_min) d = _mm256_add_epi32(d, _mm256_load_si256((const __m256i *)(a + 2 * kp)));
+            const __m256i wa = T == PL_Q8_0 ? _mm256_sign_epi8(o.u, o.u) : o.u;
+#pragma GCC unroll 4
+            for (int j = 0; j < RN; j++) {
+                const uint8_t *a = act + j * as + 32 * ui;
+                __m256i xv = _mm256_load_si256((const __m256i *)a);
+                __m256i d;
+                if (T == PL_Q8_0) {
+                    d = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(xv, o.u)), ones);
+                } else {
+                    d = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, xv), ones);
+                    if (!has_min) d = _mm256_add_epi32(d, _mm256_load_si256((const __m256i *)(a + 2 * kp)));
+                }
+                __m256 sc = _mm256_mul_ps(o.dw, _mm256_load_ps((const float *)(a + kp)));
+                acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), sc, acc[j]);
+                if (has_min) accm[j] = _mm256_fmadd_ps(o.mn, _mm256_load_ps((const float *)(a + 2 * kp)), accm[j]);
             }
-            __m256 sc = _mm256_mul_ps(o.dw, _mm256_load_ps((const float *)(a + kp)));
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), sc, acc);
-            if (has_min) accm = _mm256_fmadd_ps(o.mn, _mm256_load_ps((const float *)(a + 2 * kp)), accm);
         });
-        out[r] = hsum256(_mm256_add_ps(acc, accm));
+#pragma GCC unroll 4
+        for (int j = 0; j < RN; j++) out[j * ldo + r] = hsum256(_mm256_add_ps(acc[j], accm[j]));
     }
 }
 
 #define GEMV256(NAME, T)                                                                         \
     PL_TARGET_AVX2 static void NAME(const uint8_t *w, size_t wrow, int64_t nrows, int64_t k,     \
                                     const uint8_t *act, float *out) {                            \
-        gemv256_t(T, w, wrow, nrows, k, act, out);                                               \
+        gemv256_t(T, 1, w, wrow, nrows, k, act, 0, out, 0);                                      \
     }
+#define GEMV256N(NAME, T, RN)                                                                    \
+    PL_TARGET_AVX2 static void NAME(const uint8_t *w, size_t wrow, int64_t nrows, int64_t k,     \
+                                    const uint8_t *act, int64_t as, float *out, int64_t ldo) {   \
+        gemv256_t(T, RN, w, wrow, nrows, k, act, as, out, ldo);                                  \
+    }
+#define GEMV256N_ALL(T, name)                                                                    \
+    GEMV256N(gemv256n_##name##_2, T, 2)                                                          \
+    GEMV256N(gemv256n_##name##_3, T, 3)                                                          \
+    GEMV256N(gemv256n_##name##_4, T, 4)
 GEMV256(gemv256_q4_0, PL_Q4_0)
 GEMV256(gemv256_q4_1, PL_Q4_1)
 GEMV256(gemv256_q5_0, PL_Q5_0)
@@ -326,6 +346,14 @@ GEMV256(gemv256_q8_0, PL_Q8_0)
 GEMV256(gemv256_q4_k, PL_Q4_K)
 GEMV256(gemv256_q5_k, PL_Q5_K)
 GEMV256(gemv256_q6_k, PL_Q6_K)
+GEMV256N_ALL(PL_Q4_0, q4_0)
+GEMV256N_ALL(PL_Q4_1, q4_1)
+GEMV256N_ALL(PL_Q5_0, q5_0)
+GEMV256N_ALL(PL_Q5_1, q5_1)
+GEMV256N_ALL(PL_Q8_0, q8_0)
+GEMV256N_ALL(PL_Q4_K, q4_k)
+GEMV256N_ALL(PL_Q5_K, q5_k)
+GEMV256N_ALL(PL_Q6_K, q6_k)
 #endif
 
 typedef void (*plx_gemv_fn)(const uint8_t *w, size_t wrow, int64_t nrows, int64_t k,
@@ -364,8 +392,18 @@ static plx_gemv_fn plx_gemv_pick(int wtype) {
     return NULL;
 }
 
-/* plx_gemvn_pick returns the fused kernel for rn (2..8) activation rows of weights of wtype, or
- * NULL where there is none (other ISAs: the panel kernels serve). */
+/* plx_gemvn_max is the most activation rows one fused kernel takes under the current ISA: 8 with
+ * AVX-512, 4 with AVX2 (0: none; the panel kernels serve). */
+static int plx_gemvn_max(void) {
+#if PL_X86
+    if (plx_isa >= PL_ISA_AVX512) return 8;
+    if (plx_isa >= PL_ISA_AVX2) return 4;
+#endif
+    return 0;
+}
+
+/* plx_gemvn_pick returns the fused kernel for rn (2..plx_gemvn_max()) activation rows of weights
+ * of wtype, or NULL where there is none. */
 static plx_gemvn_fn plx_gemvn_pick(int wtype, int rn) {
 #if PL_X86
     if (plx_isa >= PL_ISA_AVX512 && rn >= 2 && rn <= 8) {
@@ -375,6 +413,25 @@ static plx_gemvn_fn plx_gemvn_pick(int wtype, int rn) {
                                           gemv512n_##name##_4, gemv512n_##name##_5,               \
                                           gemv512n_##name##_6, gemv512n_##name##_7,               \
                                           gemv512n_##name##_8};                                    \
+        return t[rn];                                                                              \
+    }
+        switch (wtype) {
+        case PL_Q4_0: PICK(q4_0);
+        case PL_Q4_1: PICK(q4_1);
+        case PL_Q5_0: PICK(q5_0);
+        case PL_Q5_1: PICK(q5_1);
+        case PL_Q8_0: PICK(q8_0);
+        case PL_Q4_K: PICK(q4_k);
+        case PL_Q5_K: PICK(q5_k);
+        case PL_Q6_K: PICK(q6_k);
+        }
+#undef PICK
+    }
+    if (plx_isa == PL_ISA_AVX2 && rn >= 2 && rn <= 4) {
+#define PICK(name)                                                                                 \
+    {                                                                                              \
+        static const plx_gemvn_fn t[5] = {NULL, NULL, gemv256n_##name##_2, gemv256n_##name##_3,  \
+                                          gemv256n_##name##_4};                                    \
         return t[rn];                                                                              \
     }
         switch (wtype) {
@@ -822,7 +879,8 @@ typedef struct {
     plx_qk_fn fns[4];
     int rm, rnmax;
     plx_gemv_fn gemv; /* fused kernel for one activation row, or NULL */
-    plx_gemvn_fn gemvn[9]; /* fused kernels for 2..8 activation rows (small batches), or NULL */
+    plx_gemvn_fn gemvn[9]; /* fused kernels for 2..gmax activation rows (small batches), or NULL */
+    int gmax;              /* the most activation rows one fused kernel takes */
     /* float */
     const float *xr; /* x rounded to the weight type */
 } mm_job;
@@ -854,8 +912,8 @@ static void job_gemvn(void *p, int ith, int nth) {
     int64_t ngroups = (j->m + j->group - 1) / j->group, g;
     while ((g = plx_chunk_next(j->ctx)) < ngroups) {
         int64_t r0 = g * j->group, rows = PL_MIN(j->group, j->m - r0);
-        for (int64_t c0 = 0; c0 < j->n; c0 += 8) {
-            int rn = (int)PL_MIN(8, j->n - c0);
+        for (int64_t c0 = 0; c0 < j->n; c0 += j->gmax) {
+            int rn = (int)PL_MIN(j->gmax, j->n - c0);
             const uint8_t *a = j->act + c0 * j->as;
             float *d = j->dst + c0 * j->m + r0;
             if (rn == 1) j->gemv(j->w + r0 * j->wrow, j->wrow, rows, j->k, a, d);
@@ -1103,9 +1161,10 @@ int pl_matmul(pl_ctx *ctx, float *dst, const float *x, int64_t n, int64_t k, con
     /* Small batches (a server's decode steps) stream the weights once per eight tokens through the
      * fused kernels; larger ones (prompts) amortise unpacking weight panels. */
     int small = 0;
-    if (n > 1 && n <= PLX_GEMVN_MAX_ROWS && plx_gemv_pick(wtype) != NULL) {
+    j.gmax = plx_gemvn_max();
+    if (n > 1 && n <= PLX_GEMVN_MAX_ROWS && j.gmax >= 2 && plx_gemv_pick(wtype) != NULL) {
         small = 1;
-        for (int rn = 2; rn <= 8; rn++) {
+        for (int rn = 2; rn <= j.gmax; rn++) {
             j.gemvn[rn] = plx_gemvn_pick(wtype, rn);
             if (j.gemvn[rn] == NULL) small = 0;
         }
