@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "83d3e8cb28fe79ef6a060214fc66254a4370bedb1deb57cb5543db39616281a2"
+const nativeSources = "42886eaaf830cf699bc149585c2fd6ecff253c85576956eadc53468641204d12"

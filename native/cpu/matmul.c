@@ -361,32 +361,28 @@ typedef void (*plx_gemv_fn)(const uint8_t *w, size_t wrow, int64_t nrows, int64_
 
 /* plx_gemv_pick returns the fused matrix-vector kernel for wtype under the current ISA, or NULL
  * where one activation row goes through panels and the tiled kernels instead. */
+/* PLX_FUSED_TYPES(F) runs F(name) for the weight type of wtype that has fused kernels (their
+ * names end in _name), inside a switch on wtype. */
+#define PLX_FUSED_TYPES(F)                                                                       \
+    switch (wtype) {                                                                             \
+    case PL_Q4_0: F(q4_0);                                                                       \
+    case PL_Q4_1: F(q4_1);                                                                       \
+    case PL_Q5_0: F(q5_0);                                                                       \
+    case PL_Q5_1: F(q5_1);                                                                       \
+    case PL_Q8_0: F(q8_0);                                                                       \
+    case PL_Q4_K: F(q4_k);                                                                       \
+    case PL_Q5_K: F(q5_k);                                                                       \
+    case PL_Q6_K: F(q6_k);                                                                       \
+    }
+
 static plx_gemv_fn plx_gemv_pick(int wtype) {
 #if PL_X86
-    if (plx_isa >= PL_ISA_AVX512) {
-        switch (wtype) {
-        case PL_Q4_0: return gemv512_q4_0;
-        case PL_Q4_1: return gemv512_q4_1;
-        case PL_Q5_0: return gemv512_q5_0;
-        case PL_Q5_1: return gemv512_q5_1;
-        case PL_Q8_0: return gemv512_q8_0;
-        case PL_Q4_K: return gemv512_q4_k;
-        case PL_Q5_K: return gemv512_q5_k;
-        case PL_Q6_K: return gemv512_q6_k;
-        }
-    }
-    if (plx_isa >= PL_ISA_AVX2) {
-        switch (wtype) {
-        case PL_Q4_0: return gemv256_q4_0;
-        case PL_Q4_1: return gemv256_q4_1;
-        case PL_Q5_0: return gemv256_q5_0;
-        case PL_Q5_1: return gemv256_q5_1;
-        case PL_Q8_0: return gemv256_q8_0;
-        case PL_Q4_K: return gemv256_q4_k;
-        case PL_Q5_K: return gemv256_q5_k;
-        case PL_Q6_K: return gemv256_q6_k;
-        }
-    }
+#define PICK512(name) return gemv512_##name
+#define PICK256(name) return gemv256_##name
+    if (plx_isa >= PL_ISA_AVX512) PLX_FUSED_TYPES(PICK512)
+    if (plx_isa >= PL_ISA_AVX2) PLX_FUSED_TYPES(PICK256)
+#undef PICK512
+#undef PICK256
 #endif
     (void)wtype;
     return NULL;
@@ -406,46 +402,24 @@ static int plx_gemvn_max(void) {
  * of wtype, or NULL where there is none. */
 static plx_gemvn_fn plx_gemvn_pick(int wtype, int rn) {
 #if PL_X86
-    if (plx_isa >= PL_ISA_AVX512 && rn >= 2 && rn <= 8) {
-#define PICK(name)                                                                                 \
-    {                                                                                              \
+#define PICK512(name)                                                                            \
+    {                                                                                            \
         static const plx_gemvn_fn t[9] = {NULL, NULL, gemv512n_##name##_2, gemv512n_##name##_3,  \
                                           gemv512n_##name##_4, gemv512n_##name##_5,               \
                                           gemv512n_##name##_6, gemv512n_##name##_7,               \
                                           gemv512n_##name##_8};                                    \
-        return t[rn];                                                                              \
+        return t[rn];                                                                            \
     }
-        switch (wtype) {
-        case PL_Q4_0: PICK(q4_0);
-        case PL_Q4_1: PICK(q4_1);
-        case PL_Q5_0: PICK(q5_0);
-        case PL_Q5_1: PICK(q5_1);
-        case PL_Q8_0: PICK(q8_0);
-        case PL_Q4_K: PICK(q4_k);
-        case PL_Q5_K: PICK(q5_k);
-        case PL_Q6_K: PICK(q6_k);
-        }
-#undef PICK
-    }
-    if (plx_isa == PL_ISA_AVX2 && rn >= 2 && rn <= 4) {
-#define PICK(name)                                                                                 \
-    {                                                                                              \
+#define PICK256(name)                                                                            \
+    {                                                                                            \
         static const plx_gemvn_fn t[5] = {NULL, NULL, gemv256n_##name##_2, gemv256n_##name##_3,  \
                                           gemv256n_##name##_4};                                    \
-        return t[rn];                                                                              \
+        return t[rn];                                                                            \
     }
-        switch (wtype) {
-        case PL_Q4_0: PICK(q4_0);
-        case PL_Q4_1: PICK(q4_1);
-        case PL_Q5_0: PICK(q5_0);
-        case PL_Q5_1: PICK(q5_1);
-        case PL_Q8_0: PICK(q8_0);
-        case PL_Q4_K: PICK(q4_k);
-        case PL_Q5_K: PICK(q5_k);
-        case PL_Q6_K: PICK(q6_k);
-        }
-#undef PICK
-    }
+    if (plx_isa >= PL_ISA_AVX512 && rn >= 2 && rn <= 8) PLX_FUSED_TYPES(PICK512)
+    if (plx_isa == PL_ISA_AVX2 && rn >= 2 && rn <= 4) PLX_FUSED_TYPES(PICK256)
+#undef PICK512
+#undef PICK256
 #endif
     (void)wtype;
     (void)rn;
