@@ -2,6 +2,55 @@
 
 #include "textflag.h"
 
+// The four-row kernels' frame: DOT4START loads the weight rows' base (BX), stride (R11) and
+// count (R12), the output (R13) and int16 ones (Y15); DOT4ROW points SI at the weight row, DI,
+// R8, R9, R10 at the four activation rows, CX at the block count, and clears the accumulators
+// (Y0/Y1 for the first activation row's even and odd blocks, Y2/Y3, Y4/Y5, Y6/Y7 for the
+// others); DOT4STORE stores the four sums ds bytes apart and moves to the next weight row.
+#define DOT4START \
+	MOVQ     w+0(FP), BX      \
+	MOVQ     wRow+8(FP), R11  \
+	MOVQ     rows+16(FP), R12 \
+	MOVQ     dst+48(FP), R13  \
+	VPCMPEQW Y15, Y15, Y15    \
+	VPSRLW   $15, Y15, Y15
+
+#define DOT4ROW \
+	MOVQ   BX, SI            \
+	MOVQ   x+24(FP), DI      \
+	MOVQ   xs+32(FP), DX     \
+	LEAQ   (DI)(DX*1), R8    \
+	LEAQ   (R8)(DX*1), R9    \
+	LEAQ   (R9)(DX*1), R10   \
+	MOVQ   nb+40(FP), CX     \
+	VXORPS Y0, Y0, Y0        \
+	VXORPS Y1, Y1, Y1        \
+	VXORPS Y2, Y2, Y2        \
+	VXORPS Y3, Y3, Y3        \
+	VXORPS Y4, Y4, Y4        \
+	VXORPS Y5, Y5, Y5        \
+	VXORPS Y6, Y6, Y6        \
+	VXORPS Y7, Y7, Y7
+
+#define DOT4STORE \
+	MOVQ   ds+56(FP), AX     \
+	VADDPS Y1, Y0, Y0        \
+	HSUM8(Y0, X0, X8)        \
+	MOVSS  X0, (R13)         \
+	VADDPS Y3, Y2, Y2        \
+	HSUM8(Y2, X2, X8)        \
+	MOVSS  X2, (R13)(AX*1)   \
+	LEAQ   (R13)(AX*2), DI   \
+	VADDPS Y5, Y4, Y4        \
+	HSUM8(Y4, X4, X8)        \
+	MOVSS  X4, (DI)          \
+	VADDPS Y7, Y6, Y6        \
+	HSUM8(Y6, X6, X8)        \
+	MOVSS  X6, (DI)(AX*1)    \
+	ADDQ   R11, BX           \
+	ADDQ   $4, R13           \
+	DECQ   R12
+
 // func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
 TEXT ·cpuid(SB), NOSPLIT, $0-24
 	MOVL leaf+0(FP), AX
@@ -615,31 +664,12 @@ cvtloop:
 // bytes apart from x): dst[i·ds + r·4 bytes] = dotQ8_0Asm(w + r·wRow, x + i·xs, nb), with two
 // accumulators a row (even and odd blocks) as dotQ8_0Asm has. nb > 0.
 TEXT ·dot4Q8_0Asm(SB), NOSPLIT, $16-64
-	MOVQ     w+0(FP), BX
-	MOVQ     wRow+8(FP), R11
-	MOVQ     rows+16(FP), R12
-	MOVQ     dst+48(FP), R13
-	VPCMPEQW Y15, Y15, Y15
-	VPSRLW   $15, Y15, Y15
+	DOT4START
 
 q84row:
 	TESTQ  R12, R12
 	JZ     q84end
-	MOVQ   BX, SI
-	MOVQ   x+24(FP), DI
-	MOVQ   xs+32(FP), DX
-	LEAQ   (DI)(DX*1), R8
-	LEAQ   (R8)(DX*1), R9
-	LEAQ   (R9)(DX*1), R10
-	MOVQ   nb+40(FP), CX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
+	DOT4ROW
 
 q84pair:
 	CMPQ CX, $2
@@ -660,23 +690,7 @@ q84one:
 	Q84BLK(0, Y0, Y2, Y4, Y6)
 
 q84sum:
-	MOVQ   ds+56(FP), AX
-	VADDPS Y1, Y0, Y0
-	HSUM8(Y0, X0, X8)
-	MOVSS  X0, (R13)
-	VADDPS Y3, Y2, Y2
-	HSUM8(Y2, X2, X8)
-	MOVSS  X2, (R13)(AX*1)
-	LEAQ   (R13)(AX*2), DI
-	VADDPS Y5, Y4, Y4
-	HSUM8(Y4, X4, X8)
-	MOVSS  X4, (DI)
-	VADDPS Y7, Y6, Y6
-	HSUM8(Y6, X6, X8)
-	MOVSS  X6, (DI)(AX*1)
-	ADDQ   R11, BX
-	ADDQ   $4, R13
-	DECQ   R12
+	DOT4STORE
 	JMP    q84row
 
 q84end:
@@ -698,12 +712,7 @@ q84end:
 // func dot4Q4_0Asm(w *byte, wRow, rows int, x *byte, xs, nb int, dst *float32, ds int)
 // dot4Q8_0Asm for Q4_0 weights: dst[i·ds + r·4 bytes] = dotQ4_0Asm(w + r·wRow, x + i·xs, nb).
 TEXT ·dot4Q4_0Asm(SB), NOSPLIT, $16-64
-	MOVQ         w+0(FP), BX
-	MOVQ         wRow+8(FP), R11
-	MOVQ         rows+16(FP), R12
-	MOVQ         dst+48(FP), R13
-	VPCMPEQW     Y15, Y15, Y15
-	VPSRLW       $15, Y15, Y15
+	DOT4START
 	MOVL         $0x0f0f0f0f, AX
 	VMOVD        AX, X14
 	VPBROADCASTD X14, Y14
@@ -714,21 +723,7 @@ TEXT ·dot4Q4_0Asm(SB), NOSPLIT, $16-64
 q44row:
 	TESTQ  R12, R12
 	JZ     q44end
-	MOVQ   BX, SI
-	MOVQ   x+24(FP), DI
-	MOVQ   xs+32(FP), DX
-	LEAQ   (DI)(DX*1), R8
-	LEAQ   (R8)(DX*1), R9
-	LEAQ   (R9)(DX*1), R10
-	MOVQ   nb+40(FP), CX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
+	DOT4ROW
 
 q44pair:
 	CMPQ CX, $2
@@ -749,23 +744,7 @@ q44one:
 	Q44BLK(0, 0, Y0, Y2, Y4, Y6)
 
 q44sum:
-	MOVQ   ds+56(FP), AX
-	VADDPS Y1, Y0, Y0
-	HSUM8(Y0, X0, X8)
-	MOVSS  X0, (R13)
-	VADDPS Y3, Y2, Y2
-	HSUM8(Y2, X2, X8)
-	MOVSS  X2, (R13)(AX*1)
-	LEAQ   (R13)(AX*2), DI
-	VADDPS Y5, Y4, Y4
-	HSUM8(Y4, X4, X8)
-	MOVSS  X4, (DI)
-	VADDPS Y7, Y6, Y6
-	HSUM8(Y6, X6, X8)
-	MOVSS  X6, (DI)(AX*1)
-	ADDQ   R11, BX
-	ADDQ   $4, R13
-	DECQ   R12
+	DOT4STORE
 	JMP    q44row
 
 q44end:
