@@ -13,12 +13,7 @@ func TestStepAllocs(t *testing.T) {
 		t.Skip("allocation counts differ under the race detector")
 	}
 	m := testModel(t, "tiny.en")
-	noLoop = true
-	e, err := NewEngine(m, EngineConfig{MaxActive: 2})
-	noLoop = false
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := manualEngine(t, m, EngineConfig{MaxActive: 2})
 	defer func() {
 		e.dec.Close()
 		e.enc.Close()
@@ -27,11 +22,7 @@ func TestStepAllocs(t *testing.T) {
 	for _, beam := range []int{1, 3} {
 		p := DefaultParams()
 		p.Language, p.NoTimestamps, p.TemperatureInc, p.BeamSize = "en", true, 0, beam
-		j := &job{ctx: context.Background(), p: p, done: make(chan struct{}), lang: -1}
-		if err := e.prepare(j, samples); err != nil {
-			t.Fatal(err)
-		}
-		e.admit(j)
+		e.admit(preparedJob(t, e, context.Background(), p, samples))
 	}
 	for range 8 { // encode both windows, feed the prompts, take the first steps
 		e.loop.Step()

@@ -12,12 +12,7 @@ import (
 // the language, the task, and <|notimestamps|> when asked.
 func TestPrompt(t *testing.T) {
 	m := testModel(t, "tiny")
-	noLoop = true
-	e, err := NewEngine(m, EngineConfig{MaxActive: 1})
-	noLoop = false
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := manualEngine(t, m, EngineConfig{MaxActive: 1})
 	defer func() { e.dec.Close(); e.enc.Close() }()
 	tk := e.tok
 	de, ok := tk.LangID("de")

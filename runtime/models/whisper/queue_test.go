@@ -7,29 +7,39 @@ import (
 	"time"
 )
 
+// manualEngine makes an engine whose loop the test steps by hand (e.loop.Step).
+func manualEngine(t *testing.T, m *Model, cfg EngineConfig) *Engine {
+	t.Helper()
+	noLoop = true
+	e, err := NewEngine(m, cfg)
+	noLoop = false
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// preparedJob is a transcription of samples with p under ctx, its features computed, not queued.
+func preparedJob(t *testing.T, e *Engine, ctx context.Context, p Params, samples []float32) *job {
+	t.Helper()
+	j := &job{ctx: ctx, p: p, done: make(chan struct{}), lang: -1}
+	if err := e.prepare(j, samples); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
 // TestQueueBound: with MaxActive transcriptions running and MaxQueue waiting, the next request
 // is refused at once with ErrQueueFull (not queued behind them), and the engine's statistics
 // show the decoder cache in use while a transcription decodes.
 func TestQueueBound(t *testing.T) {
 	m := testModel(t, "tiny.en")
-	noLoop = true
-	e, err := NewEngine(m, EngineConfig{MaxActive: 1, MaxQueue: 1})
-	noLoop = false
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := manualEngine(t, m, EngineConfig{MaxActive: 1, MaxQueue: 1})
 	defer e.Close()
 	samples := testWAV(t, "psx-cards-001")
 	p := DefaultParams()
 	p.Language, p.NoTimestamps, p.TemperatureInc = "en", true, 0
-	job := func() *job {
-		j := &job{ctx: context.Background(), p: p, done: make(chan struct{}), lang: -1}
-		if err := e.prepare(j, samples); err != nil {
-			t.Fatal(err)
-		}
-		return j
-	}
-	if err := e.enqueue(job()); err != nil {
+	if err := e.enqueue(preparedJob(t, e, context.Background(), p, samples)); err != nil {
 		t.Fatal(err)
 	}
 	for range 4 { // admit, encode, feed the prompt, decode
@@ -39,7 +49,7 @@ func TestQueueBound(t *testing.T) {
 	if st.Active != 1 || st.KVBlocksUsed == 0 || st.Steps != 4 || st.LastBatchSeqs != 1 {
 		t.Errorf("while decoding: %+v", st)
 	}
-	if err := e.enqueue(job()); err != nil {
+	if err := e.enqueue(preparedJob(t, e, context.Background(), p, samples)); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -57,20 +67,12 @@ func TestQueueBound(t *testing.T) {
 // waiting allowed, the caller can submit its next transcription at once.
 func TestQueueFreedAtFinish(t *testing.T) {
 	m := testModel(t, "tiny.en")
-	noLoop = true
-	e, err := NewEngine(m, EngineConfig{MaxActive: 1})
-	noLoop = false
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := manualEngine(t, m, EngineConfig{MaxActive: 1})
 	defer e.Close()
 	samples := testWAV(t, "psx-cards-001")
 	p := DefaultParams()
 	p.Language, p.NoTimestamps, p.TemperatureInc, p.MaxTokens = "en", true, 0, 2
-	first := &job{ctx: context.Background(), p: p, done: make(chan struct{}), lang: -1}
-	if err := e.prepare(first, samples); err != nil {
-		t.Fatal(err)
-	}
+	first := preparedJob(t, e, context.Background(), p, samples)
 	if err := e.enqueue(first); err != nil {
 		t.Fatal(err)
 	}
@@ -82,11 +84,7 @@ func TestQueueFreedAtFinish(t *testing.T) {
 	}
 	e.reap() // what the next step does first: the caller of the first is woken here
 	<-first.done
-	second := &job{ctx: context.Background(), p: p, done: make(chan struct{}), lang: -1}
-	if err := e.prepare(second, samples); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.enqueue(second); err != nil {
+	if err := e.enqueue(preparedJob(t, e, context.Background(), p, samples)); err != nil {
 		t.Errorf("the next transcription after one returned: %v", err)
 	}
 }
@@ -95,12 +93,7 @@ func TestQueueFreedAtFinish(t *testing.T) {
 // when a transcription ahead of them leaves (round robin by position skipped one then).
 func TestEncoderOrder(t *testing.T) {
 	m := testModel(t, "tiny.en")
-	noLoop = true
-	e, err := NewEngine(m, EngineConfig{MaxActive: 3})
-	noLoop = false
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := manualEngine(t, m, EngineConfig{MaxActive: 3})
 	defer e.Close()
 	samples := testWAV(t, "psx-cards-001")
 	p := DefaultParams()
@@ -111,11 +104,8 @@ func TestEncoderOrder(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancels[i] = cancel
 		defer cancel()
-		jobs[i] = &job{ctx: ctx, p: p, done: make(chan struct{}), lang: -1}
-		if err := e.prepare(jobs[i], samples); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.loop.Enqueue(jobs[i]); err != nil {
+		jobs[i] = preparedJob(t, e, ctx, p, samples)
+		if err := e.enqueue(jobs[i]); err != nil {
 			t.Fatal(err)
 		}
 	}
