@@ -3,6 +3,7 @@ package server
 import (
 	"net/http"
 
+	"github.com/parleyhq/parley/runtime/sched"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -96,35 +97,30 @@ func (c *schedCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *schedCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range c.models {
 		st := m.Sched.Stats()
-		g := func(d *prometheus.Desc, v float64) {
-			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, m.Name)
-		}
-		cn := func(d *prometheus.Desc, v float64) {
-			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, m.Name)
-		}
-		g(descQueue, float64(st.Queued))
-		g(descActive, float64(st.Active))
-		g(descKVUsed, float64(st.KVBlocksUsed))
-		g(descKVFree, float64(st.KVBlocksFree))
-		cn(descSteps, float64(st.Steps))
-		g(descStep, st.LastStep.Seconds())
-		g(descBatchTok, float64(st.LastBatchTokens))
-		g(descBatchSeqs, float64(st.LastBatchSeqs))
-		cn(descSPrompt, float64(st.PromptTokens))
-		cn(descSGen, float64(st.GeneratedTokens))
+		loop := sched.LoopStats{Queued: st.Queued, Steps: st.Steps, LastStep: st.LastStep,
+			LastBatchSeqs: st.LastBatchSeqs, LastBatchTokens: st.LastBatchTokens}
+		collectLoop(ch, m.Name, loop, st.Active, st.KVBlocksUsed, st.KVBlocksFree)
+		ch <- prometheus.MustNewConstMetric(descSPrompt, prometheus.CounterValue, float64(st.PromptTokens), m.Name)
+		ch <- prometheus.MustNewConstMetric(descSGen, prometheus.CounterValue, float64(st.GeneratedTokens), m.Name)
 	}
 	for _, m := range c.speech {
 		st := m.Engine.Stats()
-		g := func(d *prometheus.Desc, v float64) {
-			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, m.Name)
-		}
-		g(descQueue, float64(st.Queued))
-		g(descActive, float64(st.Active))
-		g(descKVUsed, float64(st.KVBlocksUsed))
-		g(descKVFree, float64(st.KVBlocksFree))
-		ch <- prometheus.MustNewConstMetric(descSteps, prometheus.CounterValue, float64(st.Steps), m.Name)
-		g(descStep, st.LastStep.Seconds())
-		g(descBatchTok, float64(st.LastBatchTokens))
-		g(descBatchSeqs, float64(st.LastBatchSeqs))
+		collectLoop(ch, m.Name, st.LoopStats, st.Active, st.KVBlocksUsed, st.KVBlocksFree)
 	}
+}
+
+// collectLoop sends the figures every scheduled model has: its loop's, the sequences (or
+// transcriptions) in flight and its KV-cache blocks.
+func collectLoop(ch chan<- prometheus.Metric, name string, l sched.LoopStats, active, kvUsed, kvFree int) {
+	g := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, name)
+	}
+	g(descQueue, float64(l.Queued))
+	g(descActive, float64(active))
+	g(descKVUsed, float64(kvUsed))
+	g(descKVFree, float64(kvFree))
+	ch <- prometheus.MustNewConstMetric(descSteps, prometheus.CounterValue, float64(l.Steps), name)
+	g(descStep, l.LastStep.Seconds())
+	g(descBatchTok, float64(l.LastBatchTokens))
+	g(descBatchSeqs, float64(l.LastBatchSeqs))
 }

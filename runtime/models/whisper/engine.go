@@ -406,22 +406,18 @@ func (e *Engine) Load() (active, queued int) {
 	return int(e.nActive.Load()), e.loop.Queued()
 }
 
-// Stats is a snapshot of an Engine's counters, for metrics.
+// Stats is a snapshot of an Engine's counters, for metrics: its loop's, and the
+// transcriptions being decoded and the decoder cache's blocks as of the last step.
 type Stats struct {
-	Queued, Active             int // transcriptions waiting, and being decoded
-	KVBlocksUsed, KVBlocksFree int // of the decoder's self-attention cache, as of the last step
-	Steps                      uint64
-	LastStep                   time.Duration
-	LastBatchSeqs              int // hypotheses in the last decoder batch
-	LastBatchTokens            int
+	sched.LoopStats
+	Active                     int
+	KVBlocksUsed, KVBlocksFree int
 }
 
 // Stats returns a snapshot of the engine's counters. Safe from any goroutine.
 func (e *Engine) Stats() Stats {
-	l := e.loop.Stats()
 	free, total := e.FreeBlocks()
-	return Stats{Queued: l.Queued, Active: int(e.nActive.Load()), KVBlocksUsed: total - free, KVBlocksFree: free,
-		Steps: l.Steps, LastStep: l.LastStep, LastBatchSeqs: l.LastBatchSeqs, LastBatchTokens: l.LastBatchTokens}
+	return Stats{LoopStats: e.loop.Stats(), Active: int(e.nActive.Load()), KVBlocksUsed: total - free, KVBlocksFree: free}
 }
 
 // reap ends the transcriptions that are finished or whose context is done.
