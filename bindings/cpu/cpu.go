@@ -288,6 +288,93 @@ func (c *Context) MatMul(dst, x []float32, n, k int, w []byte, wt tensor.DType, 
 	return nil
 }
 
+// PackedSize returns the bytes PackWeights writes for m rows of k elements of wt, and whether the
+// interleaved layout serves wt at the current instruction-set level (Q8_0 and Q4_0 with AVX-512
+// VNNI). The layout takes as many bytes as the rows, up to a last group padded to sixteen rows.
+func PackedSize(wt tensor.DType, m, k int) (int, bool) {
+	if m < 0 || k <= 0 || C.pl_packed_available() == 0 {
+		return 0, false
+	}
+	n := C.pl_packed_size(C.int(wt), C.int64_t(m), C.int64_t(k))
+	if n < 0 || int64(n) > math.MaxInt {
+		return 0, false
+	}
+	return int(n), true
+}
+
+// PackWeights rearranges w (m rows of k elements of wt, ggml's layout) into dst, which must hold
+// PackedSize(wt, m, k) bytes, for MatMulPacked.
+func (c *Context) PackWeights(dst, w []byte, wt tensor.DType, m, k int) error {
+	const op = "pack weights"
+	size, ok := PackedSize(wt, m, k)
+	if !ok {
+		return unsupported(op, wt)
+	}
+	rb, err := rowBytes(op, wt, k)
+	if err != nil {
+		return err
+	}
+	if err := need(op, "w bytes", len(w), mul(m, rb)); err != nil {
+		return err
+	}
+	if err := need(op, "dst bytes", len(dst), size); err != nil {
+		return err
+	}
+	if m == 0 {
+		return nil
+	}
+	if overlap(unsafe.Pointer(&dst[0]), size, unsafe.Pointer(&w[0]), m*rb) {
+		return fmt.Errorf("cpu: %s: dst overlaps w", op)
+	}
+	if err := c.lock(op); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	if st := C.pl_pack_weights(c.c, C.int(wt), bytep(w), C.int64_t(m), C.int64_t(k), bytep(dst)); st != C.PL_OK {
+		return statusErr(op, st)
+	}
+	return nil
+}
+
+// MatMulPacked is MatMul with w given as PackWeights wrote it. It fails with an error wrapping
+// backend.ErrUnsupported when the current instruction-set level has no kernel for the layout
+// (after SetISA lowered it), in which case the caller multiplies the rows themselves.
+func (c *Context) MatMulPacked(dst, x []float32, n, k int, wp []byte, wt tensor.DType, m int) error {
+	const op = "matmul"
+	size, ok := PackedSize(wt, m, k)
+	if !ok {
+		return unsupported(op, wt)
+	}
+	if n < 0 {
+		return fmt.Errorf("cpu: %s: bad shape n=%d k=%d m=%d", op, n, k, m)
+	}
+	if err := need(op, "x", len(x), mul(n, k)); err != nil {
+		return err
+	}
+	if err := need(op, "dst", len(dst), mul(n, m)); err != nil {
+		return err
+	}
+	if err := need(op, "packed w bytes", len(wp), size); err != nil {
+		return err
+	}
+	if n == 0 || m == 0 {
+		return nil
+	}
+	dp, dn := unsafe.Pointer(&dst[0]), n*m*4
+	if overlap(dp, dn, unsafe.Pointer(&x[0]), n*k*4) || overlap(dp, dn, unsafe.Pointer(&wp[0]), size) {
+		return fmt.Errorf("cpu: %s: dst overlaps an operand", op)
+	}
+	if err := c.lock(op); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	st := C.pl_matmul_packed(c.c, f32p(dst), f32p(x), C.int64_t(n), C.int64_t(k), bytep(wp), C.int(wt), C.int64_t(m))
+	if st != C.PL_OK {
+		return statusErr(op, st)
+	}
+	return nil
+}
+
 // GetRows: dst[i,:] = float32(table[ids[i],:]) for table [rows, cols] of dt, dst [len(ids), cols].
 func (c *Context) GetRows(dst []float32, table []byte, dt tensor.DType, rows, cols int, ids []int32) error {
 	const op = "get rows"

@@ -60,6 +60,17 @@ func (c *Context) MatMul(dst, x []float32, n, k int, w []byte, wt tensor.DType, 
 	return ErrNotBuilt
 }
 
+// PackedSize reports no packed layout without the native kernels.
+func PackedSize(wt tensor.DType, m, k int) (int, bool) { return 0, false }
+
+// PackWeights is not available without the native kernels.
+func (c *Context) PackWeights(dst, w []byte, wt tensor.DType, m, k int) error { return ErrNotBuilt }
+
+// MatMulPacked is not available without the native kernels.
+func (c *Context) MatMulPacked(dst, x []float32, n, k int, wp []byte, wt tensor.DType, m int) error {
+	return ErrNotBuilt
+}
+
 // GetRows gathers and converts rows of a table.
 func (c *Context) GetRows(dst []float32, table []byte, dt tensor.DType, rows, cols int, ids []int32) error {
 	return ErrNotBuilt

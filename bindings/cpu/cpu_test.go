@@ -246,6 +246,15 @@ func TestErrors(t *testing.T) {
 		{"MatMul k not a block multiple", c.MatMul(f[:4], f[:33], 1, 33, w, tensor.Q8_0, 4)},
 		{"MatMul unsupported type", c.MatMul(f[:4], f[:32], 1, 32, w, tensor.Q2_K, 4)},
 		{"MatMul dst overlaps x", c.MatMul(f[:4], f[:32], 1, 32, w, tensor.Q8_0, 4)},
+		{"PackWeights short w", c.PackWeights(make([]byte, 16*34), w[:100], tensor.Q8_0, 4, 32)},
+		{"PackWeights short dst", c.PackWeights(make([]byte, 16*34-1), w, tensor.Q8_0, 4, 32)},
+		{"PackWeights k not a block multiple", c.PackWeights(make([]byte, 16*34), w, tensor.Q8_0, 4, 33)},
+		{"PackWeights Q4_K", c.PackWeights(make([]byte, 16*144), make([]byte, 4*144), tensor.Q4_K, 4, 256)},
+		{"PackWeights dst overlaps w", c.PackWeights(w, w, tensor.Q8_0, 1, 32)},
+		{"MatMulPacked short packed w", c.MatMulPacked(f[:4], f[32:64], 1, 32, make([]byte, 16*34-1), tensor.Q8_0, 4)},
+		{"MatMulPacked short x", c.MatMulPacked(f[:4], f[32:63], 1, 32, make([]byte, 16*34), tensor.Q8_0, 4)},
+		{"MatMulPacked Q5_0", c.MatMulPacked(f[:4], f[32:64], 1, 32, make([]byte, 16*22), tensor.Q5_0, 4)},
+		{"MatMulPacked dst overlaps x", c.MatMulPacked(f[:4], f[:32], 1, 32, make([]byte, 16*34), tensor.Q8_0, 4)},
 		{"GetRows id out of range", c.GetRows(f[:32], w, tensor.Q8_0, 4, 32, []int32{4})},
 		{"GetRows negative id", c.GetRows(f[:32], w, tensor.Q8_0, 4, 32, []int32{-1})},
 		{"AddRows bad b rows", c.AddRows(f[:8], f[:8], f[:8], 2, 4, 3)},
@@ -293,6 +302,19 @@ func TestErrors(t *testing.T) {
 	}
 	if err := c.MatMul(f[:4], f[:32], 1, 32, w, tensor.Q2_K, 4); !errors.Is(err, backend.ErrUnsupported) {
 		t.Errorf("unsupported weight type: %v does not wrap ErrUnsupported", err)
+	}
+	// Where the interleaved kernels exist, a well-formed call works; below them it says so.
+	wp := make([]byte, 16*34)
+	err = c.PackWeights(wp, w, tensor.Q8_0, 4, 32)
+	if _, ok := PackedSize(tensor.Q8_0, 4, 32); ok {
+		if err != nil {
+			t.Errorf("PackWeights: %v", err)
+		}
+		if err := c.MatMulPacked(f[:4], f[32:64], 1, 32, wp, tensor.Q8_0, 4); err != nil {
+			t.Errorf("MatMulPacked: %v", err)
+		}
+	} else if !errors.Is(err, backend.ErrUnsupported) {
+		t.Errorf("PackWeights without the interleaved kernels: %v does not wrap ErrUnsupported", err)
 	}
 	c.Close()
 	if err := c.SwiGLU(f[:8], f[:8], f[:8]); err == nil {

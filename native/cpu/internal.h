@@ -163,6 +163,11 @@ static inline int64_t plx_panel_stride(int64_t k) { return plx_kpad(k) * 3; }
  * 64-byte aligned): codes at dst, dx at dst+kp, aux at dst+2kp. */
 void plx_pack_act(const plx_qinfo *qi, const float *x, int64_t k, uint8_t *dst);
 
+/* plx_q8_0_blocks converts nb blocks of 32 floats to Q8_0 as ggml's x86 backend does: the codes
+ * q (contiguous), the F16 scale bits d, the unrounded scales df and the code sums. */
+void plx_q8_0_blocks(const float *x, int64_t nb, int8_t *q, uint16_t *d, float *df, int32_t *sum);
+#define PLX_CHUNK 64 /* blocks converted per step through stack buffers */
+
 /* plx_unpack_w unpacks one weight row (ggml layout, k elements) to dst (plx_panel_stride(k)
  * bytes, 64-byte aligned): codes at dst, dw at dst+kp, mn at dst+2kp. */
 void plx_unpack_w(const plx_qinfo *qi, const void *row, int64_t k, uint8_t *dst);

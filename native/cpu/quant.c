@@ -362,6 +362,10 @@ static void q8_0_blocks(const float *x, int64_t nb, int8_t *q, uint16_t *d, floa
     q8_0_scalar(x, nb, q, d, df, sum);
 }
 
+void plx_q8_0_blocks(const float *x, int64_t nb, int8_t *q, uint16_t *d, float *df, int32_t *sum) {
+    q8_0_blocks(x, nb, q, d, df, sum);
+}
+
 static void q8_k_blocks(const float *x, int64_t nb, int8_t *q, float *dk, int16_t *bsums) {
 #if PL_X86
     if (plx_isa >= PL_ISA_AVX512) {
@@ -375,7 +379,6 @@ static void q8_k_blocks(const float *x, int64_t nb, int8_t *q, float *dk, int16_
 /* The s field of Q8_1 as ggml's AVX code stores it: F16 of d * float(sum), d unrounded. */
 static inline uint16_t q8_1_s(float df, int32_t sum) { return plx_f32_to_f16(df * (float)sum); }
 
-#define PLX_CHUNK 64 /* blocks converted per step through stack buffers */
 
 int pl_quantize_row(int dtype, const float *src, void *dst, int64_t n) {
     plx_init();

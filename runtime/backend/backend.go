@@ -185,6 +185,25 @@ type Backend interface {
 	Close() error
 }
 
+// Repacker is implemented by backends that multiply some weight types faster in a layout of
+// their own (the CPU backend interleaves Q8_0 and Q4_0 rows for its AVX-512 VNNI kernels). Repack
+// rearranges a weight tensor made by Load into that layout, in memory the tensor owns, and
+// reports whether it did; MatMul then reads the new layout, and the data given to Load is read
+// again only by GetRows and views. Models repack the matrices they multiply once, after loading.
+// A repacked tensor's products may differ from the unpacked ones by float rounding (the order in
+// which block sums are added), never by more than a dtype's tolerance in the conformance suite.
+type Repacker interface {
+	Repack(t Tensor) (bool, error)
+}
+
+// Repack repacks t when be is a Repacker, and reports whether it did.
+func Repack(be Backend, t Tensor) (bool, error) {
+	if r, ok := be.(Repacker); ok {
+		return r.Repack(t)
+	}
+	return false, nil
+}
+
 // Options configure a backend.
 type Options struct {
 	// Threads is the number of CPU threads to compute with; 0 means one per core.

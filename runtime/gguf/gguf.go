@@ -189,6 +189,14 @@ func (f *File) TensorData(t *TensorInfo) []byte {
 	return f.data[start : start+t.Size : start+t.Size]
 }
 
+// Release tells the system that b, tensor data of f that the caller has copied, need not stay
+// resident (see mapfile.File.Release); the bytes stay readable. A no-op for parsed buffers.
+func (f *File) Release(b []byte) {
+	if f.mapped != nil {
+		f.mapped.Release(b)
+	}
+}
+
 // Value returns the value stored under key.
 func (f *File) Value(key string) (Value, bool) {
 	i, ok := f.kvIndex[key]

@@ -124,23 +124,24 @@ func testMatMul(t *testing.T, b backend.Backend, _ func() (backend.Backend, erro
 				xv := randVec(r, maxN*k, 1)
 				rs := rowSize(t, dt, k)
 				for _, m := range []int{1, 3, 17, maxM} {
-					w := load(t, b, dt, m, k, data[:m*rs])
-					for _, n := range []int{1, 2, 5, 7, 8, maxN} {
-						x := alloc(t, b, n, k, xv[:n*k])
-						if n > 1 {
-							x = allocView(t, b, n, k, xv[:n*k])
+					for _, w := range weightForms(t, b, dt, m, k, data[:m*rs]) {
+						for _, n := range []int{1, 2, 5, 7, 8, 9, maxN} {
+							x := alloc(t, b, n, k, xv[:n*k])
+							if n > 1 {
+								x = allocView(t, b, n, k, xv[:n*k])
+							}
+							dst, g := output(t, b, n, m)
+							name := fmt.Sprintf("MatMul %v%s n=%d m=%d k=%d", dt, w.name, n, m, k)
+							must(t, b.MatMul(dst, x, w.t), "%s", name)
+							got := read(t, b, dst)
+							want, tol := matmulRef(dt, n, m, k, xv, wd)
+							compare(t, name, m, got, want, func(i int) float64 { return tol[i] })
+							g.check(t)
+							x.Close()
+							dst.Close()
 						}
-						dst, g := output(t, b, n, m)
-						must(t, b.MatMul(dst, x, w), "MatMul %v n=%d m=%d k=%d", dt, n, m, k)
-						got := read(t, b, dst)
-						want, tol := matmulRef(dt, n, m, k, xv, wd)
-						compare(t, fmt.Sprintf("MatMul %v n=%d m=%d k=%d", dt, n, m, k), m, got, want,
-							func(i int) float64 { return tol[i] })
-						g.check(t)
-						x.Close()
-						dst.Close()
+						w.t.Close()
 					}
-					w.Close()
 				}
 			}
 		})
@@ -168,32 +169,60 @@ func testMatMulBatch(t *testing.T, b backend.Backend, _ func() (backend.Backend,
 			k := colsFor(dt)[1]
 			r := rng(fmt.Sprintf("batch %v", dt))
 			data, wd := quantRows(t, dt, m, k, randVec(r, m*k, 0.5))
-			w := load(t, b, dt, m, k, data)
 			xv := randVec(r, n*k, 1)
 			x := alloc(t, b, n, k, xv)
-			full := alloc(t, b, n, m, nil)
-			must(t, b.MatMul(full, x, w), "MatMul %v n=%d", dt, n)
-			fullv := read(t, b, full)
 			_, tol := matmulRef(dt, n, m, k, xv, wd)
-			for _, nb := range []int{1, 2, 3, 4, 5, 8, 9, 16, 33} {
-				for i0 := 0; i0+nb <= n; i0 += nb + 7 {
-					xb := alloc(t, b, nb, k, xv[i0*k:(i0+nb)*k])
-					dst, g := output(t, b, nb, m)
-					must(t, b.MatMul(dst, xb, w), "MatMul %v n=%d", dt, nb)
-					got := read(t, b, dst)
-					want := make([]float64, nb*m)
-					for i := range want {
-						want[i] = float64(fullv[i0*m+i])
+			for _, w := range weightForms(t, b, dt, m, k, data) {
+				full := alloc(t, b, n, m, nil)
+				must(t, b.MatMul(full, x, w.t), "MatMul %v%s n=%d", dt, w.name, n)
+				fullv := read(t, b, full)
+				for _, nb := range []int{1, 2, 3, 4, 5, 8, 9, 16, 33} {
+					for i0 := 0; i0+nb <= n; i0 += nb + 7 {
+						xb := alloc(t, b, nb, k, xv[i0*k:(i0+nb)*k])
+						dst, g := output(t, b, nb, m)
+						must(t, b.MatMul(dst, xb, w.t), "MatMul %v%s n=%d", dt, w.name, nb)
+						got := read(t, b, dst)
+						want := make([]float64, nb*m)
+						for i := range want {
+							want[i] = float64(fullv[i0*m+i])
+						}
+						compare(t, fmt.Sprintf("MatMul %v%s rows %d..%d alone vs in a batch of %d", dt, w.name, i0, i0+nb-1, n),
+							m, got, want, func(i int) float64 { return tol[i0*m+i] })
+						g.check(t)
+						xb.Close()
+						dst.Close()
 					}
-					compare(t, fmt.Sprintf("MatMul %v rows %d..%d alone vs in a batch of %d", dt, i0, i0+nb-1, n),
-						m, got, want, func(i int) float64 { return tol[i0*m+i] })
-					g.check(t)
-					xb.Close()
-					dst.Close()
 				}
+				full.Close()
+				w.t.Close()
 			}
 		})
 	}
+}
+
+// weightForm is a weight tensor as loaded, or repacked (name " repacked").
+type weightForm struct {
+	name string
+	t    backend.Tensor
+}
+
+// weightForms loads data as m rows of k elements of dt, and again repacked where the backend
+// implements backend.Repacker and takes the case: every MatMul check runs on each form.
+func weightForms(t *testing.T, b backend.Backend, dt tensor.DType, m, k int, data []byte) []weightForm {
+	forms := []weightForm{{"", load(t, b, dt, m, k, data)}}
+	if _, ok := b.(backend.Repacker); !ok {
+		return forms
+	}
+	w := load(t, b, dt, m, k, data)
+	ok, err := backend.Repack(b, w)
+	if err != nil {
+		t.Fatalf("Repack %v m=%d k=%d: %v", dt, m, k, err)
+	}
+	if !ok {
+		w.Close()
+		return forms
+	}
+	return append(forms, weightForm{" repacked", w})
 }
 
 // testGetRows checks GetRows against quant.Dequantize of the chosen rows. The values must be

@@ -4,7 +4,9 @@
 // among Options.Threads native threads (0: one per CPU).
 //
 // Weights given to Load are used in place, never copied (they are normally memory-mapped GGUF
-// bytes), except F32 data that is not 4-byte aligned. Activations and KV caches live in native
+// bytes), except F32 data that is not 4-byte aligned. Repack (backend.Repacker) rearranges a Q8_0
+// or Q4_0 matrix into the interleaved layout of the AVX-512 VNNI kernels, as large as its rows,
+// which MatMul then reads instead. Activations and KV caches live in native
 // memory owned by the backend. Operations are synchronous: each returns when its result is
 // complete, and makes no Go allocation in steady state.
 //
@@ -111,6 +113,7 @@ type Tensor struct {
 	data       []byte      // rows * dt.RowSize(cols) bytes
 	f32        []float32   // data as float32s when dt is F32
 	buf        *cpu.Buffer // native memory owned by this tensor
+	packed     *cpu.Buffer // the interleaved layout MatMul reads (Repack), or nil
 	root       *Tensor     // the tensor whose memory this one shares (itself unless a View)
 	readOnly   bool        // loaded weights: never written
 	closed     bool
@@ -135,6 +138,10 @@ func (t *Tensor) Close() error {
 	if t.buf != nil {
 		t.b.free(t.buf)
 		t.buf = nil
+	}
+	if t.packed != nil {
+		t.b.free(t.packed)
+		t.packed = nil
 	}
 	t.data, t.f32 = nil, nil
 	return nil
@@ -186,6 +193,37 @@ func (b *Backend) Load(dt tensor.DType, rows, cols int, data []byte) (backend.Te
 		t.f32 = unsafe.Slice((*float32)(unsafe.Pointer(&t.data[0])), n/4)
 	}
 	return t, nil
+}
+
+// Repack rearranges a loaded Q8_0 or Q4_0 weight matrix, sixteen rows at a time, into the
+// interleaved layout of the AVX-512 VNNI kernels (native memory the tensor owns, as large as the
+// rows), through which MatMul then multiplies it: a block's whole integer dot product lands in
+// one lane, so a product of a few rows costs about a third of the row layout's operations. It
+// reports false, doing nothing, for other tensors, views, or processors without those kernels.
+// The loaded data stays in use for GetRows, views, and instruction-set levels lowered later.
+func (b *Backend) Repack(t backend.Tensor) (bool, error) {
+	const op = "repack"
+	ct, err := b.tensorOf(op, "t", t)
+	if err != nil {
+		return false, err
+	}
+	if ct.root != ct || !ct.readOnly || ct.packed != nil || ct.rows == 0 {
+		return ct.packed != nil, nil
+	}
+	n, ok := cpu.PackedSize(ct.dt, ct.rows, ct.cols)
+	if !ok {
+		return false, nil
+	}
+	buf, err := b.alloc(op, n)
+	if err != nil {
+		return false, err
+	}
+	if err := b.ctx.PackWeights(buf.Bytes(), ct.data, ct.dt, ct.rows, ct.cols); err != nil {
+		b.free(buf)
+		return false, err
+	}
+	ct.packed = buf
+	return true, nil
 }
 
 // Alloc makes a zeroed F32 or F16 tensor in native memory.
@@ -348,6 +386,12 @@ func (b *Backend) MatMul(dst, x, w backend.Tensor) error {
 	if xt.cols == 0 { // empty sums, which the kernels do not take
 		clear(d.f32)
 		return nil
+	}
+	if wt.packed != nil {
+		err := b.ctx.MatMulPacked(d.f32, xt.f32, xt.rows, xt.cols, wt.packed.Bytes(), wt.dt, wt.rows)
+		if !errors.Is(err, backend.ErrUnsupported) { // else the ISA level was lowered: the rows serve
+			return err
+		}
 	}
 	return b.ctx.MatMul(d.f32, xt.f32, xt.rows, xt.cols, wt.data, wt.dt, wt.rows)
 }

@@ -71,3 +71,132 @@ func TestFewRowsAsOne(t *testing.T) {
 		must(t, b.Close())
 	}
 }
+
+// TestRepacked: weights repacked for the interleaved kernels give every activation row the same
+// float32 whatever the batch (1 to 33 rows: one kernel call or several) and the number of threads,
+// bit for bit; the matrix's last group of sixteen rows is padded (m = 70) and rows of 9 blocks
+// leave the kernels' vectors part empty. With the instruction set lowered below the interleaved
+// kernels, MatMul falls back to the loaded rows and gives exactly what an unrepacked tensor does.
+func TestRepacked(t *testing.T) {
+	if !cpu.Available() {
+		t.Skip(cpu.ErrNotBuilt)
+	}
+	if _, ok := cpu.PackedSize(tensor.Q8_0, 16, 32); !ok {
+		t.Skip("no interleaved kernels at this instruction set")
+	}
+	best := cpu.BestISA()
+	defer cpu.SetISA(best)
+	const m = 70
+	r := rand.New(rand.NewPCG(5, 6))
+	bs := map[int]*Backend{}
+	for _, th := range []int{1, 3} {
+		b, err := New(backend.Options{Threads: th})
+		must(t, err)
+		bs[th] = b.(*Backend)
+		defer b.Close()
+	}
+	// product runs x [n, k] through w on b and returns the result.
+	product := func(b *Backend, w backend.Tensor, xs []float32, n, k int) []float32 {
+		x, err1 := b.Alloc(tensor.F32, n, k)
+		d, err2 := b.Alloc(tensor.F32, n, m)
+		out := make([]float32, n*m)
+		must(t, err1, err2, b.Write(x, 0, xs), b.MatMul(d, x, w), b.Read(d, 0, out), x.Close(), d.Close())
+		return out
+	}
+	for _, dt := range []tensor.DType{tensor.Q8_0, tensor.Q4_0} {
+		for _, k := range []int{288, 512} {
+			src := make([]float32, m*k)
+			for i := range src {
+				src[i] = float32(r.NormFloat64())
+			}
+			rowBytes, _ := dt.RowSize(int64(k))
+			data := make([]byte, m*int(rowBytes))
+			for i := range m {
+				must(t, quant.Quantize(dt, src[i*k:(i+1)*k], data[i*int(rowBytes):(i+1)*int(rowBytes)]))
+			}
+			ws := map[int]backend.Tensor{}
+			for th, b := range bs {
+				w, err := b.Load(dt, m, k, data)
+				must(t, err)
+				defer w.Close()
+				ok, err := b.Repack(w)
+				must(t, err)
+				if !ok {
+					t.Fatalf("%v: Repack did not repack", dt)
+				}
+				if ok, err := b.Repack(w); err != nil || !ok {
+					t.Fatalf("%v: second Repack: %v, %v", dt, ok, err)
+				}
+				ws[th] = w
+			}
+			const nmax = 33
+			xs := make([]float32, nmax*k)
+			for i := range xs {
+				xs[i] = float32(r.NormFloat64())
+			}
+			alone := make([]float32, nmax*m)
+			for i := range nmax {
+				copy(alone[i*m:], product(bs[1], ws[1], xs[i*k:(i+1)*k], 1, k))
+			}
+			for _, th := range []int{1, 3} {
+				for _, n := range []int{2, 3, 7, 8, 9, 17, 33} {
+					got := product(bs[th], ws[th], xs[:n*k], n, k)
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(alone[i]) {
+							t.Fatalf("%v k=%d, %d threads, %d rows: row %d, output %d: %v in the batch, %v alone",
+								dt, k, th, n, i/m, i%m, got[i], alone[i])
+						}
+					}
+				}
+			}
+			// Against the row-layout kernels: the same exact integer block sums and scale products,
+			// added in another order, so within a float32 sum's rounding of the block terms:
+			// (blocks+2)·2^-24·Σ|w·x|, doubled for the activations' quantisation.
+			b := bs[1]
+			plain, err := b.Load(dt, m, k, data)
+			must(t, err)
+			wf := make([]float32, m*k)
+			for i := range m {
+				must(t, quant.Dequantize(dt, data[i*int(rowBytes):(i+1)*int(rowBytes)], wf[i*k:(i+1)*k]))
+			}
+			rows := product(b, plain, xs, nmax, k)
+			for i, want := range rows {
+				s := 0.0
+				for c := range k {
+					s += math.Abs(float64(wf[(i%m)*k+c]) * float64(xs[(i/m)*k+c]))
+				}
+				if tol := 2 * float64(k/32+2) * 0x1p-24 * s; math.Abs(float64(alone[i]-want)) > tol {
+					t.Fatalf("%v k=%d: row %d, output %d: %v repacked, %v in row layout (tolerance %.3g)", dt, k, i/m, i%m, alone[i], want, tol)
+				}
+			}
+			// Lowered below AVX-512: the loaded rows serve, exactly as for an unrepacked tensor.
+			must(t, cpu.SetISA(cpu.ISAAVX2))
+			want := product(b, plain, xs[:5*k], 5, k)
+			got := product(b, ws[1], xs[:5*k], 5, k)
+			must(t, cpu.SetISA(best), plain.Close())
+			for i := range got {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%v k=%d at AVX2: output %d: %v repacked, %v loaded", dt, k, i, got[i], want[i])
+				}
+			}
+		}
+	}
+	// Nothing else is repacked: other types, views, activations.
+	b := bs[1]
+	f32, err := b.Load(tensor.F32, 16, 32, make([]byte, 16*32*4))
+	must(t, err)
+	q4k, err := b.Load(tensor.Q4_K, 16, 256, make([]byte, 16*144))
+	must(t, err)
+	q8, err := b.Load(tensor.Q8_0, 32, 32, make([]byte, 32*34))
+	must(t, err)
+	view, err := b.View(q8, 16, 16)
+	must(t, err)
+	act, err := b.Alloc(tensor.F32, 16, 32)
+	must(t, err)
+	for name, x := range map[string]backend.Tensor{"F32": f32, "Q4_K": q4k, "view": view, "activation": act} {
+		if ok, err := b.Repack(x); ok || err != nil {
+			t.Errorf("Repack(%s) = %v, %v; want false, nil", name, ok, err)
+		}
+	}
+	must(t, f32.Close(), q4k.Close(), view.Close(), q8.Close(), act.Close())
+}

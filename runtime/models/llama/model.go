@@ -19,6 +19,7 @@ type Model struct {
 	output  backend.Tensor // [vocab, dim]; tokEmbd when tied
 	layers  []layer
 	owned   []backend.Tensor
+	data    map[backend.Tensor][]byte // each loaded tensor's bytes in the file
 }
 
 type layer struct {
@@ -39,7 +40,7 @@ func Load(f *gguf.File, be backend.Backend) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{Config: c, be: be, layers: make([]layer, c.Layers)}
+	m := &Model{Config: c, be: be, layers: make([]layer, c.Layers), data: map[backend.Tensor][]byte{}}
 	ok := false
 	defer func() {
 		if !ok {
@@ -93,8 +94,33 @@ func Load(f *gguf.File, be backend.Backend) (*Model, error) {
 			}
 		}
 	}
+	if err := m.repack(f); err != nil {
+		return nil, err
+	}
 	ok = true
 	return m, nil
+}
+
+// repack hands the matrices the model multiplies to the backend's own layout where it has one
+// (backend.Repacker). A repacked matrix's rows in the file are then never read again, so their
+// pages leave the resident set; the token embeddings stay, as GetRows reads them.
+func (m *Model) repack(f *gguf.File) error {
+	mats := []backend.Tensor{m.output}
+	for i := range m.layers {
+		l := &m.layers[i]
+		mats = append(mats, l.wq, l.wk, l.wv, l.wo, l.wGate, l.wUp, l.wDown)
+	}
+	for _, t := range mats {
+		ok, err := backend.Repack(m.be, t)
+		if err != nil {
+			return fmt.Errorf("repack: %w", err)
+		}
+		if ok && t != m.tokEmbd {
+			f.Release(m.data[t])
+		}
+	}
+	m.data = nil
+	return nil
 }
 
 // load binds one tensor, checking its shape ([cols, rows] in ggml order, or [cols] for vectors)
@@ -129,6 +155,7 @@ func (m *Model) load(f *gguf.File, name string, rows, cols int, vector bool) (ba
 		return nil, fmt.Errorf("tensor %s: %w", name, err)
 	}
 	m.owned = append(m.owned, t)
+	m.data[t] = f.TensorData(ti)
 	return t, nil
 }
 
