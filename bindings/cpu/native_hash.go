@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "dec253fee1873b39bcacf58260612169b9b535766a6cca5d7b782eebc0e0dd46"
+const nativeSources = "7acd3a81088fbe2b605855ec8e7d51884a16dd9f7c0f90265c7224bd08b0941c"

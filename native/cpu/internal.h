@@ -166,6 +166,9 @@ void plx_pack_act(const plx_qinfo *qi, const float *x, int64_t k, uint8_t *dst);
 /* plx_q8_0_blocks converts nb blocks of 32 floats to Q8_0 as ggml's x86 backend does: the codes
  * q (contiguous), the F16 scale bits d, the unrounded scales df and the code sums. */
 void plx_q8_0_blocks(const float *x, int64_t nb, int8_t *q, uint16_t *d, float *df, int32_t *sum);
+/* plx_q8_k_blocks converts nb blocks of 256 floats to Q8_K as ggml does: codes, the float scale
+ * of each block and the code sums of each 16. */
+void plx_q8_k_blocks(const float *x, int64_t nb, int8_t *q, float *dk, int16_t *bsums);
 #define PLX_CHUNK 64 /* blocks converted per step through stack buffers */
 
 /* plx_unpack_w unpacks one weight row (ggml layout, k elements) to dst (plx_panel_stride(k)

@@ -376,6 +376,10 @@ static void q8_k_blocks(const float *x, int64_t nb, int8_t *q, float *dk, int16_
     q8_k_scalar(x, nb, q, dk, bsums);
 }
 
+void plx_q8_k_blocks(const float *x, int64_t nb, int8_t *q, float *dk, int16_t *bsums) {
+    q8_k_blocks(x, nb, q, dk, bsums);
+}
+
 /* The s field of Q8_1 as ggml's AVX code stores it: F16 of d * float(sum), d unrounded. */
 static inline uint16_t q8_1_s(float df, int32_t sum) { return plx_f32_to_f16(df * (float)sum); }
 

@@ -103,8 +103,12 @@ func TestRepacked(t *testing.T) {
 		must(t, err1, err2, b.Write(x, 0, xs), b.MatMul(d, x, w), b.Read(d, 0, out), x.Close(), d.Close())
 		return out
 	}
-	for _, dt := range []tensor.DType{tensor.Q8_0, tensor.Q4_0} {
-		for _, k := range []int{288, 512} {
+	for _, dt := range []tensor.DType{tensor.Q8_0, tensor.Q4_0, tensor.Q4_K, tensor.Q6_K} {
+		ks := []int{288, 512}
+		if dt.BlockSize() == 256 {
+			ks = []int{256, 768}
+		}
+		for _, k := range ks {
 			src := make([]float32, m*k)
 			for i := range src {
 				src[i] = float32(r.NormFloat64())
@@ -149,9 +153,10 @@ func TestRepacked(t *testing.T) {
 					}
 				}
 			}
-			// Against the row-layout kernels: the same exact integer block sums and scale products,
-			// added in another order, so within a float32 sum's rounding of the block terms:
-			// (blocks+2)·2^-24·Σ|w·x|, doubled for the activations' quantisation.
+			// Against the row-layout kernels: the same exact integer block sums, scaled and added in
+			// another order (the K-quants' scale products and minimum terms rounded once more), so
+			// within a float32 sum's rounding of the block terms: (k/16+2)·2^-24·Σ|w·x|, with a
+			// factor 4 for the activations' quantisation and the extra roundings.
 			b := bs[1]
 			plain, err := b.Load(dt, m, k, data)
 			must(t, err)
@@ -165,7 +170,7 @@ func TestRepacked(t *testing.T) {
 				for c := range k {
 					s += math.Abs(float64(wf[(i%m)*k+c]) * float64(xs[(i/m)*k+c]))
 				}
-				if tol := 2 * float64(k/32+2) * 0x1p-24 * s; math.Abs(float64(alone[i]-want)) > tol {
+				if tol := 4 * float64(k/16+2) * 0x1p-24 * s; math.Abs(float64(alone[i]-want)) > tol {
 					t.Fatalf("%v k=%d: row %d, output %d: %v repacked, %v in row layout (tolerance %.3g)", dt, k, i/m, i%m, alone[i], want, tol)
 				}
 			}
@@ -185,7 +190,7 @@ func TestRepacked(t *testing.T) {
 	b := bs[1]
 	f32, err := b.Load(tensor.F32, 16, 32, make([]byte, 16*32*4))
 	must(t, err)
-	q4k, err := b.Load(tensor.Q4_K, 16, 256, make([]byte, 16*144))
+	q5k, err := b.Load(tensor.Q5_K, 16, 256, make([]byte, 16*176))
 	must(t, err)
 	q8, err := b.Load(tensor.Q8_0, 32, 32, make([]byte, 32*34))
 	must(t, err)
@@ -193,10 +198,10 @@ func TestRepacked(t *testing.T) {
 	must(t, err)
 	act, err := b.Alloc(tensor.F32, 16, 32)
 	must(t, err)
-	for name, x := range map[string]backend.Tensor{"F32": f32, "Q4_K": q4k, "view": view, "activation": act} {
+	for name, x := range map[string]backend.Tensor{"F32": f32, "Q5_K": q5k, "view": view, "activation": act} {
 		if ok, err := b.Repack(x); ok || err != nil {
 			t.Errorf("Repack(%s) = %v, %v; want false, nil", name, ok, err)
 		}
 	}
-	must(t, f32.Close(), q4k.Close(), view.Close(), q8.Close(), act.Close())
+	must(t, f32.Close(), q5k.Close(), view.Close(), q8.Close(), act.Close())
 }
