@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "42886eaaf830cf699bc149585c2fd6ecff253c85576956eadc53468641204d12"
+const nativeSources = "2a89099fb24d9fe51a2ce7fe4338374465bcd418e230081a7aba64a92592aa07"
