@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "2a89099fb24d9fe51a2ce7fe4338374465bcd418e230081a7aba64a92592aa07"
+const nativeSources = "56a23b4e006a5cd65ccd69f12c5320320927efeecda74486d6cf36a40b84f94c"
