@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "7acd3a81088fbe2b605855ec8e7d51884a16dd9f7c0f90265c7224bd08b0941c"
+const nativeSources = "6f8365af8ce6d567dd99dbe13318dc61070a611552ccc693561591b2c840c09e"

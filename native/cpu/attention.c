@@ -615,30 +615,142 @@ static void scores(const float *q, const void *const *k, int C, int hd, float sc
     scores_scalar(q, k, C, hd, scale, s, f16);
 }
 
-/* dot_tail_f16 is sum_d double(q[d] * k[d]) over n elements (F32 products, a double sum). */
-#if PL_X86
-PL_TARGET_AVX512 static double dot_tail_f16_avx512(const float *q, const uint16_t *k, int n) {
-    __m512d acc = _mm512_setzero_pd();
-    int d = 0;
-    for (; d + 16 <= n; d += 16) {
-        __m512 p = _mm512_mul_ps(_mm512_loadu_ps(q + d), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + d))));
-        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_castps512_ps256(p)));
-        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(p), 1))));
-    }
-    double s = _mm512_reduce_add_pd(acc);
-    for (; d < n; d++) s += (double)(q[d] * plx_f16_to_f32(k[d]));
-    return s;
-}
-#endif
-
+/* dot_tail_f16 is sum_d double(q[d] * k[d]) over n elements (F32 products, a double sum in
+ * order): the tail of scores_f16_ggml below AVX-512. */
 static double dot_tail_f16(const float *q, const uint16_t *k, int n) {
-#if PL_X86
-    if (plx_isa >= PL_ISA_AVX512) return dot_tail_f16_avx512(q, k, n);
-#endif
     double s = 0.0;
     for (int d = 0; d < n; d++) s += (double)(q[d] * plx_f16_to_f32(k[d]));
     return s;
 }
+
+#if PL_X86
+/* reduce8_pd returns the vector whose lane i is the sum of the lanes of a[i], added as GCC's
+ * _mm512_reduce_add_pd adds one vector (lanes j and j+4, then j and j+2, then the two left). */
+PL_TARGET_AVX512 static inline __m512d reduce8_pd(const __m512d a[8]) {
+    __m512d h[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) /* keys 2i, 2i+1: [a_{j+4} + a_j, j < 4] each */
+        h[i] = _mm512_add_pd(_mm512_shuffle_f64x2(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)),
+                             _mm512_shuffle_f64x2(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)));
+    /* keys 4i..4i+3: [h_{j+2} + h_j, j < 2] each */
+    const __m512d g0 = _mm512_add_pd(_mm512_shuffle_f64x2(h[0], h[1], _MM_SHUFFLE(3, 1, 3, 1)),
+                                     _mm512_shuffle_f64x2(h[0], h[1], _MM_SHUFFLE(2, 0, 2, 0)));
+    const __m512d g1 = _mm512_add_pd(_mm512_shuffle_f64x2(h[2], h[3], _MM_SHUFFLE(3, 1, 3, 1)),
+                                     _mm512_shuffle_f64x2(h[2], h[3], _MM_SHUFFLE(2, 0, 2, 0)));
+    const __m512i ev = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14), od = _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15);
+    return _mm512_add_pd(_mm512_permutex2var_pd(g0, ev, g1), _mm512_permutex2var_pd(g0, od, g1));
+}
+
+/* transpose8_ps transposes the 8x8 matrix of rows r[0..7] in place. */
+PL_TARGET_AVX512 static inline void transpose8_ps(__m256 r[8]) {
+    __m256 t[8], u[8];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++) {
+        u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
+        r[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
+    }
+}
+
+/* scores_tail_f16_avx512 is the part of scores_f16_ggml past the whole 64-element steps on
+ * AVX-512, for hd with such a part: s[c] = (float)(s64_c + t_c) * scale, where s64_c is s[c] as
+ * the 64-element steps left it (0.0 for hd < 64) and t_c the double sum of the remaining
+ * elements' F32 products as ggml's AVX-512 tail sums it: eight double lanes over whole
+ * 16-element steps, those lanes added as _mm512_reduce_add_pd adds them, then the last elements
+ * one by one. Eight keys at a time: each its own accumulator over the 16-element steps, then the
+ * keys in lanes for the reduction and the last elements.
+ *
+ * exact: the queries' elements are finite F16 values (the rounded queries always are). The
+ * product of two F16 values has at most 22 significant bits and lies between 2^-48 and 2^32, so
+ * its F32 rounding is exact: converted to double it is the double product, and adding it is a
+ * double FMA of the elements widened to double. */
+__attribute__((always_inline)) PL_TARGET_AVX512 static inline void
+scores_tail_f16_avx512_t(const float *q, const void *const *k, int C, int hd, float scale, float *s,
+                         const int exact) {
+    const int hd64 = hd & ~63, n = hd - hd64, n16 = n & ~15;
+    const float *qt = q + hd64;
+    double qd[48]; /* exact: qt[0..n16) widened */
+    if (exact)
+        for (int d = 0; d < n16; d += 8) _mm512_storeu_pd(qd + d, _mm512_cvtps_pd(_mm256_loadu_ps(qt + d)));
+    const __m256 scl = _mm256_set1_ps(scale);
+    for (int c0 = 0; c0 < C; c0 += 8) {
+        const int nc = PL_MIN(8, C - c0);
+        const uint16_t *kr[8];
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) kr[c] = (const uint16_t *)k[c0 + (c < nc ? c : 0)] + hd64; /* spare lanes repeat key 0 */
+        __m512d acc[8];
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) acc[c] = _mm512_setzero_pd();
+        for (int d = 0; d < n16; d += 16) {
+            if (exact) {
+                const __m512d q0 = _mm512_loadu_pd(qd + d), q1 = _mm512_loadu_pd(qd + d + 8);
+#pragma GCC unroll 8
+                for (int c = 0; c < 8; c++) {
+                    const __m512d k0 = _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kr[c] + d))));
+                    const __m512d k1 = _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kr[c] + d + 8))));
+                    acc[c] = _mm512_fmadd_pd(q0, k0, acc[c]);
+                    acc[c] = _mm512_fmadd_pd(q1, k1, acc[c]);
+                }
+            } else {
+                const __m512 qv = _mm512_loadu_ps(qt + d);
+#pragma GCC unroll 8
+                for (int c = 0; c < 8; c++) {
+                    const __m512 p = _mm512_mul_ps(qv, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kr[c] + d))));
+                    acc[c] = _mm512_add_pd(acc[c], _mm512_cvtps_pd(_mm512_castps512_ps256(p)));
+                    acc[c] = _mm512_add_pd(acc[c], _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(p), 1))));
+                }
+            }
+        }
+        __m512d t = reduce8_pd(acc);
+        for (int e0 = n16; e0 < n; e0 += 8) {
+            const int ne = PL_MIN(8, n - e0);
+            const __mmask8 me = (__mmask8)((1u << ne) - 1);
+            const __m256 qv = _mm256_maskz_loadu_ps(me, qt + e0);
+            __m256 pr[8];
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; c++) pr[c] = _mm256_mul_ps(qv, _mm256_cvtph_ps(_mm_maskz_loadu_epi16(me, kr[c] + e0)));
+            transpose8_ps(pr); /* pr[e]: element e0+e of the eight keys */
+#pragma GCC unroll 8
+            for (int e = 0; e < 8; e++)
+                if (e < ne) t = _mm512_add_pd(t, _mm512_cvtps_pd(pr[e]));
+        }
+        const __mmask8 mc = (__mmask8)((1u << nc) - 1);
+        const __m512d a = hd64 > 0 ? _mm512_cvtps_pd(_mm256_maskz_loadu_ps(mc, s + c0)) : _mm512_setzero_pd();
+        _mm256_mask_storeu_ps(s + c0, mc, _mm256_mul_ps(_mm512_cvtpd_ps(_mm512_add_pd(a, t)), scl));
+    }
+}
+
+/* f16_exact512 reports whether x[0..n) are all finite F16 values. */
+PL_TARGET_AVX512 static int f16_exact512(const float *x, int n) {
+    for (int d = 0; d < n; d += 16) {
+        const __mmask16 m = n - d >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - d)) - 1);
+        const __m512 v = _mm512_maskz_loadu_ps(m, x + d);
+        const __m512 r = _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        const __mmask16 ok = _mm512_cmp_ps_mask(v, r, _CMP_EQ_OQ) &
+                             _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(65504.0f), _CMP_LE_OQ);
+        if ((__mmask16)(ok & m) != m) return 0;
+    }
+    return 1;
+}
+
+PL_TARGET_AVX512 static void scores_tail_f16_avx512(const float *q, const void *const *k, int C, int hd,
+                                                    float scale, float *s) {
+    const int hd64 = hd & ~63;
+    if (f16_exact512(q + hd64, (hd - hd64) & ~15)) scores_tail_f16_avx512_t(q, k, C, hd, scale, s, 1);
+    else scores_tail_f16_avx512_t(q, k, C, hd, scale, s, 0);
+}
+#endif
 
 /* scores_f16_ggml is scores() for an F16 cache summed as ggml_vec_dot_f16 does (AVX-512 build):
  * whole 64-element steps in F32, the remaining elements' F32 products in double; then scaled. */
@@ -649,6 +761,12 @@ static void scores_f16_ggml(const float *q, const void *const *k, int C, int hd,
         return;
     }
     if (hd64 > 0) scores(q, k, C, hd64, 1.0f, s, 1);
+#if PL_X86
+    if (plx_isa >= PL_ISA_AVX512) {
+        scores_tail_f16_avx512(q, k, C, hd, scale, s);
+        return;
+    }
+#endif
     for (int c = 0; c < C; c++) {
         double a = hd64 > 0 ? (double)s[c] : 0.0;
         a += dot_tail_f16(q + hd64, (const uint16_t *)k[c] + hd64, hd - hd64);
@@ -759,18 +877,58 @@ typedef struct {
 /* Positions ahead of the current chunk whose key and value rows are prefetched. Decoding streams
  * the weights through the last-level cache, so the cache's rows come from memory each token, and
  * consecutive positions are a whole cache row apart (all heads of a slot): too far apart for the
- * hardware prefetchers, so without this attention waits on memory latency. */
+ * hardware prefetchers, so without this attention waits on memory latency. PF_KEYS: the keys
+ * ahead in the first of two passes (F16 caches, few rows), whose values are prefetched as that
+ * pass reaches them; more in flight at once only queue (a cache in memory took longer at 128). */
 #define PF_AHEAD 128
+#define PF_KEYS 32
 
-static inline void prefetch_rows(const uint8_t *kc, const uint8_t *vc, int64_t slot, int64_t rowb,
-                                 int64_t headb, int64_t bytes) {
-    const uint8_t *k = kc + slot * rowb + headb, *v = vc + slot * rowb + headb;
-    for (int64_t o = 0; o < bytes; o += 64) {
-        __builtin_prefetch(k + o, 0, 3);
-        __builtin_prefetch(v + o, 0, 3);
+/* The rows of one kv head in a cache: position p's row is at base + slot(p)*rowb, bytes long. */
+typedef struct {
+    const uint8_t *base; /* the cache plus the head's offset */
+    int64_t rowb, bytes, bs;
+    int shift; /* bs = 2^shift, or -1 */
+    const int32_t *table;
+} att_rows;
+
+/* rows_at sets rows[c] to the row of position j0+c for c < C, block by block. */
+static inline void rows_at(const att_rows *a, int32_t j0, int C, const void **rows) {
+    int64_t blk = a->shift >= 0 ? j0 >> a->shift : j0 / a->bs, off = j0 - blk * a->bs;
+    for (int c = 0; c < C;) {
+        const int n = (int)PL_MIN((int64_t)(C - c), a->bs - off);
+        const uint8_t *r = a->base + ((int64_t)a->table[blk] * a->bs + off) * a->rowb;
+        for (int i = 0; i < n; i++, r += a->rowb) rows[c + i] = r;
+        c += n;
+        blk++;
+        off = 0;
     }
 }
 
+/* prefetch_line asks for the cache line at p in the core's L2. On Zen 4, prefetches into L1
+ * (prefetcht0) keep fewer misses in flight: attention over a cache in memory ran about 1.5 times
+ * as long with them. An asm statement, as GCC drops __builtin_prefetch from some loop nests. */
+static inline void prefetch_line(const void *p) {
+#if PL_X86
+    __asm__ volatile("prefetcht1 %0" : : "m"(*(const char *)p));
+#else
+    __builtin_prefetch(p, 0, 2);
+#endif
+}
+
+/* prefetch_span prefetches the rows of positions p0 .. p1-1. */
+static inline void prefetch_span(const att_rows *a, int64_t p0, int64_t p1) {
+    if (p0 >= p1) return;
+    int64_t blk = a->shift >= 0 ? p0 >> a->shift : p0 / a->bs, off = p0 - blk * a->bs;
+    for (int64_t p = p0; p < p1;) {
+        const int64_t n = PL_MIN(p1 - p, a->bs - off);
+        const uint8_t *r = a->base + ((int64_t)a->table[blk] * a->bs + off) * a->rowb;
+        for (int64_t i = 0; i < n; i++, r += a->rowb) /* every line the row touches */
+            for (const uint8_t *l = r - ((uintptr_t)r & 63); l < r + a->bytes; l += 64) prefetch_line(l);
+        p += n;
+        blk++;
+        off = 0;
+    }
+}
 
 typedef struct {
     pl_ctx *ctx;
@@ -830,17 +988,29 @@ static att_scratch att_layout(float *buf, int rmax, int hd, int64_t sc) {
     return a;
 }
 
-/* gather fills kp, vp with the key and value rows of positions j0 .. j0+C-1, prefetching the
- * rows PF_AHEAD positions on (up to pmax). */
-static void gather(const att_job *j, const int32_t *table, int64_t rowb, int64_t headb, int64_t rowbytes,
-                   int32_t j0, int C, int32_t pmax, const void **kp, const void **vp) {
-    for (int c = 0; c < C; c++) {
-        int64_t slot = slot_of(table, j->bs, j->shift, j0 + c);
-        kp[c] = j->kc + slot * rowb + headb;
-        vp[c] = j->vc + slot * rowb + headb;
-        int64_t ahead = (int64_t)j0 + c + PF_AHEAD;
-        if (ahead <= pmax) prefetch_rows(j->kc, j->vc, slot_of(table, j->bs, j->shift, ahead), rowb, headb, rowbytes);
+/* prefetch_start prefetches the keys and values of the first PF_AHEAD positions (up to pmax),
+ * chunk by chunk. */
+static void prefetch_start(const att_rows *K, const att_rows *V, int32_t pmax) {
+    const int64_t n = PL_MIN((int64_t)PF_AHEAD, (int64_t)pmax + 1);
+    for (int64_t p = 0; p < n; p += CH) {
+        prefetch_span(K, p, PL_MIN(p + CH, n));
+        prefetch_span(V, p, PL_MIN(p + CH, n));
     }
+}
+
+/* gather fills kp, vp with the key and value rows of positions j0 .. j0+C-1 and prefetches rows
+ * ahead (up to pmax): for one pass (kp and vp) both rows of the positions PF_AHEAD on; for the
+ * keys' pass of two (vp NULL) the keys PF_KEYS on and the values of j0 .., which the second pass
+ * reads; for the values' pass (kp NULL) none. */
+static void gather(const att_rows *K, const att_rows *V, int32_t j0, int C, int32_t pmax,
+                   const void **kp, const void **vp) {
+    if (kp != NULL) rows_at(K, j0, C, kp);
+    if (vp != NULL) rows_at(V, j0, C, vp);
+    if (kp == NULL) return;
+    const int64_t p0 = (int64_t)j0 + (vp != NULL ? PF_AHEAD : PF_KEYS), p1 = PL_MIN(p0 + C, (int64_t)pmax + 1);
+    prefetch_span(K, p0, p1);
+    if (vp != NULL) prefetch_span(V, p0, p1);
+    else prefetch_span(V, j0, PL_MIN((int64_t)j0 + C, (int64_t)pmax + 1));
 }
 
 #if PL_X86
@@ -1003,25 +1173,80 @@ static void att_full_rows_avx2(const att_job *j, const att_item *it, att_scratch
  * an F16 cache, in position order for every d: the part of ggml's p·V dot product past its whole
  * 64-element steps. The vector form rounds exactly as the scalar one. */
 #if PL_X86
+/* NB blocks of 16 elements of tr from d0 (the last masked to ml) held in registers, as two
+ * vectors of doubles each, across all the positions. exact: the weights p[nf..nv) are finite F16
+ * values (the rounded weights always are), so each F32 product is exact and adding it is a
+ * double FMA (as in scores_tail_f16_avx512_t). */
+__attribute__((always_inline)) PL_TARGET_AVX512 static inline void
+pv_tail_blk_avx512(double *tr, const float *p, int nf, int nv, const void *const *v, int d0,
+                   const int NB, __mmask16 ml, const int exact) {
+    __m512d lo[8], hi[8];
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; b++) {
+        const __mmask16 mb = b == NB - 1 ? ml : (__mmask16)0xFFFF;
+        lo[b] = _mm512_maskz_loadu_pd((__mmask8)mb, tr + d0 + 16 * b);
+        hi[b] = _mm512_maskz_loadu_pd((__mmask8)(mb >> 8), tr + d0 + 16 * b + 8);
+    }
+    for (int c = nf; c < nv; c++) {
+        const uint16_t *vr = (const uint16_t *)v[c] + d0;
+        if (exact) {
+            const __m512d pc = _mm512_set1_pd((double)p[c]);
+#pragma GCC unroll 8
+            for (int b = 0; b < NB; b++) {
+                const __mmask16 mb = b == NB - 1 ? ml : (__mmask16)0xFFFF;
+                const __m512d x0 = _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_maskz_loadu_epi16((__mmask8)mb, vr + 16 * b)));
+                const __m512d x1 = _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_maskz_loadu_epi16((__mmask8)(mb >> 8), vr + 16 * b + 8)));
+                lo[b] = _mm512_fmadd_pd(pc, x0, lo[b]);
+                hi[b] = _mm512_fmadd_pd(pc, x1, hi[b]);
+            }
+        } else {
+            const __m512 pc = _mm512_set1_ps(p[c]);
+#pragma GCC unroll 8
+            for (int b = 0; b < NB; b++) {
+                const __mmask16 mb = b == NB - 1 ? ml : (__mmask16)0xFFFF;
+                const __m512 prod = _mm512_mul_ps(pc, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mb, vr + 16 * b)));
+                lo[b] = _mm512_add_pd(lo[b], _mm512_cvtps_pd(_mm512_castps512_ps256(prod)));
+                hi[b] = _mm512_add_pd(hi[b], _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(prod), 1))));
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int b = 0; b < NB; b++) {
+        const __mmask16 mb = b == NB - 1 ? ml : (__mmask16)0xFFFF;
+        _mm512_mask_storeu_pd(tr + d0 + 16 * b, (__mmask8)mb, lo[b]);
+        _mm512_mask_storeu_pd(tr + d0 + 16 * b + 8, (__mmask8)(mb >> 8), hi[b]);
+    }
+}
+
+__attribute__((always_inline)) PL_TARGET_AVX512 static inline void
+pv_tail_f16_avx512_t(double *tr, const float *p, int nf, int nv, const void *const *v, int hd,
+                     const int exact) {
+    for (int d0 = 0; d0 < hd; d0 += 128) {
+        const int rem = PL_MIN(128, hd - d0), nb = (rem + 15) / 16;
+        const __mmask16 ml = rem % 16 ? (__mmask16)((1u << (rem % 16)) - 1) : (__mmask16)0xFFFF;
+        switch (nb) {
+        case 1: pv_tail_blk_avx512(tr, p, nf, nv, v, d0, 1, ml, exact); break;
+        case 2: pv_tail_blk_avx512(tr, p, nf, nv, v, d0, 2, ml, exact); break;
+        case 3: pv_tail_blk_avx512(tr, p, nf, nv, v, d0, 3, ml, exact); break;
+        case 4: pv_tail_blk_avx512(tr, p, nf, nv, v, d0, 4, ml, exact); break;
+        case 5: pv_tail_blk_avx512(tr, p, nf, nv, v, d0, 5, ml, exact); break;
+        case 6: pv_tail_blk_avx512(tr, p, nf, nv, v, d0, 6, ml, exact); break;
+        case 7: pv_tail_blk_avx512(tr, p, nf, nv, v, d0, 7, ml, exact); break;
+        default: pv_tail_blk_avx512(tr, p, nf, nv, v, d0, 8, ml, exact); break;
+        }
+    }
+}
+
 PL_TARGET_AVX512 static void pv_tail_f16_avx512(double *tr, const float *p, int nf, int nv,
                                                 const void *const *v, int hd) {
-    for (int d0 = 0; d0 < hd; d0 += 16) {
-        __m512d lo = _mm512_loadu_pd(tr + d0), hi = _mm512_loadu_pd(tr + d0 + 8);
-        for (int c = nf; c < nv; c++) {
-            const __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)v[c] + d0)));
-            const __m512 prod = _mm512_mul_ps(_mm512_set1_ps(p[c]), x);
-            lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(prod)));
-            hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(prod), 1))));
-        }
-        _mm512_storeu_pd(tr + d0, lo);
-        _mm512_storeu_pd(tr + d0 + 8, hi);
-    }
+    if (f16_exact512(p + nf, nv - nf)) pv_tail_f16_avx512_t(tr, p, nf, nv, v, hd, 1);
+    else pv_tail_f16_avx512_t(tr, p, nf, nv, v, hd, 0);
 }
 #endif
 
 static void pv_tail_f16(double *tr, const float *p, int nf, int nv, const void *const *v, int hd) {
 #if PL_X86
-    if (plx_isa >= PL_ISA_AVX512 && hd % 16 == 0) {
+    if (plx_isa >= PL_ISA_AVX512) {
         pv_tail_f16_avx512(tr, p, nf, nv, v, hd);
         return;
     }
@@ -1043,10 +1268,11 @@ static void att_item_run(const att_job *j, const att_item *it, float *buf) {
     const int32_t step = j->full ? 0 : 1;
     const int32_t pmax = pos0 + step * (it->t1 - 1);
 
-    for (int64_t p = 0; p < PL_MIN((int64_t)PF_AHEAD, (int64_t)pmax + 1); p++)
-        prefetch_rows(j->kc, j->vc, slot_of(table, j->bs, j->shift, p), rowb, headb, rowbytes);
+    const att_rows K = {j->kc + headb, rowb, rowbytes, j->bs, j->shift, table};
+    const att_rows V = {j->vc + headb, rowb, rowbytes, j->bs, j->shift, table};
 #if PL_X86
     if (plx_isa >= PL_ISA_AVX512 && R >= 8 && R <= 16) {
+        prefetch_start(&K, &V, pmax);
         const float *qs[16];
         float *ds[16];
         int32_t ps[16];
@@ -1065,6 +1291,7 @@ static void att_item_run(const att_job *j, const att_item *it, float *buf) {
         return;
     }
     if (j->full && plx_isa == PL_ISA_AVX2 && R >= 2) {
+        prefetch_start(&K, &V, pmax);
         att_full_rows_avx2(j, it, &sc, R);
         return;
     }
@@ -1073,7 +1300,9 @@ static void att_item_run(const att_job *j, const att_item *it, float *buf) {
     memset(O, 0, (size_t)R * hd * sizeof(float));
     if (f16) {
         /* Two passes, as llama.cpp's F16 products compute it: queries rounded to F16, every
-         * score stored, the exact softmax of each row, its weights rounded to F16, then p·V. */
+         * score stored, the exact softmax of each row, its weights rounded to F16, then p·V.
+         * The keys are prefetched first (see gather). */
+        prefetch_span(&K, 0, PL_MIN((int64_t)PF_KEYS, (int64_t)pmax + 1));
         for (int r = 0; r < R; r++) {
             int t = it->t0 + r / G, h = it->g * G + r % G;
             const float *qr = j->q + ((int64_t)t * nh + h) * hd;
@@ -1081,7 +1310,7 @@ static void att_item_run(const att_job *j, const att_item *it, float *buf) {
         }
         for (int32_t j0 = 0; j0 <= pmax; j0 += CH) {
             int C = (int)PL_MIN((int64_t)CH, (int64_t)(pmax + 1 - j0));
-            gather(j, table, rowb, headb, rowbytes, j0, C, pmax, sc.kp, sc.vp);
+            gather(&K, &V, j0, C, pmax, sc.kp, NULL);
             for (int r = 0; r < R; r++) {
                 int32_t p = pos0 + step * (it->t0 + r / G);
                 int nv = (int)PL_MIN((int64_t)C, (int64_t)p - j0 + 1);
@@ -1106,7 +1335,7 @@ static void att_item_run(const att_job *j, const att_item *it, float *buf) {
         memset(tail, 0, (size_t)R * hd * sizeof(double));
         for (int32_t j0 = 0; j0 <= pmax; j0 += CH) {
             int C = (int)PL_MIN((int64_t)CH, (int64_t)(pmax + 1 - j0));
-            gather(j, table, rowb, headb, rowbytes, j0, C, -1, sc.kp, sc.vp);
+            gather(&K, &V, j0, C, -1, NULL, sc.vp);
             for (int r = 0; r < R; r++) {
                 int32_t p = pos0 + step * (it->t0 + r / G);
                 int nv = (int)PL_MIN((int64_t)C, (int64_t)p - j0 + 1);
@@ -1125,13 +1354,14 @@ static void att_item_run(const att_job *j, const att_item *it, float *buf) {
         return;
     }
     /* F32: one pass, online softmax */
+    prefetch_start(&K, &V, pmax);
     for (int r = 0; r < R; r++) {
         M[r] = -INFINITY;
         L[r] = 0.0f;
     }
     for (int32_t j0 = 0; j0 <= pmax; j0 += CH) {
         int C = (int)PL_MIN((int64_t)CH, (int64_t)(pmax + 1 - j0));
-        gather(j, table, rowb, headb, rowbytes, j0, C, pmax, sc.kp, sc.vp);
+        gather(&K, &V, j0, C, pmax, sc.kp, sc.vp);
         for (int r = 0; r < R; r++) {
             int t = it->t0 + r / G, h = it->g * G + r % G;
             int32_t p = pos0 + step * t;
