@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "6f8365af8ce6d567dd99dbe13318dc61070a611552ccc693561591b2c840c09e"
+const nativeSources = "f7db602ea3cc53300c1dab8f531f1cb3593e6cee2910f13d8ca08d32e54bc766"

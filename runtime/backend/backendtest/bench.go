@@ -82,6 +82,9 @@ func benchMatMul(b *testing.B, be backend.Backend, dt tensor.DType, n, m, k int)
 	r := rng(fmt.Sprintf("bench matmul %v %d %d", dt, m, k))
 	data, _ := quantRows(b, dt, m, k, randVec(r, m*k, 0.5))
 	w := load(b, be, dt, m, k, data)
+	if _, err := backend.Repack(be, w); err != nil { // as models use their matrices
+		b.Fatal(err)
+	}
 	x := alloc(b, be, n, k, randVec(r, n*k, 1))
 	dst := alloc(b, be, n, m, nil)
 	row := make([]float32, m)
