@@ -150,12 +150,20 @@ func (m *Model) load(f *gguf.File, name string, rows, cols int, vector bool) (ba
 	if vector && ti.DType != tensor.F32 {
 		return nil, fmt.Errorf("tensor %s has dtype %v, want F32", name, ti.DType)
 	}
-	t, err := m.be.Load(ti.DType, rows, cols, f.TensorData(ti))
+	data := f.TensorData(ti)
+	if vector {
+		// Norm weights and biases are small and read every step: a copy keeps the step from
+		// touching the file's pages between the matrices, which the system then maps in whole
+		// large pages around them (tens of MiB of weights that a repacked model never reads).
+		data = append([]byte(nil), data...)
+		f.Release(f.TensorData(ti))
+	}
+	t, err := m.be.Load(ti.DType, rows, cols, data)
 	if err != nil {
 		return nil, fmt.Errorf("tensor %s: %w", name, err)
 	}
 	m.owned = append(m.owned, t)
-	m.data[t] = f.TensorData(ti)
+	m.data[t] = data
 	return t, nil
 }
 
