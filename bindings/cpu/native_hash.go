@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "f7db602ea3cc53300c1dab8f531f1cb3593e6cee2910f13d8ca08d32e54bc766"
+const nativeSources = "bca95e81bc63e495e180066a9f65875b843a3d49c7517ad9bbc37f6bb07bf152"

@@ -1,30 +1,25 @@
 /*
- * packed.c: Q8_0 and Q4_0 weights interleaved sixteen rows at a time, and their matrix product
- * (AVX-512 VNNI).
+ * packed.c: Q8_0, Q4_0, Q4_K and Q6_K weights interleaved sixteen rows at a time, and their matrix
+ * product (AVX-512 VNNI).
  *
  * In ggml's layout a block's 32 codes lie in one row, so an integer dot product leaves a block's
  * sum spread over the lanes of a vector, and every block costs a conversion, a scale product and
  * an FMA per lane group. Interleaved, lane r of a vector holds four consecutive codes of row r of
  * a group of sixteen rows, and the vectors of a block follow one another: eight VNNI products
- * (each against four activation codes broadcast to every lane) leave block b's whole integer dot
- * product of each of the sixteen rows in its lane, then one conversion and one FMA apply the
- * block's scales. Per 512 multiply-adds of one activation row: eight VNNI operations, a multiply
- * and an FMA, against twenty-four operations for the row layout. Results land sixteen rows to a
- * vector, so nothing is reduced across lanes.
+ * (each against four activation codes broadcast to every lane) leave a 32-element block's whole
+ * integer dot product of each of the sixteen rows in its lane, then one conversion and one FMA
+ * apply the block's scales. Per 512 multiply-adds of one activation row: eight VNNI operations, a
+ * multiply and an FMA, against twenty-four operations for the row layout. Results land sixteen
+ * rows to a vector, so nothing is reduced across lanes. pk_pack_group gives each type's layout;
+ * all but Q4_K (4 bytes more a row every 256 elements) are exactly as large as their rows.
  *
- * Layout of a group (rows 16g .. 16g+15; the last group padded with zero rows), block after block:
- *   Q8_0: eight 64-byte vectors, lane r of vector v = codes 4v .. 4v+3 of row r, each + 128
- *         (unsigned for VNNI), then the sixteen rows' F16 scales (32 bytes): 544 bytes a block;
- *   Q4_0: four 64-byte vectors, lane r of vector v = bytes 4v .. 4v+3 of row r's 16 code bytes
- *         (low nibbles: elements 4v..4v+3; high nibbles: elements 16+4v..16+4v+3), then the F16
- *         scales: 288 bytes a block.
- * Both are exactly as large as the rows they hold.
- *
- * Activation rows are converted to Q8_0 as ggml converts them (quant.c); per block the kernel
- * needs the 32 codes, the F16 scale as float, and a bias: -128 (Q8_0) or -8 (Q4_0) times the code
- * sum, which turns the unsigned weight codes back into signed ones. A row's value is then
+ * Activation rows are converted to Q8_0 (for Q8_0 and Q4_0 weights) or Q8_K (for the K-quants)
+ * as ggml converts them (quant.c). Weight codes are unsigned for VNNI; a bias made from the
+ * activation codes' sums (-128, -8 or -32 times a block's sum for Q8_0, Q4_0 and Q6_K) turns them
+ * back into signed ones, and Q4_K subtracts its minimums' term (dmin·m)·(dx·Σx). A row's value is
  *     sum over blocks b, in order, of float(isum_b) * (dw_b * dx_b)    (one FMA a block)
- * with isum_b exact; dw_b * dx_b is a product of two F16 values, exact in float. So a row's
+ * with isum_b exact (Q8_0, Q4_0: dw_b·dx_b is a product of two F16 values, exact in float; the
+ * K-quants' d·scale products are exact too, their product with dx rounded once). So a row's
  * result does not depend on how many rows of x go with it, nor on the number of threads.
  */
 #include <stdlib.h>
