@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "bca95e81bc63e495e180066a9f65875b843a3d49c7517ad9bbc37f6bb07bf152"
+const nativeSources = "4ffcc0c33610751ad8082c866aca969a8edd41300a3409719939a1f3b8a07430"

@@ -299,16 +299,9 @@ pv_avx512_t(float *o, float alpha, const float *p, int nv, const void *const *v,
         int rem = PL_MIN(128, hd - d0);
         int nb = (rem + 15) / 16;
         __mmask16 ml = rem % 16 ? (__mmask16)((1u << (rem % 16)) - 1) : (__mmask16)0xFFFF;
-        switch (nb) {
-        case 1: pv_blk_avx512(o, al, p, nv, v, d0, 1, ml, f16); break;
-        case 2: pv_blk_avx512(o, al, p, nv, v, d0, 2, ml, f16); break;
-        case 3: pv_blk_avx512(o, al, p, nv, v, d0, 3, ml, f16); break;
-        case 4: pv_blk_avx512(o, al, p, nv, v, d0, 4, ml, f16); break;
-        case 5: pv_blk_avx512(o, al, p, nv, v, d0, 5, ml, f16); break;
-        case 6: pv_blk_avx512(o, al, p, nv, v, d0, 6, ml, f16); break;
-        case 7: pv_blk_avx512(o, al, p, nv, v, d0, 7, ml, f16); break;
-        default: pv_blk_avx512(o, al, p, nv, v, d0, 8, ml, f16); break;
-        }
+#define PV_BLK(NB) pv_blk_avx512(o, al, p, nv, v, d0, NB, ml, f16)
+        PLX_CASES8(nb, PV_BLK)
+#undef PV_BLK
     }
 }
 
@@ -1224,16 +1217,9 @@ pv_tail_f16_avx512_t(double *tr, const float *p, int nf, int nv, const void *con
     for (int d0 = 0; d0 < hd; d0 += 128) {
         const int rem = PL_MIN(128, hd - d0), nb = (rem + 15) / 16;
         const __mmask16 ml = rem % 16 ? (__mmask16)((1u << (rem % 16)) - 1) : (__mmask16)0xFFFF;
-        switch (nb) {
-        case 1: pv_tail_blk_avx512(tr, p, nf, nv, v, d0, 1, ml, exact); break;
-        case 2: pv_tail_blk_avx512(tr, p, nf, nv, v, d0, 2, ml, exact); break;
-        case 3: pv_tail_blk_avx512(tr, p, nf, nv, v, d0, 3, ml, exact); break;
-        case 4: pv_tail_blk_avx512(tr, p, nf, nv, v, d0, 4, ml, exact); break;
-        case 5: pv_tail_blk_avx512(tr, p, nf, nv, v, d0, 5, ml, exact); break;
-        case 6: pv_tail_blk_avx512(tr, p, nf, nv, v, d0, 6, ml, exact); break;
-        case 7: pv_tail_blk_avx512(tr, p, nf, nv, v, d0, 7, ml, exact); break;
-        default: pv_tail_blk_avx512(tr, p, nf, nv, v, d0, 8, ml, exact); break;
-        }
+#define PV_TAIL_BLK(NB) pv_tail_blk_avx512(tr, p, nf, nv, v, d0, NB, ml, exact)
+        PLX_CASES8(nb, PV_TAIL_BLK)
+#undef PV_TAIL_BLK
     }
 }
 

@@ -23,6 +23,20 @@
 #define PL_X86 0
 #endif
 
+/* PLX_CASES8(nb, CALL) runs CALL(1) .. CALL(8) as nb is 1 .. 7 or larger: a register-tiled
+ * kernel's block count as the compile-time constant it needs. */
+#define PLX_CASES8(nb, CALL)                                                                     \
+    switch (nb) {                                                                                \
+    case 1: CALL(1); break;                                                                      \
+    case 2: CALL(2); break;                                                                      \
+    case 3: CALL(3); break;                                                                      \
+    case 4: CALL(4); break;                                                                      \
+    case 5: CALL(5); break;                                                                      \
+    case 6: CALL(6); break;                                                                      \
+    case 7: CALL(7); break;                                                                      \
+    default: CALL(8); break;                                                                     \
+    }
+
 #define PL_RESTRICT __restrict__
 #define PL_ALIGN 64
 #define PL_MIN(a, b) ((a) < (b) ? (a) : (b))
