@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "4ffcc0c33610751ad8082c866aca969a8edd41300a3409719939a1f3b8a07430"
+const nativeSources = "9b202df7b7ed4c6f6caba7e69c5a6af6ba5b1c7b119be62899e51eedf1b3fda0"

@@ -483,19 +483,9 @@ int pl_matmul_packed(pl_ctx *ctx, float *dst, const float *x, int64_t n, int64_t
     if (dst == NULL || x == NULL || wp == NULL) return PL_ERR_ARG;
     if (n > INT32_MAX || m > INT32_MAX || k > INT32_MAX) return PL_ERR_ARG;
 #if PL_X86
-    pk_job j;
-    memset(&j, 0, sizeof j);
-    j.ctx = ctx;
-    j.dst = dst;
-    j.x = x;
-    j.n = n;
-    j.k = k;
-    j.m = m;
-    j.wp = (const uint8_t *)wp;
-    j.wtype = wtype;
+    pk_job j = {.ctx = ctx, .dst = dst, .x = x, .n = n, .k = k, .m = m, .wp = (const uint8_t *)wp,
+                .wtype = wtype, .as = pk_act_stride(k), .groups = (m + PK_ROWS - 1) / PK_ROWS};
     j.fns = wtype == PL_Q8_0 ? pk_q8_0 : wtype == PL_Q4_0 ? pk_q4_0 : wtype == PL_Q4_K ? pk_q4_k : pk_q6_k;
-    j.as = pk_act_stride(k);
-    j.groups = (m + PK_ROWS - 1) / PK_ROWS;
     /* A decode step's few rows: two items a thread, each a long stream of weights. Longer batches:
      * items of four groups, whose weights stay in cache while every row of x passes. */
     if (n <= PK_RN) j.per = (j.groups + 2 * ctx->nth - 1) / (2 * ctx->nth);
