@@ -189,6 +189,29 @@ func (m *Model) load(f *ggml.File) error {
 		default:
 			return fmt.Errorf("whisper: tensor %q has unsupported type %v", name, t.Type)
 		}
+		if !vector && len(ne) == 2 {
+			// A matrix the backend rearranges for its own kernels is read from the file once,
+			// wherever it lies; its pages then leave the resident set, except the token
+			// embeddings', which GetRows reads too.
+			bt, err := m.be.Load(t.Type, rows, cols, t.Data)
+			if err != nil {
+				return fmt.Errorf("whisper: tensor %q: %w", name, err)
+			}
+			ok, err := backend.Repack(m.be, bt)
+			if err != nil {
+				bt.Close()
+				return fmt.Errorf("whisper: tensor %q: %w", name, err)
+			}
+			if ok {
+				if name != "decoder.token_embedding.weight" {
+					f.Release(t.Data)
+				}
+				m.weights = append(m.weights, bt)
+				*dst = bt
+				return nil
+			}
+			bt.Close()
+		}
 		data := aligned(t.Data)
 		if len(data) > 0 && len(t.Data) > 0 && &data[0] != &t.Data[0] {
 			f.Release(t.Data) // copied: the file's pages need not stay resident as well
