@@ -289,9 +289,9 @@ func (c *Context) MatMul(dst, x []float32, n, k int, w []byte, wt tensor.DType, 
 }
 
 // PackedSize returns the bytes PackWeights writes for m rows of k elements of wt, and whether the
-// interleaved layout serves wt at the current instruction-set level (Q8_0, Q4_0, Q4_K and Q6_K
-// with AVX-512 VNNI). The layout takes as many bytes as the rows (Q4_K: 4 more a row every 256
-// elements), up to a last group padded to sixteen rows.
+// interleaved layout serves wt at the current instruction-set level (the quantised types with
+// AVX-512 VNNI). The layout takes as many bytes as the rows (Q4_K and Q5_K: 4 more a row every
+// 256 elements), up to a last group padded to sixteen rows.
 func PackedSize(wt tensor.DType, m, k int) (int, bool) {
 	if m < 0 || k <= 0 || C.pl_packed_available() == 0 {
 		return 0, false

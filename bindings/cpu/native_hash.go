@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "9b202df7b7ed4c6f6caba7e69c5a6af6ba5b1c7b119be62899e51eedf1b3fda0"
+const nativeSources = "795cacba7a5274020c5e981ac6da8e5ff067ee665838171e3bf4a3c0887788fa"

@@ -1,6 +1,6 @@
 /*
- * packed.c: Q8_0, Q4_0, Q4_K and Q6_K weights interleaved sixteen rows at a time, and their matrix
- * product (AVX-512 VNNI).
+ * packed.c: quantised weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) interleaved
+ * sixteen rows at a time, and their matrix product (AVX-512 VNNI).
  *
  * In ggml's layout a block's 32 codes lie in one row, so an integer dot product leaves a block's
  * sum spread over the lanes of a vector, and every block costs a conversion, a scale product and
@@ -11,12 +11,14 @@
  * apply the block's scales. Per 512 multiply-adds of one activation row: eight VNNI operations, a
  * multiply and an FMA, against twenty-four operations for the row layout. Results land sixteen
  * rows to a vector, so nothing is reduced across lanes. pk_pack_group gives each type's layout;
- * all but Q4_K (4 bytes more a row every 256 elements) are exactly as large as their rows.
+ * all but Q4_K and Q5_K (4 bytes more a row every 256 elements) are as large as their rows.
  *
- * Activation rows are converted to Q8_0 (for Q8_0 and Q4_0 weights) or Q8_K (for the K-quants)
- * as ggml converts them (quant.c). Weight codes are unsigned for VNNI; a bias made from the
- * activation codes' sums (-128, -8 or -32 times a block's sum for Q8_0, Q4_0 and Q6_K) turns them
- * back into signed ones, and Q4_K subtracts its minimums' term (dmin·m)·(dx·Σx). A row's value is
+ * Activation rows are converted to Q8_0 or Q8_1 (32-element weight types) or Q8_K (the
+ * K-quants) as ggml converts them (quant.c). Weight codes are unsigned for VNNI; a bias made from
+ * the activation codes' sums (-128, -8, -16 or -32 times a block's sum for Q8_0, Q4_0, Q5_0 and
+ * Q6_K) turns them back into signed ones, and the types with minimums add their term
+ * m·(dx·Σx) (Q4_1, Q5_1: with dx·Σx rounded to F16, as ggml's Q8_1 stores it) or subtract
+ * (dmin·m)·(dx·Σx) (Q4_K, Q5_K). A row's value is
  *     sum over blocks b, in order, of float(isum_b) * (dw_b * dx_b)    (one FMA a block)
  * with isum_b exact (Q8_0, Q4_0: dw_b·dx_b is a product of two F16 values, exact in float; the
  * K-quants' d·scale products are exact too, their product with dx rounded once). So a row's
@@ -36,17 +38,29 @@ static inline int32_t ld32(const uint8_t *p) {
     return v;
 }
 
-/* A unit is what the layout interleaves at once: a 32-element block (Q8_0, Q4_0) or a 256-element
- * super-block (Q4_K, Q6_K). pk_unit_bytes is the bytes of a unit of sixteen rows: exactly sixteen
- * times the type's block, except Q4_K, whose scales and minimums take a byte each (+4 bytes a row
- * a super-block, 2.8%) instead of 12 bytes of packed 6-bit fields. */
-static int64_t pk_unit_elems(int wtype) { return wtype == PL_Q4_K || wtype == PL_Q6_K ? QKK : 32; }
+/* A unit is what the layout interleaves at once: a 32-element block (Q8_0, Q4_0, Q4_1, Q5_0,
+ * Q5_1) or a 256-element super-block (Q4_K, Q5_K, Q6_K). A unit of sixteen rows holds, for each
+ * 32-element sub-block, its code vectors (8 of bytes for Q8_0, 4 of nibbles otherwise, then 1 of
+ * fifth bits for Q5_0/Q5_1/Q5_K or 2 of high bit pairs for Q6_K) and the rows' scales; sizes are
+ * exactly sixteen times the type's block, except Q4_K and Q5_K, whose scales and minimums take a
+ * byte each (+4 bytes a row a super-block, 2.8% and 2.3%) instead of 12 bytes of 6-bit fields. */
+static int pk_kquant(int wtype) { return wtype == PL_Q4_K || wtype == PL_Q5_K || wtype == PL_Q6_K; }
+static int64_t pk_unit_elems(int wtype) { return pk_kquant(wtype) ? QKK : 32; }
+
+/* pk_hvecs is the number of high-bit vectors a 32-element sub-block has. */
+static int pk_hvecs(int wtype) {
+    return wtype == PL_Q5_0 || wtype == PL_Q5_1 || wtype == PL_Q5_K ? 1 : wtype == PL_Q6_K ? 2 : 0;
+}
+/* pk_sub_bytes is the bytes of one 32-element sub-block's code vectors (sixteen rows). */
+static int64_t pk_sub_bytes(int wtype) { return 64 * ((wtype == PL_Q8_0 ? 8 : 4) + pk_hvecs(wtype)); }
+/* pk_head_bytes is the bytes of a K-quant unit's scales, before its sub-blocks. */
+static int64_t pk_head_bytes(int wtype) { return wtype == PL_Q6_K ? 2 * PK_ROWS + 16 * PK_ROWS : 4 * PK_ROWS + 16 * PK_ROWS; }
+
 static int64_t pk_unit_bytes(int wtype) {
     switch (wtype) {
-    case PL_Q8_0: return 8 * 64 + 2 * PK_ROWS;
-    case PL_Q4_0: return 4 * 64 + 2 * PK_ROWS;
-    case PL_Q4_K: return 4 * PK_ROWS + 16 * 8 * 2 + 8 * 4 * 64;
-    case PL_Q6_K: return 2 * PK_ROWS + 16 * 16 + 8 * 6 * 64;
+    case PL_Q8_0: case PL_Q4_0: case PL_Q5_0: return pk_sub_bytes(wtype) + 2 * PK_ROWS;
+    case PL_Q4_1: case PL_Q5_1: return pk_sub_bytes(wtype) + 4 * PK_ROWS;
+    case PL_Q4_K: case PL_Q5_K: case PL_Q6_K: return pk_head_bytes(wtype) + 8 * pk_sub_bytes(wtype);
     }
     return 0;
 }
@@ -64,7 +78,7 @@ int pl_packed_available(void) {
     return plx_isa >= PL_ISA_AVX512;
 }
 
-/* scale_min_k4: the 6-bit scale and minimum of sub-block j (0..7) of a Q4_K super-block. */
+/* scale_min_k4: the 6-bit scale and minimum of sub-block j (0..7) of a Q4_K/Q5_K super-block. */
 static void pk_scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
     if (j < 4) {
         *sc = q[j] & 63;
@@ -75,27 +89,53 @@ static void pk_scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
     }
 }
 
-/* pk_codes decodes one unit of a row (blk, ggml's layout) into unsigned codes q (0..255) and, for
- * the K-quants, per-sub-block scales and minimums: Q4_K q = 0..15, sc and mn per 32 elements
- * (6 bits each); Q6_K q = 0..63 (the value is q-32), sc per 16 elements (int8). */
+static uint32_t pk_rd32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* pk_codes decodes one unit of a row (blk, ggml's layout) into unsigned codes q and, for the
+ * K-quants, per-sub-block scales and minimums: Q8_0 q = code+128; Q4_0/Q4_1 0..15; Q5_0/Q5_1
+ * 0..31; Q4_K 0..15 and Q5_K 0..31 with a 6-bit scale and minimum per 32 elements; Q6_K 0..63
+ * (the value is q-32) with an int8 scale per 16 elements. */
 static void pk_codes(int wtype, const uint8_t *blk, uint8_t *q, int *sc, int *mn) {
     switch (wtype) {
     case PL_Q8_0:
         for (int e = 0; e < 32; e++) q[e] = (uint8_t)(blk[2 + e] ^ 0x80);
         return;
     case PL_Q4_0:
+    case PL_Q4_1: {
+        const uint8_t *qs = blk + (wtype == PL_Q4_0 ? 2 : 4);
         for (int e = 0; e < 16; e++) {
-            q[e] = blk[2 + e] & 0xF;
-            q[e + 16] = blk[2 + e] >> 4;
+            q[e] = qs[e] & 0xF;
+            q[e + 16] = qs[e] >> 4;
         }
         return;
+    }
+    case PL_Q5_0:
+    case PL_Q5_1: {
+        const int o = wtype == PL_Q5_0 ? 2 : 4;
+        const uint32_t qh = pk_rd32(blk + o);
+        const uint8_t *qs = blk + o + 4;
+        for (int e = 0; e < 16; e++) {
+            q[e] = (uint8_t)((qs[e] & 0xF) | ((qh >> e) & 1) << 4);
+            q[e + 16] = (uint8_t)((qs[e] >> 4) | ((qh >> (e + 16)) & 1) << 4);
+        }
+        return;
+    }
     case PL_Q4_K:
+    case PL_Q5_K: {
+        const uint8_t *qh = blk + 16, *ql = blk + (wtype == PL_Q4_K ? 16 : 48);
         for (int s = 0; s < 8; s++) {
             pk_scale_min_k4(s, blk + 4, &sc[s], &mn[s]);
-            const uint8_t *c = blk + 16 + 32 * (s / 2);
-            for (int l = 0; l < 32; l++) q[32 * s + l] = s % 2 ? c[l] >> 4 : c[l] & 0xF;
+            const uint8_t *c = ql + 32 * (s / 2);
+            for (int l = 0; l < 32; l++) {
+                int v = s % 2 ? c[l] >> 4 : c[l] & 0xF;
+                if (wtype == PL_Q5_K) v |= ((qh[l] >> s) & 1) << 4;
+                q[32 * s + l] = (uint8_t)v;
+            }
         }
         return;
+    }
     case PL_Q6_K:
         for (int e = 0; e < QKK; e++) {
             const int n = e / 128, quarter = (e % 128) / 32, l = e % 32;
@@ -108,25 +148,42 @@ static void pk_codes(int wtype, const uint8_t *blk, uint8_t *q, int *sc, int *mn
     }
 }
 
-/* pk_nibbles writes the 32 codes (< 16) of a 32-element sub-block of row r as four vectors at o:
- * lane r, byte t of vector v holds code 4v+t in its low nibble and code 16+4v+t in its high one. */
-static void pk_nibbles(const uint8_t *q, int r, uint8_t *o) {
+/* pk_sub writes the 32 codes q of a sub-block of row r into its vectors at o:
+ *   Q8_0: lane r, byte t of vector v holds code 4v+t;
+ *   others: lane r, byte t of nibble vector v (0..3) holds code 4v+t's low four bits in its low
+ *   nibble and code 16+4v+t's in its high one; then, for five-bit codes, lane r, byte t of the
+ *   next vector holds code 4v+t's fifth bit in bit v (v = 0..7); for Q6_K, lane r, byte t of high
+ *   vector h holds code 4(4h+i)+t's top two bits in bits 2i and 2i+1 (i = 0..3). */
+static void pk_sub(int wtype, const uint8_t *q, int r, uint8_t *o) {
+    if (wtype == PL_Q8_0) {
+        for (int v = 0; v < 8; v++) memcpy(o + 64 * v + 4 * r, q + 4 * v, 4);
+        return;
+    }
     for (int v = 0; v < 4; v++)
         for (int t = 0; t < 4; t++) o[64 * v + 4 * r + t] = (uint8_t)((q[4 * v + t] & 0xF) | (q[16 + 4 * v + t] & 0xF) << 4);
+    const int hv = pk_hvecs(wtype);
+    for (int h = 0; h < hv; h++)
+        for (int t = 0; t < 4; t++) {
+            uint8_t b = 0;
+            if (hv == 1) {
+                for (int v = 0; v < 8; v++) b |= (uint8_t)(((q[4 * v + t] >> 4) & 1) << v);
+            } else {
+                for (int i = 0; i < 4; i++) b |= (uint8_t)((q[4 * (4 * h + i) + t] >> 4) << (2 * i));
+            }
+            o[256 + 64 * h + 4 * r + t] = b;
+        }
 }
 
 /* pk_pack_group writes group g of w (m rows of k elements in ggml's layout) at dst, unit after
- * unit. Rows past m are zero weights (zero codes, or zero scales). Unit layouts, sixteen rows:
- *   Q8_0: 8 vectors, lane r of vector v = codes 4v..4v+3 of row r (+128); F16 scales [16].
- *   Q4_0: 4 vectors of nibbles (pk_nibbles); F16 scales [16].
- *   Q4_K: F16 d [16], F16 dmin [16], scales [8 sub-blocks][16], minimums [8][16] (bytes), then
- *         per sub-block 4 vectors of nibbles.
- *   Q6_K: F16 d [16], scales [16 sub-blocks of 16][16] (int8), then per 32-element sub-block 4
- *         vectors of the codes' low nibbles and 2 of their high bits: lane r, byte t of high
- *         vector h holds, in bits 2i and 2i+1, the high bits of code 4(4h+i)+t. */
+ * unit. Rows past m are zero weights (zero scales and minimums; Q8_0's zero code). Units:
+ *   32-element types: the sub-block's vectors (pk_sub), the rows' F16 scales d [16], and for
+ *         Q4_1/Q5_1 their F16 minimums m [16];
+ *   Q4_K, Q5_K: F16 d [16], F16 dmin [16], 6-bit scales [8 sub-blocks][16] and minimums [8][16]
+ *         as bytes, then each sub-block's vectors;
+ *   Q6_K: F16 d [16], int8 scales [16 sub-blocks of 16][16], then each sub-block's vectors. */
 static void pk_pack_group(int wtype, const uint8_t *w, int64_t m, int64_t k, int64_t g, uint8_t *dst) {
     const int64_t ue = pk_unit_elems(wtype), nu = k / ue, ts = plx_type_size(wtype), ub = pk_unit_bytes(wtype);
-    const int64_t row = (k / plx_block_size(wtype)) * ts;
+    const int64_t row = (k / plx_block_size(wtype)) * ts, sb = pk_sub_bytes(wtype), hb = pk_head_bytes(wtype);
     uint8_t q[QKK];
     int sc[16], mn[8];
     for (int64_t u = 0; u < nu; u++) {
@@ -134,45 +191,33 @@ static void pk_pack_group(int wtype, const uint8_t *w, int64_t m, int64_t k, int
         memset(o, 0, (size_t)ub);
         for (int r = 0; r < PK_ROWS; r++) {
             const int64_t rr = g * PK_ROWS + r;
-            const uint8_t *blk = rr < m ? w + rr * row + u * ts : NULL;
-            if (blk == NULL) { /* padding: zero scales, and Q8_0's zero code */
+            if (rr >= m) { /* padding: zero scales, and Q8_0's zero code */
                 if (wtype == PL_Q8_0)
                     for (int v = 0; v < 8; v++) memset(o + 64 * v + 4 * r, 0x80, 4);
                 continue;
             }
+            const uint8_t *blk = w + rr * row + u * ts;
             pk_codes(wtype, blk, q, sc, mn);
             switch (wtype) {
-            case PL_Q8_0:
-                for (int v = 0; v < 8; v++) memcpy(o + 64 * v + 4 * r, q + 4 * v, 4);
-                memcpy(o + 512 + 2 * r, blk, 2);
-                break;
-            case PL_Q4_0:
-                pk_nibbles(q, r, o);
-                memcpy(o + 256 + 2 * r, blk, 2);
-                break;
             case PL_Q4_K:
+            case PL_Q5_K:
                 memcpy(o + 2 * r, blk, 2);
                 memcpy(o + 32 + 2 * r, blk + 2, 2);
                 for (int s = 0; s < 8; s++) {
                     o[64 + 16 * s + r] = (uint8_t)sc[s];
                     o[192 + 16 * s + r] = (uint8_t)mn[s];
-                    pk_nibbles(q + 32 * s, r, o + 320 + 256 * s);
+                    pk_sub(wtype, q + 32 * s, r, o + hb + sb * s);
                 }
                 break;
             case PL_Q6_K:
                 memcpy(o + 2 * r, blk + 208, 2);
                 for (int i = 0; i < 16; i++) o[32 + 16 * i + r] = (uint8_t)sc[i];
-                for (int s = 0; s < 8; s++) {
-                    uint8_t *os = o + 288 + 384 * s;
-                    const uint8_t *qs = q + 32 * s;
-                    pk_nibbles(qs, r, os);
-                    for (int h = 0; h < 2; h++)
-                        for (int t = 0; t < 4; t++) {
-                            uint8_t b = 0;
-                            for (int i = 0; i < 4; i++) b |= (uint8_t)((qs[4 * (4 * h + i) + t] >> 4) << (2 * i));
-                            os[256 + 64 * h + 4 * r + t] = b;
-                        }
-                }
+                for (int s = 0; s < 8; s++) pk_sub(wtype, q + 32 * s, r, o + hb + sb * s);
+                break;
+            default: /* 32-element blocks: d, then m (Q4_1, Q5_1), lead the block */
+                pk_sub(wtype, q, r, o);
+                memcpy(o + sb + 2 * r, blk, 2);
+                if (wtype == PL_Q4_1 || wtype == PL_Q5_1) memcpy(o + sb + 32 + 2 * r, blk + 2, 2);
                 break;
             }
         }
@@ -212,10 +257,12 @@ int pl_pack_weights(pl_ctx *ctx, int wtype, const void *w, int64_t m, int64_t k,
  *
  * A packed activation row of k elements: its codes (k bytes, rounded up to 64), then two arrays,
  * each region rounded up to 64 bytes:
- *   Q8_0, Q4_0 weights (x as Q8_0): A = the scale of each 32 as float, B = each 32's bias as
- *         int32: -128 (Q8_0) or -8 (Q4_0) times its code sum;
- *   Q4_K (x as Q8_K): A = the scale of each 256, B = each 32's scale times code sum (float);
- *   Q6_K (x as Q8_K): A = the scale of each 256, B = each 16's bias: -32 times its code sum. */
+ *   Q8_0, Q4_0, Q5_0 weights (x as Q8_0): A = each 32's scale as float, B = each 32's bias as
+ *         int32: -128, -8 or -16 times its code sum;
+ *   Q4_1, Q5_1 (x as Q8_1): A = each 32's scale, B = its F16 product of scale and code sum, as
+ *         float (what ggml multiplies the weights' minimum by);
+ *   Q4_K, Q5_K (x as Q8_K): A = each 256's scale, B = each 32's scale times code sum (float);
+ *   Q6_K (x as Q8_K): A = each 256's scale, B = each 16's bias: -32 times its code sum. */
 
 #if PL_X86
 static int64_t pk_r64(int64_t n) { return (n + 63) & ~(int64_t)63; }
@@ -227,10 +274,9 @@ static void pk_pack_act(int wtype, const float *x, int64_t k, uint8_t *dst) {
     int8_t *q = (int8_t *)dst;
     float *a = (float *)(void *)(dst + pk_off_a(k));
     uint8_t *bb = dst + pk_off_b(k);
-    if (wtype == PL_Q8_0 || wtype == PL_Q4_0) {
+    if (!pk_kquant(wtype)) {
         const int64_t nb = k / 32;
-        const int off = wtype == PL_Q8_0 ? 128 : 8;
-        int32_t *bias = (int32_t *)(void *)bb;
+        const int off = wtype == PL_Q8_0 ? 128 : wtype == PL_Q4_0 ? 8 : wtype == PL_Q5_0 ? 16 : 0;
         uint16_t d[PLX_CHUNK];
         float dfull[PLX_CHUNK];
         int32_t sum[PLX_CHUNK];
@@ -239,7 +285,8 @@ static void pk_pack_act(int wtype, const float *x, int64_t k, uint8_t *dst) {
             plx_q8_0_blocks(x + b0 * 32, c, q + b0 * 32, d, dfull, sum);
             for (int64_t b = 0; b < c; b++) {
                 a[b0 + b] = plx_f16_to_f32(d[b]);
-                bias[b0 + b] = -off * sum[b];
+                if (off) ((int32_t *)(void *)bb)[b0 + b] = -off * sum[b];
+                else ((float *)(void *)bb)[b0 + b] = plx_f16_to_f32(plx_f32_to_f16(dfull[b] * (float)sum[b]));
             }
         }
         return;
@@ -248,12 +295,12 @@ static void pk_pack_act(int wtype, const float *x, int64_t k, uint8_t *dst) {
     int16_t bs[16];
     for (int64_t u = 0; u < ns; u++) {
         plx_q8_k_blocks(x + u * QKK, 1, q + u * QKK, &a[u], bs);
-        if (wtype == PL_Q4_K) {
-            float *mt = (float *)(void *)bb + 8 * u;
-            for (int s = 0; s < 8; s++) mt[s] = a[u] * (float)(bs[2 * s] + bs[2 * s + 1]);
-        } else {
+        if (wtype == PL_Q6_K) {
             int32_t *bias = (int32_t *)(void *)bb + 16 * u;
             for (int i = 0; i < 16; i++) bias[i] = -32 * bs[i];
+        } else {
+            float *mt = (float *)(void *)bb + 8 * u;
+            for (int s = 0; s < 8; s++) mt[s] = a[u] * (float)(bs[2 * s] + bs[2 * s + 1]);
         }
     }
 }
@@ -300,6 +347,51 @@ pk_dots(const int RN, const int v0, const int v1, const int split, const __m512i
         }
 }
 
+/* pk_fifth ORs the fifth bits of a sub-block's codes (the vector at p, see pk_sub) into W[0..7]:
+ * bit v of each byte moves to bit 4 of W[v]. */
+__attribute__((always_inline)) PL_TARGET_AVX512 static inline void pk_fifth(const uint8_t *p, __m512i W[8]) {
+    const __m512i b4 = _mm512_set1_epi8(0x10), h = _mm512_loadu_si512((const void *)p);
+    W[0] = _mm512_or_si512(W[0], _mm512_and_si512(_mm512_slli_epi16(h, 4), b4));
+    W[1] = _mm512_or_si512(W[1], _mm512_and_si512(_mm512_slli_epi16(h, 3), b4));
+    W[2] = _mm512_or_si512(W[2], _mm512_and_si512(_mm512_slli_epi16(h, 2), b4));
+    W[3] = _mm512_or_si512(W[3], _mm512_and_si512(_mm512_slli_epi16(h, 1), b4));
+    W[4] = _mm512_or_si512(W[4], _mm512_and_si512(h, b4));
+    W[5] = _mm512_or_si512(W[5], _mm512_and_si512(_mm512_srli_epi16(h, 1), b4));
+    W[6] = _mm512_or_si512(W[6], _mm512_and_si512(_mm512_srli_epi16(h, 2), b4));
+    W[7] = _mm512_or_si512(W[7], _mm512_and_si512(_mm512_srli_epi16(h, 3), b4));
+}
+
+/* pk_top2 ORs Q6_K's top two bits (the two vectors at p, see pk_sub) into W[0..7] as bits 4-5. */
+__attribute__((always_inline)) PL_TARGET_AVX512 static inline void pk_top2(const uint8_t *p, __m512i W[8]) {
+    const __m512i m2 = _mm512_set1_epi8(0x30);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m512i hb = _mm512_loadu_si512((const void *)(p + 64 * h));
+        W[4 * h + 0] = _mm512_or_si512(W[4 * h + 0], _mm512_and_si512(_mm512_slli_epi16(hb, 4), m2));
+        W[4 * h + 1] = _mm512_or_si512(W[4 * h + 1], _mm512_and_si512(_mm512_slli_epi16(hb, 2), m2));
+        W[4 * h + 2] = _mm512_or_si512(W[4 * h + 2], _mm512_and_si512(hb, m2));
+        W[4 * h + 3] = _mm512_or_si512(W[4 * h + 3], _mm512_and_si512(_mm512_srli_epi16(hb, 2), m2));
+    }
+}
+
+/* pk_load_sub loads the eight code vectors of a sub-block whose vectors start at p. */
+__attribute__((always_inline)) PL_TARGET_AVX512 static inline void pk_load_sub(const int T, const uint8_t *p, __m512i W[8]) {
+    if (T == PL_Q8_0) {
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; v++) W[v] = _mm512_loadu_si512((const void *)(p + 64 * v));
+        return;
+    }
+    pk_nib4(p, W);
+    if (T == PL_Q5_0 || T == PL_Q5_1 || T == PL_Q5_K) pk_fifth(p + 256, W);
+    if (T == PL_Q6_K) pk_top2(p + 256, W);
+}
+
+/* pk_f32x16 widens sixteen bytes at p (signed if sgn) to floats. */
+__attribute__((always_inline)) PL_TARGET_AVX512 static inline __m512 pk_f32x16(const uint8_t *p, const int sgn) {
+    const __m128i b = _mm_loadu_si128((const __m128i *)(const void *)p);
+    return _mm512_cvtepi32_ps(sgn ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b));
+}
+
 /* Groups g0 .. g1-1 against RN activation rows (stride as bytes) of k elements:
  * out[j*ldo + 16g + r] for row 16g+r < m. One or two activation rows leave too few independent
  * VNNI chains to hide their latency, so their products are split over two accumulators (integer
@@ -307,8 +399,9 @@ pk_dots(const int RN, const int v0, const int v1, const int split, const __m512i
 __attribute__((always_inline)) PL_TARGET_AVX512 static inline void
 pk_kern(const int T, const int RN, const uint8_t *wp, int64_t g0, int64_t g1, int64_t m, int64_t k,
         const uint8_t *act, int64_t as, float *out, int64_t ldo) {
-    const int64_t ue = T == PL_Q4_K || T == PL_Q6_K ? QKK : 32, nu = k / ue;
-    const int64_t ub = T == PL_Q8_0 ? 8 * 64 + 32 : T == PL_Q4_0 ? 4 * 64 + 32 : T == PL_Q4_K ? 64 + 256 + 2048 : 32 + 256 + 3072;
+    const int kq = T == PL_Q4_K || T == PL_Q5_K || T == PL_Q6_K;
+    const int has_min = T == PL_Q4_1 || T == PL_Q5_1 || T == PL_Q4_K || T == PL_Q5_K;
+    const int64_t nu = k / (kq ? QKK : 32), ub = pk_unit_bytes(T), sb = pk_sub_bytes(T);
     const int64_t gb = nu * ub, oa = pk_off_a(k), ob = pk_off_b(k);
     const int split = RN <= 2;
     for (int64_t g = g0; g < g1; g++) {
@@ -319,19 +412,16 @@ pk_kern(const int T, const int RN, const uint8_t *wp, int64_t g0, int64_t g1, in
         for (int64_t u = 0; u < nu; u++) {
             const uint8_t *un = wg + u * ub;
             __m512i W[8], D[PK_RN], E[PK_RN];
-            if (T == PL_Q8_0 || T == PL_Q4_0) {
-                /* one 32-element block: sum = bias + Σ codes·x, one FMA with dw·dx */
+            if (!kq) {
+                /* one 32-element block: sum = bias + Σ codes·x, one FMA with dw·dx, and for
+                 * Q4_1/Q5_1 one with the minimum m·(F16 dx·Σx) */
                 pk_prefetch(un, (int)ub);
-                if (T == PL_Q8_0) {
-#pragma GCC unroll 8
-                    for (int v = 0; v < 8; v++) W[v] = _mm512_loadu_si512((const void *)(un + 64 * v));
-                } else {
-                    pk_nib4(un, W);
-                }
-                const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(un + (T == PL_Q8_0 ? 512 : 256))));
+                pk_load_sub(T, un, W);
+                const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(un + sb)));
+                const __m512 mw = has_min ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(un + sb + 32))) : dw;
 #pragma GCC unroll 8
                 for (int j = 0; j < RN; j++) {
-                    D[j] = _mm512_set1_epi32(ld32(act + j * as + ob + 4 * u));
+                    D[j] = has_min ? _mm512_setzero_si512() : _mm512_set1_epi32(ld32(act + j * as + ob + 4 * u));
                     E[j] = _mm512_setzero_si512();
                 }
                 pk_dots(RN, 0, 8, split, W, act + 32 * u, as, D, E);
@@ -340,18 +430,20 @@ pk_kern(const int T, const int RN, const uint8_t *wp, int64_t g0, int64_t g1, in
                     const __m512i s = split ? _mm512_add_epi32(D[j], E[j]) : D[j];
                     const float dx = *(const float *)(const void *)(act + j * as + oa + 4 * u);
                     acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc[j]);
+                    if (has_min)
+                        acc[j] = _mm512_fmadd_ps(mw, _mm512_set1_ps(*(const float *)(const void *)(act + j * as + ob + 4 * u)), acc[j]);
                 }
-            } else if (T == PL_Q4_K) {
-                /* per 32-element sub-block: sum = Σ codes·x (no bias), then
+            } else if (T != PL_Q6_K) {
+                /* Q4_K, Q5_K, per 32-element sub-block: sum = Σ codes·x (no bias), then
                  * + float(sum)·(d·sc)·dy - (dmin·m)·(dy·Σx) */
                 const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)un));
                 const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(un + 32)));
                 for (int s = 0; s < 8; s++) {
-                    const uint8_t *sb = un + 320 + 256 * s;
-                    pk_prefetch(sb, 256);
-                    const __m512 dsc = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(un + 64 + 16 * s)))));
-                    const __m512 dmn = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(un + 192 + 16 * s)))));
-                    pk_nib4(sb, W);
+                    const uint8_t *sub = un + 320 + sb * s;
+                    pk_prefetch(sub, (int)sb);
+                    const __m512 dsc = _mm512_mul_ps(d, pk_f32x16(un + 64 + 16 * s, 0));
+                    const __m512 dmn = _mm512_mul_ps(dmin, pk_f32x16(un + 192 + 16 * s, 0));
+                    pk_load_sub(T, sub, W);
 #pragma GCC unroll 8
                     for (int j = 0; j < RN; j++) D[j] = E[j] = _mm512_setzero_si512();
                     pk_dots(RN, 0, 8, split, W, act + QKK * u + 32 * s, as, D, E);
@@ -367,22 +459,12 @@ pk_kern(const int T, const int RN, const uint8_t *wp, int64_t g0, int64_t g1, in
             } else {
                 /* Q6_K, per 16 elements: sum = bias + Σ codes·x, + float(sum)·(d·sc)·dy */
                 const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)un));
-                const __m512i m2 = _mm512_set1_epi8(0x30);
                 for (int s = 0; s < 8; s++) {
-                    const uint8_t *sb = un + 288 + 384 * s;
-                    pk_prefetch(sb, 384);
-                    const __m512 dsa = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(un + 32 + 16 * (2 * s))))));
-                    const __m512 dsb = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(un + 32 + 16 * (2 * s + 1))))));
-                    pk_nib4(sb, W);
-#pragma GCC unroll 2
-                    for (int h = 0; h < 2; h++) {
-                        const __m512i hb = _mm512_loadu_si512((const void *)(sb + 256 + 64 * h));
-                        /* field i (bits 2i, 2i+1) to bits 4 and 5 */
-                        W[4 * h + 0] = _mm512_or_si512(W[4 * h + 0], _mm512_and_si512(_mm512_slli_epi16(hb, 4), m2));
-                        W[4 * h + 1] = _mm512_or_si512(W[4 * h + 1], _mm512_and_si512(_mm512_slli_epi16(hb, 2), m2));
-                        W[4 * h + 2] = _mm512_or_si512(W[4 * h + 2], _mm512_and_si512(hb, m2));
-                        W[4 * h + 3] = _mm512_or_si512(W[4 * h + 3], _mm512_and_si512(_mm512_srli_epi16(hb, 2), m2));
-                    }
+                    const uint8_t *sub = un + 288 + sb * s;
+                    pk_prefetch(sub, (int)sb);
+                    const __m512 dsa = _mm512_mul_ps(d, pk_f32x16(un + 32 + 16 * (2 * s), 1));
+                    const __m512 dsb = _mm512_mul_ps(d, pk_f32x16(un + 32 + 16 * (2 * s + 1), 1));
+                    pk_load_sub(T, sub, W);
 #pragma GCC unroll 8
                     for (int j = 0; j < RN; j++) {
                         D[j] = _mm512_set1_epi32(ld32(act + j * as + ob + 4 * (16 * u + 2 * s)));
@@ -429,7 +511,11 @@ typedef void (*pk_fn)(const uint8_t *wp, int64_t g0, int64_t g1, int64_t m, int6
                                                pk_##name##_6,  pk_##name##_7, pk_##name##_8};
 PK_KERNS(PL_Q8_0, q8_0)
 PK_KERNS(PL_Q4_0, q4_0)
+PK_KERNS(PL_Q4_1, q4_1)
+PK_KERNS(PL_Q5_0, q5_0)
+PK_KERNS(PL_Q5_1, q5_1)
 PK_KERNS(PL_Q4_K, q4_k)
+PK_KERNS(PL_Q5_K, q5_k)
 PK_KERNS(PL_Q6_K, q6_k)
 
 /* ================================================================ matrix product */
@@ -485,7 +571,16 @@ int pl_matmul_packed(pl_ctx *ctx, float *dst, const float *x, int64_t n, int64_t
 #if PL_X86
     pk_job j = {.ctx = ctx, .dst = dst, .x = x, .n = n, .k = k, .m = m, .wp = (const uint8_t *)wp,
                 .wtype = wtype, .as = pk_act_stride(k), .groups = (m + PK_ROWS - 1) / PK_ROWS};
-    j.fns = wtype == PL_Q8_0 ? pk_q8_0 : wtype == PL_Q4_0 ? pk_q4_0 : wtype == PL_Q4_K ? pk_q4_k : pk_q6_k;
+    switch (wtype) {
+    case PL_Q8_0: j.fns = pk_q8_0; break;
+    case PL_Q4_0: j.fns = pk_q4_0; break;
+    case PL_Q4_1: j.fns = pk_q4_1; break;
+    case PL_Q5_0: j.fns = pk_q5_0; break;
+    case PL_Q5_1: j.fns = pk_q5_1; break;
+    case PL_Q4_K: j.fns = pk_q4_k; break;
+    case PL_Q5_K: j.fns = pk_q5_k; break;
+    default: j.fns = pk_q6_k; break;
+    }
     /* A decode step's few rows: two items a thread, each a long stream of weights. Longer batches:
      * items of four groups, whose weights stay in cache while every row of x passes. */
     if (n <= PK_RN) j.per = (j.groups + 2 * ctx->nth - 1) / (2 * ctx->nth);

@@ -186,7 +186,7 @@ type Backend interface {
 }
 
 // Repacker is implemented by backends that multiply some weight types faster in a layout of
-// their own (the CPU backend interleaves Q8_0, Q4_0, Q4_K and Q6_K rows for its AVX-512 VNNI kernels). Repack
+// their own (the CPU backend interleaves the rows of quantised matrices for its AVX-512 VNNI kernels). Repack
 // rearranges a weight tensor made by Load into that layout, in memory the tensor owns, and
 // reports whether it did; MatMul then reads the new layout, and the data given to Load is read
 // again only by GetRows and views. Models repack the matrices they multiply once, after loading.

@@ -4,9 +4,9 @@
 // among Options.Threads native threads (0: one per CPU).
 //
 // Weights given to Load are used in place, never copied (they are normally memory-mapped GGUF
-// bytes), except F32 data that is not 4-byte aligned. Repack (backend.Repacker) rearranges a Q8_0,
-// Q4_0, Q4_K or Q6_K matrix into the interleaved layout of the AVX-512 VNNI kernels, about as
-// large as its rows, which MatMul then reads instead. Activations and KV caches live in native
+// bytes), except F32 data that is not 4-byte aligned. Repack (backend.Repacker) rearranges a
+// quantised matrix into the interleaved layout of the AVX-512 VNNI kernels, about as large as its
+// rows, which MatMul then reads instead. Activations and KV caches live in native
 // memory owned by the backend. Operations are synchronous: each returns when its result is
 // complete, and makes no Go allocation in steady state.
 //
@@ -195,8 +195,8 @@ func (b *Backend) Load(dt tensor.DType, rows, cols int, data []byte) (backend.Te
 	return t, nil
 }
 
-// Repack rearranges a loaded Q8_0, Q4_0, Q4_K or Q6_K weight matrix, sixteen rows at a time, into
-// the interleaved layout of the AVX-512 VNNI kernels (native memory the tensor owns, about as
+// Repack rearranges a loaded quantised weight matrix (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K,
+// Q6_K), sixteen rows at a time, into the interleaved layout of the AVX-512 VNNI kernels (native memory the tensor owns, about as
 // large as the rows), through which MatMul then multiplies it: a block's whole integer dot product lands in
 // one lane, so a product of a few rows costs about a third of the row layout's operations. It
 // reports false, doing nothing, for other tensors, views, or processors without those kernels.

@@ -103,7 +103,7 @@ func TestRepacked(t *testing.T) {
 		must(t, err1, err2, b.Write(x, 0, xs), b.MatMul(d, x, w), b.Read(d, 0, out), x.Close(), d.Close())
 		return out
 	}
-	for _, dt := range []tensor.DType{tensor.Q8_0, tensor.Q4_0, tensor.Q4_K, tensor.Q6_K} {
+	for _, dt := range []tensor.DType{tensor.Q8_0, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K} {
 		ks := []int{288, 512}
 		if dt.BlockSize() == 256 {
 			ks = []int{256, 768}
@@ -190,7 +190,7 @@ func TestRepacked(t *testing.T) {
 	b := bs[1]
 	f32, err := b.Load(tensor.F32, 16, 32, make([]byte, 16*32*4))
 	must(t, err)
-	q5k, err := b.Load(tensor.Q5_K, 16, 256, make([]byte, 16*176))
+	f16, err := b.Load(tensor.F16, 16, 32, make([]byte, 16*32*2))
 	must(t, err)
 	q8, err := b.Load(tensor.Q8_0, 32, 32, make([]byte, 32*34))
 	must(t, err)
@@ -198,10 +198,10 @@ func TestRepacked(t *testing.T) {
 	must(t, err)
 	act, err := b.Alloc(tensor.F32, 16, 32)
 	must(t, err)
-	for name, x := range map[string]backend.Tensor{"F32": f32, "Q5_K": q5k, "view": view, "activation": act} {
+	for name, x := range map[string]backend.Tensor{"F32": f32, "F16": f16, "view": view, "activation": act} {
 		if ok, err := b.Repack(x); ok || err != nil {
 			t.Errorf("Repack(%s) = %v, %v; want false, nil", name, ok, err)
 		}
 	}
-	must(t, f32.Close(), q5k.Close(), view.Close(), q8.Close(), act.Close())
+	must(t, f32.Close(), f16.Close(), view.Close(), q8.Close(), act.Close())
 }
