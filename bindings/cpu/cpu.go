@@ -292,8 +292,9 @@ func (c *Context) MatMul(dst, x []float32, n, k int, w []byte, wt tensor.DType, 
 // interleaved layout serves wt at the current instruction-set level (the quantised types with
 // AVX-512 VNNI). The layout takes as many bytes as the rows (Q4_K and Q5_K: 4 more a row every
 // 256 elements), up to a last group padded to sixteen rows.
+// Shapes whose rows are not whole blocks of wt report false too.
 func PackedSize(wt tensor.DType, m, k int) (int, bool) {
-	if m < 0 || k <= 0 || C.pl_packed_available() == 0 {
+	if m < 0 || k <= 0 || !PackedAvailable() {
 		return 0, false
 	}
 	n := C.pl_packed_size(C.int(wt), C.int64_t(m), C.int64_t(k))
@@ -303,13 +304,33 @@ func PackedSize(wt tensor.DType, m, k int) (int, bool) {
 	return int(n), true
 }
 
+// PackedAvailable reports whether the current instruction-set level runs MatMulPacked.
+func PackedAvailable() bool { return C.pl_packed_available() != 0 }
+
+// packedCheck returns the size of the packed form of m rows of k elements of wt, or the error
+// an operation op on it gets: a shape error for rows that are not whole blocks, one wrapping
+// backend.ErrUnsupported for a type or instruction-set level without the layout.
+func packedCheck(op string, wt tensor.DType, m, k int) (int, error) {
+	if m < 0 || k <= 0 {
+		return 0, fmt.Errorf("cpu: %s: bad shape m=%d k=%d", op, m, k)
+	}
+	if _, err := rowBytes(op, wt, k); err != nil {
+		return 0, err
+	}
+	n, ok := PackedSize(wt, m, k)
+	if !ok {
+		return 0, unsupported(op, wt)
+	}
+	return n, nil
+}
+
 // PackWeights rearranges w (m rows of k elements of wt, ggml's layout) into dst, which must hold
 // PackedSize(wt, m, k) bytes, for MatMulPacked.
 func (c *Context) PackWeights(dst, w []byte, wt tensor.DType, m, k int) error {
 	const op = "pack weights"
-	size, ok := PackedSize(wt, m, k)
-	if !ok {
-		return unsupported(op, wt)
+	size, err := packedCheck(op, wt, m, k)
+	if err != nil {
+		return err
 	}
 	rb, err := rowBytes(op, wt, k)
 	if err != nil {
@@ -342,9 +363,9 @@ func (c *Context) PackWeights(dst, w []byte, wt tensor.DType, m, k int) error {
 // (after SetISA lowered it), in which case the caller multiplies the rows themselves.
 func (c *Context) MatMulPacked(dst, x []float32, n, k int, wp []byte, wt tensor.DType, m int) error {
 	const op = "matmul"
-	size, ok := PackedSize(wt, m, k)
-	if !ok {
-		return unsupported(op, wt)
+	size, err := packedCheck(op, wt, m, k)
+	if err != nil {
+		return err
 	}
 	if n < 0 {
 		return fmt.Errorf("cpu: %s: bad shape n=%d k=%d m=%d", op, n, k, m)

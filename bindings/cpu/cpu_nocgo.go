@@ -63,6 +63,9 @@ func (c *Context) MatMul(dst, x []float32, n, k int, w []byte, wt tensor.DType, 
 // PackedSize reports no packed layout without the native kernels.
 func PackedSize(wt tensor.DType, m, k int) (int, bool) { return 0, false }
 
+// PackedAvailable reports false without the native kernels.
+func PackedAvailable() bool { return false }
+
 // PackWeights is not available without the native kernels.
 func (c *Context) PackWeights(dst, w []byte, wt tensor.DType, m, k int) error { return ErrNotBuilt }
 

@@ -304,6 +304,10 @@ func TestErrors(t *testing.T) {
 	if err := c.MatMul(f[:4], f[:32], 1, 32, w, tensor.Q2_K, 4); !errors.Is(err, backend.ErrUnsupported) {
 		t.Errorf("unsupported weight type: %v does not wrap ErrUnsupported", err)
 	}
+	// A shape error is not a missing kernel: callers fall back only for the latter.
+	if err := c.MatMulPacked(f[:4], f[32:64], 1, 33, make([]byte, 16*34), tensor.Q8_0, 4); err == nil || errors.Is(err, backend.ErrUnsupported) {
+		t.Errorf("MatMulPacked k=33: %v, want a shape error", err)
+	}
 	// Where the interleaved kernels exist, a well-formed call works; below them it says so.
 	wp := make([]byte, 16*34)
 	err = c.PackWeights(wp, w, tensor.Q8_0, 4, 32)

@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "795cacba7a5274020c5e981ac6da8e5ff067ee665838171e3bf4a3c0887788fa"
+const nativeSources = "71fa307b86dd02a8aed797f2e914a35da741f60afe86bea1e5f5ede07b2e3b77"

@@ -316,7 +316,6 @@ static void pk_pack_act(int wtype, const float *x, int64_t k, uint8_t *dst) {
 
 /* pk_prefetch prefetches the bytes [p+PK_PREFETCH, p+PK_PREFETCH+n). */
 __attribute__((always_inline)) PL_TARGET_AVX512 static inline void pk_prefetch(const uint8_t *p, int n) {
-#pragma GCC unroll 9
     for (int l = 0; l < n; l += 64) _mm_prefetch((const char *)p + PK_PREFETCH + l, _MM_HINT_T1);
 }
 
@@ -436,11 +435,11 @@ pk_kern(const int T, const int RN, const uint8_t *wp, int64_t g0, int64_t g1, in
             } else if (T != PL_Q6_K) {
                 /* Q4_K, Q5_K, per 32-element sub-block: sum = Σ codes·x (no bias), then
                  * + float(sum)·(d·sc)·dy - (dmin·m)·(dy·Σx) */
+                pk_prefetch(un, (int)ub);
                 const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)un));
                 const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(un + 32)));
                 for (int s = 0; s < 8; s++) {
                     const uint8_t *sub = un + 320 + sb * s;
-                    pk_prefetch(sub, (int)sb);
                     const __m512 dsc = _mm512_mul_ps(d, pk_f32x16(un + 64 + 16 * s, 0));
                     const __m512 dmn = _mm512_mul_ps(dmin, pk_f32x16(un + 192 + 16 * s, 0));
                     pk_load_sub(T, sub, W);
@@ -458,10 +457,10 @@ pk_kern(const int T, const int RN, const uint8_t *wp, int64_t g0, int64_t g1, in
                 }
             } else {
                 /* Q6_K, per 16 elements: sum = bias + Σ codes·x, + float(sum)·(d·sc)·dy */
+                pk_prefetch(un, (int)ub);
                 const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)un));
                 for (int s = 0; s < 8; s++) {
                     const uint8_t *sub = un + 288 + sb * s;
-                    pk_prefetch(sub, (int)sb);
                     const __m512 dsa = _mm512_mul_ps(d, pk_f32x16(un + 32 + 16 * (2 * s), 1));
                     const __m512 dsb = _mm512_mul_ps(d, pk_f32x16(un + 32 + 16 * (2 * s + 1), 1));
                     pk_load_sub(T, sub, W);

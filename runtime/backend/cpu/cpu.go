@@ -6,8 +6,9 @@
 // Weights given to Load are used in place, never copied (they are normally memory-mapped GGUF
 // bytes), except F32 data that is not 4-byte aligned. Repack (backend.Repacker) rearranges a
 // quantised matrix into the interleaved layout of the AVX-512 VNNI kernels, about as large as its
-// rows, which MatMul then reads instead. Activations and KV caches live in native
-// memory owned by the backend. Operations are synchronous: each returns when its result is
+// rows, which MatMul then reads instead (PARLEY_CPU_REPACK=0 turns this off: the matrices then
+// stay shared, evictable pages of the file, at the row layout's speed). Activations and KV caches
+// live in native memory owned by the backend. Operations are synchronous: each returns when its result is
 // complete, and makes no Go allocation in steady state.
 //
 // In a build without cgo the backend is still registered, but New reports why it cannot run.
@@ -17,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -39,6 +41,8 @@ type Backend struct {
 	seqs   []cpu.Seq   // attention batch, flattened
 	blocks []int32
 	tok    []int32 // scratch of backend.CheckAttention
+
+	noRepack bool // PARLEY_CPU_REPACK=0: Repack leaves weights as loaded
 }
 
 // New starts a CPU backend computing with opts.Threads threads (0: one per CPU).
@@ -57,7 +61,7 @@ func New(opts backend.Options) (backend.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{ctx: ctx, owned: map[*cpu.Buffer]struct{}{}}, nil
+	return &Backend{ctx: ctx, owned: map[*cpu.Buffer]struct{}{}, noRepack: os.Getenv("PARLEY_CPU_REPACK") == "0"}, nil
 }
 
 // Name returns "cpu".
@@ -201,6 +205,8 @@ func (b *Backend) Load(dt tensor.DType, rows, cols int, data []byte) (backend.Te
 // one lane, so a product of a few rows costs about a third of the row layout's operations. It
 // reports false, doing nothing, for other tensors, views, or processors without those kernels.
 // The loaded data stays in use for GetRows, views, and instruction-set levels lowered later.
+// Where the memory for the new layout cannot be had, or PARLEY_CPU_REPACK=0 was set when the
+// backend started, the tensor stays as loaded. Repack must not run while t is in use.
 func (b *Backend) Repack(t backend.Tensor) (bool, error) {
 	const op = "repack"
 	ct, err := b.tensorOf(op, "t", t)
@@ -214,9 +220,12 @@ func (b *Backend) Repack(t backend.Tensor) (bool, error) {
 	if !ok {
 		return false, nil
 	}
+	if b.noRepack {
+		return false, nil
+	}
 	buf, err := b.alloc(op, n)
-	if err != nil {
-		return false, err
+	if err != nil { // no room for a second layout: the rows serve, as without repacking
+		return false, nil
 	}
 	if err := b.ctx.PackWeights(buf.Bytes(), ct.data, ct.dt, ct.rows, ct.cols); err != nil {
 		b.free(buf)
@@ -387,11 +396,8 @@ func (b *Backend) MatMul(dst, x, w backend.Tensor) error {
 		clear(d.f32)
 		return nil
 	}
-	if wt.packed != nil {
-		err := b.ctx.MatMulPacked(d.f32, xt.f32, xt.rows, xt.cols, wt.packed.Bytes(), wt.dt, wt.rows)
-		if !errors.Is(err, backend.ErrUnsupported) { // else the ISA level was lowered: the rows serve
-			return err
-		}
+	if wt.packed != nil && cpu.PackedAvailable() { // else the ISA level was lowered: the rows serve
+		return b.ctx.MatMulPacked(d.f32, xt.f32, xt.rows, xt.cols, wt.packed.Bytes(), wt.dt, wt.rows)
 	}
 	return b.ctx.MatMul(d.f32, xt.f32, xt.rows, xt.cols, wt.data, wt.dt, wt.rows)
 }

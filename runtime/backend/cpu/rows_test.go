@@ -74,8 +74,8 @@ func TestFewRowsAsOne(t *testing.T) {
 
 // TestRepacked: weights repacked for the interleaved kernels give every activation row the same
 // float32 whatever the batch (1 to 33 rows: one kernel call or several) and the number of threads,
-// bit for bit; the matrix's last group of sixteen rows is padded (m = 70) and rows of 9 blocks
-// leave the kernels' vectors part empty. With the instruction set lowered below the interleaved
+// bit for bit; the matrix's last group of sixteen rows is padded (m = 70, and m = 5: one group,
+// mostly padding), and rows of one, two and nine blocks are covered. With the instruction set lowered below the interleaved
 // kernels, MatMul falls back to the loaded rows and gives exactly what an unrepacked tensor does.
 func TestRepacked(t *testing.T) {
 	if !cpu.Available() {
@@ -86,7 +86,6 @@ func TestRepacked(t *testing.T) {
 	}
 	best := cpu.BestISA()
 	defer cpu.SetISA(best)
-	const m = 70
 	r := rand.New(rand.NewPCG(5, 6))
 	bs := map[int]*Backend{}
 	for _, th := range []int{1, 3} {
@@ -95,6 +94,15 @@ func TestRepacked(t *testing.T) {
 		bs[th] = b.(*Backend)
 		defer b.Close()
 	}
+	for _, m := range []int{5, 70} {
+		testRepackedRows(t, r, bs, m)
+	}
+	testNotRepacked(t, bs[1])
+}
+
+// testRepackedRows is TestRepacked for matrices of m rows.
+func testRepackedRows(t *testing.T, r *rand.Rand, bs map[int]*Backend, m int) {
+	best := cpu.BestISA()
 	// product runs x [n, k] through w on b and returns the result.
 	product := func(b *Backend, w backend.Tensor, xs []float32, n, k int) []float32 {
 		x, err1 := b.Alloc(tensor.F32, n, k)
@@ -104,7 +112,7 @@ func TestRepacked(t *testing.T) {
 		return out
 	}
 	for _, dt := range []tensor.DType{tensor.Q8_0, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K} {
-		ks := []int{288, 512}
+		ks := []int{32, 64, 288, 512}
 		if dt.BlockSize() == 256 {
 			ks = []int{256, 768}
 		}
@@ -186,8 +194,10 @@ func TestRepacked(t *testing.T) {
 			}
 		}
 	}
-	// Nothing else is repacked: other types, views, activations.
-	b := bs[1]
+}
+
+// testNotRepacked: nothing else is repacked: other types, views, activations.
+func testNotRepacked(t *testing.T, b *Backend) {
 	f32, err := b.Load(tensor.F32, 16, 32, make([]byte, 16*32*4))
 	must(t, err)
 	f16, err := b.Load(tensor.F16, 16, 32, make([]byte, 16*32*2))
@@ -204,4 +214,20 @@ func TestRepacked(t *testing.T) {
 		}
 	}
 	must(t, f32.Close(), f16.Close(), view.Close(), q8.Close(), act.Close())
+}
+
+// TestRepackOff: with PARLEY_CPU_REPACK=0 a backend leaves weights as loaded.
+func TestRepackOff(t *testing.T) {
+	if !cpu.Available() {
+		t.Skip(cpu.ErrNotBuilt)
+	}
+	t.Setenv("PARLEY_CPU_REPACK", "0")
+	b, err := New(backend.Options{Threads: 1})
+	must(t, err)
+	defer b.Close()
+	w, err := b.Load(tensor.Q8_0, 16, 32, make([]byte, 16*34))
+	must(t, err)
+	if ok, err := b.(*Backend).Repack(w); ok || err != nil {
+		t.Fatalf("Repack with PARLEY_CPU_REPACK=0 = %v, %v; want false, nil", ok, err)
+	}
 }

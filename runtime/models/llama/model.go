@@ -102,8 +102,9 @@ func Load(f *gguf.File, be backend.Backend) (*Model, error) {
 }
 
 // repack hands the matrices the model multiplies to the backend's own layout where it has one
-// (backend.Repacker). A repacked matrix's rows in the file are then never read again, so their
-// pages leave the resident set; the token embeddings stay, as GetRows reads them.
+// (backend.Repacker). A repacked matrix's rows in the file are then read again only by GetRows
+// (tied token embeddings), a row at a time, so their pages leave the resident set: they stay
+// readable, and a lookup maps back only what it reads.
 func (m *Model) repack(f *gguf.File) error {
 	mats := []backend.Tensor{m.output}
 	for i := range m.layers {
@@ -115,7 +116,7 @@ func (m *Model) repack(f *gguf.File) error {
 		if err != nil {
 			return fmt.Errorf("repack: %w", err)
 		}
-		if ok && t != m.tokEmbd {
+		if ok {
 			f.Release(m.data[t])
 		}
 	}

@@ -191,8 +191,8 @@ func (m *Model) load(f *ggml.File) error {
 		}
 		if !vector && len(ne) == 2 {
 			// A matrix the backend rearranges for its own kernels is read from the file once,
-			// wherever it lies; its pages then leave the resident set, except the token
-			// embeddings', which GetRows reads too.
+			// wherever it lies; its pages then leave the resident set (the token embeddings stay
+			// readable for GetRows, which maps back only the rows it reads).
 			bt, err := m.be.Load(t.Type, rows, cols, t.Data)
 			if err != nil {
 				return fmt.Errorf("whisper: tensor %q: %w", name, err)
@@ -203,9 +203,7 @@ func (m *Model) load(f *ggml.File) error {
 				return fmt.Errorf("whisper: tensor %q: %w", name, err)
 			}
 			if ok {
-				if name != "decoder.token_embedding.weight" {
-					f.Release(t.Data)
-				}
+				f.Release(t.Data)
 				m.weights = append(m.weights, bt)
 				*dst = bt
 				return nil
