@@ -7,6 +7,12 @@ import "golang.org/x/sys/cpu"
 //go:noescape
 func expSumAVX2(x *float32, n int, m float32) float64
 
+//go:noescape
+func maxAVX(x *float32, n int) (m float32, nan bool)
+
+//go:noescape
+func indexAVX(x *float32, n int, v float32) int
+
 func init() {
 	if !cpu.X86.HasAVX2 || !cpu.X86.HasFMA {
 		return
@@ -22,6 +28,30 @@ func init() {
 			sum += expSumGo(x[k:], m)
 		}
 		return sum
+	}
+	maxf = func(x []float32) (float32, bool) {
+		k := len(x) &^ 31
+		if k == 0 {
+			return maxGo(x)
+		}
+		m, nan := maxAVX(&x[0], k)
+		if k < len(x) {
+			m2, nan2 := maxGo(x[k:])
+			m, nan = max(m, m2), nan || nan2
+		}
+		return m, nan
+	}
+	index = func(x []float32, v float32) int {
+		k := len(x) &^ 7
+		if k > 0 {
+			if i := indexAVX(&x[0], k, v); i >= 0 {
+				return i
+			}
+		}
+		if i := indexGo(x[k:], v); i >= 0 {
+			return k + i
+		}
+		return -1
 	}
 	Kernels = "avx2"
 }

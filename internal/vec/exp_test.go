@@ -103,3 +103,65 @@ func BenchmarkExpSum(b *testing.B) {
 		})
 	}
 }
+
+// TestMaxIndex checks Max and Index against plain loops on random rows of every length up to
+// 200, with NaNs, infinities and signed zeros planted, and on rows of a vocabulary's size.
+func TestMaxIndex(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	inf, nan := float32(math.Inf(1)), float32(math.NaN())
+	for trial := 0; trial < 3000; trial++ {
+		n := trial % 201
+		if trial%50 == 0 {
+			n = 32000 + trial%37
+		}
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * 3)
+		}
+		if n > 0 {
+			switch trial % 7 {
+			case 1:
+				x[r.IntN(n)] = nan
+			case 2:
+				x[r.IntN(n)] = -inf
+			case 3:
+				x[r.IntN(n)] = inf
+			case 4:
+				for i := range x {
+					x[i] = -inf
+				}
+			case 5:
+				for i := range x {
+					x[i] = float32(math.Copysign(0, float64(r.IntN(2)*2-1)))
+				}
+			case 6:
+				x[r.IntN(n)], x[r.IntN(n)] = nan, inf
+			}
+		}
+		m, hasNaN := Max(x)
+		wm, wnan := maxGo(x)
+		if m != wm || hasNaN != wnan {
+			t.Fatalf("n=%d trial %d: Max = %v, %v; want %v, %v", n, trial, m, hasNaN, wm, wnan)
+		}
+		if n == 0 {
+			continue
+		}
+		for _, v := range []float32{m, x[r.IntN(n)], 12345} {
+			if got, want := Index(x, v), indexGo(x, v); got != want {
+				t.Fatalf("n=%d trial %d: Index(%v) = %d, want %d", n, trial, v, got, want)
+			}
+		}
+	}
+}
+
+func BenchmarkMaxIndex(b *testing.B) {
+	x := make([]float32, 32000)
+	r := rand.New(rand.NewPCG(5, 6))
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	for b.Loop() {
+		m, _ := Max(x)
+		_ = Index(x, m)
+	}
+}
