@@ -21,6 +21,7 @@ func BenchmarkSample(b *testing.B) {
 			return p
 		}()},
 		{"full-vocab-temp1", Params{Temperature: 1, TopP: 1, RepeatPenalty: 1, Seed: 1}},
+		{"topp0.9-temp0.7", Params{Temperature: 0.7, TopP: 0.9, RepeatPenalty: 1, Seed: 1}},
 	}
 	for _, vocab := range []int{32000, 151936} {
 		r := rand.New(rand.NewPCG(1, uint64(vocab)))

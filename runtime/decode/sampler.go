@@ -56,22 +56,35 @@ type Sampler struct {
 	savedIDs  []int32
 	savedVals []float32
 
-	cand    []candidate // [TopK] or [vocab]; nil when greedy
-	weights []float64   // [len(cand)]
+	cand []candidate // [TopK] or [vocab]; nil when greedy
 
-	// A sampler that filters nothing draws from the whole vocabulary (drawAll): its weights
-	// in float32 and their sums by blocks of drawBlock. Both nil otherwise.
-	plain []float32 // [vocab]
-	bsum  []float64 // [vocab/drawBlock rounded up]
+	// Weights of a draw (float32 exponentials, indexed like the candidates, or by token id for
+	// the whole vocabulary) and their sums by blocks of drawBlock; nil when greedy.
+	w32  []float32 // [len(cand)], or [vocab] when top-k is off
+	bsum []float64 // [len(w32)/drawBlock rounded up]
+	// plain: no top-k, top-p or min-p; every draw is drawAll's, over the whole vocabulary.
+	plain bool
+	// Mass of the candidates by logit below the maximum (pBuckets of 1/pBucketScale each), for
+	// top-p without top-k; nil otherwise.
+	bmass  []float64
+	bcount []int32
 }
 
-// drawBlock is how many weights drawAll sums at a time before it walks them one by one.
+// drawBlock is how many weights a draw sums at a time before it walks them one by one.
 const drawBlock = 64
 
+// pBuckets buckets of 1/pBucketScale of a logit each sort the candidates that top-p reaches
+// past the first topPFirstSort: enough that a bucket holds few of a 150,000-token vocabulary.
+const (
+	pBuckets     = 1024
+	pBucketScale = 16
+)
+
 // NewSampler validates p for a vocabulary of vocabSize tokens and allocates everything the
-// Sampler will need: 16 bytes per candidate slot (TopK of them, or the whole vocabulary when
-// top-k is off and the temperature is positive), plus, per vocabulary entry, 4 bytes when the
-// repetition penalty is on and 16 when presence or frequency penalties are.
+// Sampler will need: about 12 bytes per candidate slot (TopK of them, or the whole vocabulary
+// when top-k is off and the temperature is positive; plus 24 KiB of buckets for top-p without
+// top-k), plus, per vocabulary entry, 4 bytes when the repetition penalty is on and 16 when
+// presence or frequency penalties are.
 func NewSampler(p Params, vocabSize int) (*Sampler, error) {
 	if err := p.Validate(vocabSize); err != nil {
 		return nil, err
@@ -127,10 +140,12 @@ func NewSampler(p Params, vocabSize int) (*Sampler, error) {
 			n = s.topK
 		}
 		s.cand = make([]candidate, n)
-		s.weights = make([]float64, n)
-		if s.topK == 0 && s.topP >= 1 && math.IsInf(s.logMinP, -1) {
-			s.plain = make([]float32, vocabSize)
-			s.bsum = make([]float64, (vocabSize+drawBlock-1)/drawBlock)
+		s.w32 = make([]float32, n)
+		s.bsum = make([]float64, (n+drawBlock-1)/drawBlock)
+		s.plain = s.topK == 0 && s.topP >= 1 && math.IsInf(s.logMinP, -1)
+		if s.topK == 0 && s.topP < 1 {
+			s.bmass = make([]float64, pBuckets)
+			s.bcount = make([]int32, pBuckets)
 		}
 	}
 	return s, nil
@@ -160,7 +175,7 @@ func (s *Sampler) Sample(logits []float32) (int32, error) {
 	var err error
 	if s.greedy {
 		id, err = argmax(logits)
-	} else if s.plain != nil {
+	} else if s.plain {
 		id, err = s.drawAll(logits, float64(s.rng.Uint64()>>11)*0x1p-53)
 	} else {
 		u := float64(s.rng.Uint64()>>11) * 0x1p-53 // [0, 1)
@@ -329,7 +344,8 @@ func firstNaN(x []float32) int {
 
 // filter applies top-k, top-p and min-p to the adjusted logits and returns the surviving
 // candidates, which are never empty on success and hold no -Inf logit. They are best-first
-// unless neither top-k nor top-p ran, in which case they are in id order.
+// when top-k ran; in id order when neither top-k nor top-p did; after top-p alone, best-first
+// unless the cut lay past its first sort (see topPCut).
 func (s *Sampler) filter(logits []float32) ([]candidate, error) {
 	var c []candidate
 	sorted := s.topK > 0
@@ -370,8 +386,7 @@ func (s *Sampler) filter(logits []float32) ([]candidate, error) {
 	mx := float64(top.logit)
 
 	if s.topP < 1 {
-		c = s.topPCut(c, sorted, mx)
-		sorted = true
+		c, sorted = s.topPCut(logits, c, sorted, mx)
 	}
 	if s.logMinP > math.Inf(-1) {
 		if sorted {
@@ -395,54 +410,140 @@ func (s *Sampler) filter(logits []float32) ([]candidate, error) {
 }
 
 // topPCut returns the shortest best-first prefix of c whose softmax probabilities (at
-// temperature 1, over c; float64) sum to at least topP, sorting only as much of c as it needs.
-// mx is the largest logit in c.
-func (s *Sampler) topPCut(c []candidate, sorted bool, mx float64) []candidate {
-	sum := 0.0
-	for _, x := range c {
-		sum += math.Exp(float64(x.logit) - mx)
+// temperature 1, over c) sum to at least topP, and whether it is in best-first order. mx is the
+// largest logit in c. When top-k has cut c (sorted), it sums float64 exponentials. Otherwise c
+// is every token not banned, in id order, and the probabilities come from float32
+// exponentials of the whole vocabulary (vec.ExpSum): the first topPFirstSort candidates are
+// sorted and summed one by one; if they do not reach topP, the rest are bucketed by logit, the
+// buckets above the one that reaches it are kept whole (in no particular order: the cut is then
+// not sorted) and only that bucket is sorted and summed one by one.
+func (s *Sampler) topPCut(logits []float32, c []candidate, sorted bool, mx float64) ([]candidate, bool) {
+	if sorted {
+		sum := 0.0
+		for _, x := range c {
+			sum += math.Exp(float64(x.logit) - mx)
+		}
+		cum := 0.0
+		for i, x := range c {
+			cum += math.Exp(float64(x.logit)-mx) / sum
+			if cum >= s.topP {
+				return c[:i+1], true
+			}
+		}
+		return c, true
 	}
-	n, m := len(c), len(c)
-	if !sorted {
-		m = min(topPFirstSort, n)
-		partialSort(c, m)
-	}
+	w := s.w32
+	copy(w, logits)
+	target := s.topP * vec.ExpSum(w, float32(mx)) // w[id] = e^(logit - mx); 0 for banned ids
+	n := len(c)
+	m := min(topPFirstSort, n)
+	partialSort(c, m)
 	cum := 0.0
-	for i := 0; i < n; i++ {
-		if i == m {
-			m = min(8*m, n)
-			partialSort(c[i:], m-i)
-		}
-		cum += math.Exp(float64(c[i].logit)-mx) / sum
-		if cum >= s.topP {
-			return c[:i+1]
+	for i := 0; i < m; i++ {
+		if cum += float64(w[c[i].id]); cum >= target {
+			return c[:i+1], true
 		}
 	}
-	return c
+	if m == n {
+		return c, true
+	}
+	mx32 := float32(mx)
+	bucket := func(l float32) int { return min(int((mx32-l)*pBucketScale), pBuckets-1) }
+	rest := c[m:]
+	clear(s.bmass)
+	clear(s.bcount)
+	for _, x := range rest {
+		b := bucket(x.logit)
+		s.bmass[b] += float64(w[x.id])
+		s.bcount[b]++
+	}
+	whole, cut := 0, -1 // candidates in the buckets kept whole; the bucket that reaches topP
+	for b, bm := range s.bmass {
+		if cum+bm >= target {
+			cut = b
+			break
+		}
+		cum += bm
+		whole += int(s.bcount[b])
+	}
+	if cut < 0 { // the float64 sums fell short of target by rounding: keep everything
+		return c, false
+	}
+	// rest: the whole buckets first, then the cut bucket, best first, then the others
+	i := 0
+	for j, x := range rest {
+		if bucket(x.logit) < cut {
+			rest[i], rest[j] = x, rest[i]
+			i++
+		}
+	}
+	j := whole
+	for k := whole; k < len(rest); k++ {
+		if bucket(rest[k].logit) == cut {
+			rest[j], rest[k] = rest[k], rest[j]
+			j++
+		}
+	}
+	edge := rest[whole:j]
+	slices.SortFunc(edge, func(a, b candidate) int {
+		if worse(b, a) {
+			return -1
+		}
+		if worse(a, b) {
+			return 1
+		}
+		return 0
+	})
+	for k, x := range edge {
+		if cum += float64(w[x.id]); cum >= target {
+			return c[:m+whole+k+1], false
+		}
+	}
+	return c[:m+j], false
 }
 
 // drawAll is filter and draw for a sampler that filters nothing (no top-k, top-p or min-p, the
 // OpenAI API's defaults): it picks token i with probability softmax(logits/T)_i using u in
-// [0, 1), with the same errors as filter. The weights are float32 exponentials (vec.ExpSum,
-// within a few ulp) rather than draw's float64 ones, which makes a draw of the whole vocabulary
-// several times faster; a draw differs from draw's only where u·sum falls within that rounding
-// of a boundary between two tokens.
+// [0, 1), with the same errors as filter, from the whole vocabulary's weights.
 func (s *Sampler) drawAll(logits []float32, u float64) (int32, error) {
 	best, err := argmax(logits)
 	if err != nil {
 		return -1, err
 	}
-	mx := logits[best]
-	w := s.plain
 	it := float32(s.invTemp)
 	for i, v := range logits {
-		w[i] = v * it // -Inf stays -Inf, whose weight is 0
+		s.w32[i] = v * it // -Inf stays -Inf, whose weight is 0
+	}
+	vec.ExpSum(s.w32, logits[best]*it)
+	return int32(pick(s.w32, s.bsum, u)), nil
+}
+
+// draw picks one of c with probability softmax(logit/T) using u in [0, 1).
+func (s *Sampler) draw(c []candidate, u float64) int32 {
+	mx := c[0].logit
+	for _, x := range c[1:] {
+		mx = max(mx, x.logit)
+	}
+	it := float32(s.invTemp)
+	w := s.w32[:len(c)]
+	for i, x := range c {
+		w[i] = x.logit * it
 	}
 	vec.ExpSum(w, mx*it)
-	// Sums by blocks, and the total as the sum of the blocks in order: the walk below adds the
-	// same block sums in the same order, so it reaches the block that holds u·total.
+	return c[pick(w, s.bsum, u)].id
+}
+
+// pick returns i with probability w[i]/Σw using u in [0, 1), for weights w of which at least
+// one is above 0 (float32 exponentials: vec.ExpSum, within a few ulp of e^x). bsum holds at
+// least len(w)/drawBlock (rounded up) sums. The total is the sum of the blocks' sums in order,
+// and the walk adds the same sums in the same order, so it reaches the block that holds u·total;
+// walked one by one, that block's weights may by rounding stop short of it, and its last weight
+// above 0 is taken then: never a weight of 0.
+func pick(w []float32, bsum []float64, u float64) int {
+	nb := (len(w) + drawBlock - 1) / drawBlock
+	bsum = bsum[:nb]
 	total := 0.0
-	for b := range s.bsum {
+	for b := range bsum {
 		blk := w[b*drawBlock : min((b+1)*drawBlock, len(w))]
 		var a0, a1, a2, a3 float64
 		i := 0
@@ -455,54 +556,26 @@ func (s *Sampler) drawAll(logits []float32, u float64) (int32, error) {
 		for ; i < len(blk); i++ {
 			a0 += float64(blk[i])
 		}
-		s.bsum[b] = (a0 + a1) + (a2 + a3)
-		total += s.bsum[b]
+		bsum[b] = (a0 + a1) + (a2 + a3)
+		total += bsum[b]
 	}
 	target := u * total
 	run := 0.0
-	for b, bs := range s.bsum {
+	for b, bs := range bsum {
 		if run+bs <= target {
 			run += bs
 			continue
 		}
-		// target lies in this block (it must: the last block takes run to total > target).
-		// Walked one by one its weights may, by rounding, stop short of target: the last one
-		// with a weight is taken then, never a token of weight 0.
 		last := -1
 		for i := b * drawBlock; i < min((b+1)*drawBlock, len(w)); i++ {
 			if w[i] > 0 {
 				last = i
 				if run += float64(w[i]); run > target {
-					return int32(i), nil
+					return i
 				}
 			}
 		}
-		return int32(last), nil
+		return last
 	}
-	return best, nil // not reached: u < 1
-}
-
-// draw picks one of c with probability softmax(logit/T) using u in [0, 1).
-func (s *Sampler) draw(c []candidate, u float64) int32 {
-	mx := c[0].logit
-	for _, x := range c[1:] {
-		mx = max(mx, x.logit)
-	}
-	m := float64(mx)
-	w := s.weights[:len(c)]
-	sum := 0.0
-	for i, x := range c {
-		w[i] = math.Exp((float64(x.logit) - m) * s.invTemp)
-		sum += w[i]
-	}
-	target := u * sum
-	acc := 0.0
-	for i := range c {
-		// acc reaches sum exactly (same additions in the same order) and target < sum, so
-		// this returns, and never at a zero weight.
-		if acc += w[i]; acc > target {
-			return c[i].id
-		}
-	}
-	return c[0].id
+	return len(w) - 1 // not reached: u < 1 and the last block takes run to total
 }

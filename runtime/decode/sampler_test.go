@@ -219,8 +219,11 @@ func TestFilter(t *testing.T) {
 						for i, c := range want {
 							wi[i] = c.id
 						}
-						if (k == 0 || k >= n) && tp == 1 {
-							slices.Sort(wi) // unsorted path keeps id order
+						if k == 0 || k >= n {
+							// without top-k the kept set need not be best-first (unsorted
+							// path: id order; top-p past its first sort: buckets kept whole)
+							slices.Sort(wi)
+							slices.Sort(gi)
 						}
 						if !slices.Equal(gi, wi) {
 							t.Fatalf("n=%d k=%d top_p=%v min_p=%v trial %d:\n got  %v\n want %v", n, k, tp, mp, trial, gi, wi)
@@ -490,7 +493,7 @@ func TestDrawAll(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s.plain == nil {
+			if !s.plain {
 				t.Fatalf("n=%d: a sampler that filters nothing has no whole-vocabulary draw", n)
 			}
 			l := randLogits(r, n, 2, false)
@@ -538,5 +541,45 @@ func TestDrawAll(t *testing.T) {
 	}
 	if id, err := s.Sample([]float32{-inf, -inf, -50, -inf}); err != nil || id != 2 {
 		t.Errorf("single survivor: got %d, %v", id, err)
+	}
+}
+
+// TestTopPLargeVocab: top-p without top-k over a vocabulary's worth of flat and peaked logits,
+// where the cut lies past the first sort and the bucketed path finds it, keeps exactly the
+// reference's best-first prefix (as a set: that path does not sort it).
+func TestTopPLargeVocab(t *testing.T) {
+	r := rand.New(rand.NewPCG(17, 18))
+	for _, n := range []int{32000, 151936} {
+		for _, scale := range []float64{0.3, 1, 3} {
+			for _, tp := range []float32{0.5, 0.9, 0.99} {
+				p := Params{Temperature: 1, TopP: tp, RepeatPenalty: 1}
+				s, err := NewSampler(p, n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				l := randLogits(r, n, scale, scale == 1)
+				want, amb := refFilter(l, p)
+				if amb {
+					continue
+				}
+				got, err := s.filter(l)
+				if err != nil {
+					t.Fatal(err)
+				}
+				gi := make([]int32, len(got))
+				for i, c := range got {
+					gi[i] = c.id
+				}
+				wi := make([]int32, len(want))
+				for i, c := range want {
+					wi[i] = c.id
+				}
+				slices.Sort(gi)
+				slices.Sort(wi)
+				if !slices.Equal(gi, wi) {
+					t.Fatalf("n=%d scale %v top_p %v: kept %d tokens, want %d", n, scale, tp, len(gi), len(wi))
+				}
+			}
+		}
 	}
 }
