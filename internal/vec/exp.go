@@ -39,7 +39,21 @@ func Expf(x float32) float32 {
 // of the new x[i] in float64.
 func ExpSum(x []float32, m float32) float64 { return expSum(x, m) }
 
-var expSum = expSumGo
+// SumExp returns the sum of e^(x[i]-m) in float64, as ExpSum does, leaving x as it is.
+func SumExp(x []float32, m float32) float64 { return sumExp(x, m) }
+
+var (
+	expSum = expSumGo
+	sumExp = sumExpGo
+)
+
+func sumExpGo(x []float32, m float32) float64 {
+	sum := 0.0
+	for _, v := range x {
+		sum += float64(Expf(v - m))
+	}
+	return sum
+}
 
 func expSumGo(x []float32, m float32) float64 {
 	sum := 0.0

@@ -5,7 +5,7 @@ package vec
 import "golang.org/x/sys/cpu"
 
 //go:noescape
-func expSumAVX2(x *float32, n int, m float32) float64
+func expSumAVX2(x *float32, n int, m float32, store bool) float64
 
 //go:noescape
 func maxAVX(x *float32, n int) (m float32, nan bool)
@@ -22,10 +22,22 @@ func init() {
 		k := n &^ 7
 		sum := 0.0
 		if k > 0 {
-			sum = expSumAVX2(&x[0], k, m)
+			sum = expSumAVX2(&x[0], k, m, true)
 		}
 		if k < n {
 			sum += expSumGo(x[k:], m)
+		}
+		return sum
+	}
+	sumExp = func(x []float32, m float32) float64 {
+		n := len(x)
+		k := n &^ 7
+		sum := 0.0
+		if k > 0 {
+			sum = expSumAVX2(&x[0], k, m, false)
+		}
+		if k < n {
+			sum += sumExpGo(x[k:], m)
 		}
 		return sum
 	}

@@ -18,14 +18,15 @@ DATA expc<>+40(SB)/4, $0xc2aeac4f
 DATA expc<>+44(SB)/4, $127
 GLOBL expc<>(SB), RODATA|NOPTR, $48
 
-// func expSumAVX2(x *float32, n int, m float32) float64
-// x[i] = exp(x[i] - m) for i < n, n a multiple of 8, and returns the sum of the new x[i] in
-// float64. x[i] - m must be at most 0 (m is the maximum). exp is computed as expf is: 2^k·e^r
+// func expSumAVX2(x *float32, n int, m float32, store bool) float64
+// Returns the sum of exp(x[i] - m) for i < n, n a multiple of 8, in float64, and with store
+// sets x[i] to exp(x[i] - m). x[i] - m must be at most 0 (m is the maximum). exp is computed as expf is: 2^k·e^r
 // with k = round(x·log2(e)), r = x - k·ln(2), e^r by its Taylor polynomial of degree 7.
 TEXT ·expSumAVX2(SB), NOSPLIT, $0-32
 	MOVQ         x+0(FP), DI
 	MOVQ         n+8(FP), CX
 	VBROADCASTSS m+16(FP), Y15
+	MOVBLZX      store+20(FP), R8
 	VBROADCASTSS expc<>+0(SB), Y14
 	VBROADCASTSS expc<>+4(SB), Y13
 	VBROADCASTSS expc<>+8(SB), Y12
@@ -64,7 +65,11 @@ exploop:
 	VPSLLD       $23, Y1, Y1      // 2^k
 	VMULPS       Y1, Y3, Y3
 	VANDNPS      Y3, Y5, Y3
+	TESTQ        R8, R8
+	JZ           expnostore
 	VMOVUPS      Y3, (DI)(AX*4)
+
+expnostore:
 	VCVTPS2PD    X3, Y4
 	VADDPD       Y4, Y8, Y8
 	VEXTRACTF128 $1, Y3, X4

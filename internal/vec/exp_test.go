@@ -165,3 +165,28 @@ func BenchmarkMaxIndex(b *testing.B) {
 		_ = Index(x, m)
 	}
 }
+
+// TestSumExp: SumExp returns what ExpSum returns, bit for bit, and leaves x unchanged.
+func TestSumExp(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for n := 0; n < 100; n++ {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * 4)
+		}
+		if n > 2 {
+			x[1] = float32(math.Inf(-1))
+		}
+		m, _ := Max(x)
+		orig := append([]float32(nil), x...)
+		got := SumExp(x, m)
+		for i := range x {
+			if math.Float32bits(x[i]) != math.Float32bits(orig[i]) {
+				t.Fatalf("n=%d: SumExp changed x[%d]", n, i)
+			}
+		}
+		if want := ExpSum(x, m); got != want && !(n == 0 && got == 0) {
+			t.Fatalf("n=%d: SumExp = %v, ExpSum = %v", n, got, want)
+		}
+	}
+}
