@@ -20,7 +20,8 @@ import (
 // $PARLEY_BENCH_MODEL names the model (default: a synthetic stories15M-shape Q8_0 model made
 // with parley synth); $PARLEY_BENCH_SHAPE and $PARLEY_BENCH_TYPE change the synthetic one.
 // $PARLEY_BENCH_URL (e.g. http://127.0.0.1:8081) measures another OpenAI-compatible server
-// instead, such as llama-server, with the same clients.
+// instead, such as llama-server, with the same clients; $PARLEY_BENCH_SAMPLING replaces the
+// requests' greedy sampling (see benchSampling).
 func BenchmarkServeStreams(b *testing.B) {
 	base := os.Getenv("PARLEY_BENCH_URL")
 	if base == "" {
@@ -77,6 +78,20 @@ func BenchmarkServeStreams(b *testing.B) {
 	}
 }
 
+// benchSampling is the sampling fields of every request: greedy, unless $PARLEY_BENCH_SAMPLING
+// gives others as JSON members ("temperature":1,"top_p":0.9, for instance; empty: the API's
+// defaults, temperature 1 and top_p 1).
+var benchSampling = func() string {
+	v, ok := os.LookupEnv("PARLEY_BENCH_SAMPLING")
+	if !ok {
+		return `"temperature":0,`
+	}
+	if v == "" {
+		return ""
+	}
+	return v + ","
+}()
+
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
 		return v
@@ -93,7 +108,7 @@ var benchClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: tru
 // streamOnce runs one streaming completion of exactly gen tokens and returns the time to its
 // first token.
 func streamOnce(base, prompt string, gen int) (time.Duration, error) {
-	body := fmt.Sprintf(`{"model":"bench","prompt":%q,"max_tokens":%d,"temperature":0,"stream":true,"ignore_eos":true}`, prompt, gen)
+	body := fmt.Sprintf(`{"model":"bench","prompt":%q,"max_tokens":%d,%s"stream":true,"ignore_eos":true}`, prompt, gen, benchSampling)
 	t0 := time.Now()
 	resp, err := benchClient.Post(base+"/v1/completions", "application/json", strings.NewReader(body))
 	if err != nil {
