@@ -13,34 +13,29 @@ func maxAVX(x *float32, n int) (m float32, nan bool)
 //go:noescape
 func indexAVX(x *float32, n int, v float32) int
 
+// sumAVX2 is ExpSum (store) or SumExp: whole vectors in assembly, the rest in Go.
+func sumAVX2(x []float32, m float32, store bool) float64 {
+	k := len(x) &^ 7
+	sum := 0.0
+	if k > 0 {
+		sum = expSumAVX2(&x[0], k, m, store)
+	}
+	if k < len(x) {
+		if store {
+			sum += expSumGo(x[k:], m)
+		} else {
+			sum += sumExpGo(x[k:], m)
+		}
+	}
+	return sum
+}
+
 func init() {
 	if !cpu.X86.HasAVX2 || !cpu.X86.HasFMA {
 		return
 	}
-	expSum = func(x []float32, m float32) float64 {
-		n := len(x)
-		k := n &^ 7
-		sum := 0.0
-		if k > 0 {
-			sum = expSumAVX2(&x[0], k, m, true)
-		}
-		if k < n {
-			sum += expSumGo(x[k:], m)
-		}
-		return sum
-	}
-	sumExp = func(x []float32, m float32) float64 {
-		n := len(x)
-		k := n &^ 7
-		sum := 0.0
-		if k > 0 {
-			sum = expSumAVX2(&x[0], k, m, false)
-		}
-		if k < n {
-			sum += sumExpGo(x[k:], m)
-		}
-		return sum
-	}
+	expSum = func(x []float32, m float32) float64 { return sumAVX2(x, m, true) }
+	sumExp = func(x []float32, m float32) float64 { return sumAVX2(x, m, false) }
 	maxf = func(x []float32) (float32, bool) {
 		k := len(x) &^ 31
 		if k == 0 {

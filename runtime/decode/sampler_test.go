@@ -211,14 +211,7 @@ func TestFilter(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						gi := make([]int32, len(got))
-						for i, c := range got {
-							gi[i] = c.id
-						}
-						wi := make([]int32, len(want))
-						for i, c := range want {
-							wi[i] = c.id
-						}
+						gi, wi := candIDs(got), refIDs(want)
 						if k == 0 || k >= n {
 							// without top-k the kept set need not be best-first (unsorted
 							// path: id order; top-p past its first sort: buckets kept whole)
@@ -566,14 +559,7 @@ func TestTopPLargeVocab(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				gi := make([]int32, len(got))
-				for i, c := range got {
-					gi[i] = c.id
-				}
-				wi := make([]int32, len(want))
-				for i, c := range want {
-					wi[i] = c.id
-				}
+				gi, wi := candIDs(got), refIDs(want)
 				slices.Sort(gi)
 				slices.Sort(wi)
 				if !slices.Equal(gi, wi) {
@@ -582,4 +568,21 @@ func TestTopPLargeVocab(t *testing.T) {
 			}
 		}
 	}
+}
+
+// candIDs and refIDs list the ids of candidates and of reference tokens, in order.
+func candIDs(c []candidate) []int32 {
+	ids := make([]int32, len(c))
+	for i, x := range c {
+		ids[i] = x.id
+	}
+	return ids
+}
+
+func refIDs(t []refTok) []int32 {
+	ids := make([]int32, len(t))
+	for i, x := range t {
+		ids[i] = x.id
+	}
+	return ids
 }
