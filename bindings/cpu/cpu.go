@@ -290,11 +290,11 @@ func (c *Context) MatMul(dst, x []float32, n, k int, w []byte, wt tensor.DType, 
 
 // PackedSize returns the bytes PackWeights writes for m rows of k elements of wt, and whether the
 // interleaved layout serves wt at the current instruction-set level (the quantised types with
-// AVX-512 VNNI). The layout takes as many bytes as the rows (Q4_K and Q5_K: 4 more a row every
+// AVX-512 VNNI, all but Q8_0 with AVX2). The layout takes as many bytes as the rows (Q4_K and Q5_K: 4 more a row every
 // 256 elements), up to a last group padded to sixteen rows.
 // Shapes whose rows are not whole blocks of wt report false too.
 func PackedSize(wt tensor.DType, m, k int) (int, bool) {
-	if m < 0 || k <= 0 || !PackedAvailable() {
+	if m < 0 || k <= 0 || !PackedAvailable(wt) {
 		return 0, false
 	}
 	n := C.pl_packed_size(C.int(wt), C.int64_t(m), C.int64_t(k))
@@ -304,8 +304,8 @@ func PackedSize(wt tensor.DType, m, k int) (int, bool) {
 	return int(n), true
 }
 
-// PackedAvailable reports whether the current instruction-set level runs MatMulPacked.
-func PackedAvailable() bool { return C.pl_packed_available() != 0 }
+// PackedAvailable reports whether the current instruction-set level runs MatMulPacked for wt.
+func PackedAvailable(wt tensor.DType) bool { return C.pl_packed_available(C.int(wt)) != 0 }
 
 // packedCheck returns the size of the packed form of m rows of k elements of wt, or the error
 // an operation op on it gets: a shape error for rows that are not whole blocks, one wrapping

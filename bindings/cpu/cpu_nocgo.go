@@ -64,7 +64,7 @@ func (c *Context) MatMul(dst, x []float32, n, k int, w []byte, wt tensor.DType, 
 func PackedSize(wt tensor.DType, m, k int) (int, bool) { return 0, false }
 
 // PackedAvailable reports false without the native kernels.
-func PackedAvailable() bool { return false }
+func PackedAvailable(wt tensor.DType) bool { return false }
 
 // PackWeights is not available without the native kernels.
 func (c *Context) PackWeights(dst, w []byte, wt tensor.DType, m, k int) error { return ErrNotBuilt }

@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "71fa307b86dd02a8aed797f2e914a35da741f60afe86bea1e5f5ede07b2e3b77"
+const nativeSources = "08388e2eb5f4e1eb338b6e3ce6d24c7b85c88ea4c76e97b7c432cfa46b7bfeef"

@@ -1,6 +1,6 @@
 /*
  * packed.c: quantised weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) interleaved
- * sixteen rows at a time, and their matrix product (AVX-512 VNNI).
+ * sixteen rows at a time, and their matrix product (AVX-512 VNNI; AVX2 for all but Q8_0).
  *
  * In ggml's layout a block's 32 codes lie in one row, so an integer dot product leaves a block's
  * sum spread over the lanes of a vector, and every block costs a conversion, a scale product and
@@ -73,9 +73,12 @@ int64_t pl_packed_size(int wtype, int64_t m, int64_t k) {
     return groups * nu * ub;
 }
 
-int pl_packed_available(void) {
+int pl_packed_available(int wtype) {
     plx_init();
-    return plx_isa >= PL_ISA_AVX512;
+    if (pk_unit_bytes(wtype) == 0) return 0;
+    /* AVX2 multiplies bytes with vpmaddubsw, whose 16-bit pair sums would saturate on Q8_0's
+     * codes + 128: Q8_0 needs VNNI */
+    return plx_isa >= PL_ISA_AVX512 || (plx_isa >= PL_ISA_AVX2 && wtype != PL_Q8_0);
 }
 
 /* scale_min_k4: the 6-bit scale and minimum of sub-block j (0..7) of a Q4_K/Q5_K super-block. */
@@ -315,7 +318,7 @@ static void pk_pack_act(int wtype, const float *x, int64_t k, uint8_t *dst) {
 #define PK_PREFETCH 8192
 
 /* pk_prefetch prefetches the bytes [p+PK_PREFETCH, p+PK_PREFETCH+n). */
-__attribute__((always_inline)) PL_TARGET_AVX512 static inline void pk_prefetch(const uint8_t *p, int n) {
+__attribute__((always_inline)) static inline void pk_prefetch(const uint8_t *p, int n) {
     for (int l = 0; l < n; l += 64) _mm_prefetch((const char *)p + PK_PREFETCH + l, _MM_HINT_T1);
 }
 
@@ -517,6 +520,184 @@ PK_KERNS(PL_Q4_K, q4_k)
 PK_KERNS(PL_Q5_K, q5_k)
 PK_KERNS(PL_Q6_K, q6_k)
 
+/* ---------------------------------------------------------------- AVX2
+ *
+ * The same layouts through 256-bit vectors: a 64-byte vector's first half holds rows 0-7 of a
+ * group, its second rows 8-15, so a group is two passes of eight rows. Without VNNI, bytes
+ * multiply through vpmaddubsw (pairs of unsigned × signed products summed into 16 bits, which
+ * saturate beyond 32767: fine for codes below 64, 2·63·128 at most, so not for Q8_0) and
+ * vpmaddwd by ones (into 32 bits). Up to four activation rows a pass (sixteen registers). */
+
+#define PK2_RN 4
+
+__attribute__((always_inline)) PL_TARGET_AVX2 static inline void pk2_nib4(const uint8_t *p, __m256i W[8]) {
+    const __m256i lo4 = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(p + 64 * v));
+        W[v] = _mm256_and_si256(x, lo4);
+        W[v + 4] = _mm256_and_si256(_mm256_srli_epi16(x, 4), lo4);
+    }
+}
+
+__attribute__((always_inline)) PL_TARGET_AVX2 static inline void pk2_fifth(const uint8_t *p, __m256i W[8]) {
+    const __m256i b4 = _mm256_set1_epi8(0x10), h = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    W[0] = _mm256_or_si256(W[0], _mm256_and_si256(_mm256_slli_epi16(h, 4), b4));
+    W[1] = _mm256_or_si256(W[1], _mm256_and_si256(_mm256_slli_epi16(h, 3), b4));
+    W[2] = _mm256_or_si256(W[2], _mm256_and_si256(_mm256_slli_epi16(h, 2), b4));
+    W[3] = _mm256_or_si256(W[3], _mm256_and_si256(_mm256_slli_epi16(h, 1), b4));
+    W[4] = _mm256_or_si256(W[4], _mm256_and_si256(h, b4));
+    W[5] = _mm256_or_si256(W[5], _mm256_and_si256(_mm256_srli_epi16(h, 1), b4));
+    W[6] = _mm256_or_si256(W[6], _mm256_and_si256(_mm256_srli_epi16(h, 2), b4));
+    W[7] = _mm256_or_si256(W[7], _mm256_and_si256(_mm256_srli_epi16(h, 3), b4));
+}
+
+__attribute__((always_inline)) PL_TARGET_AVX2 static inline void pk2_top2(const uint8_t *p, __m256i W[8]) {
+    const __m256i m2 = _mm256_set1_epi8(0x30);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m256i hb = _mm256_loadu_si256((const __m256i *)(const void *)(p + 64 * h));
+        W[4 * h + 0] = _mm256_or_si256(W[4 * h + 0], _mm256_and_si256(_mm256_slli_epi16(hb, 4), m2));
+        W[4 * h + 1] = _mm256_or_si256(W[4 * h + 1], _mm256_and_si256(_mm256_slli_epi16(hb, 2), m2));
+        W[4 * h + 2] = _mm256_or_si256(W[4 * h + 2], _mm256_and_si256(hb, m2));
+        W[4 * h + 3] = _mm256_or_si256(W[4 * h + 3], _mm256_and_si256(_mm256_srli_epi16(hb, 2), m2));
+    }
+}
+
+/* pk2_load_sub loads the eight code vectors (eight rows' halves) of a sub-block whose vectors
+ * start at p, for the half of the group that p already points into. */
+__attribute__((always_inline)) PL_TARGET_AVX2 static inline void pk2_load_sub(const int T, const uint8_t *p, __m256i W[8]) {
+    pk2_nib4(p, W);
+    if (T == PL_Q5_0 || T == PL_Q5_1 || T == PL_Q5_K) pk2_fifth(p + 256, W);
+    if (T == PL_Q6_K) pk2_top2(p + 256, W);
+}
+
+/* pk2_dots adds to D[j] the products of W[v0..v1) with the activation codes a + j*as + 4v. */
+__attribute__((always_inline)) PL_TARGET_AVX2 static inline void
+pk2_dots(const int RN, const int v0, const int v1, const __m256i W[8], const uint8_t *a, int64_t as,
+         __m256i D[PK2_RN]) {
+    const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 8
+    for (int v = v0; v < v1; v++)
+#pragma GCC unroll 4
+        for (int j = 0; j < RN; j++) {
+            const __m256i x = _mm256_set1_epi32(ld32(a + j * as + 4 * v));
+            D[j] = _mm256_add_epi32(D[j], _mm256_madd_epi16(_mm256_maddubs_epi16(W[v], x), ones));
+        }
+}
+
+__attribute__((always_inline)) PL_TARGET_AVX2 static inline __m256 pk2_f32x8(const uint8_t *p, const int sgn) {
+    const __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)p);
+    return _mm256_cvtepi32_ps(sgn ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
+}
+
+__attribute__((always_inline)) PL_TARGET_AVX2 static inline __m256 pk2_h8(const uint8_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
+
+/* pk_kern with 256-bit vectors (T not Q8_0, RN <= 4): each group as two halves of eight rows. */
+__attribute__((always_inline)) PL_TARGET_AVX2 static inline void
+pk2_kern(const int T, const int RN, const uint8_t *wp, int64_t g0, int64_t g1, int64_t m, int64_t k,
+         const uint8_t *act, int64_t as, float *out, int64_t ldo) {
+    const int kq = T == PL_Q4_K || T == PL_Q5_K || T == PL_Q6_K;
+    const int has_min = T == PL_Q4_1 || T == PL_Q5_1 || T == PL_Q4_K || T == PL_Q5_K;
+    const int64_t nu = k / (kq ? QKK : 32), ub = pk_unit_bytes(T), sb = pk_sub_bytes(T);
+    const int64_t gb = nu * ub, oa = pk_off_a(k), ob = pk_off_b(k);
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *wg = wp + g * gb;
+        for (int h = 0; h < 2; h++) {
+            const int64_t r0 = g * PK_ROWS + 8 * h;
+            if (r0 >= m) break;
+            __m256 acc[PK2_RN];
+#pragma GCC unroll 4
+            for (int j = 0; j < RN; j++) acc[j] = _mm256_setzero_ps();
+            for (int64_t u = 0; u < nu; u++) {
+                const uint8_t *un = wg + u * ub;
+                if (h == 0) pk_prefetch(un, (int)ub);
+                __m256i W[8], D[PK2_RN], E[PK2_RN];
+                if (!kq) {
+                    pk2_load_sub(T, un + 32 * h, W);
+                    const __m256 dw = pk2_h8(un + sb + 16 * h);
+                    const __m256 mw = has_min ? pk2_h8(un + sb + 32 + 16 * h) : dw;
+#pragma GCC unroll 4
+                    for (int j = 0; j < RN; j++)
+                        D[j] = has_min ? _mm256_setzero_si256() : _mm256_set1_epi32(ld32(act + j * as + ob + 4 * u));
+                    pk2_dots(RN, 0, 8, W, act + 32 * u, as, D);
+#pragma GCC unroll 4
+                    for (int j = 0; j < RN; j++) {
+                        const float dx = *(const float *)(const void *)(act + j * as + oa + 4 * u);
+                        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(D[j]), _mm256_mul_ps(dw, _mm256_set1_ps(dx)), acc[j]);
+                        if (has_min)
+                            acc[j] = _mm256_fmadd_ps(mw, _mm256_set1_ps(*(const float *)(const void *)(act + j * as + ob + 4 * u)), acc[j]);
+                    }
+                } else if (T != PL_Q6_K) {
+                    const __m256 d = pk2_h8(un + 16 * h), dmin = pk2_h8(un + 32 + 16 * h);
+                    for (int s = 0; s < 8; s++) {
+                        const __m256 dsc = _mm256_mul_ps(d, pk2_f32x8(un + 64 + 16 * s + 8 * h, 0));
+                        const __m256 dmn = _mm256_mul_ps(dmin, pk2_f32x8(un + 192 + 16 * s + 8 * h, 0));
+                        pk2_load_sub(T, un + 320 + sb * s + 32 * h, W);
+#pragma GCC unroll 4
+                        for (int j = 0; j < RN; j++) D[j] = _mm256_setzero_si256();
+                        pk2_dots(RN, 0, 8, W, act + QKK * u + 32 * s, as, D);
+#pragma GCC unroll 4
+                        for (int j = 0; j < RN; j++) {
+                            const float dy = *(const float *)(const void *)(act + j * as + oa + 4 * u);
+                            const float mt = *(const float *)(const void *)(act + j * as + ob + 4 * (8 * u + s));
+                            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(D[j]), _mm256_mul_ps(dsc, _mm256_set1_ps(dy)), acc[j]);
+                            acc[j] = _mm256_fnmadd_ps(dmn, _mm256_set1_ps(mt), acc[j]);
+                        }
+                    }
+                } else {
+                    const __m256 d = pk2_h8(un + 16 * h);
+                    for (int s = 0; s < 8; s++) {
+                        const __m256 dsa = _mm256_mul_ps(d, pk2_f32x8(un + 32 + 16 * (2 * s) + 8 * h, 1));
+                        const __m256 dsb = _mm256_mul_ps(d, pk2_f32x8(un + 32 + 16 * (2 * s + 1) + 8 * h, 1));
+                        pk2_load_sub(T, un + 288 + sb * s + 32 * h, W);
+#pragma GCC unroll 4
+                        for (int j = 0; j < RN; j++) {
+                            D[j] = _mm256_set1_epi32(ld32(act + j * as + ob + 4 * (16 * u + 2 * s)));
+                            E[j] = _mm256_set1_epi32(ld32(act + j * as + ob + 4 * (16 * u + 2 * s + 1)));
+                        }
+                        pk2_dots(RN, 0, 4, W, act + QKK * u + 32 * s, as, D);
+                        pk2_dots(RN, 4, 8, W, act + QKK * u + 32 * s, as, E);
+#pragma GCC unroll 4
+                        for (int j = 0; j < RN; j++) {
+                            const __m256 dy = _mm256_set1_ps(*(const float *)(const void *)(act + j * as + oa + 4 * u));
+                            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(D[j]), _mm256_mul_ps(dsa, dy), acc[j]);
+                            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(E[j]), _mm256_mul_ps(dsb, dy), acc[j]);
+                        }
+                    }
+                }
+            }
+            const int rows = (int)PL_MIN((int64_t)8, m - r0);
+            const __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+#pragma GCC unroll 4
+            for (int j = 0; j < RN; j++) _mm256_maskstore_ps(out + j * ldo + r0, mk, acc[j]);
+        }
+    }
+}
+
+#define PK2_KERN(NAME, T, RN)                                                                     \
+    PL_TARGET_AVX2 static void NAME(const uint8_t *wp, int64_t g0, int64_t g1, int64_t m,         \
+                                    int64_t k, const uint8_t *act, int64_t as, float *out,        \
+                                    int64_t ldo) {                                                \
+        pk2_kern(T, RN, wp, g0, g1, m, k, act, as, out, ldo);                                     \
+    }
+#define PK2_KERNS(T, name)                                                                        \
+    PK2_KERN(pk2_##name##_1, T, 1)                                                                \
+    PK2_KERN(pk2_##name##_2, T, 2)                                                                \
+    PK2_KERN(pk2_##name##_3, T, 3)                                                                \
+    PK2_KERN(pk2_##name##_4, T, 4)                                                                \
+    static const pk_fn pk2_##name[PK_RN + 1] = {NULL, pk2_##name##_1, pk2_##name##_2,             \
+                                                pk2_##name##_3, pk2_##name##_4};
+PK2_KERNS(PL_Q4_0, q4_0)
+PK2_KERNS(PL_Q4_1, q4_1)
+PK2_KERNS(PL_Q5_0, q5_0)
+PK2_KERNS(PL_Q5_1, q5_1)
+PK2_KERNS(PL_Q4_K, q4_k)
+PK2_KERNS(PL_Q5_K, q5_k)
+PK2_KERNS(PL_Q6_K, q6_k)
+
 /* ================================================================ matrix product */
 
 typedef struct {
@@ -527,6 +708,7 @@ typedef struct {
     const uint8_t *wp;
     int wtype;
     const pk_fn *fns;
+    int rnmax; /* activation rows a kernel call takes */
     uint8_t *act;
     int64_t as;
     int64_t groups, per; /* groups of 16 rows, groups a work item */
@@ -550,8 +732,8 @@ static void job_pk_mm(void *p, int ith, int nth) {
     int64_t it;
     while ((it = plx_chunk_next(j->ctx)) < items) {
         const int64_t g0 = it * j->per, g1 = PL_MIN(j->groups, g0 + j->per);
-        for (int64_t c0 = 0; c0 < j->n; c0 += PK_RN) {
-            const int rn = (int)PL_MIN((int64_t)PK_RN, j->n - c0);
+        for (int64_t c0 = 0; c0 < j->n; c0 += j->rnmax) {
+            const int rn = (int)PL_MIN((int64_t)j->rnmax, j->n - c0);
             j->fns[rn](j->wp, g0, g1, j->m, j->k, j->act + c0 * j->as, j->as, j->dst + c0 * j->m, j->m);
         }
     }
@@ -563,22 +745,24 @@ int pl_matmul_packed(pl_ctx *ctx, float *dst, const float *x, int64_t n, int64_t
     if (ctx == NULL || n < 0 || m < 0) return PL_ERR_ARG;
     int64_t size = pl_packed_size(wtype, m, k);
     if (size < 0) return (int)size;
-    if (!pl_packed_available()) return PL_ERR_UNSUPPORTED;
+    if (!pl_packed_available(wtype)) return PL_ERR_UNSUPPORTED;
     if (n == 0 || m == 0) return PL_OK;
     if (dst == NULL || x == NULL || wp == NULL) return PL_ERR_ARG;
     if (n > INT32_MAX || m > INT32_MAX || k > INT32_MAX) return PL_ERR_ARG;
 #if PL_X86
     pk_job j = {.ctx = ctx, .dst = dst, .x = x, .n = n, .k = k, .m = m, .wp = (const uint8_t *)wp,
                 .wtype = wtype, .as = pk_act_stride(k), .groups = (m + PK_ROWS - 1) / PK_ROWS};
+    const int v512 = plx_isa >= PL_ISA_AVX512;
+    j.rnmax = v512 ? PK_RN : PK2_RN;
     switch (wtype) {
     case PL_Q8_0: j.fns = pk_q8_0; break;
-    case PL_Q4_0: j.fns = pk_q4_0; break;
-    case PL_Q4_1: j.fns = pk_q4_1; break;
-    case PL_Q5_0: j.fns = pk_q5_0; break;
-    case PL_Q5_1: j.fns = pk_q5_1; break;
-    case PL_Q4_K: j.fns = pk_q4_k; break;
-    case PL_Q5_K: j.fns = pk_q5_k; break;
-    default: j.fns = pk_q6_k; break;
+    case PL_Q4_0: j.fns = v512 ? pk_q4_0 : pk2_q4_0; break;
+    case PL_Q4_1: j.fns = v512 ? pk_q4_1 : pk2_q4_1; break;
+    case PL_Q5_0: j.fns = v512 ? pk_q5_0 : pk2_q5_0; break;
+    case PL_Q5_1: j.fns = v512 ? pk_q5_1 : pk2_q5_1; break;
+    case PL_Q4_K: j.fns = v512 ? pk_q4_k : pk2_q4_k; break;
+    case PL_Q5_K: j.fns = v512 ? pk_q5_k : pk2_q5_k; break;
+    default: j.fns = v512 ? pk_q6_k : pk2_q6_k; break;
     }
     /* A decode step's few rows: two items a thread, each a long stream of weights. Longer batches:
      * items of four groups, whose weights stay in cache while every row of x passes. */

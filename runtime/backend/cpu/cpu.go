@@ -5,8 +5,8 @@
 //
 // Weights given to Load are used in place, never copied (they are normally memory-mapped GGUF
 // bytes), except F32 data that is not 4-byte aligned. Repack (backend.Repacker) rearranges a
-// quantised matrix into the interleaved layout of the AVX-512 VNNI kernels, about as large as its
-// rows, which MatMul then reads instead (PARLEY_CPU_REPACK=0 turns this off: the matrices then
+// quantised matrix into the interleaved layout of the AVX-512 VNNI kernels (and AVX2 ones for all
+// types but Q8_0), about as large as its rows, which MatMul then reads instead (PARLEY_CPU_REPACK=0 turns this off: the matrices then
 // stay shared, evictable pages of the file, at the row layout's speed). Activations and KV caches
 // live in native memory owned by the backend. Operations are synchronous: each returns when its result is
 // complete, and makes no Go allocation in steady state.
@@ -396,7 +396,7 @@ func (b *Backend) MatMul(dst, x, w backend.Tensor) error {
 		clear(d.f32)
 		return nil
 	}
-	if wt.packed != nil && cpu.PackedAvailable() { // else the ISA level was lowered: the rows serve
+	if wt.packed != nil && cpu.PackedAvailable(wt.dt) { // else the ISA level was lowered: the rows serve
 		return b.ctx.MatMulPacked(d.f32, xt.f32, xt.rows, xt.cols, wt.packed.Bytes(), wt.dt, wt.rows)
 	}
 	return b.ctx.MatMul(d.f32, xt.f32, xt.rows, xt.cols, wt.data, wt.dt, wt.rows)

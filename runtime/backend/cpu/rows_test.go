@@ -75,16 +75,18 @@ func TestFewRowsAsOne(t *testing.T) {
 // TestRepacked: weights repacked for the interleaved kernels give every activation row the same
 // float32 whatever the batch (1 to 33 rows: one kernel call or several) and the number of threads,
 // bit for bit; the matrix's last group of sixteen rows is padded (m = 70, and m = 5: one group,
-// mostly padding), and rows of one, two and nine blocks are covered. With the instruction set lowered below the interleaved
-// kernels, MatMul falls back to the loaded rows and gives exactly what an unrepacked tensor does.
+// mostly padding), and rows of one, two and nine blocks are covered, with the AVX-512 VNNI kernels
+// and the AVX2 ones (every type but Q8_0). With the instruction set lowered below the
+// interleaved kernels, MatMul falls back to the loaded rows and gives exactly what an unrepacked
+// tensor does.
 func TestRepacked(t *testing.T) {
 	if !cpu.Available() {
 		t.Skip(cpu.ErrNotBuilt)
 	}
-	if _, ok := cpu.PackedSize(tensor.Q8_0, 16, 32); !ok {
-		t.Skip("no interleaved kernels at this instruction set")
-	}
 	best := cpu.BestISA()
+	if best < cpu.ISAAVX2 {
+		t.Skip("no interleaved kernels on this processor")
+	}
 	defer cpu.SetISA(best)
 	r := rand.New(rand.NewPCG(5, 6))
 	bs := map[int]*Backend{}
@@ -94,15 +96,18 @@ func TestRepacked(t *testing.T) {
 		bs[th] = b.(*Backend)
 		defer b.Close()
 	}
-	for _, m := range []int{5, 70} {
-		testRepackedRows(t, r, bs, m)
+	for isa := cpu.ISAAVX2; isa <= best; isa++ {
+		must(t, cpu.SetISA(isa))
+		for _, m := range []int{5, 70} {
+			testRepackedRows(t, r, bs, isa, m)
+		}
 	}
+	must(t, cpu.SetISA(best))
 	testNotRepacked(t, bs[1])
 }
 
-// testRepackedRows is TestRepacked for matrices of m rows.
-func testRepackedRows(t *testing.T, r *rand.Rand, bs map[int]*Backend, m int) {
-	best := cpu.BestISA()
+// testRepackedRows is TestRepacked for matrices of m rows at instruction set isa, the current one.
+func testRepackedRows(t *testing.T, r *rand.Rand, bs map[int]*Backend, isa cpu.ISA, m int) {
 	// product runs x [n, k] through w on b and returns the result.
 	product := func(b *Backend, w backend.Tensor, xs []float32, n, k int) []float32 {
 		x, err1 := b.Alloc(tensor.F32, n, k)
@@ -115,6 +120,9 @@ func testRepackedRows(t *testing.T, r *rand.Rand, bs map[int]*Backend, m int) {
 		ks := []int{32, 64, 288, 512}
 		if dt.BlockSize() == 256 {
 			ks = []int{256, 768}
+		}
+		if !cpu.PackedAvailable(dt) {
+			continue
 		}
 		for _, k := range ks {
 			src := make([]float32, m*k)
@@ -155,8 +163,8 @@ func testRepackedRows(t *testing.T, r *rand.Rand, bs map[int]*Backend, m int) {
 					got := product(bs[th], ws[th], xs[:n*k], n, k)
 					for i := range got {
 						if math.Float32bits(got[i]) != math.Float32bits(alone[i]) {
-							t.Fatalf("%v k=%d, %d threads, %d rows: row %d, output %d: %v in the batch, %v alone",
-								dt, k, th, n, i/m, i%m, got[i], alone[i])
+							t.Fatalf("%v %v k=%d, %d threads, %d rows: row %d, output %d: %v in the batch, %v alone",
+								isa, dt, k, th, n, i/m, i%m, got[i], alone[i])
 						}
 					}
 				}
@@ -179,17 +187,18 @@ func testRepackedRows(t *testing.T, r *rand.Rand, bs map[int]*Backend, m int) {
 					s += math.Abs(float64(wf[(i%m)*k+c]) * float64(xs[(i/m)*k+c]))
 				}
 				if tol := 4 * float64(k/16+2) * 0x1p-24 * s; math.Abs(float64(alone[i]-want)) > tol {
-					t.Fatalf("%v k=%d: row %d, output %d: %v repacked, %v in row layout (tolerance %.3g)", dt, k, i/m, i%m, alone[i], want, tol)
+					t.Fatalf("%v %v k=%d: row %d, output %d: %v repacked, %v in row layout (tolerance %.3g)", isa, dt, k, i/m, i%m, alone[i], want, tol)
 				}
 			}
-			// Lowered below AVX-512: the loaded rows serve, exactly as for an unrepacked tensor.
-			must(t, cpu.SetISA(cpu.ISAAVX2))
+			// Lowered below the interleaved kernels: the loaded rows serve, exactly as for an
+			// unrepacked tensor.
+			must(t, cpu.SetISA(cpu.ISAScalar))
 			want := product(b, plain, xs[:5*k], 5, k)
 			got := product(b, ws[1], xs[:5*k], 5, k)
-			must(t, cpu.SetISA(best), plain.Close())
+			must(t, cpu.SetISA(isa), plain.Close())
 			for i := range got {
 				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-					t.Fatalf("%v k=%d at AVX2: output %d: %v repacked, %v loaded", dt, k, i, got[i], want[i])
+					t.Fatalf("%v k=%d, scalar: output %d: %v repacked, %v loaded", dt, k, i, got[i], want[i])
 				}
 			}
 		}
