@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/parleyhq/parley/internal/vec"
 	"github.com/parleyhq/parley/runtime/engine"
 	"github.com/parleyhq/parley/runtime/kvcache"
 	"github.com/parleyhq/parley/runtime/models/llama"
@@ -253,13 +254,8 @@ func benchParallel(c *llama.Context, vocab, n, tg int, rng *rand.Rand) (float64,
 }
 
 func argmax32(x []float32) int32 {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return int32(best)
+	m, _ := vec.Max(x) // the server's sampler finds a greedy token the same way
+	return int32(max(vec.Index(x, m), 0))
 }
 
 func median(x []float64) float64 {
