@@ -472,10 +472,10 @@ func TestZeroAllocs(t *testing.T) {
 	}
 }
 
-// TestDrawAll checks the whole-vocabulary draw of samplers that filter nothing against draw, the
-// float64 draw over filtered candidates: for the same u both pick the same token except where
-// u·sum falls within float32 rounding of a boundary between two tokens (a few in 10^5), a token
-// banned with -Inf is never picked, and the errors are filter's.
+// TestDrawAll checks the whole-vocabulary draw of samplers that filter nothing, and draw over the
+// filtered candidates, against refDraw, a float64 draw: for the same u all pick the same token
+// except where u·sum falls within float32 rounding of a boundary between two tokens (a few in
+// 10^5); a token banned with -Inf is never picked, and the errors are filter's.
 func TestDrawAll(t *testing.T) {
 	r := rand.New(rand.NewPCG(15, 16))
 	differ, total := 0, 0
@@ -498,6 +498,7 @@ func TestDrawAll(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			rw := refWeights(l, temp)
 			for i := 0; i < 2000; i++ {
 				u := r.Float64()
 				got, err := s.drawAll(l, u)
@@ -507,16 +508,20 @@ func TestDrawAll(t *testing.T) {
 				if math.IsInf(float64(l[got]), -1) {
 					t.Fatalf("n=%d temp %v u=%v: banned token %d drawn", n, temp, u, got)
 				}
-				if got != s.draw(c, u) {
+				want := refDraw(rw, u)
+				if got != want {
 					differ++
 				}
-				total++
+				if s.draw(c, u) != want {
+					differ++
+				}
+				total += 2
 			}
 		}
 	}
-	t.Logf("drawAll and draw disagree on %d of %d draws", differ, total)
+	t.Logf("%d of %d draws differ from the float64 draw", differ, total)
 	if differ > total/1000 {
-		t.Errorf("drawAll and draw disagree on %d of %d draws", differ, total)
+		t.Errorf("%d of %d draws differ from the float64 draw", differ, total)
 	}
 	s, _ := NewSampler(Params{Temperature: 1, TopP: 1, RepeatPenalty: 1}, 4)
 	inf := float32(math.Inf(1))
@@ -585,4 +590,33 @@ func refIDs(t []refTok) []int32 {
 		ids[i] = x.id
 	}
 	return ids
+}
+
+// refWeights returns the float64 weights exp((logit - max)/temp) of logits, in id order.
+func refWeights(logits []float32, temp float32) []float64 {
+	mx := math.Inf(-1)
+	for _, v := range logits {
+		mx = max(mx, float64(v))
+	}
+	w := make([]float64, len(logits))
+	for i, v := range logits {
+		w[i] = math.Exp((float64(v) - mx) / float64(temp))
+	}
+	return w
+}
+
+// refDraw picks token i with probability w[i]/Σw using u in [0, 1), summing and walking the
+// weights in id order in float64.
+func refDraw(w []float64, u float64) int32 {
+	sum := 0.0
+	for _, x := range w {
+		sum += x
+	}
+	acc, target := 0.0, u*sum
+	for i := range w {
+		if acc += w[i]; acc > target {
+			return int32(i)
+		}
+	}
+	return int32(len(w) - 1)
 }
