@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/parleyhq/parley/runtime/backend"
@@ -60,6 +61,7 @@ func SetISA(isa ISA) error {
 	if st := C.pl_cpu_set_isa(C.int(isa)); st != C.PL_OK {
 		return fmt.Errorf("cpu: set ISA %v: this processor supports up to %v", isa, BestISA())
 	}
+	refreshPacked()
 	return nil
 }
 
@@ -305,7 +307,21 @@ func PackedSize(wt tensor.DType, m, k int) (int, bool) {
 }
 
 // PackedAvailable reports whether the current instruction-set level runs MatMulPacked for wt.
-func PackedAvailable(wt tensor.DType) bool { return C.pl_packed_available(C.int(wt)) != 0 }
+func PackedAvailable(wt tensor.DType) bool {
+	return int(wt) >= 0 && int(wt) < len(packedOK) && packedOK[wt].Load()
+}
+
+// packedOK caches pl_packed_available for each type id at the current level: MatMul asks for
+// every product, and SetISA, which alone changes the level, refreshes it.
+var packedOK [32]atomic.Bool
+
+func refreshPacked() {
+	for i := range packedOK {
+		packedOK[i].Store(C.pl_packed_available(C.int(i)) != 0)
+	}
+}
+
+func init() { refreshPacked() }
 
 // packedCheck returns the size of the packed form of m rows of k elements of wt, or the error
 // an operation op on it gets: a shape error for rows that are not whole blocks, one wrapping
