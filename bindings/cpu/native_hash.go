@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "08388e2eb5f4e1eb338b6e3ce6d24c7b85c88ea4c76e97b7c432cfa46b7bfeef"
+const nativeSources = "e37dd8c13d57fcb53225eff6751014ef475ffa3b06925660abd9141f3b289351"

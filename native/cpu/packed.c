@@ -353,14 +353,9 @@ pk_dots(const int RN, const int v0, const int v1, const int split, const __m512i
  * bit v of each byte moves to bit 4 of W[v]. */
 __attribute__((always_inline)) PL_TARGET_AVX512 static inline void pk_fifth(const uint8_t *p, __m512i W[8]) {
     const __m512i b4 = _mm512_set1_epi8(0x10), h = _mm512_loadu_si512((const void *)p);
-    W[0] = _mm512_or_si512(W[0], _mm512_and_si512(_mm512_slli_epi16(h, 4), b4));
-    W[1] = _mm512_or_si512(W[1], _mm512_and_si512(_mm512_slli_epi16(h, 3), b4));
-    W[2] = _mm512_or_si512(W[2], _mm512_and_si512(_mm512_slli_epi16(h, 2), b4));
-    W[3] = _mm512_or_si512(W[3], _mm512_and_si512(_mm512_slli_epi16(h, 1), b4));
-    W[4] = _mm512_or_si512(W[4], _mm512_and_si512(h, b4));
-    W[5] = _mm512_or_si512(W[5], _mm512_and_si512(_mm512_srli_epi16(h, 1), b4));
-    W[6] = _mm512_or_si512(W[6], _mm512_and_si512(_mm512_srli_epi16(h, 2), b4));
-    W[7] = _mm512_or_si512(W[7], _mm512_and_si512(_mm512_srli_epi16(h, 3), b4));
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; v++) /* shifts within 16-bit lanes: the mask drops the other byte's bits */
+        W[v] = _mm512_or_si512(W[v], _mm512_and_si512(v <= 4 ? _mm512_slli_epi16(h, 4 - v) : _mm512_srli_epi16(h, v - 4), b4));
 }
 
 /* pk_top2 ORs Q6_K's top two bits (the two vectors at p, see pk_sub) into W[0..7] as bits 4-5. */
@@ -369,10 +364,9 @@ __attribute__((always_inline)) PL_TARGET_AVX512 static inline void pk_top2(const
 #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
         const __m512i hb = _mm512_loadu_si512((const void *)(p + 64 * h));
-        W[4 * h + 0] = _mm512_or_si512(W[4 * h + 0], _mm512_and_si512(_mm512_slli_epi16(hb, 4), m2));
-        W[4 * h + 1] = _mm512_or_si512(W[4 * h + 1], _mm512_and_si512(_mm512_slli_epi16(hb, 2), m2));
-        W[4 * h + 2] = _mm512_or_si512(W[4 * h + 2], _mm512_and_si512(hb, m2));
-        W[4 * h + 3] = _mm512_or_si512(W[4 * h + 3], _mm512_and_si512(_mm512_srli_epi16(hb, 2), m2));
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) /* bit pair i to bits 4-5 */
+            W[4 * h + i] = _mm512_or_si512(W[4 * h + i], _mm512_and_si512(i <= 2 ? _mm512_slli_epi16(hb, 4 - 2 * i) : _mm512_srli_epi16(hb, 2), m2));
     }
 }
 
@@ -542,14 +536,9 @@ __attribute__((always_inline)) PL_TARGET_AVX2 static inline void pk2_nib4(const 
 
 __attribute__((always_inline)) PL_TARGET_AVX2 static inline void pk2_fifth(const uint8_t *p, __m256i W[8]) {
     const __m256i b4 = _mm256_set1_epi8(0x10), h = _mm256_loadu_si256((const __m256i *)(const void *)p);
-    W[0] = _mm256_or_si256(W[0], _mm256_and_si256(_mm256_slli_epi16(h, 4), b4));
-    W[1] = _mm256_or_si256(W[1], _mm256_and_si256(_mm256_slli_epi16(h, 3), b4));
-    W[2] = _mm256_or_si256(W[2], _mm256_and_si256(_mm256_slli_epi16(h, 2), b4));
-    W[3] = _mm256_or_si256(W[3], _mm256_and_si256(_mm256_slli_epi16(h, 1), b4));
-    W[4] = _mm256_or_si256(W[4], _mm256_and_si256(h, b4));
-    W[5] = _mm256_or_si256(W[5], _mm256_and_si256(_mm256_srli_epi16(h, 1), b4));
-    W[6] = _mm256_or_si256(W[6], _mm256_and_si256(_mm256_srli_epi16(h, 2), b4));
-    W[7] = _mm256_or_si256(W[7], _mm256_and_si256(_mm256_srli_epi16(h, 3), b4));
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; v++)
+        W[v] = _mm256_or_si256(W[v], _mm256_and_si256(v <= 4 ? _mm256_slli_epi16(h, 4 - v) : _mm256_srli_epi16(h, v - 4), b4));
 }
 
 __attribute__((always_inline)) PL_TARGET_AVX2 static inline void pk2_top2(const uint8_t *p, __m256i W[8]) {
@@ -557,10 +546,9 @@ __attribute__((always_inline)) PL_TARGET_AVX2 static inline void pk2_top2(const 
 #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
         const __m256i hb = _mm256_loadu_si256((const __m256i *)(const void *)(p + 64 * h));
-        W[4 * h + 0] = _mm256_or_si256(W[4 * h + 0], _mm256_and_si256(_mm256_slli_epi16(hb, 4), m2));
-        W[4 * h + 1] = _mm256_or_si256(W[4 * h + 1], _mm256_and_si256(_mm256_slli_epi16(hb, 2), m2));
-        W[4 * h + 2] = _mm256_or_si256(W[4 * h + 2], _mm256_and_si256(hb, m2));
-        W[4 * h + 3] = _mm256_or_si256(W[4 * h + 3], _mm256_and_si256(_mm256_srli_epi16(hb, 2), m2));
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            W[4 * h + i] = _mm256_or_si256(W[4 * h + i], _mm256_and_si256(i <= 2 ? _mm256_slli_epi16(hb, 4 - 2 * i) : _mm256_srli_epi16(hb, 2), m2));
     }
 }
 
