@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "e37dd8c13d57fcb53225eff6751014ef475ffa3b06925660abd9141f3b289351"
+const nativeSources = "da470a1793c002090071038d0234428abd72e368e423b1564d9e2a4c3d629073"

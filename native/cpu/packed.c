@@ -487,21 +487,24 @@ pk_kern(const int T, const int RN, const uint8_t *wp, int64_t g0, int64_t g1, in
 typedef void (*pk_fn)(const uint8_t *wp, int64_t g0, int64_t g1, int64_t m, int64_t k,
                       const uint8_t *act, int64_t as, float *out, int64_t ldo);
 
-#define PK_KERN(NAME, T, RN)                                                                      \
-    PL_TARGET_AVX512 static void NAME(const uint8_t *wp, int64_t g0, int64_t g1, int64_t m,       \
-                                      int64_t k, const uint8_t *act, int64_t as, float *out,      \
-                                      int64_t ldo) {                                              \
-        pk_kern(T, RN, wp, g0, g1, m, k, act, as, out, ldo);                                      \
+/* PK_KERN defines NAME, the kernel KERN (pk_kern, pk2_kern) for type T and RN rows, compiled for
+ * TARGET; PK_KERNS the kernels of prefix P for one to N rows and their table P_name[rn]. */
+#define PK_KERN(NAME, TARGET, KERN, T, RN)                                                        \
+    TARGET static void NAME(const uint8_t *wp, int64_t g0, int64_t g1, int64_t m, int64_t k,      \
+                            const uint8_t *act, int64_t as, float *out, int64_t ldo) {            \
+        KERN(T, RN, wp, g0, g1, m, k, act, as, out, ldo);                                         \
     }
+#define PK_KERNS4(P, TARGET, KERN, T, name)                                                       \
+    PK_KERN(P##_##name##_1, TARGET, KERN, T, 1)                                                   \
+    PK_KERN(P##_##name##_2, TARGET, KERN, T, 2)                                                   \
+    PK_KERN(P##_##name##_3, TARGET, KERN, T, 3)                                                   \
+    PK_KERN(P##_##name##_4, TARGET, KERN, T, 4)
 #define PK_KERNS(T, name)                                                                         \
-    PK_KERN(pk_##name##_1, T, 1)                                                                  \
-    PK_KERN(pk_##name##_2, T, 2)                                                                  \
-    PK_KERN(pk_##name##_3, T, 3)                                                                  \
-    PK_KERN(pk_##name##_4, T, 4)                                                                  \
-    PK_KERN(pk_##name##_5, T, 5)                                                                  \
-    PK_KERN(pk_##name##_6, T, 6)                                                                  \
-    PK_KERN(pk_##name##_7, T, 7)                                                                  \
-    PK_KERN(pk_##name##_8, T, 8)                                                                  \
+    PK_KERNS4(pk, PL_TARGET_AVX512, pk_kern, T, name)                                             \
+    PK_KERN(pk_##name##_5, PL_TARGET_AVX512, pk_kern, T, 5)                                       \
+    PK_KERN(pk_##name##_6, PL_TARGET_AVX512, pk_kern, T, 6)                                       \
+    PK_KERN(pk_##name##_7, PL_TARGET_AVX512, pk_kern, T, 7)                                       \
+    PK_KERN(pk_##name##_8, PL_TARGET_AVX512, pk_kern, T, 8)                                       \
     static const pk_fn pk_##name[PK_RN + 1] = {NULL,           pk_##name##_1, pk_##name##_2,      \
                                                pk_##name##_3,  pk_##name##_4, pk_##name##_5,      \
                                                pk_##name##_6,  pk_##name##_7, pk_##name##_8};
@@ -665,17 +668,8 @@ pk2_kern(const int T, const int RN, const uint8_t *wp, int64_t g0, int64_t g1, i
     }
 }
 
-#define PK2_KERN(NAME, T, RN)                                                                     \
-    PL_TARGET_AVX2 static void NAME(const uint8_t *wp, int64_t g0, int64_t g1, int64_t m,         \
-                                    int64_t k, const uint8_t *act, int64_t as, float *out,        \
-                                    int64_t ldo) {                                                \
-        pk2_kern(T, RN, wp, g0, g1, m, k, act, as, out, ldo);                                     \
-    }
 #define PK2_KERNS(T, name)                                                                        \
-    PK2_KERN(pk2_##name##_1, T, 1)                                                                \
-    PK2_KERN(pk2_##name##_2, T, 2)                                                                \
-    PK2_KERN(pk2_##name##_3, T, 3)                                                                \
-    PK2_KERN(pk2_##name##_4, T, 4)                                                                \
+    PK_KERNS4(pk2, PL_TARGET_AVX2, pk2_kern, T, name)                                             \
     static const pk_fn pk2_##name[PK_RN + 1] = {NULL, pk2_##name##_1, pk2_##name##_2,             \
                                                 pk2_##name##_3, pk2_##name##_4};
 PK2_KERNS(PL_Q4_0, q4_0)
