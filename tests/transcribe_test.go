@@ -133,3 +133,42 @@ func TestTranscribeFormatsAndBadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestConvertToGGUF: `parley convert` writes the whisper.cpp model as GGUF, `parley inspect`
+// reads it, and transcribing with the GGUF file prints exactly what the ggml file gives.
+func TestConvertToGGUF(t *testing.T) {
+	model := sharedtest.WhisperRandomModel(t, "tiny.en")
+	out := filepath.Join(t.TempDir(), "tiny.en.gguf")
+	if res := parley(t, "", "convert", "-o", out, model); res.code != 0 {
+		t.Fatalf("convert: exit %d: %s", res.code, res.stderr)
+	}
+	res := parley(t, "", "inspect", "--json", out)
+	if res.code != 0 {
+		t.Fatalf("inspect: exit %d: %s", res.code, res.stderr)
+	}
+	var info struct {
+		Metadata map[string]any
+		Tensors  []struct{ Name string }
+	}
+	if err := json.Unmarshal([]byte(res.stdout), &info); err != nil {
+		t.Fatal(err)
+	}
+	if info.Metadata["general.architecture"] != "whisper" || info.Metadata["whisper.decoder.block_count"] != float64(4) || len(info.Tensors) < 100 {
+		t.Errorf("inspect: architecture %v, decoder blocks %v, %d tensors", info.Metadata["general.architecture"], info.Metadata["whisper.decoder.block_count"], len(info.Tensors))
+	}
+	wav := sharedtest.Path(t, "data/asr/wav/jfk.wav")
+	var outs []string
+	for _, m := range []string{model, out} {
+		res := parley(t, "", "transcribe", "-m", m, "--language", "en", "--no-fallback", "--json", wav)
+		if res.code != 0 {
+			t.Fatalf("transcribe %s: exit %d: %s", filepath.Base(m), res.code, res.stderr)
+		}
+		outs = append(outs, res.stdout)
+	}
+	if outs[0] != outs[1] || !strings.Contains(outs[0], `"tokens"`) {
+		t.Errorf("the GGUF file transcribes differently:\nggml: %.300s\ngguf: %.300s", outs[0], outs[1])
+	}
+	if res := parley(t, "", "convert", "-o", filepath.Join(t.TempDir(), "x.gguf"), wav); res.code == 0 || !strings.Contains(res.stderr, "ggml") {
+		t.Errorf("converting a WAV file: exit %d: %s", res.code, res.stderr)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -48,7 +47,7 @@ func runServe(e *env, args []string) error {
 	fs := newFlags(e, "serve", "-m [ALIAS=]MODEL [-m ...] [flags]   (every flag also reads $PARLEY_<FLAG>)")
 	bf := addBackendFlags(fs)
 	var models multiFlag
-	fs.Var(&models, "m", "model file, or ALIAS=FILE, where FILE may be hf://owner/repo[@rev]/file.gguf (downloaded once into $PARLEY_CACHE; repeatable; $PARLEY_MODEL, comma-separated); a whisper.cpp ggml file is served as a speech recognition model")
+	fs.Var(&models, "m", "model file, or ALIAS=FILE, where FILE may be hf://owner/repo[@rev]/file.gguf (downloaded once into $PARLEY_CACHE; repeatable; $PARLEY_MODEL, comma-separated); a Whisper model (whisper.cpp ggml file, or GGUF of architecture whisper) is served as a speech recognition model")
 	host := fs.String("host", envDefault("PARLEY_HOST", "127.0.0.1"), "address to listen on")
 	port := fs.Int("port", envInt("PARLEY_PORT", 8080), "port to listen on (0: any free port, printed at start)")
 	ctxLen := fs.Int("ctx", envInt("PARLEY_CTX", 0), "positions per sequence (0: the model's training context)")
@@ -182,7 +181,7 @@ func runServe(e *env, args []string) error {
 			}
 			sp.path = local
 		}
-		if isWhisper, err := isWhisperFile(sp.path); err != nil {
+		if isWhisper, err := whisper.IsModelFile(sp.path); err != nil {
 			hs.Close()
 			return fmt.Errorf("%s: %w", sp.name, err)
 		} else if isWhisper {
@@ -323,19 +322,4 @@ func newLogger(e *env, format, level string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(e.stderr, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
-}
-
-// isWhisperFile reports whether path is a whisper.cpp ggml model: magic 0x67676d6c, little-endian,
-// at offset 0 (the bytes "lmgg"). GGUF files start with "GGUF".
-func isWhisperFile(path string) (bool, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return false, err
-	}
-	defer f.Close()
-	var b [4]byte
-	if _, err := io.ReadFull(f, b[:]); err != nil {
-		return false, nil // too short to be either; the GGUF reader says why
-	}
-	return string(b[:]) == "lmgg", nil
 }

@@ -275,3 +275,58 @@ func MelWindow(dst, mel []float32, nMel, nFrames, offset, width int) ([]float32,
 	}
 	return dst, nil
 }
+
+// SlaneyFilters returns the mel filter bank Whisper was trained with, for files that do not
+// store one: librosa.filters.mel(sr=16000, n_fft=400, n_mels=nMel) with its defaults (Slaney's
+// mel scale, linear below 1 kHz and logarithmic above, from 0 Hz to 8 kHz; each triangle
+// normalised to unit area). It computes as librosa does, in float64, rounding each triangle's
+// weight to float32 before scaling it and the scaled weight again, so the result is the filter
+// bank OpenAI ships (mel_filters.npz) and whisper.cpp's files store.
+func SlaneyFilters(nMel int) (MelFilters, error) {
+	if nMel < 1 || nMel > maxMelBins {
+		return MelFilters{}, fmt.Errorf("audio: %d mel bins is out of range (1 to %d)", nMel, maxMelBins)
+	}
+	// Variables, not constants: Go would fold constant expressions exactly, numpy rounds each step.
+	fSp := 200.0 / 3 // Hz per mel below the break
+	minLogHz := 1000.0
+	minLogMel := minLogHz / fSp
+	logStep := math.Log(6.4) / 27
+	hzToMel := func(f float64) float64 {
+		if f >= minLogHz {
+			return minLogMel + math.Log(f/minLogHz)/logStep
+		}
+		return f / fSp
+	}
+	melToHz := func(m float64) float64 {
+		if m >= minLogMel {
+			return minLogHz * math.Exp(logStep*(m-minLogMel))
+		}
+		return fSp * m
+	}
+	// nMel+2 band edges evenly spaced in mel (numpy.linspace), and the FFT bins' frequencies.
+	lo, hi := hzToMel(0), hzToMel(float64(SampleRate)/2)
+	edges := make([]float64, nMel+2)
+	step := (hi - lo) / float64(nMel+1)
+	for i := range edges {
+		edges[i] = melToHz(lo + float64(i)*step)
+	}
+	edges[nMel+1] = melToHz(hi)
+	var freqs [FreqBins]float64 // numpy.fft.rfftfreq(400, 1/16000)
+	d := 1.0 / SampleRate
+	val := 1.0 / (FrameLength * d)
+	for j := range freqs {
+		freqs[j] = float64(j) * val
+	}
+	f := MelFilters{NMel: nMel, NFFT: FreqBins, Data: make([]float32, nMel*FreqBins)}
+	for i := range nMel {
+		d0, d1 := edges[i+1]-edges[i], edges[i+2]-edges[i+1]
+		norm := 2 / (edges[i+2] - edges[i])
+		for j, fr := range freqs {
+			lower := -(edges[i] - fr) / d0
+			upper := (edges[i+2] - fr) / d1
+			w := float32(math.Max(0, math.Min(lower, upper)))
+			f.Data[i*FreqBins+j] = float32(float64(w) * norm)
+		}
+	}
+	return f, nil
+}

@@ -181,3 +181,26 @@ func cSpace(b byte) bool {
 
 // lowerRune is the first code point of r's lower-case mapping.
 func lowerRune(r rune) rune { return unicode.ToLower(r) }
+
+// ByteLevel returns b written in GPT-2's byte-level alphabet, the form in which byte-level BPE
+// vocabularies (tokenizer.json, GGUF's tokenizer.ggml.tokens) store their tokens.
+func ByteLevel(b []byte) string {
+	s := make([]byte, 0, 2*len(b))
+	for _, c := range b {
+		s = utf8.AppendRune(s, byteToRune[c])
+	}
+	return string(s)
+}
+
+// FromByteLevel returns the bytes a token written in GPT-2's byte-level alphabet stands for, and
+// false if s is not valid UTF-8 or holds a code point outside the alphabet.
+func FromByteLevel(s string) ([]byte, bool) {
+	b := make([]byte, 0, len(s))
+	for _, r := range s {
+		if r < 0 || int(r) >= len(runeToByte) || runeToByte[r] < 0 {
+			return nil, false
+		}
+		b = append(b, byte(runeToByte[r]))
+	}
+	return b, true
+}

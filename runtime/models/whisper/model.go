@@ -1,7 +1,7 @@
-// Package whisper runs OpenAI's Whisper speech recognition models (whisper.cpp's ggml files) on
-// the engine's backends: the audio encoder over 30-second log-mel windows, the cross-attention keys
-// and values computed once per window, and the text decoder stepping many sequences (sessions and
-// beams) in one batched forward over a shared block KV cache.
+// Package whisper runs OpenAI's Whisper speech recognition models (whisper.cpp's ggml files, or
+// GGUF) on the engine's backends: the audio encoder over 30-second log-mel windows, the
+// cross-attention keys and values computed once per window, and the text decoder stepping many
+// sequences (sessions and beams) in one batched forward over a shared block KV cache.
 //
 // The arithmetic follows whisper.cpp with flash attention off: F16 weights multiply F16-rounded
 // activations, attention keys and values are kept in F16 (the encoder's, the decoder's cache and
@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/parleyhq/parley/runtime/audio"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/ggml"
 	"github.com/parleyhq/parley/runtime/tensor"
@@ -91,7 +92,27 @@ type Model struct {
 	decLnW, decLnB backend.Tensor
 
 	weights []backend.Tensor
-	file    *ggml.File
+	file    interface{ Close() error }
+}
+
+// source is what a model file holds, whichever container it came in: whisper.cpp's ggml file or
+// GGUF.
+type source struct {
+	hp      HParams
+	filters ggml.Filters
+	vocab   [][]byte
+	tensors []ggml.Tensor // Data aliases the file
+	index   map[string]int
+	release func([]byte) // the file's pages holding b need not stay resident
+	file    interface{ Close() error }
+}
+
+func (s *source) tensor(name string) (*ggml.Tensor, bool) {
+	i, ok := s.index[name]
+	if !ok {
+		return nil, false
+	}
+	return &s.tensors[i], true
 }
 
 // Backend is the backend the model computes on.
@@ -104,24 +125,41 @@ func (m *Model) Multilingual() bool { return m.NVocab >= 51865 }
 // backends keep pointing into its memory); Close closes both.
 func Load(be backend.Backend, f *ggml.File) (*Model, error) {
 	hp := f.HParams
-	m := &Model{be: be, file: f, HParams: HParams{
-		NVocab: int(hp.NVocab), AudioCtx: int(hp.NAudioCtx), AudioState: int(hp.NAudioState),
-		AudioHead: int(hp.NAudioHead), AudioLayer: int(hp.NAudioLayer), TextCtx: int(hp.NTextCtx),
-		TextState: int(hp.NTextState), TextHead: int(hp.NTextHead), TextLayer: int(hp.NTextLayer),
-		Mels: int(hp.NMels), FType: int(hp.FType),
-	}}
+	src := &source{
+		hp: HParams{
+			NVocab: hp.NVocab, AudioCtx: hp.NAudioCtx, AudioState: hp.NAudioState,
+			AudioHead: hp.NAudioHead, AudioLayer: hp.NAudioLayer, TextCtx: hp.NTextCtx,
+			TextState: hp.NTextState, TextHead: hp.NTextHead, TextLayer: hp.NTextLayer,
+			Mels: hp.NMels, FType: hp.FType,
+		},
+		filters: f.Filters, vocab: f.Vocab, tensors: f.Tensors, index: map[string]int{},
+		release: f.Release, file: f,
+	}
+	for i, t := range f.Tensors {
+		src.index[t.Name] = i
+	}
+	return load(be, src)
+}
+
+// load builds a model from src. On error the file stays open: the caller closes it.
+func load(be backend.Backend, src *source) (*Model, error) {
+	m := &Model{be: be, file: src.file, HParams: src.hp}
 	if err := m.checkShape(); err != nil {
 		return nil, err
 	}
-	m.FilterMels, m.FilterFFT, m.Filters = f.Filters.NMel, f.Filters.NFFT, f.Filters.Data
+	m.FilterMels, m.FilterFFT, m.Filters = src.filters.NMel, src.filters.NFFT, src.filters.Data
 	if m.FilterMels != m.Mels {
 		return nil, fmt.Errorf("whisper: the file has %d mel filters for a model of %d mels", m.FilterMels, m.Mels)
 	}
-	m.Tokens = f.Vocab
-	if len(f.Tensors) == 0 {
+	if m.FilterFFT != audio.FreqBins || len(m.Filters) != m.FilterMels*m.FilterFFT {
+		return nil, fmt.Errorf("whisper: the mel filter bank is %d × %d, want %d × %d", m.FilterMels, m.FilterFFT, m.Mels, audio.FreqBins)
+	}
+	m.Tokens = src.vocab
+	if len(src.tensors) == 0 {
 		return nil, errors.New("whisper: the file has no weights (a vocabulary-only file?)")
 	}
-	if err := m.load(f); err != nil {
+	if err := m.load(src); err != nil {
+		m.file = nil
 		m.Close()
 		return nil, err
 	}
@@ -153,11 +191,11 @@ func (m *Model) checkShape() error {
 }
 
 // load uploads every tensor, checking names, shapes and types against the architecture.
-func (m *Model) load(f *ggml.File) error {
+func (m *Model) load(f *source) error {
 	S, T, V := m.AudioState, m.TextState, m.NVocab
 	used := map[string]bool{}
 	get := func(dst *backend.Tensor, name string, ne ...int) error {
-		t, ok := f.Tensor(name)
+		t, ok := f.tensor(name)
 		if !ok {
 			return fmt.Errorf("whisper: tensor %q is missing", name)
 		}
@@ -170,11 +208,13 @@ func (m *Model) load(f *ggml.File) error {
 		for _, d := range t.Ne {
 			tn *= d
 		}
-		if tn != n || t.Ne[0] != ne[0] {
+		vector := len(ne) == 1 || (len(ne) == 2 && ne[0] == 1)
+		// A vector may be stored as [n], [1, n] or [n, 1] (whisper.cpp writes the convolutions'
+		// biases as [1, n], converters from other checkpoints as [n]).
+		if tn != n || (t.Ne[0] != ne[0] && !(vector && t.Rows() == 1 || vector && int64(t.Ne[0]) == 1)) {
 			return fmt.Errorf("whisper: tensor %q has shape %v, want %v", name, t.Ne, ne)
 		}
 		rows, cols := n/ne[0], ne[0]
-		vector := len(ne) == 1 || (len(ne) == 2 && ne[0] == 1)
 		if vector { // biases and norm weights are used as one row
 			rows, cols = 1, n
 			if t.Type != tensor.F32 {
@@ -203,7 +243,7 @@ func (m *Model) load(f *ggml.File) error {
 				return fmt.Errorf("whisper: tensor %q: %w", name, err)
 			}
 			if ok {
-				f.Release(t.Data)
+				f.release(t.Data)
 				m.weights = append(m.weights, bt)
 				*dst = bt
 				return nil
@@ -212,7 +252,7 @@ func (m *Model) load(f *ggml.File) error {
 		}
 		data := aligned(t.Data)
 		if len(data) > 0 && len(t.Data) > 0 && &data[0] != &t.Data[0] {
-			f.Release(t.Data) // copied: the file's pages need not stay resident as well
+			f.release(t.Data) // copied: the file's pages need not stay resident as well
 		}
 		bt, err := m.be.Load(t.Type, rows, cols, data)
 		if err != nil {
@@ -299,8 +339,8 @@ func (m *Model) load(f *ggml.File) error {
 			return err
 		}
 	}
-	for _, t := range f.Tensors {
-		if !used[t.Name] {
+	for _, t := range f.tensors {
+		if !used[t.Name] && t.Name != melFiltersTensor {
 			return fmt.Errorf("whisper: unexpected tensor %q", t.Name)
 		}
 	}
@@ -338,8 +378,12 @@ func (m *Model) Close() error {
 	return errors.Join(errs...)
 }
 
-// Open opens a whisper.cpp ggml model file and loads it onto be.
+// Open opens a Whisper model file, whisper.cpp's ggml format or GGUF (see LoadGGUF), and loads it
+// onto be.
 func Open(be backend.Backend, path string) (*Model, error) {
+	if isGGUF(path) {
+		return openGGUF(be, path)
+	}
 	f, err := ggml.Open(path)
 	if err != nil {
 		return nil, err

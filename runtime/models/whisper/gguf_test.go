@@ -1,0 +1,339 @@
+package whisper_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/ggml"
+	"github.com/parleyhq/parley/runtime/gguf"
+	"github.com/parleyhq/parley/runtime/models/llama"
+	"github.com/parleyhq/parley/runtime/models/whisper"
+	"github.com/parleyhq/parley/runtime/tensor"
+	"github.com/parleyhq/parley/runtime/tokenizer"
+)
+
+// ggufShape has 64-wide heads, as every Whisper model does, so that a file without head counts
+// gets the right ones.
+var ggufShape = ggml.Shape{Name: "mini", State: 128, Head: 2, AudioLayer: 2, TextLayer: 2}
+
+// bareGGUF writes f's model the way converters that state nothing write it: the architecture and
+// the tensors, vectors as [n], no hyper-parameters, filters or vocabulary.
+func bareGGUF(t *testing.T, f *ggml.File, path string) *gguf.Writer {
+	t.Helper()
+	w := gguf.NewWriter()
+	w.SetString("general.architecture", "whisper")
+	w.SetUint32("whisper.encoder.layer_count", 7) // what such a converter writes, wrongly; not read
+	for _, tn := range f.Tensors {
+		shape := make([]int64, 0, len(tn.Ne))
+		for _, d := range tn.Ne {
+			shape = append(shape, int64(d))
+		}
+		if len(shape) == 2 && shape[0] == 1 {
+			shape = shape[1:]
+		}
+		if err := w.AddTensor(tn.Name, tn.Type, shape, tn.Data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if path != "" {
+		if err := w.WriteFile(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return w
+}
+
+// hfTokenizer returns a Hugging Face tokenizer.json for vocab, with the special tokens after the
+// text tokens as such files have them. The shared files store U+FFFD for the bytes of some tokens,
+// so several ids share a text; a tokenizer.json cannot say that, and has only the first of them.
+func hfTokenizer(t *testing.T, vocab [][]byte) []byte {
+	t.Helper()
+	ids := map[string]int{}
+	for i, b := range vocab {
+		if _, dup := ids[tokenizer.ByteLevel(b)]; len(b) > 0 && !dup {
+			ids[tokenizer.ByteLevel(b)] = i
+		}
+	}
+	ids["<|startoftranscript|>"] = 50257
+	ids["<|en|>"] = 50258
+	b, err := json.Marshal(map[string]any{
+		"version": "1.0",
+		"model":   map[string]any{"type": "BPE", "vocab": ids, "merges": []string{}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestGGUFSameModel: a model converted to GGUF (everything stated), and the same tensors in a
+// bare GGUF with a tokenizer.json beside it (everything derived), load as the ggml file does and
+// transcribe to the same tokens with the same probabilities, bit for bit.
+func TestGGUFSameModel(t *testing.T) {
+	src := synthModel(t, ggufShape, "tiny.en")
+	dir := t.TempDir()
+	gf, err := ggml.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv, err := whisper.ConvertGGML(gf, "mini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := filepath.Join(dir, "full", "mini.gguf")
+	bare := filepath.Join(dir, "bare", "mini.gguf")
+	for _, d := range []string{filepath.Dir(full), filepath.Dir(bare)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := conv.WriteFile(full); err != nil {
+		t.Fatal(err)
+	}
+	bareGGUF(t, gf, bare)
+	if err := os.WriteFile(filepath.Join(filepath.Dir(bare), "tokenizer.json"), hfTokenizer(t, gf.Vocab), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gf.Close()
+
+	for _, p := range []string{src, full, bare} {
+		ok, err := whisper.IsModelFile(p)
+		if err != nil || !ok {
+			t.Errorf("IsModelFile(%s) = %v, %v", filepath.Base(p), ok, err)
+		}
+	}
+
+	be, _, err := backend.New("cpu", backend.Options{Threads: 2})
+	if err != nil {
+		be, _, err = backend.New("go", backend.Options{Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer be.Close()
+	samples := whisper.LoadWAV(t, "jfk")
+	p := whisper.DefaultParams()
+	p.TemperatureInc = 0
+	type run struct {
+		m   *whisper.Model
+		res *whisper.Result
+	}
+	var runs []run
+	for _, path := range []string{src, full, bare} {
+		m, err := whisper.Open(be, path)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		defer m.Close()
+		eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := eng.Transcribe(context.Background(), samples, p, nil)
+		eng.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		runs = append(runs, run{m, res})
+	}
+	want := runs[0]
+	for i, r := range runs[1:] {
+		name := []string{"converted", "bare"}[i]
+		if r.m.HParams != want.m.HParams {
+			t.Errorf("%s: hyper-parameters %+v, want %+v", name, r.m.HParams, want.m.HParams)
+		}
+		if !slices.Equal(r.m.Filters, want.m.Filters) {
+			t.Errorf("%s: the mel filter bank differs", name)
+		}
+		if len(r.m.Tokens) != len(want.m.Tokens) {
+			t.Fatalf("%s: %d tokens, want %d", name, len(r.m.Tokens), len(want.m.Tokens))
+		}
+		first := map[string]int{}
+		differ := 0
+		for id, b := range want.m.Tokens {
+			if _, seen := first[string(b)]; !seen {
+				first[string(b)] = id
+			}
+			if string(r.m.Tokens[id]) != string(b) {
+				differ++
+				if name == "converted" || first[string(b)] == id {
+					t.Fatalf("%s: token %d is %q, want %q", name, id, r.m.Tokens[id], b)
+				}
+			}
+		}
+		if name == "bare" && differ == 0 {
+			t.Error("bare: no token text is shared by several ids, so the tokenizer.json case went unchecked")
+		}
+		var got, exp []whisper.Token
+		for _, s := range r.res.Segments {
+			got = append(got, s.Tokens...)
+		}
+		for _, s := range want.res.Segments {
+			exp = append(exp, s.Tokens...)
+		}
+		same := func(a, b whisper.Token) bool {
+			return a.ID == b.ID && a.P == b.P && a.PLog == b.PLog && a.T0 == b.T0 && a.T1 == b.T1 &&
+				(name == "bare" || a.Text == b.Text)
+		}
+		if len(exp) == 0 || !slices.EqualFunc(got, exp, same) || (name == "converted" && r.res.Text != want.res.Text) {
+			t.Errorf("%s: transcribed %d tokens %q, the ggml file %d tokens %q", name, len(got), r.res.Text, len(exp), want.res.Text)
+		}
+	}
+}
+
+// TestGGUFErrors: files that are not a Whisper model the way they say, or that contradict
+// themselves, are refused with an error that names the problem.
+func TestGGUFErrors(t *testing.T) {
+	src := synthModel(t, ggufShape, "tiny.en")
+	gf, err := ggml.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gf.Close()
+	be, _, err := backend.New("go", backend.Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	toks := make([]string, len(gf.Vocab))
+	for i, b := range gf.Vocab {
+		toks[i] = tokenizer.ByteLevel(b)
+	}
+	withTokens := func(w *gguf.Writer) { w.SetStrings("tokenizer.ggml.tokens", toks) }
+	for _, c := range []struct {
+		name  string
+		edit  func(w *gguf.Writer)
+		vocab [][]byte
+		want  string
+	}{
+		{"not whisper", func(w *gguf.Writer) { w.SetString("general.architecture", "llama"); withTokens(w) }, nil, `architecture is "llama"`},
+		{"no vocabulary", func(*gguf.Writer) {}, nil, "no vocabulary"},
+		{"layer count disagrees", func(w *gguf.Writer) { w.SetUint32("whisper.decoder.block_count", 3); withTokens(w) }, nil, "whisper.decoder.block_count = 3"},
+		{"mel count disagrees", func(w *gguf.Writer) { w.SetUint32("whisper.encoder.mel_count", 128); withTokens(w) }, nil, "mel_count"},
+		{"stated as a string", func(w *gguf.Writer) { w.SetString("whisper.vocab_size", "51864"); withTokens(w) }, nil, "whisper.vocab_size"},
+		{"zero heads", func(w *gguf.Writer) { w.SetUint32("whisper.encoder.attention.head_count", 0); withTokens(w) }, nil, "out of range"},
+		{"heads not dividing", func(w *gguf.Writer) { w.SetUint32("whisper.decoder.attention.head_count", 3); withTokens(w) }, nil, "multiples of the head counts"},
+		{"token outside the alphabet", func(w *gguf.Writer) {
+			bad := slices.Clone(toks)
+			bad[17] = "中"
+			w.SetStrings("tokenizer.ggml.tokens", bad)
+		}, nil, "token 17"},
+		{"wrong tokenizer model", func(w *gguf.Writer) { w.SetString("tokenizer.ggml.model", "llama"); withTokens(w) }, nil, "tokenizer.ggml.model"},
+		{"bad filter bank", func(w *gguf.Writer) {
+			withTokens(w)
+			if err := w.AddTensor("mel_filters", tensor.F32, []int64{200, 80}, make([]byte, 4*200*80)); err != nil {
+				t.Fatal(err)
+			}
+		}, nil, "mel_filters"},
+		{"unexpected tensor", func(w *gguf.Writer) {
+			withTokens(w)
+			if err := w.AddTensor("proj_out.weight", tensor.F32, []int64{4}, make([]byte, 16)); err != nil {
+				t.Fatal(err)
+			}
+		}, nil, `unexpected tensor "proj_out.weight"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := bareGGUF(t, gf, "")
+			c.edit(w)
+			path := filepath.Join(t.TempDir(), "m.gguf")
+			if err := w.WriteFile(path); err != nil {
+				t.Fatal(err)
+			}
+			f, err := gguf.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			m, err := whisper.LoadGGUF(be, f, c.vocab)
+			if err == nil {
+				m.Close()
+				t.Fatalf("loaded; want an error mentioning %q", c.want)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %q does not mention %q", err, c.want)
+			}
+		})
+	}
+
+	// A missing tensor is named.
+	w := gguf.NewWriter()
+	w.SetString("general.architecture", "whisper")
+	for _, tn := range gf.Tensors {
+		if tn.Name == "decoder.blocks.1.mlp_ln.bias" {
+			continue
+		}
+		shape := make([]int64, len(tn.Ne))
+		for i, d := range tn.Ne {
+			shape[i] = int64(d)
+		}
+		if err := w.AddTensor(tn.Name, tn.Type, shape, tn.Data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.SetStrings("tokenizer.ggml.tokens", toks)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "m.gguf")
+	if err := w.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := whisper.Open(be, path); err == nil || !strings.Contains(err.Error(), `"decoder.blocks.1.mlp_ln.bias" is missing`) {
+		t.Errorf("missing tensor: %v", err)
+	}
+
+	// Open looks for the vocabulary beside the file and says where it looked.
+	bareGGUF(t, gf, path)
+	if _, err := whisper.Open(be, path); err == nil || !strings.Contains(err.Error(), "tokenizer.json") {
+		t.Errorf("no tokenizer beside the file: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), []byte(`{"model": {"type": "BPE", "vocab": [1, 2]}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := whisper.Open(be, path); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "tokenizer.json")) {
+		t.Errorf("malformed tokenizer.json: %v", err)
+	}
+
+	// A language model's GGUF is not a Whisper model.
+	lm, err := llama.Synth(llama.Shapes["15M"], tensor.Q8_0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lpath := filepath.Join(dir, "lm.gguf")
+	if err := lm.WriteFile(lpath); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := whisper.IsModelFile(lpath); ok || err != nil {
+		t.Errorf("IsModelFile(llama GGUF) = %v, %v", ok, err)
+	}
+	if _, err := whisper.Open(be, lpath); err == nil || !strings.Contains(err.Error(), "architecture") {
+		t.Errorf("opening a llama GGUF as Whisper: %v", err)
+	}
+}
+
+func TestParseTokenizerJSON(t *testing.T) {
+	flat := `{"!": 0, "Ġthe": 2, "<|endoftext|>": 50256, "<|startoftranscript|>": 50257}`
+	v, err := whisper.ParseTokenizerJSON([]byte(flat))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v) != 50257 || string(v[0]) != "!" || len(v[1]) != 0 || string(v[2]) != " the" || string(v[50256]) != "<|endoftext|>" {
+		t.Errorf("vocab.json: %d tokens, %q %q %q", len(v), v[0], v[1], v[2])
+	}
+	full := `{"added_tokens": [], "model": {"type": "BPE", "vocab": {"a": 0, "Ċ": 1}}}`
+	if v, err := whisper.ParseTokenizerJSON([]byte(full)); err != nil || len(v) != 2 || string(v[1]) != "\n" {
+		t.Errorf("tokenizer.json: %q, %v", v, err)
+	}
+	for _, bad := range []string{
+		`[`, `{"model": {"type": "WordPiece", "vocab": {"a": 0}}}`, `{"a": -1}`, `{"a": 0, "b": 0}`,
+		`{"中": 0}`, `{}`, `{"a": "0"}`,
+	} {
+		if _, err := whisper.ParseTokenizerJSON([]byte(bad)); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
+	}
+}
