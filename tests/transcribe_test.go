@@ -118,7 +118,7 @@ func TestTranscribeFormatsAndBadInput(t *testing.T) {
 		{"bad beam", []string{"transcribe", "-m", model, "--beam", "99", wav}, 2, "beam"},
 		{"truncated wav", []string{"transcribe", "-m", model, truncatedWAV}, 1, "audio"},
 		{"not audio", []string{"transcribe", "-m", model, notAudio}, 1, "unsupported"},
-		{"gguf model", []string{"transcribe", "-m", ggufModel, wav}, 1, "ggml"},
+		{"language model gguf", []string{"transcribe", "-m", ggufModel, wav}, 1, `architecture is "llama", not "whisper"`},
 		{"vocabulary-only model", []string{"transcribe", "-m", vocabOnly, wav}, 1, "no weights"},
 		{"language on English model", []string{"transcribe", "-m", model, "--language", "de", wav}, 1, "english-only"},
 	} {
