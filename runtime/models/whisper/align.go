@@ -11,11 +11,12 @@ import (
 )
 
 // Word-level timing by cross-attention alignment: the window's text tokens are run through the
-// decoder once more, teacher-forced after the start-of-transcript sequence and <|notimestamps|>;
-// the cross-attention weights of the model's alignment heads (decoder heads whose attention
-// follows the speech) are normalised and averaged into a token × audio-frame matrix, and dynamic
-// time warping finds the monotonic path through it. The frame at which the path reaches a token
-// is the token's start; the next token's start is its end.
+// decoder once more, teacher-forced after <|startoftranscript|> (and the language token of a
+// multilingual model) and <|notimestamps|>; the cross-attention weights of the model's alignment
+// heads (decoder heads whose attention follows the speech) are normalised and averaged into a
+// token × audio-frame matrix, and dynamic time warping finds the monotonic path through it. The
+// frame at which the path reaches a token is the token's start; the next token's start is its
+// end. This is whisper.cpp's DTW timing: its t_dtw of a text token is that token's end here.
 
 // AlignHead names one decoder attention head: its layer and its index within the layer.
 type AlignHead struct{ Layer, Head int }
@@ -117,7 +118,8 @@ func (a *aligner) Close() error {
 
 // times runs tokens (sot sequence, <|notimestamps|>, text, <|endoftext|>; nSot of the first)
 // through the decoder over window c and returns, for the text tokens and the end token, the
-// audio frame (20 ms) at which each starts; frames is the window's length in audio frames.
+// audio frame (20 ms) at which each starts; frames is the length in audio frames of the part of
+// the window that the text covers.
 func (a *aligner) times(tokens []int32, nSot int, c *Cross, frames int) ([]int, error) {
 	m := a.m
 	n, T := len(tokens), m.TextState
@@ -148,13 +150,14 @@ func (a *aligner) times(tokens []int32, nSot int, c *Cross, frames int) ([]int, 
 		return nil, err
 	}
 
-	// Weights of every alignment head: softmax over the window's frames, standardised over
-	// the tokens, median-filtered along the frames; then their mean.
+	// Weights of every alignment head: the attention itself (softmax over all the window's
+	// AudioCtx frames, as the decoder attends) cut to the first frames, standardised over the
+	// tokens, median-filtered along the frames; then their mean.
 	hd := T / m.TextHead
 	scale := 1 / math.Sqrt(float64(hd))
 	mat := make([]float64, n*frames)
 	w := make([]float64, n*frames)
-	row := make([]float64, frames)
+	row := make([]float64, m.AudioCtx)
 	kl := -1
 	for _, h := range a.heads {
 		if h.Layer != kl {
@@ -166,34 +169,12 @@ func (a *aligner) times(tokens []int32, nSot int, c *Cross, frames int) ([]int, 
 			}
 			kl = h.Layer
 		}
-		q := a.q[h.Layer]
-		for t := range n {
-			qt := q[t*T+h.Head*hd : t*T+(h.Head+1)*hd]
-			mx := math.Inf(-1)
-			for f := range frames {
-				kf := a.k[f*T+h.Head*hd : f*T+(h.Head+1)*hd]
-				var s float32
-				for d, x := range qt {
-					s += x * kf[d]
-				}
-				v := float64(s) * scale
-				w[t*frames+f] = v
-				mx = max(mx, v)
-			}
-			sum := 0.0
-			for f := range frames {
-				e := math.Exp(w[t*frames+f] - mx)
-				w[t*frames+f] = e
-				sum += e
-			}
-			for f := range frames {
-				w[t*frames+f] /= sum
-			}
-		}
+		crossWeights(w, row, a.q[h.Layer], a.k, n, frames, T, h.Head*hd, hd, scale)
 		standardize(w, n, frames)
+		med := row[:frames]
 		for t := range n {
-			medianFilter(row, w[t*frames:(t+1)*frames], 7)
-			for f, v := range row {
+			medianFilter(med, w[t*frames:(t+1)*frames], 7)
+			for f, v := range med {
 				mat[t*frames+f] += v / float64(len(a.heads))
 			}
 		}
@@ -213,8 +194,40 @@ func (a *aligner) times(tokens []int32, nSot int, c *Cross, frames int) ([]int, 
 	return starts, nil
 }
 
-// standardize makes every column of x ([rows, cols]) zero-mean with unit (population)
-// standard deviation over the rows.
+// crossWeights writes to w ([n, frames]) one head's cross-attention weights: for each of the n
+// queries (rows of q, [n, T]), the softmax of its scaled dot products with all len(row) keys
+// (rows of k, [len(row), T]; the head's dims are off .. off+hd), of which the first frames are
+// kept. row is scratch.
+func crossWeights(w, row []float64, q, k []float32, n, frames, T, off, hd int, scale float64) {
+	for t := range n {
+		qt := q[t*T+off : t*T+off+hd]
+		mx := math.Inf(-1)
+		for f := range row {
+			kf := k[f*T+off : f*T+off+hd]
+			var s float32
+			for d, x := range qt {
+				s += x * kf[d]
+			}
+			v := float64(s) * scale
+			row[f] = v
+			mx = max(mx, v)
+		}
+		sum := 0.0
+		for f, v := range row {
+			row[f] = math.Exp(v - mx)
+			sum += row[f]
+		}
+		for f := range frames {
+			w[t*frames+f] = row[f] / sum
+		}
+	}
+}
+
+// standardize makes every column of x ([rows, cols]) zero-mean and divides it by
+// sqrt(variance + normEpsAlign), the variance the population one over the rows (layer
+// normalisation across the tokens, as whisper.cpp does it). Attention weights are small (about
+// 1/AudioCtx where a head does not look), so the epsilon is not negligible: it damps the columns
+// in which every token's weight is nearly the same.
 func standardize(x []float64, rows, cols int) {
 	for c := range cols {
 		mean := 0.0
@@ -227,16 +240,15 @@ func standardize(x []float64, rows, cols int) {
 			d := x[r*cols+c] - mean
 			v += d * d
 		}
-		sd := math.Sqrt(v / float64(rows))
+		sd := math.Sqrt(v/float64(rows) + normEpsAlign)
 		for r := range rows {
-			if sd > 0 {
-				x[r*cols+c] = (x[r*cols+c] - mean) / sd
-			} else {
-				x[r*cols+c] = 0
-			}
+			x[r*cols+c] = (x[r*cols+c] - mean) / sd
 		}
 	}
 }
+
+// normEpsAlign is the epsilon of standardize.
+const normEpsAlign = 1e-9
 
 // medianFilter writes to dst the median of each width-wide neighbourhood of src (width odd),
 // the edges reflected (…, x2, x1 | x0, x1, x2, …). A row no longer than width/2 is copied.

@@ -93,6 +93,54 @@ func TestMedianFilter(t *testing.T) {
 	}
 }
 
+// TestStandardizeEpsilon: attention weights are small, and the epsilon added to the variance
+// damps a column whose weights barely differ. Column [0, 2e-5]: mean 1e-5, variance 1e-10, so
+// ±1e-5 / sqrt(1e-10 + 1e-9) = ±0.301511…; without the epsilon it would be ±1.
+func TestStandardizeEpsilon(t *testing.T) {
+	x := []float64{0, 2e-5}
+	standardize(x, 2, 1)
+	want := 1e-5 / math.Sqrt(1.1e-9)
+	if math.Abs(x[0]+want) > 1e-12 || math.Abs(x[1]-want) > 1e-12 {
+		t.Errorf("standardised column %v, want [%v %v]", x, -want, want)
+	}
+}
+
+// TestCrossWeightsSoftmaxOverAllKeys: the weights of the frames kept are the attention's own,
+// normalised over every key of the window, not over the frames kept; checked against a float64
+// computation.
+func TestCrossWeightsSoftmaxOverAllKeys(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 9))
+	const n, keys, frames, T, off, hd = 3, 9, 4, 6, 2, 3
+	q := make([]float32, n*T)
+	k := make([]float32, keys*T)
+	for i := range q {
+		q[i] = float32(r.NormFloat64())
+	}
+	for i := range k {
+		k[i] = float32(r.NormFloat64())
+	}
+	scale := 1 / math.Sqrt(hd)
+	w := make([]float64, n*frames)
+	crossWeights(w, make([]float64, keys), q, k, n, frames, T, off, hd, scale)
+	for i := range n {
+		var e [keys]float64
+		sum := 0.0
+		for f := range keys {
+			s := 0.0
+			for d := range hd {
+				s += float64(q[i*T+off+d]) * float64(k[f*T+off+d])
+			}
+			e[f] = math.Exp(s * scale)
+			sum += e[f]
+		}
+		for f := range frames {
+			if want := e[f] / sum; math.Abs(w[i*frames+f]-want) > 1e-6*want {
+				t.Errorf("query %d, frame %d: weight %v, want %v", i, f, w[i*frames+f], want)
+			}
+		}
+	}
+}
+
 func TestStandardize(t *testing.T) {
 	x := []float64{1, 10, 2, 10, 3, 10, 6, 10} // [4 rows, 2 cols]; column 1 is constant
 	standardize(x, 4, 2)
@@ -104,7 +152,7 @@ func TestStandardize(t *testing.T) {
 			t.Errorf("constant column standardised to %v, want 0", x[r*2+1])
 		}
 	}
-	if math.Abs(mean) > 1e-12 || math.Abs(sq/4-1) > 1e-12 {
+	if math.Abs(mean) > 1e-12 || math.Abs(sq/4-1) > 1e-9 {
 		t.Errorf("column 0 after standardising: mean %v, mean square %v", mean/4, sq/4)
 	}
 }

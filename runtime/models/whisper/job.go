@@ -508,7 +508,7 @@ func (e *Engine) emit(j *job, bh *hyp) {
 	var starts []int
 	nText := 0
 	if j.p.WordTimestamps && len(toks) > 0 && !noSpeech {
-		starts = e.alignWindow(j, toks)
+		starts = e.alignWindow(j, toks, seekDelta)
 	}
 	add := func(t0, t1 int, ts []tokData) {
 		text := e.text(ts)
@@ -574,8 +574,10 @@ func (e *Engine) emit(j *job, bh *hyp) {
 }
 
 // alignWindow times the text tokens of toks, the window's result, by cross-attention alignment
-// (aligner.times); nil when that fails (the tokens keep interpolated times).
-func (e *Engine) alignWindow(j *job, toks []tokData) []int {
+// (aligner.times); nil when that fails (the tokens keep interpolated times). seekDelta is where
+// the result ends (in mel frames from the window's start): the alignment covers the window up to
+// there, or to the end of the audio if that comes first.
+func (e *Engine) alignWindow(j *job, toks []tokData, seekDelta int) []int {
 	if e.align == nil {
 		if e.alignErr != nil {
 			return nil
@@ -587,7 +589,11 @@ func (e *Engine) alignWindow(j *job, toks []tokData) []int {
 		}
 		e.align = a
 	}
-	seq := e.tok.AppendPrompt(e.alignToks[:0], j.lang, j.p.Translate, false)
+	// <|startoftranscript|> and, for a multilingual model, the language token: no task token.
+	seq := append(e.alignToks[:0], e.tok.SOT)
+	if e.m.Multilingual() {
+		seq = append(seq, j.lang)
+	}
 	nSot := len(seq)
 	seq = append(seq, e.tok.NoTimestamps)
 	for _, t := range toks {
@@ -597,7 +603,7 @@ func (e *Engine) alignWindow(j *job, toks []tokData) []int {
 	}
 	seq = append(seq, e.tok.EOT)
 	e.alignToks = seq
-	frames := min(WindowFrames, j.seekEnd-j.seek) / 2
+	frames := min(WindowFrames, seekDelta, j.seekEnd-j.seek) / 2
 	starts, err := e.align.times(seq, nSot, j.cross, frames)
 	if err != nil {
 		return nil
