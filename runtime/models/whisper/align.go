@@ -277,7 +277,8 @@ func medianFilter(dst, src []float64, width int) {
 
 // dtw finds the least-cost monotonic path through cost ([n, m] row-major) from (0, 0) to
 // (n-1, m-1), each step moving one row, one column or both, and returns the path's row and
-// column indices in order. Ties prefer the diagonal, then the row step.
+// column indices in order. The diagonal or the row step is taken only where it is strictly
+// cheaper than both others: every tie takes the column (time) step, as whisper.cpp's does.
 func dtw(cost []float64, n, m int) (rows, cols []int) {
 	acc := make([]float64, (n+1)*(m+1))
 	trace := make([]int8, (n+1)*(m+1))
