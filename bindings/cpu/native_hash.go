@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "da470a1793c002090071038d0234428abd72e368e423b1564d9e2a4c3d629073"
+const nativeSources = "60650e10b767d1ac6a8ae8ea70e781f1eb1a9ff8aa3b45b07c18832856545b10"

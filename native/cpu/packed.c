@@ -1,6 +1,6 @@
 /*
  * packed.c: quantised weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) interleaved
- * sixteen rows at a time, and their matrix product (AVX-512 VNNI; AVX2 for all but Q8_0).
+ * sixteen rows at a time, and their matrix product (AVX-512 VNNI, and AVX2).
  *
  * In ggml's layout a block's 32 codes lie in one row, so an integer dot product leaves a block's
  * sum spread over the lanes of a vector, and every block costs a conversion, a scale product and
@@ -16,7 +16,8 @@
  * Activation rows are converted to Q8_0 or Q8_1 (32-element weight types) or Q8_K (the
  * K-quants) as ggml converts them (quant.c). Weight codes are unsigned for VNNI; a bias made from
  * the activation codes' sums (-128, -8, -16 or -32 times a block's sum for Q8_0, Q4_0, Q5_0 and
- * Q6_K) turns them back into signed ones, and the types with minimums add their term
+ * Q6_K) turns them back into signed ones (the AVX2 kernels take Q8_0's codes back to signed
+ * bytes instead, and need no bias for it), and the types with minimums add their term
  * m·(dx·Σx) (Q4_1, Q5_1: with dx·Σx rounded to F16, as ggml's Q8_1 stores it) or subtract
  * (dmin·m)·(dx·Σx) (Q4_K, Q5_K). A row's value is
  *     sum over blocks b, in order, of float(isum_b) * (dw_b * dx_b)    (one FMA a block)
@@ -76,9 +77,7 @@ int64_t pl_packed_size(int wtype, int64_t m, int64_t k) {
 int pl_packed_available(int wtype) {
     plx_init();
     if (pk_unit_bytes(wtype) == 0) return 0;
-    /* AVX2 multiplies bytes with vpmaddubsw, whose 16-bit pair sums would saturate on Q8_0's
-     * codes + 128: Q8_0 needs VNNI */
-    return plx_isa >= PL_ISA_AVX512 || (plx_isa >= PL_ISA_AVX2 && wtype != PL_Q8_0);
+    return plx_isa >= PL_ISA_AVX2;
 }
 
 /* scale_min_k4: the 6-bit scale and minimum of sub-block j (0..7) of a Q4_K/Q5_K super-block. */
@@ -522,8 +521,13 @@ PK_KERNS(PL_Q6_K, q6_k)
  * The same layouts through 256-bit vectors: a 64-byte vector's first half holds rows 0-7 of a
  * group, its second rows 8-15, so a group is two passes of eight rows. Without VNNI, bytes
  * multiply through vpmaddubsw (pairs of unsigned × signed products summed into 16 bits, which
- * saturate beyond 32767: fine for codes below 64, 2·63·128 at most, so not for Q8_0) and
- * vpmaddwd by ones (into 32 bits). Up to four activation rows a pass (sixteen registers). */
+ * saturate beyond 32767: fine for codes below 64, 2·63·128 at most) and vpmaddwd by ones (into
+ * 32 bits). Q8_0's codes + 128 would saturate (2·255·127), so its vectors are taken back to the
+ * signed codes (XOR 0x80) and multiplied as the row layout does: |code| (-128 becomes 128,
+ * unsigned) against the activation codes given the code's sign (vpsignb; they lie in -127..127),
+ * pairs at most 2·128·127 = 32512, and the block sum needs no bias. Block sums and their FMAs are
+ * pk_kern's, so results are the AVX-512 kernels' bit for bit. Up to four activation rows a pass
+ * (sixteen registers). */
 
 #define PK2_RN 4
 
@@ -556,25 +560,35 @@ __attribute__((always_inline)) PL_TARGET_AVX2 static inline void pk2_top2(const 
 }
 
 /* pk2_load_sub loads the eight code vectors (eight rows' halves) of a sub-block whose vectors
- * start at p, for the half of the group that p already points into. */
+ * start at p, for the half of the group that p already points into: Q8_0's as signed codes. */
 __attribute__((always_inline)) PL_TARGET_AVX2 static inline void pk2_load_sub(const int T, const uint8_t *p, __m256i W[8]) {
+    if (T == PL_Q8_0) {
+        const __m256i b7 = _mm256_set1_epi8((char)0x80);
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; v++) W[v] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(const void *)(p + 64 * v)), b7);
+        return;
+    }
     pk2_nib4(p, W);
     if (T == PL_Q5_0 || T == PL_Q5_1 || T == PL_Q5_K) pk2_fifth(p + 256, W);
     if (T == PL_Q6_K) pk2_top2(p + 256, W);
 }
 
-/* pk2_dots adds to D[j] the products of W[v0..v1) with the activation codes a + j*as + 4v. */
+/* pk2_dots adds to D[j] the products of W[v0..v1) with the activation codes a + j*as + 4v (for
+ * Q8_0's signed codes, |W| with the codes given W's sign). */
 __attribute__((always_inline)) PL_TARGET_AVX2 static inline void
-pk2_dots(const int RN, const int v0, const int v1, const __m256i W[8], const uint8_t *a, int64_t as,
-         __m256i D[PK2_RN]) {
+pk2_dots(const int T, const int RN, const int v0, const int v1, const __m256i W[8], const uint8_t *a,
+         int64_t as, __m256i D[PK2_RN]) {
     const __m256i ones = _mm256_set1_epi16(1);
 #pragma GCC unroll 8
-    for (int v = v0; v < v1; v++)
+    for (int v = v0; v < v1; v++) {
+        const __m256i wu = T == PL_Q8_0 ? _mm256_abs_epi8(W[v]) : W[v];
 #pragma GCC unroll 4
         for (int j = 0; j < RN; j++) {
-            const __m256i x = _mm256_set1_epi32(ld32(a + j * as + 4 * v));
-            D[j] = _mm256_add_epi32(D[j], _mm256_madd_epi16(_mm256_maddubs_epi16(W[v], x), ones));
+            __m256i x = _mm256_set1_epi32(ld32(a + j * as + 4 * v));
+            if (T == PL_Q8_0) x = _mm256_sign_epi8(x, W[v]);
+            D[j] = _mm256_add_epi32(D[j], _mm256_madd_epi16(_mm256_maddubs_epi16(wu, x), ones));
         }
+    }
 }
 
 __attribute__((always_inline)) PL_TARGET_AVX2 static inline __m256 pk2_f32x8(const uint8_t *p, const int sgn) {
@@ -586,7 +600,7 @@ __attribute__((always_inline)) PL_TARGET_AVX2 static inline __m256 pk2_h8(const 
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
 }
 
-/* pk_kern with 256-bit vectors (T not Q8_0, RN <= 4): each group as two halves of eight rows. */
+/* pk_kern with 256-bit vectors (RN <= 4): each group as two halves of eight rows. */
 __attribute__((always_inline)) PL_TARGET_AVX2 static inline void
 pk2_kern(const int T, const int RN, const uint8_t *wp, int64_t g0, int64_t g1, int64_t m, int64_t k,
          const uint8_t *act, int64_t as, float *out, int64_t ldo) {
@@ -610,10 +624,11 @@ pk2_kern(const int T, const int RN, const uint8_t *wp, int64_t g0, int64_t g1, i
                     pk2_load_sub(T, un + 32 * h, W);
                     const __m256 dw = pk2_h8(un + sb + 16 * h);
                     const __m256 mw = has_min ? pk2_h8(un + sb + 32 + 16 * h) : dw;
+                    /* sum = bias + Σ codes·x (Q8_0: signed codes, no bias) */
 #pragma GCC unroll 4
                     for (int j = 0; j < RN; j++)
-                        D[j] = has_min ? _mm256_setzero_si256() : _mm256_set1_epi32(ld32(act + j * as + ob + 4 * u));
-                    pk2_dots(RN, 0, 8, W, act + 32 * u, as, D);
+                        D[j] = has_min || T == PL_Q8_0 ? _mm256_setzero_si256() : _mm256_set1_epi32(ld32(act + j * as + ob + 4 * u));
+                    pk2_dots(T, RN, 0, 8, W, act + 32 * u, as, D);
 #pragma GCC unroll 4
                     for (int j = 0; j < RN; j++) {
                         const float dx = *(const float *)(const void *)(act + j * as + oa + 4 * u);
@@ -629,7 +644,7 @@ pk2_kern(const int T, const int RN, const uint8_t *wp, int64_t g0, int64_t g1, i
                         pk2_load_sub(T, un + 320 + sb * s + 32 * h, W);
 #pragma GCC unroll 4
                         for (int j = 0; j < RN; j++) D[j] = _mm256_setzero_si256();
-                        pk2_dots(RN, 0, 8, W, act + QKK * u + 32 * s, as, D);
+                        pk2_dots(T, RN, 0, 8, W, act + QKK * u + 32 * s, as, D);
 #pragma GCC unroll 4
                         for (int j = 0; j < RN; j++) {
                             const float dy = *(const float *)(const void *)(act + j * as + oa + 4 * u);
@@ -649,8 +664,8 @@ pk2_kern(const int T, const int RN, const uint8_t *wp, int64_t g0, int64_t g1, i
                             D[j] = _mm256_set1_epi32(ld32(act + j * as + ob + 4 * (16 * u + 2 * s)));
                             E[j] = _mm256_set1_epi32(ld32(act + j * as + ob + 4 * (16 * u + 2 * s + 1)));
                         }
-                        pk2_dots(RN, 0, 4, W, act + QKK * u + 32 * s, as, D);
-                        pk2_dots(RN, 4, 8, W, act + QKK * u + 32 * s, as, E);
+                        pk2_dots(T, RN, 0, 4, W, act + QKK * u + 32 * s, as, D);
+                        pk2_dots(T, RN, 4, 8, W, act + QKK * u + 32 * s, as, E);
 #pragma GCC unroll 4
                         for (int j = 0; j < RN; j++) {
                             const __m256 dy = _mm256_set1_ps(*(const float *)(const void *)(act + j * as + oa + 4 * u));
@@ -672,6 +687,7 @@ pk2_kern(const int T, const int RN, const uint8_t *wp, int64_t g0, int64_t g1, i
     PK_KERNS4(pk2, PL_TARGET_AVX2, pk2_kern, T, name)                                             \
     static const pk_fn pk2_##name[PK_RN + 1] = {NULL, pk2_##name##_1, pk2_##name##_2,             \
                                                 pk2_##name##_3, pk2_##name##_4};
+PK2_KERNS(PL_Q8_0, q8_0)
 PK2_KERNS(PL_Q4_0, q4_0)
 PK2_KERNS(PL_Q4_1, q4_1)
 PK2_KERNS(PL_Q5_0, q5_0)
@@ -737,7 +753,7 @@ int pl_matmul_packed(pl_ctx *ctx, float *dst, const float *x, int64_t n, int64_t
     const int v512 = plx_isa >= PL_ISA_AVX512;
     j.rnmax = v512 ? PK_RN : PK2_RN;
     switch (wtype) {
-    case PL_Q8_0: j.fns = pk_q8_0; break;
+    case PL_Q8_0: j.fns = v512 ? pk_q8_0 : pk2_q8_0; break;
     case PL_Q4_0: j.fns = v512 ? pk_q4_0 : pk2_q4_0; break;
     case PL_Q4_1: j.fns = v512 ? pk_q4_1 : pk2_q4_1; break;
     case PL_Q5_0: j.fns = v512 ? pk_q5_0 : pk2_q5_0; break;

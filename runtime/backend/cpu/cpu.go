@@ -5,8 +5,8 @@
 //
 // Weights given to Load are used in place, never copied (they are normally memory-mapped GGUF
 // bytes), except F32 data that is not 4-byte aligned. Repack (backend.Repacker) rearranges a
-// quantised matrix into the interleaved layout of the AVX-512 VNNI kernels (and AVX2 ones for all
-// types but Q8_0), about as large as its rows, which MatMul then reads instead (PARLEY_CPU_REPACK=0 turns this off: the matrices then
+// quantised matrix into the interleaved layout of the AVX-512 VNNI kernels (or AVX2 ones), about
+// as large as its rows, which MatMul then reads instead (PARLEY_CPU_REPACK=0 turns this off: the matrices then
 // stay shared, evictable pages of the file, at the row layout's speed). Activations and KV caches
 // live in native memory owned by the backend. Operations are synchronous: each returns when its result is
 // complete, and makes no Go allocation in steady state.

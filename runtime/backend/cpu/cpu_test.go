@@ -77,6 +77,23 @@ func BenchmarkBackendOneThread(b *testing.B) {
 	backendtest.Bench(b, func() (backend.Backend, error) { return New(backend.Options{Threads: 1}) })
 }
 
+// BenchmarkBackendOneThreadAVX2 is BenchmarkBackendOneThread with the kernels lowered to AVX2 (the
+// level of Zen 2/3 and of many Intel processors), on a processor that has more.
+func BenchmarkBackendOneThreadAVX2(b *testing.B) {
+	if !cpu.Available() {
+		b.Skip(cpu.ErrNotBuilt)
+	}
+	best := cpu.BestISA()
+	if best <= cpu.ISAAVX2 {
+		b.Skip("AVX2 is this processor's best level: BenchmarkBackendOneThread measures it")
+	}
+	defer cpu.SetISA(best)
+	if err := cpu.SetISA(cpu.ISAAVX2); err != nil {
+		b.Fatal(err)
+	}
+	backendtest.Bench(b, func() (backend.Backend, error) { return New(backend.Options{Threads: 1}) })
+}
+
 // TestUseAfterClose checks that tensors and caches of a closed backend give errors instead of
 // touching freed native memory.
 func TestUseAfterClose(t *testing.T) {

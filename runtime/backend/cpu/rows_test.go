@@ -76,7 +76,7 @@ func TestFewRowsAsOne(t *testing.T) {
 // float32 whatever the batch (1 to 33 rows: one kernel call or several) and the number of threads,
 // bit for bit; the matrix's last group of sixteen rows is padded (m = 70, and m = 5: one group,
 // mostly padding), and rows of one, two and nine blocks are covered, with the AVX-512 VNNI kernels
-// and the AVX2 ones (every type but Q8_0). With the instruction set lowered below the
+// and the AVX2 ones (every type at both levels). With the instruction set lowered below the
 // interleaved kernels, MatMul falls back to the loaded rows and gives exactly what an unrepacked
 // tensor does.
 func TestRepacked(t *testing.T) {
@@ -122,7 +122,7 @@ func testRepackedRows(t *testing.T, r *rand.Rand, bs map[int]*Backend, isa cpu.I
 			ks = []int{256, 768}
 		}
 		if !cpu.PackedAvailable(dt) {
-			continue
+			t.Fatalf("%v %v: no interleaved kernels", isa, dt)
 		}
 		for _, k := range ks {
 			src := make([]float32, m*k)
@@ -133,6 +133,19 @@ func testRepackedRows(t *testing.T, r *rand.Rand, bs map[int]*Backend, isa cpu.I
 			data := make([]byte, m*int(rowBytes))
 			for i := range m {
 				must(t, quant.Quantize(dt, src[i*k:(i+1)*k], data[i*int(rowBytes):(i+1)*int(rowBytes)]))
+			}
+			if dt == tensor.Q8_0 {
+				// The extreme codes, against activation blocks of ±127 (below): -128 (which ggml's
+				// quantiser never writes, but a file may hold) in row 0's first block, 127 in row
+				// 1's, and -128 at one place of every block of the other rows.
+				for e := range 32 {
+					data[2+e], data[int(rowBytes)+2+e] = 0x80, 0x7F
+				}
+				for i := 2; i < m; i++ {
+					for b := range k / 32 {
+						data[i*int(rowBytes)+34*b+2+(i+b)%32] = 0x80
+					}
+				}
 			}
 			ws := map[int]backend.Tensor{}
 			for th, b := range bs {
@@ -153,6 +166,9 @@ func testRepackedRows(t *testing.T, r *rand.Rand, bs map[int]*Backend, isa cpu.I
 			xs := make([]float32, nmax*k)
 			for i := range xs {
 				xs[i] = float32(r.NormFloat64())
+			}
+			for e := range 32 { // activation codes 127 and -127: Q8_0's largest pair sums
+				xs[e], xs[k+e] = 1, -1
 			}
 			alone := make([]float32, nmax*m)
 			for i := range nmax {
