@@ -202,7 +202,28 @@ func crossWeights(w, row []float64, q, k []float32, n, frames, T, off, hd int, s
 	for t := range n {
 		qt := q[t*T+off : t*T+off+hd]
 		mx := math.Inf(-1)
-		for f := range row {
+		f := 0
+		// Four keys at a time, each summed in order over the dims as one key alone would be:
+		// the same values, without waiting on one addition chain.
+		for ; f+4 <= len(row); f += 4 {
+			k0 := k[f*T+off : f*T+off+hd]
+			k1 := k[(f+1)*T+off : (f+1)*T+off+hd]
+			k2 := k[(f+2)*T+off : (f+2)*T+off+hd]
+			k3 := k[(f+3)*T+off : (f+3)*T+off+hd]
+			var s0, s1, s2, s3 float32
+			for d, x := range qt {
+				s0 += x * k0[d]
+				s1 += x * k1[d]
+				s2 += x * k2[d]
+				s3 += x * k3[d]
+			}
+			for i, s := range [4]float32{s0, s1, s2, s3} {
+				v := float64(s) * scale
+				row[f+i] = v
+				mx = max(mx, v)
+			}
+		}
+		for ; f < len(row); f++ {
 			kf := k[f*T+off : f*T+off+hd]
 			var s float32
 			for d, x := range qt {

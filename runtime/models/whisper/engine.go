@@ -668,7 +668,7 @@ func (e *Engine) afterPrompt(j *job) {
 	h0 := j.hyps[0]
 	lg := e.row(h0)
 	copy(e.langLP, lg)
-	logSoftmax(e.langLP, e.expBuf)
+	logSoftmax(e.langLP)
 	j.noSpeech = float32(math.Exp(float64(e.langLP[e.tok.NoSpeech])))
 	temp := j.temps[j.tempIdx]
 	e.process(j, h0, lg, temp)

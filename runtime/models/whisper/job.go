@@ -198,22 +198,15 @@ func (e *Engine) suppress(j *job, h *hyp, logits []float32, temp float32) {
 	}
 }
 
-// logSoftmax turns logits into log-probabilities in place, with tmp (as long as x) as scratch:
-// float32 exponentials after subtracting the maximum, as whisper.cpp computes them, summed in
+// logSoftmax turns logits into log-probabilities in place: float32 exponentials after subtracting the maximum, as whisper.cpp computes them, summed in
 // float64 (whisper.cpp sums in float32 in id order; over 51864 tokens that sum is the less
 // accurate, by about 1e-5 relative).
-func logSoftmax(x, tmp []float32) {
-	mx := float32(math.Inf(-1))
-	for _, v := range x {
-		if v > mx {
-			mx = v
-		}
-	}
-	tmp = tmp[:len(x)]
-	copy(tmp, x)
-	lse := float32(math.Log(vec.ExpSum(tmp, mx))) + mx
+func logSoftmax(x []float32) {
+	mx, _ := vec.Max(x)
+	lse := float32(math.Log(vec.SumExp(x, mx))) + mx
+	ninf := float32(math.Inf(-1))
 	for i, v := range x {
-		if v > float32(math.Inf(-1)) {
+		if v > ninf {
 			x[i] = v - lse
 		}
 	}
@@ -223,31 +216,18 @@ func logSoftmax(x, tmp []float32) {
 // timestamp when timestamps together are more likely than any text token. logits is modified.
 func (e *Engine) process(j *job, h *hyp, logits []float32, temp float32) {
 	e.suppress(j, h, logits, temp)
-	logSoftmax(logits, e.expBuf)
+	logSoftmax(logits)
 	beg := int(e.tok.TimestampBegin)
 	if beg >= len(logits) {
 		return
 	}
 	ninf := float32(math.Inf(-1))
-	mx := ninf
-	for _, v := range logits[beg:] {
-		if v > mx {
-			mx = v
-		}
-	}
+	mx, _ := vec.Max(logits[beg:])
 	tsLogprob := ninf
-	tmp := e.expBuf[:len(logits)-beg]
-	copy(tmp, logits[beg:])
-	if s := vec.ExpSum(tmp, mx); s > 0 {
+	if s := vec.SumExp(logits[beg:], mx); s > 0 {
 		tsLogprob = float32(math.Log(s)) + mx
 	}
-	maxText := ninf
-	for _, v := range logits[:beg] {
-		if v > maxText {
-			maxText = v
-		}
-	}
-	if tsLogprob > maxText {
+	if maxText, _ := vec.Max(logits[:beg]); tsLogprob > maxText {
 		for i := 0; i < beg; i++ {
 			logits[i] = ninf
 		}
@@ -282,12 +262,8 @@ func (e *Engine) token(lp []float32, id int, tid int32, pt float32) tokData {
 
 // pickBest takes the first most probable token (greedy).
 func (e *Engine) pickBest(lp []float32) tokData {
-	best := 0
-	for i, v := range lp {
-		if v > lp[best] {
-			best = i
-		}
-	}
+	mx, _ := vec.Max(lp)
+	best := max(vec.Index(lp, mx), 0)
 	tid, pt := e.tsStats(lp)
 	return e.token(lp, best, tid, pt)
 }
