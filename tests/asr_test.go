@@ -38,7 +38,13 @@ func TestServeASR(t *testing.T) {
 	llm := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	short := sharedtest.Path(t, "data/asr/wav/psx-cards-001.wav") // 1.1 s
 	be := asrBackend()
-	srv := startServer(t, "--backend", be, "-m", "stories="+llm, "-m", "whisper="+whisperModel, "--asr-parallel", "2", "--asr-encode-batch", "2")
+	// The same model as GGUF, served under a second name.
+	ggufModel := filepath.Join(t.TempDir(), "tiny.en.gguf")
+	if res := parley(t, "", "convert", "-o", ggufModel, whisperModel); res.code != 0 {
+		t.Fatalf("parley convert: %d %s", res.code, res.stderr)
+	}
+	srv := startServer(t, "--backend", be, "-m", "stories="+llm, "-m", "whisper="+whisperModel, "-m", "whisper-gguf="+ggufModel,
+		"--asr-parallel", "2", "--asr-encode-batch", "2")
 
 	cli := parley(t, "", "transcribe", "--backend", be, "-m", whisperModel, short)
 	if cli.code != 0 {
@@ -51,10 +57,10 @@ func TestServeASR(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		post := func(format string) (int, string, string) {
+		post := func(format string, model ...string) (int, string, string) {
 			var b bytes.Buffer
 			mw := multipart.NewWriter(&b)
-			mw.WriteField("model", "whisper")
+			mw.WriteField("model", append(model, "whisper")[0])
 			mw.WriteField("response_format", format)
 			fw, _ := mw.CreateFormFile("file", "a.wav")
 			fw.Write(wav)
@@ -74,6 +80,10 @@ func TestServeASR(t *testing.T) {
 		code, _, body = post("vtt")
 		if code != 200 || !strings.HasPrefix(body, "WEBVTT\n\n") {
 			t.Errorf("vtt: %d %q", code, body)
+		}
+		code, _, body = post("text", "whisper-gguf")
+		if code != 200 || body != want+"\n" {
+			t.Errorf("text from the GGUF model: %d %q; parley transcribe gave %q", code, body, want)
 		}
 	})
 
