@@ -129,7 +129,7 @@ func TestServeASR(t *testing.T) {
 		if err := json.Unmarshal(out, &r); err != nil {
 			t.Fatalf("%v: %s", err, out)
 		}
-		if strings.Join(r.Models, ",") != "stories,whisper" {
+		if strings.Join(r.Models, ",") != "stories,whisper,whisper-gguf" {
 			t.Errorf("models %v", r.Models)
 		}
 		if r.JSON.Text != want || strings.TrimSpace(r.Text) != want || r.Verbose.Text != want {
