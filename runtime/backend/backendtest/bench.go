@@ -21,6 +21,8 @@ import (
 //	MatMul/GEMM<n>x51864x384/<dtype> n = 4, 8 tokens through Whisper tiny's output matrix (40 MiB
 //	                                 in F16: concurrent transcriptions or beams in one step)
 //	Attention/Decode512/<cache>      one token attending over 512 cached positions, 12 heads of 64
+//	Attention/Decode8x160/6x48/<cache>  a batched decode step's attention for the 15M shape: 8
+//	                                 sequences, each one token over 160 cached positions, 6 heads of 48
 //	Decode110M/<dtype>               a whole decode step of the 110M model at position 127
 //	FullAttention/<n>x<m>/<heads>x<dim>/<k,v>  Whisper's encoder self-attention: 1500 positions,
 //	                                 6 heads of 64 (tiny) or 8 (base), F32 or F16 keys and values;
@@ -56,6 +58,11 @@ func Bench(b *testing.B, newBackend func() (backend.Backend, error)) {
 	for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
 		b.Run("Attention/Decode512/"+dt.String(), func(b *testing.B) {
 			benchAttention(b, be, dt)
+		})
+	}
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
+		b.Run("Attention/Decode8x160/6x48/"+dt.String(), func(b *testing.B) {
+			benchAttentionBatch(b, be, dt, 8, 160, 6, 48)
 		})
 	}
 	for _, dt := range WeightDTypes {
@@ -128,6 +135,44 @@ func benchAttention(b *testing.B, be backend.Backend, dt tensor.DType) {
 	}
 	s := b.Elapsed().Seconds() / float64(b.N)
 	b.ReportMetric(float64(2*ctx*nh*hd*elem)/s/1e9, "GB/s")
+}
+
+// benchAttentionBatch measures one decode step's attention for seqs sequences, each one token
+// over ctx cached positions in blocks of 16, nh heads of hd: GB/s of cache read.
+func benchAttentionBatch(b *testing.B, be backend.Backend, dt tensor.DType, seqs, ctx, nh, hd int) {
+	const bs = 16
+	r := rng("bench attention batch")
+	per := (ctx + bs - 1) / bs
+	kv, err := be.NewKV(backend.KVConfig{Layers: 1, Slots: seqs * per * bs, Width: nh * hd, BlockSize: bs, DType: dt})
+	must(b, err, "NewKV")
+	defer kv.Close()
+	fillKV(b, be, kv, r)
+	bt := &backend.Batch{}
+	for s := range seqs {
+		blocks := make([]int32, per)
+		for i := range blocks {
+			blocks[i] = int32(s*per + i)
+		}
+		p := ctx - 1
+		bt.Pos = append(bt.Pos, int32(p))
+		bt.Slot = append(bt.Slot, blocks[p/bs]*bs+int32(p%bs))
+		bt.Seqs = append(bt.Seqs, backend.Seq{Start: s, Count: 1, CtxLen: ctx, Blocks: blocks})
+	}
+	a := backend.Attn{NHead: nh, NKVHead: nh, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd)))}
+	q := alloc(b, be, seqs, nh*hd, randVec(r, seqs*nh*hd, 1))
+	dst := alloc(b, be, seqs, nh*hd, nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := be.Attention(dst, q, kv, 0, a, bt); err != nil {
+			b.Fatal(err)
+		}
+	}
+	elem := 4
+	if dt == tensor.F16 {
+		elem = 2
+	}
+	s := b.Elapsed().Seconds() / float64(b.N)
+	b.ReportMetric(float64(2*seqs*ctx*nh*hd*elem)/s/1e9, "GB/s")
 }
 
 // benchDecode decodes with the 110M shape. Like llama.cpp's quantiser, the output matrix stays
