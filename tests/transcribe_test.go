@@ -168,6 +168,22 @@ func TestConvertToGGUF(t *testing.T) {
 	if outs[0] != outs[1] || !strings.Contains(outs[0], `"tokens"`) {
 		t.Errorf("the GGUF file transcribes differently:\nggml: %.300s\ngguf: %.300s", outs[0], outs[1])
 	}
+	// Converting a file onto itself replaces it with the GGUF, whose text is the same (writing
+	// in place would truncate the mapped input while its tensors are read).
+	inPlace := filepath.Join(t.TempDir(), "in-place.bin")
+	data, err := os.ReadFile(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(inPlace, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res := parley(t, "", "convert", "-o", inPlace, inPlace); res.code != 0 {
+		t.Fatalf("convert in place: exit %d: %s", res.code, res.stderr)
+	}
+	if res := parley(t, "", "transcribe", "-m", inPlace, "--language", "en", "--no-fallback", "--json", wav); res.code != 0 || res.stdout != outs[1] {
+		t.Errorf("converted in place: exit %d: %.300s %s", res.code, res.stdout, res.stderr)
+	}
 	if res := parley(t, "", "convert", "-o", filepath.Join(t.TempDir(), "x.gguf"), wav); res.code == 0 || !strings.Contains(res.stderr, "ggml") {
 		t.Errorf("converting a WAV file: exit %d: %s", res.code, res.stderr)
 	}

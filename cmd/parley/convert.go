@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -35,7 +36,29 @@ func runConvert(e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", pos[0], err)
 	}
-	if err := w.WriteFile(*out); err != nil {
+	// Write beside the output and rename: os.Create on the output would truncate the input when
+	// they are the same file (its mapping then reads the bytes being written, or faults), and a
+	// failed write would leave a partial file under the output's name.
+	tmp, err := os.CreateTemp(filepath.Dir(*out), filepath.Base(*out)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil { // CreateTemp's 0600 would hide the model from a server run as another user
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if _, err := w.WriteTo(tmp); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := os.Rename(tmp.Name(), *out); err != nil {
+		os.Remove(tmp.Name())
 		return err
 	}
 	fmt.Fprintf(e.stderr, "wrote %s: %d tensors\n", *out, len(f.Tensors))

@@ -165,9 +165,10 @@ func ggufHParams(f *gguf.File) (HParams, error) {
 		return HParams{}, fmt.Errorf("whisper: the decoder's positional embedding %v or the first convolution %v disagrees with the widths %d/%d", dpe, c1, hp.TextState, hp.AudioState)
 	}
 	heads := func(key string, width int) (int, error) {
-		if v, ok := f.Int(key); ok {
-			if v <= 0 || v > int64(width) {
-				return 0, fmt.Errorf("whisper: %s = %d is out of range", key, v)
+		if raw, present := f.Value(key); present {
+			v, ok := f.Int(key)
+			if !ok || v <= 0 || v > int64(width) {
+				return 0, fmt.Errorf("whisper: %s = %v is out of range or not an integer", key, raw.V)
 			}
 			return int(v), nil
 		}
@@ -330,6 +331,10 @@ func openGGUF(be backend.Backend, path string) (*Model, error) {
 	f, err := gguf.Open(path)
 	if err != nil {
 		return nil, err
+	}
+	if a := f.Architecture(); a != Architecture {
+		f.Close()
+		return nil, fmt.Errorf("%s: whisper: the GGUF file's architecture is %q, not %q", path, a, Architecture)
 	}
 	var vocab [][]byte
 	if _, ok := f.Value("tokenizer.ggml.tokens"); !ok {

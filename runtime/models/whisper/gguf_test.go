@@ -1,6 +1,7 @@
 package whisper_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -218,6 +219,7 @@ func TestGGUFErrors(t *testing.T) {
 		{"mel count disagrees", func(w *gguf.Writer) { w.SetUint32("whisper.encoder.mel_count", 128); withTokens(w) }, nil, "mel_count"},
 		{"stated as a string", func(w *gguf.Writer) { w.SetString("whisper.vocab_size", "51864"); withTokens(w) }, nil, "whisper.vocab_size"},
 		{"zero heads", func(w *gguf.Writer) { w.SetUint32("whisper.encoder.attention.head_count", 0); withTokens(w) }, nil, "out of range"},
+		{"heads stated as a string", func(w *gguf.Writer) { w.SetString("whisper.encoder.attention.head_count", "2"); withTokens(w) }, nil, "whisper.encoder.attention.head_count"},
 		{"heads not dividing", func(w *gguf.Writer) { w.SetUint32("whisper.decoder.attention.head_count", 3); withTokens(w) }, nil, "multiples of the head counts"},
 		{"token outside the alphabet", func(w *gguf.Writer) {
 			bad := slices.Clone(toks)
@@ -298,6 +300,21 @@ func TestGGUFErrors(t *testing.T) {
 		t.Errorf("malformed tokenizer.json: %v", err)
 	}
 
+	// A GGUF of another architecture without tokens is refused for its architecture, not its
+	// vocabulary.
+	w = gguf.NewWriter()
+	w.SetString("general.architecture", "llama")
+	if err := w.AddTensor("x", tensor.F32, []int64{4}, make([]byte, 16)); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(t.TempDir(), "other.gguf")
+	if err := w.WriteFile(other); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := whisper.Open(be, other); err == nil || !strings.Contains(err.Error(), `architecture is "llama"`) {
+		t.Errorf("another architecture without tokens: %v", err)
+	}
+
 	// A language model's GGUF is not a Whisper model.
 	lm, err := llama.Synth(llama.Shapes["15M"], tensor.Q8_0, 1)
 	if err != nil {
@@ -334,6 +351,77 @@ func TestParseTokenizerJSON(t *testing.T) {
 	} {
 		if _, err := whisper.ParseTokenizerJSON([]byte(bad)); err == nil {
 			t.Errorf("%s: no error", bad)
+		}
+	}
+}
+
+// TestGGUFVectorShapes: a vector (bias, norm weight) is taken as [n], [1, n] or [n, 1], and any
+// other split of its n elements is refused; a matrix must have its own row length.
+func TestGGUFVectorShapes(t *testing.T) {
+	src := synthModel(t, ggufShape, "tiny.en")
+	gf, err := ggml.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gf.Close()
+	be, _, err := backend.New("go", backend.Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	toks := make([]string, len(gf.Vocab))
+	for i, b := range gf.Vocab {
+		toks[i] = tokenizer.ByteLevel(b)
+	}
+	S := int64(ggufShape.State)
+	for _, c := range []struct {
+		name  string
+		shape []int64
+		ok    bool
+	}{
+		{"encoder.conv1.bias", []int64{S}, true},
+		{"encoder.conv1.bias", []int64{1, S}, true},
+		{"encoder.conv1.bias", []int64{S, 1}, true},
+		{"encoder.conv1.bias", []int64{2, S / 2}, false},
+		{"encoder.conv1.bias", []int64{S / 2, 2}, false},
+		{"decoder.ln.weight", []int64{S}, true},
+		{"decoder.ln.weight", []int64{1, S}, true},
+		{"decoder.ln.weight", []int64{S, 1}, true},
+		{"decoder.ln.weight", []int64{2, S / 2}, false},
+		{"decoder.ln.weight", []int64{S / 2, 2}, false},
+		{"decoder.blocks.0.mlp.0.weight", []int64{S, 4 * S}, true},
+		{"decoder.blocks.0.mlp.0.weight", []int64{4 * S, S}, false},
+		{"encoder.conv2.weight", []int64{S, 3, S}, false},
+	} {
+		w := gguf.NewWriter()
+		w.SetString("general.architecture", "whisper")
+		w.SetStrings("tokenizer.ggml.tokens", toks)
+		for _, tn := range gf.Tensors {
+			shape := make([]int64, 0, len(tn.Ne))
+			for _, d := range tn.Ne {
+				shape = append(shape, int64(d))
+			}
+			if tn.Name == c.name {
+				shape = c.shape
+			}
+			if err := w.AddTensor(tn.Name, tn.Type, shape, tn.Data); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var buf bytes.Buffer
+		if _, err := w.WriteTo(&buf); err != nil {
+			t.Fatal(err)
+		}
+		f, err := gguf.Parse(buf.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := whisper.LoadGGUF(be, f, nil)
+		if m != nil {
+			m.Close()
+		}
+		if (err == nil) != c.ok || (err != nil && !strings.Contains(err.Error(), c.name)) {
+			t.Errorf("%s as %v: %v, want accepted %v", c.name, c.shape, err, c.ok)
 		}
 	}
 }
