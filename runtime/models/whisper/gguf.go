@@ -198,8 +198,17 @@ func ggufHParams(f *gguf.File) (HParams, error) {
 			}
 		}
 	}
+	// FType as whisper.cpp's header states it: the large matrices' type, plus the quantisation
+	// version times 1000 in quantised files (2, ggml's current one, where the file does not say).
 	if t, ok := f.Tensor("encoder.blocks.0.attn.query.weight"); ok {
 		hp.FType, _ = ggml.FTypeOf(t.DType)
+		if t.DType.Quantized() {
+			qv, ok := f.Int("general.quantization_version")
+			if !ok || qv < 0 || qv > 1000 {
+				qv = 2
+			}
+			hp.FType += int(qv) * ggml.QuantVersionFactor
+		}
 	}
 	return hp, nil
 }

@@ -4,13 +4,20 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/backend/purego"
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
-// FuzzGGUFSource: whatever a GGUF file holds, reading a Whisper model's description from it
-// returns an error or a description, and never panics.
+// FuzzGGUFSource: whatever a GGUF file holds, reading a Whisper model's description from it and
+// loading its weights (pure-Go backend) return an error or a model, and never panic.
 func FuzzGGUFSource(f *testing.F) {
+	be, err := purego.New(backend.Options{Threads: 1})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer be.Close()
 	w := gguf.NewWriter()
 	w.SetString("general.architecture", Architecture)
 	w.SetUint32("whisper.encoder.attention.head_count", 2)
@@ -51,8 +58,15 @@ func FuzzGGUFSource(f *testing.F) {
 			return
 		}
 		src, err := ggufSource(gf, nil)
-		if err == nil && (src.hp.NVocab <= 0 || len(src.filters.Data) != src.filters.NMel*src.filters.NFFT) {
+		if err != nil {
+			return
+		}
+		if src.hp.NVocab <= 0 || len(src.filters.Data) != src.filters.NMel*src.filters.NFFT {
 			t.Fatalf("accepted a description with %d tokens and %d filter weights", src.hp.NVocab, len(src.filters.Data))
+		}
+		if m, err := load(be, src); err == nil {
+			m.file = nil // the parsed buffer needs no closing
+			m.Close()
 		}
 	})
 }

@@ -425,3 +425,54 @@ func TestGGUFVectorShapes(t *testing.T) {
 		}
 	}
 }
+
+// TestGGUFQuantizedHParams: a quantised model's header reads the same from GGUF as from the
+// ggml file, the quantisation version folded into FType as whisper.cpp's header folds it.
+func TestGGUFQuantizedHParams(t *testing.T) {
+	src := synthModelType(t, ggufShape, "tiny.en", tensor.Q8_0)
+	gf, err := ggml.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gf.Close()
+	be, _, err := backend.New("go", backend.Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	want, err := whisper.Load(be, gf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer want.Close()
+	if want.FType < 1000 {
+		t.Fatalf("the ggml file's ftype %d has no quantisation version", want.FType)
+	}
+	w, err := whisper.ConvertGGML(gf, "q8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"converted", "bare"} {
+		if name == "bare" {
+			w = bareGGUF(t, gf, "")
+			w.SetStrings("tokenizer.ggml.tokens", []string{"a"})
+		}
+		path := filepath.Join(t.TempDir(), "m.gguf")
+		if err := w.WriteFile(path); err != nil {
+			t.Fatal(err)
+		}
+		f, err := gguf.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := whisper.LoadGGUF(be, f, nil)
+		if err != nil {
+			f.Close()
+			t.Fatal(err)
+		}
+		if m.HParams != want.HParams {
+			t.Errorf("%s: %+v, the ggml file %+v", name, m.HParams, want.HParams)
+		}
+		m.Close()
+	}
+}
