@@ -321,6 +321,9 @@ func (e *Engine) ResolveLanguage(lang string) (tok int32, code string, err error
 // ErrBadRequest marks errors caused by the request's parameters.
 var ErrBadRequest = errors.New("bad request")
 
+// errNonFinite ends a transcription whose decoder produced logits that are not numbers.
+var errNonFinite = errors.New("whisper: the model's output is not finite (are its weights corrupt?)")
+
 // engineWork is the Engine as the Work its loop steps (sched.Work).
 type engineWork Engine
 
@@ -671,7 +674,9 @@ func (e *Engine) afterPrompt(j *job) {
 	logSoftmax(e.langLP)
 	j.noSpeech = float32(math.Exp(float64(e.langLP[e.tok.NoSpeech])))
 	temp := j.temps[j.tempIdx]
-	e.process(j, h0, lg, temp)
+	if !e.process(j, h0, lg, temp) {
+		return
+	}
 	for _, h := range j.hyps[1:j.nHyp] {
 		h.seq.Release()
 		h.seq = h0.seq.ForkInto(h.seq, h0.seq.Len())
@@ -685,8 +690,8 @@ func (e *Engine) afterPrompt(j *job) {
 func (e *Engine) afterStep(j *job) {
 	temp := j.temps[j.tempIdx]
 	for _, h := range j.hyps[:j.nHyp] {
-		if h.live() {
-			e.process(j, h, e.row(h), temp)
+		if h.live() && !e.process(j, h, e.row(h), temp) {
+			return
 		}
 	}
 	e.sample(j, temp, false)

@@ -198,11 +198,15 @@ func (e *Engine) suppress(j *job, h *hyp, logits []float32, temp float32) {
 	}
 }
 
-// logSoftmax turns logits into log-probabilities in place: float32 exponentials after subtracting the maximum, as whisper.cpp computes them, summed in
+// logSoftmax turns logits into log-probabilities in place, and returns false, leaving them as they
+// are, when they hold a NaN or no finite maximum (a model whose weights are not numbers): float32 exponentials after subtracting the maximum, as whisper.cpp computes them, summed in
 // float64 (whisper.cpp sums in float32 in id order; over 51864 tokens that sum is the less
 // accurate, by about 1e-5 relative).
-func logSoftmax(x []float32) {
-	mx, _ := vec.Max(x)
+func logSoftmax(x []float32) bool {
+	mx, nan := vec.Max(x)
+	if nan || math.IsInf(float64(mx), 0) {
+		return false
+	}
 	lse := float32(math.Log(vec.SumExp(x, mx))) + mx
 	ninf := float32(math.Inf(-1))
 	for i, v := range x {
@@ -210,16 +214,21 @@ func logSoftmax(x []float32) {
 			x[i] = v - lse
 		}
 	}
+	return true
 }
 
 // process turns a hypothesis's raw logits into log-probabilities after suppression, and forces a
 // timestamp when timestamps together are more likely than any text token. logits is modified.
-func (e *Engine) process(j *job, h *hyp, logits []float32, temp float32) {
+// Logits that are not numbers end the transcription with errNonFinite (false).
+func (e *Engine) process(j *job, h *hyp, logits []float32, temp float32) bool {
 	e.suppress(j, h, logits, temp)
-	logSoftmax(logits)
+	if !logSoftmax(logits) {
+		j.err, j.ph = errNonFinite, phDone
+		return false
+	}
 	beg := int(e.tok.TimestampBegin)
 	if beg >= len(logits) {
-		return
+		return true
 	}
 	ninf := float32(math.Inf(-1))
 	mx, _ := vec.Max(logits[beg:])
@@ -232,6 +241,7 @@ func (e *Engine) process(j *job, h *hyp, logits []float32, temp float32) {
 			logits[i] = ninf
 		}
 	}
+	return true
 }
 
 // tsStats finds the most probable timestamp token of a row of log-probabilities and its share
