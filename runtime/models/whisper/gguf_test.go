@@ -50,6 +50,27 @@ func bareGGUF(t *testing.T, f *ggml.File, path string) *gguf.Writer {
 	return w
 }
 
+// ggufFixture opens a random-weight model of ggufShape with matrices of type dt (closed at the
+// end of the test), a pure-Go backend, and the model's tokens in GPT-2's byte-level alphabet.
+func ggufFixture(t *testing.T, dt tensor.DType) (*ggml.File, backend.Backend, []string) {
+	t.Helper()
+	gf, err := ggml.Open(synthModelType(t, ggufShape, "tiny.en", dt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gf.Close() })
+	be, _, err := backend.New("go", backend.Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { be.Close() })
+	toks := make([]string, len(gf.Vocab))
+	for i, b := range gf.Vocab {
+		toks[i] = tokenizer.ByteLevel(b)
+	}
+	return gf, be, toks
+}
+
 // hfTokenizer returns a Hugging Face tokenizer.json for vocab, with the special tokens after the
 // text tokens as such files have them. The shared files store U+FFFD for the bytes of some tokens,
 // so several ids share a text; a tokenizer.json cannot say that, and has only the first of them.
@@ -191,21 +212,7 @@ func TestGGUFSameModel(t *testing.T) {
 // TestGGUFErrors: files that are not a Whisper model the way they say, or that contradict
 // themselves, are refused with an error that names the problem.
 func TestGGUFErrors(t *testing.T) {
-	src := synthModel(t, ggufShape, "tiny.en")
-	gf, err := ggml.Open(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gf.Close()
-	be, _, err := backend.New("go", backend.Options{Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer be.Close()
-	toks := make([]string, len(gf.Vocab))
-	for i, b := range gf.Vocab {
-		toks[i] = tokenizer.ByteLevel(b)
-	}
+	gf, be, toks := ggufFixture(t, tensor.F16)
 	withTokens := func(w *gguf.Writer) { w.SetStrings("tokenizer.ggml.tokens", toks) }
 	for _, c := range []struct {
 		name  string
@@ -358,21 +365,7 @@ func TestParseTokenizerJSON(t *testing.T) {
 // TestGGUFVectorShapes: a vector (bias, norm weight) is taken as [n], [1, n] or [n, 1], and any
 // other split of its n elements is refused; a matrix must have its own row length.
 func TestGGUFVectorShapes(t *testing.T) {
-	src := synthModel(t, ggufShape, "tiny.en")
-	gf, err := ggml.Open(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gf.Close()
-	be, _, err := backend.New("go", backend.Options{Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer be.Close()
-	toks := make([]string, len(gf.Vocab))
-	for i, b := range gf.Vocab {
-		toks[i] = tokenizer.ByteLevel(b)
-	}
+	gf, be, toks := ggufFixture(t, tensor.F16)
 	S := int64(ggufShape.State)
 	for _, c := range []struct {
 		name  string
@@ -429,17 +422,7 @@ func TestGGUFVectorShapes(t *testing.T) {
 // TestGGUFQuantizedHParams: a quantised model's header reads the same from GGUF as from the
 // ggml file, the quantisation version folded into FType as whisper.cpp's header folds it.
 func TestGGUFQuantizedHParams(t *testing.T) {
-	src := synthModelType(t, ggufShape, "tiny.en", tensor.Q8_0)
-	gf, err := ggml.Open(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gf.Close()
-	be, _, err := backend.New("go", backend.Options{Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer be.Close()
+	gf, be, _ := ggufFixture(t, tensor.Q8_0)
 	want, err := whisper.Load(be, gf)
 	if err != nil {
 		t.Fatal(err)
@@ -480,12 +463,7 @@ func TestGGUFQuantizedHParams(t *testing.T) {
 // TestNonFiniteModel: a model whose weights are not numbers ends its transcription with an error
 // that says so, and the engine goes on serving.
 func TestNonFiniteModel(t *testing.T) {
-	src := synthModel(t, ggufShape, "tiny.en")
-	gf, err := ggml.Open(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gf.Close()
+	gf, _, _ := ggufFixture(t, tensor.F16)
 	tensors := slices.Clone(gf.Tensors)
 	for i, tn := range tensors {
 		if tn.Name == "decoder.ln.bias" {
