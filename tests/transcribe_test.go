@@ -156,6 +156,23 @@ func TestConvertToGGUF(t *testing.T) {
 	if info.Metadata["general.architecture"] != "whisper" || info.Metadata["whisper.decoder.block_count"] != float64(4) || len(info.Tensors) < 100 {
 		t.Errorf("inspect: architecture %v, decoder blocks %v, %d tensors", info.Metadata["general.architecture"], info.Metadata["whisper.decoder.block_count"], len(info.Tensors))
 	}
+	// The ggml file itself: its header and the same tensors but the filter bank.
+	res = parley(t, "", "inspect", "--json", model)
+	if res.code != 0 {
+		t.Fatalf("inspect the ggml file: exit %d: %s", res.code, res.stderr)
+	}
+	var ginfo struct {
+		Format    string
+		HParams   map[string]int
+		VocabSize int `json:"vocab_size"`
+		Tensors   []struct{ Name string }
+	}
+	if err := json.Unmarshal([]byte(res.stdout), &ginfo); err != nil {
+		t.Fatal(err)
+	}
+	if ginfo.Format != "ggml" || ginfo.HParams["n_text_layer"] != 4 || ginfo.VocabSize != 50257 || len(ginfo.Tensors) != len(info.Tensors)-1 {
+		t.Errorf("inspect the ggml file: %+v (%d tensors; the GGUF has %d)", ginfo.HParams, len(ginfo.Tensors), len(info.Tensors))
+	}
 	wav := sharedtest.Path(t, "data/asr/wav/jfk.wav")
 	var outs []string
 	for _, m := range []string{model, out} {

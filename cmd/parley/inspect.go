@@ -3,9 +3,12 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/parleyhq/parley/runtime/ggml"
 	"github.com/parleyhq/parley/runtime/gguf"
 )
 
@@ -19,6 +22,9 @@ func runInspect(e *env, args []string) error {
 	}
 	if len(pos) != 1 {
 		return usagef("want exactly one model file, got %d arguments", len(pos))
+	}
+	if whisperGGML(pos[0]) {
+		return inspectGGML(e, pos[0], *asJSON)
 	}
 	f, err := gguf.Open(pos[0])
 	if err != nil {
@@ -166,4 +172,73 @@ func valueSummary(v gguf.Value, full bool) any {
 		return head
 	}
 	return map[string]any{"len": n, "head": head}
+}
+
+// whisperGGML reports whether path starts with whisper.cpp's ggml magic (the bytes "lmgg").
+func whisperGGML(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false // the GGUF reader says why
+	}
+	defer f.Close()
+	var b [4]byte
+	_, err = io.ReadFull(f, b[:])
+	return err == nil && string(b[:]) == "lmgg"
+}
+
+// inspectGGML prints a whisper.cpp model file's header, filter bank and vocabulary sizes and its
+// tensor table.
+func inspectGGML(e *env, path string, asJSON bool) error {
+	f, err := ggml.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	names, values := f.HParams.Fields()
+	type tensorJSON struct {
+		Name   string `json:"name"`
+		DType  string `json:"dtype"`
+		Shape  []int  `json:"shape"`
+		Offset int64  `json:"offset"`
+		Size   int    `json:"size"`
+	}
+	if asJSON {
+		out := struct {
+			Format     string         `json:"format"`
+			HParams    map[string]int `json:"hparams"`
+			MelFilters [2]int         `json:"mel_filters"`
+			VocabSize  int            `json:"vocab_size"`
+			Tensors    []tensorJSON   `json:"tensors"`
+		}{Format: "ggml", HParams: map[string]int{}, MelFilters: [2]int{f.Filters.NMel, f.Filters.NFFT}, VocabSize: len(f.Vocab)}
+		for i, n := range names {
+			out.HParams[n] = values[i]
+		}
+		for _, t := range f.Tensors {
+			out.Tensors = append(out.Tensors, tensorJSON{t.Name, t.Type.String(), t.Ne, t.Offset, len(t.Data)})
+		}
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	fmt.Fprintf(e.stdout, "whisper.cpp ggml file, %d tensors; mel filters %d × %d; %d tokens stored\n\n", len(f.Tensors), f.Filters.NMel, f.Filters.NFFT, len(f.Vocab))
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	for i, n := range names {
+		fmt.Fprintf(tw, "%s\t%d\n", n, values[i])
+	}
+	tw.Flush()
+	fmt.Fprintln(e.stdout)
+	tw = tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "tensor\tdtype\tshape\toffset\tbytes")
+	total := 0
+	for _, t := range f.Tensors {
+		dims := make([]string, len(t.Ne))
+		for i, d := range t.Ne {
+			dims[i] = fmt.Sprint(d)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t[%s]\t%d\t%d\n", t.Name, t.Type, strings.Join(dims, " "), t.Offset, len(t.Data))
+		total += len(t.Data)
+	}
+	tw.Flush()
+	fmt.Fprintf(e.stdout, "\n%d tensors, %.2f MiB of tensor data\n", len(f.Tensors), float64(total)/(1<<20))
+	return nil
 }

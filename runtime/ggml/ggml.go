@@ -73,6 +73,15 @@ func (h *HParams) fields() [11]*int {
 		&h.NTextCtx, &h.NTextState, &h.NTextHead, &h.NTextLayer, &h.NMels, &h.FType}
 }
 
+// Fields returns the hyperparameters' names, as whisper.cpp's loader prints them, and values, in
+// file order.
+func (h HParams) Fields() (names [11]string, values [11]int) {
+	for i, p := range h.fields() {
+		values[i] = *p
+	}
+	return hparamNames, values
+}
+
 var hparamNames = [11]string{"n_vocab", "n_audio_ctx", "n_audio_state", "n_audio_head",
 	"n_audio_layer", "n_text_ctx", "n_text_state", "n_text_head", "n_text_layer", "n_mels", "ftype"}
 
