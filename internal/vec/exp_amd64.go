@@ -13,6 +13,9 @@ func maxAVX(x *float32, n int) (m float32, nan bool)
 //go:noescape
 func indexAVX(x *float32, n int, v float32) int
 
+//go:noescape
+func dotsAVX2(dst, q, k *float32, hd, stride, n int)
+
 // sumAVX2 is ExpSum (store) or SumExp: whole vectors in assembly, the rest in Go.
 func sumAVX2(x []float32, m float32, store bool) float64 {
 	k := len(x) &^ 7
@@ -59,6 +62,13 @@ func init() {
 			return k + i
 		}
 		return -1
+	}
+	dots = func(dst, q, k []float32, stride int) {
+		if len(q)%16 != 0 || len(q) == 0 {
+			dotsGo(dst, q, k, stride)
+			return
+		}
+		dotsAVX2(&dst[0], &q[0], &k[0], len(q), stride, len(dst))
 	}
 	Kernels = "avx2"
 }

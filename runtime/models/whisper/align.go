@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/parleyhq/parley/internal/vec"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/kvcache"
 	"github.com/parleyhq/parley/runtime/tensor"
@@ -157,7 +158,8 @@ func (a *aligner) times(tokens []int32, nSot int, c *Cross, frames int) ([]int, 
 	scale := 1 / math.Sqrt(float64(hd))
 	mat := make([]float64, n*frames)
 	w := make([]float64, n*frames)
-	row := make([]float64, m.AudioCtx)
+	row := make([]float64, frames)
+	dots := make([]float32, m.AudioCtx)
 	kl := -1
 	for _, h := range a.heads {
 		if h.Layer != kl {
@@ -169,12 +171,11 @@ func (a *aligner) times(tokens []int32, nSot int, c *Cross, frames int) ([]int, 
 			}
 			kl = h.Layer
 		}
-		crossWeights(w, row, a.q[h.Layer], a.k, n, frames, T, h.Head*hd, hd, scale)
+		crossWeights(w, dots, a.q[h.Layer], a.k, n, frames, T, h.Head*hd, hd, float32(scale))
 		standardize(w, n, frames)
-		med := row[:frames]
 		for t := range n {
-			medianFilter(med, w[t*frames:(t+1)*frames], 7)
-			for f, v := range med {
+			medianFilter(row, w[t*frames:(t+1)*frames], 7)
+			for f, v := range row {
 				mat[t*frames+f] += v / float64(len(a.heads))
 			}
 		}
@@ -195,51 +196,21 @@ func (a *aligner) times(tokens []int32, nSot int, c *Cross, frames int) ([]int, 
 }
 
 // crossWeights writes to w ([n, frames]) one head's cross-attention weights: for each of the n
-// queries (rows of q, [n, T]), the softmax of its scaled dot products with all len(row) keys
-// (rows of k, [len(row), T]; the head's dims are off .. off+hd), of which the first frames are
-// kept. row is scratch.
-func crossWeights(w, row []float64, q, k []float32, n, frames, T, off, hd int, scale float64) {
+// queries (rows of q, [n, T]), the softmax of its scaled dot products with all len(dots) keys
+// (rows of k, [len(dots), T]; the head's dims are off .. off+hd), of which the first frames are
+// kept. dots is scratch.
+func crossWeights(w []float64, dots, q, k []float32, n, frames, T, off, hd int, scale float32) {
 	for t := range n {
-		qt := q[t*T+off : t*T+off+hd]
-		mx := math.Inf(-1)
-		f := 0
-		// Four keys at a time, each summed in order over the dims as one key alone would be:
-		// the same values, without waiting on one addition chain.
-		for ; f+4 <= len(row); f += 4 {
-			k0 := k[f*T+off : f*T+off+hd]
-			k1 := k[(f+1)*T+off : (f+1)*T+off+hd]
-			k2 := k[(f+2)*T+off : (f+2)*T+off+hd]
-			k3 := k[(f+3)*T+off : (f+3)*T+off+hd]
-			var s0, s1, s2, s3 float32
-			for d, x := range qt {
-				s0 += x * k0[d]
-				s1 += x * k1[d]
-				s2 += x * k2[d]
-				s3 += x * k3[d]
-			}
-			for i, s := range [4]float32{s0, s1, s2, s3} {
-				v := float64(s) * scale
-				row[f+i] = v
-				mx = max(mx, v)
-			}
+		vec.Dots(dots, q[t*T+off:t*T+off+hd], k[off:], T)
+		for f := range dots {
+			dots[f] *= scale
 		}
-		for ; f < len(row); f++ {
-			kf := k[f*T+off : f*T+off+hd]
-			var s float32
-			for d, x := range qt {
-				s += x * kf[d]
-			}
-			v := float64(s) * scale
-			row[f] = v
-			mx = max(mx, v)
-		}
-		sum := 0.0
-		for f, v := range row {
-			row[f] = math.Exp(v - mx)
-			sum += row[f]
-		}
+		// The softmax in float32 as the decoder's own (whisper.cpp's ggml_soft_max), the sum in
+		// float64.
+		mx, _ := vec.Max(dots)
+		inv := 1 / vec.ExpSum(dots, mx)
 		for f := range frames {
-			w[t*frames+f] = row[f] / sum
+			w[t*frames+f] = float64(dots[f]) * inv
 		}
 	}
 }

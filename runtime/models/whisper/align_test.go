@@ -121,7 +121,7 @@ func TestCrossWeightsSoftmaxOverAllKeys(t *testing.T) {
 	}
 	scale := 1 / math.Sqrt(hd)
 	w := make([]float64, n*frames)
-	crossWeights(w, make([]float64, keys), q, k, n, frames, T, off, hd, scale)
+	crossWeights(w, make([]float32, keys), q, k, n, frames, T, off, hd, float32(scale))
 	for i := range n {
 		var e [keys]float64
 		sum := 0.0
