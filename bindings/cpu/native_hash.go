@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "60650e10b767d1ac6a8ae8ea70e781f1eb1a9ff8aa3b45b07c18832856545b10"
+const nativeSources = "d474f48a3a29920c131fe86336b274fb8a40d4e8796435157c7f6690d8983428"

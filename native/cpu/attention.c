@@ -238,12 +238,13 @@ PL_TARGET_AVX2 static float expsum_avx2(float *s, int nv, float mx) {
         _mm256_storeu_ps(s + c, e);
         acc = _mm256_add_ps(acc, e);
     }
-    float sum = plx_hsum256(acc);
-    for (; c < nv; c++) {
-        s[c] = expf(s[c] - mx);
-        sum += s[c];
+    if (c < nv) { /* the last elements with the same exp, masked (as the AVX-512 form: the same values) */
+        const __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv - c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const __m256 e = plx_exp256(_mm256_sub_ps(_mm256_maskload_ps(s + c, mk), m));
+        _mm256_maskstore_ps(s + c, mk, e);
+        acc = _mm256_add_ps(acc, _mm256_and_ps(e, _mm256_castsi256_ps(mk)));
     }
-    return sum;
+    return plx_hsum256(acc);
 }
 
 __attribute__((always_inline)) PL_TARGET_AVX512 static inline __m512 ld16(const void *row, int d,
@@ -609,7 +610,7 @@ static void scores(const float *q, const void *const *k, int C, int hd, float sc
 }
 
 /* dot_tail_f16 is sum_d double(q[d] * k[d]) over n elements (F32 products, a double sum in
- * order): the tail of scores_f16_ggml below AVX-512. */
+ * order): the tail of scores_f16_ggml below AVX2. */
 static double dot_tail_f16(const float *q, const uint16_t *k, int n) {
     double s = 0.0;
     for (int d = 0; d < n; d++) s += (double)(q[d] * plx_f16_to_f32(k[d]));
@@ -743,6 +744,95 @@ PL_TARGET_AVX512 static void scores_tail_f16_avx512(const float *q, const void *
     if (f16_exact512(q + hd64, (hd - hd64) & ~15)) scores_tail_f16_avx512_t(q, k, C, hd, scale, s, 1);
     else scores_tail_f16_avx512_t(q, k, C, hd, scale, s, 0);
 }
+
+/* f16_exact256 is f16_exact512 on AVX2. */
+PL_TARGET_AVX2 static int f16_exact256(const float *x, int n) {
+    const __m256 lim = _mm256_set1_ps(65504.0f), mag = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    for (int d = 0; d < n; d += 8) {
+        /* lanes past n load 0, which is exact */
+        const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - d), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const __m256 v = _mm256_maskload_ps(x + d, m);
+        const __m256 r = _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+        const __m256 ok = _mm256_and_ps(_mm256_cmp_ps(v, r, _CMP_EQ_OQ),
+                                        _mm256_cmp_ps(_mm256_and_ps(v, mag), lim, _CMP_LE_OQ));
+        if (_mm256_movemask_ps(ok) != 0xFF) return 0;
+    }
+    return 1;
+}
+
+/* reduce4x8_pd returns the vector whose lane i is the sum of the eight double lanes of key i,
+ * held as lo[i] (lanes 0-3) and hi[i] (lanes 4-7), added in reduce8_pd's order: lanes j and j+4,
+ * then j and j+2, then the two left. */
+PL_TARGET_AVX2 static inline __m256d reduce4x8_pd(const __m256d lo[4], const __m256d hi[4]) {
+    __m256d h[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) h[i] = _mm256_add_pd(lo[i], hi[i]); /* [a_j + a_{j+4}, j < 4] */
+    /* keys 0, 2 and 1, 3: [h_j + h_{j+2}, j < 2] each */
+    const __m256d g02 = _mm256_add_pd(_mm256_permute2f128_pd(h[0], h[2], 0x20), _mm256_permute2f128_pd(h[0], h[2], 0x31));
+    const __m256d g13 = _mm256_add_pd(_mm256_permute2f128_pd(h[1], h[3], 0x20), _mm256_permute2f128_pd(h[1], h[3], 0x31));
+    return _mm256_add_pd(_mm256_unpacklo_pd(g02, g13), _mm256_unpackhi_pd(g02, g13));
+}
+
+/* scores_tail_f16_avx2 is scores_tail_f16_avx512 on AVX2, bit for bit: each key's eight double
+ * lanes are two vectors of four (lanes 0-3 and 4-7), added in the same order over the 16-element
+ * steps, reduced as reduce8_pd reduces them, then the last elements one by one. Four keys at a
+ * time (their accumulators fill half the registers); exact as there. */
+__attribute__((always_inline)) PL_TARGET_AVX2 static inline void
+scores_tail_f16_avx2_t(const float *q, const void *const *k, int C, int hd, float scale, float *s,
+                       const int exact) {
+    const int hd64 = hd & ~63, n = hd - hd64, n16 = n & ~15;
+    const float *qt = q + hd64;
+    double qd[48]; /* exact: qt[0..n16) widened */
+    if (exact)
+        for (int d = 0; d < n16; d += 4) _mm256_storeu_pd(qd + d, _mm256_cvtps_pd(_mm_loadu_ps(qt + d)));
+    const __m128 scl = _mm_set1_ps(scale);
+    for (int c0 = 0; c0 < C; c0 += 4) {
+        const int nc = PL_MIN(4, C - c0);
+        const uint16_t *kr[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) kr[c] = (const uint16_t *)k[c0 + (c < nc ? c : 0)] + hd64; /* spare lanes repeat key 0 */
+        __m256d lo[4], hi[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) lo[c] = hi[c] = _mm256_setzero_pd();
+        for (int d = 0; d < n16; d += 8) { /* elements d..d+7 into lanes 0..7 */
+            if (exact) {
+                const __m256d q0 = _mm256_loadu_pd(qd + d), q1 = _mm256_loadu_pd(qd + d + 4);
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) {
+                    const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kr[c] + d)));
+                    lo[c] = _mm256_fmadd_pd(q0, _mm256_cvtps_pd(_mm256_castps256_ps128(x)), lo[c]);
+                    hi[c] = _mm256_fmadd_pd(q1, _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)), hi[c]);
+                }
+            } else {
+                const __m256 qv = _mm256_loadu_ps(qt + d);
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) {
+                    const __m256 p = _mm256_mul_ps(qv, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kr[c] + d))));
+                    lo[c] = _mm256_add_pd(lo[c], _mm256_cvtps_pd(_mm256_castps256_ps128(p)));
+                    hi[c] = _mm256_add_pd(hi[c], _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1)));
+                }
+            }
+        }
+        __m256d t = reduce4x8_pd(lo, hi);
+        for (int e = n16; e < n; e++) {
+            const __m128 kv = _mm_cvtph_ps(_mm_setr_epi16((short)kr[0][e], (short)kr[1][e], (short)kr[2][e], (short)kr[3][e], 0, 0, 0, 0));
+            t = _mm256_add_pd(t, _mm256_cvtps_pd(_mm_mul_ps(_mm_set1_ps(qt[e]), kv)));
+        }
+        float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (hd64 > 0)
+            for (int c = 0; c < nc; c++) a[c] = s[c0 + c];
+        float r[4];
+        _mm_storeu_ps(r, _mm_mul_ps(_mm256_cvtpd_ps(_mm256_add_pd(_mm256_cvtps_pd(_mm_loadu_ps(a)), t)), scl));
+        for (int c = 0; c < nc; c++) s[c0 + c] = r[c];
+    }
+}
+
+PL_TARGET_AVX2 static void scores_tail_f16_avx2(const float *q, const void *const *k, int C, int hd,
+                                                float scale, float *s) {
+    const int hd64 = hd & ~63;
+    if (f16_exact256(q + hd64, (hd - hd64) & ~15)) scores_tail_f16_avx2_t(q, k, C, hd, scale, s, 1);
+    else scores_tail_f16_avx2_t(q, k, C, hd, scale, s, 0);
+}
 #endif
 
 /* scores_f16_ggml is scores() for an F16 cache summed as ggml_vec_dot_f16 does (AVX-512 build):
@@ -757,6 +847,10 @@ static void scores_f16_ggml(const float *q, const void *const *k, int C, int hd,
 #if PL_X86
     if (plx_isa >= PL_ISA_AVX512) {
         scores_tail_f16_avx512(q, k, C, hd, scale, s);
+        return;
+    }
+    if (plx_isa >= PL_ISA_AVX2) {
+        scores_tail_f16_avx2(q, k, C, hd, scale, s);
         return;
     }
 #endif
@@ -1228,12 +1322,80 @@ PL_TARGET_AVX512 static void pv_tail_f16_avx512(double *tr, const float *p, int 
     if (f16_exact512(p + nf, nv - nf)) pv_tail_f16_avx512_t(tr, p, nf, nv, v, hd, 1);
     else pv_tail_f16_avx512_t(tr, p, nf, nv, v, hd, 0);
 }
+
+/* pv_tail_blk_avx2 is pv_tail_blk_avx512 on AVX2: NB blocks of 8 elements of tr from d0, as two
+ * vectors of four doubles each, in registers across the positions; exact as there. */
+__attribute__((always_inline)) PL_TARGET_AVX2 static inline void
+pv_tail_blk_avx2(double *tr, const float *p, int nf, int nv, const void *const *v, int d0,
+                 const int NB, const int exact) {
+    __m256d lo[4], hi[4];
+#pragma GCC unroll 4
+    for (int b = 0; b < NB; b++) {
+        lo[b] = _mm256_loadu_pd(tr + d0 + 8 * b);
+        hi[b] = _mm256_loadu_pd(tr + d0 + 8 * b + 4);
+    }
+    for (int c = nf; c < nv; c++) {
+        const uint16_t *vr = (const uint16_t *)v[c] + d0;
+        if (exact) {
+            const __m256d pc = _mm256_set1_pd((double)p[c]);
+#pragma GCC unroll 4
+            for (int b = 0; b < NB; b++) {
+                const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + 8 * b)));
+                lo[b] = _mm256_fmadd_pd(pc, _mm256_cvtps_pd(_mm256_castps256_ps128(x)), lo[b]);
+                hi[b] = _mm256_fmadd_pd(pc, _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)), hi[b]);
+            }
+        } else {
+            const __m256 pc = _mm256_set1_ps(p[c]);
+#pragma GCC unroll 4
+            for (int b = 0; b < NB; b++) {
+                const __m256 prod = _mm256_mul_ps(pc, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr + 8 * b))));
+                lo[b] = _mm256_add_pd(lo[b], _mm256_cvtps_pd(_mm256_castps256_ps128(prod)));
+                hi[b] = _mm256_add_pd(hi[b], _mm256_cvtps_pd(_mm256_extractf128_ps(prod, 1)));
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int b = 0; b < NB; b++) {
+        _mm256_storeu_pd(tr + d0 + 8 * b, lo[b]);
+        _mm256_storeu_pd(tr + d0 + 8 * b + 4, hi[b]);
+    }
+}
+
+/* Whole 8-element blocks 32 elements a pass, the last hd % 8 elements one by one. */
+__attribute__((always_inline)) PL_TARGET_AVX2 static inline void
+pv_tail_f16_avx2_t(double *tr, const float *p, int nf, int nv, const void *const *v, int hd,
+                   const int exact) {
+    const int hd8 = hd & ~7;
+    for (int d0 = 0; d0 < hd8; d0 += 32) {
+        switch (PL_MIN(32, hd8 - d0) / 8) {
+        case 1: pv_tail_blk_avx2(tr, p, nf, nv, v, d0, 1, exact); break;
+        case 2: pv_tail_blk_avx2(tr, p, nf, nv, v, d0, 2, exact); break;
+        case 3: pv_tail_blk_avx2(tr, p, nf, nv, v, d0, 3, exact); break;
+        default: pv_tail_blk_avx2(tr, p, nf, nv, v, d0, 4, exact); break;
+        }
+    }
+    for (int d = hd8; d < hd; d++) {
+        double a = tr[d];
+        for (int c = nf; c < nv; c++) a += (double)(p[c] * kv_at(v[c], d, 1));
+        tr[d] = a;
+    }
+}
+
+PL_TARGET_AVX2 static void pv_tail_f16_avx2(double *tr, const float *p, int nf, int nv,
+                                            const void *const *v, int hd) {
+    if (f16_exact256(p + nf, nv - nf)) pv_tail_f16_avx2_t(tr, p, nf, nv, v, hd, 1);
+    else pv_tail_f16_avx2_t(tr, p, nf, nv, v, hd, 0);
+}
 #endif
 
 static void pv_tail_f16(double *tr, const float *p, int nf, int nv, const void *const *v, int hd) {
 #if PL_X86
     if (plx_isa >= PL_ISA_AVX512) {
         pv_tail_f16_avx512(tr, p, nf, nv, v, hd);
+        return;
+    }
+    if (plx_isa >= PL_ISA_AVX2) {
+        pv_tail_f16_avx2(tr, p, nf, nv, v, hd);
         return;
     }
 #endif

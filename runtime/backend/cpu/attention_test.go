@@ -174,3 +174,187 @@ func must(t testing.TB, errs ...error) {
 		}
 	}
 }
+
+// TestAttentionF16TailsAVX2 checks that attention over F16 caches whose head size has elements
+// past the whole 64-element steps (48, 80, 96) gives the same outputs, bit for bit, with the
+// kernels lowered to AVX2 as at AVX-512: the AVX2 score and p·V tails sum in the order of the
+// AVX-512 ones. Both levels take the row-at-a-time path here (items of fewer than 8 query rows:
+// decode and short prefills, plain and grouped heads; full attention of one query row). For head
+// sizes above 64 the first 64 elements of queries and keys are multiples of 1/2 in [-1, 1], so
+// that the F32 part of the scores, which the two levels sum in different orders, is exact.
+func TestAttentionF16TailsAVX2(t *testing.T) {
+	if !cpu.Available() {
+		t.Skip(cpu.ErrNotBuilt)
+	}
+	best := cpu.BestISA()
+	if best < cpu.ISAAVX512 {
+		t.Skip("no AVX-512 on this processor: nothing to compare the AVX2 tails with")
+	}
+	defer cpu.SetISA(best)
+	same := func(t *testing.T, what string, a, b []float32) {
+		t.Helper()
+		for i := range a {
+			if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+				t.Fatalf("%s: element %d: AVX2 %v (%#08x), AVX-512 %v (%#08x)", what, i, b[i],
+					math.Float32bits(b[i]), a[i], math.Float32bits(a[i]))
+			}
+		}
+	}
+	for _, hd := range []int{48, 80, 96, 40, 72} {
+		for _, h := range []struct{ nh, nkv int }{{6, 6}, {4, 2}, {8, 2}} {
+			t.Run(fmt.Sprintf("cache/hd%d/h%d-%d", hd, h.nh, h.nkv), func(t *testing.T) {
+				var out [2][]tailStep
+				for i, isa := range []cpu.ISA{cpu.ISAAVX512, cpu.ISAAVX2} {
+					must(t, cpu.SetISA(isa))
+					out[i] = tailCacheOutputs(t, hd, h.nh, h.nkv)
+				}
+				for s := range out[0] {
+					same(t, out[0][s].what, out[0][s].out, out[1][s].out)
+				}
+			})
+		}
+		for _, m := range []int{1, 33, 64, 100, 161, 250} {
+			t.Run(fmt.Sprintf("full/hd%d/m%d", hd, m), func(t *testing.T) {
+				var out [2][]float32
+				for i, isa := range []cpu.ISA{cpu.ISAAVX512, cpu.ISAAVX2} {
+					must(t, cpu.SetISA(isa))
+					out[i] = tailFullOutputs(t, hd, m)
+				}
+				same(t, "full attention", out[0], out[1])
+			})
+		}
+	}
+}
+
+type tailStep struct {
+	what string
+	out  []float32
+}
+
+// tailValue returns element d of a query (query true) or key row of head size hd. Elements of
+// the whole 64-element steps are multiples of 1/2 in [-1, 1] (exact F32 sums). Past them, the
+// elements are normal but for two in different double lanes whose products are 2^30 and -2^30
+// in every row: they cancel, but the normal products added to them are rounded at 2^-22, so
+// that the score of any other order of the double sums differs in its last bits.
+func tailValue(r *rand.Rand, hd, d int, query bool) float32 {
+	hd64 := hd &^ 63
+	switch {
+	case d < hd64:
+		return float32(r.IntN(5)-2) / 2
+	case d == hd64+1:
+		return 1 << 15
+	case d == hd64+6 && query:
+		return -(1 << 15)
+	case d == hd64+6:
+		return 1 << 15
+	}
+	return float32(r.NormFloat64())
+}
+
+// tailCacheOutputs runs two sequences of up to 200 positions through an F16 cache, one growing
+// a token at a time after a short prefill, the other by prefills of varying lengths (at most 7
+// query rows an item), and returns the outputs of every step.
+func tailCacheOutputs(t *testing.T, hd, nh, nkv int) []tailStep {
+	be, err := New(backend.Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	r := rand.New(rand.NewPCG(uint64(hd), uint64(nh*16+nkv)))
+	const bs, total = 16, 200
+	nblk := (total + bs - 1) / bs
+	width := nkv * hd
+	kv, err := be.NewKV(backend.KVConfig{Layers: 1, Slots: 2 * nblk * bs, Width: width, BlockSize: bs, DType: tensor.F16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kv.Close()
+	blocks := [2][]int32{make([]int32, nblk), make([]int32, nblk)}
+	for i := 0; i < nblk; i++ {
+		blocks[0][i], blocks[1][i] = int32(2*i), int32(2*nblk-1-2*i)
+	}
+	a := backend.Attn{NHead: nh, NKVHead: nkv, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd)))}
+	maxc := max(1, 7/(nh/nkv)) // tokens an item of fewer than 8 rows holds
+	counts := [2][]int{{maxc, 1}, {maxc, 1, 2, maxc - 1, 3}}
+	var ctx [2]int
+	var steps []tailStep
+	for step := 0; ctx[0] < total || ctx[1] < total; step++ {
+		bt := &backend.Batch{}
+		for s := range 2 {
+			cs := counts[s]
+			n := cs[min(step, len(cs)-1)]
+			if s == 1 {
+				n = cs[step%len(cs)]
+			}
+			n = min(max(1, min(n, maxc)), total-ctx[s])
+			if n <= 0 {
+				continue
+			}
+			bt.Seqs = append(bt.Seqs, backend.Seq{Start: len(bt.Pos), Count: n, CtxLen: ctx[s] + n, Blocks: blocks[s]})
+			for i := 0; i < n; i++ {
+				p := ctx[s] + i
+				bt.Pos = append(bt.Pos, int32(p))
+				bt.Slot = append(bt.Slot, blocks[s][p/bs]*bs+int32(p%bs))
+			}
+			ctx[s] += n
+		}
+		nt := len(bt.Pos)
+		kv32, vv32, qv := make([]float32, nt*width), make([]float32, nt*width), make([]float32, nt*nh*hd)
+		for i := range kv32 {
+			kv32[i], vv32[i] = tailValue(r, hd, i%hd, false), float32(r.NormFloat64())
+		}
+		for i := range qv {
+			qv[i] = tailValue(r, hd, i%hd, true)
+		}
+		kt, _ := be.Alloc(tensor.F32, nt, width)
+		vt, _ := be.Alloc(tensor.F32, nt, width)
+		q, _ := be.Alloc(tensor.F32, nt, nh*hd)
+		dst, _ := be.Alloc(tensor.F32, nt, nh*hd)
+		must(t, be.Write(kt, 0, kv32), be.Write(vt, 0, vv32), be.Write(q, 0, qv),
+			be.StoreKV(kv, 0, kt, vt, bt), be.Attention(dst, q, kv, 0, a, bt))
+		got := make([]float32, nt*nh*hd)
+		must(t, be.Read(dst, 0, got))
+		what := fmt.Sprintf("step %d (contexts %d, %d)", step, ctx[0], ctx[1])
+		steps = append(steps, tailStep{what, got})
+		for _, x := range []backend.Tensor{kt, vt, q, dst} {
+			x.Close()
+		}
+	}
+	return steps
+}
+
+// tailFullOutputs returns full attention of one query row over m F16 keys and values, four heads.
+func tailFullOutputs(t *testing.T, hd, m int) []float32 {
+	be, err := New(backend.Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	r := rand.New(rand.NewPCG(uint64(hd), uint64(m)))
+	const nh = 4
+	w := nh * hd
+	a := backend.Attn{NHead: nh, NKVHead: nh, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd)))}
+	qv, kv32, vv32 := make([]float32, w), make([]float32, m*w), make([]float32, m*w)
+	for i := range qv {
+		qv[i] = tailValue(r, hd, i%hd, true)
+	}
+	for i := range kv32 {
+		kv32[i], vv32[i] = tailValue(r, hd, i%hd, false), float32(r.NormFloat64())
+	}
+	q, _ := be.Alloc(tensor.F32, 1, w)
+	dst, _ := be.Alloc(tensor.F32, 1, w)
+	k32, _ := be.Alloc(tensor.F32, m, w)
+	v32, _ := be.Alloc(tensor.F32, m, w)
+	k, _ := be.Alloc(tensor.F16, m, w)
+	v, _ := be.Alloc(tensor.F16, m, w)
+	defer func() {
+		for _, x := range []backend.Tensor{q, dst, k32, v32, k, v} {
+			x.Close()
+		}
+	}()
+	must(t, be.Write(q, 0, qv), be.Write(k32, 0, kv32), be.Write(v32, 0, vv32), be.Copy(k, k32),
+		be.Copy(v, v32), be.FullAttention(dst, q, k, v, a))
+	got := make([]float32, w)
+	must(t, be.Read(dst, 0, got))
+	return got
+}
