@@ -1,6 +1,7 @@
 // Package vec holds the float32 vector routines that more than one package's hot loops share:
-// e^x in float32, a sum of exponentials, the maximum of a row and the first place of a value,
-// in Go and, where the CPU has AVX2 and FMA, in assembly.
+// e^x in float32, a sum of exponentials, the maximum of a row, the first place of a value and
+// one vector's dot products with strided rows, in Go and, where the CPU has AVX2 and FMA, in
+// assembly.
 package vec
 
 import "math"

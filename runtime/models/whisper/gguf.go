@@ -1,6 +1,7 @@
 package whisper
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/parleyhq/parley/runtime/audio"
 	"github.com/parleyhq/parley/runtime/backend"
@@ -23,8 +26,10 @@ import (
 //
 //   - general.architecture = "whisper";
 //   - tensors named and shaped as in whisper.cpp's files, which are OpenAI's checkpoint names
-//     ("encoder.conv1.weight", "decoder.blocks.0.cross_attn.query.weight", ...), of any type the
-//     ggml reader takes; vectors may be [n] or [1, n];
+//     ("encoder.conv1.weight", "decoder.blocks.0.cross_attn.query.weight", ...), or under Hugging
+//     Face's names ("model.decoder.layers.0.encoder_attn.q_proj.weight", as candle's files have
+//     them; proj_out.weight, the tied output projection, is skipped), of any type the ggml
+//     reader takes; vectors may be [n] or [1, n];
 //   - the shape from the tensors: vocabulary from decoder.token_embedding.weight, widths and
 //     positions from the positional embeddings, mel bins from encoder.conv1.weight, layers by
 //     counting blocks. Head counts come from whisper.{encoder,decoder}.attention.head_count, or
@@ -61,12 +66,15 @@ func ggufSource(f *gguf.File, vocab [][]byte) (*source, error) {
 	if a := f.Architecture(); a != Architecture {
 		return nil, fmt.Errorf("whisper: the GGUF file's architecture is %q, not %q", a, Architecture)
 	}
-	hp, err := ggufHParams(f)
-	if err != nil {
-		return nil, err
-	}
-	src := &source{hp: hp, index: map[string]int{}, release: f.Release, file: f}
+	src := &source{index: map[string]int{}, release: f.Release, file: f}
+	hf := slices.ContainsFunc(f.Tensors, func(t gguf.TensorInfo) bool { return strings.HasPrefix(t.Name, "model.") })
 	for _, t := range f.Tensors {
+		name := t.Name
+		if hf {
+			if name = openAIName(name); name == "" {
+				continue // Hugging Face's output projection: Whisper ties it to the token embedding
+			}
+		}
 		ne := make([]int, len(t.Shape))
 		for i, d := range t.Shape {
 			ne[i] = int(d)
@@ -75,9 +83,17 @@ func ggufSource(f *gguf.File, vocab [][]byte) (*source, error) {
 		if data == nil && t.Size > 0 {
 			return nil, fmt.Errorf("whisper: tensor %q lies outside the file", t.Name)
 		}
-		src.index[t.Name] = len(src.tensors)
-		src.tensors = append(src.tensors, ggml.Tensor{Name: t.Name, Type: t.DType, Ne: ne, Data: data, Offset: f.DataOffset() + t.Offset})
+		if _, dup := src.index[name]; dup {
+			return nil, fmt.Errorf("whisper: tensor %q is in the file under two names", name)
+		}
+		src.index[name] = len(src.tensors)
+		src.tensors = append(src.tensors, ggml.Tensor{Name: name, Type: t.DType, Ne: ne, Data: data, Offset: f.DataOffset() + t.Offset})
 	}
+	hp, err := ggufHParams(f, src)
+	if err != nil {
+		return nil, err
+	}
+	src.hp = hp
 	if t, ok := src.tensor(melFiltersTensor); ok {
 		if t.Type != tensor.F32 || len(t.Ne) != 2 || t.Ne[0] != audio.FreqBins || t.Ne[1] != hp.Mels {
 			return nil, fmt.Errorf("whisper: tensor %q is %v %v, want F32 [%d %d]", melFiltersTensor, t.Type, t.Ne, audio.FreqBins, hp.Mels)
@@ -114,21 +130,21 @@ func slaney(mels int) (ggml.Filters, error) {
 func leF32(b []byte) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(b)) }
 
 // ggufHParams reads the model's shape off its tensors and checks the metadata that states it.
-func ggufHParams(f *gguf.File) (HParams, error) {
-	shape := func(name string, dims int) ([]int64, error) {
-		t, ok := f.Tensor(name)
+func ggufHParams(f *gguf.File, src *source) (HParams, error) {
+	shape := func(name string, dims int) ([]int, error) {
+		t, ok := src.tensor(name)
 		if !ok {
 			return nil, fmt.Errorf("whisper: tensor %q is missing", name)
 		}
-		if len(t.Shape) != dims {
-			return nil, fmt.Errorf("whisper: tensor %q has shape %v, want %d dimensions", name, t.Shape, dims)
+		if len(t.Ne) != dims {
+			return nil, fmt.Errorf("whisper: tensor %q has shape %v, want %d dimensions", name, t.Ne, dims)
 		}
-		for _, d := range t.Shape {
+		for _, d := range t.Ne {
 			if d <= 0 || d > 1<<20 {
-				return nil, fmt.Errorf("whisper: tensor %q has shape %v", name, t.Shape)
+				return nil, fmt.Errorf("whisper: tensor %q has shape %v", name, t.Ne)
 			}
 		}
-		return t.Shape, nil
+		return t.Ne, nil
 	}
 	te, err := shape("decoder.token_embedding.weight", 2)
 	if err != nil {
@@ -149,7 +165,7 @@ func ggufHParams(f *gguf.File) (HParams, error) {
 	layers := func(prefix string) int {
 		n := 0
 		for n < maxLayers {
-			if _, ok := f.Tensor(fmt.Sprintf("%s.blocks.%d.attn.query.weight", prefix, n)); !ok {
+			if _, ok := src.tensor(fmt.Sprintf("%s.blocks.%d.attn.query.weight", prefix, n)); !ok {
 				break
 			}
 			n++
@@ -157,11 +173,11 @@ func ggufHParams(f *gguf.File) (HParams, error) {
 		return n
 	}
 	hp := HParams{
-		NVocab: int(te[1]), TextState: int(te[0]), TextCtx: int(dpe[1]),
-		AudioState: int(epe[0]), AudioCtx: int(epe[1]), Mels: int(c1[1]),
+		NVocab: te[1], TextState: te[0], TextCtx: dpe[1],
+		AudioState: epe[0], AudioCtx: epe[1], Mels: c1[1],
 		AudioLayer: layers("encoder"), TextLayer: layers("decoder"),
 	}
-	if int(dpe[0]) != hp.TextState || int(c1[2]) != hp.AudioState {
+	if dpe[0] != hp.TextState || c1[2] != hp.AudioState {
 		return HParams{}, fmt.Errorf("whisper: the decoder's positional embedding %v or the first convolution %v disagrees with the widths %d/%d", dpe, c1, hp.TextState, hp.AudioState)
 	}
 	heads := func(key string, width int) (int, error) {
@@ -200,9 +216,9 @@ func ggufHParams(f *gguf.File) (HParams, error) {
 	}
 	// FType as whisper.cpp's header states it: the large matrices' type, plus the quantisation
 	// version times 1000 in quantised files (2, ggml's current one, where the file does not say).
-	if t, ok := f.Tensor("encoder.blocks.0.attn.query.weight"); ok {
-		hp.FType, _ = ggml.FTypeOf(t.DType)
-		if t.DType.Quantized() {
+	if t, ok := src.tensor("encoder.blocks.0.attn.query.weight"); ok {
+		hp.FType, _ = ggml.FTypeOf(t.Type)
+		if t.Type.Quantized() {
 			qv, ok := f.Int("general.quantization_version")
 			if !ok || qv < 0 || qv > 1000 {
 				qv = 2
@@ -211,6 +227,46 @@ func ggufHParams(f *gguf.File) (HParams, error) {
 		}
 	}
 	return hp, nil
+}
+
+// hfParts maps the components of Hugging Face's Whisper parameter names to OpenAI's, which
+// whisper.cpp's files use.
+var hfParts = map[string]string{
+	"layers": "blocks", "self_attn": "attn", "encoder_attn": "cross_attn",
+	"q_proj": "query", "k_proj": "key", "v_proj": "value", "out_proj": "out",
+	"self_attn_layer_norm": "attn_ln", "encoder_attn_layer_norm": "cross_attn_ln",
+	"final_layer_norm": "mlp_ln", "fc1": "mlp.0", "fc2": "mlp.2", "embed_tokens": "token_embedding",
+}
+
+// openAIName translates a tensor name of a file in Hugging Face's names
+// ("model.encoder.layers.0.self_attn.q_proj.weight", as candle's GGUF files keep them) to
+// OpenAI's, under which the loader looks for it; "" for proj_out.weight, Hugging Face's copy of
+// the token embedding.
+func openAIName(name string) string {
+	rest, ok := strings.CutPrefix(name, "model.")
+	if !ok {
+		if name == "proj_out.weight" {
+			return ""
+		}
+		return name
+	}
+	switch rest {
+	case "encoder.embed_positions.weight":
+		return "encoder.positional_embedding"
+	case "decoder.embed_positions.weight":
+		return "decoder.positional_embedding"
+	case "encoder.layer_norm.weight", "encoder.layer_norm.bias":
+		return "encoder.ln_post." + rest[len("encoder.layer_norm."):]
+	case "decoder.layer_norm.weight", "decoder.layer_norm.bias":
+		return "decoder.ln." + rest[len("decoder.layer_norm."):]
+	}
+	parts := strings.Split(rest, ".")
+	for i, p := range parts {
+		if o, ok := hfParts[p]; ok {
+			parts[i] = o
+		}
+	}
+	return strings.Join(parts, ".")
 }
 
 // ggufVocab returns the file's text tokens, and false if it has none.
@@ -246,7 +302,8 @@ func ParseTokenizerJSON(data []byte) ([][]byte, error) {
 		return nil, fmt.Errorf("whisper: tokenizer: %w", err)
 	}
 	raw := data
-	if m, ok := doc["model"]; ok {
+	// A tokenizer.json has an object under "model"; a vocab.json maps the token "model" to its id.
+	if m, ok := doc["model"]; ok && len(bytes.TrimSpace(m)) > 0 && bytes.TrimSpace(m)[0] == '{' {
 		var model struct {
 			Type  string          `json:"type"`
 			Vocab json.RawMessage `json:"vocab"`
