@@ -205,3 +205,39 @@ func TestConvertToGGUF(t *testing.T) {
 		t.Errorf("converting a WAV file: exit %d: %s", res.code, res.stderr)
 	}
 }
+
+// TestBenchWhisper: `parley bench` measures a Whisper model (encoder, decoder steps alone and
+// batched, real-time factor over a file) and reports it as JSON; a decode step allocates nothing.
+func TestBenchWhisper(t *testing.T) {
+	model := sharedtest.WhisperRandomModel(t, "tiny.en")
+	wav := sharedtest.Path(t, "data/asr/wav/psx-cards-001.wav")
+	res := parley(t, "", "bench", "-m", model, "-r", "1", "-n", "8", "--parallel", "2", "--audio", wav, "--json")
+	if res.code != 0 {
+		t.Fatalf("exit %d: %s", res.code, res.stderr)
+	}
+	var got struct {
+		EncodeMS float64 `json:"encode_ms_per_window"`
+		TG       float64 `json:"tg_tokens_per_s"`
+		Allocs   float64 `json:"allocs_per_decode_step"`
+		Parallel []struct {
+			Seqs int
+			TG   float64 `json:"tg_tokens_per_s"`
+		}
+		AudioSeconds float64 `json:"audio_seconds"`
+		RTF          float64 `json:"rtf"`
+		HParams      struct{ TextLayer int }
+	}
+	if err := json.Unmarshal([]byte(res.stdout), &got); err != nil {
+		t.Fatalf("%v: %s", err, res.stdout)
+	}
+	if got.EncodeMS <= 0 || got.TG <= 0 || len(got.Parallel) != 1 || got.Parallel[0].Seqs != 2 || got.Parallel[0].TG <= 0 ||
+		got.AudioSeconds < 1 || got.RTF <= 0 || got.HParams.TextLayer != 4 {
+		t.Errorf("bench: %s", res.stdout)
+	}
+	if got.Allocs >= 1 { // a stray runtime allocation in the timed loop is not the step's
+		t.Errorf("a decoder step allocated %.1f times", got.Allocs)
+	}
+	if res := parley(t, "", "bench", "-m", sharedtest.Path(t, "models/llm/stories260K-f32.gguf"), "--audio", wav); res.code != 2 {
+		t.Errorf("--audio with a language model: exit %d: %s", res.code, res.stderr)
+	}
+}

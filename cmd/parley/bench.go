@@ -14,6 +14,7 @@ import (
 	"github.com/parleyhq/parley/runtime/engine"
 	"github.com/parleyhq/parley/runtime/kvcache"
 	"github.com/parleyhq/parley/runtime/models/llama"
+	"github.com/parleyhq/parley/runtime/models/whisper"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
@@ -22,9 +23,11 @@ import (
 // batched generation: S sequences advancing one token each per step, in one forward pass (what a
 // server's step does with S streams), reported as aggregate tokens/s.
 func runBench(e *env, args []string) error {
-	fs := newFlags(e, "bench", "-m MODEL [-p 512] [-n 128] [-t THREADS] [-r 3] [--parallel 1,4,8,16] [--json]")
+	fs := newFlags(e, "bench", "-m MODEL [-p 512] [-n 128] [-t THREADS] [-r 3] [--parallel 1,4,8,16] [--audio FILE]... [--json]")
 	bf := addBackendFlags(fs)
-	model := fs.String("m", "", "model file (GGUF)")
+	model := fs.String("m", "", "model file (GGUF; or a Whisper model: encoder, decoder steps and, with --audio, real-time factor)")
+	var audioFiles multiFlag
+	fs.Var(&audioFiles, "audio", "Whisper models: an audio file to transcribe for the real-time factor (repeatable)")
 	pp := fs.Int("p", 512, "prompt tokens to process in one batch (0: skip)")
 	tg := fs.Int("n", 128, "tokens to generate one at a time (0: skip)")
 	reps := fs.Int("r", 3, "repetitions (the median is reported)")
@@ -57,6 +60,17 @@ func runBench(e *env, args []string) error {
 	kv, err := tensor.ParseDType(*kvType)
 	if err != nil || (kv != tensor.F16 && kv != tensor.F32) {
 		return usagef("--kv-type %q: want f16 or f32", *kvType)
+	}
+	if *model == "" {
+		return usagef("-m MODEL is required")
+	}
+	if isASR, err := whisper.IsModelFile(*model); err != nil {
+		return err
+	} else if isASR {
+		return benchASR(e, bf, *model, *reps, *tg, seqCounts, audioFiles, *asJSON)
+	}
+	if len(audioFiles) > 0 {
+		return usagef("--audio is for Whisper models")
 	}
 	eng, be, err := openModel(e, bf, *model)
 	if err != nil {

@@ -5,7 +5,7 @@
 //	parley generate -m MODEL -p PROMPT [-n N] [--temp T] [--json]
 //	parley tokenize -m MODEL [--no-bos] [--no-parse-special] (TEXT | -)
 //	parley inspect MODEL (GGUF or whisper.cpp ggml)
-//	parley bench -m MODEL [-p 512] [-n 128] [-t THREADS] [--json]
+//	parley bench -m MODEL [-p 512] [-n 128] [-t THREADS] [--json]   (or a Whisper model [--audio FILE])
 //	parley synth --shape 15M|110M|1B --type f32|f16|q8_0|q4_0|q4_k|... -o FILE
 //	parley transcribe -m WHISPER_MODEL [--beam N] [--language L] [--output-format F] [--json] FILE...
 //	parley convert -o OUT.gguf WHISPER_MODEL.bin
