@@ -284,13 +284,16 @@ func median(x []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-func rates(x []float64) string {
+func rates(x []float64) string { return joinf(x, "%.1f") }
+
+// joinf formats every element of x with format, comma-separated.
+func joinf(x []float64, format string) string {
 	s := ""
 	for i, v := range x {
 		if i > 0 {
 			s += ", "
 		}
-		s += fmt.Sprintf("%.1f", v)
+		s += fmt.Sprintf(format, v)
 	}
 	return s
 }

@@ -175,7 +175,7 @@ func benchASR(e *env, bf backendFlags, path string, reps, tg int, seqCounts []in
 		fmt.Fprintf(e.stdout, "tg%-5d x %-3d %7.1f tokens/s  (%d sequences a step, each against its own window; runs: %s)\n", tg, p.Seqs, p.TG, p.Seqs, rates(p.TGAll))
 	}
 	if len(pcm) > 0 {
-		fmt.Fprintf(e.stdout, "RTF      %10.3f  (%d files, %.1f s of audio, greedy; runs: %s)\n", res.RTF, len(pcm), secs, rates3(res.RTFAll))
+		fmt.Fprintf(e.stdout, "RTF      %10.3f  (%d files, %.1f s of audio, greedy; runs: %s)\n", res.RTF, len(pcm), secs, joinf(res.RTFAll, "%.3f"))
 	}
 	fmt.Fprintf(e.stdout, "peak RSS %.1f MiB\n", res.PeakRSSMiB)
 	return nil
@@ -245,15 +245,4 @@ func benchDecodeASR(dec *whisper.Decoder, crosses []*whisper.Cross, tg, prompt i
 	el := time.Since(t0)
 	runtime.ReadMemStats(&ms1)
 	return float64(n*tg) / el.Seconds(), float64(ms1.Mallocs-ms0.Mallocs) / float64(tg), nil
-}
-
-func rates3(x []float64) string {
-	s := ""
-	for i, v := range x {
-		if i > 0 {
-			s += ", "
-		}
-		s += fmt.Sprintf("%.3f", v)
-	}
-	return s
 }

@@ -31,13 +31,7 @@ func bareGGUF(t *testing.T, f *ggml.File, path string) *gguf.Writer {
 	w.SetString("general.architecture", "whisper")
 	w.SetUint32("whisper.encoder.layer_count", 7) // what such a converter writes, wrongly; not read
 	for _, tn := range f.Tensors {
-		shape := make([]int64, 0, len(tn.Ne))
-		for _, d := range tn.Ne {
-			shape = append(shape, int64(d))
-		}
-		if len(shape) == 2 && shape[0] == 1 {
-			shape = shape[1:]
-		}
+		shape := vectorsFlat(tn.Ne)
 		if err := w.AddTensor(tn.Name, tn.Type, shape, tn.Data); err != nil {
 			t.Fatal(err)
 		}
@@ -71,6 +65,18 @@ func ggufFixture(t *testing.T, dt tensor.DType) (*ggml.File, backend.Backend, []
 	return gf, be, toks
 }
 
+// vectorsFlat returns a ggml shape as a GGUF one, with [1, n] vectors as [n].
+func vectorsFlat(ne []int) []int64 {
+	shape := make([]int64, 0, len(ne))
+	for _, d := range ne {
+		shape = append(shape, int64(d))
+	}
+	if len(shape) == 2 && shape[0] == 1 {
+		shape = shape[1:]
+	}
+	return shape
+}
+
 // hfGGUF writes f's model under Hugging Face's parameter names, as candle's GGUF files have them:
 // "model." first, layers, self_attn, q_proj ..., fc1/fc2, the layer norms by their role, and
 // proj_out.weight, a copy of the token embedding. Vectors are [n]; nothing else is stated.
@@ -89,13 +95,7 @@ func hfGGUF(t *testing.T, f *ggml.File, path string) {
 		".mlp.0.", ".fc1.", ".mlp.2.", ".fc2.",
 	)
 	for _, tn := range f.Tensors {
-		shape := make([]int64, 0, len(tn.Ne))
-		for _, d := range tn.Ne {
-			shape = append(shape, int64(d))
-		}
-		if len(shape) == 2 && shape[0] == 1 {
-			shape = shape[1:]
-		}
+		shape := vectorsFlat(tn.Ne)
 		if err := w.AddTensor("model."+rename.Replace(tn.Name), tn.Type, shape, tn.Data); err != nil {
 			t.Fatal(err)
 		}
