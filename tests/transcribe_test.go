@@ -201,6 +201,30 @@ func TestConvertToGGUF(t *testing.T) {
 	if res := parley(t, "", "transcribe", "-m", inPlace, "--language", "en", "--no-fallback", "--json", wav); res.code != 0 || res.stdout != outs[1] {
 		t.Errorf("converted in place: exit %d: %.300s %s", res.code, res.stdout, res.stderr)
 	}
+	// Quantised, in either format: smaller, and it transcribes.
+	for _, format := range []string{"ggml", "gguf"} {
+		q := filepath.Join(t.TempDir(), "tiny.en-q5_1."+format)
+		if res := parley(t, "", "convert", "--type", "q5_1", "--format", format, "-o", q, model); res.code != 0 {
+			t.Fatalf("convert --type q5_1 --format %s: exit %d: %s", format, res.code, res.stderr)
+		}
+		st, err := os.Stat(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src, err := os.Stat(model)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Size() > src.Size()/2 {
+			t.Errorf("%s: %d bytes from %d", q, st.Size(), src.Size())
+		}
+		if res := parley(t, "", "transcribe", "-m", q, "--language", "en", "--json", wav); res.code != 0 || !strings.Contains(res.stdout, `"tokens"`) {
+			t.Errorf("transcribe with %s: exit %d: %s", filepath.Base(q), res.code, res.stderr)
+		}
+	}
+	if res := parley(t, "", "convert", "--type", "q4_k", "-o", filepath.Join(t.TempDir(), "x.gguf"), model); res.code == 0 || !strings.Contains(res.stderr, "Q4_K") {
+		t.Errorf("convert --type q4_k: exit %d: %s", res.code, res.stderr)
+	}
 	if res := parley(t, "", "convert", "-o", filepath.Join(t.TempDir(), "x.gguf"), wav); res.code == 0 || !strings.Contains(res.stderr, "ggml") {
 		t.Errorf("converting a WAV file: exit %d: %s", res.code, res.stderr)
 	}

@@ -8,7 +8,7 @@
 //	parley bench -m MODEL [-p 512] [-n 128] [-t THREADS] [--json]   (or a Whisper model [--audio FILE])
 //	parley synth --shape 15M|110M|1B --type f32|f16|q8_0|q4_0|q4_k|... -o FILE
 //	parley transcribe -m WHISPER_MODEL [--beam N] [--language L] [--output-format F] [--json] FILE...
-//	parley convert -o OUT.gguf WHISPER_MODEL.bin
+//	parley convert -o OUT [--type q8_0] [--format gguf|ggml] WHISPER_MODEL.bin
 //
 // Every command takes --backend go|cpu|auto (or $PARLEY_BACKEND) and --help.
 package main
@@ -41,7 +41,7 @@ var commands = map[string]command{
 	"synth":      {"write a GGUF model with random weights in a real shape", runSynth},
 	"serve":      {"serve models over an OpenAI-compatible HTTP API", runServe},
 	"transcribe": {"transcribe audio files with a Whisper model", runTranscribe},
-	"convert":    {"write a whisper.cpp model file as GGUF", runConvert},
+	"convert":    {"write a whisper.cpp model as GGUF or ggml, optionally quantised", runConvert},
 }
 
 // usageError is a command-line mistake: exit status 2, as flag does.

@@ -17,6 +17,7 @@ import (
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/ggml"
 	"github.com/parleyhq/parley/runtime/gguf"
+	"github.com/parleyhq/parley/runtime/quant"
 	"github.com/parleyhq/parley/runtime/tensor"
 	"github.com/parleyhq/parley/runtime/tokenizer"
 )
@@ -496,4 +497,57 @@ func ConvertGGML(f *ggml.File, name string) (*gguf.Writer, error) {
 		}
 	}
 	return w, nil
+}
+
+// quantSkip are the two-dimensional tensors whisper.cpp's quantize tool leaves as they are.
+var quantSkip = map[string]bool{
+	"encoder.conv1.bias": true, "encoder.conv2.bias": true,
+	"encoder.positional_embedding": true, "decoder.positional_embedding": true,
+}
+
+// QuantizeGGML returns f's header and tensors with the matrices quantised to dt as whisper.cpp's
+// quantize tool does it: every two-dimensional F32 or F16 tensor but the convolutions' biases and
+// the positional embeddings, rounded as ggml's reference quantisers round; the rest unchanged.
+// dt is one of the types whisper.cpp loads: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (or F16, F32). The
+// returned tensors share the data of those left unchanged with f.
+func QuantizeGGML(f *ggml.File, dt tensor.DType) (ggml.HParams, []ggml.Tensor, error) {
+	ft, ok := ggml.FTypeOf(dt)
+	if !ok {
+		return ggml.HParams{}, nil, fmt.Errorf("whisper: %v is not a type whisper.cpp loads (F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)", dt)
+	}
+	hp := f.HParams
+	hp.FType = ft
+	if dt.Quantized() {
+		hp.FType += 2 * ggml.QuantVersionFactor // GGML_QNT_VERSION
+	}
+	out := make([]ggml.Tensor, len(f.Tensors))
+	var row []float32
+	for i, t := range f.Tensors {
+		out[i] = t
+		if len(t.Ne) != 2 || quantSkip[t.Name] || t.Type == dt {
+			continue
+		}
+		if t.Type != tensor.F32 && t.Type != tensor.F16 {
+			return ggml.HParams{}, nil, fmt.Errorf("whisper: tensor %q is %v: only F32 and F16 tensors can be quantised", t.Name, t.Type)
+		}
+		n := t.Ne[0]
+		rowBytes, err := dt.RowSize(int64(n))
+		if err != nil {
+			return ggml.HParams{}, nil, fmt.Errorf("whisper: tensor %q: %w", t.Name, err)
+		}
+		srcRow, _ := t.Type.RowSize(int64(n))
+		rows := int(t.Rows())
+		data := make([]byte, int(rowBytes)*rows)
+		row = slices.Grow(row[:0], n)[:n]
+		for r := range rows {
+			if err := quant.Dequantize(t.Type, t.Data[r*int(srcRow):(r+1)*int(srcRow)], row); err != nil {
+				return ggml.HParams{}, nil, fmt.Errorf("whisper: tensor %q: %w", t.Name, err)
+			}
+			if err := quant.Quantize(dt, row, data[r*int(rowBytes):(r+1)*int(rowBytes)]); err != nil {
+				return ggml.HParams{}, nil, fmt.Errorf("whisper: tensor %q: %w", t.Name, err)
+			}
+		}
+		out[i].Type, out[i].Data, out[i].Offset = dt, data, 0
+	}
+	return hp, out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/models/llama"
 	"github.com/parleyhq/parley/runtime/models/whisper"
+	"github.com/parleyhq/parley/runtime/quant"
 	"github.com/parleyhq/parley/runtime/tensor"
 	"github.com/parleyhq/parley/runtime/tokenizer"
 )
@@ -559,5 +561,110 @@ func TestNonFiniteModel(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "not finite") {
 			t.Fatalf("transcribing with NaN weights: %v", err)
 		}
+	}
+}
+
+// TestQuantizeGGML: the matrices whisper.cpp's quantize tool quantises (every two-dimensional
+// tensor but the convolutions' biases and the positional embeddings) become dt, each weight
+// within its block's quantisation step of the original; the rest keep their bytes; the header
+// says so; and the model loads and encodes within Q8_0's error of the F16 model.
+func TestQuantizeGGML(t *testing.T) {
+	gf, be, _ := ggufFixture(t, tensor.F16)
+	hp, ts, err := whisper.QuantizeGGML(gf, tensor.Q8_0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hp.FType != 2007 { // GGML_FTYPE_MOSTLY_Q8_0 + 1000 × GGML_QNT_VERSION
+		t.Errorf("ftype %d, want 2007", hp.FType)
+	}
+	skip := map[string]bool{"encoder.conv1.bias": true, "encoder.conv2.bias": true,
+		"encoder.positional_embedding": true, "decoder.positional_embedding": true}
+	quantised := 0
+	for i, tn := range ts {
+		src := gf.Tensors[i]
+		if len(src.Ne) != 2 || skip[src.Name] {
+			if tn.Type != src.Type || &tn.Data[0] != &src.Data[0] {
+				t.Errorf("%s: %v, changed", src.Name, tn.Type)
+			}
+			continue
+		}
+		quantised++
+		if tn.Type != tensor.Q8_0 {
+			t.Fatalf("%s: %v, want Q8_0", src.Name, tn.Type)
+		}
+		n := src.Ne[0]
+		want, got := make([]float32, n), make([]float32, n)
+		sr, _ := src.Type.RowSize(int64(n))
+		qr, _ := tensor.Q8_0.RowSize(int64(n))
+		for r := range int(src.Rows()) {
+			if err := quant.Dequantize(src.Type, src.Data[r*int(sr):(r+1)*int(sr)], want); err != nil {
+				t.Fatal(err)
+			}
+			if err := quant.Dequantize(tensor.Q8_0, tn.Data[r*int(qr):(r+1)*int(qr)], got); err != nil {
+				t.Fatal(err)
+			}
+			for b := 0; b < n; b += 32 {
+				amax := 0.0
+				for _, v := range want[b : b+32] {
+					amax = max(amax, math.Abs(float64(v)))
+				}
+				for k := b; k < b+32; k++ { // half a step (amax/127), plus the F16 scale's rounding
+					if d := math.Abs(float64(got[k] - want[k])); d > amax/127*0.51+amax*1e-3 {
+						t.Fatalf("%s row %d element %d: %v, was %v (block max %v)", src.Name, r, k, got[k], want[k], amax)
+					}
+				}
+			}
+		}
+	}
+	if quantised != 6*ggufShape.AudioLayer+10*ggufShape.TextLayer+1 { // the convolutions' weights are 3-D
+		t.Errorf("%d tensors quantised", quantised)
+	}
+	if _, _, err := whisper.QuantizeGGML(gf, tensor.Q4_K); err == nil {
+		t.Error("Q4_K, which whisper.cpp does not load: no error")
+	}
+
+	path := filepath.Join(t.TempDir(), "q8.bin")
+	out, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ggml.Write(out, hp, gf.Filters, gf.Vocab, ts); err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	encode := func(m *whisper.Model) []float32 {
+		enc, err := m.NewEncoder()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer enc.Close()
+		cross, err := m.NewCross()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cross.Close()
+		mel := make([]float32, m.Mels*whisper.WindowFrames)
+		for i := range mel {
+			mel[i] = float32((i*7919)%1000)/1000 - 0.5
+		}
+		o := make([]float32, m.AudioCtx*m.AudioState)
+		if err := enc.Encode(mel, cross, o); err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	ref, err := whisper.Load(be, gf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	want := encode(ref)
+	q, err := whisper.Open(be, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if d := relRMS(encode(q), want); d > 0.035 || math.IsNaN(d) { // TestQuantizedModels' Q8_0 bound
+		t.Errorf("Q8_0 encoder output: relative rms error %.3g against F16", d)
 	}
 }
