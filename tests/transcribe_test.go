@@ -1,12 +1,19 @@
 package tests
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/parleyhq/parley/internal/sharedtest"
 )
@@ -263,5 +270,42 @@ func TestBenchWhisper(t *testing.T) {
 	}
 	if res := parley(t, "", "bench", "-m", sharedtest.Path(t, "models/llm/stories260K-f32.gguf"), "--audio", wav); res.code != 2 {
 		t.Errorf("--audio with a language model: exit %d: %s", res.code, res.stderr)
+	}
+}
+
+// TestCommandsDownloadHFModel: every command that takes a model takes hf://owner/repo/file too,
+// downloading it once into the cache (from a local stand-in for the hub).
+func TestCommandsDownloadHFModel(t *testing.T) {
+	model := sharedtest.WhisperRandomModel(t, "tiny.en")
+	data, err := os.ReadFile(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	var hits atomic.Int64
+	hubSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/ggerganov/whisper.cpp/resolve/main/ggml-tiny.en.bin" {
+			http.NotFound(w, r)
+			return
+		}
+		hits.Add(1)
+		w.Header().Set("ETag", `"`+hex.EncodeToString(sum[:])+`"`)
+		http.ServeContent(w, r, "ggml-tiny.en.bin", time.Time{}, bytes.NewReader(data))
+	}))
+	defer hubSrv.Close()
+	t.Setenv("PARLEY_HF_ENDPOINT", hubSrv.URL)
+	t.Setenv("PARLEY_CACHE", t.TempDir())
+	const remote = "hf://ggerganov/whisper.cpp/ggml-tiny.en.bin"
+	wav := sharedtest.Path(t, "data/asr/wav/psx-cards-001.wav")
+	want := parley(t, "", "transcribe", "-m", model, wav)
+	got := parley(t, "", "transcribe", "-m", remote, wav)
+	if got.code != 0 || got.stdout != want.stdout {
+		t.Fatalf("transcribe -m %s: exit %d, %q (local file: %q)\n%s", remote, got.code, got.stdout, want.stdout, got.stderr)
+	}
+	if res := parley(t, "", "inspect", "--json", remote); res.code != 0 || !strings.Contains(res.stdout, `"ggml"`) {
+		t.Errorf("inspect %s: exit %d: %s", remote, res.code, res.stderr)
+	}
+	if hits.Load() != 1 {
+		t.Errorf("the hub was asked %d times for the file; want once (then the cache)", hits.Load())
 	}
 }

@@ -64,6 +64,9 @@ func runBench(e *env, args []string) error {
 	if *model == "" {
 		return usagef("-m MODEL is required")
 	}
+	if *model, err = resolveModel(e, *model); err != nil {
+		return err
+	}
 	if isASR, err := whisper.IsModelFile(*model); err != nil {
 		return err
 	} else if isASR {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"github.com/parleyhq/parley/runtime/backend"
 	_ "github.com/parleyhq/parley/runtime/backend/all"
 	"github.com/parleyhq/parley/runtime/engine"
+	"github.com/parleyhq/parley/runtime/hub"
 )
 
 // backendFlags are the flags every model-running command shares.
@@ -41,6 +43,10 @@ func openModel(e *env, bf backendFlags, path string) (*engine.Engine, backend.Ba
 	if path == "" {
 		return nil, nil, usagef("-m MODEL is required")
 	}
+	path, err := resolveModel(e, path)
+	if err != nil {
+		return nil, nil, err
+	}
 	b, err := bf.open(e)
 	if err != nil {
 		return nil, nil, err
@@ -51,6 +57,16 @@ func openModel(e *env, bf backendFlags, path string) (*engine.Engine, backend.Ba
 		return nil, nil, err
 	}
 	return eng, b, nil
+}
+
+// resolveModel returns the local path of a model file: path itself, or for
+// hf://owner/repo[@rev]/file the file downloaded once into the cache ($PARLEY_CACHE), with a
+// progress bar on stderr.
+func resolveModel(e *env, path string) (string, error) {
+	if !hub.IsRemote(path) {
+		return path, nil
+	}
+	return hub.Resolve(context.Background(), path, hub.Options{Progress: e.stderr})
 }
 
 // multiFlag collects a repeatable string flag.

@@ -40,7 +40,11 @@ func runConvert(e *env, args []string) error {
 	if *name == "" {
 		*name = strings.TrimSuffix(filepath.Base(pos[0]), filepath.Ext(pos[0]))
 	}
-	f, err := ggml.Open(pos[0])
+	path, err := resolveModel(e, pos[0])
+	if err != nil {
+		return err
+	}
+	f, err := ggml.Open(path)
 	if err != nil {
 		return err
 	}

@@ -23,10 +23,14 @@ func runInspect(e *env, args []string) error {
 	if len(pos) != 1 {
 		return usagef("want exactly one model file, got %d arguments", len(pos))
 	}
-	if whisperGGML(pos[0]) {
-		return inspectGGML(e, pos[0], *asJSON)
+	path, err := resolveModel(e, pos[0])
+	if err != nil {
+		return err
 	}
-	f, err := gguf.Open(pos[0])
+	if whisperGGML(path) {
+		return inspectGGML(e, path, *asJSON)
+	}
+	f, err := gguf.Open(path)
 	if err != nil {
 		return err
 	}

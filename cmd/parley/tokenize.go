@@ -31,7 +31,11 @@ func runTokenize(e *env, args []string) error {
 		}
 		text = string(b)
 	}
-	f, err := gguf.Open(*model)
+	path, err := resolveModel(e, *model)
+	if err != nil {
+		return err
+	}
+	f, err := gguf.Open(path)
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,7 @@ import (
 func runTranscribe(e *env, args []string) error {
 	fs := newFlags(e, "transcribe", "-m MODEL [flags] FILE...")
 	bf := addBackendFlags(fs)
-	model := fs.String("m", "", "Whisper model file (whisper.cpp ggml format)")
+	model := fs.String("m", "", "Whisper model file (whisper.cpp ggml, or GGUF), or hf://owner/repo[@rev]/file")
 	def := whisper.DefaultParams()
 	beam := fs.Int("beam", 1, "beam size (1: greedy)")
 	bestOf := fs.Int("best-of", def.BestOf, "candidates sampled at temperatures above 0")
@@ -52,12 +52,16 @@ func runTranscribe(e *env, args []string) error {
 	if err := p.Validate(); err != nil {
 		return usageError{err}
 	}
+	path, err := resolveModel(e, *model)
+	if err != nil {
+		return err
+	}
 	be, err := bf.open(e)
 	if err != nil {
 		return err
 	}
 	defer be.Close()
-	m, err := whisper.Open(be, *model)
+	m, err := whisper.Open(be, path)
 	if err != nil {
 		return err
 	}
