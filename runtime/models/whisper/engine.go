@@ -624,6 +624,13 @@ func (e *Engine) afterDetect(j *job) {
 		}
 	}
 	h.seq.Release()
+	// A NaN is never the best and -Inf never beats the start: no best language, or +Inf, means
+	// logits that are not numbers (else the prompt would hold token -1, and the probabilities
+	// below NaN).
+	if best < 0 || math.IsInf(float64(bestV), 1) {
+		j.err, j.ph = errNonFinite, phDone
+		return
+	}
 	j.lang = best
 	j.langCode = e.tok.LangCode(best)
 	if j.detectOnly {
@@ -637,6 +644,10 @@ func (e *Engine) afterDetect(j *job) {
 		j.langProbs = make([]LangProb, len(e.tok.langs))
 		for i, id := range e.tok.langs {
 			j.langProbs[i] = LangProb{Code: e.tok.LangCode(id), P: math.Exp(float64(lg[id]-bestV)) / sum}
+			if p := j.langProbs[i].P; p != p {
+				j.langProbs, j.err = nil, errNonFinite
+				break
+			}
 		}
 		j.ph = phDone
 		return
@@ -671,7 +682,10 @@ func (e *Engine) afterPrompt(j *job) {
 	h0 := j.hyps[0]
 	lg := e.row(h0)
 	copy(e.langLP, lg)
-	logSoftmax(e.langLP)
+	if !logSoftmax(e.langLP) {
+		j.err, j.ph = errNonFinite, phDone
+		return
+	}
 	j.noSpeech = float32(math.Exp(float64(e.langLP[e.tok.NoSpeech])))
 	temp := j.temps[j.tempIdx]
 	if !e.process(j, h0, lg, temp) {

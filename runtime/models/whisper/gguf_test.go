@@ -520,47 +520,60 @@ func TestGGUFQuantizedHParams(t *testing.T) {
 // TestNonFiniteModel: a model whose weights are not numbers ends its transcription with an error
 // that says so, and the engine goes on serving.
 func TestNonFiniteModel(t *testing.T) {
-	gf, _, _ := ggufFixture(t, tensor.F16)
-	tensors := slices.Clone(gf.Tensors)
-	for i, tn := range tensors {
-		if tn.Name == "decoder.ln.bias" {
-			nan := make([]byte, len(tn.Data))
-			for k := 0; k < len(nan); k += 4 {
-				copy(nan[k:], []byte{0x00, 0x00, 0xc0, 0x7f}) // float32 NaN
+	for _, vocab := range []string{"tiny.en", "tiny"} { // "tiny": language detection first
+		t.Run(vocab, func(t *testing.T) {
+			gf, err := ggml.Open(synthModelType(t, ggufShape, vocab, tensor.F16))
+			if err != nil {
+				t.Fatal(err)
 			}
-			tensors[i].Data = nan
-		}
-	}
-	path := filepath.Join(t.TempDir(), "nan.bin")
-	out, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ggml.Write(out, gf.HParams, gf.Filters, gf.Vocab, tensors); err != nil {
-		t.Fatal(err)
-	}
-	out.Close()
-	be, _, err := backend.New("go", backend.Options{Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer be.Close()
-	m, err := whisper.Open(be, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	samples := whisper.LoadWAV(t, "jfk")[:16000]
-	for range 2 {
-		_, err := eng.Transcribe(context.Background(), samples, whisper.DefaultParams(), nil)
-		if err == nil || !strings.Contains(err.Error(), "not finite") {
-			t.Fatalf("transcribing with NaN weights: %v", err)
-		}
+			defer gf.Close()
+			tensors := slices.Clone(gf.Tensors)
+			for i, tn := range tensors {
+				if tn.Name == "decoder.ln.bias" {
+					nan := make([]byte, len(tn.Data))
+					for k := 0; k < len(nan); k += 4 {
+						copy(nan[k:], []byte{0x00, 0x00, 0xc0, 0x7f}) // float32 NaN
+					}
+					tensors[i].Data = nan
+				}
+			}
+			path := filepath.Join(t.TempDir(), "nan.bin")
+			out, err := os.Create(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ggml.Write(out, gf.HParams, gf.Filters, gf.Vocab, tensors); err != nil {
+				t.Fatal(err)
+			}
+			out.Close()
+			be, _, err := backend.New("go", backend.Options{Threads: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer be.Close()
+			m, err := whisper.Open(be, path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer eng.Close()
+			samples := whisper.LoadWAV(t, "jfk")[:16000]
+			for range 2 {
+				_, err := eng.Transcribe(context.Background(), samples, whisper.DefaultParams(), nil)
+				if err == nil || !strings.Contains(err.Error(), "not finite") {
+					t.Fatalf("transcribing with NaN weights: %v", err)
+				}
+			}
+			if m.Multilingual() {
+				if lp, err := eng.DetectLanguage(context.Background(), samples); err == nil || !strings.Contains(err.Error(), "not finite") {
+					t.Fatalf("detecting the language with NaN weights: %v (%d probabilities)", err, len(lp))
+				}
+			}
+		})
 	}
 }
 
