@@ -36,6 +36,10 @@ func runConvert(e *env, args []string) error {
 		if dt, err = tensor.ParseDType(*typ); err != nil {
 			return usageError{err}
 		}
+		// Before the model is opened (or downloaded).
+		if _, ok := ggml.FTypeOf(dt); !ok {
+			return usagef("--type %s: %v is not a type whisper.cpp loads: want q8_0, q5_1, q5_0, q4_1, q4_0, f16 or f32", *typ, dt)
+		}
 	}
 	if *name == "" {
 		*name = strings.TrimSuffix(filepath.Base(pos[0]), filepath.Ext(pos[0]))

@@ -507,9 +507,11 @@ var quantSkip = map[string]bool{
 
 // QuantizeGGML returns f's header and tensors with the matrices quantised to dt as whisper.cpp's
 // quantize tool does it: every two-dimensional F32 or F16 tensor but the convolutions' biases and
-// the positional embeddings, rounded as ggml's reference quantisers round; the rest unchanged.
-// dt is one of the types whisper.cpp loads: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (or F16, F32). The
-// returned tensors share the data of those left unchanged with f.
+// the positional embeddings, rounded as ggml's reference quantisers round; the rest unchanged,
+// but for the convolutions' weights, which whisper.cpp's loader takes in F32 in an F32 file and
+// in F16 in any other, and which are converted to that type where they are not in it. dt is one
+// of the types whisper.cpp loads: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (or F16, F32). The returned
+// tensors share the data of those left unchanged with f.
 func QuantizeGGML(f *ggml.File, dt tensor.DType) (ggml.HParams, []ggml.Tensor, error) {
 	ft, ok := ggml.FTypeOf(dt)
 	if !ok {
@@ -520,18 +522,29 @@ func QuantizeGGML(f *ggml.File, dt tensor.DType) (ggml.HParams, []ggml.Tensor, e
 	if dt.Quantized() {
 		hp.FType += 2 * ggml.QuantVersionFactor // GGML_QNT_VERSION
 	}
+	convType := tensor.F16 // whisper.cpp's vtype
+	if dt == tensor.F32 {
+		convType = tensor.F32
+	}
 	out := make([]ggml.Tensor, len(f.Tensors))
 	var row []float32
 	for i, t := range f.Tensors {
 		out[i] = t
-		if len(t.Ne) != 2 || quantSkip[t.Name] || t.Type == dt {
+		to := dt
+		switch {
+		case len(t.Ne) == 3 && (t.Type == tensor.F32 || t.Type == tensor.F16):
+			to = convType
+		case len(t.Ne) != 2 || quantSkip[t.Name]:
+			continue
+		}
+		if t.Type == to {
 			continue
 		}
 		if t.Type != tensor.F32 && t.Type != tensor.F16 {
 			return ggml.HParams{}, nil, fmt.Errorf("whisper: tensor %q is %v: only F32 and F16 tensors can be quantised", t.Name, t.Type)
 		}
 		n := t.Ne[0]
-		rowBytes, err := dt.RowSize(int64(n))
+		rowBytes, err := to.RowSize(int64(n))
 		if err != nil {
 			return ggml.HParams{}, nil, fmt.Errorf("whisper: tensor %q: %w", t.Name, err)
 		}
@@ -543,11 +556,11 @@ func QuantizeGGML(f *ggml.File, dt tensor.DType) (ggml.HParams, []ggml.Tensor, e
 			if err := quant.Dequantize(t.Type, t.Data[r*int(srcRow):(r+1)*int(srcRow)], row); err != nil {
 				return ggml.HParams{}, nil, fmt.Errorf("whisper: tensor %q: %w", t.Name, err)
 			}
-			if err := quant.Quantize(dt, row, data[r*int(rowBytes):(r+1)*int(rowBytes)]); err != nil {
+			if err := quant.Quantize(to, row, data[r*int(rowBytes):(r+1)*int(rowBytes)]); err != nil {
 				return ggml.HParams{}, nil, fmt.Errorf("whisper: tensor %q: %w", t.Name, err)
 			}
 		}
-		out[i].Type, out[i].Data, out[i].Offset = dt, data, 0
+		out[i].Type, out[i].Data, out[i].Offset = to, data, 0
 	}
 	return hp, out, nil
 }

@@ -635,6 +635,17 @@ func TestQuantizeGGML(t *testing.T) {
 	if _, _, err := whisper.QuantizeGGML(gf, tensor.Q4_K); err == nil {
 		t.Error("Q4_K, which whisper.cpp does not load: no error")
 	}
+	// whisper.cpp's loader takes the convolutions' weights in F32 in an F32 file and in F16 in any
+	// other: an F32 file's must follow its matrices.
+	if _, ts32, err := whisper.QuantizeGGML(gf, tensor.F32); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, tn := range ts32 {
+			if len(tn.Ne) == 3 && tn.Type != tensor.F32 {
+				t.Errorf("F32: %s is %v", tn.Name, tn.Type)
+			}
+		}
+	}
 
 	path := filepath.Join(t.TempDir(), "q8.bin")
 	out, err := os.Create(path)
