@@ -242,7 +242,7 @@ func TestConvertToGGUF(t *testing.T) {
 func TestBenchWhisper(t *testing.T) {
 	model := sharedtest.WhisperRandomModel(t, "tiny.en")
 	wav := sharedtest.Path(t, "data/asr/wav/psx-cards-001.wav")
-	res := parley(t, "", "bench", "-m", model, "-r", "1", "-n", "8", "--parallel", "2", "--audio", wav, "--json")
+	res := parley(t, "", "bench", "-m", model, "-r", "1", "-n", "32", "--parallel", "2", "--audio", wav, "--json")
 	if res.code != 0 {
 		t.Fatalf("exit %d: %s", res.code, res.stderr)
 	}

@@ -60,6 +60,9 @@ func benchASR(e *env, bf backendFlags, path string, reps, tg int, seqCounts []in
 		if err != nil {
 			return fmt.Errorf("%s: %w", f, err)
 		}
+		if len(s) == 0 {
+			return fmt.Errorf("%s: no audio samples", f)
+		}
 		pcm = append(pcm, s)
 		secs += float64(len(s)) / whisper.SampleRate
 	}

@@ -7,7 +7,7 @@ func Dots(dst, q, k []float32, stride int) {
 	if len(dst) == 0 {
 		return
 	}
-	if stride < len(q) || len(k) < (len(dst)-1)*stride+len(q) {
+	if stride < len(q) || len(k) < len(q) || len(dst)-1 > (len(k)-len(q))/max(stride, 1) {
 		panic("vec: Dots: k is too short for its rows")
 	}
 	dots(dst, q, k, stride)
