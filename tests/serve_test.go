@@ -577,6 +577,25 @@ func TestServeGracefulShutdown(t *testing.T) {
 	}
 }
 
+// fakeHub serves data at path as the Hugging Face hub serves a file (its SHA-256 as the ETag,
+// ranges), counting the requests; it closes at the end of the test.
+func fakeHub(t *testing.T, path string, data []byte) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	sum := sha256.Sum256(data)
+	hits := new(atomic.Int64)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != path {
+			http.NotFound(w, r)
+			return
+		}
+		hits.Add(1)
+		w.Header().Set("ETag", `"`+hex.EncodeToString(sum[:])+`"`)
+		http.ServeContent(w, r, filepath.Base(path), time.Time{}, bytes.NewReader(data))
+	}))
+	t.Cleanup(srv.Close)
+	return srv, hits
+}
+
 // TestServeDownloadsHFModel: a model named hf://owner/repo/file.gguf is downloaded once into the
 // cache (from a local stand-in for the hub, checksum verified) and served.
 func TestServeDownloadsHFModel(t *testing.T) {
@@ -585,18 +604,7 @@ func TestServeDownloadsHFModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := sha256.Sum256(data)
-	var hits atomic.Int64
-	hubSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/tinyllamas/stories/resolve/main/stories260K.gguf" {
-			http.NotFound(w, r)
-			return
-		}
-		hits.Add(1)
-		w.Header().Set("ETag", `"`+hex.EncodeToString(sum[:])+`"`)
-		http.ServeContent(w, r, "stories260K.gguf", time.Time{}, bytes.NewReader(data))
-	}))
-	defer hubSrv.Close()
+	hubSrv, hits := fakeHub(t, "/tinyllamas/stories/resolve/main/stories260K.gguf", data)
 	cache := t.TempDir()
 	env := []string{"PARLEY_HF_ENDPOINT=" + hubSrv.URL, "PARLEY_CACHE=" + cache}
 	for round := 0; round < 2; round++ {

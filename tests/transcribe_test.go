@@ -1,19 +1,12 @@
 package tests
 
 import (
-	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/parleyhq/parley/internal/sharedtest"
 )
@@ -281,18 +274,7 @@ func TestCommandsDownloadHFModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := sha256.Sum256(data)
-	var hits atomic.Int64
-	hubSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/ggerganov/whisper.cpp/resolve/main/ggml-tiny.en.bin" {
-			http.NotFound(w, r)
-			return
-		}
-		hits.Add(1)
-		w.Header().Set("ETag", `"`+hex.EncodeToString(sum[:])+`"`)
-		http.ServeContent(w, r, "ggml-tiny.en.bin", time.Time{}, bytes.NewReader(data))
-	}))
-	defer hubSrv.Close()
+	hubSrv, hits := fakeHub(t, "/ggerganov/whisper.cpp/resolve/main/ggml-tiny.en.bin", data)
 	t.Setenv("PARLEY_HF_ENDPOINT", hubSrv.URL)
 	t.Setenv("PARLEY_CACHE", t.TempDir())
 	const remote = "hf://ggerganov/whisper.cpp/ggml-tiny.en.bin"
