@@ -692,3 +692,36 @@ func TestQuantizeGGML(t *testing.T) {
 		t.Errorf("Q8_0 encoder output: relative rms error %.3g against F16", d)
 	}
 }
+
+// TestTinyTemperature: a temperature so small that the scaled logits would leave the float32
+// range transcribes as any temperature small enough to leave all the probability on the most
+// likely token does (not greedy decoding: the timestamp rule compares the probabilities), instead
+// of failing on an infinite logit.
+func TestTinyTemperature(t *testing.T) {
+	gf, be, _ := ggufFixture(t, tensor.F16)
+	m, err := whisper.Load(be, gf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	samples := whisper.LoadWAV(t, "jfk")[:16000]
+	p := whisper.DefaultParams()
+	p.TemperatureInc = 0
+	var texts []string
+	for _, temp := range []float32{1e-20, 1e-37, 1e-45} {
+		p.Temperature = temp
+		res, err := eng.Transcribe(context.Background(), samples, p, nil)
+		if err != nil {
+			t.Fatalf("temperature %g: %v", temp, err)
+		}
+		texts = append(texts, res.Text)
+	}
+	if texts[0] != texts[1] || texts[0] != texts[2] || texts[0] == "" {
+		t.Errorf("temperatures 1e-20, 1e-37, 1e-45 gave %q", texts)
+	}
+}

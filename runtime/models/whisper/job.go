@@ -146,9 +146,16 @@ func (e *Engine) suppress(j *job, h *hyp, logits []float32, temp float32) {
 	tk := e.tok
 	ninf := float32(math.Inf(-1))
 	if temp > 0 {
-		inv := 1 / temp
-		for i := range logits {
-			logits[i] *= inv
+		inv := min(1/temp, math.MaxFloat32) // 1/temp overflows for the smallest temperatures
+		shift := float32(0)
+		// A temperature small enough to carry the largest logit past the float32 range (the API
+		// takes any value in (0, 1]) would make it infinite: the logits are then taken relative
+		// to it first (the softmax is the same), so that the rest fall towards -Inf instead.
+		if mx, _ := vec.Max(logits); math.IsInf(float64(mx*inv), 1) {
+			shift = mx
+		}
+		for i, v := range logits {
+			logits[i] = (v - shift) * inv
 		}
 	}
 	initial := len(h.tokens) == 0
