@@ -39,15 +39,11 @@ type asrBenchResult struct {
 // step each against its own window (--parallel), and with audio files, whole greedy
 // transcriptions as a real-time factor (processing time ÷ audio duration).
 func benchASR(e *env, bf backendFlags, path string, reps, tg int, seqCounts []int, files []string, asJSON bool) error {
-	be, err := bf.open(e)
+	m, be, err := openWhisper(e, bf, path)
 	if err != nil {
 		return err
 	}
 	defer be.Close()
-	m, err := whisper.Open(be, path)
-	if err != nil {
-		return err
-	}
 	defer m.Close()
 	var pcm [][]float32
 	secs := 0.0

@@ -11,6 +11,7 @@ import (
 	_ "github.com/parleyhq/parley/runtime/backend/all"
 	"github.com/parleyhq/parley/runtime/engine"
 	"github.com/parleyhq/parley/runtime/hub"
+	"github.com/parleyhq/parley/runtime/models/whisper"
 )
 
 // backendFlags are the flags every model-running command shares.
@@ -57,6 +58,25 @@ func openModel(e *env, bf backendFlags, path string) (*engine.Engine, backend.Ba
 		return nil, nil, err
 	}
 	return eng, b, nil
+}
+
+// openWhisper opens the backend the flags choose and the Whisper model at path (a file or an
+// hf:// name) on it.
+func openWhisper(e *env, bf backendFlags, path string) (*whisper.Model, backend.Backend, error) {
+	path, err := resolveModel(e, path)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := bf.open(e)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := whisper.Open(b, path)
+	if err != nil {
+		b.Close()
+		return nil, nil, err
+	}
+	return m, b, nil
 }
 
 // resolveModel returns the local path of a model file: path itself, or for

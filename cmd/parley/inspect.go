@@ -3,8 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -27,7 +25,7 @@ func runInspect(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if whisperGGML(path) {
+	if isGGML, _ := ggml.IsFile(path); isGGML { // a file that cannot be read: the GGUF reader says why
 		return inspectGGML(e, path, *asJSON)
 	}
 	f, err := gguf.Open(path)
@@ -176,18 +174,6 @@ func valueSummary(v gguf.Value, full bool) any {
 		return head
 	}
 	return map[string]any{"len": n, "head": head}
-}
-
-// whisperGGML reports whether path starts with whisper.cpp's ggml magic (the bytes "lmgg").
-func whisperGGML(path string) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return false // the GGUF reader says why
-	}
-	defer f.Close()
-	var b [4]byte
-	_, err = io.ReadFull(f, b[:])
-	return err == nil && string(b[:]) == "lmgg"
 }
 
 // inspectGGML prints a whisper.cpp model file's header, filter bank and vocabulary sizes and its

@@ -52,19 +52,11 @@ func runTranscribe(e *env, args []string) error {
 	if err := p.Validate(); err != nil {
 		return usageError{err}
 	}
-	path, err := resolveModel(e, *model)
-	if err != nil {
-		return err
-	}
-	be, err := bf.open(e)
+	m, be, err := openWhisper(e, bf, *model)
 	if err != nil {
 		return err
 	}
 	defer be.Close()
-	m, err := whisper.Open(be, path)
-	if err != nil {
-		return err
-	}
 	defer m.Close()
 	eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 1})
 	if err != nil {

@@ -402,3 +402,23 @@ func TestWriterSticky(t *testing.T) {
 		t.Fatalf("got %v, want the write error", err)
 	}
 }
+
+func TestIsFile(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name string
+		data []byte
+		want bool
+	}{{"model.bin", []byte("lmgg\x00\x00"), true}, {"gguf", []byte("GGUF\x03\x00"), false}, {"short", []byte("lm"), false}} {
+		p := filepath.Join(dir, c.name)
+		if err := os.WriteFile(p, c.data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := IsFile(p); got != c.want || err != nil {
+			t.Errorf("%s: %v, %v; want %v", c.name, got, err, c.want)
+		}
+	}
+	if _, err := IsFile(filepath.Join(dir, "absent")); err == nil {
+		t.Error("a missing file: no error")
+	}
+}

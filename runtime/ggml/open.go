@@ -1,7 +1,10 @@
 package ggml
 
 import (
+	"encoding/binary"
 	"fmt"
+	"io"
+	"os"
 
 	"github.com/parleyhq/parley/internal/mapfile"
 )
@@ -44,4 +47,19 @@ func (f *File) Release(b []byte) {
 	if f.mapped != nil {
 		f.mapped.Release(b)
 	}
+}
+
+// IsFile reports whether the file at path starts with the ggml magic (the bytes "lmgg"). A file
+// too short to hold it is not one; only a file that cannot be read is an error.
+func IsFile(path string) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	var b [4]byte
+	if _, err := io.ReadFull(f, b[:]); err != nil {
+		return false, nil
+	}
+	return binary.LittleEndian.Uint32(b[:]) == Magic, nil
 }

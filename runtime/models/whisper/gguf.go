@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -355,41 +354,15 @@ func ParseTokenizerJSON(data []byte) ([][]byte, error) {
 // IsModelFile reports whether path is a Whisper model: whisper.cpp's ggml file (the bytes "lmgg"
 // first) or a GGUF file whose architecture is whisper.
 func IsModelFile(path string) (bool, error) {
-	magic, err := fileMagic(path)
+	if ok, err := ggml.IsFile(path); ok || err != nil {
+		return ok, err
+	}
+	f, err := gguf.Open(path)
 	if err != nil {
-		return false, err
+		return false, nil // not GGUF either; the reader that loads it says why
 	}
-	switch magic {
-	case "lmgg":
-		return true, nil
-	case "GGUF":
-		f, err := gguf.Open(path)
-		if err != nil {
-			return false, nil // the GGUF reader says why when the file is loaded
-		}
-		defer f.Close()
-		return f.Architecture() == Architecture, nil
-	}
-	return false, nil
-}
-
-// fileMagic returns the first four bytes of the file at path ("" if it is shorter).
-func fileMagic(path string) (string, error) {
-	fh, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer fh.Close()
-	var b [4]byte
-	if _, err := io.ReadFull(fh, b[:]); err != nil {
-		return "", nil // too short to be a model; the readers say why
-	}
-	return string(b[:]), nil
-}
-
-func isGGUF(path string) bool {
-	m, _ := fileMagic(path)
-	return m == "GGUF"
+	defer f.Close()
+	return f.Architecture() == Architecture, nil
 }
 
 // openGGUF opens a Whisper GGUF file, taking its vocabulary from a tokenizer.json or vocab.json

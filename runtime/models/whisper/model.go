@@ -381,7 +381,9 @@ func (m *Model) Close() error {
 // Open opens a Whisper model file, whisper.cpp's ggml format or GGUF (see LoadGGUF), and loads it
 // onto be.
 func Open(be backend.Backend, path string) (*Model, error) {
-	if isGGUF(path) {
+	if isGGML, err := ggml.IsFile(path); err != nil {
+		return nil, fmt.Errorf("whisper: %w", err)
+	} else if !isGGML {
 		return openGGUF(be, path)
 	}
 	f, err := ggml.Open(path)
