@@ -119,6 +119,7 @@ func TestTranscribeFormatsAndBadInput(t *testing.T) {
 		{"truncated wav", []string{"transcribe", "-m", model, truncatedWAV}, 1, "audio"},
 		{"not audio", []string{"transcribe", "-m", model, notAudio}, 1, "unsupported"},
 		{"language model gguf", []string{"transcribe", "-m", ggufModel, wav}, 1, `architecture is "llama", not "whisper"`},
+		{"model neither ggml nor gguf", []string{"transcribe", "-m", notAudio, wav}, 1, "neither whisper.cpp's ggml format nor GGUF"},
 		{"vocabulary-only model", []string{"transcribe", "-m", vocabOnly, wav}, 1, "no weights"},
 		{"language on English model", []string{"transcribe", "-m", model, "--language", "de", wav}, 1, "english-only"},
 	} {
@@ -263,6 +264,11 @@ func TestBenchWhisper(t *testing.T) {
 	}
 	if res := parley(t, "", "bench", "-m", sharedtest.Path(t, "models/llm/stories260K-f32.gguf"), "--audio", wav); res.code != 2 {
 		t.Errorf("--audio with a language model: exit %d: %s", res.code, res.stderr)
+	}
+	for _, flag := range [][]string{{"-p", "32"}, {"--kv-type", "f32"}} {
+		if res := parley(t, "", "bench", "-m", model, flag[0], flag[1]); res.code != 2 || !strings.Contains(res.stderr, "language models only") {
+			t.Errorf("%s with a Whisper model: exit %d: %s", flag[0], res.code, res.stderr)
+		}
 	}
 }
 

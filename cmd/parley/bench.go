@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
@@ -70,6 +71,17 @@ func runBench(e *env, args []string) error {
 	if isASR, err := whisper.IsModelFile(*model); err != nil {
 		return err
 	} else if isASR {
+		// A Whisper decoder's prompt is its fixed start of transcript and its caches are F16:
+		// say so rather than measure something other than what was asked.
+		var bad []string
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "p" || f.Name == "kv-type" {
+				bad = append(bad, "-"+f.Name)
+			}
+		})
+		if len(bad) > 0 {
+			return usagef("%s: for language models only (a Whisper model's decoder prompt is its start of transcript and its caches are F16)", strings.Join(bad, " and "))
+		}
 		return benchASR(e, bf, *model, *reps, *tg, seqCounts, audioFiles, *asJSON)
 	}
 	if len(audioFiles) > 0 {

@@ -2,7 +2,11 @@
 // mapping where the platform has one, the file read into memory elsewhere.
 package mapfile
 
-import "unsafe"
+import (
+	"io"
+	"os"
+	"unsafe"
+)
 
 // File is a mapped (or read) file. Data must not be used after Close.
 type File struct {
@@ -39,4 +43,18 @@ func (f *File) Release(b []byte) {
 	if hi > lo {
 		release(f.Data[lo:hi])
 	}
+}
+
+// Magic returns the first four bytes of the file at path; ok is false when it is shorter. It
+// tells the model formats apart without mapping or parsing the file.
+func Magic(path string) (magic [4]byte, ok bool, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return magic, false, err
+	}
+	defer f.Close()
+	if _, err := io.ReadFull(f, magic[:]); err != nil {
+		return magic, false, nil
+	}
+	return magic, true, nil
 }

@@ -67,3 +67,23 @@ func TestRelease(t *testing.T) {
 	}
 	_ = sum
 }
+
+func TestMagic(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		data string
+		ok   bool
+	}{{"GGUF\x03\x00", true}, {"lmgg", true}, {"abc", false}, {"", false}} {
+		p := filepath.Join(dir, "f")
+		if err := os.WriteFile(p, []byte(c.data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		m, ok, err := Magic(p)
+		if err != nil || ok != c.ok || (ok && string(m[:]) != c.data[:4]) {
+			t.Errorf("%q: %q %v %v", c.data, m, ok, err)
+		}
+	}
+	if _, _, err := Magic(filepath.Join(dir, "missing")); err == nil {
+		t.Error("a missing file gave no error")
+	}
+}

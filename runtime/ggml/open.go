@@ -3,8 +3,6 @@ package ggml
 import (
 	"encoding/binary"
 	"fmt"
-	"io"
-	"os"
 
 	"github.com/parleyhq/parley/internal/mapfile"
 )
@@ -52,14 +50,6 @@ func (f *File) Release(b []byte) {
 // IsFile reports whether the file at path starts with the ggml magic (the bytes "lmgg"). A file
 // too short to hold it is not one; only a file that cannot be read is an error.
 func IsFile(path string) (bool, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return false, err
-	}
-	defer f.Close()
-	var b [4]byte
-	if _, err := io.ReadFull(f, b[:]); err != nil {
-		return false, nil
-	}
-	return binary.LittleEndian.Uint32(b[:]) == Magic, nil
+	b, ok, err := mapfile.Magic(path)
+	return ok && binary.LittleEndian.Uint32(b[:]) == Magic, err
 }

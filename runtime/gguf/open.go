@@ -6,6 +6,12 @@ import (
 	"github.com/parleyhq/parley/internal/mapfile"
 )
 
+// IsFile reports whether the file at path starts with GGUF's magic.
+func IsFile(path string) (bool, error) {
+	b, ok, err := mapfile.Magic(path)
+	return ok && string(b[:]) == "GGUF", err
+}
+
 // Open memory-maps the file at path read-only (reads it where there is no mapping) and parses
 // it. Tensor data is not copied: TensorData returns slices of the mapping, which Close releases.
 // The file must not be truncated while it is open: reading a mapped page past the new end faults.

@@ -16,6 +16,7 @@ import (
 	"github.com/parleyhq/parley/runtime/audio"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/ggml"
+	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
@@ -384,6 +385,11 @@ func Open(be backend.Backend, path string) (*Model, error) {
 	if isGGML, err := ggml.IsFile(path); err != nil {
 		return nil, fmt.Errorf("whisper: %w", err)
 	} else if !isGGML {
+		if isGGUF, err := gguf.IsFile(path); err != nil {
+			return nil, fmt.Errorf("whisper: %w", err)
+		} else if !isGGUF {
+			return nil, fmt.Errorf("%s: whisper: not a model file: neither whisper.cpp's ggml format nor GGUF", path)
+		}
 		return openGGUF(be, path)
 	}
 	f, err := ggml.Open(path)
