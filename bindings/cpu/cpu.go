@@ -378,35 +378,76 @@ func (c *Context) PackWeights(dst, w []byte, wt tensor.DType, m, k int) error {
 // backend.ErrUnsupported when the current instruction-set level has no kernel for the layout
 // (after SetISA lowered it), in which case the caller multiplies the rows themselves.
 func (c *Context) MatMulPacked(dst, x []float32, n, k int, wp []byte, wt tensor.DType, m int) error {
+	return c.MatMulPackedN(x, n, k, wt, []PackedProduct{{dst, wp, m}})
+}
+
+// PackedProduct is one matrix of MatMulPackedN: Dst [n, M] = x · Wᵀ, W [M, k] as PackWeights
+// wrote it.
+type PackedProduct struct {
+	Dst []float32
+	W   []byte
+	M   int
+}
+
+// MaxPackedProducts is the most matrices one MatMulPackedN call multiplies.
+const MaxPackedProducts = 3
+
+// MatMulPackedN is MatMulPacked for one to MaxPackedProducts matrices of one type and width
+// against one x (a layer's query, key and value products), each result bit for bit what
+// MatMulPacked gives it: x is converted once and the threads woken once for all of them. No Dst
+// may overlap x, a W or another Dst.
+func (c *Context) MatMulPackedN(x []float32, n, k int, wt tensor.DType, ps []PackedProduct) error {
 	const op = "matmul"
-	size, err := packedCheck(op, wt, m, k)
-	if err != nil {
-		return err
+	if len(ps) == 0 || len(ps) > MaxPackedProducts {
+		return fmt.Errorf("cpu: %s: %d matrices, want 1 to %d", op, len(ps), MaxPackedProducts)
 	}
 	if n < 0 {
-		return fmt.Errorf("cpu: %s: bad shape n=%d k=%d m=%d", op, n, k, m)
+		return fmt.Errorf("cpu: %s: bad shape n=%d k=%d", op, n, k)
 	}
 	if err := need(op, "x", len(x), mul(n, k)); err != nil {
 		return err
 	}
-	if err := need(op, "dst", len(dst), mul(n, m)); err != nil {
-		return err
+	var sizes [MaxPackedProducts]int
+	for i, p := range ps {
+		size, err := packedCheck(op, wt, p.M, k)
+		if err != nil {
+			return err
+		}
+		if err := need(op, "dst", len(p.Dst), mul(n, p.M)); err != nil {
+			return err
+		}
+		if err := need(op, "packed w bytes", len(p.W), size); err != nil {
+			return err
+		}
+		sizes[i] = size
 	}
-	if err := need(op, "packed w bytes", len(wp), size); err != nil {
-		return err
+	var d [MaxPackedProducts]*C.float
+	var w [MaxPackedProducts]unsafe.Pointer
+	var m [MaxPackedProducts]C.int64_t
+	for i, p := range ps {
+		if n == 0 || p.M == 0 {
+			continue
+		}
+		dp, dn := unsafe.Pointer(&p.Dst[0]), n*p.M*4
+		if overlap(dp, dn, unsafe.Pointer(&x[0]), n*k*4) {
+			return fmt.Errorf("cpu: %s: dst overlaps an operand", op)
+		}
+		for j, q := range ps {
+			if (sizes[j] > 0 && overlap(dp, dn, unsafe.Pointer(&q.W[0]), sizes[j])) ||
+				(j != i && n > 0 && q.M > 0 && overlap(dp, dn, unsafe.Pointer(&q.Dst[0]), n*q.M*4)) {
+				return fmt.Errorf("cpu: %s: dst overlaps an operand", op)
+			}
+		}
+		d[i], w[i], m[i] = f32p(p.Dst), bytep(p.W), C.int64_t(p.M)
 	}
-	if n == 0 || m == 0 {
+	if n == 0 {
 		return nil
-	}
-	dp, dn := unsafe.Pointer(&dst[0]), n*m*4
-	if overlap(dp, dn, unsafe.Pointer(&x[0]), n*k*4) || overlap(dp, dn, unsafe.Pointer(&wp[0]), size) {
-		return fmt.Errorf("cpu: %s: dst overlaps an operand", op)
 	}
 	if err := c.lock(op); err != nil {
 		return err
 	}
 	defer c.mu.Unlock()
-	st := C.pl_matmul_packed(c.c, f32p(dst), f32p(x), C.int64_t(n), C.int64_t(k), bytep(wp), C.int(wt), C.int64_t(m))
+	st := C.pl_matmul_packed3(c.c, f32p(x), C.int64_t(n), C.int64_t(k), C.int(wt), d[0], w[0], m[0], d[1], w[1], m[1], d[2], w[2], m[2])
 	if st != C.PL_OK {
 		return statusErr(op, st)
 	}

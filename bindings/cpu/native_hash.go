@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "d474f48a3a29920c131fe86336b274fb8a40d4e8796435157c7f6690d8983428"
+const nativeSources = "c5c3f1767acbd74506e88091840ed8719db86615129751bf98e53458c765c598"

@@ -266,6 +266,9 @@ int pl_pack_weights(pl_ctx *ctx, int wtype, const void *w, int64_t m, int64_t k,
  *   Q4_K, Q5_K (x as Q8_K): A = each 256's scale, B = each 32's scale times code sum (float);
  *   Q6_K (x as Q8_K): A = each 256's scale, B = each 16's bias: -32 times its code sum. */
 
+/* Most matrices one call of pl_matmul_packed3 multiplies. */
+#define PK_MAX_SEGS 3
+
 #if PL_X86
 static int64_t pk_r64(int64_t n) { return (n + 63) & ~(int64_t)63; }
 static int64_t pk_off_a(int64_t k) { return pk_r64(k); }
@@ -698,18 +701,28 @@ PK2_KERNS(PL_Q6_K, q6_k)
 
 /* ================================================================ matrix product */
 
+/* One weight matrix of a product: dst [n, m] = x · wpᵀ, its groups of 16 rows cut into items of
+ * per groups, numbered from item0 among the product's items. */
+typedef struct {
+    float *dst;
+    const uint8_t *wp;
+    int64_t m, groups, item0, items;
+} pk_seg;
+
+
 typedef struct {
     pl_ctx *ctx;
-    float *dst;
     const float *x;
-    int64_t n, k, m;
-    const uint8_t *wp;
+    int64_t n, k;
     int wtype;
     const pk_fn *fns;
     int rnmax; /* activation rows a kernel call takes */
     uint8_t *act;
     int64_t as;
-    int64_t groups, per; /* groups of 16 rows, groups a work item */
+    int64_t per; /* groups a work item */
+    int nseg;
+    int64_t items;
+    pk_seg seg[PK_MAX_SEGS];
 } pk_job;
 
 static void job_pk_act(void *p, int ith, int nth) {
@@ -720,19 +733,20 @@ static void job_pk_act(void *p, int ith, int nth) {
     while ((i = plx_chunk_next(j->ctx)) < j->n) pk_pack_act(j->wtype, j->x + i * j->k, j->k, j->act + i * j->as);
 }
 
-/* A work item: its groups against every activation row, eight rows at a time. The item's weights
- * (a few groups) stay in L1/L2 across the passes of a long batch. */
+/* A work item: some groups of one matrix against every activation row, eight rows at a time. The
+ * item's weights (a few groups) stay in L1/L2 across the passes of a long batch. */
 static void job_pk_mm(void *p, int ith, int nth) {
     pk_job *j = (pk_job *)p;
     (void)ith;
     (void)nth;
-    const int64_t items = (j->groups + j->per - 1) / j->per;
     int64_t it;
-    while ((it = plx_chunk_next(j->ctx)) < items) {
-        const int64_t g0 = it * j->per, g1 = PL_MIN(j->groups, g0 + j->per);
+    while ((it = plx_chunk_next(j->ctx)) < j->items) {
+        const pk_seg *sg = &j->seg[0];
+        while (it >= sg->item0 + sg->items) sg++;
+        const int64_t g0 = (it - sg->item0) * j->per, g1 = PL_MIN(sg->groups, g0 + j->per);
         for (int64_t c0 = 0; c0 < j->n; c0 += j->rnmax) {
             const int rn = (int)PL_MIN((int64_t)j->rnmax, j->n - c0);
-            j->fns[rn](j->wp, g0, g1, j->m, j->k, j->act + c0 * j->as, j->as, j->dst + c0 * j->m, j->m);
+            j->fns[rn](sg->wp, g0, g1, sg->m, j->k, j->act + c0 * j->as, j->as, sg->dst + c0 * sg->m, sg->m);
         }
     }
 }
@@ -740,16 +754,31 @@ static void job_pk_mm(void *p, int ith, int nth) {
 
 int pl_matmul_packed(pl_ctx *ctx, float *dst, const float *x, int64_t n, int64_t k, const void *wp,
                      int wtype, int64_t m) {
-    if (ctx == NULL || n < 0 || m < 0) return PL_ERR_ARG;
-    int64_t size = pl_packed_size(wtype, m, k);
-    if (size < 0) return (int)size;
+    return pl_matmul_packed3(ctx, x, n, k, wtype, dst, wp, m, NULL, NULL, 0, NULL, NULL, 0);
+}
+
+int pl_matmul_packed3(pl_ctx *ctx, const float *x, int64_t n, int64_t k, int wtype, float *d0,
+                      const void *w0, int64_t m0, float *d1, const void *w1, int64_t m1, float *d2,
+                      const void *w2, int64_t m2) {
+    float *const d[PK_MAX_SEGS] = {d0, d1, d2};
+    const void *const w[PK_MAX_SEGS] = {w0, w1, w2};
+    const int64_t m[PK_MAX_SEGS] = {m0, m1, m2};
+    if (ctx == NULL || n < 0) return PL_ERR_ARG;
+    int64_t total = 0;
+    for (int s = 0; s < PK_MAX_SEGS; s++) {
+        if (m[s] < 0) return PL_ERR_ARG;
+        int64_t size = pl_packed_size(wtype, m[s], k);
+        if (size < 0) return (int)size;
+        if (n > 0 && m[s] > 0 && (d[s] == NULL || w[s] == NULL)) return PL_ERR_ARG;
+        if (m[s] > INT32_MAX) return PL_ERR_ARG;
+        total += m[s];
+    }
     if (!pl_packed_available(wtype)) return PL_ERR_UNSUPPORTED;
-    if (n == 0 || m == 0) return PL_OK;
-    if (dst == NULL || x == NULL || wp == NULL) return PL_ERR_ARG;
-    if (n > INT32_MAX || m > INT32_MAX || k > INT32_MAX) return PL_ERR_ARG;
+    if (n == 0 || total == 0) return PL_OK;
+    if (x == NULL) return PL_ERR_ARG;
+    if (n > INT32_MAX || k > INT32_MAX) return PL_ERR_ARG;
 #if PL_X86
-    pk_job j = {.ctx = ctx, .dst = dst, .x = x, .n = n, .k = k, .m = m, .wp = (const uint8_t *)wp,
-                .wtype = wtype, .as = pk_act_stride(k), .groups = (m + PK_ROWS - 1) / PK_ROWS};
+    pk_job j = {.ctx = ctx, .x = x, .n = n, .k = k, .wtype = wtype, .as = pk_act_stride(k)};
     const int v512 = plx_isa >= PL_ISA_AVX512;
     j.rnmax = v512 ? PK_RN : PK2_RN;
     switch (wtype) {
@@ -762,11 +791,23 @@ int pl_matmul_packed(pl_ctx *ctx, float *dst, const float *x, int64_t n, int64_t
     case PL_Q5_K: j.fns = v512 ? pk_q5_k : pk2_q5_k; break;
     default: j.fns = v512 ? pk_q6_k : pk2_q6_k; break;
     }
+    const int64_t groups = (total + PK_ROWS - 1) / PK_ROWS; /* about: each matrix rounds up its own */
     /* A decode step's few rows: two items a thread, each a long stream of weights. Longer batches:
      * items of four groups, whose weights stay in cache while every row of x passes. */
-    if (n <= PK_RN) j.per = (j.groups + 2 * ctx->nth - 1) / (2 * ctx->nth);
+    if (n <= PK_RN) j.per = (groups + 2 * ctx->nth - 1) / (2 * ctx->nth);
     else j.per = 4;
     j.per = PL_MAX(j.per, 1);
+    for (int s = 0; s < PK_MAX_SEGS; s++) {
+        if (m[s] == 0) continue;
+        pk_seg *sg = &j.seg[j.nseg++];
+        sg->dst = d[s];
+        sg->wp = (const uint8_t *)w[s];
+        sg->m = m[s];
+        sg->groups = (m[s] + PK_ROWS - 1) / PK_ROWS;
+        sg->item0 = j.items;
+        sg->items = (sg->groups + j.per - 1) / j.per;
+        j.items += sg->items;
+    }
     j.act = plx_scratch(ctx, (size_t)(n * j.as));
     if (j.act == NULL) return PL_ERR_NOMEM;
     if (n == 1) {

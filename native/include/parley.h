@@ -133,6 +133,13 @@ int pl_packed_available(int wtype);
 int pl_pack_weights(pl_ctx *ctx, int wtype, const void *w, int64_t m, int64_t k, void *dst);
 int pl_matmul_packed(pl_ctx *ctx, float *dst, const float *x, int64_t n, int64_t k, const void *wp,
                      int wtype, int64_t m);
+/* pl_matmul_packed3 is pl_matmul_packed for up to three packed matrices of one type and width
+ * against one x: di [n, mi] = x · wiᵀ, each bit for bit what pl_matmul_packed gives it, with x
+ * converted once and the threads woken once for all (a layer's query, key and value products).
+ * A matrix with mi = 0 is skipped (its di and wi may be NULL). */
+int pl_matmul_packed3(pl_ctx *ctx, const float *x, int64_t n, int64_t k, int wtype, float *d0,
+                      const void *w0, int64_t m0, float *d1, const void *w1, int64_t m1, float *d2,
+                      const void *w2, int64_t m2);
 
 /* pl_get_rows: dst[i,:] = float(table[ids[i],:]). table [rows, cols] of dtype, dst [n, cols]. */
 int pl_get_rows(pl_ctx *ctx, float *dst, const void *table, int dtype, int64_t rows,

@@ -15,6 +15,7 @@ package backend
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/parleyhq/parley/runtime/tensor"
 )
@@ -183,6 +184,38 @@ type Backend interface {
 
 	// Close releases the backend's resources. Tensors made by it must not be used afterwards.
 	Close() error
+}
+
+// MultiMatMuler is implemented by backends that multiply one x by several matrices in one call
+// faster than by one MatMul each (the CPU backend converts x once and wakes its threads once for
+// a layer's query, key and value products). MatMuls computes dst[i] = x · w[i]ᵀ for every i,
+// each bit for bit what MatMul(dst[i], x, w[i]) gives it.
+type MultiMatMuler interface {
+	MatMuls(dst []Tensor, x Tensor, w []Tensor) error
+}
+
+// MatMuls computes dst[i] = x · w[i]ᵀ for every i, as MatMul computes each: in one call where be
+// is a MultiMatMuler, else one MatMul at a time. No dst may be x, a w or another dst.
+func MatMuls(be Backend, dst []Tensor, x Tensor, w []Tensor) error {
+	if len(dst) != len(w) {
+		return fmt.Errorf("matmuls: %d destinations for %d matrices", len(dst), len(w))
+	}
+	for i, d := range dst {
+		for _, e := range dst[:i] {
+			if d == e {
+				return fmt.Errorf("matmuls: destination %d repeats another", i)
+			}
+		}
+	}
+	if mm, ok := be.(MultiMatMuler); ok {
+		return mm.MatMuls(dst, x, w)
+	}
+	for i := range w {
+		if err := be.MatMul(dst[i], x, w[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Repacker is implemented by backends that multiply some weight types faster in a layout of

@@ -158,6 +158,78 @@ func testMatMul(t *testing.T, b backend.Backend, _ func() (backend.Backend, erro
 	})
 }
 
+// testMatMuls checks backend.MatMuls: two or three matrices of one type (loaded, and repacked
+// where the backend repacks) against one x give, bit for bit, what MatMul gives each, into
+// guarded views; and its argument errors.
+func testMatMuls(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)) {
+	ms := []int{48, 17, 80} // whole and partial groups of sixteen rows
+	for _, dt := range WeightDTypes {
+		t.Run(dt.String(), func(t *testing.T) {
+			k := colsFor(dt)[len(colsFor(dt))-1]
+			r := rng(fmt.Sprintf("matmuls %v %d", dt, k))
+			rs := rowSize(t, dt, k)
+			forms := make([][]weightForm, len(ms))
+			for i, m := range ms {
+				data, _ := quantRows(t, dt, m, k, randVec(r, m*k, 0.5))
+				forms[i] = weightForms(t, b, dt, m, k, data[:m*rs])
+			}
+			xv := randVec(r, 9*k, 1)
+			for f := range forms[0] {
+				for _, count := range []int{2, 3} {
+					for _, n := range []int{1, 3, 8, 9} {
+						x := allocView(t, b, n, k, xv[:n*k])
+						ws := make([]backend.Tensor, count)
+						dsts := make([]backend.Tensor, count)
+						guards := make([]*guards, count)
+						want := make([][]float32, count)
+						for i := range count {
+							ws[i] = forms[i][f].t
+							dsts[i], guards[i] = output(t, b, n, ms[i])
+							one := alloc(t, b, n, ms[i], nil)
+							must(t, b.MatMul(one, x, ws[i]), "MatMul")
+							want[i] = read(t, b, one)
+							one.Close()
+						}
+						name := fmt.Sprintf("MatMuls %v%s ×%d n=%d k=%d", dt, forms[0][f].name, count, n, k)
+						must(t, backend.MatMuls(b, dsts, x, ws), "%s", name)
+						for i := range count {
+							got := read(t, b, dsts[i])
+							for e := range got {
+								if math.Float32bits(got[e]) != math.Float32bits(want[i][e]) {
+									t.Fatalf("%s: matrix %d element %d: %v, MatMul gives %v", name, i, e, got[e], want[i][e])
+								}
+							}
+							guards[i].check(t)
+							dsts[i].Close()
+						}
+						x.Close()
+					}
+				}
+			}
+			for _, fs := range forms {
+				for _, w := range fs {
+					w.t.Close()
+				}
+			}
+		})
+	}
+	t.Run("errors", func(t *testing.T) {
+		x := alloc(t, b, 2, 32, nil)
+		w := load(t, b, tensor.F32, 3, 32, make([]byte, 3*32*4))
+		d1, d2 := alloc(t, b, 2, 3, nil), alloc(t, b, 2, 3, nil)
+		if err := backend.MatMuls(b, []backend.Tensor{d1}, x, []backend.Tensor{w, w}); err == nil {
+			t.Error("one destination for two matrices: no error")
+		}
+		if err := backend.MatMuls(b, []backend.Tensor{d1, d1}, x, []backend.Tensor{w, w}); err == nil {
+			t.Error("a repeated destination: no error")
+		}
+		if err := backend.MatMuls(b, []backend.Tensor{d1, x}, x, []backend.Tensor{w, w}); err == nil {
+			t.Error("x as a destination: no error")
+		}
+		must(t, backend.MatMuls(b, []backend.Tensor{d1, d2}, x, []backend.Tensor{w, w}), "MatMuls of zero weights")
+	})
+}
+
 // testMatMulBatch checks that a token's result does not depend on the batch it is computed in.
 // Backends take different paths for one token and for batches (tiles of rows, or dequantising to
 // F32 for a BLAS product, which skips the activation conversion), so the rows of batches of

@@ -42,6 +42,7 @@ func Run(t *testing.T, newBackend func() (backend.Backend, error)) {
 		{"GetRows", testGetRows},
 		{"MatMul", testMatMul},
 		{"MatMulBatchInvariance", testMatMulBatch},
+		{"MatMuls", testMatMuls},
 		{"AddRows", testAddRows},
 		{"RMSNorm", testRMSNorm},
 		{"SwiGLU", testSwiGLU},

@@ -402,6 +402,58 @@ func (b *Backend) MatMul(dst, x, w backend.Tensor) error {
 	return b.ctx.MatMul(d.f32, xt.f32, xt.rows, xt.cols, wt.data, wt.dt, wt.rows)
 }
 
+// MatMuls computes dst[i] = x · w[i]ᵀ for every i (backend.MultiMatMuler): up to three packed
+// matrices of one type in one native call, which converts x once and wakes the threads once;
+// otherwise one MatMul each. Every result is bit for bit MatMul's.
+func (b *Backend) MatMuls(dst []backend.Tensor, x backend.Tensor, w []backend.Tensor) error {
+	const op = "matmul"
+	if len(dst) != len(w) {
+		return fmt.Errorf("cpu: %s: %d destinations for %d matrices", op, len(dst), len(w))
+	}
+	if n := len(w); n >= 2 && n <= cpu.MaxPackedProducts {
+		xt, err := b.f32Of(op, "x", x, false)
+		if err != nil {
+			return err
+		}
+		var ps [cpu.MaxPackedProducts]cpu.PackedProduct
+		var dt tensor.DType
+		together := xt.cols > 0
+		for i := range w {
+			d, err := b.f32Of(op, "dst", dst[i], true)
+			if err != nil {
+				return err
+			}
+			wt, err := b.tensorOf(op, "w", w[i])
+			if err != nil {
+				return err
+			}
+			if err := backend.CheckMatMul(d, xt, wt); err != nil {
+				return fmt.Errorf("cpu: %w", err)
+			}
+			if d == xt || d == wt {
+				return fmt.Errorf("cpu: %s: dst must not be an operand", op)
+			}
+			if i == 0 {
+				dt = wt.dt
+			}
+			if wt.packed == nil || wt.dt != dt {
+				together = false
+				continue
+			}
+			ps[i] = cpu.PackedProduct{Dst: d.f32, W: wt.packed.Bytes(), M: wt.rows}
+		}
+		if together && cpu.PackedAvailable(dt) {
+			return b.ctx.MatMulPackedN(xt.f32, xt.rows, xt.cols, dt, ps[:n])
+		}
+	}
+	for i := range w {
+		if err := b.MatMul(dst[i], x, w[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // AddRows: dst[i,:] = a[i,:] + b[i,:], or bias[0,:] when it has one row. dst may be a.
 func (b *Backend) AddRows(dst, a, bias backend.Tensor) error {
 	const op = "add rows"

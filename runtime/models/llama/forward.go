@@ -41,7 +41,12 @@ type Context struct {
 	out []*outViews // [MaxSeqs+1]
 }
 
-type tokViews struct{ x, xn, q, att, k, v, gate, up backend.Tensor }
+type tokViews struct {
+	x, xn, q, att, k, v, gate, up backend.Tensor
+
+	qkv    [3]backend.Tensor // q, k, v: the destinations of layer.qkv
+	gateUp [2]backend.Tensor // gate, up
+}
 type outViews struct{ h, logits backend.Tensor }
 
 // NewContext makes a context for m.
@@ -144,6 +149,8 @@ func (c *Context) tokViews(n int) (*tokViews, error) {
 		}
 		*p.dst = t
 	}
+	vs.qkv = [3]backend.Tensor{vs.q, vs.k, vs.v}
+	vs.gateUp = [2]backend.Tensor{vs.gate, vs.up}
 	c.tok[n] = vs
 	return vs, nil
 }
@@ -236,11 +243,11 @@ func (c *Context) layer(li int, l *layer, vs *tokViews, b *backend.Batch) error 
 	if err := be.RMSNorm(vs.xn, vs.x, l.attnNorm, m.NormEps); err != nil {
 		return err
 	}
-	for _, p := range []struct{ dst, w, bias backend.Tensor }{{vs.q, l.wq, l.bq}, {vs.k, l.wk, l.bk}, {vs.v, l.wv, l.bv}} {
-		if err := be.MatMul(p.dst, vs.xn, p.w); err != nil {
-			return err
-		}
-		if p.bias != nil {
+	if err := backend.MatMuls(be, vs.qkv[:], vs.xn, l.qkv[:]); err != nil {
+		return err
+	}
+	if l.bq != nil {
+		for _, p := range []struct{ dst, bias backend.Tensor }{{vs.q, l.bq}, {vs.k, l.bk}, {vs.v, l.bv}} {
 			if err := be.AddRows(p.dst, p.dst, p.bias); err != nil {
 				return err
 			}
@@ -267,10 +274,7 @@ func (c *Context) layer(li int, l *layer, vs *tokViews, b *backend.Batch) error 
 	if err := be.RMSNorm(vs.xn, vs.x, l.ffnNorm, m.NormEps); err != nil {
 		return err
 	}
-	if err := be.MatMul(vs.gate, vs.xn, l.wGate); err != nil {
-		return err
-	}
-	if err := be.MatMul(vs.up, vs.xn, l.wUp); err != nil {
+	if err := backend.MatMuls(be, vs.gateUp[:], vs.xn, l.gateUp[:]); err != nil {
 		return err
 	}
 	if err := be.SwiGLU(vs.gate, vs.gate, vs.up); err != nil {

@@ -31,6 +31,9 @@ type layer struct {
 	ffnNorm    backend.Tensor // [1, dim]
 	wGate, wUp backend.Tensor // [ffn, dim]
 	wDown      backend.Tensor // [dim, ffn]
+
+	qkv    [3]backend.Tensor // wq, wk, wv: multiplied by one x in one call (backend.MatMuls)
+	gateUp [2]backend.Tensor // wGate, wUp: likewise
 }
 
 // Load binds the weights of f to be. The tensors' bytes stay in f's memory map (host backends use
@@ -82,6 +85,8 @@ func Load(f *gguf.File, be backend.Backend) (*Model, error) {
 				return nil, err
 			}
 		}
+		l.qkv = [3]backend.Tensor{l.wq, l.wk, l.wv}
+		l.gateUp = [2]backend.Tensor{l.wGate, l.wUp}
 		if c.QKVBias {
 			for _, w := range []struct {
 				dst  *backend.Tensor
