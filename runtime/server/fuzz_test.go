@@ -1,0 +1,118 @@
+package server
+
+import (
+	"testing"
+
+	"github.com/coder/websocket"
+)
+
+// checkRefusal fails t unless e is a client error with a message.
+func checkRefusal(t *testing.T, what string, e *apiError) {
+	t.Helper()
+	if e.Status < 400 || e.Status > 499 || e.Message == "" || e.Type == "" {
+		t.Fatalf("%s: refusal %+v is not a 4xx with a message", what, e)
+	}
+}
+
+// FuzzRequest: any body sent to /v1/completions or /v1/chat/completions is either accepted, with
+// sampling parameters the sampler takes, or refused with a 4xx that says why; accepted chat
+// messages render through chat templates, or fail with the template's own error. Nothing panics.
+func FuzzRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","prompt":"hi","max_tokens":5}`,
+		`{"prompt":[1,2,3],"n":2,"temperature":0.5,"top_p":0.9,"seed":1,"stop":["a","b"]}`,
+		`{"prompt":[[1,2]],"logit_bias":{"3":-100,"7":5},"logprobs":3,"stop":"x"}`,
+		`{"prompt":"x","stream":true,"stream_options":{"include_usage":true},"top_k":5,"min_p":0.1}`,
+		`{"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]}`,
+		`{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],"logprobs":true,"top_logprobs":2}`,
+		`{"messages":[{"role":"assistant","content":null}],"max_completion_tokens":3,"presence_penalty":1,"frequency_penalty":-1}`,
+		`{"prompt":"x","max_tokens":-1}`, `{"prompt":"x","n":1e99}`, `[]`, `null`, "\xff", `{"prompt":`,
+	} {
+		f.Add([]byte(s))
+	}
+	var templates []*chatTemplate
+	for _, src := range []string{chatML, strictTemplate} {
+		tm, err := parseChatTemplate(src, "<s>", "</s>")
+		if err != nil {
+			f.Fatal(err)
+		}
+		templates = append(templates, tm)
+	}
+	const vocab, ctx = 512, 256
+	seed := func() uint64 { return 7 }
+	f.Fuzz(func(t *testing.T, body []byte) {
+		checkCommon := func(c *commonRequest) {
+			g, e := parseCommon(c, vocab, ctx, seed)
+			if e != nil {
+				checkRefusal(t, "parameters", e)
+				return
+			}
+			if err := g.sampling.Validate(vocab); err != nil {
+				t.Fatalf("accepted parameters the sampler refuses: %v", err)
+			}
+			if g.n < 1 || g.n > maxN || g.maxTokens < 0 || g.maxTokens > ctx {
+				t.Fatalf("accepted n=%d max_tokens=%d", g.n, g.maxTokens)
+			}
+		}
+		var c completionRequest
+		if e := decodeBody(body, &c); e != nil {
+			checkRefusal(t, "completion body", e)
+		} else {
+			checkCommon(&c.commonRequest)
+			if p, e := parsePrompt(c.Prompt, vocab); e != nil {
+				checkRefusal(t, "prompt", e)
+			} else {
+				for _, id := range p.tokens {
+					if id < 0 || id >= vocab {
+						t.Fatalf("accepted token %d outside the vocabulary", id)
+					}
+				}
+			}
+		}
+		var ch chatRequest
+		if e := decodeBody(body, &ch); e != nil {
+			checkRefusal(t, "chat body", e)
+			return
+		}
+		checkCommon(&ch.commonRequest)
+		msgs, e := parseMessages(ch.Messages)
+		if e != nil {
+			checkRefusal(t, "messages", e)
+			return
+		}
+		for _, tm := range templates {
+			_, _ = tm.render(msgs) // a template may refuse messages (answered as a 400), never panic
+		}
+	})
+}
+
+// FuzzRealtimeMessage: any message a live-transcription client sends is either audio, a known
+// event, or refused with a close code and an error event; nothing panics.
+func FuzzRealtimeMessage(f *testing.F) {
+	for _, s := range []string{`{"type":"audio","audio":"AAABAA=="}`, `{"type":"commit"}`, `{"type":"close"}`, `{"type":"x"}`, `{"type":"audio","audio":"AAA="}`, `not json`} {
+		f.Add(false, []byte(s))
+	}
+	f.Add(true, []byte{1, 0, 255, 127})
+	f.Add(true, []byte{1})
+	f.Fuzz(func(t *testing.T, binary bool, b []byte) {
+		typ := websocket.MessageText
+		if binary {
+			typ = websocket.MessageBinary
+		}
+		it, code, ev := parseMessage(typ, b)
+		if ev != nil {
+			if code == 0 || ev.Code == "" || ev.Message == "" {
+				t.Fatalf("refusal without a close code or reason: %d %+v", code, ev)
+			}
+			return
+		}
+		if it.op == "" && it.pcm == nil && len(b) > 0 && binary {
+			t.Fatalf("binary message of %d bytes gave no audio", len(b))
+		}
+		for _, v := range it.pcm {
+			if v < -1 || v > 1 {
+				t.Fatalf("sample %v outside [-1, 1]", v)
+			}
+		}
+	})
+}
