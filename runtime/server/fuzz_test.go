@@ -1,6 +1,8 @@
 package server
 
 import (
+	"encoding/json"
+	"math"
 	"testing"
 
 	"github.com/coder/websocket"
@@ -115,4 +117,20 @@ func FuzzRealtimeMessage(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestFloorLogprob: a -Inf log-probability (a model's -Inf logit) is reported as OpenAI reports
+// tokens of no probability, since JSON cannot hold it; finite ones pass unchanged.
+func TestFloorLogprob(t *testing.T) {
+	for _, c := range []struct{ in, want float64 }{
+		{math.Inf(-1), -9999}, {math.NaN(), -9999}, {-1e300, -9999}, {-9999, -9999}, {-2.5, -2.5}, {0, 0},
+	} {
+		got := floorLogprob(c.in)
+		if got != c.want {
+			t.Errorf("floorLogprob(%v) = %v, want %v", c.in, got, c.want)
+		}
+		if _, err := json.Marshal(chatTopLogprob{Logprob: got}); err != nil {
+			t.Errorf("%v: %v", c.in, err)
+		}
+	}
 }

@@ -273,12 +273,23 @@ func wantsLogprob(j *job, ev *sched.Event) bool {
 	return j.logprobs >= 0 && ev.Token >= 0 && !(ev.Done && ev.Reason == decode.StopEOS)
 }
 
+// minLogprob is the least log-probability a response reports, as OpenAI's API reports it for
+// tokens of (almost) no probability: JSON has no -Inf, which a model's -Inf logit would give.
+const minLogprob = -9999.0
+
+func floorLogprob(x float64) float64 {
+	if !(x >= minLogprob) { // -Inf, and NaN, which the sampler refuses before it gets here
+		return minLogprob
+	}
+	return x
+}
+
 func (j *job) entry(ev *sched.Event) logprobEntry {
 	top := ev.Top
 	if len(top) > j.logprobs {
 		top = top[:j.logprobs]
 	}
-	return logprobEntry{piece: j.m.Engine.Tokenizer.Piece(ev.Token), logprob: ev.Logprob, top: top}
+	return logprobEntry{piece: j.m.Engine.Tokenizer.Piece(ev.Token), logprob: floorLogprob(ev.Logprob), top: top}
 }
 
 type usageJSON struct {
@@ -307,7 +318,7 @@ func (s *Server) completionLogprobs(j *job, es []logprobEntry, offset int) *comp
 		if j.logprobs > 0 {
 			top = make(map[string]float64, len(e.top))
 			for _, t := range e.top {
-				top[string(j.m.Engine.Tokenizer.Piece(t.ID))] = t.Logprob
+				top[string(j.m.Engine.Tokenizer.Piece(t.ID))] = floorLogprob(t.Logprob)
 			}
 		}
 		lp.TopLogprobs = append(lp.TopLogprobs, top)
@@ -346,7 +357,7 @@ func (s *Server) chatLogprobs(j *job, es []logprobEntry) *chatLogprobs {
 		t := chatTokenLogprob{chatTopLogprob: chatTopLogprob{string(e.piece), e.logprob, bytesOf(e.piece)}, TopLogprobs: []chatTopLogprob{}}
 		for _, a := range e.top {
 			p := j.m.Engine.Tokenizer.Piece(a.ID)
-			t.TopLogprobs = append(t.TopLogprobs, chatTopLogprob{string(p), a.Logprob, bytesOf(p)})
+			t.TopLogprobs = append(t.TopLogprobs, chatTopLogprob{string(p), floorLogprob(a.Logprob), bytesOf(p)})
 		}
 		lp.Content = append(lp.Content, t)
 	}
