@@ -73,21 +73,8 @@ var parityCases = []struct {
 	{"stories260K-f16.gguf", "gen-stories260K-f32.json", 1e-2, 0.1, 0.1},
 }
 
-func backendsUnderTest(t *testing.T) []backend.Backend {
-	var bs []backend.Backend
-	for _, name := range []string{"go", "cpu"} {
-		b, _, err := backend.New(name, backend.Options{Threads: 2})
-		if err != nil {
-			t.Logf("backend %s not tested: %v", name, err)
-			continue
-		}
-		bs = append(bs, b)
-	}
-	if len(bs) == 0 {
-		t.Fatal("no backend available")
-	}
-	return bs
-}
+// backendsUnderTest starts every backend this build has that runs here (see sharedtest.Backends).
+func backendsUnderTest(t *testing.T) []backend.Backend { return sharedtest.Backends(t, 2) }
 
 func logSoftmax(logits []float32, dst []float64) {
 	mx := math.Inf(-1)

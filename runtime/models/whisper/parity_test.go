@@ -16,23 +16,8 @@ import (
 	"github.com/parleyhq/parley/runtime/models/whisper"
 )
 
-func backendsUnderTest(t *testing.T) []backend.Backend {
-	t.Helper()
-	var bs []backend.Backend
-	for _, name := range []string{"go", "cpu"} {
-		be, _, err := backend.New(name, backend.Options{Threads: 2})
-		if err != nil {
-			t.Logf("backend %s not tested: %v", name, err)
-			continue
-		}
-		t.Cleanup(func() { be.Close() })
-		bs = append(bs, be)
-	}
-	if len(bs) == 0 {
-		t.Fatal("no backend available")
-	}
-	return bs
-}
+// backendsUnderTest starts every backend this build has that runs here (see sharedtest.Backends).
+func backendsUnderTest(t *testing.T) []backend.Backend { return sharedtest.Backends(t, 2) }
 
 // readLE reads a raw little-endian array of 32-bit values (float32 or int32).
 func readLE[T float32 | int32](t *testing.T, path string) []T {

@@ -1,0 +1,37 @@
+package sharedtest
+
+import (
+	"os"
+	"testing"
+
+	"github.com/parleyhq/parley/runtime/backend"
+)
+
+// Backends starts every registered backend that runs here (the test binary registers them by
+// importing their packages, or runtime/backend/all), most preferred first, each with threads
+// threads and closed when t ends. The GPU backend multiplies F32 weights in full F32
+// (PARLEY_CUDA_TF32=0), the arithmetic reference tests bound; PARLEY_REQUIRE_GPU=1 makes a GPU
+// backend that does not start a failure instead of a note.
+func Backends(t testing.TB, threads int) []backend.Backend {
+	t.Helper()
+	var bs []backend.Backend
+	for _, name := range backend.Names() {
+		if name == "cuda" {
+			t.Setenv("PARLEY_CUDA_TF32", "0")
+		}
+		be, _, err := backend.New(name, backend.Options{Threads: threads})
+		if err != nil {
+			if name == "cuda" && os.Getenv("PARLEY_REQUIRE_GPU") == "1" {
+				t.Fatalf("PARLEY_REQUIRE_GPU=1 but the cuda backend does not start: %v", err)
+			}
+			t.Logf("backend %s not tested: %v", name, err)
+			continue
+		}
+		t.Cleanup(func() { be.Close() })
+		bs = append(bs, be)
+	}
+	if len(bs) == 0 {
+		t.Fatal("no backend available")
+	}
+	return bs
+}

@@ -1,0 +1,174 @@
+//go:build cuda && cgo && !nocgo
+
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	bcuda "github.com/parleyhq/parley/bindings/cuda"
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+// The GPU's own benchmarks, in the shapes its targets are stated in (scripts/gpu-verify runs
+// them beside PyTorch on the same machine and prints the ratios):
+//
+//	FlashAttention/prefill/B4xH32xS4096xD128  causal prefill over an F16 cache: TFLOP/s, counting
+//	                                          2·B·H·S²·D (the causal half of the two products)
+//	GEMM/TF32/4096                            F32 weights through TF32 tensor cores: TFLOP/s
+//	BeamStep/beams5/vocab51865|32000          one beam-search step (log-softmax, running scores,
+//	                                          top 10 over beams × vocabulary) with its results on
+//	                                          the host: µs a step
+
+func gpuBench(b *testing.B) *Backend {
+	b.Helper()
+	if _, err := bcuda.Devices(); err != nil {
+		if requireGPU() {
+			b.Fatalf("PARLEY_REQUIRE_GPU=1 but no GPU is usable: %v", err)
+		}
+		b.Skipf("no GPU: %v", err)
+	}
+	be, err := New(Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { be.Close() })
+	return be
+}
+
+func randFloats(r *rand.Rand, n int, scale float64) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(r.NormFloat64() * scale)
+	}
+	return v
+}
+
+// upload makes an F32 tensor [rows, cols] holding v.
+func upload(b *testing.B, be *Backend, rows, cols int, v []float32) backend.Tensor {
+	b.Helper()
+	t, err := be.Alloc(tensor.F32, rows, cols)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { t.Close() })
+	if v != nil {
+		if err := be.Write(t, 0, v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return t
+}
+
+// wait reads one element of t: Read waits for every operation issued before it.
+func wait(b *testing.B, be *Backend, t backend.Tensor) {
+	b.Helper()
+	one := make([]float32, t.Cols())
+	if err := be.Read(t, 0, one); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func BenchmarkFlashAttention(b *testing.B) {
+	const batch, heads, seq, hd, bs = 4, 32, 4096, 128, 16
+	b.Run(fmt.Sprintf("prefill/B%dxH%dxS%dxD%d", batch, heads, seq, hd), func(b *testing.B) {
+		be := gpuBench(b)
+		n, width := batch*seq, heads*hd
+		kv, err := be.NewKV(backend.KVConfig{Layers: 1, Slots: n, Width: width, BlockSize: bs, DType: tensor.F16})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer kv.Close()
+		bt := &backend.Batch{}
+		per := seq / bs
+		for s := range batch {
+			blocks := make([]int32, per)
+			for i := range blocks {
+				blocks[i] = int32(s*per + i)
+			}
+			for p := range seq {
+				bt.Pos = append(bt.Pos, int32(p))
+				bt.Slot = append(bt.Slot, blocks[p/bs]*bs+int32(p%bs))
+			}
+			bt.Seqs = append(bt.Seqs, backend.Seq{Start: s * seq, Count: seq, CtxLen: seq, Blocks: blocks})
+		}
+		r := rand.New(rand.NewPCG(1, 2))
+		k := upload(b, be, n, width, randFloats(r, n*width, 1))
+		v := upload(b, be, n, width, randFloats(r, n*width, 1))
+		if err := be.StoreKV(kv, 0, k, v, bt); err != nil {
+			b.Fatal(err)
+		}
+		q := upload(b, be, n, width, randFloats(r, n*width, 1))
+		dst := upload(b, be, n, width, nil)
+		a := backend.Attn{NHead: heads, NKVHead: heads, HeadDim: hd, Scale: float32(1 / math.Sqrt(hd))}
+		if err := be.Attention(dst, q, kv, 0, a, bt); err != nil { // warm-up
+			b.Fatal(err)
+		}
+		wait(b, be, dst)
+		b.ResetTimer()
+		for range b.N {
+			if err := be.Attention(dst, q, kv, 0, a, bt); err != nil {
+				b.Fatal(err)
+			}
+		}
+		wait(b, be, dst)
+		s := b.Elapsed().Seconds() / float64(b.N)
+		b.ReportMetric(2*batch*heads*float64(seq)*float64(seq)*hd/s/1e12, "TFLOP/s")
+	})
+}
+
+func BenchmarkGEMM(b *testing.B) {
+	const n = 4096
+	b.Run(fmt.Sprintf("TF32/%d", n), func(b *testing.B) {
+		be := gpuBench(b)
+		r := rand.New(rand.NewPCG(3, 4))
+		w, err := be.Load(tensor.F32, n, n, unsafeBytes(randFloats(r, n*n, 1)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer w.Close()
+		x := upload(b, be, n, n, randFloats(r, n*n, 1))
+		dst := upload(b, be, n, n, nil)
+		if err := be.MatMul(dst, x, w); err != nil {
+			b.Fatal(err)
+		}
+		wait(b, be, dst)
+		b.ResetTimer()
+		for range b.N {
+			if err := be.MatMul(dst, x, w); err != nil {
+				b.Fatal(err)
+			}
+		}
+		wait(b, be, dst)
+		s := b.Elapsed().Seconds() / float64(b.N)
+		b.ReportMetric(2*float64(n)*n*n/s/1e12, "TFLOP/s")
+	})
+}
+
+func BenchmarkBeamStep(b *testing.B) {
+	const beams, k = 5, 10
+	for _, vocab := range []int{51865, 32000} {
+		b.Run(fmt.Sprintf("beams%d/vocab%d", beams, vocab), func(b *testing.B) {
+			be := gpuBench(b)
+			r := rand.New(rand.NewPCG(5, 6))
+			x := upload(b, be, beams, vocab, randFloats(r, beams*vocab, 3))
+			scores := []float32{-0.5, -1, -1.5, -2, -2.5}
+			beam, tok := make([]int32, k), make([]int32, k)
+			sc, norm := make([]float32, k), make([]float32, k)
+			xt := x.(*Tensor)
+			if err := be.BeamStep(xt, scores, 7, 1, beam, tok, sc, norm); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for range b.N {
+				if err := be.BeamStep(xt, scores, 7, 1, beam, tok, sc, norm); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(b.Elapsed().Seconds()/float64(b.N)*1e6, "µs/step")
+		})
+	}
+}
