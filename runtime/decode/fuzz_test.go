@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -23,6 +24,11 @@ func FuzzStopper(f *testing.F) {
 		}
 		s, err := NewStopper(StopConfig{VocabSize: 4, EOG: []int32{0}, Stop: stops})
 		if err != nil {
+			for _, st := range stops {
+				if len(st) > MaxStopBytes {
+					return // refused, as it must be
+				}
+			}
 			t.Fatal(err)
 		}
 		want, stopped := text, false
@@ -111,4 +117,42 @@ func FuzzSample(f *testing.F) {
 		}
 		TopLogprobs(logits, 3, nil)
 	})
+}
+
+// TestSampleExtremes: a logit near float32's largest value, or a temperature whose inverse is
+// not a float32, once overflowed the tempered logits to +Inf, whose weights came out NaN, and
+// the draw indexed its candidates at -1 (found by FuzzSample). Every configuration now draws
+// the largest logit's token, or one of the tied best, as the limit of the distribution says.
+func TestSampleExtremes(t *testing.T) {
+	for _, c := range []struct {
+		temp   float32
+		logits []float32
+		want   []int32
+	}{
+		{0.8, []float32{2.87e38}, []int32{0}},
+		{0.8, []float32{-3e38, 3e38, 1}, []int32{1}},
+		{1e-40, []float32{1, 2, 1.5}, []int32{1}},
+		{1e-40, []float32{2, 2, -1}, []int32{0, 1}},
+		{1e-45, []float32{0, float32(math.Inf(-1)), 0.5}, []int32{2}},
+	} {
+		for _, p := range []Params{
+			{Temperature: c.temp, TopP: 1, RepeatPenalty: 1},
+			{Temperature: c.temp, TopK: 2, TopP: 0.9, RepeatPenalty: 1},
+			{Temperature: c.temp, TopP: 0.5, MinP: 0.01, RepeatPenalty: 1},
+		} {
+			s, err := NewSampler(p, len(c.logits))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 20 {
+				id, err := s.Sample(c.logits)
+				if err != nil {
+					t.Fatalf("T=%g %v: %v", c.temp, c.logits, err)
+				}
+				if !slices.Contains(c.want, id) {
+					t.Fatalf("T=%g %v (%+v): drew %d, want one of %v", c.temp, c.logits, p, id, c.want)
+				}
+			}
+		}
+	}
 }

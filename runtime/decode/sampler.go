@@ -510,12 +510,25 @@ func (s *Sampler) drawAll(logits []float32, u float64) (int32, error) {
 	if err != nil {
 		return -1, err
 	}
-	it := float32(s.invTemp)
-	for i, v := range logits {
-		s.w32[i] = v * it // -Inf stays -Inf, whose weight is 0
-	}
-	vec.ExpSum(s.w32, logits[best]*it)
+	s.scaled(s.w32, logits, logits[best])
+	vec.ExpSum(s.w32, 0)
 	return int32(pick(s.w32, s.bsum, u)), nil
+}
+
+// scaled sets w[i] = (l[i] - mx) / T, the exponent of l[i]'s weight, mx the largest of l. Taken
+// relative to the largest first, no exponent overflows: l·(1/T) reaches +Inf in float32 for a
+// logit near the top of its range, or a temperature near 0 (whose 1/T is not a float32 at all),
+// where (l - mx)·(1/T) only reaches -Inf, a weight of 0. -Inf logits stay -Inf.
+func (s *Sampler) scaled(w, l []float32, mx float32) {
+	if it := float32(s.invTemp); !math.IsInf(float64(it), 0) {
+		for i, v := range l {
+			w[i] = (v - mx) * it
+		}
+		return
+	}
+	for i, v := range l {
+		w[i] = float32(float64(v-mx) * s.invTemp)
+	}
 }
 
 // draw picks one of c with probability softmax(logit/T) using u in [0, 1).
@@ -524,12 +537,12 @@ func (s *Sampler) draw(c []candidate, u float64) int32 {
 	for _, x := range c[1:] {
 		mx = max(mx, x.logit)
 	}
-	it := float32(s.invTemp)
 	w := s.w32[:len(c)]
 	for i, x := range c {
-		w[i] = x.logit * it
+		w[i] = x.logit
 	}
-	vec.ExpSum(w, mx*it)
+	s.scaled(w, w, mx)
+	vec.ExpSum(w, 0)
 	return c[pick(w, s.bsum, u)].id
 }
 
