@@ -2,6 +2,8 @@ package sharedtest
 
 import (
 	"os"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/parleyhq/parley/runtime/backend"
@@ -11,11 +13,16 @@ import (
 // importing their packages, or runtime/backend/all), most preferred first, each with threads
 // threads and closed when t ends. The GPU backend multiplies F32 weights in full F32
 // (PARLEY_CUDA_TF32=0), the arithmetic reference tests bound; PARLEY_REQUIRE_GPU=1 makes a GPU
-// backend that does not start a failure instead of a note.
+// backend that does not start a failure instead of a note. PARLEY_TEST_BACKENDS (a comma-separated
+// list of names, such as "cuda") limits the set.
 func Backends(t testing.TB, threads int) []backend.Backend {
 	t.Helper()
 	var bs []backend.Backend
+	only := strings.FieldsFunc(os.Getenv("PARLEY_TEST_BACKENDS"), func(r rune) bool { return r == ',' || r == ' ' })
 	for _, name := range backend.Names() {
+		if len(only) > 0 && !slices.Contains(only, name) {
+			continue
+		}
 		if name == "cuda" {
 			t.Setenv("PARLEY_CUDA_TF32", "0")
 		}
