@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "6d3911ae84930bc6c6e8dba42381741c1552479b0002ddc6419b1ccc55188a27"
+const nativeSources = "2fd67aa7a4c2275144df227a820e94fcefa98da575bb4982c6e64d264825f080"

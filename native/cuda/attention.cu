@@ -407,7 +407,7 @@ extern "C" int plc_full_attention(plc_ctx *ctx, float *dst, const float *q, int6
     if (a == NULL) return plc_fail_arg(ctx, "full attention: null configuration");
     int st = plc_attn_cfg_ok(ctx, a, (int64_t)a->n_kv_head * a->head_dim);
     if (st != PLC_OK) return st;
-    if (n < 0 || n > INT_MAX || m < 1 || m > INT_MAX) return plc_fail_arg(ctx, "full attention: bad sizes");
+    if (n < 0 || n > INT_MAX || m < 1 || m > PLC_NO_MASK) return plc_fail_arg(ctx, "full attention: bad sizes"); // positions past PLC_NO_MASK would be masked
     if (n == 0) return PLC_OK;
     if (dst == NULL || q == NULL || k == NULL || v == NULL) return plc_fail_arg(ctx, "full attention: null pointer");
     PLC_ENTER(ctx);

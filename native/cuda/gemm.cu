@@ -100,6 +100,14 @@ static int plc_matmul_q(plc_ctx *ctx, float *dst, const float *x, int64_t n, int
     const int64_t rowbytes = k / 32 / plc_qtype<DT>::chunks * plc_qtype<DT>::bytes;
     if (n <= PLC_GEMV_MAX_ROWS) {
         if (m > (int64_t)INT_MAX * 4) return plc_fail_arg(ctx, "matmul: too many weight rows");
+        if (((uintptr_t)x % 16) != 0) { // the kernel reads x as float4: a view at any row gets a copy
+            void *work;
+            int st = plc_work(ctx, (size_t)(n * k) * sizeof(float), &work); // cudaMalloc'd: 256-aligned
+            if (st != PLC_OK) return st;
+            cudaError_t e = cudaMemcpyAsync(work, x, (size_t)(n * k) * sizeof(float), cudaMemcpyDeviceToDevice, ctx->stream);
+            if (e != cudaSuccess) return plc_fail_cuda(ctx, "matmul: aligning x", e);
+            x = (const float *)work;
+        }
         if (n == 1) plc_launch_gemv<DT, 1>(ctx, dst, x, (int)n, k, w, rowbytes, m);
         else if (n == 2) plc_launch_gemv<DT, 2>(ctx, dst, x, (int)n, k, w, rowbytes, m);
         else if (n <= 4) plc_launch_gemv<DT, 4>(ctx, dst, x, (int)n, k, w, rowbytes, m);
@@ -165,7 +173,6 @@ extern "C" int plc_matmul(plc_ctx *ctx, float *dst, const float *x, int64_t n, i
     if (plc_row_bytes(wtype, k) < 0) return plc_fail_arg(ctx, "matmul: k is not a multiple of the block size");
     if (n == 0 || m == 0) return PLC_OK;
     if (dst == NULL || x == NULL || w == NULL) return plc_fail_arg(ctx, "matmul: null pointer");
-    if (((uintptr_t)x % 16) != 0) return plc_fail_arg(ctx, "matmul: x is not 16-byte aligned");
     PLC_ENTER(ctx);
     if (k == 0) {
         cudaError_t e = cudaMemsetAsync(dst, 0, (size_t)(n * m) * sizeof(float), ctx->stream);
