@@ -1,9 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
 	"math"
+	"net/http"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 )
@@ -133,4 +137,48 @@ func TestFloorLogprob(t *testing.T) {
 			t.Errorf("%v: %v", c.in, err)
 		}
 	}
+}
+
+// FuzzServer sends fuzzer-chosen bodies to the generation endpoints of a real server (the 260K
+// model, without and with a chat template): every answer is a 200 or a 4xx in OpenAI's error
+// shape, never a 5xx, and every next request is answered too.
+func FuzzServer(f *testing.F) {
+	h := newHarness(f, Config{MaxBodyBytes: 1 << 16})
+	for _, s := range []string{
+		`{"model":"stories","prompt":"Once upon","max_tokens":4}`,
+		`{"model":"stories","prompt":[1,2,3],"max_tokens":3,"n":2,"temperature":0.7,"seed":3,"logprobs":2}`,
+		`{"model":"stories","prompt":"a","max_tokens":3,"stream":true,"stream_options":{"include_usage":true},"stop":["the"]}`,
+		`{"model":"stories-chat","messages":[{"role":"user","content":"hi"}],"max_tokens":3,"logprobs":true,"top_logprobs":3}`,
+		`{"model":"stories-chat","messages":[{"role":"user","content":"hi"}],"max_tokens":2,"stream":true,"logit_bias":{"5":-100}}`,
+		`{"model":"stories","prompt":"x","max_tokens":2,"temperature":1e-40,"top_k":3,"min_p":0.2}`,
+		`{"model":"nope","prompt":"x"}`, `{"model":"stories","prompt":""}`, `{`, ``,
+	} {
+		f.Add(uint8(0), []byte(s))
+		f.Add(uint8(1), []byte(s))
+	}
+	client := &http.Client{Timeout: 30 * time.Second}
+	f.Fuzz(func(t *testing.T, which uint8, body []byte) {
+		path := [...]string{"/v1/completions", "/v1/chat/completions"}[which%2]
+		resp, err := client.Post(h.srv.URL+path, "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("reading the answer: %v", err)
+		}
+		switch {
+		case resp.StatusCode == http.StatusOK:
+		case resp.StatusCode >= 400 && resp.StatusCode < 500:
+			var e struct {
+				Error *apiError `json:"error"`
+			}
+			if err := json.Unmarshal(b, &e); err != nil || e.Error == nil || e.Error.Message == "" {
+				t.Fatalf("%d answer is not an error object: %q", resp.StatusCode, b)
+			}
+		default:
+			t.Fatalf("%s %q: status %d: %s", path, body, resp.StatusCode, b)
+		}
+	})
 }

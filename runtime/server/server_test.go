@@ -55,7 +55,7 @@ func modelPath(t testing.TB) string {
 }
 
 // withTemplate writes a copy of the model at src with tokenizer.chat_template set to tmpl.
-func withTemplate(t *testing.T, src, tmpl string) string {
+func withTemplate(t testing.TB, src, tmpl string) string {
 	t.Helper()
 	f, err := gguf.Open(src)
 	if err != nil {
@@ -96,7 +96,7 @@ func openEngine(t testing.TB, path string) *engine.Engine {
 }
 
 // newSched builds a scheduler over e; run says whether its loop starts now.
-func newSched(t *testing.T, e *engine.Engine, cfg sched.Config, run bool) (*sched.Scheduler, func()) {
+func newSched(t testing.TB, e *engine.Engine, cfg sched.Config, run bool) (*sched.Scheduler, func()) {
 	t.Helper()
 	c, err := e.Model.NewContext(llama.ContextConfig{MaxTokens: 64, MaxSeqs: 8, KVSlots: 4 * testCtx, KVType: tensor.F32})
 	if err != nil {
@@ -132,7 +132,7 @@ type harness struct {
 	chat  *Model // the same weights with chatML
 }
 
-func newHarness(t *testing.T, cfg Config) *harness {
+func newHarness(t testing.TB, cfg Config) *harness {
 	t.Helper()
 	p := modelPath(t)
 	e1 := openEngine(t, p)
