@@ -10,8 +10,9 @@ import (
 )
 
 // Backends starts every registered backend that runs here (the test binary registers them by
-// importing their packages, or runtime/backend/all), most preferred first, each with threads
-// threads and closed when t ends. The GPU backend multiplies F32 weights in full F32
+// importing their packages, or runtime/backend/all): the pure-Go backend first (its kernels give
+// a row the same arithmetic in any batch), then the native CPU backend, then any other (the GPU
+// backend), so the last is the fastest; each with threads threads, closed when t ends. The GPU backend multiplies F32 weights in full F32
 // (PARLEY_CUDA_TF32=0), the arithmetic reference tests bound; PARLEY_REQUIRE_GPU=1 makes a GPU
 // backend that does not start a failure instead of a note. PARLEY_TEST_BACKENDS (a comma-separated
 // list of names, such as "cuda") limits the set.
@@ -19,7 +20,18 @@ func Backends(t testing.TB, threads int) []backend.Backend {
 	t.Helper()
 	var bs []backend.Backend
 	only := strings.FieldsFunc(os.Getenv("PARLEY_TEST_BACKENDS"), func(r rune) bool { return r == ',' || r == ' ' })
-	for _, name := range backend.Names() {
+	names := backend.Names()
+	rank := func(n string) int {
+		switch n {
+		case "go":
+			return 0
+		case "cpu":
+			return 1
+		}
+		return 2
+	}
+	slices.SortStableFunc(names, func(a, b string) int { return rank(a) - rank(b) })
+	for _, name := range names {
 		if len(only) > 0 && !slices.Contains(only, name) {
 			continue
 		}
@@ -41,4 +53,16 @@ func Backends(t testing.TB, threads int) []backend.Backend {
 		t.Fatal("no backend available")
 	}
 	return bs
+}
+
+// Backend starts the backend called name with threads threads, closed when t ends, or skips t
+// when this build or machine cannot run it.
+func Backend(t testing.TB, name string, threads int) backend.Backend {
+	t.Helper()
+	be, _, err := backend.New(name, backend.Options{Threads: threads})
+	if err != nil {
+		t.Skipf("backend %s: %v", name, err)
+	}
+	t.Cleanup(func() { be.Close() })
+	return be
 }

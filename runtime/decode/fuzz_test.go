@@ -156,3 +156,41 @@ func TestSampleExtremes(t *testing.T) {
 		}
 	}
 }
+
+// TestSampleFarLogits: top-p over more candidates than its first sort, with one logit ~1e30
+// below the rest, once converted the gap to an int past its range and indexed a bucket at
+// MinInt64; and logits spread past float32's range, at a temperature as large, once lost the far
+// token's weight (its difference overflowed before the scaling). Both found by review.
+func TestSampleFarLogits(t *testing.T) {
+	flat := make([]float32, 1001)
+	flat[1000] = -1e30
+	s, err := NewSampler(Params{Temperature: 1, TopP: 0.9, RepeatPenalty: 1, Seed: 1}, len(flat))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 50 {
+		if id, err := s.Sample(flat); err != nil || id < 0 || id >= 1000 {
+			t.Fatalf("drew %d, %v", id, err)
+		}
+	}
+	spread := []float32{-3e38, 3e38, 3e38, 0}
+	s, err = NewSampler(Params{Temperature: 3.4e38, TopP: 1, RepeatPenalty: 1, Seed: 2}, len(spread))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const draws = 4000
+	n0 := 0
+	for range draws {
+		id, err := s.Sample(spread)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id == 0 {
+			n0++
+		}
+	}
+	// weights e^-1.765, 1, 1, e^-0.882: token 0 has p = 0.0666; 5 standard deviations is ±0.0197
+	if p := float64(n0) / draws; math.Abs(p-0.0666) > 0.0197 {
+		t.Errorf("token 0 drawn %.4f of the time, want 0.0666", p)
+	}
+}

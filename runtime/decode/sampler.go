@@ -448,7 +448,12 @@ func (s *Sampler) topPCut(logits []float32, c []candidate, sorted bool, mx float
 		return c, true
 	}
 	mx32 := float32(mx)
-	bucket := func(l float32) int { return min(int((mx32-l)*pBucketScale), pBuckets-1) }
+	bucket := func(l float32) int { // float64: a gap past 2^63/pBucketScale (or an infinite one) is the last bucket
+		if d := (float64(mx32) - float64(l)) * pBucketScale; d < pBuckets-1 {
+			return int(d)
+		}
+		return pBuckets - 1
+	}
 	rest := c[m:]
 	clear(s.bmass)
 	clear(s.bcount)
@@ -520,14 +525,15 @@ func (s *Sampler) drawAll(logits []float32, u float64) (int32, error) {
 // logit near the top of its range, or a temperature near 0 (whose 1/T is not a float32 at all),
 // where (l - mx)·(1/T) only reaches -Inf, a weight of 0. -Inf logits stay -Inf.
 func (s *Sampler) scaled(w, l []float32, mx float32) {
-	if it := float32(s.invTemp); !math.IsInf(float64(it), 0) {
-		for i, v := range l {
-			w[i] = (v - mx) * it
-		}
-		return
-	}
+	it := float32(s.invTemp)
 	for i, v := range l {
-		w[i] = float32(float64(v-mx) * s.invTemp)
+		d := v - mx
+		if d < -math.MaxFloat32 || math.IsInf(float64(it), 0) { // a difference past float32's range, or 1/T past it
+			d = float32((float64(v) - float64(mx)) * s.invTemp)
+		} else {
+			d *= it
+		}
+		w[i] = d
 	}
 }
 

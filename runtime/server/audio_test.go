@@ -44,7 +44,7 @@ var asr struct {
 
 // speechEngine is one engine over the random-weight tiny.en model shared by this package's
 // tests, on the native CPU backend when the build has it (the pure-Go one is about 8 times slower).
-func speechEngine(t *testing.T) *whisper.Engine {
+func speechEngine(t testing.TB) *whisper.Engine {
 	t.Helper()
 	path := sharedtest.WhisperRandomModel(t, "tiny.en")
 	asr.once.Do(func() {
@@ -108,7 +108,7 @@ type speechHarness struct {
 	eng *whisper.Engine
 }
 
-func newSpeechHarness(t *testing.T, cfg Config) *speechHarness {
+func newSpeechHarness(t testing.TB, cfg Config) *speechHarness {
 	t.Helper()
 	eng := speechEngine(t)
 	p := asrParams()

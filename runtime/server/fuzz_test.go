@@ -182,3 +182,59 @@ func FuzzServer(f *testing.F) {
 		}
 	})
 }
+
+// FuzzTranscription uploads fuzzer-chosen files and form fields to the transcription and
+// translation endpoints of a real server (random-weight tiny.en, 24 tokens a window): every
+// answer is a 200 or a 4xx in OpenAI's error shape, never a 5xx.
+func FuzzTranscription(f *testing.F) {
+	h := newSpeechHarness(f, Config{MaxBodyBytes: 1 << 20})
+	wav := wavBytes(make([]float32, 8000))
+	for i, s := range [][]byte{wav, wav[:40], []byte("RIFF\x00\x00\x00\x00WAVE"), []byte("fLaC"), []byte("ID3"), []byte("OggS"), nil} {
+		f.Add(uint8(i), s, "en", "0", "a prompt")
+	}
+	f.Add(uint8(7), wav, "de", "0.4", "")
+	f.Add(uint8(9), wav, "", "x", "\xff")
+	formats := [...]string{"json", "text", "srt", "vtt", "verbose_json", "docx"}
+	client := &http.Client{Timeout: 60 * time.Second}
+	f.Fuzz(func(t *testing.T, which uint8, file []byte, lang, temp, prompt string) {
+		path := "/v1/audio/transcriptions"
+		if which&1 == 1 {
+			path = "/v1/audio/translations"
+		}
+		fields := []field{{"model", "whisper-tiny"}, {"response_format", formats[int(which/2)%len(formats)]}}
+		if lang != "" {
+			fields = append(fields, field{"language", lang})
+		}
+		if temp != "" {
+			fields = append(fields, field{"temperature", temp})
+		}
+		if prompt != "" {
+			fields = append(fields, field{"prompt", prompt})
+		}
+		if which&64 != 0 {
+			fields = append(fields, field{"timestamp_granularities[]", "word"})
+		}
+		ctype, body := form(file, "", fields...)
+		resp, err := client.Post(h.srv.URL+path, ctype, bytes.NewReader(body))
+		if err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("reading the answer: %v", err)
+		}
+		switch {
+		case resp.StatusCode == http.StatusOK:
+		case resp.StatusCode >= 400 && resp.StatusCode < 500:
+			var e struct {
+				Error *apiError `json:"error"`
+			}
+			if err := json.Unmarshal(b, &e); err != nil || e.Error == nil || e.Error.Message == "" {
+				t.Fatalf("%d answer is not an error object: %q", resp.StatusCode, b)
+			}
+		default:
+			t.Fatalf("%s (%d-byte file, fields %q): status %d: %s", path, len(file), fields, resp.StatusCode, b)
+		}
+	})
+}

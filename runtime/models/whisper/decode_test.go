@@ -171,7 +171,8 @@ func TestDetectLanguage(t *testing.T) {
 			best, bestP = f[1], p
 		}
 	}
-	be := backendsUnderTest(t)[len(backendsUnderTest(t))-1]
+	backends := backendsUnderTest(t)
+	be := backends[len(backends)-1]
 	m := openModel(t, be, "tiny")
 	eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 1})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parleyhq/parley/internal/sharedtest"
 	"github.com/parleyhq/parley/runtime/models/whisper"
 )
 
@@ -20,7 +21,7 @@ func TestConcurrentTranscriptionsMatchSequential(t *testing.T) {
 	// The pure-Go backend's kernels give every row the same arithmetic whatever the batch holds,
 	// so batched and alone must agree exactly; the native backend picks kernels by batch size
 	// (sums in another order), which may swap near-tied beams of a random-weight model.
-	be := backendsUnderTest(t)[0]
+	be := sharedtest.Backend(t, "go", 2)
 	m := openModel(t, be, "tiny.en")
 	type req struct {
 		utt  string
