@@ -79,9 +79,13 @@ func FuzzSample(f *testing.F) {
 		if n == 0 {
 			return
 		}
+		if len(raw)%4 != 0 { // tiled past top-p's first sort (256 candidates), into its buckets
+			n = max(n, 1100)
+		}
 		logits := make([]float32, n)
 		for i := range logits {
-			logits[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+			j := i % (len(raw) / 4)
+			logits[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*j:]))
 		}
 		orig := make([]uint32, n)
 		for i, v := range logits {
