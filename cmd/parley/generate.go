@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"strconv"
 
 	"github.com/parleyhq/parley/runtime/decode"
 	"github.com/parleyhq/parley/runtime/engine"
@@ -25,11 +26,11 @@ func runGenerate(e *env, args []string) error {
 	n := fs.Int("n", 128, "most tokens to generate (0: until the context is full)")
 	ctxLen := fs.Int("c", 0, "context size in tokens (0: the model's)")
 	def := decode.DefaultParams()
-	temp := fs.Float64("temp", float64(def.Temperature), "temperature (0: greedy)")
+	temp := fs.Float64("temp", shortest(def.Temperature), "temperature (0: greedy)")
 	topK := fs.Int("top-k", def.TopK, "top-k sampling (0: off)")
-	topP := fs.Float64("top-p", float64(def.TopP), "top-p sampling (1: off)")
-	minP := fs.Float64("min-p", float64(def.MinP), "min-p sampling (0: off)")
-	repPen := fs.Float64("repeat-penalty", float64(def.RepeatPenalty), "repetition penalty (1: off)")
+	topP := fs.Float64("top-p", shortest(def.TopP), "top-p sampling (1: off)")
+	minP := fs.Float64("min-p", shortest(def.MinP), "min-p sampling (0: off)")
+	repPen := fs.Float64("repeat-penalty", shortest(def.RepeatPenalty), "repetition penalty (1: off)")
 	repLast := fs.Int("repeat-last-n", def.RepeatLastN, "tokens the repetition penalty looks back over")
 	presPen := fs.Float64("presence-penalty", 0, "presence penalty (OpenAI semantics)")
 	freqPen := fs.Float64("frequency-penalty", 0, "frequency penalty (OpenAI semantics)")
@@ -168,4 +169,11 @@ func promptText(e *env, p, file string) (string, error) {
 		return "", usagef("a prompt is required (-p PROMPT or -f FILE)")
 	}
 	return p, nil
+}
+
+// shortest is x as the float64 with x's shortest decimal form (0.95, not 0.949999988079071), for
+// flag defaults that the help prints.
+func shortest(x float32) float64 {
+	v, _ := strconv.ParseFloat(strconv.FormatFloat(float64(x), 'g', -1, 32), 64)
+	return v
 }
