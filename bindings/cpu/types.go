@@ -86,7 +86,7 @@ type Seq struct {
 }
 
 // maxElems bounds every shape product, so that sizes computed from shapes cannot overflow.
-const maxElems = math.MaxInt64 / 16
+const maxElems = math.MaxInt / 16
 
 // mul returns a*b for non-negative a, b, or -1 when the product exceeds maxElems.
 func mul(a, b int) int {

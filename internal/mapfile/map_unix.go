@@ -7,6 +7,8 @@ import (
 	"math"
 	"os"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Open maps the regular file at path read-only. The file must not be truncated while it is
@@ -41,4 +43,4 @@ func Open(path string) (*File, error) {
 var pageSize = os.Getpagesize()
 
 // release drops the pages of b (page-aligned, within a mapping) from the resident set.
-func release(b []byte) { _ = syscall.Madvise(b, syscall.MADV_DONTNEED) }
+func release(b []byte) { _ = unix.Madvise(b, unix.MADV_DONTNEED) }

@@ -552,7 +552,7 @@ func (b *Backend) NewKV(cfg backend.KVConfig) (backend.KV, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Layers > math.MaxInt32 || n > (math.MaxInt64/4)/(2*cfg.Layers) {
+	if cfg.Layers > math.MaxInt32 || n > (math.MaxInt/4)/(2*cfg.Layers) {
 		return nil, fmt.Errorf("cpu: %s: %d layers of %d bytes is too large", op, cfg.Layers, 2*n)
 	}
 	kv := &KV{b: b, cfg: cfg, k: make([]*cpu.Buffer, cfg.Layers), v: make([]*cpu.Buffer, cfg.Layers)}
