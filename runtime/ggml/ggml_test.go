@@ -366,7 +366,7 @@ func TestWriterErrors(t *testing.T) {
 		{"a", tensor.F32, nil, nil, "0 dimensions"},
 		{"a", tensor.F32, []int{1, 1, 1, 1, 1}, f32[:4], "5 dimensions"},
 		{"a", tensor.F32, []int{-4}, f32, "out of range"},
-		{"a", tensor.F32, []int{1 << 31}, f32, "out of range"},
+		{"a", tensor.F32, []int{int(dim31)}, f32, "out of range"}, // 2^31, or -2^31 where int has 32 bits
 		{"a", tensor.F32, []int{5}, f32, "16 bytes of data, shape [5] of F32 needs 20"},
 		{"a", tensor.Q8_0, []int{16}, f32, "multiple of the block size"},
 		{"a", tensor.F32, []int{math.MaxInt32, math.MaxInt32, math.MaxInt32, math.MaxInt32}, f32, "overflows"},
@@ -422,3 +422,6 @@ func TestIsFile(t *testing.T) {
 		t.Error("a missing file: no error")
 	}
 }
+
+// dim31 is 2^31, a variable so that a 32-bit build compiles int(dim31) (to -2^31).
+var dim31 = int64(1) << 31

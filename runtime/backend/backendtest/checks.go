@@ -166,7 +166,7 @@ func testArgChecks(t *testing.T, b backend.Backend, _ func() (backend.Backend, e
 		{"Width 0", func(c *backend.KVConfig) { c.Width = 0 }},
 		{"BlockSize 0", func(c *backend.KVConfig) { c.BlockSize = 0 }},
 		// Slots are int32 in a Batch. (The width makes the cache too large to allocate too.)
-		{"more slots than int32", func(c *backend.KVConfig) { c.Slots, c.Width = math.MaxInt32+1, 1<<40 }},
+		{"more slots than int32", func(c *backend.KVConfig) { c.Slots, c.Width = int(slots31), int(width40) }},
 	} {
 		cc := cfg
 		c.edit(&cc)
@@ -301,3 +301,8 @@ func testArgChecks(t *testing.T, b backend.Backend, _ func() (backend.Backend, e
 		}
 	}
 }
+
+// Sizes past int32 (slots31) and past any allocation (width40), variables so that a 32-bit
+// build compiles their conversions to int (where they wrap, and the checks refuse them as
+// negative or zero).
+var slots31, width40 = int64(math.MaxInt32) + 1, int64(1) << 40

@@ -2,6 +2,7 @@ package whisper
 
 import (
 	"github.com/parleyhq/parley/runtime/tokenizer/utf8stream"
+	"math"
 
 	"encoding/hex"
 	"encoding/json"
@@ -207,7 +208,7 @@ func vocab256() [][]byte {
 }
 
 func TestNew(t *testing.T) {
-	for _, n := range []int{0, -1, 51863, 51867, 1 << 40} {
+	for _, n := range []int{0, -1, 51863, 51867, math.MaxInt} {
 		if _, err := New(vocab256(), n); err == nil {
 			t.Errorf("New(n_vocab %d) succeeded", n)
 		}
