@@ -381,17 +381,6 @@ func (c *Context) MatMulPacked(dst, x []float32, n, k int, wp []byte, wt tensor.
 	return c.MatMulPackedN(x, n, k, wt, []PackedProduct{{dst, wp, m}})
 }
 
-// PackedProduct is one matrix of MatMulPackedN: Dst [n, M] = x · Wᵀ, W [M, k] as PackWeights
-// wrote it.
-type PackedProduct struct {
-	Dst []float32
-	W   []byte
-	M   int
-}
-
-// MaxPackedProducts is the most matrices one MatMulPackedN call multiplies.
-const MaxPackedProducts = 3
-
 // MatMulPackedN is MatMulPacked for one to MaxPackedProducts matrices of one type and width
 // against one x (a layer's query, key and value products), each result bit for bit what
 // MatMulPacked gives it: x is converted once and the threads woken once for all of them. No Dst

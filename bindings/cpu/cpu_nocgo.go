@@ -74,16 +74,6 @@ func (c *Context) MatMulPacked(dst, x []float32, n, k int, wp []byte, wt tensor.
 	return ErrNotBuilt
 }
 
-// PackedProduct is one matrix of MatMulPackedN.
-type PackedProduct struct {
-	Dst []float32
-	W   []byte
-	M   int
-}
-
-// MaxPackedProducts is the most matrices one MatMulPackedN call multiplies.
-const MaxPackedProducts = 3
-
 // MatMulPackedN is not available without the native kernels.
 func (c *Context) MatMulPackedN(x []float32, n, k int, wt tensor.DType, ps []PackedProduct) error {
 	return ErrNotBuilt

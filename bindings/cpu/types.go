@@ -207,3 +207,14 @@ func Im2Col1DRows(t, k, stride, pad int) (int, error) {
 	}
 	return (t+2*pad-k)/stride + 1, nil
 }
+
+// PackedProduct is one matrix of MatMulPackedN: Dst [n, M] = x · Wᵀ, W [M, k] as PackWeights
+// wrote it.
+type PackedProduct struct {
+	Dst []float32
+	W   []byte
+	M   int
+}
+
+// MaxPackedProducts is the most matrices one MatMulPackedN call multiplies.
+const MaxPackedProducts = 3

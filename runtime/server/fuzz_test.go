@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -163,23 +164,7 @@ func FuzzServer(f *testing.F) {
 		if err != nil {
 			t.Fatalf("POST %s: %v", path, err)
 		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			t.Fatalf("reading the answer: %v", err)
-		}
-		switch {
-		case resp.StatusCode == http.StatusOK:
-		case resp.StatusCode >= 400 && resp.StatusCode < 500:
-			var e struct {
-				Error *apiError `json:"error"`
-			}
-			if err := json.Unmarshal(b, &e); err != nil || e.Error == nil || e.Error.Message == "" {
-				t.Fatalf("%d answer is not an error object: %q", resp.StatusCode, b)
-			}
-		default:
-			t.Fatalf("%s %q: status %d: %s", path, body, resp.StatusCode, b)
-		}
+		checkAnswer(t, resp, fmt.Sprintf("%s %q", path, body))
 	})
 }
 
@@ -219,22 +204,29 @@ func FuzzTranscription(f *testing.F) {
 		if err != nil {
 			t.Fatalf("POST %s: %v", path, err)
 		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			t.Fatalf("reading the answer: %v", err)
-		}
-		switch {
-		case resp.StatusCode == http.StatusOK:
-		case resp.StatusCode >= 400 && resp.StatusCode < 500:
-			var e struct {
-				Error *apiError `json:"error"`
-			}
-			if err := json.Unmarshal(b, &e); err != nil || e.Error == nil || e.Error.Message == "" {
-				t.Fatalf("%d answer is not an error object: %q", resp.StatusCode, b)
-			}
-		default:
-			t.Fatalf("%s (%d-byte file, fields %q): status %d: %s", path, len(file), fields, resp.StatusCode, b)
-		}
+		checkAnswer(t, resp, fmt.Sprintf("%s (%d-byte file, fields %q)", path, len(file), fields))
 	})
+}
+
+// checkAnswer reads resp and fails t unless it is a 200, or a 4xx whose body is an OpenAI-shaped
+// error object; what names the request.
+func checkAnswer(t *testing.T, resp *http.Response, what string) {
+	t.Helper()
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("%s: reading the answer: %v", what, err)
+	}
+	switch {
+	case resp.StatusCode == http.StatusOK:
+	case resp.StatusCode >= 400 && resp.StatusCode < 500:
+		var e struct {
+			Error *apiError `json:"error"`
+		}
+		if err := json.Unmarshal(b, &e); err != nil || e.Error == nil || e.Error.Message == "" {
+			t.Fatalf("%s: %d answer is not an error object: %q", what, resp.StatusCode, b)
+		}
+	default:
+		t.Fatalf("%s: status %d: %s", what, resp.StatusCode, b)
+	}
 }

@@ -373,24 +373,13 @@ func (b *Backend) GetRows(dst, table backend.Tensor, ids []int32) error {
 
 // MatMul: dst[i,j] = sum_k x[i,k]*w[j,k]; x [n, k] F32, w [m, k], dst [n, m] F32.
 func (b *Backend) MatMul(dst, x, w backend.Tensor) error {
-	const op = "matmul"
-	d, err := b.f32Of(op, "dst", dst, true)
+	xt, err := b.f32Of("matmul", "x", x, false)
 	if err != nil {
 		return err
 	}
-	xt, err := b.f32Of(op, "x", x, false)
+	d, wt, err := b.product(dst, xt, w)
 	if err != nil {
 		return err
-	}
-	wt, err := b.tensorOf(op, "w", w)
-	if err != nil {
-		return err
-	}
-	if err := backend.CheckMatMul(d, xt, wt); err != nil {
-		return fmt.Errorf("cpu: %w", err)
-	}
-	if d == xt || d == wt {
-		return fmt.Errorf("cpu: %s: dst must not be an operand", op)
 	}
 	if xt.cols == 0 { // empty sums, which the kernels do not take
 		clear(d.f32)
@@ -400,6 +389,24 @@ func (b *Backend) MatMul(dst, x, w backend.Tensor) error {
 		return b.ctx.MatMulPacked(d.f32, xt.f32, xt.rows, xt.cols, wt.packed.Bytes(), wt.dt, wt.rows)
 	}
 	return b.ctx.MatMul(d.f32, xt.f32, xt.rows, xt.cols, wt.data, wt.dt, wt.rows)
+}
+
+// product checks the destination and weights of a matrix product of x.
+func (b *Backend) product(dst backend.Tensor, xt *Tensor, w backend.Tensor) (d, wt *Tensor, err error) {
+	const op = "matmul"
+	if d, err = b.f32Of(op, "dst", dst, true); err != nil {
+		return nil, nil, err
+	}
+	if wt, err = b.tensorOf(op, "w", w); err != nil {
+		return nil, nil, err
+	}
+	if err := backend.CheckMatMul(d, xt, wt); err != nil {
+		return nil, nil, fmt.Errorf("cpu: %w", err)
+	}
+	if d == xt || d == wt {
+		return nil, nil, fmt.Errorf("cpu: %s: dst must not be an operand", op)
+	}
+	return d, wt, nil
 }
 
 // MatMuls computes dst[i] = x · w[i]ᵀ for every i (backend.MultiMatMuler): up to three packed
@@ -419,19 +426,9 @@ func (b *Backend) MatMuls(dst []backend.Tensor, x backend.Tensor, w []backend.Te
 		var dt tensor.DType
 		together := xt.cols > 0
 		for i := range w {
-			d, err := b.f32Of(op, "dst", dst[i], true)
+			d, wt, err := b.product(dst[i], xt, w[i])
 			if err != nil {
 				return err
-			}
-			wt, err := b.tensorOf(op, "w", w[i])
-			if err != nil {
-				return err
-			}
-			if err := backend.CheckMatMul(d, xt, wt); err != nil {
-				return fmt.Errorf("cpu: %w", err)
-			}
-			if d == xt || d == wt {
-				return fmt.Errorf("cpu: %s: dst must not be an operand", op)
 			}
 			if i == 0 {
 				dt = wt.dt
