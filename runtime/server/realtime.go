@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -93,6 +94,13 @@ type live struct {
 	inbox   []item
 	backlog int // samples in inbox
 	wake    chan struct{}
+
+	// The session is idle when the client has sent nothing for the idle timeout and nothing of
+	// its is being transcribed: a client waiting for the results of audio it sent faster than
+	// the machine transcribes it is not idle. busy is set while the worker has taken items and
+	// not finished them; idle fires IdleTimeout after the last message or the last finished work.
+	busy atomic.Bool
+	idle *time.Timer
 
 	endOnce sync.Once
 }
@@ -192,6 +200,14 @@ func (lv *live) run(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cfg := &lv.s.cfg.Stream
+	lv.idle = time.AfterFunc(time.Hour, func() { // armed below, once lv.idle is set
+		if lv.busy.Load() || lv.pending() {
+			lv.idle.Reset(cfg.IdleTimeout)
+			return
+		}
+		lv.end(websocket.StatusPolicyViolation, "idle timeout", &errorEvent{Code: "idle_timeout", Message: fmt.Sprintf("No message for %v.", cfg.IdleTimeout)})
+	})
+	lv.idle.Reset(cfg.IdleTimeout)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -201,25 +217,22 @@ func (lv *live) run(ctx context.Context) {
 	if err := lv.send(ctx, readyEvent{Type: "ready", Model: lv.m.Name, SampleRate: speech.SampleRate}); err != nil {
 		lv.end(websocket.StatusInternalError, "", nil)
 	}
-	idle := time.AfterFunc(cfg.IdleTimeout, func() {
-		lv.end(websocket.StatusPolicyViolation, "idle timeout", &errorEvent{Code: "idle_timeout", Message: fmt.Sprintf("No message for %v.", cfg.IdleTimeout)})
-	})
-	lv.read(ctx, idle, int(cfg.MaxBacklog.Seconds()*speech.SampleRate))
-	idle.Stop()
+	lv.read(ctx, int(cfg.MaxBacklog.Seconds()*speech.SampleRate))
+	lv.idle.Stop()
 	cancel()
 	wg.Wait()
 	lv.end(websocket.StatusNormalClosure, "", nil)
 }
 
 // read queues the client's messages until the connection ends or a message ends the session.
-func (lv *live) read(ctx context.Context, idle *time.Timer, maxBacklog int) {
+func (lv *live) read(ctx context.Context, maxBacklog int) {
 	closing := false
 	for {
 		typ, b, err := lv.c.Read(ctx)
 		if err != nil {
 			return
 		}
-		idle.Reset(lv.s.cfg.Stream.IdleTimeout)
+		lv.idle.Reset(lv.s.cfg.Stream.IdleTimeout)
 		if closing {
 			continue
 		}
@@ -295,7 +308,22 @@ func (lv *live) take() []item {
 	defer lv.mu.Unlock()
 	its := lv.inbox
 	lv.inbox, lv.backlog = nil, 0
+	lv.busy.Store(len(its) > 0)
 	return its
+}
+
+// pending reports whether items wait in the inbox.
+func (lv *live) pending() bool {
+	lv.mu.Lock()
+	defer lv.mu.Unlock()
+	return len(lv.inbox) > 0
+}
+
+// done notes that the worker finished what it took: the idle timeout runs from now.
+func (lv *live) done() {
+	if lv.busy.Swap(false) {
+		lv.idle.Reset(lv.s.cfg.Stream.IdleTimeout)
+	}
 }
 
 // work runs the session over the inbox until ctx ends or the client asks to close.
@@ -329,6 +357,7 @@ func (lv *live) work(ctx context.Context) {
 			return
 		}
 		pcm = pcm[:0]
+		lv.done()
 	}
 }
 

@@ -255,3 +255,35 @@ func TestStreamBadInput(t *testing.T) {
 	})
 	waitStreams(t, h, base)
 }
+
+// TestStreamSlowerThanIdle: a client that sends audio faster than the machine transcribes it and
+// then waits for the results is not idle. With an idle timeout shorter than one pass of the
+// model, the final text still arrives; only then does the silent client time out.
+func TestStreamSlowerThanIdle(t *testing.T) {
+	h := newSpeechHarness(t, Config{Stream: StreamConfig{MaxBacklog: time.Minute, IdleTimeout: 100 * time.Millisecond}})
+	c := dial(t, h, "?model=whisper-tiny&language=en")
+	ctx := context.Background()
+	if err := c.Write(ctx, websocket.MessageBinary, pcmBytes(jfk(t, 4))); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Write(ctx, websocket.MessageText, []byte(`{"type":"commit"}`)); err != nil {
+		t.Fatal(err)
+	}
+	evs, code, _ := readAll(t, c, 60*time.Second)
+	final := -1
+	for i, e := range evs {
+		if e.Type == "final" && final < 0 {
+			final = i
+		}
+		if e.Type == "error" && final < 0 {
+			t.Fatalf("event %d: %s (%s) before the final text; events %+v", i, e.Code, e.Message, evs)
+		}
+	}
+	if final < 0 {
+		t.Fatalf("no final text: %+v", evs)
+	}
+	if last := evs[len(evs)-1]; code != websocket.StatusPolicyViolation || last.Code != "idle_timeout" {
+		t.Errorf("closed with %v after %+v, want the idle timeout once the results were out", code, last)
+	}
+	waitIdle(h)
+}
