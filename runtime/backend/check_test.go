@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -107,7 +108,7 @@ func TestChecks(t *testing.T) {
 		{"rope mode", CheckRope(x, 2, withRoPE(func(r *RoPE) { r.Mode = 2 }), pos), "rope: mode 2: " + ErrUnsupported.Error()},
 		{"rope cols", CheckRope(x, 3, rope, pos), "rope: x has 8 columns, not 3 heads of 4"},
 		{"rope no heads", CheckRope(f32(n, 0), 0, rope, pos), "not 0 heads of 4"},
-		{"rope heads that overflow", CheckRope(x, math.MaxInt32, withRoPE(func(r *RoPE) { r.HeadDim = 1 << 33 }), pos), "heads of 8589934592"},
+		{"rope heads that overflow", CheckRope(x, math.MaxInt32, withRoPE(func(r *RoPE) { r.HeadDim = int(wide33) }), pos), fmt.Sprintf("heads of %d", int(wide33))},
 		{"rope 0 dims", CheckRope(x, 2, withRoPE(func(r *RoPE) { r.Dims = 0 }), pos), "rope: 0 rotated dimensions of a head of 4, want an even number from 2 to 4"},
 		{"rope odd dims", CheckRope(x, 2, withRoPE(func(r *RoPE) { r.Dims = 3 }), pos), "3 rotated dimensions"},
 		{"rope dims > head dim", CheckRope(x, 2, withRoPE(func(r *RoPE) { r.Dims = 6 }), pos), "6 rotated dimensions"},
@@ -128,7 +129,7 @@ func TestChecks(t *testing.T) {
 		{"new kv 0 slots", CheckKVConfig(withCfg(func(c *KVConfig) { c.Slots = 0 })), "bad config"},
 		{"new kv 0 width", CheckKVConfig(withCfg(func(c *KVConfig) { c.Width = 0 })), "bad config"},
 		{"new kv block size 0", CheckKVConfig(withCfg(func(c *KVConfig) { c.BlockSize = 0 })), "bad config"},
-		{"new kv more slots than int32", CheckKVConfig(withCfg(func(c *KVConfig) { c.Slots = math.MaxInt32 + 1 })), "bad config"},
+		{"new kv more slots than int32", CheckKVConfig(withCfg(func(c *KVConfig) { c.Slots = int(wide31) })), "bad config"},
 		{"layer", CheckLayer("store kv", cfg, 1), ""},
 		{"layer = layers", CheckLayer("store kv", cfg, 2), "store kv: layer 2 outside the cache's 2"},
 		{"layer -1", CheckLayer("attention", cfg, -1), "attention: layer -1 outside the cache's 2"},
@@ -243,3 +244,7 @@ func TestChecksAllocateNothing(t *testing.T) {
 		t.Errorf("%v allocations per decode step's checks, want 0", n)
 	}
 }
+
+// wide31 and wide33 are 2^31 and 2^33: variables, so that 32-bit builds compile the tests that
+// use them (the int conversion wraps there; those cases are about 64-bit sizes).
+var wide31, wide33 = int64(math.MaxInt32) + 1, int64(1) << 33

@@ -3,6 +3,7 @@ package sched
 import (
 	"context"
 	"errors"
+	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -182,10 +183,10 @@ func TestQueueFullAndTooLong(t *testing.T) {
 		t.Fatalf("third request: %v, want ErrQueueFull", err)
 	}
 	for _, r := range []*Request{
-		{Prompt: prompt(1, 30), MaxTokens: 4, Sampling: greedy()},       // 33 positions, 32 slots
-		{Prompt: prompt(1, 3), MaxTokens: 1 << 62, Sampling: greedy()},  // overflow-sized
-		{Prompt: prompt(1, 7), MaxTokens: 9, N: 3, Sampling: greedy()},  // 16 + 2*(16-4) positions
-		{Prompt: prompt(1, 3), MaxTokens: 30, N: 1, Sampling: greedy()}, // 32 fits: must be accepted, but the queue is full
+		{Prompt: prompt(1, 30), MaxTokens: 4, Sampling: greedy()},          // 33 positions, 32 slots
+		{Prompt: prompt(1, 3), MaxTokens: math.MaxInt, Sampling: greedy()}, // overflow-sized
+		{Prompt: prompt(1, 7), MaxTokens: 9, N: 3, Sampling: greedy()},     // 16 + 2*(16-4) positions
+		{Prompt: prompt(1, 3), MaxTokens: 30, N: 1, Sampling: greedy()},    // 32 fits: must be accepted, but the queue is full
 	} {
 		_, err := h.s.Submit(context.Background(), r)
 		if r.MaxTokens == 30 {
