@@ -515,26 +515,36 @@ func (s *Sampler) drawAll(logits []float32, u float64) (int32, error) {
 	if err != nil {
 		return -1, err
 	}
-	s.scaled(s.w32, logits, logits[best])
-	vec.ExpSum(s.w32, 0)
+	vec.ExpSum(s.w32, s.scaled(s.w32, logits, logits[best]))
 	return int32(pick(s.w32, s.bsum, u)), nil
 }
 
-// scaled sets w[i] = (l[i] - mx) / T, the exponent of l[i]'s weight, mx the largest of l. Taken
-// relative to the largest first, no exponent overflows: l·(1/T) reaches +Inf in float32 for a
-// logit near the top of its range, or a temperature near 0 (whose 1/T is not a float32 at all),
-// where (l - mx)·(1/T) only reaches -Inf, a weight of 0. -Inf logits stay -Inf.
-func (s *Sampler) scaled(w, l []float32, mx float32) {
+// scaled sets w[i] to the exponent of l[i]'s weight, (l[i] - mx) / T, less the m it returns (for
+// vec.ExpSum(w, m)); mx is the largest of l. Usually w[i] = l[i]·(1/T) and m = mx·(1/T), in
+// float32. Where that could overflow or lose precision, a temperature near 0 (1/T past float32's
+// range), a huge one (1/T subnormal) or a largest tempered logit past half float32's range, w[i]
+// is the difference itself, computed in float64, and m is 0: the exponents then only reach
+// -Inf, a weight of 0, never +Inf or NaN. -Inf logits stay -Inf.
+func (s *Sampler) scaled(w, l []float32, mx float32) (m float32) {
 	it := float32(s.invTemp)
-	for i, v := range l {
-		d := v - mx
-		if d < -math.MaxFloat32 || math.IsInf(float64(it), 0) { // a difference past float32's range, or 1/T past it
-			d = float32((float64(v) - float64(mx)) * s.invTemp)
-		} else {
-			d *= it
+	w = w[:len(l)]
+	if m = mx * it; it >= 0x1p-126 && it <= math.MaxFloat32 && m >= -math.MaxFloat32/2 && m <= math.MaxFloat32/2 {
+		// Four a pass: a whole full-vocabulary draw measured 10–20% faster than with one. A
+		// product that overflows lies below m by at least half float32's range: a weight of 0.
+		i := 0
+		for ; i+4 <= len(l); i += 4 {
+			a, b := l[i:i+4:i+4], w[i:i+4:i+4]
+			b[0], b[1], b[2], b[3] = a[0]*it, a[1]*it, a[2]*it, a[3]*it
 		}
-		w[i] = d
+		for ; i < len(l); i++ {
+			w[i] = l[i] * it
+		}
+		return m
 	}
+	for i, v := range l {
+		w[i] = float32((float64(v) - float64(mx)) * s.invTemp)
+	}
+	return 0
 }
 
 // draw picks one of c with probability softmax(logit/T) using u in [0, 1).
@@ -547,8 +557,7 @@ func (s *Sampler) draw(c []candidate, u float64) int32 {
 	for i, x := range c {
 		w[i] = x.logit
 	}
-	s.scaled(w, w, mx)
-	vec.ExpSum(w, 0)
+	vec.ExpSum(w, s.scaled(w, w, mx))
 	return c[pick(w, s.bsum, u)].id
 }
 
