@@ -12,10 +12,11 @@ import (
 // Backends starts every registered backend that runs here (the test binary registers them by
 // importing their packages, or runtime/backend/all): the pure-Go backend first (its kernels give
 // a row the same arithmetic in any batch), then the native CPU backend, then any other (the GPU
-// backend), so the last is the fastest; each with threads threads, closed when t ends. The GPU backend multiplies F32 weights in full F32
-// (PARLEY_CUDA_TF32=0), the arithmetic reference tests bound; PARLEY_REQUIRE_GPU=1 makes a GPU
-// backend that does not start a failure instead of a note. PARLEY_TEST_BACKENDS (a comma-separated
-// list of names, such as "cuda") limits the set.
+// backend), so the last is the fastest; each with threads threads, closed when t ends.
+//
+// The GPU backend multiplies F32 weights in full F32 (PARLEY_CUDA_TF32=0), the arithmetic the
+// reference tests bound; PARLEY_REQUIRE_GPU=1 makes a GPU backend that does not start a failure
+// instead of a note. PARLEY_TEST_BACKENDS (comma-separated names, such as "cuda") limits the set.
 func Backends(t testing.TB, threads int) []backend.Backend {
 	t.Helper()
 	var bs []backend.Backend
