@@ -44,37 +44,31 @@ func openModel(e *env, bf backendFlags, path string) (*engine.Engine, backend.Ba
 	if path == "" {
 		return nil, nil, usagef("-m MODEL is required")
 	}
-	path, err := resolveModel(e, path)
-	if err != nil {
-		return nil, nil, err
-	}
-	b, err := bf.open(e)
-	if err != nil {
-		return nil, nil, err
-	}
-	eng, err := engine.Open(path, b)
-	if err != nil {
-		b.Close()
-		return nil, nil, err
-	}
-	return eng, b, nil
+	return openOn(e, bf, path, func(p string, b backend.Backend) (*engine.Engine, error) { return engine.Open(p, b) })
 }
 
 // openWhisper opens the backend the flags choose and the Whisper model at path (a file or an
 // hf:// name) on it.
 func openWhisper(e *env, bf backendFlags, path string) (*whisper.Model, backend.Backend, error) {
+	return openOn(e, bf, path, func(p string, b backend.Backend) (*whisper.Model, error) { return whisper.Open(b, p) })
+}
+
+// openOn resolves path (a file or an hf:// name), starts the backend the flags choose and opens
+// the model on it with open; the backend is closed again if that fails.
+func openOn[M any](e *env, bf backendFlags, path string, open func(string, backend.Backend) (M, error)) (M, backend.Backend, error) {
+	var none M
 	path, err := resolveModel(e, path)
 	if err != nil {
-		return nil, nil, err
+		return none, nil, err
 	}
 	b, err := bf.open(e)
 	if err != nil {
-		return nil, nil, err
+		return none, nil, err
 	}
-	m, err := whisper.Open(b, path)
+	m, err := open(path, b)
 	if err != nil {
 		b.Close()
-		return nil, nil, err
+		return none, nil, err
 	}
 	return m, b, nil
 }

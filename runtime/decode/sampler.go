@@ -529,8 +529,9 @@ func (s *Sampler) scaled(w, l []float32, mx float32) (m float32) {
 	it := float32(s.invTemp)
 	w = w[:len(l)]
 	if m = mx * it; it >= 0x1p-126 && it <= math.MaxFloat32 && m >= -math.MaxFloat32/2 && m <= math.MaxFloat32/2 {
-		// Four a pass: a whole full-vocabulary draw measured 10–20% faster than with one. A
-		// product that overflows lies below m by at least half float32's range: a weight of 0.
+		// Four a pass: a full-vocabulary draw at 32,000 took 47 µs this way, 51 µs with one
+		// product a pass (medians, alternated runs). A product that overflows lies below m by
+		// at least half float32's range: a weight of 0.
 		i := 0
 		for ; i+4 <= len(l); i += 4 {
 			a, b := l[i:i+4:i+4], w[i:i+4:i+4]

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/sharedtest"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/models/llama"
@@ -55,11 +56,7 @@ func TestLoadRejectsBadModels(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := parse(t, w)
-	be, _, err := backend.New("go", backend.Options{Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer be.Close()
+	be := sharedtest.Backend(t, "go", 1)
 	if m, err := llama.Load(good, be); err != nil {
 		t.Fatalf("the synthetic model does not load: %v", err)
 	} else {
@@ -155,11 +152,7 @@ func TestForwardRejectsBadBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := parse(t, w)
-	be, _, err := backend.New("go", backend.Options{Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer be.Close()
+	be := sharedtest.Backend(t, "go", 1)
 	m, err := llama.Load(f, be)
 	if err != nil {
 		t.Fatal(err)

@@ -267,10 +267,7 @@ func BenchmarkTranscribe(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer m.Close()
-				eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 1})
-				if err != nil {
-					b.Fatal(err)
-				}
+				eng := newEngine(b, m)
 				defer eng.Close()
 				p := whisper.DefaultParams()
 				p.Language, p.NoTimestamps, p.TemperatureInc, p.BeamSize, p.BestOf = "en", true, 0, beam, beam

@@ -82,10 +82,7 @@ func TestGreedyMatchesWhisperCpp(t *testing.T) {
 			t.Run(be.Name()+"/"+c.model+"/"+c.utt, func(t *testing.T) {
 				m := openModel(t, be, c.model)
 				r := loadRefTokens(t, filepath.Join(ref, c.model+"-f16", "greedy-nfa", c.utt+".tokens.json"))
-				eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 1})
-				if err != nil {
-					t.Fatal(err)
-				}
+				eng := newEngine(t, m)
 				defer eng.Close()
 				p := whisper.DefaultParams()
 				p.Language, p.NoTimestamps, p.TemperatureInc, p.BestOf = "en", true, 0, 1
@@ -174,10 +171,7 @@ func TestDetectLanguage(t *testing.T) {
 	backends := backendsUnderTest(t)
 	be := backends[len(backends)-1]
 	m := openModel(t, be, "tiny")
-	eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := newEngine(t, m)
 	defer eng.Close()
 	probs, err := eng.DetectLanguage(context.Background(), whisper.LoadWAV(t, "jfk"))
 	if err != nil {

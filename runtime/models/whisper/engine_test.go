@@ -193,10 +193,7 @@ func TestTimestampsAndFallback(t *testing.T) {
 	}
 	backends := backendsUnderTest(t)
 	m := openModel(t, backends[len(backends)-1], "tiny.en")
-	eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := newEngine(t, m)
 	defer eng.Close()
 	p := whisper.DefaultParams()
 	p.Seed = 7
@@ -250,10 +247,7 @@ func TestLongAudioWindows(t *testing.T) {
 	}
 	backends := backendsUnderTest(t)
 	m := openModel(t, backends[len(backends)-1], "tiny.en")
-	eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := newEngine(t, m)
 	defer eng.Close()
 	jfk := whisper.LoadWAV(t, "jfk")
 	var long []float32

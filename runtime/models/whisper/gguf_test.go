@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/sharedtest"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/ggml"
 	"github.com/parleyhq/parley/runtime/gguf"
@@ -207,10 +208,7 @@ func TestGGUFSameModel(t *testing.T) {
 			t.Fatalf("%s: %v", path, err)
 		}
 		defer m.Close()
-		eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
+		eng := newEngine(t, m)
 		res, err := eng.Transcribe(context.Background(), samples, p, nil)
 		eng.Close()
 		if err != nil {
@@ -546,20 +544,13 @@ func TestNonFiniteModel(t *testing.T) {
 				t.Fatal(err)
 			}
 			out.Close()
-			be, _, err := backend.New("go", backend.Options{Threads: 2})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer be.Close()
+			be := sharedtest.Backend(t, "go", 2)
 			m, err := whisper.Open(be, path)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
+			eng := newEngine(t, m)
 			defer eng.Close()
 			samples := whisper.LoadWAV(t, "jfk")[:16000]
 			for range 2 {
@@ -657,15 +648,8 @@ func TestQuantizeGGML(t *testing.T) {
 	}
 	out.Close()
 	encode := func(m *whisper.Model) []float32 {
-		enc, err := m.NewEncoder()
-		if err != nil {
-			t.Fatal(err)
-		}
+		enc, cross := newEncoder(t, m)
 		defer enc.Close()
-		cross, err := m.NewCross()
-		if err != nil {
-			t.Fatal(err)
-		}
 		defer cross.Close()
 		mel := make([]float32, m.Mels*whisper.WindowFrames)
 		for i := range mel {
@@ -704,10 +688,7 @@ func TestTinyTemperature(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := newEngine(t, m)
 	defer eng.Close()
 	samples := whisper.LoadWAV(t, "jfk")[:16000]
 	p := whisper.DefaultParams()

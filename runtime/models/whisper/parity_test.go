@@ -19,6 +19,33 @@ import (
 // backendsUnderTest starts every backend this build has that runs here (see sharedtest.Backends).
 func backendsUnderTest(t *testing.T) []backend.Backend { return sharedtest.Backends(t, 2) }
 
+// newEngine starts an engine over m that decodes one transcription at a time; the caller closes
+// it (before m).
+func newEngine(t testing.TB, m *whisper.Model) *whisper.Engine {
+	t.Helper()
+	eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng
+}
+
+// newEncoder makes an encoder for one window of m and that window's cross-attention storage;
+// the caller closes both (before m).
+func newEncoder(t testing.TB, m *whisper.Model) (*whisper.Encoder, *whisper.Cross) {
+	t.Helper()
+	enc, err := m.NewEncoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cross, err := m.NewCross()
+	if err != nil {
+		enc.Close()
+		t.Fatal(err)
+	}
+	return enc, cross
+}
+
 // readLE reads a raw little-endian array of 32-bit values (float32 or int32).
 func readLE[T float32 | int32](t *testing.T, path string) []T {
 	t.Helper()
@@ -58,15 +85,8 @@ func TestEncoderMatchesWhisperCpp(t *testing.T) {
 	for _, be := range backendsUnderTest(t) {
 		t.Run(be.Name(), func(t *testing.T) {
 			m := openModel(t, be, "tiny.en")
-			enc, err := m.NewEncoder()
-			if err != nil {
-				t.Fatal(err)
-			}
+			enc, cross := newEncoder(t, m)
 			defer enc.Close()
-			cross, err := m.NewCross()
-			if err != nil {
-				t.Fatal(err)
-			}
 			defer cross.Close()
 			for _, utt := range []string{"jfk", "psx-cards-001"} {
 				mel := readLE[float32](t, filepath.Join(dir, utt, "mel.f32"))
@@ -130,15 +150,8 @@ func TestTeacherForcedLogits(t *testing.T) {
 				first := readLE[float32](t, filepath.Join(tf, "fa0", "logits_first.f32"))
 				topIDs := readLE[int32](t, filepath.Join(tf, "fa0", "topk_ids.i32"))
 				topLg := readLE[float32](t, filepath.Join(tf, "fa0", "topk_logits.f32"))
-				enc, err := m.NewEncoder()
-				if err != nil {
-					t.Fatal(err)
-				}
+				enc, cross := newEncoder(t, m)
 				defer enc.Close()
-				cross, err := m.NewCross()
-				if err != nil {
-					t.Fatal(err)
-				}
 				defer cross.Close()
 				if err := enc.Encode(mel, cross, nil); err != nil {
 					t.Fatal(err)
