@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -289,7 +290,10 @@ func BenchmarkTranscribe(b *testing.B) {
 // BenchmarkConcurrent transcribes 8 recordings at once through one engine (their decoder steps
 // batched) and reports the aggregate speed-up over transcribing them one after another: with
 // one window encoded per step (speedup), and with up to 8 windows in one encoder call
-// (speedup-enc8).
+// (speedup-enc8). For the eight at once, one window a call, it also reports the median step
+// that decoded, and the longest wait of a decoding transcription for its next token (the
+// longest step that decoded after a step that decoded), which encoder work in the same steps
+// sets.
 func BenchmarkConcurrent(b *testing.B) {
 	recs, secs := recordings(b, 8)
 	s := benchShapes[0]
@@ -300,8 +304,24 @@ func BenchmarkConcurrent(b *testing.B) {
 	defer m.Close()
 	p := whisper.DefaultParams()
 	p.Language, p.NoTimestamps, p.TemperatureInc = "en", true, 0
+	// Steps that decoded, eight at once, one window a call: all of them, and those that followed
+	// a step that decoded (a transcription was decoding, and waited for this step's token).
+	var steps, waits []time.Duration
 	run := func(active, encodeBatch int) time.Duration {
-		eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: active, MaxQueue: len(recs), EncodeBatch: encodeBatch})
+		cfg := whisper.EngineConfig{MaxActive: active, MaxQueue: len(recs), EncodeBatch: encodeBatch}
+		if active == 8 && encodeBatch == 1 {
+			prev := 0
+			cfg.OnStep = func(d time.Duration, seqs, _ int) {
+				if seqs > 0 {
+					steps = append(steps, d)
+					if prev > 0 {
+						waits = append(waits, d)
+					}
+				}
+				prev = seqs
+			}
+		}
+		eng, err := whisper.NewEngine(m, cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -329,6 +349,12 @@ func BenchmarkConcurrent(b *testing.B) {
 	b.ReportMetric(one.Seconds()/eight.Seconds(), "speedup")
 	b.ReportMetric(one.Seconds()/eightEnc.Seconds(), "speedup-enc8")
 	b.ReportMetric(secs*float64(b.N)/eight.Seconds(), "audio-s/s")
+	if len(steps) > 0 && len(waits) > 0 {
+		slices.Sort(steps)
+		slices.Sort(waits)
+		b.ReportMetric(float64(steps[len(steps)/2].Microseconds())/1000, "ms/decode-step")
+		b.ReportMetric(float64(waits[len(waits)-1].Microseconds())/1000, "ms/longest-wait")
+	}
 }
 
 // TestDecodeStepAllocs checks that a steady-state decoder step (one token for each of several

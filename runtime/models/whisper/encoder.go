@@ -63,6 +63,9 @@ type Encoder struct {
 	all []encViews // all[n-1]: the rows of windows 0..n-1
 
 	melT    []float32 // host buffer for one transposed mel window
+	pn      int       // windows of the call in progress (Begin … Next), 0 when none
+	pStage  int       // its stages run
+	pOuts   []*Cross  // its outputs
 	scratch []backend.Tensor
 	views   []backend.Tensor
 	one     [1][]float32
@@ -172,7 +175,29 @@ func (e *Encoder) Encode(mel []float32, out *Cross, encOut []float32) error {
 // ([Mels, 3000]) gives the cross-attention keys and values in outs[i]. Each window's result is
 // the one Encode gives it alone.
 func (e *Encoder) EncodeBatch(mels [][]float32, outs []*Cross) error {
+	if err := e.Begin(mels, outs); err != nil {
+		return err
+	}
+	for {
+		if done, err := e.Next(); err != nil || done {
+			return err
+		}
+	}
+}
+
+// Stages is the number of Next calls that complete a call begun by Begin: the convolutional
+// stem, each transformer block, then the output norm with the cross-attention projections.
+// Each costs about as much as a block.
+func (e *Encoder) Stages() int { return len(e.m.enc) + 2 }
+
+// Begin starts encoding len(mels) windows as EncodeBatch does, stage by stage: it checks the
+// arguments and loads the features, and each Next runs one stage, so that a caller can run
+// other work on the same backend between stages (the engine steps its decoders). Until Next
+// reports the call complete, the encoder keeps outs (not a copy): an entry set to nil meanwhile
+// is skipped, its window computed but not stored. Begin abandons any call in progress.
+func (e *Encoder) Begin(mels [][]float32, outs []*Cross) error {
 	m, be := e.m, e.m.be
+	e.pn, e.pOuts = 0, nil
 	n := len(mels)
 	if n < 1 || n > e.nWin || len(outs) != n {
 		return fmt.Errorf("whisper: %d windows and %d outputs for an encoder of %d windows", n, len(outs), e.nWin)
@@ -196,15 +221,43 @@ func (e *Encoder) EncodeBatch(mels [][]float32, outs []*Cross) error {
 			return err
 		}
 	}
-	a := &e.all[n-1]
-	if err := e.conv(a, e.win[:n]); err != nil {
-		return fmt.Errorf("whisper: encoder conv: %w", err)
+	e.pn, e.pStage, e.pOuts = n, 0, outs
+	return nil
+}
+
+// Next runs the next stage of the call begun by Begin and reports whether the call is complete
+// (the windows' keys and values stored). After an error, or once complete, the call is over and
+// Next fails until the next Begin.
+func (e *Encoder) Next() (done bool, err error) {
+	m, n := e.m, e.pn
+	if n == 0 {
+		return false, errors.New("whisper: encoder Next without Begin")
 	}
-	for li := range m.enc {
-		if err := e.layer(&m.enc[li], a, e.win[:n]); err != nil {
-			return fmt.Errorf("whisper: encoder layer %d: %w", li, err)
+	a, win := &e.all[n-1], e.win[:n]
+	st := e.pStage
+	e.pStage++
+	switch {
+	case st == 0:
+		if err = e.conv(a, win); err != nil {
+			err = fmt.Errorf("whisper: encoder conv: %w", err)
 		}
+	case st <= len(m.enc):
+		if err = e.layer(&m.enc[st-1], a, win); err != nil {
+			err = fmt.Errorf("whisper: encoder layer %d: %w", st-1, err)
+		}
+	default:
+		err, done = e.project(a), true
 	}
+	if err != nil || done {
+		e.pn, e.pOuts = 0, nil
+	}
+	return done && err == nil, err
+}
+
+// project runs the output norm and every decoder layer's cross-attention projections over a.x,
+// storing each window's keys and values in its entry of the call's outputs.
+func (e *Encoder) project(a *encViews) error {
+	m, be := e.m, e.m.be
 	if err := be.LayerNorm(a.x, a.x, m.encLnW, m.encLnB, normEps); err != nil {
 		return err
 	}
@@ -219,7 +272,10 @@ func (e *Encoder) EncodeBatch(mels [][]float32, outs []*Cross) error {
 		if err := be.AddRows(a.v, a.v, c.vb); err != nil {
 			return err
 		}
-		for i, out := range outs {
+		for i, out := range e.pOuts {
+			if out == nil {
+				continue
+			}
 			if err := be.Copy(out.k[li], e.win[i].k); err != nil {
 				return err
 			}

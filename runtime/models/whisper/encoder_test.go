@@ -1,8 +1,10 @@
 package whisper_test
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/parleyhq/parley/runtime/ggml"
@@ -55,6 +57,25 @@ func TestEncodeBatch(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer batch.Close()
+			if _, err := batch.Next(); err == nil {
+				t.Error("Next before Begin: no error")
+			}
+			check := func(what string, c *whisper.Cross, want []float32) {
+				t.Helper()
+				got, err := whisper.CrossValues(m, c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				worst := 0.0
+				for k := range got {
+					worst = max(worst, math.Abs(float64(got[k]-want[k])))
+				}
+				// The same operations on the same rows: only a kernel that blocks its rows
+				// differently could change the rounding, by an F16 ulp at most.
+				if worst > 1e-3 {
+					t.Errorf("%s differs from encoding it alone by %g", what, worst)
+				}
+			}
 			for _, n := range []int{3, 2} { // fewer windows than the encoder holds
 				for i := range crosses {
 					if err := one.Encode(mels[(i+1)%len(mels)], crosses[i], nil); err != nil { // overwrite
@@ -65,20 +86,47 @@ func TestEncodeBatch(t *testing.T) {
 					t.Fatal(err)
 				}
 				for i := range n {
-					got, err := whisper.CrossValues(m, crosses[i])
-					if err != nil {
-						t.Fatal(err)
-					}
-					worst := 0.0
-					for k := range got {
-						worst = max(worst, math.Abs(float64(got[k]-want[i][k])))
-					}
-					// The same operations on the same rows: only a kernel that blocks its rows
-					// differently could change the rounding, by an F16 ulp at most.
-					if worst > 1e-3 {
-						t.Errorf("%d windows: window %d differs from encoding it alone by %g", n, i, worst)
-					}
+					check(fmt.Sprintf("%d windows: window %d", n, i), crosses[i], want[i])
 				}
+			}
+			// Stage by stage: an output dropped during the call keeps what it held, the others
+			// are stored.
+			for i := range crosses {
+				if err := one.Encode(mels[(i+1)%len(mels)], crosses[i], nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			held, err := whisper.CrossValues(m, crosses[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			outs := slices.Clone(crosses)
+			if err := batch.Begin(mels, outs); err != nil {
+				t.Fatal(err)
+			}
+			for s := 1; ; s++ {
+				if s == 2 {
+					outs[1] = nil
+				}
+				done, err := batch.Next()
+				if err != nil {
+					t.Fatalf("stage %d: %v", s, err)
+				}
+				if done {
+					if s != batch.Stages() {
+						t.Errorf("the call completed after %d stages, Stages() says %d", s, batch.Stages())
+					}
+					break
+				}
+				if s > batch.Stages() {
+					t.Fatalf("the call is not complete after %d stages", s)
+				}
+			}
+			check("in stages: window 0", crosses[0], want[0])
+			check("in stages: window 2", crosses[2], want[2])
+			check("in stages: the dropped output", crosses[1], held)
+			if _, err := batch.Next(); err == nil {
+				t.Error("Next after the call completed: no error")
 			}
 			bad := []struct {
 				name string

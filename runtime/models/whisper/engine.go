@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,9 +34,9 @@ type EngineConfig struct {
 	// MelThreads computes features with this many goroutines per request (default 2).
 	MelThreads int
 	// EncodeBatch is the most windows (of different transcriptions) encoded in one batched
-	// encoder call per step (default 1, at most MaxActive). On a CPU a window's encoder is
-	// compute-bound and batching gains nothing, while a step that encodes holds up every
-	// transcription that is decoding; a GPU gains from larger batches.
+	// encoder call (default 1, at most MaxActive). On a CPU a window's encoder is compute-bound
+	// and batching gains nothing, while a larger call delays the transcriptions whose windows
+	// it holds until all are done; a GPU gains from larger batches.
 	EncodeBatch int
 	// OnStep, if set, is called after each step with its duration and the hypotheses and tokens
 	// of its decoder batch (see sched.LoopConfig.OnStep).
@@ -46,11 +47,14 @@ type EngineConfig struct {
 
 // Engine transcribes many requests at once. It is scheduled by the machinery that schedules
 // language models (sched.Loop): a bounded FIFO queue, admission from its head while fewer than
-// MaxActive transcriptions run, cancellation at step boundaries, per-step metrics. Each step
-// encodes at most EncodeBatch windows of different transcriptions in one batched encoder call
-// (round robin over the transcriptions that need one) and steps every active transcription's
-// hypotheses through the decoder in one batched forward. Requests' features are computed by
-// their own goroutines.
+// MaxActive transcriptions run, cancellation at step boundaries, per-step metrics. The encoder
+// and the decoder are two stages of a pipeline: while some transcriptions decode their windows,
+// the next windows (of others, up to EncodeBatch in one batched call, longest waiting first) go
+// through the encoder one stage a step (the convolutions, a block, the cross-attention
+// projections), each step also stepping every decoding transcription's hypotheses through the
+// decoder in one batched forward; so a decoding transcription waits a stage for its next token,
+// not a window's encoder. With nothing decoding, a window is encoded in one step. Requests'
+// features are computed by their own goroutines.
 type Engine struct {
 	m   *Model
 	cfg EngineConfig
@@ -80,7 +84,7 @@ type Engine struct {
 	expBuf    []float32 // scratch of NVocab exponentials
 	crosses   []*Cross  // free cross-attention windows
 	steps     uint64    // steps taken: when a transcription began to wait for its encoder
-	encJobs   []*job    // the jobs of this step's encoder call
+	encJobs   []*job    // the jobs of the encoder call in progress (nil: ended during it)
 	encMels   [][]float32
 	encOuts   []*Cross
 	align     *aligner // word timing, made on first use
@@ -377,6 +381,12 @@ func (e *Engine) shutdown() {
 
 // finish releases a job's cache blocks and window and wakes its caller.
 func (e *Engine) finish(j *job, err error) {
+	if j.encPicked { // its window is in the encoder call in progress: not to be stored
+		if i := slices.Index(e.encJobs, j); i >= 0 {
+			e.encJobs[i], e.encOuts[i] = nil, nil
+		}
+		j.encPicked = false
+	}
 	for _, h := range j.hyps {
 		h.seq.Release()
 		h.spare.Release()
@@ -442,8 +452,8 @@ func (e *Engine) reap() {
 	e.active = e.active[:k]
 }
 
-// step advances every active transcription: encodes the windows that need it (EncodeBatch at
-// most), then runs one batched decoder forward over all hypotheses and processes its logits. It
+// step advances every active transcription: advances the encoder (see encodeSome), then runs one
+// batched decoder forward over all decoding hypotheses and processes its logits. It
 // reports the hypotheses and tokens of the decoder batch, and false when no transcription is
 // active.
 func (e *Engine) step() (seqs, tokens int, busy bool) {
@@ -458,9 +468,6 @@ func (e *Engine) stepAll() (seqs, tokens int, busy bool) {
 	if len(e.active) == 0 {
 		return 0, 0, false
 	}
-	// At most EncodeBatch windows are encoded per step, so that transcriptions that are decoding
-	// keep stepping while others wait for their encoder (a window costs about as much as tens of
-	// decode steps on a CPU).
 	e.encodeSome()
 	e.bb.Reset()
 	e.toks, e.outRows, e.cross, e.owners = e.toks[:0], e.outRows[:0], e.cross[:0], e.owners[:0]
@@ -530,11 +537,35 @@ func (e *Engine) row(h *hyp) []float32 {
 	return e.logits[h.row*V : (h.row+1)*V]
 }
 
-// encodeSome encodes the windows at seek of up to EncodeBatch transcriptions that need their
-// encoder, those that have waited longest first (in admission order among equals), in one encoder
-// call, and sets each up to decode its window.
+// encodeSome advances the encoder. When no encoder call is in progress it begins one over the
+// windows at seek of up to EncodeBatch transcriptions that need their encoder, those that have
+// waited longest first (in admission order among equals). It then runs the call's stages (the
+// convolutional stem, each block, the cross-attention projections) until the call completes,
+// but only one stage a step while other transcriptions are decoding: their next decoder step
+// waits for one stage instead of a whole window's encoder (a tiny window costs about as much as
+// thirty eight-sequence decoder steps on a CPU; a stage, a sixth of that). A completed call sets
+// each of its transcriptions up to decode its window.
 func (e *Engine) encodeSome() {
-	e.encJobs, e.encOuts = e.encJobs[:0], e.encOuts[:0]
+	if len(e.encJobs) > 0 && !slices.ContainsFunc(e.encJobs, func(j *job) bool { return j != nil }) {
+		e.encJobs, e.encOuts = e.encJobs[:0], e.encOuts[:0] // all of its transcriptions ended
+	}
+	if len(e.encJobs) == 0 && !e.beginEncode() {
+		return
+	}
+	for {
+		done, err := e.enc.Next()
+		if err != nil || done {
+			e.endEncode(err)
+			return
+		}
+		if e.decoding() {
+			return
+		}
+	}
+}
+
+// beginEncode begins an encoder call (see encodeSome) and reports whether it did.
+func (e *Engine) beginEncode() bool {
 	for len(e.encJobs) < e.cfg.EncodeBatch {
 		var j *job
 		for _, c := range e.active {
@@ -554,10 +585,22 @@ func (e *Engine) encodeSome() {
 		e.encOuts = append(e.encOuts, j.cross)
 	}
 	if len(e.encJobs) == 0 {
-		return
+		return false
 	}
-	err := e.enc.EncodeBatch(e.encMels[:len(e.encJobs)], e.encOuts)
+	if err := e.enc.Begin(e.encMels[:len(e.encJobs)], e.encOuts); err != nil {
+		e.endEncode(err)
+		return false
+	}
+	return true
+}
+
+// endEncode ends the encoder call in progress: its transcriptions (those still running) fail
+// with err, or go on to decode their windows.
+func (e *Engine) endEncode(err error) {
 	for _, j := range e.encJobs {
+		if j == nil {
+			continue
+		}
 		j.encPicked = false
 		if err != nil {
 			j.err, j.ph = err, phDone
@@ -567,6 +610,17 @@ func (e *Engine) encodeSome() {
 	}
 	clear(e.encJobs)
 	clear(e.encOuts)
+	e.encJobs, e.encOuts = e.encJobs[:0], e.encOuts[:0]
+}
+
+// decoding reports whether some transcription has decoder work for this step.
+func (e *Engine) decoding() bool {
+	for _, j := range e.active {
+		if j.ph == phDetect || j.ph == phPrompt || j.ph == phDecode {
+			return true
+		}
+	}
+	return false
 }
 
 // window gives j a cross-attention window and puts the log-mel of its window at j.seek in mel.

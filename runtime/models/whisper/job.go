@@ -76,7 +76,7 @@ type job struct {
 
 	seek, seekEnd int
 	encSince      uint64 // the engine step since which the window at seek waits for its encoder
-	encPicked     bool   // chosen for this step's encoder call
+	encPicked     bool   // its window is in the encoder call in progress
 	counted       bool   // counted in the engine's inFlight
 	lang          int32  // language token, or -1
 	langCode      string

@@ -3,6 +3,7 @@ package whisper
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 )
@@ -117,5 +118,92 @@ func TestEncoderOrder(t *testing.T) {
 	e.loop.Step() // the first leaves; the second is encoded
 	if jobs[1].ph == phEncode || jobs[2].ph != phEncode {
 		t.Errorf("after the first left: second in phase %d, third in phase %d; want the second encoded first", jobs[1].ph, jobs[2].ph)
+	}
+}
+
+// TestEncoderStagesBetweenSteps: while one transcription decodes, another's window is encoded a
+// stage a step (the decoder stepping between stages), and a transcription that ends while its
+// window is in the encoder neither receives it nor holds up the others in the same call.
+func TestEncoderStagesBetweenSteps(t *testing.T) {
+	m := testModel(t, "tiny.en")
+	e := manualEngine(t, m, EngineConfig{MaxActive: 3, EncodeBatch: 2})
+	defer e.Close()
+	samples := testWAV(t, "psx-cards-001")
+	p := DefaultParams()
+	p.Language, p.NoTimestamps, p.TemperatureInc = "en", true, 0
+	a := preparedJob(t, e, context.Background(), p, samples)
+	if err := e.enqueue(a); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; a.ph != phDecode; i++ {
+		if i == 10 {
+			t.Fatalf("the first transcription is in phase %d after %d steps", a.ph, i)
+		}
+		e.loop.Step()
+	}
+	ctxB, cancelB := context.WithCancel(context.Background())
+	defer cancelB()
+	b := preparedJob(t, e, ctxB, p, samples)
+	c := preparedJob(t, e, context.Background(), p, samples)
+	for _, j := range []*job{b, c} {
+		if err := e.enqueue(j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stages := e.enc.Stages()
+	if stages != len(m.enc)+2 {
+		t.Fatalf("%d encoder stages for %d blocks", stages, len(m.enc))
+	}
+	for s := 1; s <= stages; s++ {
+		before := a.step
+		e.loop.Step()
+		if a.ph != phDecode || a.step != before+1 {
+			t.Fatalf("step %d of the encoder call: the decoding transcription went from token %d to %d (phase %d), want one token a step", s, before, a.step, a.ph)
+		}
+		if s == 2 {
+			cancelB() // reaped at the next step, its window half encoded
+		}
+		if s < stages && c.ph != phEncode {
+			t.Fatalf("the window was encoded after %d of %d stages", s, stages)
+		}
+	}
+	if c.ph == phEncode || c.ph == phDone {
+		t.Fatalf("after %d stages the second transcription is in phase %d", stages, c.ph)
+	}
+	// The same window, encoded alone in one step (nothing was decoding) and in stages beside a
+	// window whose transcription left.
+	alone, err := CrossValues(m, a.cross)
+	if err != nil {
+		t.Fatal(err)
+	}
+	staged, err := CrossValues(m, c.cross)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worst := 0.0
+	for k := range alone {
+		worst = max(worst, math.Abs(float64(alone[k]-staged[k])))
+	}
+	if worst > 1e-3 { // as TestEncodeBatch: an F16 ulp at most from a kernel's row blocking
+		t.Errorf("the window encoded in stages differs from it encoded alone by %g", worst)
+	}
+	if len(e.encJobs) != 0 || b.encPicked || c.encPicked {
+		t.Errorf("encoder call not ended: %d jobs", len(e.encJobs))
+	}
+	<-b.done
+	if !errors.Is(b.err, context.Canceled) {
+		t.Errorf("the transcription cancelled during its encoder call: %v", b.err)
+	}
+	for i := 0; a.ph != phDone || c.ph != phDone; i++ {
+		if i == 1000 {
+			t.Fatal("the transcriptions did not end")
+		}
+		e.loop.Step()
+	}
+	e.reap()
+	<-a.done
+	<-c.done
+	if a.err != nil || c.err != nil {
+		t.Fatalf("errors: %v, %v", a.err, c.err)
 	}
 }
