@@ -65,7 +65,7 @@ func runServe(e *env, args []string) error {
 	kvType := fs.String("kv-type", envDefault("PARLEY_KV_TYPE", "f16"), "KV cache type: f16 or f32")
 	asrParallel := fs.Int("asr-parallel", envInt("PARLEY_ASR_PARALLEL", 4), "most transcriptions decoded together per speech model")
 	asrQueue := fs.Int("asr-queue", envInt("PARLEY_ASR_QUEUE", 16), "waiting transcriptions per speech model beyond which requests get 429")
-	asrEncode := fs.Int("asr-encode-batch", envInt("PARLEY_ASR_ENCODE_BATCH", 1), "most audio windows encoded in one batched encoder call per step (1..--asr-parallel; more pays on a GPU, not on a CPU)")
+	asrEncode := fs.Int("asr-encode-batch", envInt("PARLEY_ASR_ENCODE_BATCH", 1), "most audio windows encoded in one batched encoder call (1..--asr-parallel; more pays on a GPU, not on a CPU)")
 	maxAudio := fs.Int64("max-audio-body", int64(envInt("PARLEY_MAX_AUDIO_BODY", 25<<20)), "largest audio upload in bytes")
 	maxAudioDur := fs.Duration("max-audio-duration", 2*time.Hour, "longest audio accepted for transcription ($PARLEY_MAX_AUDIO_DURATION)")
 	maxStreams := fs.Int("max-streams", envInt("PARLEY_MAX_STREAMS", 16), "live transcription sessions (/v1/audio/stream) open at once")
