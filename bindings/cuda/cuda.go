@@ -792,7 +792,8 @@ func (c *Context) FullAttention(dst, q Ref, n int, k, v Ref, kvType tensor.DType
 }
 
 // Argmax waits, then writes into ids (len n) the index of the largest element of each row of
-// logits [n, vocab] F32 (the lowest among equal maxima; NaN never wins).
+// logits [n, vocab] F32 (the lowest among equal maxima; -1 for a row with a NaN or +Inf or
+// nothing above -Inf).
 func (c *Context) Argmax(logits Ref, n, vocab int, ids []int32) error {
 	const op = "argmax"
 	if len(ids) != n || vocab <= 0 {

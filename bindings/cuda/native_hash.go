@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "2fd67aa7a4c2275144df227a820e94fcefa98da575bb4982c6e64d264825f080"
+const nativeSources = "75ab927a1c6391d5295413c9b8a890e8b9a15bd4a398d26cf3d662e4a0469716"

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -109,10 +110,11 @@ func runBench(e *env, args []string) error {
 	defer c.Close()
 	rng := rand.New(rand.NewPCG(1, 2))
 	toks := make([]int32, max(*pp, 1))
-	logits := make([]float32, m.Vocab)
-	out := []int32{0}
+	out, next := []int32{0}, []int32{0}
 	var bb kvcache.BatchBuilder
 	seq := c.Pool().NewSeq(ctxLen)
+	// run feeds t and leaves the greedy next token in next[0], found where the logits are (as the
+	// server finds a greedy sequence's tokens).
 	run := func(t []int32) error {
 		if err := seq.Reserve(len(t)); err != nil {
 			return err
@@ -122,8 +124,11 @@ func runBench(e *env, args []string) error {
 			return err
 		}
 		out[0] = int32(len(t) - 1)
-		if err := c.Forward(t, bb.Batch(), out, logits); err != nil {
+		if err := c.ForwardPick(t, bb.Batch(), nil, nil, out, next); err != nil {
 			return err
+		}
+		if next[0] < 0 {
+			return errBadLogits
 		}
 		return seq.Advance(len(t))
 	}
@@ -153,7 +158,7 @@ func runBench(e *env, args []string) error {
 			runtime.ReadMemStats(&ms0)
 			t0 := time.Now()
 			for i := 0; i < *tg; i++ {
-				tok[0] = argmax32(logits)
+				tok[0] = next[0]
 				if err := run(tok); err != nil {
 					return err
 				}
@@ -242,9 +247,8 @@ func benchParallel(c *llama.Context, vocab, n, tg int, rng *rand.Rand) (float64,
 			s.Release()
 		}
 	}()
-	toks := make([]int32, n)
+	toks, next := make([]int32, n), make([]int32, n)
 	rows := make([]int32, n)
-	logits := make([]float32, n*vocab)
 	for i := range toks {
 		toks[i], rows[i] = rng.Int32N(int32(vocab)), int32(i)
 	}
@@ -259,14 +263,16 @@ func benchParallel(c *llama.Context, vocab, n, tg int, rng *rand.Rand) (float64,
 				return err
 			}
 		}
-		if err := c.Forward(toks, bb.Batch(), rows, logits); err != nil {
+		if err := c.ForwardPick(toks, bb.Batch(), nil, nil, rows, next); err != nil {
 			return err
 		}
 		for i, s := range seqs {
+			if toks[i] = next[i]; toks[i] < 0 {
+				return errBadLogits
+			}
 			if err := s.Advance(1); err != nil {
 				return err
 			}
-			toks[i] = argmax32(logits[i*vocab : (i+1)*vocab])
 		}
 		return nil
 	}
@@ -286,6 +292,9 @@ func argmax32(x []float32) int32 {
 	m, _ := vec.Max(x) // the server's sampler finds a greedy token the same way
 	return int32(max(vec.Index(x, m), 0))
 }
+
+// errBadLogits: a benchmark's greedy step met logits with a NaN or +Inf, or none above -Inf.
+var errBadLogits = errors.New("bench: the model's logits hold a NaN or +Inf, or no value above -Inf")
 
 func median(x []float64) float64 {
 	if len(x) == 0 {

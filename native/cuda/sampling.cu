@@ -11,9 +11,11 @@ __global__ void __launch_bounds__(PLC_SELECT_THREADS) plc_argmax_k(int32_t *ids,
     const float *x = logits + blockIdx.x * vocab;
     float best = -INFINITY;
     int64_t bi = -1;
+    int bad = 0;  // a NaN or +Inf: the row is refused
     for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
         const float v = x[j];
-        if (v == v && (bi < 0 || v > best)) {  // increasing j: the first of equal values stays
+        bad |= v != v || v == INFINITY;
+        if (v > -INFINITY && (bi < 0 || v > best)) {  // increasing j: the first of equal values stays
             best = v;
             bi = j;
         }
@@ -32,7 +34,7 @@ __global__ void __launch_bounds__(PLC_SELECT_THREADS) plc_argmax_k(int32_t *ids,
         sv[warp] = best;
         si[warp] = bi;
     }
-    __syncthreads();
+    bad = __syncthreads_or(bad);
     if (threadIdx.x == 0) {
         for (int w = 1; w < (int)(blockDim.x / PLC_WARP); w++) {
             if (si[w] >= 0 && (bi < 0 || sv[w] > best || (sv[w] == best && si[w] < bi))) {
@@ -40,7 +42,7 @@ __global__ void __launch_bounds__(PLC_SELECT_THREADS) plc_argmax_k(int32_t *ids,
                 bi = si[w];
             }
         }
-        ids[blockIdx.x] = bi < 0 ? 0 : (int32_t)bi;
+        ids[blockIdx.x] = bad || bi < 0 ? -1 : (int32_t)bi;  // bi < 0: nothing above -Inf
     }
 }
 

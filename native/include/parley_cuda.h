@@ -219,8 +219,8 @@ int plc_full_attention(plc_ctx *ctx, float *dst, const float *q, int64_t n, cons
                        const void *v, int32_t kvtype, int64_t m, const plc_attn_cfg *a);
 
 /* plc_argmax waits, then writes ids[i] (host [n]) = the index of the largest element of row i
- * of logits [n, vocab] (device); the lowest index among equal maxima; NaN is never chosen unless
- * the whole row is NaN (then 0). */
+ * of logits [n, vocab] (device); the lowest index among equal maxima; -1 for a row that holds a
+ * NaN or +Inf, or no element above -Inf. */
 int plc_argmax(plc_ctx *ctx, const float *logits, int64_t n, int64_t vocab, int32_t *ids);
 
 typedef struct {

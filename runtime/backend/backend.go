@@ -16,7 +16,9 @@ package backend
 import (
 	"errors"
 	"fmt"
+	"math"
 
+	"github.com/parleyhq/parley/internal/vec"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
@@ -217,6 +219,34 @@ func MatMuls(be Backend, dst []Tensor, x Tensor, w []Tensor) error {
 		if err := be.MatMul(dst[i], x, w[i]); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// Argmaxer is implemented by backends that find the largest logit of rows where the logits are,
+// so that only token ids leave the backend (on a GPU, the logits stay on the device). Argmax
+// waits for the logits, then writes into ids[i] the index of the largest value of row row0+i of
+// logits (F32), the lowest index among equal values, or -1 where that row holds a NaN or +Inf
+// or no value above -Inf (the rows a sampler refuses). Its answers are ArgmaxRows'.
+type Argmaxer interface {
+	Argmax(logits Tensor, row0 int, ids []int32) error
+}
+
+// ArgmaxRows is Argmaxer's rule over len(ids) rows of cols values in x, on the host: ids[i] is
+// the lowest index of the largest value of x[i*cols:(i+1)*cols], or -1 where that row holds a
+// NaN or +Inf or no value above -Inf.
+func ArgmaxRows(x []float32, cols int, ids []int32) error {
+	if cols <= 0 || len(x) != len(ids)*cols {
+		return fmt.Errorf("argmax: %d values for %d rows of %d", len(x), len(ids), cols)
+	}
+	for i := range ids {
+		row := x[i*cols : (i+1)*cols]
+		mx, nan := vec.Max(row)
+		if nan || math.IsInf(float64(mx), 0) {
+			ids[i] = -1
+			continue
+		}
+		ids[i] = int32(vec.Index(row, mx))
 	}
 	return nil
 }

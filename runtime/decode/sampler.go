@@ -157,6 +157,14 @@ func (s *Sampler) VocabSize() int { return s.vocab }
 // Greedy reports whether the Sampler decodes greedily.
 func (s *Sampler) Greedy() bool { return s.greedy }
 
+// ArgmaxOnly reports whether every token the Sampler draws is the argmax of the logits as they
+// come (greedy, with no logit bias and no penalty that would change them): a caller may then
+// find the argmax where the logits are (backend.Argmaxer) instead of calling Sample, and pass the
+// id to Accept.
+func (s *Sampler) ArgmaxOnly() bool {
+	return s.greedy && len(s.biasIDs) == 0 && s.ring == nil && s.genCount == nil
+}
+
 // Sample returns the next token for logits, one per vocabulary entry ([vocab]).
 //
 // Bias and penalties are written into logits while Sample runs and undone before it returns,

@@ -24,6 +24,12 @@ func (m *LlamaModel) Forward(tokens []int32, b *backend.Batch, out []int32, logi
 	return m.c.Forward(tokens, b, out, logits)
 }
 
+// ForwardPick runs one batched step and finds the argmax of the rows in pick
+// (llama.Context.ForwardPick).
+func (m *LlamaModel) ForwardPick(tokens []int32, b *backend.Batch, out []int32, logits []float32, pick, ids []int32) error {
+	return m.c.ForwardPick(tokens, b, out, logits, pick, ids)
+}
+
 // Pool is the context's KV block pool.
 func (m *LlamaModel) Pool() *kvcache.Pool { return m.c.Pool() }
 

@@ -198,8 +198,14 @@ type harness struct {
 // returned nil, that every block is free, and that no goroutine is left behind.
 func newHarness(t *testing.T, m *fakeModel, cfg Config) *harness {
 	t.Helper()
+	return newHarnessOf(t, m, m, cfg)
+}
+
+// newHarnessOf is newHarness for a model built on m (a Picker over it).
+func newHarnessOf(t *testing.T, model Model, m *fakeModel, cfg Config) *harness {
+	t.Helper()
 	base := runtime.NumGoroutine()
-	s, err := New(m, fakeText{}, cfg)
+	s, err := New(model, fakeText{}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

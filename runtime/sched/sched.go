@@ -55,6 +55,15 @@ type Model interface {
 	MaxSeqs() int   // most logit rows one Forward returns
 }
 
+// Picker is a Model that also finds the next token of some rows as the argmax of their logits
+// itself (llama.Context.ForwardPick): ids[i] for batch row pick[i], -1 where the row holds a NaN
+// or +Inf or no value above -Inf, with the logits of the rows in out as Forward gives them. The
+// scheduler picks the tokens of greedy sequences that report no log-probabilities this way, so
+// that a GPU hands over their ids, not their logits.
+type Picker interface {
+	ForwardPick(tokens []int32, b *backend.Batch, out []int32, logits []float32, pick, ids []int32) error
+}
+
 // Text turns tokens into text and knows the end-of-generation set.
 type Text interface {
 	Piece(id int32) []byte
@@ -196,7 +205,8 @@ type seqState struct {
 	last     int32        // token to feed next when decoding
 	decoding bool
 	done     bool
-	nfeed    int // tokens in the current batch
+	nfeed    int  // tokens in the current batch
+	pick     bool // its tokens are the argmax of its logits, found by the model (Picker)
 	sampler  *decode.Sampler
 	stopper  *decode.Stopper
 	topBuf   []decode.TokenLogprob
@@ -234,6 +244,11 @@ type Scheduler struct {
 	rows     []*seqState
 	part     []*seqState
 	logits   []float32
+	picker   Picker       // m, when it is one
+	lout     []int32      // the batch rows of out whose logits are handed over
+	pick     []int32      // and those whose argmax the model finds
+	ids      []int32      // the tokens found for pick
+	where    []int32      // for rows[i]: its row of logits (>= 0), or -1-k for ids[k]
 	cache    *prefixCache // nil when Config.PrefixCache is off
 
 	promptTok, genTok, hitTok         atomic.Uint64
@@ -282,7 +297,12 @@ func New(m Model, t Text, cfg Config) (*Scheduler, error) {
 		rows:   make([]*seqState, 0, cfg.MaxActive),
 		part:   make([]*seqState, 0, cfg.MaxActive),
 		logits: make([]float32, cfg.MaxActive*vocab),
+		lout:   make([]int32, 0, cfg.MaxActive),
+		pick:   make([]int32, 0, cfg.MaxActive),
+		ids:    make([]int32, cfg.MaxActive),
+		where:  make([]int32, 0, cfg.MaxActive),
 	}
+	s.picker, _ = m.(Picker)
 	if s.clock == nil {
 		s.clock = time.Now
 	}
@@ -381,7 +401,8 @@ func (s *Scheduler) Submit(ctx context.Context, r *Request) (*Stream, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
-		q.seqs[i] = &seqState{r: q, idx: i, sampler: smp, stopper: stp, topBuf: make([]decode.TokenLogprob, 0, r.TopLogprobs)}
+		q.seqs[i] = &seqState{r: q, idx: i, sampler: smp, stopper: stp, topBuf: make([]decode.TokenLogprob, 0, r.TopLogprobs),
+			pick: s.picker != nil && smp.ArgmaxOnly() && !q.logprobs}
 	}
 	st := &Stream{s: s, ch: make(chan Event, n*(r.MaxTokens+1))}
 	st.usage.PromptTokens = p
@@ -501,8 +522,7 @@ func (s *Scheduler) step() (seqs, tokens int, busy bool) {
 		s.publish()
 		return 0, 0, false
 	}
-	logits := s.logits[:len(s.out)*s.vocab]
-	if err := s.m.Forward(s.toks, s.bb.Batch(), s.out, logits); err != nil {
+	if err := s.forward(); err != nil {
 		for _, q := range s.part {
 			if !q.done {
 				s.endRequest(q.r, ReasonError, err)
@@ -532,9 +552,34 @@ func (s *Scheduler) step() (seqs, tokens int, busy bool) {
 				s.forkChildren(q.r)
 			}
 		}
-		s.sample(q, logits[i*s.vocab:(i+1)*s.vocab])
+		if w := int(s.where[i]); w >= 0 {
+			s.sample(q, s.logits[w*s.vocab:(w+1)*s.vocab])
+		} else {
+			s.picked(q, s.ids[-1-w])
+		}
 	}
 	return s.finishStep()
+}
+
+// forward runs the step's batch through the model: the logits of the rows that sample from
+// them, and, when the model is a Picker, the argmax of those that only need it (their logits
+// stay where the model computed them: on a GPU, on the device).
+func (s *Scheduler) forward() error {
+	s.lout, s.pick, s.where = s.lout[:0], s.pick[:0], s.where[:0]
+	for i, q := range s.rows {
+		if q.pick {
+			s.where = append(s.where, int32(-1-len(s.pick)))
+			s.pick = append(s.pick, s.out[i])
+		} else {
+			s.where = append(s.where, int32(len(s.lout)))
+			s.lout = append(s.lout, s.out[i])
+		}
+	}
+	logits := s.logits[:len(s.lout)*s.vocab]
+	if len(s.pick) == 0 {
+		return s.m.Forward(s.toks, s.bb.Batch(), s.lout, logits)
+	}
+	return s.picker.ForwardPick(s.toks, s.bb.Batch(), s.lout, logits, s.pick, s.ids[:len(s.pick)])
 }
 
 // add puts k tokens of q into the batch being built; room was reserved at admission.
@@ -656,10 +701,28 @@ func (s *Scheduler) forkChildren(r *request) {
 	}
 }
 
+// errPicked ends a sequence whose argmax the model could not find.
+var errPicked = errors.New("sched: the logits hold a NaN or +Inf, or no value above -Inf")
+
 // sample draws q's next token from its logits ([vocab]) and emits its event.
 func (s *Scheduler) sample(q *seqState, lg []float32) {
-	r := q.r
 	id, err := q.sampler.Sample(lg)
+	s.emit(q, id, err, lg)
+}
+
+// picked emits id, the argmax of q's logits that the model found (-1: none).
+func (s *Scheduler) picked(q *seqState, id int32) {
+	var err error
+	if id < 0 {
+		err = errPicked
+	}
+	s.emit(q, id, err, nil)
+}
+
+// emit records q's next token id (or ends q with err) and emits its event; lg are its logits,
+// nil when q reports no log-probabilities.
+func (s *Scheduler) emit(q *seqState, id int32, err error, lg []float32) {
+	r := q.r
 	if err == nil {
 		err = q.sampler.Accept(id)
 	}

@@ -53,6 +53,7 @@ func Run(t *testing.T, newBackend func() (backend.Backend, error)) {
 		{"GELU", testGELU},
 		{"Im2Col1D", testIm2Col1D},
 		{"FullAttention", testFullAttention},
+		{"Argmax", testArgmax},
 		{"Aliasing", testAliasing},
 		{"Errors", testErrors},
 		{"EncoderErrors", testEncoderErrors},

@@ -351,6 +351,22 @@ func (b *Backend) Read(src backend.Tensor, row0 int, dst []float32) error {
 	return nil
 }
 
+var _ backend.Argmaxer = (*Backend)(nil)
+
+// Argmax writes into ids[i] the index of the largest value of row row0+i of an F32 tensor
+// (backend.ArgmaxRows), without copying the rows out.
+func (b *Backend) Argmax(logits backend.Tensor, row0 int, ids []int32) error {
+	const op = "argmax"
+	t, err := b.f32Of(op, "logits", logits, false)
+	if err != nil {
+		return err
+	}
+	if err := backend.CheckSpan(op, t, row0, len(ids)*t.cols); err != nil {
+		return fmt.Errorf("cpu: %w", err)
+	}
+	return backend.ArgmaxRows(t.f32[row0*t.cols:(row0+len(ids))*t.cols], t.cols, ids)
+}
+
 // GetRows: dst[i,:] = float32(table[ids[i],:]); dst [len(ids), cols] F32.
 func (b *Backend) GetRows(dst, table backend.Tensor, ids []int32) error {
 	const op = "get rows"

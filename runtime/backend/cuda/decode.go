@@ -6,24 +6,33 @@ import (
 	"fmt"
 
 	bcuda "github.com/parleyhq/parley/bindings/cuda"
+	"github.com/parleyhq/parley/runtime/backend"
 )
 
 // Sampling configures Sample: temperature (> 0), then the TopK largest logits (0: all; ties at
 // the boundary all kept), then the smallest top set holding TopP of their probability (1: all).
 type Sampling = bcuda.Sampling
 
-// Argmax writes into ids the index of the largest logit of each row of logits [len(ids),
-// vocab] F32 (the lowest index among equal maxima). Only the ids leave the device.
-func (b *Backend) Argmax(logits *Tensor, ids []int32) error {
+var _ backend.Argmaxer = (*Backend)(nil)
+
+// Argmax writes into ids[i] the index of the largest logit of row row0+i of logits F32 (the
+// lowest index among equal maxima; -1 for a row with a NaN or +Inf or nothing above -Inf), as
+// backend.Argmaxer says. Only the ids leave the device.
+func (b *Backend) Argmax(logits backend.Tensor, row0 int, ids []int32) error {
 	const op = "argmax"
 	l, err := b.f32Of(op, "logits", logits, false)
 	if err != nil {
 		return err
 	}
-	if l.rows != len(ids) {
-		return fmt.Errorf("cuda: %s: %d ids for %d rows", op, len(ids), l.rows)
+	if err := backend.CheckSpan(op, l, row0, len(ids)*l.cols); err != nil {
+		return fmt.Errorf("cuda: %w", err)
 	}
-	return b.ctx.Argmax(l.ref(), l.rows, l.cols, ids)
+	if len(ids) == 0 {
+		return nil
+	}
+	ref := l.ref()
+	ref.Off += row0 * l.rowBytes
+	return b.ctx.Argmax(ref, len(ids), l.cols, ids)
 }
 
 // Sample draws one id per row of logits [len(ids), vocab] F32 from softmax(logits/T) restricted

@@ -3,7 +3,8 @@
 // operations are the CUDA kernels of bindings/cuda, queued on one stream (Read waits for them).
 // Weights are uploaded once by Load; F32 weights are multiplied with TF32 tensor cores unless
 // Options.ExactF32 (or PARLEY_CUDA_TF32=0) asks for full F32. Besides the interface it decodes on
-// the device (Argmax, Sample, BeamStep), returning only token ids.
+// the device (Argmax, Sample, BeamStep), returning only token ids; as a backend.Argmaxer it gives
+// the scheduler the tokens of greedy sequences without their logits leaving the GPU.
 //
 // The factory it registers fails with a precise error when no GPU is usable (no driver, no GPU,
 // a driver too old, or kernels not built for the GPU's architecture), so that backend.New("auto")

@@ -340,6 +340,24 @@ func (be *Backend) Write(dst backend.Tensor, row0 int, src []float32) error {
 	return nil
 }
 
+var _ backend.Argmaxer = (*Backend)(nil)
+
+// Argmax writes into ids[i] the index of the largest value of row row0+i of an F32 tensor
+// (backend.ArgmaxRows), without copying the rows out.
+func (be *Backend) Argmax(logits backend.Tensor, row0 int, ids []int32) error {
+	const op = "argmax"
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	t, err := be.getF32(op, "logits", logits)
+	if err != nil {
+		return err
+	}
+	if err := backend.CheckSpan(op, t, row0, len(ids)*t.cols); err != nil {
+		return fmt.Errorf("purego: %w", err)
+	}
+	return backend.ArgmaxRows(t.f32[row0*t.cols:(row0+len(ids))*t.cols], t.cols, ids)
+}
+
 // Read copies rows row0.. of an F32 tensor into dst.
 func (be *Backend) Read(src backend.Tensor, row0 int, dst []float32) error {
 	const op = "read"

@@ -84,7 +84,8 @@ func BenchmarkDecodeStep(b *testing.B) {
 	}
 }
 
-// TestDecodeStepAllocatesNothing: a steady-state decode step allocates nothing, on every backend.
+// TestDecodeStepAllocatesNothing: a steady-state decode step of two sequences allocates nothing,
+// on every backend, with both rows' logits handed over (Forward) or one row picked (ForwardPick).
 func TestDecodeStepAllocatesNothing(t *testing.T) {
 	w, err := llama.Synth(tinyShape, tensor.Q8_0, 3)
 	if err != nil {
@@ -107,6 +108,8 @@ func TestDecodeStepAllocatesNothing(t *testing.T) {
 			var bb kvcache.BatchBuilder
 			toks, out := []int32{1, 2}, []int32{0, 1}
 			logits := make([]float32, 2*m.Vocab)
+			ids := make([]int32, 1)
+			pick := false
 			step := func() {
 				if a.Len() >= 30 {
 					a.Release()
@@ -121,17 +124,25 @@ func TestDecodeStepAllocatesNothing(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				if err := c.Forward(toks, bb.Batch(), out, logits); err != nil {
+				var err error
+				if pick {
+					err = c.ForwardPick(toks, bb.Batch(), out[:1], logits[:m.Vocab], out[1:], ids)
+				} else {
+					err = c.Forward(toks, bb.Batch(), out, logits)
+				}
+				if err != nil {
 					t.Fatal(err)
 				}
 				_ = a.Advance(1)
 				_ = s.Advance(1)
 			}
-			for i := 0; i < 8; i++ {
-				step()
-			}
-			if n := testing.AllocsPerRun(20, step); n != 0 {
-				t.Fatalf("a decode step of two sequences allocates %v times", n)
+			for _, pick = range []bool{false, true} {
+				for i := 0; i < 8; i++ {
+					step()
+				}
+				if n := testing.AllocsPerRun(20, step); n != 0 {
+					t.Fatalf("a decode step of two sequences (one picked: %v) allocates %v times", pick, n)
+				}
 			}
 		})
 	}
@@ -140,6 +151,8 @@ func TestDecodeStepAllocatesNothing(t *testing.T) {
 // BenchmarkBatchedDecode measures one decode step of n sequences together (one token each, at
 // context 128) on a synthetic stories15M-shape Q8_0 model (PARLEY_BENCH_SHAPE=110M for the
 // larger shape): the batched step a server runs. tokens/s is the aggregate over the n sequences.
+// The picked variants find each row's argmax where the logits are (ForwardPick), as the
+// scheduler does for greedy sequences, instead of handing the logits over.
 func BenchmarkBatchedDecode(b *testing.B) {
 	shape := "15M"
 	if s := os.Getenv("PARLEY_BENCH_SHAPE"); s != "" {
@@ -170,8 +183,16 @@ func BenchmarkBatchedDecode(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, n := range []int{1, 4, 8, 16} {
-			b.Run(fmt.Sprintf("%s/seqs=%d", name, n), func(b *testing.B) {
+		for _, bc := range []struct {
+			n    int
+			pick bool
+		}{{1, false}, {4, false}, {8, false}, {16, false}, {1, true}, {8, true}} {
+			n := bc.n
+			bname := fmt.Sprintf("%s/seqs=%d", name, n)
+			if bc.pick {
+				bname += "/picked"
+			}
+			b.Run(bname, func(b *testing.B) {
 				c, err := m.NewContext(llama.ContextConfig{MaxTokens: 128, MaxSeqs: n, KVSlots: 256 * n, KVType: tensor.F16})
 				if err != nil {
 					b.Fatal(err)
@@ -196,6 +217,7 @@ func BenchmarkBatchedDecode(b *testing.B) {
 					_ = seqs[i].Advance(128)
 				}
 				step := toks[:n]
+				ids := make([]int32, n)
 				rows := make([]int32, n)
 				for i := range rows {
 					rows[i] = int32(i)
@@ -211,7 +233,13 @@ func BenchmarkBatchedDecode(b *testing.B) {
 						_ = s.Reserve(1)
 						_ = bb.Add(s, 1)
 					}
-					if err := c.Forward(step, bb.Batch(), rows, logits); err != nil {
+					var err error
+					if bc.pick {
+						err = c.ForwardPick(step, bb.Batch(), nil, nil, rows, ids)
+					} else {
+						err = c.Forward(step, bb.Batch(), rows, logits)
+					}
+					if err != nil {
 						b.Fatal(err)
 					}
 					for _, s := range seqs {

@@ -39,6 +39,9 @@ type Context struct {
 
 	tok []*tokViews // [MaxTokens+1] views for a step of n tokens, made on first use
 	out []*outViews // [MaxSeqs+1]
+
+	rows   []int32   // [MaxSeqs] a step's output rows, those with logits then those picked
+	picked []float32 // logits of picked rows, for a backend that is not an Argmaxer; made on first use
 }
 
 type tokViews struct {
@@ -69,6 +72,7 @@ func (m *Model) NewContext(cfg ContextConfig) (*Context, error) {
 		attn: backend.Attn{NHead: m.Heads, NKVHead: m.KVHeads, HeadDim: m.HeadDim, Scale: 1 / sqrt32(float32(m.HeadDim))},
 		tok:  make([]*tokViews, cfg.MaxTokens+1),
 		out:  make([]*outViews, cfg.MaxSeqs+1),
+		rows: make([]int32, 0, cfg.MaxSeqs),
 	}
 	be := m.be
 	c.kv, err = be.NewKV(backend.KVConfig{Layers: m.Layers, Slots: pool.Slots(), Width: m.KVHeads * m.HeadDim, BlockSize: cfg.BlockSize, DType: cfg.KVType})
@@ -177,8 +181,19 @@ func (c *Context) outViews(n int) (*outViews, error) {
 // in out into logits ([len(out), vocab], row-major). The keys and values of every token are
 // stored in the cache; the caller advances its sequences afterwards.
 func (c *Context) Forward(tokens []int32, b *backend.Batch, out []int32, logits []float32) error {
+	return c.ForwardPick(tokens, b, out, logits, nil, nil)
+}
+
+// ForwardPick is Forward that also finds the next token of the batch rows listed in pick as the
+// argmax of their logits without handing those logits over: ids[i] for row pick[i], as
+// backend.Argmaxer defines it (-1 for a row with a NaN or +Inf or nothing above -Inf). On a
+// backend that is an Argmaxer the argmax runs where the logits are (on a GPU only the ids leave
+// the device); on others the rows are read and searched here. Rows in out get their logits as
+// Forward gives them; out and pick together hold at most MaxSeqs rows.
+func (c *Context) ForwardPick(tokens []int32, b *backend.Batch, out []int32, logits []float32, pick, ids []int32) error {
 	n := len(tokens)
 	m := c.m
+	nout := len(out) + len(pick)
 	switch {
 	case n == 0:
 		return errors.New("llama: empty batch")
@@ -186,19 +201,23 @@ func (c *Context) Forward(tokens []int32, b *backend.Batch, out []int32, logits 
 		return fmt.Errorf("llama: %d tokens in one step exceed the context's %d", n, c.cfg.MaxTokens)
 	case len(b.Pos) != n || len(b.Slot) != n:
 		return fmt.Errorf("llama: batch describes %d positions and %d slots for %d tokens", len(b.Pos), len(b.Slot), n)
-	case len(out) > c.cfg.MaxSeqs:
-		return fmt.Errorf("llama: %d logit rows exceed the context's %d", len(out), c.cfg.MaxSeqs)
+	case nout > c.cfg.MaxSeqs:
+		return fmt.Errorf("llama: %d output rows exceed the context's %d", nout, c.cfg.MaxSeqs)
 	case len(logits) != len(out)*m.Vocab:
 		return fmt.Errorf("llama: logits buffer holds %d values, want %d", len(logits), len(out)*m.Vocab)
+	case len(ids) != len(pick):
+		return fmt.Errorf("llama: %d ids for %d picked rows", len(ids), len(pick))
 	}
 	for _, t := range tokens {
 		if t < 0 || int(t) >= m.Vocab {
 			return fmt.Errorf("llama: token id %d is outside the vocabulary of %d", t, m.Vocab)
 		}
 	}
-	for _, i := range out {
-		if i < 0 || int(i) >= n {
-			return fmt.Errorf("llama: output row %d is outside the batch of %d", i, n)
+	for _, rows := range [][]int32{out, pick} {
+		for _, i := range rows {
+			if i < 0 || int(i) >= n {
+				return fmt.Errorf("llama: output row %d is outside the batch of %d", i, n)
+			}
 		}
 	}
 	vs, err := c.tokViews(n)
@@ -215,14 +234,18 @@ func (c *Context) Forward(tokens []int32, b *backend.Batch, out []int32, logits 
 			return fmt.Errorf("llama: layer %d: %w", li, err)
 		}
 	}
-	if len(out) == 0 {
+	if nout == 0 {
 		return nil
 	}
-	ov, err := c.outViews(len(out))
+	ov, err := c.outViews(nout)
 	if err != nil {
 		return err
 	}
-	if err := be.GetRows(ov.h, vs.x, out); err != nil {
+	rows := out
+	if len(pick) > 0 {
+		rows = append(append(c.rows[:0], out...), pick...)
+	}
+	if err := be.GetRows(ov.h, vs.x, rows); err != nil {
 		return err
 	}
 	if err := be.RMSNorm(ov.h, ov.h, m.outNorm, m.NormEps); err != nil {
@@ -231,7 +254,25 @@ func (c *Context) Forward(tokens []int32, b *backend.Batch, out []int32, logits 
 	if err := be.MatMul(ov.logits, ov.h, m.output); err != nil {
 		return err
 	}
-	return be.Read(ov.logits, 0, logits)
+	if len(out) > 0 {
+		if err := be.Read(ov.logits, 0, logits); err != nil {
+			return err
+		}
+	}
+	if len(pick) == 0 {
+		return nil
+	}
+	if am, ok := be.(backend.Argmaxer); ok {
+		return am.Argmax(ov.logits, len(out), ids)
+	}
+	if c.picked == nil {
+		c.picked = make([]float32, c.cfg.MaxSeqs*m.Vocab)
+	}
+	lg := c.picked[:len(pick)*m.Vocab]
+	if err := be.Read(ov.logits, len(out), lg); err != nil {
+		return err
+	}
+	return backend.ArgmaxRows(lg, m.Vocab, ids)
 }
 
 // layer runs one transformer block on the residual stream vs.x in place:
