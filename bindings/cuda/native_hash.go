@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "75ab927a1c6391d5295413c9b8a890e8b9a15bd4a398d26cf3d662e4a0469716"
+const nativeSources = "5c53ac79c6851f226e69f5cf96a5c0ab534131e7876a6bf0256cc9ac2126a510"

@@ -1,5 +1,6 @@
 // context.cu: devices, contexts, device memory, scratch and error reporting.
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <new>
@@ -87,25 +88,89 @@ static int plc_grow(plc_ctx *ctx, void **buf, size_t *cap, size_t n, const char 
     return PLC_OK;
 }
 
+void plc_idle(plc_ctx *ctx) {
+    ctx->meta_used = 0;
+    ctx->meta_tables.clear();
+}
+
+// plc_meta_free releases the meta arena and its host mirror (the stream must be idle).
+static void plc_meta_free(plc_ctx *ctx) {
+    if (ctx->meta) cudaFree(ctx->meta);
+    if (ctx->meta_host) {
+        if (ctx->meta_pinned) cudaFreeHost(ctx->meta_host);
+        else free(ctx->meta_host);
+    }
+    ctx->meta = NULL;
+    ctx->meta_host = NULL;
+    ctx->meta_cap = 0;
+    plc_idle(ctx);
+}
+
+// plc_meta_room makes room for n more bytes in the meta arena: when they do not fit, it waits for
+// the queued work (which may still read the tables), starts the arena over, and grows it if n
+// alone does not fit.
+static int plc_meta_room(plc_ctx *ctx, size_t n) {
+    if (ctx->meta != NULL && ctx->meta_used + n <= ctx->meta_cap) return PLC_OK;
+    cudaError_t e = cudaStreamSynchronize(ctx->stream);
+    if (e != cudaSuccess) return plc_fail_cuda(ctx, "waiting for queued work before reusing table memory", e);
+    plc_idle(ctx);
+    if (ctx->meta != NULL && n <= ctx->meta_cap) return PLC_OK;
+    size_t want = ctx->meta_cap ? ctx->meta_cap : (size_t)1 << 20;
+    while (want < n) {
+        if (want > ((size_t)1 << 40)) return plc_fail_arg(ctx, "table too large");
+        want *= 2;
+    }
+    plc_meta_free(ctx);
+    e = cudaMalloc(&ctx->meta, want);
+    if (e != cudaSuccess) {
+        ctx->meta = NULL;
+        return plc_fail_cuda(ctx, "allocating table memory", e);
+    }
+    ctx->meta_pinned = cudaMallocHost((void **)&ctx->meta_host, want) == cudaSuccess;
+    if (!ctx->meta_pinned) {
+        cudaGetLastError();  // not sticky: fall back to pageable memory
+        ctx->meta_host = (unsigned char *)malloc(want);
+        if (ctx->meta_host == NULL) {
+            cudaFree(ctx->meta);
+            ctx->meta = NULL;
+            return PLC_ERR_NOMEM;
+        }
+    }
+    ctx->meta_cap = want;
+    return PLC_OK;
+}
+
 int plc_meta(plc_ctx *ctx, int count, const void *const *host, const size_t *sizes, void **dev) {
     size_t total = 0;
     for (int i = 0; i < count; i++) {
         if (sizes[i] > ((size_t)1 << 40)) return plc_fail_arg(ctx, "table too large");
         total += plc_round_up(sizes[i], 256);
     }
-    int st = plc_grow(ctx, &ctx->meta, &ctx->meta_cap, total ? total : 256, "allocating table scratch");
+    // Room for all of them, as if none were there yet, so that the arena does not start over
+    // between two arrays of one call.
+    int st = plc_meta_room(ctx, total);
     if (st != PLC_OK) return st;
-    size_t off = 0;
     for (int i = 0; i < count; i++) {
-        if (sizes[i] == 0) {
-            dev[i] = NULL;
-            continue;
+        dev[i] = NULL;
+        if (sizes[i] == 0) continue;
+        for (const plc_meta_entry &t : ctx->meta_tables) {
+            if (t.size == sizes[i] && memcmp(ctx->meta_host + t.off, host[i], sizes[i]) == 0) {
+                dev[i] = (char *)ctx->meta + t.off;
+                break;
+            }
         }
-        dev[i] = (char *)ctx->meta + off;
-        // From pageable memory: returns once host[i] has been staged, so the caller may reuse it.
-        cudaError_t e = cudaMemcpyAsync(dev[i], host[i], sizes[i], cudaMemcpyHostToDevice, ctx->stream);
+        if (dev[i] != NULL) continue;
+        const size_t off = ctx->meta_used;
+        memcpy(ctx->meta_host + off, host[i], sizes[i]);
+        cudaError_t e = cudaMemcpyAsync((char *)ctx->meta + off, ctx->meta_host + off, sizes[i], cudaMemcpyHostToDevice, ctx->stream);
         if (e != cudaSuccess) return plc_fail_cuda(ctx, "copying a table to the device", e);
-        off += plc_round_up(sizes[i], 256);
+        try {
+            ctx->meta_tables.push_back(plc_meta_entry{off, sizes[i]});
+        } catch (...) {
+            return PLC_ERR_NOMEM;
+        }
+        ctx->meta_used += plc_round_up(sizes[i], 256);
+        dev[i] = (char *)ctx->meta + off;
     }
     return PLC_OK;
 }
@@ -263,7 +328,7 @@ extern "C" void plc_ctx_free(plc_ctx *ctx) {
     if (ctx == NULL) return;
     cudaSetDevice(ctx->device);
     cudaStreamSynchronize(ctx->stream);
-    if (ctx->meta) cudaFree(ctx->meta);
+    plc_meta_free(ctx);
     if (ctx->work) cudaFree(ctx->work);
     plc_blas(NULL)->destroy(ctx->blas);
     cudaStreamDestroy(ctx->stream);
@@ -282,6 +347,7 @@ extern "C" int plc_sync(plc_ctx *ctx) {
     PLC_ENTER(ctx);
     cudaError_t e = cudaStreamSynchronize(ctx->stream);
     if (e != cudaSuccess) return plc_fail_cuda(ctx, "waiting for queued work", e);
+    plc_idle(ctx);
     return PLC_OK;
 }
 
@@ -320,6 +386,7 @@ extern "C" int plc_free(plc_ctx *ctx, void *p) {
     cudaError_t e2 = cudaFree(p);
     if (e != cudaSuccess) return plc_fail_cuda(ctx, "waiting before cudaFree", e);
     if (e2 != cudaSuccess) return plc_fail_cuda(ctx, "cudaFree", e2);
+    plc_idle(ctx);
     return PLC_OK;
 }
 
@@ -341,6 +408,7 @@ extern "C" int plc_download(plc_ctx *ctx, void *dst, const void *src, size_t n) 
     }
     cudaError_t e = cudaStreamSynchronize(ctx->stream);
     if (e != cudaSuccess) return plc_fail_cuda(ctx, "waiting for queued work", e);
+    plc_idle(ctx);
     return PLC_OK;
 }
 

@@ -13,17 +13,29 @@
 
 #include "parley_cuda.h"
 
+// A table in the meta arena: its bytes are meta_host[off, off+size), its copy meta+off.
+struct plc_meta_entry {
+    size_t off, size;
+};
+
 struct plc_ctx {
     int device;
     int sm_count;
     cudaStream_t stream;
     cublasHandle_t blas;
     int tf32;
-    // Device scratch, reused by every operation (stream order makes reuse safe): meta holds
-    // small per-call tables copied from the host (ids, positions, slots, block tables), work
-    // holds intermediate arrays (F16 copies, partial attention results).
+    // Small per-call tables copied from the host (ids, positions, slots, block tables, attention
+    // tiles) go to the meta arena and stay there until the stream is next idle: a table equal
+    // to one already uploaded since then (every layer of a step passes the same positions,
+    // slots and block table) is not copied again. meta_host mirrors the arena in pinned host
+    // memory (pageable if pinning failed), so that a copy never makes the host wait.
     void *meta;
-    size_t meta_cap;
+    unsigned char *meta_host;
+    int meta_pinned;
+    size_t meta_cap, meta_used;
+    std::vector<plc_meta_entry> meta_tables;
+    // Device scratch reused by every operation (stream order makes reuse safe): intermediate
+    // arrays (F16 copies, partial attention results).
     void *work;
     size_t work_cap;
     // Host staging for tables the library builds (attention tiles), kept between calls.
@@ -48,9 +60,13 @@ int plc_fail_arg(plc_ctx *ctx, const char *what);
 // plc_launched checks that the kernel just launched was accepted.
 int plc_launched(plc_ctx *ctx, const char *what);
 
-// plc_meta copies count host arrays (sizes in bytes) into the meta scratch, each 256-byte
-// aligned, and returns their device addresses. Arrays of size 0 get a null address.
+// plc_meta gives the device addresses of count host arrays (sizes in bytes), each 256-byte
+// aligned, copying those not already in the meta arena. Arrays of size 0 get a null address. The
+// device copies must not be written; they stay valid until the stream is next idle (plc_idle).
 int plc_meta(plc_ctx *ctx, int count, const void *const *host, const size_t *sizes, void **dev);
+// plc_idle tells the context that its stream has no queued work left (after a wait): the meta
+// arena starts over.
+void plc_idle(plc_ctx *ctx);
 // plc_work returns at least n bytes of device scratch, valid until the next plc_work call. One
 // operation asks once and divides the space itself.
 int plc_work(plc_ctx *ctx, size_t n, void **out);

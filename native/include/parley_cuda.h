@@ -16,7 +16,10 @@
  * queued on the stream and return before they finish; they take effect in the order issued.
  * plc_download and plc_sync wait; so do the sampling entry points, which return ids on the host.
  * A context must not be used by two threads at once. Each entry point makes the context's device
- * current on the calling thread first.
+ * current on the calling thread first. The small host tables an operation takes (ids, positions,
+ * slots, block tables) are copied to the device through pinned memory during the call, without
+ * waiting; a table equal to one copied since the stream was last idle (after a wait) is not
+ * copied again, so the layers of a step share one copy of its positions, slots and block table.
  *
  * Errors: a failing CUDA or cuBLAS call gives PLC_ERR_CUDA and the context keeps a message
  * (plc_ctx_error). A kernel fault surfaces at the next call that waits, and leaves the context
