@@ -41,7 +41,8 @@ func (f *pickFake) ForwardPick(tokens []int32, b *backend.Batch, out []int32, lo
 }
 
 // TestPickGreedy: with a model that is a Picker, the tokens of plain greedy sequences come from
-// ForwardPick's argmax and every other sequence (sampling, penalties, logit bias, log-probabilities)
+// ForwardPick's argmax and every other sequence (sampling, repetition, presence and frequency
+// penalties, logit bias, log-probabilities)
 // still gets its logits, in the same steps; every sequence produces what it produces alone.
 func TestPickGreedy(t *testing.T) {
 	m := &pickFake{fakeModel: newFake(t, 64, 4, 64, 8)}
@@ -51,6 +52,10 @@ func TestPickGreedy(t *testing.T) {
 	penalised.RepeatPenalty, penalised.RepeatLastN = 1.3, 8
 	biased := greedy()
 	biased.LogitBias = map[int32]float32{5: 2}
+	present := greedy()
+	present.PresencePenalty = 1.5
+	frequent := greedy()
+	frequent.FrequencyPenalty = 0.7
 	sampled := decode.DefaultParams()
 	sampled.Seed = 9
 	reqs := []struct {
@@ -62,6 +67,8 @@ func TestPickGreedy(t *testing.T) {
 		{greedy(), true, false},
 		{penalised, false, false},
 		{biased, false, false},
+		{present, false, false},
+		{frequent, false, false},
 		{sampled, false, false},
 		{greedy(), false, true},
 	}

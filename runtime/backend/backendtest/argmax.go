@@ -26,7 +26,8 @@ func argmaxRef(row []float32) int32 {
 
 // testArgmax checks a backend's Argmax (where it is a backend.Argmaxer) against argmaxRef on
 // random rows of several widths, with rows planted with a tie, a NaN, a +Inf, only -Inf, and
-// zeros of both signs as the largest value, read from an offset row; and its argument checks.
+// zeros of both signs (either first) as the largest value, read from an offset row; and its
+// argument checks.
 func testArgmax(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)) {
 	am, ok := b.(backend.Argmaxer)
 	if !ok {
@@ -47,7 +48,12 @@ func testArgmax(t *testing.T, b backend.Backend, _ func() (backend.Backend, erro
 			for j := range z {
 				z[j] = -1 - float32(j%5)
 			}
-			z[vocab/4], z[vocab/5] = float32(math.Copysign(0, -1)), 0 // -0 == +0: the first
+			z[vocab/5], z[vocab/4] = float32(math.Copysign(0, -1)), 0 // -0 == +0: the first
+			z = row(6)
+			for j := range z {
+				z[j] = -1 - float32(j%5)
+			}
+			z[vocab/5], z[vocab/4] = 0, float32(math.Copysign(0, -1)) // and the other way round
 		}
 		for j := range row(4) {
 			row(4)[j] = -inf

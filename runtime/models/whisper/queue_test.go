@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -150,6 +151,8 @@ func TestEncoderStagesBetweenSteps(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	var bCross *Cross // b's window, until b leaves
+	var bHeld []float32
 	stages := e.enc.Stages()
 	if stages != len(m.enc)+2 {
 		t.Fatalf("%d encoder stages for %d blocks", stages, len(m.enc))
@@ -162,6 +165,11 @@ func TestEncoderStagesBetweenSteps(t *testing.T) {
 		}
 		if s == 2 {
 			cancelB() // reaped at the next step, its window half encoded
+			bCross = b.cross
+			var err error
+			if bHeld, err = CrossValues(m, bCross); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if s < stages && c.ph != phEncode {
 			t.Fatalf("the window was encoded after %d of %d stages", s, stages)
@@ -189,6 +197,16 @@ func TestEncoderStagesBetweenSteps(t *testing.T) {
 	}
 	if len(e.encJobs) != 0 || b.encPicked || c.encPicked {
 		t.Errorf("encoder call not ended: %d jobs", len(e.encJobs))
+	}
+	// b left during the call: its window was not stored in the cross-attention memory it gave
+	// back, and b was not set up to decode.
+	if after, err := CrossValues(m, bCross); err != nil {
+		t.Fatal(err)
+	} else if !slices.Equal(after, bHeld) {
+		t.Error("the encoder call stored a window in the memory of a transcription that had left")
+	}
+	if b.ph == phPrompt || b.ph == phDetect || b.ph == phDecode {
+		t.Errorf("the transcription that left is in phase %d after its encoder call", b.ph)
 	}
 	<-b.done
 	if !errors.Is(b.err, context.Canceled) {
