@@ -21,6 +21,17 @@ func manualEngine(t *testing.T, m *Model, cfg EngineConfig) *Engine {
 	return e
 }
 
+// queueEngine is a hand-stepped engine over tiny.en (closed when t ends), a shared recording and
+// greedy English parameters without timestamps: the set-up of the queue tests.
+func queueEngine(t *testing.T, cfg EngineConfig) (*Engine, []float32, Params) {
+	t.Helper()
+	e := manualEngine(t, testModel(t, "tiny.en"), cfg)
+	t.Cleanup(func() { e.Close() })
+	p := DefaultParams()
+	p.Language, p.NoTimestamps, p.TemperatureInc = "en", true, 0
+	return e, testWAV(t, "psx-cards-001"), p
+}
+
 // preparedJob is a transcription of samples with p under ctx, its features computed, not queued.
 func preparedJob(t *testing.T, e *Engine, ctx context.Context, p Params, samples []float32) *job {
 	t.Helper()
@@ -35,12 +46,7 @@ func preparedJob(t *testing.T, e *Engine, ctx context.Context, p Params, samples
 // is refused at once with ErrQueueFull (not queued behind them), and the engine's statistics
 // show the decoder cache in use while a transcription decodes.
 func TestQueueBound(t *testing.T) {
-	m := testModel(t, "tiny.en")
-	e := manualEngine(t, m, EngineConfig{MaxActive: 1, MaxQueue: 1})
-	defer e.Close()
-	samples := testWAV(t, "psx-cards-001")
-	p := DefaultParams()
-	p.Language, p.NoTimestamps, p.TemperatureInc = "en", true, 0
+	e, samples, p := queueEngine(t, EngineConfig{MaxActive: 1, MaxQueue: 1})
 	if err := e.enqueue(preparedJob(t, e, context.Background(), p, samples)); err != nil {
 		t.Fatal(err)
 	}
@@ -68,12 +74,8 @@ func TestQueueBound(t *testing.T) {
 // counts against the queue, even before the loop's next step: with one running and none
 // waiting allowed, the caller can submit its next transcription at once.
 func TestQueueFreedAtFinish(t *testing.T) {
-	m := testModel(t, "tiny.en")
-	e := manualEngine(t, m, EngineConfig{MaxActive: 1})
-	defer e.Close()
-	samples := testWAV(t, "psx-cards-001")
-	p := DefaultParams()
-	p.Language, p.NoTimestamps, p.TemperatureInc, p.MaxTokens = "en", true, 0, 2
+	e, samples, p := queueEngine(t, EngineConfig{MaxActive: 1})
+	p.MaxTokens = 2
 	first := preparedJob(t, e, context.Background(), p, samples)
 	if err := e.enqueue(first); err != nil {
 		t.Fatal(err)
@@ -94,12 +96,7 @@ func TestQueueFreedAtFinish(t *testing.T) {
 // TestEncoderOrder: windows are encoded in the order their transcriptions began to wait, also
 // when a transcription ahead of them leaves (round robin by position skipped one then).
 func TestEncoderOrder(t *testing.T) {
-	m := testModel(t, "tiny.en")
-	e := manualEngine(t, m, EngineConfig{MaxActive: 3})
-	defer e.Close()
-	samples := testWAV(t, "psx-cards-001")
-	p := DefaultParams()
-	p.Language, p.NoTimestamps, p.TemperatureInc = "en", true, 0
+	e, samples, p := queueEngine(t, EngineConfig{MaxActive: 3})
 	jobs := make([]*job, 3)
 	cancels := make([]context.CancelFunc, 3)
 	for i := range jobs {
@@ -126,12 +123,8 @@ func TestEncoderOrder(t *testing.T) {
 // stage a step (the decoder stepping between stages), and a transcription that ends while its
 // window is in the encoder neither receives it nor holds up the others in the same call.
 func TestEncoderStagesBetweenSteps(t *testing.T) {
-	m := testModel(t, "tiny.en")
-	e := manualEngine(t, m, EngineConfig{MaxActive: 3, EncodeBatch: 2})
-	defer e.Close()
-	samples := testWAV(t, "psx-cards-001")
-	p := DefaultParams()
-	p.Language, p.NoTimestamps, p.TemperatureInc = "en", true, 0
+	e, samples, p := queueEngine(t, EngineConfig{MaxActive: 3, EncodeBatch: 2})
+	m := e.m
 	a := preparedJob(t, e, context.Background(), p, samples)
 	if err := e.enqueue(a); err != nil {
 		t.Fatal(err)
