@@ -1,6 +1,7 @@
 // blas.cu: opening cuBLAS at run time (see blas.cuh).
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <mutex>
 
@@ -12,14 +13,31 @@ static char plc_blas_why[512];
 static std::once_flag plc_blas_once;
 
 static void plc_blas_open() {
-    char name[64];
-    // The runtime's major version names the library (libcublas.so.11 for CUDA 11.x).
+    char name[64], first[256] = "";
+    // The runtime's major version names the library (libcublas.so.11 for CUDA 11.x): first where
+    // the loader looks, then in the toolkit's own directories, which a CUDA installation does not
+    // always add to the loader's path.
     snprintf(name, sizeof name, "libcublas.so.%d", CUBLAS_VER_MAJOR);
     void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (h == NULL) {
         const char *e = dlerror();
-        snprintf(plc_blas_why, sizeof plc_blas_why, "cannot open %s (install CUDA %d's cuBLAS): %s", name, CUBLAS_VER_MAJOR,
-                 e ? e : "unknown error");
+        snprintf(first, sizeof first, "%s", e ? e : "unknown error");
+        const char *homes[] = {getenv("CUDA_HOME"), getenv("CUDA_PATH"), "/usr/local/cuda"};
+        char path[1024];
+        for (const char *home : homes) {
+            if (home == NULL || home[0] == '\0') continue;
+            snprintf(path, sizeof path, "%s/lib64/%s", home, name);
+            if ((h = dlopen(path, RTLD_NOW | RTLD_LOCAL)) != NULL) break;
+        }
+        if (h == NULL) {
+            snprintf(path, sizeof path, "/usr/local/cuda-%d/lib64/%s", CUBLAS_VER_MAJOR, name);
+            h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        }
+    }
+    if (h == NULL) {
+        snprintf(plc_blas_why, sizeof plc_blas_why,
+                 "cannot open %s (install CUDA %d's cuBLAS, or add its directory to LD_LIBRARY_PATH): %s", name,
+                 CUBLAS_VER_MAJOR, first);
         return;
     }
     struct {
