@@ -253,9 +253,11 @@ func TestOnStep(t *testing.T) {
 		tokens = append(tokens, n)
 		seqs = append(seqs, s)
 	}})
-	h.run()
+	// Both queued before the loop starts, so that they share steps however the test goroutine
+	// is scheduled.
 	a := h.submit(t, &Request{Prompt: prompt(1, 9), MaxTokens: 5, Sampling: greedy()})
 	b := h.submit(t, &Request{Prompt: prompt(2, 4), MaxTokens: 7, Sampling: greedy(), N: 2})
+	h.run()
 	drain(t, a, 1)
 	drain(t, b, 2)
 	mu.Lock()
