@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "1a8b6cfbe33920d69f5cc28046afde08b6837f7c2d6c833ff3b10fcbe4d468d8"
+const nativeSources = "f42d8b7710b89ca957e9be7efe07fd8dfe4d33064683fa727811fc678bb993ad"

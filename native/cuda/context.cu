@@ -133,6 +133,7 @@ static int plc_meta_room(plc_ctx *ctx, size_t n) {
         if (ctx->meta_host == NULL) {
             cudaFree(ctx->meta);
             ctx->meta = NULL;
+            snprintf(ctx->err, sizeof ctx->err, "allocating %zu bytes of host memory for tables", want);
             return PLC_ERR_NOMEM;
         }
     }
@@ -140,36 +141,45 @@ static int plc_meta_room(plc_ctx *ctx, size_t n) {
     return PLC_OK;
 }
 
+// plc_meta_find returns the device copy of the n bytes at h if the arena holds them, else NULL.
+static void *plc_meta_find(plc_ctx *ctx, const void *h, size_t n) {
+    for (const plc_meta_entry &t : ctx->meta_tables)
+        if (t.size == n && memcmp(ctx->meta_host + t.off, h, n) == 0) return (char *)ctx->meta + t.off;
+    return NULL;
+}
+
 int plc_meta(plc_ctx *ctx, int count, const void *const *host, const size_t *sizes, void **dev) {
-    size_t total = 0;
+    if (count < 0 || count > 16) return plc_fail_arg(ctx, "too many tables");
+    size_t need = 0;  // bytes of the tables not in the arena yet
     for (int i = 0; i < count; i++) {
         if (sizes[i] > ((size_t)1 << 40)) return plc_fail_arg(ctx, "table too large");
-        total += plc_round_up(sizes[i], 256);
+        dev[i] = sizes[i] != 0 && ctx->meta != NULL ? plc_meta_find(ctx, host[i], sizes[i]) : NULL;
+        if (sizes[i] != 0 && dev[i] == NULL) need += plc_round_up(sizes[i], 256);
     }
-    // Room for all of them, as if none were there yet, so that the arena does not start over
-    // between two arrays of one call.
-    int st = plc_meta_room(ctx, total);
-    if (st != PLC_OK) return st;
+    if (ctx->meta == NULL || ctx->meta_used + need > ctx->meta_cap) {
+        // The arena starts over (after the queued work) with room for all of them.
+        size_t total = 0;
+        for (int i = 0; i < count; i++) total += plc_round_up(sizes[i], 256);
+        int st = plc_meta_room(ctx, total);
+        if (st != PLC_OK) return st;
+        for (int i = 0; i < count; i++) dev[i] = NULL;
+    }
     for (int i = 0; i < count; i++) {
-        dev[i] = NULL;
-        if (sizes[i] == 0) continue;
-        for (const plc_meta_entry &t : ctx->meta_tables) {
-            if (t.size == sizes[i] && memcmp(ctx->meta_host + t.off, host[i], sizes[i]) == 0) {
-                dev[i] = (char *)ctx->meta + t.off;
-                break;
-            }
-        }
-        if (dev[i] != NULL) continue;
+        if (sizes[i] == 0 || dev[i] != NULL) continue;
+        if ((dev[i] = plc_meta_find(ctx, host[i], sizes[i])) != NULL) continue;  // an earlier one of this call
+        // The bytes are recorded as in use before their copy is queued: nothing rewrites them
+        // until the stream is next idle.
         const size_t off = ctx->meta_used;
-        memcpy(ctx->meta_host + off, host[i], sizes[i]);
-        cudaError_t e = cudaMemcpyAsync((char *)ctx->meta + off, ctx->meta_host + off, sizes[i], cudaMemcpyHostToDevice, ctx->stream);
-        if (e != cudaSuccess) return plc_fail_cuda(ctx, "copying a table to the device", e);
         try {
             ctx->meta_tables.push_back(plc_meta_entry{off, sizes[i]});
         } catch (...) {
+            snprintf(ctx->err, sizeof ctx->err, "recording a table: out of host memory");
             return PLC_ERR_NOMEM;
         }
         ctx->meta_used += plc_round_up(sizes[i], 256);
+        memcpy(ctx->meta_host + off, host[i], sizes[i]);
+        cudaError_t e = cudaMemcpyAsync((char *)ctx->meta + off, ctx->meta_host + off, sizes[i], cudaMemcpyHostToDevice, ctx->stream);
+        if (e != cudaSuccess) return plc_fail_cuda(ctx, "copying a table to the device", e);
         dev[i] = (char *)ctx->meta + off;
     }
     return PLC_OK;

@@ -18,8 +18,9 @@
  * A context must not be used by two threads at once. Each entry point makes the context's device
  * current on the calling thread first. The small host tables an operation takes (ids, positions,
  * slots, block tables) are copied to the device through pinned memory during the call, without
- * waiting; a table equal to one copied since the stream was last idle (after a wait) is not
- * copied again, so the layers of a step share one copy of its positions, slots and block table.
+ * waiting unless the memory kept for them is full; a table equal to one copied since the stream
+ * was last idle (after a wait) is not copied again, so the layers of a step share one copy of
+ * its positions, slots and block table.
  *
  * Errors: a failing CUDA or cuBLAS call gives PLC_ERR_CUDA and the context keeps a message
  * (plc_ctx_error). A kernel fault surfaces at the next call that waits, and leaves the context
