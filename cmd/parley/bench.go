@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/parleyhq/parley/internal/vec"
+	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/engine"
 	"github.com/parleyhq/parley/runtime/kvcache"
 	"github.com/parleyhq/parley/runtime/models/llama"
@@ -128,7 +128,7 @@ func runBench(e *env, args []string) error {
 			return err
 		}
 		if next[0] < 0 {
-			return errBadLogits
+			return fmt.Errorf("bench: %w", backend.ErrNoArgmax)
 		}
 		return seq.Advance(len(t))
 	}
@@ -268,7 +268,7 @@ func benchParallel(c *llama.Context, vocab, n, tg int, rng *rand.Rand) (float64,
 		}
 		for i, s := range seqs {
 			if toks[i] = next[i]; toks[i] < 0 {
-				return errBadLogits
+				return fmt.Errorf("bench: %w", backend.ErrNoArgmax)
 			}
 			if err := s.Advance(1); err != nil {
 				return err
@@ -292,9 +292,6 @@ func argmax32(x []float32) int32 {
 	m, _ := vec.Max(x) // the server's sampler finds a greedy token the same way
 	return int32(max(vec.Index(x, m), 0))
 }
-
-// errBadLogits: a benchmark's greedy step met logits with a NaN or +Inf, or none above -Inf.
-var errBadLogits = errors.New("bench: the model's logits hold a NaN or +Inf, or no value above -Inf")
 
 func median(x []float64) float64 {
 	if len(x) == 0 {

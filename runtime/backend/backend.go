@@ -232,6 +232,10 @@ type Argmaxer interface {
 	Argmax(logits Tensor, row0 int, ids []int32) error
 }
 
+// ErrNoArgmax is what a caller reports for a row whose argmax is -1: logits with a NaN or +Inf,
+// or none above -Inf.
+var ErrNoArgmax = errors.New("the logits hold a NaN or +Inf, or no value above -Inf")
+
 // ArgmaxRows is Argmaxer's rule over len(ids) rows of cols values in x, on the host: ids[i] is
 // the lowest index of the largest value of x[i*cols:(i+1)*cols], or -1 where that row holds a
 // NaN or +Inf or no value above -Inf.

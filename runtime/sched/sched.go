@@ -701,9 +701,6 @@ func (s *Scheduler) forkChildren(r *request) {
 	}
 }
 
-// errPicked ends a sequence whose argmax the model could not find.
-var errPicked = errors.New("sched: the logits hold a NaN or +Inf, or no value above -Inf")
-
 // sample draws q's next token from its logits ([vocab]) and emits its event.
 func (s *Scheduler) sample(q *seqState, lg []float32) {
 	id, err := q.sampler.Sample(lg)
@@ -714,7 +711,7 @@ func (s *Scheduler) sample(q *seqState, lg []float32) {
 func (s *Scheduler) picked(q *seqState, id int32) {
 	var err error
 	if id < 0 {
-		err = errPicked
+		err = fmt.Errorf("sched: %w", backend.ErrNoArgmax)
 	}
 	s.emit(q, id, err, nil)
 }
