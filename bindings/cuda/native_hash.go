@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "f42d8b7710b89ca957e9be7efe07fd8dfe4d33064683fa727811fc678bb993ad"
+const nativeSources = "cf2260b0839abba09cebc014ef6d139db027c6029cd100b10facb644a8381807"

@@ -1,9 +1,11 @@
 // gemm.cu: plc_matmul. Float weights go to cuBLAS (cublasGemmEx). Quantised weights go through
 // a dequantising matrix-vector kernel for decode-sized batches, and for larger batches are
-// expanded to F16 in tiles of rows that cuBLAS multiplies with F16-rounded activations.
+// expanded to F16 in tiles of rows that cuBLAS multiplies with F16-rounded activations (a row
+// beyond F16's range divided by a power of two first, and its products multiplied back).
 //
 // Row-major x [n, k], w [m, k], dst [n, m] are, in cuBLAS's column-major terms, X (k x n),
 // W (k x m) and D (m x n): D = W^T X, so every call is GemmEx(OP_T, OP_N, m, n, k).
+#include <float.h>
 #include <limits.h>
 
 #include "blas.cuh"
@@ -31,6 +33,44 @@ __global__ void plc_f32_to_f16(__half *y, const float *x, int64_t len) {
 __global__ void plc_f32_to_bf16(__nv_bfloat16 *y, const float *x, int64_t len) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < len; i += (int64_t)gridDim.x * blockDim.x)
         y[i] = __float2bfloat16_rn(x[i]);
+}
+
+// Activation rows rounded to F16 for the F16 products of quantised weights, each row first
+// divided by a power of two s[row] chosen so that it fits F16's range: s = 1 (the row exactly as
+// rounded) unless the row's largest finite magnitude exceeds 65504, the largest F16 value; then
+// s = 2^(e-15) for the e with max < 2^e, so that every element is below 2^15 after the division.
+// A CPU backend converts these rows to 8-bit blocks with a scale per block, which never
+// overflows; without the division such a row would become infinities. Dividing by a power of two
+// is exact except where an element falls into F16's subnormal range, 2^-40 of the row's largest.
+// One block per row. y [n, k], s [n].
+__global__ void plc_rows_to_f16(__half *y, float *s, const float *x, int64_t k) {
+    __shared__ float red[32];
+    const int64_t row = blockIdx.x;
+    const float *xr = x + row * k;
+    float mx = 0.f;
+    for (int64_t i = threadIdx.x; i < k; i += blockDim.x) {
+        const float a = fabsf(xr[i]);
+        if (a <= FLT_MAX) mx = fmaxf(mx, a);  // NaN and Inf stay as they are: they are not scaled
+    }
+    mx = plc_block_max(mx, red);
+    float inv = 1.f;
+    if (mx > 65504.f) {
+        int e;
+        frexpf(mx, &e);  // mx = f * 2^e, 0.5 <= f < 1
+        inv = ldexpf(1.f, 15 - e);
+    }
+    if (threadIdx.x == 0) s[row] = 1.f / inv;
+    __half *yr = y + row * k;
+    for (int64_t i = threadIdx.x; i < k; i += blockDim.x) yr[i] = __float2half_rn(xr[i] * inv);
+}
+
+// dst[row, :] *= s[row] for the rows that plc_rows_to_f16 divided. One block per row.
+__global__ void plc_rows_rescale(float *dst, const float *s, int64_t m) {
+    const int64_t row = blockIdx.x;
+    const float f = s[row];
+    if (f == 1.f) return;
+    float *d = dst + row * m;
+    for (int64_t i = threadIdx.x; i < m; i += blockDim.x) d[i] *= f;
 }
 
 // Matrix-vector kernel for quantised weights: one warp per weight row; lane l expands chunks
@@ -120,10 +160,12 @@ static int plc_matmul_q(plc_ctx *ctx, float *dst, const float *x, int64_t n, int
     if (tile > m) tile = m;
     void *work;
     const size_t xbytes = plc_round_up((size_t)(n * k) * sizeof(__half), 256);
-    int st = plc_work(ctx, xbytes + (size_t)(tile * k) * sizeof(__half), &work);
+    const size_t sbytes = plc_round_up((size_t)n * sizeof(float), 256);
+    int st = plc_work(ctx, xbytes + sbytes + (size_t)(tile * k) * sizeof(__half), &work);
     if (st != PLC_OK) return st;
-    __half *xh = (__half *)work, *wh = (__half *)((char *)work + xbytes);
-    plc_f32_to_f16<<<plc_grid1d(ctx, n * k, 256), 256, 0, ctx->stream>>>(xh, x, n * k);
+    __half *xh = (__half *)work, *wh = (__half *)((char *)work + xbytes + sbytes);
+    float *xs = (float *)((char *)work + xbytes);
+    plc_rows_to_f16<<<(unsigned)n, 256, 0, ctx->stream>>>(xh, xs, x, k);
     if ((st = plc_launched(ctx, "matmul: rounding activations to F16")) != PLC_OK) return st;
     const float one = 1.f, zero = 0.f;
     for (int64_t r0 = 0; r0 < m; r0 += tile) {
@@ -136,7 +178,8 @@ static int plc_matmul_q(plc_ctx *ctx, float *dst, const float *x, int64_t n, int
                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         if (s != CUBLAS_STATUS_SUCCESS) return plc_fail_blas(ctx, "matmul: cublasGemmEx (F16)", s);
     }
-    return PLC_OK;
+    plc_rows_rescale<<<(unsigned)n, 256, 0, ctx->stream>>>(dst, xs, m);
+    return plc_launched(ctx, "matmul: scaling rows back");
 }
 
 static int plc_matmul_float(plc_ctx *ctx, float *dst, const float *x, int64_t n, int64_t k, const void *w, int wt, int64_t m) {

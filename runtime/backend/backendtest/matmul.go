@@ -146,6 +146,40 @@ func testMatMul(t *testing.T, b backend.Backend, _ func() (backend.Backend, erro
 			}
 		})
 	}
+	// Activations beyond F16's range (65504): most quantised types convert them to 8-bit blocks
+	// with a scale each (an F16 scale: finite up to about 127·65504), so batches of them (where a
+	// GPU backend may take F16 products) must not overflow; neither may F32 or BF16 weights. F16
+	// weights round x to F16, as llama.cpp does, so there they would; so would Q4_1 and Q5_1,
+	// whose activation blocks also hold d·Σq in F16 (llama.cpp's Q8_1).
+	t.Run("large activations", func(t *testing.T) {
+		const n, m = 17, 19
+		for _, dt := range WeightDTypes {
+			if dt == tensor.F16 || dt == tensor.Q4_1 || dt == tensor.Q5_1 {
+				continue
+			}
+			k := colsFor(dt)[1]
+			r := rng(fmt.Sprintf("matmul large %v", dt))
+			data, wd := quantRows(t, dt, m, k, randVec(r, m*k, 0.5))
+			xv := randVec(r, n*k, 1)
+			for i, f := range map[int]float32{2: 3e5, 9: 7e4, 16: 4e5} {
+				for c := range xv[i*k : (i+1)*k] {
+					xv[i*k+c] *= f
+				}
+			}
+			for _, w := range weightForms(t, b, dt, m, k, data) {
+				x := allocView(t, b, n, k, xv)
+				dst, g := output(t, b, n, m)
+				name := fmt.Sprintf("MatMul %v%s n=%d m=%d k=%d, rows scaled by up to %g", dt, w.name, n, m, k, 4e5)
+				must(t, b.MatMul(dst, x, w.t), "%s", name)
+				want, tol := matmulRef(dt, n, m, k, xv, wd)
+				compare(t, name, m, read(t, b, dst), want, func(i int) float64 { return tol[i] })
+				g.check(t)
+				x.Close()
+				dst.Close()
+				w.t.Close()
+			}
+		}
+	})
 	// Rows of no elements: every product is an empty sum, 0.
 	t.Run("k=0", func(t *testing.T) {
 		for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.Q8_0} {
