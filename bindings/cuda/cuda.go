@@ -189,6 +189,57 @@ func (c *Context) Sync() error {
 	return c.status("sync", C.plc_sync(c.c))
 }
 
+// GraphBegin starts recording the context's operations as a CUDA graph: until GraphEnd or
+// GraphAbort they are recorded, not run, and calls that wait for the device (Sync, Download,
+// Close of a buffer, the sampling calls), Upload, and calls that need more scratch memory than
+// the context holds fail (see parley_cuda.h). Nothing else may use the context meanwhile.
+func (c *Context) GraphBegin() error {
+	if err := c.lock("graph begin"); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	return c.status("graph begin", C.plc_graph_begin(c.c))
+}
+
+// GraphEnd stops recording and runs what was recorded as one graph. On error nothing recorded
+// has run and the context is no longer recording.
+func (c *Context) GraphEnd() error {
+	if err := c.lock("graph end"); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	return c.status("graph end", C.plc_graph_end(c.c))
+}
+
+// GraphAbort stops recording and drops what was recorded; a no-op when not recording.
+func (c *Context) GraphAbort() {
+	if c.lock("graph abort") != nil {
+		return
+	}
+	defer c.mu.Unlock()
+	C.plc_graph_abort(c.c)
+}
+
+// GraphStats are a context's graph counters.
+type GraphStats struct {
+	Runs           int64 // recordings run as graphs
+	Updates        int64 // runs that updated the graph kept from the run before
+	Instantiations int64 // runs that instantiated a new graph
+}
+
+// GraphStats returns the context's graph counters.
+func (c *Context) GraphStats() (GraphStats, error) {
+	if err := c.lock("graph stats"); err != nil {
+		return GraphStats{}, err
+	}
+	defer c.mu.Unlock()
+	var r, u, i C.int64_t
+	if err := c.status("graph stats", C.plc_graph_stats(c.c, &r, &u, &i)); err != nil {
+		return GraphStats{}, err
+	}
+	return GraphStats{Runs: int64(r), Updates: int64(u), Instantiations: int64(i)}, nil
+}
+
 // MemInfo returns the device's free and total memory in bytes.
 func (c *Context) MemInfo() (free, total int64, err error) {
 	if err := c.lock("memory info"); err != nil {
@@ -233,17 +284,23 @@ func (b *Buffer) Len() int { return b.n }
 
 // Close frees the buffer after the work queued before it. Closing twice is a no-op.
 func (b *Buffer) Close() error {
-	if b == nil || b.done {
+	if b == nil {
 		return nil
 	}
-	b.done = true
 	c := b.ctx
 	if err := c.lock("free"); err != nil {
 		return err
 	}
 	defer c.mu.Unlock()
-	live.Add(-1)
-	return c.status("free", C.plc_free(c.c, b.p))
+	if b.done {
+		return nil
+	}
+	st := C.plc_free(c.c, b.p)
+	if st == C.PLC_OK {
+		b.done = true
+		live.Add(-1)
+	}
+	return c.status("free", st)
 }
 
 // Ref is device memory at byte Off of Buf.

@@ -72,6 +72,8 @@ static int plc_grow(plc_ctx *ctx, void **buf, size_t *cap, size_t n, const char 
         if (want > ((size_t)1 << 62)) return plc_fail_arg(ctx, "scratch size overflows");
         want *= 2;
     }
+    int st = plc_not_recording(ctx, what);
+    if (st != PLC_OK) return st;
     if (*buf != NULL) {
         cudaError_t e = cudaStreamSynchronize(ctx->stream);
         if (e != cudaSuccess) return plc_fail_cuda(ctx, what, e);
@@ -111,6 +113,8 @@ static void plc_meta_free(plc_ctx *ctx) {
 // alone does not fit.
 static int plc_meta_room(plc_ctx *ctx, size_t n) {
     if (ctx->meta != NULL && ctx->meta_used + n <= ctx->meta_cap) return PLC_OK;
+    int st = plc_not_recording(ctx, "making room for tables");
+    if (st != PLC_OK) return st;
     cudaError_t e = cudaStreamSynchronize(ctx->stream);
     if (e != cudaSuccess) return plc_fail_cuda(ctx, "waiting for queued work before reusing table memory", e);
     plc_idle(ctx);
@@ -167,6 +171,7 @@ int plc_meta(plc_ctx *ctx, int count, const void *const *host, const size_t *siz
     for (int i = 0; i < count; i++) {
         if (sizes[i] == 0 || dev[i] != NULL) continue;
         if ((dev[i] = plc_meta_find(ctx, host[i], sizes[i])) != NULL) continue;  // an earlier one of this call
+        if (ctx->recording && !ctx->meta_pinned) return plc_not_recording(ctx, "copying a table from memory that is not pinned");
         // The bytes are recorded as in use before their copy is queued: nothing rewrites them
         // until the stream is next idle.
         const size_t off = ctx->meta_used;
@@ -179,7 +184,11 @@ int plc_meta(plc_ctx *ctx, int count, const void *const *host, const size_t *siz
         ctx->meta_used += plc_round_up(sizes[i], 256);
         memcpy(ctx->meta_host + off, host[i], sizes[i]);
         cudaError_t e = cudaMemcpyAsync((char *)ctx->meta + off, ctx->meta_host + off, sizes[i], cudaMemcpyHostToDevice, ctx->stream);
-        if (e != cudaSuccess) return plc_fail_cuda(ctx, "copying a table to the device", e);
+        if (e != cudaSuccess) {  // not queued: a later call must not find these bytes
+            ctx->meta_tables.pop_back();
+            ctx->meta_used = off;
+            return plc_fail_cuda(ctx, "copying a table to the device", e);
+        }
         dev[i] = (char *)ctx->meta + off;
     }
     return PLC_OK;
@@ -337,7 +346,9 @@ extern "C" int plc_ctx_new(int32_t dev, plc_ctx **out, char *err, size_t errlen)
 extern "C" void plc_ctx_free(plc_ctx *ctx) {
     if (ctx == NULL) return;
     cudaSetDevice(ctx->device);
+    plc_graph_abort(ctx);
     cudaStreamSynchronize(ctx->stream);
+    plc_graph_free(ctx);
     plc_meta_free(ctx);
     if (ctx->work) cudaFree(ctx->work);
     plc_blas(NULL)->destroy(ctx->blas);
@@ -355,6 +366,8 @@ extern "C" int plc_ctx_set_tf32(plc_ctx *ctx, int32_t on) {
 
 extern "C" int plc_sync(plc_ctx *ctx) {
     PLC_ENTER(ctx);
+    int st = plc_not_recording(ctx, "waiting for queued work");
+    if (st != PLC_OK) return st;
     cudaError_t e = cudaStreamSynchronize(ctx->stream);
     if (e != cudaSuccess) return plc_fail_cuda(ctx, "waiting for queued work", e);
     plc_idle(ctx);
@@ -376,6 +389,8 @@ extern "C" int plc_alloc(plc_ctx *ctx, size_t n, void **out) {
     if (out == NULL || n == 0) return plc_fail_arg(ctx, "alloc: zero size or null result");
     *out = NULL;
     PLC_ENTER(ctx);
+    int st = plc_not_recording(ctx, "alloc");
+    if (st != PLC_OK) return st;
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, n);
     if (e != cudaSuccess) return plc_fail_cuda(ctx, "cudaMalloc", e);
@@ -391,6 +406,8 @@ extern "C" int plc_alloc(plc_ctx *ctx, size_t n, void **out) {
 extern "C" int plc_free(plc_ctx *ctx, void *p) {
     if (p == NULL) return PLC_OK;
     PLC_ENTER(ctx);
+    int st = plc_not_recording(ctx, "free (it waits for queued work)");
+    if (st != PLC_OK) return st;
     // Work queued on the (non-blocking) stream may still use p: wait for it first.
     cudaError_t e = cudaStreamSynchronize(ctx->stream);
     cudaError_t e2 = cudaFree(p);
@@ -404,6 +421,8 @@ extern "C" int plc_upload(plc_ctx *ctx, void *dst, const void *src, size_t n) {
     if (n == 0) return PLC_OK;
     if (dst == NULL || src == NULL) return plc_fail_arg(ctx, "upload: null pointer");
     PLC_ENTER(ctx);
+    int st = plc_not_recording(ctx, "upload (from memory that is not pinned)");
+    if (st != PLC_OK) return st;
     cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, ctx->stream);
     if (e != cudaSuccess) return plc_fail_cuda(ctx, "copying to the device", e);
     return PLC_OK;
@@ -412,6 +431,8 @@ extern "C" int plc_upload(plc_ctx *ctx, void *dst, const void *src, size_t n) {
 extern "C" int plc_download(plc_ctx *ctx, void *dst, const void *src, size_t n) {
     if (n > 0 && (dst == NULL || src == NULL)) return plc_fail_arg(ctx, "download: null pointer");
     PLC_ENTER(ctx);
+    int st = plc_not_recording(ctx, "download (it waits for queued work)");
+    if (st != PLC_OK) return st;
     if (n > 0) {
         cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, ctx->stream);
         if (e != cudaSuccess) return plc_fail_cuda(ctx, "copying from the device", e);

@@ -40,8 +40,21 @@ struct plc_ctx {
     size_t work_cap;
     // Host staging for tables the library builds (attention tiles), kept between calls.
     std::vector<unsigned char> host;
+    // Graphs (graph.cu): recording is set between plc_graph_begin and its end or abort, with the
+    // meta arena's state at the start (tables added while recording are dropped on abort: their
+    // copies never ran). exec is the graph kept from the last recording.
+    int recording;
+    size_t rec_meta_used, rec_meta_tables;
+    cudaGraphExec_t exec;
+    int64_t graph_runs, graph_updates, graph_inits;
     char err[512];
 };
+
+// plc_not_recording fails with PLC_ERR_ARG if the context is recording a graph: what (a call
+// that waits for the device, or must grow memory) cannot be recorded.
+int plc_not_recording(plc_ctx *ctx, const char *what);
+// plc_graph_free drops the kept graph (plc_ctx_free).
+void plc_graph_free(plc_ctx *ctx);
 
 // Every entry point that takes a context starts with PLC_ENTER: it checks the context and makes
 // its device current on this thread.

@@ -99,6 +99,26 @@ const char *plc_ctx_error(const plc_ctx *ctx);
 int plc_ctx_set_tf32(plc_ctx *ctx, int32_t on);
 /* plc_sync waits for all work queued on the context. */
 int plc_sync(plc_ctx *ctx);
+/* Graphs. Between plc_graph_begin and plc_graph_end the operations called on the context are
+ * recorded, not run; plc_graph_end then runs them as one CUDA graph, which costs the host one
+ * launch instead of one a kernel and lets the device run them without gaps. Each recording
+ * updates the graph kept from the last (its kernels' arguments change from step to step) and
+ * instantiates a new one only where the operations differ. While recording, calls that wait
+ * (plc_sync, plc_download, plc_free, the sampling entry points), plc_upload (its source is not
+ * pinned) and calls that would need more scratch or table memory than the context holds fail
+ * with PLC_ERR_ARG and a message; the caller then calls plc_graph_abort and runs the operations
+ * again without recording (which also grows the memory they needed).
+ *
+ * plc_graph_begin starts recording. plc_graph_end stops it and runs what was recorded; if it
+ * fails, nothing recorded has run and the context is no longer recording. plc_graph_abort stops
+ * recording and drops what was recorded (a no-op when not recording). plc_graph_stats writes
+ * how many recordings ran, how many of those updated the kept graph and how many instantiated a
+ * new one. */
+int plc_graph_begin(plc_ctx *ctx);
+int plc_graph_end(plc_ctx *ctx);
+void plc_graph_abort(plc_ctx *ctx);
+int plc_graph_stats(plc_ctx *ctx, int64_t *runs, int64_t *updates, int64_t *instantiations);
+
 /* plc_mem_info writes the device's free and total memory in bytes. */
 int plc_mem_info(plc_ctx *ctx, int64_t *free_bytes, int64_t *total_bytes);
 
@@ -106,8 +126,9 @@ int plc_mem_info(plc_ctx *ctx, int64_t *free_bytes, int64_t *total_bytes);
 int plc_alloc(plc_ctx *ctx, size_t n, void **out);
 /* plc_free frees device memory from plc_alloc after the work queued before it. */
 int plc_free(plc_ctx *ctx, void *p);
-/* plc_upload copies n bytes of host memory src to device dst. It returns once src may be
- * reused; the copy takes effect in stream order. */
+/* plc_upload copies n bytes of host memory src to device dst. src must be pageable memory (as
+ * Go's is), which CUDA stages before the call returns, so that src may be reused at once; the
+ * copy takes effect in stream order. */
 int plc_upload(plc_ctx *ctx, void *dst, const void *src, size_t n);
 /* plc_download waits for all queued work, then copies n bytes of device src to host dst. */
 int plc_download(plc_ctx *ctx, void *dst, const void *src, size_t n);
@@ -120,7 +141,9 @@ int plc_memset0(plc_ctx *ctx, void *dst, size_t n);
  *   F16, BF16: x is rounded to wtype (nearest even), products accumulate in F32 (cuBLAS).
  *   Quantised (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K), n <= 8: a dequantising matrix-vector
  *   kernel, weights expanded to F32 in registers, x used as F32. n > 8: weights are expanded to
- *   F16 in tiles, x is rounded to F16, and cuBLAS multiplies them with F32 accumulation.
+ *   F16 in tiles, x is rounded to F16, and cuBLAS multiplies them with F32 accumulation; a row
+ *   of x whose largest finite magnitude exceeds 65504 is divided by a power of two before the
+ *   rounding and its products multiplied by it after, so that it does not overflow.
  * cuBLAS takes int sizes: n, m, k <= 2^31-1. */
 int plc_matmul(plc_ctx *ctx, float *dst, const float *x, int64_t n, int64_t k, const void *w,
                int32_t wtype, int64_t m);

@@ -256,6 +256,24 @@ func ArgmaxRows(x []float32, cols int, ids []int32) error {
 	return nil
 }
 
+// Recorder is implemented by backends that can record a sequence of operations and then run it
+// as one unit, which costs less to start than the operations one by one (the CUDA backend
+// records CUDA graphs). After Record, the operations called are recorded, not run, until Replay
+// runs them or Discard drops them. While recording, a call that needs the results (Read,
+// Argmax) or that the backend cannot record fails; the caller then Discards and calls the
+// operations again without recording. If Replay fails, nothing recorded has run and the
+// backend is no longer recording. Only the goroutine that called Record may use the backend
+// until Replay or Discard. Record returns ErrNotRecording when the backend records nothing
+// (turned off), and the caller should not ask again.
+type Recorder interface {
+	Record() error
+	Replay() error
+	Discard()
+}
+
+// ErrNotRecording is Record's answer from a backend whose recording is turned off.
+var ErrNotRecording = errors.New("backend: recording is turned off")
+
 // Repacker is implemented by backends that multiply some weight types faster in a layout of
 // their own (the CPU backend interleaves the rows of quantised matrices for its AVX-512 VNNI kernels). Repack
 // rearranges a weight tensor made by Load into that layout, in memory the tensor owns, and

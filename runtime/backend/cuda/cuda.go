@@ -24,6 +24,7 @@ const Priority = 20
 const (
 	EnvDevice = "PARLEY_CUDA_DEVICE" // CUDA device ordinal (default 0)
 	EnvTF32   = "PARLEY_CUDA_TF32"   // "0" computes F32 matrix products in full F32
+	EnvGraphs = "PARLEY_CUDA_GRAPHS" // "1" records decode steps as CUDA graphs (Options.Graphs)
 )
 
 func init() { backend.Register("cuda", Priority, factory) }
@@ -35,6 +36,9 @@ type Options struct {
 	// ExactF32 turns TF32 off: F32 weights are then multiplied in full F32 (as the CPU backends
 	// do), at a fraction of the tensor-core speed.
 	ExactF32 bool
+	// Graphs lets models record their steps as CUDA graphs (backend.Recorder): one launch a
+	// step instead of one a kernel. Off by default until it has been measured on a GPU.
+	Graphs bool
 }
 
 func factory(opts backend.Options) (backend.Backend, error) {
@@ -47,6 +51,13 @@ func factory(opts backend.Options) (backend.Backend, error) {
 		o.Device = d
 	}
 	o.ExactF32 = strings.TrimSpace(os.Getenv(EnvTF32)) == "0"
+	switch v := strings.TrimSpace(os.Getenv(EnvGraphs)); v {
+	case "", "0":
+	case "1":
+		o.Graphs = true
+	default:
+		return nil, fmt.Errorf("cuda: %s=%q: want 0 or 1", EnvGraphs, v)
+	}
 	return New(o)
 }
 
@@ -61,6 +72,7 @@ type Backend struct {
 	seqs   []bcuda.Seq
 	blocks []int32
 	tok    []int32 // scratch of backend.CheckAttention
+	graphs bool    // Options.Graphs
 }
 
 // New starts a backend on GPU o.Device. Without a usable GPU it returns an error saying why.
@@ -86,8 +98,26 @@ func New(o Options) (*Backend, error) {
 		ctx.Close()
 		return nil, err
 	}
-	return &Backend{ctx: ctx, dev: *dev, owned: map[*bcuda.Buffer]struct{}{}}, nil
+	return &Backend{ctx: ctx, dev: *dev, owned: map[*bcuda.Buffer]struct{}{}, graphs: o.Graphs}, nil
 }
+
+// Record starts recording operations as a CUDA graph (backend.Recorder); ErrNotRecording unless
+// Options.Graphs.
+func (b *Backend) Record() error {
+	if !b.graphs {
+		return backend.ErrNotRecording
+	}
+	return b.ctx.GraphBegin()
+}
+
+// Replay runs the recorded operations as one graph.
+func (b *Backend) Replay() error { return b.ctx.GraphEnd() }
+
+// Discard drops the recorded operations.
+func (b *Backend) Discard() { b.ctx.GraphAbort() }
+
+// GraphStats returns the backend's graph counters.
+func (b *Backend) GraphStats() (bcuda.GraphStats, error) { return b.ctx.GraphStats() }
 
 // Name returns "cuda".
 func (b *Backend) Name() string { return "cuda" }

@@ -105,4 +105,9 @@ func TestEnv(t *testing.T) {
 	if _, err := factory(backend.Options{}); err == nil {
 		t.Fatalf("factory with %s=99 succeeded", EnvDevice)
 	}
+	t.Setenv(EnvDevice, "")
+	t.Setenv(EnvGraphs, "yes")
+	if _, err := factory(backend.Options{}); err == nil || !strings.Contains(err.Error(), EnvGraphs) {
+		t.Fatalf("factory with %s=yes: %v", EnvGraphs, err)
+	}
 }

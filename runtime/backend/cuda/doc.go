@@ -4,7 +4,11 @@
 // Weights are uploaded once by Load; F32 weights are multiplied with TF32 tensor cores unless
 // Options.ExactF32 (or PARLEY_CUDA_TF32=0) asks for full F32. Besides the interface it decodes on
 // the device (Argmax, Sample, BeamStep), returning only token ids; as a backend.Argmaxer it gives
-// the scheduler the tokens of greedy sequences without their logits leaving the GPU.
+// the scheduler the tokens of greedy sequences without their logits leaving the GPU. As a
+// backend.Recorder it records a model's decode step as a CUDA graph and runs it with one launch
+// (Options.Graphs, or PARLEY_CUDA_GRAPHS=1; off by default until measured on a GPU): each step
+// is recorded afresh and the graph kept from the step before is updated in place, a new one
+// instantiated only when the step's kernels differ.
 //
 // The factory it registers fails with a precise error when no GPU is usable (no driver, no GPU,
 // a driver too old, or kernels not built for the GPU's architecture), so that backend.New("auto")

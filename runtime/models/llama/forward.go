@@ -42,6 +42,9 @@ type Context struct {
 
 	rows   []int32   // [MaxSeqs] a step's output rows, those with logits then those picked
 	picked []float32 // logits of picked rows, for a backend that is not an Argmaxer; made on first use
+
+	noRecord    bool // steps are not recorded (see compute)
+	recordFails int  // steps in a row whose recording failed
 }
 
 type tokViews struct {
@@ -224,36 +227,23 @@ func (c *Context) ForwardPick(tokens []int32, b *backend.Batch, out []int32, log
 	if err != nil {
 		return err
 	}
-	be := m.be
-	if err := be.GetRows(vs.x, m.tokEmbd, tokens); err != nil {
-		return err
-	}
-	for li := range m.layers {
-		l := &m.layers[li]
-		if err := c.layer(li, l, vs, b); err != nil {
-			return fmt.Errorf("llama: layer %d: %w", li, err)
+	var ov *outViews
+	rows := out
+	if nout > 0 {
+		if ov, err = c.outViews(nout); err != nil {
+			return err
 		}
+		if len(pick) > 0 {
+			rows = append(append(c.rows[:0], out...), pick...)
+		}
+	}
+	if err := c.compute(tokens, b, vs, ov, rows); err != nil {
+		return err
 	}
 	if nout == 0 {
 		return nil
 	}
-	ov, err := c.outViews(nout)
-	if err != nil {
-		return err
-	}
-	rows := out
-	if len(pick) > 0 {
-		rows = append(append(c.rows[:0], out...), pick...)
-	}
-	if err := be.GetRows(ov.h, vs.x, rows); err != nil {
-		return err
-	}
-	if err := be.RMSNorm(ov.h, ov.h, m.outNorm, m.NormEps); err != nil {
-		return err
-	}
-	if err := be.MatMul(ov.logits, ov.h, m.output); err != nil {
-		return err
-	}
+	be := m.be
 	if len(out) > 0 {
 		if err := be.Read(ov.logits, 0, logits); err != nil {
 			return err
@@ -273,6 +263,76 @@ func (c *Context) ForwardPick(tokens []int32, b *backend.Batch, out []int32, log
 		return err
 	}
 	return backend.ArgmaxRows(lg, m.Vocab, ids)
+}
+
+// recordMaxTokens is the largest step compute records (backend.Recorder): decode steps, whose
+// many small operations cost more to start than to run. Larger steps are bound by their
+// products.
+const recordMaxTokens = 64
+
+// recordTries is how many steps in a row may fail to record before a context stops trying.
+const recordTries = 3
+
+// compute runs the step's operations up to the logits of rows (ov nil: none). Where the backend
+// records (backend.Recorder), a decode step is recorded and then run as one unit; if that
+// fails, the operations run again as they are called.
+func (c *Context) compute(tokens []int32, b *backend.Batch, vs *tokViews, ov *outViews, rows []int32) error {
+	rec, ok := c.m.be.(backend.Recorder)
+	if !ok || c.noRecord || len(tokens) > recordMaxTokens {
+		return c.ops(tokens, b, vs, ov, rows)
+	}
+	if err := rec.Record(); err != nil {
+		if errors.Is(err, backend.ErrNotRecording) {
+			c.noRecord = true
+		}
+		return c.ops(tokens, b, vs, ov, rows)
+	}
+	err := c.ops(tokens, b, vs, ov, rows)
+	if err == nil {
+		err = rec.Replay()
+	} else {
+		rec.Discard()
+	}
+	if err == nil {
+		c.recordFails = 0
+		return nil
+	}
+	// Nothing recorded ran. The same operations, called one by one, either run (recording was
+	// the problem: after recordTries such steps in a row the context stops recording) or fail
+	// for themselves.
+	if err := c.ops(tokens, b, vs, ov, rows); err != nil {
+		return err
+	}
+	if c.recordFails++; c.recordFails >= recordTries {
+		c.noRecord = true
+	}
+	return nil
+}
+
+// ops calls the step's operations: the embeddings of tokens, every layer, and for rows the
+// output norm and matrix into ov.logits.
+func (c *Context) ops(tokens []int32, b *backend.Batch, vs *tokViews, ov *outViews, rows []int32) error {
+	m := c.m
+	be := m.be
+	if err := be.GetRows(vs.x, m.tokEmbd, tokens); err != nil {
+		return err
+	}
+	for li := range m.layers {
+		l := &m.layers[li]
+		if err := c.layer(li, l, vs, b); err != nil {
+			return fmt.Errorf("llama: layer %d: %w", li, err)
+		}
+	}
+	if ov == nil {
+		return nil
+	}
+	if err := be.GetRows(ov.h, vs.x, rows); err != nil {
+		return err
+	}
+	if err := be.RMSNorm(ov.h, ov.h, m.outNorm, m.NormEps); err != nil {
+		return err
+	}
+	return be.MatMul(ov.logits, ov.h, m.output)
 }
 
 // layer runs one transformer block on the residual stream vs.x in place:

@@ -1,0 +1,133 @@
+//go:build cuda && cgo && !nocgo
+
+package cuda
+
+import (
+	"bytes"
+	"slices"
+	"testing"
+
+	"github.com/parleyhq/parley/runtime/gguf"
+	"github.com/parleyhq/parley/runtime/kvcache"
+	"github.com/parleyhq/parley/runtime/models/llama"
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+// TestGraphs runs the same steps of a small random Q8_0 model (GQA, an F16 cache, a context long
+// enough for split attention) with and without CUDA graphs: the decode steps are recorded and
+// run as graphs, the first instantiating one and later ones updating it, and every logit is bit
+// for bit the same (the same kernels run in the same order). A call that waits while recording
+// fails, and the context goes on without it.
+func TestGraphs(t *testing.T) {
+	gpu(t)
+	w, err := llama.Synth(llama.Shape{Name: "small", Dim: 256, Layers: 3, Heads: 8, KVHeads: 2, FFN: 512, Ctx: 2048, Vocab: 1024}, tensor.Q8_0, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, err := w.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Parse(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const decode = 40
+	run := func(t *testing.T, graphs bool) ([][]float32, *Backend) {
+		be, err := New(Options{Graphs: graphs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { be.Close() })
+		m, err := llama.Load(f, be)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		c, err := m.NewContext(llama.ContextConfig{MaxTokens: 1200, MaxSeqs: 3, KVSlots: 4096, KVType: tensor.F16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		seqs := []*kvcache.Seq{c.Pool().NewSeq(2048), c.Pool().NewSeq(2048), c.Pool().NewSeq(2048)}
+		var bb kvcache.BatchBuilder
+		var got [][]float32
+		step := func(toks [][]int32) {
+			t.Helper()
+			bb.Reset()
+			var all, out []int32
+			for i, tk := range toks {
+				if len(tk) == 0 {
+					continue
+				}
+				if err := seqs[i].Reserve(len(tk)); err != nil {
+					t.Fatal(err)
+				}
+				if err := bb.Add(seqs[i], len(tk)); err != nil {
+					t.Fatal(err)
+				}
+				all = append(all, tk...)
+				out = append(out, int32(len(all)-1))
+			}
+			lg := make([]float32, len(out)*m.Vocab)
+			if err := c.Forward(all, bb.Batch(), out, lg); err != nil {
+				t.Fatal(err)
+			}
+			for i, tk := range toks {
+				if len(tk) > 0 {
+					if err := seqs[i].Advance(len(tk)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			got = append(got, lg)
+		}
+		prompt := func(n, seed int) []int32 {
+			p := make([]int32, n)
+			for i := range p {
+				p[i] = int32(3 + (i*seed+7)%1000)
+			}
+			return p
+		}
+		step([][]int32{prompt(1100, 13), nil, nil}) // long enough to split attention along the keys
+		step([][]int32{nil, prompt(9, 5), nil})
+		for s := range decode {
+			toks := [][]int32{{int32(10 + s)}, {int32(500 + s)}, nil}
+			if s >= decode/2 { // a third sequence joins: the step's kernels change shape
+				toks[2] = []int32{int32(700 + s)}
+			}
+			step(toks)
+		}
+		return got, be
+	}
+	want, _ := run(t, false)
+	got, be := run(t, true)
+	for i := range want {
+		if !slices.Equal(got[i], want[i]) {
+			t.Fatalf("step %d: logits with graphs differ from those without", i)
+		}
+	}
+	st, err := be.GraphStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("graph stats: %+v", st)
+	// The 9-token prompt and every decode step are recorded; the 1100-token one is not.
+	if st.Runs != decode+1 || st.Instantiations < 1 || st.Updates < decode/2 || st.Updates+st.Instantiations != st.Runs {
+		t.Fatalf("graph stats %+v: want %d runs, mostly updates", st, decode+1)
+	}
+
+	// Waiting while recording fails; the context is usable after the recording is dropped.
+	if err := be.Record(); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.ctx.Sync(); err == nil {
+		t.Fatal("Sync while recording succeeded")
+	} else {
+		t.Logf("Sync while recording: %v", err)
+	}
+	be.Discard()
+	if err := be.ctx.Sync(); err != nil {
+		t.Fatalf("Sync after Discard: %v", err)
+	}
+}
