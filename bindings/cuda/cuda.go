@@ -180,6 +180,20 @@ func (c *Context) SetTF32(on bool) error {
 	return c.status("set tf32", C.plc_ctx_set_tf32(c.c, v))
 }
 
+// SetFlashMMA computes attention over F16 keys and values on tensor cores (on; compute
+// capability 8.0 and later, else backend.ErrUnsupported) or on the CUDA cores (off, the default).
+func (c *Context) SetFlashMMA(on bool) error {
+	if err := c.lock("set flash"); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	v := C.int32_t(0)
+	if on {
+		v = 1
+	}
+	return c.status("set flash", C.plc_ctx_set_flash(c.c, v))
+}
+
 // Sync waits for all queued work.
 func (c *Context) Sync() error {
 	if err := c.lock("sync"); err != nil {

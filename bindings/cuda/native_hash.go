@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "358dec8497ad03cd7162ff76f8fa85d35b80ccedcbb16e26d0474986547922e0"
+const nativeSources = "d29ec69e80648dfe99183109f5ee4618ff0e479e702690a87d88c92185929f6c"

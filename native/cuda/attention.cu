@@ -12,6 +12,7 @@
 // over the keys: one for the statistics, one for the weighted values. F32 attention makes one,
 // normalising at the end.
 #include <limits.h>
+#include <string.h>
 
 #include "attention.cuh"
 #include "kv.cuh"
@@ -249,6 +250,189 @@ __global__ void __launch_bounds__(PLC_FA_THREADS)
     }
 }
 
+// ---- tensor-core flash kernel (F16 keys and values) ----
+//
+// Grid (tiles, heads), PLC_FM_THREADS threads: warp w owns query rows 16w .. 16w+15 of the tile
+// and multiplies with mma.sync m16n8k16 (F16 inputs, F32 accumulation). In the fragments of
+// that instruction, lane l (g = l/4, c = l%4) holds, of a 16x16 A operand, rows g and g+8 at
+// columns 2c, 2c+1, 2c+8, 2c+9; of a 16x8 B operand (column-major), column g at rows 2c, 2c+1,
+// 2c+8, 2c+9; of the 16x8 F32 result, rows g and g+8 at columns 2c, 2c+1. Scores S = Q K^T come
+// out in the result layout of 16x8 tiles, and two adjacent tiles are the A layout of the P V
+// product's 16-key step, so the weights go from one product to the next in registers.
+//
+// The contract for F16 caches needs each row's final maximum and sum before any weight is
+// rounded, so the kernel makes two passes over the keys: the first for the statistics (S
+// only), the second computing S again, the weights p = f16(exp(s - max) / sum) and O += P V.
+// Keys go through shared memory row-major (the B operand of Q K^T), values transposed (the B
+// operand of P V); rows are padded by eight halves, so that the eight groups of a warp read
+// different banks.
+#define PLC_FM_THREADS 128
+
+__device__ __forceinline__ uint32_t plc_h2_bits(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);  // lo in the low half
+    uint32_t u;
+    memcpy(&u, &h, sizeof u);
+    return u;
+}
+
+__device__ __forceinline__ uint32_t plc_u32_at(const __half *p) { return *reinterpret_cast<const uint32_t *>(p); }
+
+// c += a b for a 16x16 F16 A (four registers), a 16x8 F16 B (two), F32 c (four).
+__device__ __forceinline__ void plc_mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+// plc_fm_weight is the rounded weight of score s in a row of maximum m and reciprocal sum inv.
+__device__ __forceinline__ float plc_fm_weight(float s, float m, float inv) { return s == -INFINITY ? 0.f : expf(s - m) * inv; }
+
+template <int HD>
+__global__ void __launch_bounds__(PLC_FM_THREADS)
+    plc_attn_flash_mma(float *dst, const float *q, int64_t qstride, const __half *kc, const __half *vc, int64_t width,
+                       int bs, const int32_t *blocks, const plc_tile *tiles, int group, float scale) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    constexpr int KP = HD + 8;           // row stride of sK, in halves
+    constexpr int VP = PLC_FM_BK + 8;    // row stride of sVt
+    constexpr int NJ = PLC_FM_BK / 8;    // 8-key tiles of a step
+    constexpr int NV = HD / 8;           // 16-byte vectors of a key row
+    __shared__ __align__(16) __half sK[PLC_FM_BK * KP];  // [key][dim]
+    __shared__ __align__(16) __half sVt[HD * VP];        // [dim][key]
+    __shared__ int64_t sSlot[PLC_FM_BK];
+    const plc_tile t = tiles[blockIdx.x];
+    const int h = blockIdx.y, tid = threadIdx.x, warp = tid / PLC_WARP, lane = tid % PLC_WARP;
+    const int g = lane >> 2, c2 = 2 * (lane & 3);
+    const int64_t hoff = (int64_t)(h / group) * HD;
+    const int r0 = 16 * warp + g, r1 = r0 + 8;  // this lane's two rows of the tile
+    const bool in0 = r0 < t.nq, in1 = r1 < t.nq;
+    const float *q0 = q + (int64_t)(t.row0 + (in0 ? r0 : 0)) * qstride + (int64_t)h * HD;
+    const float *q1 = q + (int64_t)(t.row0 + (in1 ? r1 : 0)) * qstride + (int64_t)h * HD;
+    uint32_t qa[HD / 16][4];  // the queries rounded to F16, as A fragments of 16 dimensions
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+        const int d = 16 * kk + c2;
+        qa[kk][0] = in0 ? plc_h2_bits(q0[d], q0[d + 1]) : 0u;
+        qa[kk][1] = in1 ? plc_h2_bits(q1[d], q1[d + 1]) : 0u;
+        qa[kk][2] = in0 ? plc_h2_bits(q0[d + 8], q0[d + 9]) : 0u;
+        qa[kk][3] = in1 ? plc_h2_bits(q1[d + 8], q1[d + 9]) : 0u;
+    }
+    const int lim0 = min(t.kvlen, t.pos0 + r0 + 1), lim1 = min(t.kvlen, t.pos0 + r1 + 1);
+    const int kend = min(t.kvlen, t.pos0 + t.nq);
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f, i0 = 0.f, i1 = 0.f;
+    float o[NV][4];
+#pragma unroll
+    for (int jd = 0; jd < NV; jd++) o[jd][0] = o[jd][1] = o[jd][2] = o[jd][3] = 0.f;
+    for (int pass = 0; pass < 2; pass++) {
+        const bool values = pass == 1;
+        if (values) {
+            i0 = l0 > 0.f ? 1.f / l0 : 0.f;
+            i1 = l1 > 0.f ? 1.f / l1 : 0.f;
+        }
+        for (int kt = 0; kt < kend; kt += PLC_FM_BK) {
+            __syncthreads();  // the previous step's keys and values are no longer read
+            for (int c = tid; c < PLC_FM_BK; c += PLC_FM_THREADS)
+                sSlot[c] = kt + c < kend ? plc_slot(blocks, t.boff, bs, kt + c) : -1;
+            __syncthreads();
+            for (int e = tid; e < PLC_FM_BK * NV; e += PLC_FM_THREADS) {
+                const int c = e / NV, d = (e % NV) * 8;
+                uint4 kv = make_uint4(0u, 0u, 0u, 0u), vv = kv;
+                if (sSlot[c] >= 0) {
+                    const int64_t off = sSlot[c] * width + hoff + d;
+                    kv = *reinterpret_cast<const uint4 *>(kc + off);
+                    if (values) vv = *reinterpret_cast<const uint4 *>(vc + off);
+                }
+                *reinterpret_cast<uint4 *>(&sK[c * KP + d]) = kv;
+                if (values) {
+                    const uint32_t w[4] = {vv.x, vv.y, vv.z, vv.w};
+#pragma unroll
+                    for (int i = 0; i < 8; i++)
+                        sVt[(d + i) * VP + c] = __ushort_as_half((unsigned short)(w[i / 2] >> (16 * (i % 2))));
+                }
+            }
+            __syncthreads();
+            // s[j]: rows r0 (s[j][0..1]) and r1 (s[j][2..3]), keys kt + 8j + c2 and + 1
+            float s[NJ][4];
+#pragma unroll
+            for (int j = 0; j < NJ; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++) {
+#pragma unroll
+                for (int j = 0; j < NJ; j++) {
+                    const __half *kr = &sK[(8 * j + g) * KP + 16 * kk + c2];
+                    plc_mma16816(s[j], qa[kk], plc_u32_at(kr), plc_u32_at(kr + 8));
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < NJ; j++) {
+                const int key = kt + 8 * j + c2;
+                s[j][0] = key < lim0 ? scale * s[j][0] : -INFINITY;
+                s[j][1] = key + 1 < lim0 ? scale * s[j][1] : -INFINITY;
+                s[j][2] = key < lim1 ? scale * s[j][2] : -INFINITY;
+                s[j][3] = key + 1 < lim1 ? scale * s[j][3] : -INFINITY;
+            }
+            if (!values) {
+                // the rows' running maximum and sum; the four lanes of a group hold one row
+                float x0 = -INFINITY, x1 = -INFINITY;
+#pragma unroll
+                for (int j = 0; j < NJ; j++) {
+                    x0 = fmaxf(x0, fmaxf(s[j][0], s[j][1]));
+                    x1 = fmaxf(x1, fmaxf(s[j][2], s[j][3]));
+                }
+                for (int off = 1; off < 4; off <<= 1) {
+                    x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, off));
+                    x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, off));
+                }
+                const float n0 = fmaxf(m0, x0), n1 = fmaxf(m1, x1);
+                float e0 = 0.f, e1 = 0.f;
+#pragma unroll
+                for (int j = 0; j < NJ; j++) {
+                    e0 += plc_fm_weight(s[j][0], n0, 1.f) + plc_fm_weight(s[j][1], n0, 1.f);
+                    e1 += plc_fm_weight(s[j][2], n1, 1.f) + plc_fm_weight(s[j][3], n1, 1.f);
+                }
+                for (int off = 1; off < 4; off <<= 1) {
+                    e0 += __shfl_xor_sync(0xffffffffu, e0, off);
+                    e1 += __shfl_xor_sync(0xffffffffu, e1, off);
+                }
+                l0 = (m0 == -INFINITY ? 0.f : l0 * expf(m0 - n0)) + e0;
+                l1 = (m1 == -INFINITY ? 0.f : l1 * expf(m1 - n1)) + e1;
+                m0 = n0;
+                m1 = n1;
+                continue;
+            }
+#pragma unroll
+            for (int kb = 0; kb < PLC_FM_BK / 16; kb++) {
+                uint32_t pa[4];
+                pa[0] = plc_h2_bits(plc_fm_weight(s[2 * kb][0], m0, i0), plc_fm_weight(s[2 * kb][1], m0, i0));
+                pa[1] = plc_h2_bits(plc_fm_weight(s[2 * kb][2], m1, i1), plc_fm_weight(s[2 * kb][3], m1, i1));
+                pa[2] = plc_h2_bits(plc_fm_weight(s[2 * kb + 1][0], m0, i0), plc_fm_weight(s[2 * kb + 1][1], m0, i0));
+                pa[3] = plc_h2_bits(plc_fm_weight(s[2 * kb + 1][2], m1, i1), plc_fm_weight(s[2 * kb + 1][3], m1, i1));
+#pragma unroll
+                for (int jd = 0; jd < NV; jd++) {
+                    const __half *vr = &sVt[(8 * jd + g) * VP + 16 * kb + c2];
+                    plc_mma16816(o[jd], pa, plc_u32_at(vr), plc_u32_at(vr + 8));
+                }
+            }
+        }
+    }
+    float *d0 = dst + (int64_t)(t.row0 + r0) * qstride + (int64_t)h * HD;
+    float *d1 = dst + (int64_t)(t.row0 + r1) * qstride + (int64_t)h * HD;
+#pragma unroll
+    for (int jd = 0; jd < NV; jd++) {
+        const int d = 8 * jd + c2;
+        if (in0) *reinterpret_cast<float2 *>(d0 + d) = make_float2(o[jd][0], o[jd][1]);
+        if (in1) *reinterpret_cast<float2 *>(d1 + d) = make_float2(o[jd][2], o[jd][3]);
+    }
+#endif
+}
+
+int plc_flash_rows(const plc_ctx *ctx, int kvtype, int64_t width, const void *kc, const void *vc) {
+    const bool mma = ctx->flash_mma && kvtype == PLC_F16 && width % 8 == 0 && ((uintptr_t)kc % 16) == 0 &&
+                     ((uintptr_t)vc % 16) == 0;
+    return mma ? PLC_FM_BQ : PLC_FA_BQ;
+}
+
 template <typename KT, bool ROUND>
 static void plc_launch_flash(plc_ctx *ctx, int hd, dim3 grid, float *dst, const float *q, int64_t qstride, const void *kc,
                              const void *vc, int64_t width, int bs, const int32_t *blocks, const plc_tile *tiles, int group,
@@ -277,7 +461,14 @@ int plc_attend(plc_ctx *ctx, float *dst, const float *q, int64_t qstride, const 
     const plc_tile *dflash = (const plc_tile *)devp[1], *ddec = (const plc_tile *)devp[2];
     if (n_flash > 0) {
         const dim3 grid((unsigned)n_flash, (unsigned)a->n_head);
-        if (f16)
+        if (plc_flash_rows(ctx, kvtype, width, kc, vc) == PLC_FM_BQ) {
+            const __half *k = (const __half *)kc, *v = (const __half *)vc;
+            switch (hd) {
+            case 64: plc_attn_flash_mma<64><<<grid, PLC_FM_THREADS, 0, ctx->stream>>>(dst, q, qstride, k, v, width, bs, dblocks, dflash, group, a->scale); break;
+            case 80: plc_attn_flash_mma<80><<<grid, PLC_FM_THREADS, 0, ctx->stream>>>(dst, q, qstride, k, v, width, bs, dblocks, dflash, group, a->scale); break;
+            case 128: plc_attn_flash_mma<128><<<grid, PLC_FM_THREADS, 0, ctx->stream>>>(dst, q, qstride, k, v, width, bs, dblocks, dflash, group, a->scale); break;
+            }
+        } else if (f16)
             plc_launch_flash<__half, true>(ctx, hd, grid, dst, q, qstride, kc, vc, width, bs, dblocks, dflash, group, a->scale);
         else
             plc_launch_flash<float, false>(ctx, hd, grid, dst, q, qstride, kc, vc, width, bs, dblocks, dflash, group, a->scale);
@@ -361,6 +552,7 @@ extern "C" int plc_attention(plc_ctx *ctx, float *dst, const float *q, int64_t n
     const int64_t nblk = slots / block_size;
     const int hd = a->head_dim;
     const bool use_flash = plc_flash_head_dim(hd);
+    const int bq = plc_flash_rows(ctx, kvtype, width, kc, vc);
     int64_t n_flash = 0, n_dec = 0;
     for (int64_t i = 0; i < n_seqs; i++) {
         const plc_seq s = seqs[i];
@@ -373,7 +565,7 @@ extern "C" int plc_attention(plc_ctx *ctx, float *dst, const float *q, int64_t n
             const int32_t id = blocks[s.blocks_off + b];
             if (id < 0 || id >= nblk) return plc_fail_arg(ctx, "attention: block id out of range");
         }
-        if (use_flash && s.count >= 2) n_flash += (s.count + PLC_FA_BQ - 1) / PLC_FA_BQ;
+        if (use_flash && s.count >= 2) n_flash += (s.count + bq - 1) / bq;
         else n_dec += s.count;
     }
     if (n_flash + n_dec == 0) return PLC_OK;
@@ -389,8 +581,8 @@ extern "C" int plc_attention(plc_ctx *ctx, float *dst, const float *q, int64_t n
         if (s.count == 0) continue;
         const int p0 = s.ctx_len - s.count;
         if (use_flash && s.count >= 2) {
-            for (int c = 0; c < s.count; c += PLC_FA_BQ)
-                ft[fi++] = plc_tile{s.start + c, s.count - c < PLC_FA_BQ ? s.count - c : PLC_FA_BQ, p0 + c, s.blocks_off, s.ctx_len};
+            for (int c = 0; c < s.count; c += bq)
+                ft[fi++] = plc_tile{s.start + c, s.count - c < bq ? s.count - c : bq, p0 + c, s.blocks_off, s.ctx_len};
         } else {
             for (int c = 0; c < s.count; c++) dt[di++] = plc_tile{s.start + c, 1, p0 + c, s.blocks_off, s.ctx_len};
             if (s.ctx_len > max_kv) max_kv = s.ctx_len;
@@ -413,13 +605,14 @@ extern "C" int plc_full_attention(plc_ctx *ctx, float *dst, const float *q, int6
     PLC_ENTER(ctx);
     const int hd = a->head_dim;
     const bool use_flash = plc_flash_head_dim(hd) && n >= 2;
-    const int64_t nt = use_flash ? (n + PLC_FA_BQ - 1) / PLC_FA_BQ : n;
+    const int bq = plc_flash_rows(ctx, kvtype, (int64_t)a->n_kv_head * hd, k, v);
+    const int64_t nt = use_flash ? (n + bq - 1) / bq : n;
     plc_tile *tiles = plc_tiles_reserve(ctx, (size_t)nt);
     if (tiles == NULL) return PLC_ERR_NOMEM;
     for (int64_t i = 0; i < nt; i++) {
         if (use_flash) {
-            const int r0 = (int)(i * PLC_FA_BQ);
-            tiles[i] = plc_tile{r0, n - r0 < PLC_FA_BQ ? (int)(n - r0) : PLC_FA_BQ, PLC_NO_MASK, 0, (int)m};
+            const int r0 = (int)(i * bq);
+            tiles[i] = plc_tile{r0, n - r0 < bq ? (int)(n - r0) : bq, PLC_NO_MASK, 0, (int)m};
         } else {
             tiles[i] = plc_tile{(int)i, 1, PLC_NO_MASK, 0, (int)m};
         }

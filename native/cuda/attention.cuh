@@ -17,6 +17,10 @@ struct plc_tile {
 // Flash-attention tiles: PLC_FA_BQ queries by PLC_FA_BK keys.
 #define PLC_FA_BQ 16
 #define PLC_FA_BK 32
+// Tensor-core flash tiles (F16 caches on compute capability 8.0 and later, when the context
+// asks for them): PLC_FM_BQ queries (four warps of sixteen) by PLC_FM_BK keys.
+#define PLC_FM_BQ 64
+#define PLC_FM_BK 64
 // Longest key range one decode block handles (its scores stay in shared memory).
 #define PLC_DEC_MAX_CHUNK 2048
 #define PLC_MAX_HEAD_DIM 256
@@ -24,7 +28,12 @@ struct plc_tile {
 // plc_flash_head_dim reports whether the flash kernel is compiled for head dimension hd.
 static inline int plc_flash_head_dim(int hd) { return hd == 64 || hd == 80 || hd == 128; }
 
-// plc_attend runs the tiles: flash tiles (nq up to PLC_FA_BQ; head dims of plc_flash_head_dim)
+// plc_flash_rows returns how many queries a flash tile holds for these keys and values:
+// PLC_FM_BQ where the tensor-core kernel takes them (plc_ctx_set_flash; F16, 16-byte aligned
+// rows), else PLC_FA_BQ.
+int plc_flash_rows(const plc_ctx *ctx, int kvtype, int64_t width, const void *kc, const void *vc);
+
+// plc_attend runs the tiles: flash tiles (nq up to plc_flash_rows; head dims of plc_flash_head_dim)
 // and decode tiles (nq == 1, any head dim up to PLC_MAX_HEAD_DIM). Tables are host arrays;
 // blocks may be null for dense keys and values (then bs is ignored).
 int plc_attend(plc_ctx *ctx, float *dst, const float *q, int64_t qstride, const void *kc, const void *vc, int kvtype,

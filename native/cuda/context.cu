@@ -305,6 +305,7 @@ extern "C" int plc_ctx_new(int32_t dev, plc_ctx **out, char *err, size_t errlen)
     ctx->tf32 = 1;
     cudaError_t e = cudaSetDevice(dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&ctx->sm_count, cudaDevAttrMultiProcessorCount, dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&ctx->cc_major, cudaDevAttrComputeCapabilityMajor, dev);
     if (e == cudaSuccess) {
         cudaFuncAttributes fa;
         e = cudaFuncGetAttributes(&fa, plc_probe_k);
@@ -361,6 +362,13 @@ extern "C" const char *plc_ctx_error(const plc_ctx *ctx) { return ctx == NULL ? 
 extern "C" int plc_ctx_set_tf32(plc_ctx *ctx, int32_t on) {
     if (ctx == NULL) return PLC_ERR_ARG;
     ctx->tf32 = on != 0;
+    return PLC_OK;
+}
+
+extern "C" int plc_ctx_set_flash(plc_ctx *ctx, int32_t mma) {
+    if (ctx == NULL) return PLC_ERR_ARG;
+    if (mma != 0 && ctx->cc_major < 8) return PLC_ERR_UNSUPPORTED;
+    ctx->flash_mma = mma != 0;
     return PLC_OK;
 }
 

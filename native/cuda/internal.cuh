@@ -24,6 +24,8 @@ struct plc_ctx {
     cudaStream_t stream;
     cublasHandle_t blas;
     int tf32;
+    int cc_major;   // the device's compute capability (major)
+    int flash_mma;  // F16 flash attention on tensor cores (plc_ctx_set_flash)
     // Small per-call tables copied from the host (ids, positions, slots, block tables, attention
     // tiles) go to the meta arena and stay there until the stream is next idle: a table equal
     // to one already uploaded since then (every layer of a step passes the same positions,

@@ -97,6 +97,11 @@ const char *plc_ctx_error(const plc_ctx *ctx);
 /* plc_ctx_set_tf32: on != 0 lets F32 matrix products use TF32 tensor cores (10-bit mantissa
  * inputs, F32 accumulation); 0 computes them in full F32. */
 int plc_ctx_set_tf32(plc_ctx *ctx, int32_t on);
+/* plc_ctx_set_flash: mma != 0 computes attention over F16 keys and values with query tiles of
+ * 64 on tensor cores (mma.sync, compute capability 8.0 and later; PLC_ERR_UNSUPPORTED before);
+ * 0 (the default) with tiles of 16 on the CUDA cores. Both keep the F16 contract of
+ * plc_attention. */
+int plc_ctx_set_flash(plc_ctx *ctx, int32_t mma);
 /* plc_sync waits for all work queued on the context. */
 int plc_sync(plc_ctx *ctx);
 /* Graphs. Between plc_graph_begin and plc_graph_end the operations called on the context are

@@ -25,6 +25,7 @@ const (
 	EnvDevice = "PARLEY_CUDA_DEVICE" // CUDA device ordinal (default 0)
 	EnvTF32   = "PARLEY_CUDA_TF32"   // "0" computes F32 matrix products in full F32
 	EnvGraphs = "PARLEY_CUDA_GRAPHS" // "1" records decode steps as CUDA graphs (Options.Graphs)
+	EnvFlash  = "PARLEY_CUDA_FLASH"  // "mma" or "simt": the F16 flash-attention kernel (Options.FlashMMA)
 )
 
 func init() { backend.Register("cuda", Priority, factory) }
@@ -39,6 +40,10 @@ type Options struct {
 	// Graphs lets models record their steps as CUDA graphs (backend.Recorder): one launch a
 	// step instead of one a kernel. Off by default until it has been measured on a GPU.
 	Graphs bool
+	// FlashMMA computes attention over F16 caches (prompts, Whisper's encoder) with the
+	// tensor-core kernel (mma.sync; compute capability 8.0 and later) instead of the CUDA-core
+	// one. Off by default until it has been measured on a GPU.
+	FlashMMA bool
 }
 
 func factory(opts backend.Options) (backend.Backend, error) {
@@ -57,6 +62,13 @@ func factory(opts backend.Options) (backend.Backend, error) {
 		o.Graphs = true
 	default:
 		return nil, fmt.Errorf("cuda: %s=%q: want 0 or 1", EnvGraphs, v)
+	}
+	switch v := strings.TrimSpace(os.Getenv(EnvFlash)); v {
+	case "", "simt":
+	case "mma":
+		o.FlashMMA = true
+	default:
+		return nil, fmt.Errorf("cuda: %s=%q: want mma or simt", EnvFlash, v)
 	}
 	return New(o)
 }
@@ -97,6 +109,12 @@ func New(o Options) (*Backend, error) {
 	if err := ctx.SetTF32(!o.ExactF32); err != nil {
 		ctx.Close()
 		return nil, err
+	}
+	if o.FlashMMA {
+		if err := ctx.SetFlashMMA(true); err != nil {
+			ctx.Close()
+			return nil, fmt.Errorf("cuda: %s (compute capability %d.%d): tensor-core attention: %w", dev.Name, dev.Major, dev.Minor, err)
+		}
 	}
 	return &Backend{ctx: ctx, dev: *dev, owned: map[*bcuda.Buffer]struct{}{}, graphs: o.Graphs}, nil
 }

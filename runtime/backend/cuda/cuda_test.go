@@ -42,6 +42,15 @@ func TestConformance(t *testing.T) {
 	}
 }
 
+// TestConformanceFlashMMA runs the suite again with attention over F16 caches on tensor cores.
+func TestConformanceFlashMMA(t *testing.T) {
+	gpu(t)
+	backendtest.Run(t, func() (backend.Backend, error) { return New(Options{ExactF32: true, FlashMMA: true}) })
+	if n := bcuda.LiveBuffers(); n != 0 {
+		t.Errorf("%d device buffers still allocated after every backend closed", n)
+	}
+}
+
 func BenchmarkBackend(b *testing.B) {
 	if _, err := bcuda.Devices(); err != nil {
 		b.Skipf("no GPU: %v", err)
@@ -109,5 +118,10 @@ func TestEnv(t *testing.T) {
 	t.Setenv(EnvGraphs, "yes")
 	if _, err := factory(backend.Options{}); err == nil || !strings.Contains(err.Error(), EnvGraphs) {
 		t.Fatalf("factory with %s=yes: %v", EnvGraphs, err)
+	}
+	t.Setenv(EnvGraphs, "")
+	t.Setenv(EnvFlash, "tensor")
+	if _, err := factory(backend.Options{}); err == nil || !strings.Contains(err.Error(), EnvFlash) {
+		t.Fatalf("factory with %s=tensor: %v", EnvFlash, err)
 	}
 }

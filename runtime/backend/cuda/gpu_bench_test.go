@@ -23,7 +23,9 @@ import (
 //	                                          top 10 over beams × vocabulary) with its results on
 //	                                          the host: µs a step
 
-func gpuBench(b *testing.B) *Backend {
+func gpuBench(b *testing.B) *Backend { return gpuBenchWith(b, Options{}) }
+
+func gpuBenchWith(b *testing.B, o Options) *Backend {
 	b.Helper()
 	if _, err := bcuda.Devices(); err != nil {
 		if requireGPU() {
@@ -31,7 +33,7 @@ func gpuBench(b *testing.B) *Backend {
 		}
 		b.Skipf("no GPU: %v", err)
 	}
-	be, err := New(Options{})
+	be, err := New(o)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -74,50 +76,55 @@ func wait(b *testing.B, be *Backend, t backend.Tensor) {
 
 func BenchmarkFlashAttention(b *testing.B) {
 	const batch, heads, seq, hd, bs = 4, 32, 4096, 128, 16
-	b.Run(fmt.Sprintf("prefill/B%dxH%dxS%dxD%d", batch, heads, seq, hd), func(b *testing.B) {
-		be := gpuBench(b)
-		n, width := batch*seq, heads*hd
-		kv, err := be.NewKV(backend.KVConfig{Layers: 1, Slots: n, Width: width, BlockSize: bs, DType: tensor.F16})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer kv.Close()
-		bt := &backend.Batch{}
-		per := seq / bs
-		for s := range batch {
-			blocks := make([]int32, per)
-			for i := range blocks {
-				blocks[i] = int32(s*per + i)
-			}
-			for p := range seq {
-				bt.Pos = append(bt.Pos, int32(p))
-				bt.Slot = append(bt.Slot, blocks[p/bs]*bs+int32(p%bs))
-			}
-			bt.Seqs = append(bt.Seqs, backend.Seq{Start: s * seq, Count: seq, CtxLen: seq, Blocks: blocks})
-		}
-		r := rand.New(rand.NewPCG(1, 2))
-		k := upload(b, be, n, width, randFloats(r, n*width, 1))
-		v := upload(b, be, n, width, randFloats(r, n*width, 1))
-		if err := be.StoreKV(kv, 0, k, v, bt); err != nil {
-			b.Fatal(err)
-		}
-		q := upload(b, be, n, width, randFloats(r, n*width, 1))
-		dst := upload(b, be, n, width, nil)
-		a := backend.Attn{NHead: heads, NKVHead: heads, HeadDim: hd, Scale: float32(1 / math.Sqrt(hd))}
-		if err := be.Attention(dst, q, kv, 0, a, bt); err != nil { // warm-up
-			b.Fatal(err)
-		}
-		wait(b, be, dst)
-		b.ResetTimer()
-		for range b.N {
-			if err := be.Attention(dst, q, kv, 0, a, bt); err != nil {
+	for _, kern := range []struct {
+		name string
+		mma  bool
+	}{{"", false}, {"mma/", true}} {
+		b.Run(fmt.Sprintf("prefill/%sB%dxH%dxS%dxD%d", kern.name, batch, heads, seq, hd), func(b *testing.B) {
+			be := gpuBenchWith(b, Options{FlashMMA: kern.mma})
+			n, width := batch*seq, heads*hd
+			kv, err := be.NewKV(backend.KVConfig{Layers: 1, Slots: n, Width: width, BlockSize: bs, DType: tensor.F16})
+			if err != nil {
 				b.Fatal(err)
 			}
-		}
-		wait(b, be, dst)
-		s := b.Elapsed().Seconds() / float64(b.N)
-		b.ReportMetric(2*batch*heads*float64(seq)*float64(seq)*hd/s/1e12, "TFLOP/s")
-	})
+			defer kv.Close()
+			bt := &backend.Batch{}
+			per := seq / bs
+			for s := range batch {
+				blocks := make([]int32, per)
+				for i := range blocks {
+					blocks[i] = int32(s*per + i)
+				}
+				for p := range seq {
+					bt.Pos = append(bt.Pos, int32(p))
+					bt.Slot = append(bt.Slot, blocks[p/bs]*bs+int32(p%bs))
+				}
+				bt.Seqs = append(bt.Seqs, backend.Seq{Start: s * seq, Count: seq, CtxLen: seq, Blocks: blocks})
+			}
+			r := rand.New(rand.NewPCG(1, 2))
+			k := upload(b, be, n, width, randFloats(r, n*width, 1))
+			v := upload(b, be, n, width, randFloats(r, n*width, 1))
+			if err := be.StoreKV(kv, 0, k, v, bt); err != nil {
+				b.Fatal(err)
+			}
+			q := upload(b, be, n, width, randFloats(r, n*width, 1))
+			dst := upload(b, be, n, width, nil)
+			a := backend.Attn{NHead: heads, NKVHead: heads, HeadDim: hd, Scale: float32(1 / math.Sqrt(hd))}
+			if err := be.Attention(dst, q, kv, 0, a, bt); err != nil { // warm-up
+				b.Fatal(err)
+			}
+			wait(b, be, dst)
+			b.ResetTimer()
+			for range b.N {
+				if err := be.Attention(dst, q, kv, 0, a, bt); err != nil {
+					b.Fatal(err)
+				}
+			}
+			wait(b, be, dst)
+			s := b.Elapsed().Seconds() / float64(b.N)
+			b.ReportMetric(2*batch*heads*float64(seq)*float64(seq)*hd/s/1e12, "TFLOP/s")
+		})
+	}
 }
 
 func BenchmarkGEMM(b *testing.B) {
