@@ -43,8 +43,7 @@ type Context struct {
 	rows   []int32   // [MaxSeqs] a step's output rows, those with logits then those picked
 	picked []float32 // logits of picked rows, for a backend that is not an Argmaxer; made on first use
 
-	noRecord    bool // steps are not recorded (see compute)
-	recordFails int  // steps in a row whose recording failed
+	rec backend.Recording // decode steps recorded where the backend records (see compute)
 }
 
 type tokViews struct {
@@ -270,43 +269,13 @@ func (c *Context) ForwardPick(tokens []int32, b *backend.Batch, out []int32, log
 // products.
 const recordMaxTokens = 64
 
-// recordTries is how many steps in a row may fail to record before a context stops trying.
-const recordTries = 3
-
-// compute runs the step's operations up to the logits of rows (ov nil: none). Where the backend
-// records (backend.Recorder), a decode step is recorded and then run as one unit; if that
-// fails, the operations run again as they are called.
+// compute runs the step's operations up to the logits of rows (ov nil: none); a decode step is
+// recorded and run as one unit where the backend records (backend.Recording).
 func (c *Context) compute(tokens []int32, b *backend.Batch, vs *tokViews, ov *outViews, rows []int32) error {
-	rec, ok := c.m.be.(backend.Recorder)
-	if !ok || c.noRecord || len(tokens) > recordMaxTokens {
+	if len(tokens) > recordMaxTokens {
 		return c.ops(tokens, b, vs, ov, rows)
 	}
-	if err := rec.Record(); err != nil {
-		if errors.Is(err, backend.ErrNotRecording) {
-			c.noRecord = true
-		}
-		return c.ops(tokens, b, vs, ov, rows)
-	}
-	err := c.ops(tokens, b, vs, ov, rows)
-	if err == nil {
-		err = rec.Replay()
-	} else {
-		rec.Discard()
-	}
-	if err == nil {
-		c.recordFails = 0
-		return nil
-	}
-	// Nothing recorded ran. The same operations, called one by one, either run (recording was
-	// the problem: after recordTries such steps in a row the context stops recording) or fail
-	// for themselves.
-	if err := c.ops(tokens, b, vs, ov, rows); err != nil {
-		return err
-	}
-	if c.recordFails++; c.recordFails >= recordTries {
-		c.noRecord = true
-	}
-	return nil
+	return c.rec.Run(c.m.be, func() error { return c.ops(tokens, b, vs, ov, rows) })
 }
 
 // ops calls the step's operations: the embeddings of tokens, every layer, and for rows the

@@ -39,6 +39,8 @@ type Decoder struct {
 	// step's rows) before they attend; word timing reads the alignment heads' from it.
 	captureQ func(li int, q backend.Tensor) error
 
+	rec backend.Recording // decode steps recorded where the backend records (see Forward)
+
 	tok   []*decViews                  // by token count
 	out   []*[2]backend.Tensor         // by logit rows: h, logits
 	spans map[int64]*[2]backend.Tensor // by start*(MaxTokens+1)+count: q, att rows of one sequence
@@ -228,6 +230,32 @@ func (d *Decoder) Forward(tokens []int32, b *backend.Batch, cross []*Cross, out 
 	if err != nil {
 		return err
 	}
+	var ov *[2]backend.Tensor
+	if len(out) > 0 {
+		if ov, err = d.outViews(len(out)); err != nil {
+			return err
+		}
+	}
+	// A decode step (its many small operations cost more to start than to run) is recorded and
+	// run as one unit where the backend records, except while word timing reads the queries.
+	if n > recordMaxTokens || d.captureQ != nil {
+		err = d.ops(tokens, b, cross, vs, out, ov)
+	} else {
+		err = d.rec.Run(m.be, func() error { return d.ops(tokens, b, cross, vs, out, ov) })
+	}
+	if err != nil || ov == nil {
+		return err
+	}
+	return m.be.Read(ov[1], 0, logits)
+}
+
+// recordMaxTokens is the largest step Forward records (backend.Recorder).
+const recordMaxTokens = 64
+
+// ops calls the operations of a step: the embeddings, every layer, and for the rows out the
+// final norm and the output matrix into ov[1] (ov nil: none).
+func (d *Decoder) ops(tokens []int32, b *backend.Batch, cross []*Cross, vs *decViews, out []int32, ov *[2]backend.Tensor) error {
+	m := d.m
 	be := m.be
 	if err := be.GetRows(vs.x, m.tokEmbd, tokens); err != nil {
 		return err
@@ -243,12 +271,8 @@ func (d *Decoder) Forward(tokens []int32, b *backend.Batch, cross []*Cross, out 
 			return fmt.Errorf("whisper: decoder layer %d: %w", li, err)
 		}
 	}
-	if len(out) == 0 {
+	if ov == nil {
 		return nil
-	}
-	ov, err := d.outViews(len(out))
-	if err != nil {
-		return err
 	}
 	if err := be.GetRows(ov[0], vs.x, out); err != nil {
 		return err
@@ -256,10 +280,7 @@ func (d *Decoder) Forward(tokens []int32, b *backend.Batch, cross []*Cross, out 
 	if err := be.LayerNorm(ov[0], ov[0], m.decLnW, m.decLnB, normEps); err != nil {
 		return err
 	}
-	if err := be.MatMul(ov[1], ov[0], m.tokEmbd); err != nil {
-		return err
-	}
-	return be.Read(ov[1], 0, logits)
+	return be.MatMul(ov[1], ov[0], m.tokEmbd)
 }
 
 // layer runs one decoder block on vs.x in place: causal self-attention over the sequence's cache,

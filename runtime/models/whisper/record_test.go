@@ -1,0 +1,131 @@
+package whisper_test
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/backend/backendtest"
+	"github.com/parleyhq/parley/runtime/ggml"
+	"github.com/parleyhq/parley/runtime/kvcache"
+	"github.com/parleyhq/parley/runtime/models/whisper"
+)
+
+// TestRecordedDecoderSteps runs the same decoder steps (two sequences over two audio windows) on
+// a backend and on recording forms of it (backendtest.Recorder, as a GPU backend's graphs
+// behave): steps of at most 64 tokens are recorded and replayed, a longer one runs as called,
+// and every logit is bit for bit the same; a step whose recording fails runs again unrecorded,
+// and after three such steps the decoder stops recording.
+func TestRecordedDecoderSteps(t *testing.T) {
+	path := synthModel(t, ggml.Shape{Name: "mini", State: 64, Head: 2, AudioLayer: 1, TextLayer: 2}, "tiny.en")
+	newGo := func() backend.Backend {
+		be, _, err := backend.New("go", backend.Options{Threads: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { be.Close() })
+		return be
+	}
+	// steps returns the logits of a 70-token prompt (not recorded), a 4-token one, then eight
+	// decode steps of both sequences.
+	steps := func(t *testing.T, be backend.Backend) [][]float32 {
+		m, err := whisper.Open(be, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		enc, err := m.NewBatchEncoder(2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer enc.Close()
+		mels, cross := make([][]float32, 2), make([]*whisper.Cross, 2)
+		for i := range mels {
+			if cross[i], err = m.NewCross(); err != nil {
+				t.Fatal(err)
+			}
+			defer cross[i].Close()
+			mels[i] = make([]float32, m.Mels*whisper.WindowFrames)
+			for k := range mels[i] {
+				mels[i][k] = float32((k*(i+3))%101)/50 - 1
+			}
+		}
+		if err := enc.EncodeBatch(mels, cross); err != nil {
+			t.Fatal(err)
+		}
+		dec, err := m.NewDecoder(whisper.DecoderConfig{MaxTokens: 80, MaxSeqs: 2, KVSlots: 448 * 2, BlockSize: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dec.Close()
+		seqs := []*kvcache.Seq{dec.Pool().NewSeq(448), dec.Pool().NewSeq(448)}
+		var bb kvcache.BatchBuilder
+		var got [][]float32
+		run := func(toks [][]int32) {
+			t.Helper()
+			bb.Reset()
+			var all, out []int32
+			var cr []*whisper.Cross
+			for i, tk := range toks {
+				if len(tk) == 0 {
+					continue
+				}
+				if err := seqs[i].Reserve(len(tk)); err != nil {
+					t.Fatal(err)
+				}
+				if err := bb.Add(seqs[i], len(tk)); err != nil {
+					t.Fatal(err)
+				}
+				all = append(all, tk...)
+				out = append(out, int32(len(all)-1))
+				cr = append(cr, cross[i])
+			}
+			lg := make([]float32, len(out)*m.NVocab)
+			if err := dec.Forward(all, bb.Batch(), cr, out, lg); err != nil {
+				t.Fatal(err)
+			}
+			for i, tk := range toks {
+				if len(tk) > 0 {
+					if err := seqs[i].Advance(len(tk)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			got = append(got, lg)
+		}
+		long := make([]int32, 70)
+		for i := range long {
+			long[i] = int32(100 + i*13%900)
+		}
+		run([][]int32{long, nil})
+		run([][]int32{nil, {50257, 50362, 400, 401}})
+		for s := range 8 {
+			run([][]int32{{int32(500 + s)}, {int32(700 + s)}})
+		}
+		return got
+	}
+	want := steps(t, newGo())
+	for _, tc := range []struct {
+		name                       string
+		rb                         *backendtest.Recorder
+		records, replays, discards int
+	}{
+		{name: "recorded", rb: &backendtest.Recorder{}, records: 9, replays: 9},
+		{name: "op not recordable", rb: &backendtest.Recorder{FailOp: "FullAttention"}, records: 3, discards: 3},
+		{name: "replay refused", rb: &backendtest.Recorder{FailReplay: true}, records: 3},
+		{name: "recording off", rb: &backendtest.Recorder{Off: true}, records: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.rb.Backend = newGo()
+			got := steps(t, tc.rb)
+			for i := range want {
+				if !slices.Equal(got[i], want[i]) {
+					t.Fatalf("step %d: logits differ from the unrecorded run's", i)
+				}
+			}
+			if tc.rb.Records != tc.records || tc.rb.Replays != tc.replays || tc.rb.Discards != tc.discards {
+				t.Fatalf("records/replays/discards = %d/%d/%d, want %d/%d/%d", tc.rb.Records, tc.rb.Replays, tc.rb.Discards, tc.records, tc.replays, tc.discards)
+			}
+		})
+	}
+}
