@@ -5,10 +5,10 @@
 // Options.ExactF32 (or PARLEY_CUDA_TF32=0) asks for full F32. Besides the interface it decodes on
 // the device (Argmax, Sample, BeamStep), returning only token ids; as a backend.Argmaxer it gives
 // the scheduler the tokens of greedy sequences without their logits leaving the GPU. As a
-// backend.Recorder it records a model's decode step (LLaMA's, Whisper's decoder's) as a CUDA graph and runs it with one launch
-// (Options.Graphs, or PARLEY_CUDA_GRAPHS=1; off by default until measured on a GPU): each step
-// is recorded afresh and the graph kept from the step before is updated in place, a new one
-// instantiated only when the step's kernels differ. Options.FlashMMA (PARLEY_CUDA_FLASH=mma)
+// backend.Recorder it records a model's decode step (LLaMA's, Whisper's decoder's) as a CUDA
+// graph and runs it with one launch (Options.Graphs, or PARLEY_CUDA_GRAPHS=1; off by default
+// until measured on a GPU): each step is recorded afresh and the graph kept from the step before
+// is updated in place, a new one instantiated only when the step's kernels differ. Options.FlashMMA (PARLEY_CUDA_FLASH=mma)
 // computes attention over F16 caches with a tensor-core kernel (mma.sync, 64 queries a block);
 // the default is the CUDA-core kernel, until the other has been measured on a GPU.
 //
