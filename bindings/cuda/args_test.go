@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -65,8 +66,9 @@ func TestArgumentChecks(t *testing.T) {
 		{"Copy Q8_0", c.Copy(x, tensor.F32, w, tensor.Q8_0, 32)},
 		{"Im2Col1D dst too small", c.Im2Col1D(small, x, n, k, 1, 1, 0, n)},
 		{"Argmax ids", c.Argmax(x, n, k, make([]int32, n-1))},
-		{"Sample temperature 0", c.Sample(x, n, k, Sampling{Temperature: 0, TopP: 1}, make([]uint64, n), make([]int32, n))},
-		{"Sample top-p 0", c.Sample(x, n, k, Sampling{Temperature: 1, TopP: 0}, make([]uint64, n), make([]int32, n))},
+		{"Draw negative temperature", c.Draw(x, n, k, slices.Repeat([]backend.Draw{{Temperature: -1, TopP: 1}}, n), make([]int32, n))},
+		{"Draw top-p 0", c.Draw(x, n, k, slices.Repeat([]backend.Draw{{Temperature: 1}}, n), make([]int32, n))},
+		{"Draw rows", c.Draw(x, n, k, slices.Repeat([]backend.Draw{{Temperature: 1, TopP: 1}}, n-1), make([]int32, n))},
 		{"BeamStep k > vocab", c.BeamStep(x, k, make([]float32, n), 1, 1, make([]int32, k+1), make([]int32, k+1), make([]float32, k+1), make([]float32, k+1))},
 		{"BeamStep output lengths", c.BeamStep(x, k, make([]float32, n), 1, 1, make([]int32, 2), make([]int32, 1), make([]float32, 2), make([]float32, 2))},
 		{"Upload past the buffer", c.Upload(small, make([]byte, 11))},
@@ -92,7 +94,7 @@ func TestArgumentChecks(t *testing.T) {
 		{"GetRows", c.GetRows(x, w, tensor.F32, m, k, []int32{0, 4})},
 		{"Attention", c.Attention(x, x, 1, w, w, tensor.F32, m, k, 1, Attn{NHead: 1, NKVHead: 1, HeadDim: k, Scale: 1},
 			[]Seq{{Start: 0, Count: 1, CtxLen: 1, NBlocks: 1}}, []int32{4})},
-		{"Sample", c.Sample(x, n, k, Sampling{Temperature: 0.7, TopK: 5, TopP: 0.9}, make([]uint64, n), make([]int32, n))},
+		{"Draw", c.Draw(x, n, k, slices.Repeat([]backend.Draw{{Temperature: 0.7, TopK: 5, TopP: 0.9}, {TopP: 1}}, (n+1)/2)[:n], make([]int32, n))},
 	}
 	for _, tc := range good {
 		if tc.err == nil || !strings.Contains(tc.err.Error(), "invalid argument") {

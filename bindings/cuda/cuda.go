@@ -91,7 +91,6 @@ type Context struct {
 	// allocate nothing (the address of a local passed to C would escape to the heap).
 	rope C.plc_rope_cfg
 	attn C.plc_attn_cfg
-	samp C.plc_sampling
 }
 
 // NewContext starts a context on CUDA device dev, with TF32 allowed for F32 matrix products.
@@ -881,15 +880,15 @@ func (c *Context) Argmax(logits Ref, n, vocab int, ids []int32) error {
 	return c.status(op, C.plc_argmax(c.c, fp(lp), C.int64_t(n), C.int64_t(vocab), i32p(ids)))
 }
 
-// Sample draws ids (len n) from the rows of logits [n, vocab] F32 as s says, row i with the
-// uniform draw of seed seeds[i]. Waits.
-func (c *Context) Sample(logits Ref, n, vocab int, s Sampling, seeds []uint64, ids []int32) error {
-	const op = "sample"
-	if len(ids) != n || len(seeds) != n || vocab <= 0 {
-		return fmt.Errorf("cuda: %s: %d ids and %d seeds for %d rows of %d", op, len(ids), len(seeds), n, vocab)
+// Draw writes ids (len n) for the rows of logits [n, vocab] F32 as draws says (backend.Draw,
+// which has plc_draw_row's layout). Waits.
+func (c *Context) Draw(logits Ref, n, vocab int, draws []backend.Draw, ids []int32) error {
+	const op = "draw"
+	if len(ids) != n || len(draws) != n || vocab <= 0 {
+		return fmt.Errorf("cuda: %s: %d ids and %d draws for %d rows of %d", op, len(ids), len(draws), n, vocab)
 	}
-	if !(s.Temperature > 0) || math.IsInf(float64(s.Temperature), 0) || s.TopK < 0 || s.TopK > math.MaxInt32 || !(s.TopP > 0 && s.TopP <= 1) {
-		return fmt.Errorf("cuda: %s: bad sampling parameters %+v", op, s)
+	if err := backend.CheckDraws(draws); err != nil {
+		return fmt.Errorf("cuda: %s: %w", op, err)
 	}
 	if err := c.lock(op); err != nil {
 		return err
@@ -899,12 +898,11 @@ func (c *Context) Sample(logits Ref, n, vocab int, s Sampling, seeds []uint64, i
 	if err != nil {
 		return err
 	}
-	c.samp = C.plc_sampling{temperature: C.float(s.Temperature), top_k: C.int32_t(s.TopK), top_p: C.float(s.TopP)}
-	var sp *C.uint64_t
+	var dp *C.plc_draw_row
 	if n > 0 {
-		sp = (*C.uint64_t)(unsafe.Pointer(&seeds[0]))
+		dp = (*C.plc_draw_row)(unsafe.Pointer(&draws[0]))
 	}
-	return c.status(op, C.plc_sample(c.c, fp(lp), C.int64_t(n), C.int64_t(vocab), &c.samp, sp, i32p(ids)))
+	return c.status(op, C.plc_draw(c.c, fp(lp), C.int64_t(n), C.int64_t(vocab), dp, i32p(ids)))
 }
 
 // BeamStep runs one step of beam search over logits [len(scores), vocab] F32: candidate (b, t)
@@ -931,6 +929,11 @@ func (c *Context) BeamStep(logits Ref, vocab int, scores []float32, length int, 
 	return c.status(op, C.plc_beam_step(c.c, fp(lp), C.int32_t(len(scores)), C.int64_t(vocab), f32p(scores), C.int32_t(length), C.float(penalty),
 		C.int32_t(k), i32p(beam), i32p(token), f32p(score), f32p(norm)))
 }
+
+// backend.Draw is passed to C as plc_draw_row: the build fails if their sizes or the offset of
+// the last field ever differ.
+var _ = [1]struct{}{}[unsafe.Sizeof(backend.Draw{})-uintptr(C.sizeof_plc_draw_row)]
+var _ = [1]struct{}{}[unsafe.Offsetof(backend.Draw{}.Random)-unsafe.Offsetof(C.plc_draw_row{}.random)]
 
 // Seq is passed to C as plc_seq: the build fails if their sizes ever differ.
 var _ = [1]struct{}{}[unsafe.Sizeof(Seq{})-uintptr(C.sizeof_plc_seq)]

@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "d29ec69e80648dfe99183109f5ee4618ff0e479e702690a87d88c92185929f6c"
+const nativeSources = "b73c83b0523584466334b603ad17fbf05a725bee8b5c3c60be39a6dc14e16930"

@@ -43,12 +43,3 @@ type Attn struct {
 	NHead, NKVHead, HeadDim int
 	Scale                   float32
 }
-
-// Sampling configures Sample: logits are divided by Temperature (> 0), restricted to the TopK
-// largest (0: all; ties at the boundary all kept), then to the smallest top set holding TopP of
-// their probability (1: all).
-type Sampling struct {
-	Temperature float32
-	TopK        int
-	TopP        float32
-}

@@ -14,7 +14,7 @@
  *
  * Execution: a context owns one device, one CUDA stream and one cuBLAS handle. Operations are
  * queued on the stream and return before they finish; they take effect in the order issued.
- * plc_download and plc_sync wait; so do the sampling entry points, which return ids on the host.
+ * plc_download and plc_sync wait; so do the decoding entry points, which return ids on the host.
  * A context must not be used by two threads at once. Each entry point makes the context's device
  * current on the calling thread first. The small host tables an operation takes (ids, positions,
  * slots, block tables) are copied to the device through pinned memory during the call, without
@@ -255,17 +255,23 @@ int plc_full_attention(plc_ctx *ctx, float *dst, const float *q, int64_t n, cons
  * NaN or +Inf, or no element above -Inf. */
 int plc_argmax(plc_ctx *ctx, const float *logits, int64_t n, int64_t vocab, int32_t *ids);
 
+/* How plc_draw chooses the token of one row (Go's backend.Draw has this layout). */
 typedef struct {
-    float temperature; /* > 0; logits are divided by it */
-    int32_t top_k;     /* keep the top_k largest (ties at the boundary all kept); 0: all */
+    float temperature; /* 0: the argmax (as plc_argmax; the rest unread); > 0: the draw's temperature */
+    int32_t top_k;     /* keep the top_k largest logits (ties at the boundary all kept); 0: all */
     float top_p;       /* then the smallest top set holding top_p of their mass; 1: all */
-} plc_sampling;
+    float min_p;       /* then those at least min_p times as likely as the most likely; 0: off */
+    uint64_t random;   /* the row's random draw: u = (random >> 40) * 2^-24, in [0, 1) */
+} plc_draw_row;
 
-/* plc_sample draws ids[i] for each row of logits [n, vocab] (device) from softmax(logits/temp)
- * restricted by top-k then top-p, with one uniform draw from the counter-based generator seeded
- * by seeds[i] (host [n]): the same seed and logits give the same id. Waits. */
-int plc_sample(plc_ctx *ctx, const float *logits, int64_t n, int64_t vocab,
-               const plc_sampling *cfg, const uint64_t *seeds, int32_t *ids);
+/* plc_draw waits, then writes ids[i] (host [n]) for each row i of logits [n, vocab] (device) as
+ * rows[i] (host [n]) says, as llama.cpp's sampler chain draws: the candidates are chosen at
+ * temperature 1 (top-k, then top-p by mass exp(x - max x), then min-p: x >= max x + log min_p),
+ * and the token is drawn from them with weights exp((x - max x)/temperature): the first, in id
+ * order, at which the running weight exceeds u times their total. -1 for a row that holds a NaN
+ * or +Inf, or no element above -Inf. */
+int plc_draw(plc_ctx *ctx, const float *logits, int64_t n, int64_t vocab, const plc_draw_row *rows,
+             int32_t *ids);
 
 /* plc_beam_step: one step of beam search over logits [beams, vocab] (device). Candidate
  * (b, t) scores scores[b] + log_softmax(logits[b])[t] (scores host [beams], running sums of

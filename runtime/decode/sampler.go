@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/parleyhq/parley/internal/vec"
+	"github.com/parleyhq/parley/runtime/backend"
 )
 
 // topPFirstSort is how many candidates top-p sorts first when top-k has not already cut the
@@ -30,6 +31,8 @@ type Sampler struct {
 	topP    float64 // 1 when off
 	logMinP float64 // log(MinP); -Inf when off
 	invTemp float64
+	temp    float32 // Params.Temperature
+	minP    float32 // Params.MinP
 
 	repeat    float32
 	presence  float32
@@ -105,9 +108,11 @@ func NewSampler(p Params, vocabSize int) (*Sampler, error) {
 	}
 	if p.MinP > 0 {
 		s.logMinP = math.Log(float64(p.MinP))
+		s.minP = p.MinP
 	}
 	if !s.greedy {
 		s.invTemp = 1 / float64(p.Temperature)
+		s.temp = p.Temperature
 	}
 
 	s.biasIDs = make([]int32, 0, len(p.LogitBias))
@@ -164,6 +169,23 @@ func (s *Sampler) Greedy() bool { return s.greedy }
 func (s *Sampler) ArgmaxOnly() bool {
 	return s.greedy && len(s.biasIDs) == 0 && s.ring == nil && s.genCount == nil
 }
+
+// Drawable reports whether a backend may draw this Sampler's tokens where the logits are
+// (backend.Drawer) and how: it samples (not greedy) with no logit bias and no penalty, which
+// change the logits first. backend.Draw chooses the candidates as Sample does (top-k, top-p and
+// min-p at temperature 1) and draws from them at the temperature, but walks them in id order
+// with float32 weights, so the same seed may give other tokens than Sample would. The draw's
+// Random is left for NextRandom; Accept the drawn token as a sampled one.
+func (s *Sampler) Drawable() (backend.Draw, bool) {
+	if s.greedy || len(s.biasIDs) > 0 || s.ring != nil || s.genCount != nil {
+		return backend.Draw{}, false
+	}
+	return backend.Draw{Temperature: s.temp, TopK: int32(s.topK), TopP: float32(s.topP), MinP: s.minP}, true
+}
+
+// NextRandom consumes and returns the random draw that a Sample call would consume, for a
+// backend's draw (backend.Draw.Random): the random stream stays one draw a token either way.
+func (s *Sampler) NextRandom() uint64 { return s.rng.Uint64() }
 
 // Sample returns the next token for logits, one per vocabulary entry ([vocab]).
 //

@@ -620,3 +620,55 @@ func refDraw(w []float64, u float64) int32 {
 	}
 	return int32(len(w) - 1)
 }
+
+// TestDrawable: a sampler may have a backend draw its tokens (Sampler.Drawable) when it samples
+// without logit bias or penalties, with its temperature, top-k, top-p and min-p; and NextRandom
+// consumes the one draw a Sample call consumes, so both keep the same random stream.
+func TestDrawable(t *testing.T) {
+	p := DefaultParams()
+	p.Seed = 5
+	s, err := NewSampler(p, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, ok := s.Drawable()
+	if !ok || d.Temperature != p.Temperature || d.TopK != int32(p.TopK) || d.TopP != p.TopP || d.MinP != p.MinP || d.Random != 0 {
+		t.Fatalf("Drawable() = %+v, %v for %+v", d, ok, p)
+	}
+	p.TopK = 1000 // past the vocabulary: off
+	if s, _ := NewSampler(p, 100); s != nil {
+		if d, _ := s.Drawable(); d.TopK != 0 {
+			t.Errorf("top-k past the vocabulary: %d, want 0 (off)", d.TopK)
+		}
+	}
+	for name, q := range map[string]func(*Params){
+		"greedy":    func(p *Params) { p.Temperature = 0 },
+		"bias":      func(p *Params) { p.LogitBias = map[int32]float32{3: 1} },
+		"repeat":    func(p *Params) { p.RepeatPenalty = 1.1 },
+		"presence":  func(p *Params) { p.PresencePenalty = 0.5 },
+		"frequency": func(p *Params) { p.FrequencyPenalty = 0.5 },
+	} {
+		pp := DefaultParams()
+		q(&pp)
+		s, err := NewSampler(pp, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := s.Drawable(); ok {
+			t.Errorf("%s: Drawable", name)
+		}
+	}
+	a, _ := NewSampler(p, 100)
+	b, _ := NewSampler(p, 100)
+	logits := make([]float32, 100)
+	for i := range logits {
+		logits[i] = float32(i % 7)
+	}
+	a.NextRandom()
+	if _, err := b.Sample(logits); err != nil {
+		t.Fatal(err)
+	}
+	if x, y := a.NextRandom(), b.NextRandom(); x != y {
+		t.Errorf("after one NextRandom and one Sample: %x and %x, want the same next draw", x, y)
+	}
+}

@@ -30,6 +30,19 @@ func (m *LlamaModel) ForwardPick(tokens []int32, b *backend.Batch, out []int32, 
 	return m.c.ForwardPick(tokens, b, out, logits, pick, ids)
 }
 
+// ForwardDraw runs one batched step and chooses the tokens of the rows in pick as draws says
+// (llama.Context.ForwardDraw).
+func (m *LlamaModel) ForwardDraw(tokens []int32, b *backend.Batch, out []int32, logits []float32, pick []int32, draws []backend.Draw, ids []int32) error {
+	return m.c.ForwardDraw(tokens, b, out, logits, pick, draws, ids)
+}
+
+// DrawsWhereLogitsAre reports whether the context's backend draws tokens where the logits are
+// (backend.Drawer).
+func (m *LlamaModel) DrawsWhereLogitsAre() bool {
+	_, ok := m.c.Model().Backend().(backend.Drawer)
+	return ok
+}
+
 // Pool is the context's KV block pool.
 func (m *LlamaModel) Pool() *kvcache.Pool { return m.c.Pool() }
 

@@ -2,6 +2,7 @@ package sched
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/parleyhq/parley/runtime/backend"
@@ -113,4 +114,124 @@ func TestPickRefused(t *testing.T) {
 	}
 	res = drain(t, h.submit(t, &Request{Prompt: prompt(4, 5), MaxTokens: 4, Sampling: greedy()}), 1)
 	checkSeq(t, m.fakeModel, res[0], prompt(4, 5), 4, greedy())
+}
+
+// drawFake is pickFake as a Drawer that draws where its logits are: ForwardDraw computes every
+// row's logits with Forward and hands over only the ids of the picked rows, drawn by the host
+// rule of backend.Draw.
+type drawFake struct {
+	pickFake
+	draws []int // drawn rows of each ForwardDraw
+}
+
+func (f *drawFake) DrawsWhereLogitsAre() bool { return true }
+
+func (f *drawFake) ForwardDraw(tokens []int32, b *backend.Batch, out []int32, logits []float32, pick []int32, draws []backend.Draw, ids []int32) error {
+	if len(draws) != len(pick) {
+		return fmt.Errorf("fake: %d draws for %d picked rows", len(draws), len(pick))
+	}
+	if err := f.ForwardPick(tokens, b, out, logits, pick, ids); err != nil {
+		return err
+	}
+	n := 0
+	for _, d := range draws {
+		if d.Temperature > 0 {
+			n++
+		}
+	}
+	f.draws = append(f.draws, n)
+	return backend.DrawRows(f.lg[len(out)*fakeVocab:], fakeVocab, draws, ids)
+}
+
+// referenceDraw is fakeModel.reference for a sequence whose tokens the model draws
+// (decode.Sampler.Drawable, NextRandom and backend.DrawRows).
+func (f *fakeModel) referenceDraw(t testing.TB, prompt []int32, maxTokens int, p decode.Params) []int32 {
+	smp, err := decode.NewSampler(p, fakeVocab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, ok := smp.Drawable()
+	if !ok {
+		t.Fatalf("%+v: not drawable", p)
+	}
+	toks := slices.Clone(prompt)
+	var gen []int32
+	row := make([]float32, fakeVocab)
+	id := []int32{0}
+	for len(gen) < maxTokens {
+		var sum int64
+		for _, x := range toks {
+			sum += int64(x)
+		}
+		f.fill(row, sum, len(toks)-1)
+		d.Random = smp.NextRandom()
+		if err := backend.DrawRows(row, fakeVocab, []backend.Draw{d}, id); err != nil {
+			t.Fatal(err)
+		}
+		if id[0] == 0 {
+			break
+		}
+		gen = append(gen, id[0])
+		toks = append(toks, id[0])
+	}
+	return gen
+}
+
+// TestDrawSampled: with a model that draws where its logits are (Drawer), sampling sequences
+// without bias, penalties or log-probabilities are drawn by ForwardDraw, in the same steps as
+// greedy ones (picked) and as those that still sample from their logits; each produces what it
+// produces alone, the drawn ones by backend.Draw's rule from their sampler's random stream.
+func TestDrawSampled(t *testing.T) {
+	m := &drawFake{pickFake: pickFake{fakeModel: newFake(t, 64, 4, 64, 8)}}
+	h := newHarnessOf(t, m, m.fakeModel, Config{MaxActive: 8})
+	h.run()
+	plain := decode.DefaultParams()
+	plain.Seed = 3
+	open := plain
+	open.TopK, open.TopP, open.MinP, open.Temperature, open.Seed = 0, 1, 0, 1, 4
+	penalised := plain
+	penalised.RepeatPenalty, penalised.RepeatLastN = 1.3, 8
+	reqs := []struct {
+		p        decode.Params
+		logprobs bool
+		drawn    bool
+	}{
+		{plain, false, true},
+		{open, false, true},
+		{greedy(), false, false},
+		{penalised, false, false},
+		{plain, true, false},
+	}
+	streams := make([]*Stream, len(reqs))
+	prompts := make([][]int32, len(reqs))
+	for i, r := range reqs {
+		prompts[i] = prompt(int32(3+i), 5+i)
+		streams[i] = h.submit(t, &Request{Prompt: prompts[i], MaxTokens: 10, Sampling: r.p, Logprobs: r.logprobs})
+	}
+	drawnTokens := 0
+	for i, st := range streams {
+		res := drain(t, st, 1)
+		if res[0].err != nil {
+			t.Fatalf("request %d: %v", i, res[0].err)
+		}
+		if !reqs[i].drawn {
+			checkSeq(t, m.fakeModel, res[0], prompts[i], 10, reqs[i].p)
+			continue
+		}
+		want := m.referenceDraw(t, prompts[i], 10, reqs[i].p)
+		if !slices.Equal(res[0].tokens, want) {
+			t.Fatalf("drawn request %d: %v, want %v", i, res[0].tokens, want)
+		}
+		drawnTokens += len(want)
+		if len(want) < 10 {
+			drawnTokens++ // the end-of-generation token was drawn too
+		}
+	}
+	drawn := 0
+	for _, n := range m.draws {
+		drawn += n
+	}
+	if drawn != drawnTokens {
+		t.Errorf("%d rows drawn by the model, want %d (the two drawable sequences' tokens)", drawn, drawnTokens)
+	}
 }

@@ -64,6 +64,18 @@ type Picker interface {
 	ForwardPick(tokens []int32, b *backend.Batch, out []int32, logits []float32, pick, ids []int32) error
 }
 
+// Drawer is a Picker that also chooses the tokens of sampling rows where their logits are
+// (llama.Context.ForwardDraw): draws[i] says how row pick[i]'s token is chosen (backend.Draw:
+// the argmax where its Temperature is 0). DrawsWhereLogitsAre reports whether the draws are made
+// there (a backend.Drawer: on a GPU, only the ids leave the device); the scheduler draws
+// sampling sequences that have no logit bias, penalties, min-p or log-probabilities through
+// ForwardDraw only then, and samples the others from their logits.
+type Drawer interface {
+	Picker
+	ForwardDraw(tokens []int32, b *backend.Batch, out []int32, logits []float32, pick []int32, draws []backend.Draw, ids []int32) error
+	DrawsWhereLogitsAre() bool
+}
+
 // Text turns tokens into text and knows the end-of-generation set.
 type Text interface {
 	Piece(id int32) []byte
@@ -207,6 +219,7 @@ type seqState struct {
 	done     bool
 	nfeed    int  // tokens in the current batch
 	pick     bool // its tokens are the argmax of its logits, found by the model (Picker)
+	draw     bool // its tokens are drawn by the model (Drawer)
 	sampler  *decode.Sampler
 	stopper  *decode.Stopper
 	topBuf   []decode.TokenLogprob
@@ -244,12 +257,15 @@ type Scheduler struct {
 	rows     []*seqState
 	part     []*seqState
 	logits   []float32
-	picker   Picker       // m, when it is one
-	lout     []int32      // the batch rows of out whose logits are handed over
-	pick     []int32      // and those whose argmax the model finds
-	ids      []int32      // the tokens found for pick
-	where    []int32      // for rows[i]: its row of logits (>= 0), or -1-k for ids[k]
-	cache    *prefixCache // nil when Config.PrefixCache is off
+	picker   Picker         // m, when it is one
+	drawer   Drawer         // m, when it is one that draws where the logits are
+	lout     []int32        // the batch rows of out whose logits are handed over
+	pick     []int32        // and those whose token the model finds
+	draws    []backend.Draw // how, for each of pick (when a row of the step is drawn)
+	ndraw    int            // rows of the step that are drawn
+	ids      []int32        // the tokens found for pick
+	where    []int32        // for rows[i]: its row of logits (>= 0), or -1-k for ids[k]
+	cache    *prefixCache   // nil when Config.PrefixCache is off
 
 	promptTok, genTok, hitTok         atomic.Uint64
 	nActive, usedBlocks, cachedBlocks atomic.Int32
@@ -299,10 +315,14 @@ func New(m Model, t Text, cfg Config) (*Scheduler, error) {
 		logits: make([]float32, cfg.MaxActive*vocab),
 		lout:   make([]int32, 0, cfg.MaxActive),
 		pick:   make([]int32, 0, cfg.MaxActive),
+		draws:  make([]backend.Draw, 0, cfg.MaxActive),
 		ids:    make([]int32, cfg.MaxActive),
 		where:  make([]int32, 0, cfg.MaxActive),
 	}
 	s.picker, _ = m.(Picker)
+	if d, ok := m.(Drawer); ok && d.DrawsWhereLogitsAre() {
+		s.drawer = d
+	}
 	if s.clock == nil {
 		s.clock = time.Now
 	}
@@ -401,8 +421,10 @@ func (s *Scheduler) Submit(ctx context.Context, r *Request) (*Stream, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
+		_, drawable := smp.Drawable()
 		q.seqs[i] = &seqState{r: q, idx: i, sampler: smp, stopper: stp, topBuf: make([]decode.TokenLogprob, 0, r.TopLogprobs),
-			pick: s.picker != nil && smp.ArgmaxOnly() && !q.logprobs}
+			pick: s.picker != nil && smp.ArgmaxOnly() && !q.logprobs,
+			draw: s.drawer != nil && drawable && !q.logprobs}
 	}
 	st := &Stream{s: s, ch: make(chan Event, n*(r.MaxTokens+1))}
 	st.usage.PromptTokens = p
@@ -562,24 +584,35 @@ func (s *Scheduler) step() (seqs, tokens int, busy bool) {
 }
 
 // forward runs the step's batch through the model: the logits of the rows that sample from
-// them, and, when the model is a Picker, the argmax of those that only need it (their logits
-// stay where the model computed them: on a GPU, on the device).
+// them, and, when the model is a Picker, the argmax of those that only need it, and when it is
+// a Drawer, the draws of those it can draw (their logits stay where the model computed them: on
+// a GPU, on the device).
 func (s *Scheduler) forward() error {
-	s.lout, s.pick, s.where = s.lout[:0], s.pick[:0], s.where[:0]
+	s.lout, s.pick, s.draws, s.where, s.ndraw = s.lout[:0], s.pick[:0], s.draws[:0], s.where[:0], 0
 	for i, q := range s.rows {
-		if q.pick {
+		if q.pick || q.draw {
+			var d backend.Draw // the argmax
+			if q.draw {
+				d, _ = q.sampler.Drawable()
+				d.Random = q.sampler.NextRandom()
+				s.ndraw++
+			}
 			s.where = append(s.where, int32(-1-len(s.pick)))
 			s.pick = append(s.pick, s.out[i])
+			s.draws = append(s.draws, d)
 		} else {
 			s.where = append(s.where, int32(len(s.lout)))
 			s.lout = append(s.lout, s.out[i])
 		}
 	}
 	logits := s.logits[:len(s.lout)*s.vocab]
-	if len(s.pick) == 0 {
+	switch {
+	case len(s.pick) == 0:
 		return s.m.Forward(s.toks, s.bb.Batch(), s.lout, logits)
+	case s.ndraw == 0:
+		return s.picker.ForwardPick(s.toks, s.bb.Batch(), s.lout, logits, s.pick, s.ids[:len(s.pick)])
 	}
-	return s.picker.ForwardPick(s.toks, s.bb.Batch(), s.lout, logits, s.pick, s.ids[:len(s.pick)])
+	return s.drawer.ForwardDraw(s.toks, s.bb.Batch(), s.lout, logits, s.pick, s.draws, s.ids[:len(s.pick)])
 }
 
 // add puts k tokens of q into the batch being built; room was reserved at admission.
@@ -707,7 +740,7 @@ func (s *Scheduler) sample(q *seqState, lg []float32) {
 	s.emit(q, id, err, lg)
 }
 
-// picked emits id, the argmax of q's logits that the model found (-1: none).
+// picked emits id, the token of q that the model found (-1: none).
 func (s *Scheduler) picked(q *seqState, id int32) {
 	var err error
 	if id < 0 {

@@ -5,13 +5,8 @@ package cuda
 import (
 	"fmt"
 
-	bcuda "github.com/parleyhq/parley/bindings/cuda"
 	"github.com/parleyhq/parley/runtime/backend"
 )
-
-// Sampling configures Sample: temperature (> 0), then the TopK largest logits (0: all; ties at
-// the boundary all kept), then the smallest top set holding TopP of their probability (1: all).
-type Sampling = bcuda.Sampling
 
 var _ backend.Argmaxer = (*Backend)(nil)
 
@@ -35,19 +30,29 @@ func (b *Backend) Argmax(logits backend.Tensor, row0 int, ids []int32) error {
 	return b.ctx.Argmax(ref, len(ids), l.cols, ids)
 }
 
-// Sample draws one id per row of logits [len(ids), vocab] F32 from softmax(logits/T) restricted
-// as s says, row i from the uniform draw that seeds[i] determines (same seed, same logits: same
-// id).
-func (b *Backend) Sample(logits *Tensor, s Sampling, seeds []uint64, ids []int32) error {
-	const op = "sample"
+var _ backend.Drawer = (*Backend)(nil)
+
+// Draw writes into ids[i] the token of row row0+i of logits F32 as draws[i] says
+// (backend.Drawer): the argmax, or a draw from the row's top-k and top-p candidates. Only the
+// ids leave the device.
+func (b *Backend) Draw(logits backend.Tensor, row0 int, draws []backend.Draw, ids []int32) error {
+	const op = "draw"
 	l, err := b.f32Of(op, "logits", logits, false)
 	if err != nil {
 		return err
 	}
-	if l.rows != len(ids) || l.rows != len(seeds) {
-		return fmt.Errorf("cuda: %s: %d ids and %d seeds for %d rows", op, len(ids), len(seeds), l.rows)
+	if len(draws) != len(ids) {
+		return fmt.Errorf("cuda: %s: %d draws for %d ids", op, len(draws), len(ids))
 	}
-	return b.ctx.Sample(l.ref(), l.rows, l.cols, s, seeds, ids)
+	if err := backend.CheckSpan(op, l, row0, len(ids)*l.cols); err != nil {
+		return fmt.Errorf("cuda: %w", err)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	ref := l.ref()
+	ref.Off += row0 * l.rowBytes
+	return b.ctx.Draw(ref, len(ids), l.cols, draws, ids)
 }
 
 // BeamStep is one step of beam search over logits [len(scores), vocab] F32, where scores are

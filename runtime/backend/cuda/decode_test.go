@@ -5,6 +5,7 @@ package cuda
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"testing"
 
@@ -72,10 +73,11 @@ func TestArgmax(t *testing.T) {
 	}
 }
 
-// TestSample checks sampling: top-k 1 and a tiny top-p give the argmax; every draw lies in the
-// top-k set; the same seed gives the same id; and the frequencies of 4000 draws from the top 4
-// of a row follow softmax within 5 standard deviations.
-func TestSample(t *testing.T) {
+// TestDraw checks device draws: temperature 0 and top-k 1 give the argmax; draws from the same
+// row land on the top-k tokens at their softmax frequencies; the same random draws give the same
+// ids; rows of many shapes agree with the host rule (backend.DrawRows) but for a draw within
+// rounding of a boundary; and a row with a NaN gets -1.
+func TestDraw(t *testing.T) {
 	b := openGPU(t)
 	const rows, vocab = 4000, 997
 	x, v := logitsOn(t, b, 1, vocab, 7)
@@ -97,22 +99,24 @@ func TestSample(t *testing.T) {
 		order[i] = i
 	}
 	sort.Slice(order, func(i, j int) bool { return v[order[i]] > v[order[j]] })
-	seeds := make([]uint64, rows)
-	for i := range seeds {
-		seeds[i] = uint64(i)*0x9e3779b97f4a7c15 + 1
+	r := rand.New(rand.NewPCG(3, 4))
+	draws := make([]backend.Draw, rows)
+	for i := range draws {
+		draws[i] = backend.Draw{Temperature: 1, TopK: 4, TopP: 1, Random: r.Uint64()}
 	}
-	ids := make([]int32, rows)
 	one := []int32{0}
-	for _, s := range []Sampling{{Temperature: 1, TopK: 1, TopP: 1}, {Temperature: 1, TopP: 1e-6}, {Temperature: 5, TopK: 1, TopP: 0.5}} {
-		if err := b.Sample(x, s, seeds[:1], one); err != nil {
+	for _, d := range []backend.Draw{{TopP: 1}, {Temperature: 1, TopK: 1, TopP: 1}, {Temperature: 1, TopP: 1e-6}, {Temperature: 5, TopK: 1, TopP: 0.5}} {
+		d.Random = r.Uint64()
+		if err := b.Draw(x, 0, []backend.Draw{d}, one); err != nil {
 			t.Fatal(err)
 		}
 		if int(one[0]) != order[0] {
-			t.Errorf("%+v: drew %d, want the argmax %d", s, one[0], order[0])
+			t.Errorf("%+v: drew %d, want the argmax %d", d, one[0], order[0])
 		}
 	}
 	const topK = 4
-	if err := b.Sample(big.(*Tensor), Sampling{Temperature: 1, TopK: topK, TopP: 1}, seeds, ids); err != nil {
+	ids := make([]int32, rows)
+	if err := b.Draw(big, 0, draws, ids); err != nil {
 		t.Fatal(err)
 	}
 	p := make([]float64, topK)
@@ -142,13 +146,53 @@ func TestSample(t *testing.T) {
 		}
 	}
 	again := make([]int32, rows)
-	if err := b.Sample(big.(*Tensor), Sampling{Temperature: 1, TopK: topK, TopP: 1}, seeds, again); err != nil {
+	if err := b.Draw(big, 0, draws, again); err != nil {
 		t.Fatal(err)
 	}
-	for i := range ids {
-		if ids[i] != again[i] {
-			t.Fatalf("draw %d: %d then %d with the same seed", i, ids[i], again[i])
+	if !slices.Equal(ids, again) {
+		t.Fatal("the same random draws gave different ids")
+	}
+
+	// Many rows, each its own parameters, against the host rule.
+	const n = 256
+	lg, lv := logitsOn(t, b, n, vocab, 11)
+	for i := range draws[:n] {
+		draws[i] = backend.Draw{Temperature: []float32{0, 0.3, 1, 2.5}[i%4], TopK: []int32{0, 1, 7, 40, 996}[i%5],
+			TopP: []float32{1, 0.95, 0.5, 0.05}[i%7%4], MinP: []float32{0, 0, 0.05, 0.3}[i%11%4], Random: r.Uint64()}
+	}
+	got, want := make([]int32, n), make([]int32, n)
+	if err := b.Draw(lg, 0, draws[:n], got); err != nil {
+		t.Fatal(err)
+	}
+	if err := backend.DrawRows(lv, vocab, draws[:n], want); err != nil {
+		t.Fatal(err)
+	}
+	diff := 0
+	for i := range got {
+		if got[i] != want[i] {
+			diff++
+			t.Logf("row %d (%+v): device %d, host %d", i, draws[i], got[i], want[i])
 		}
+	}
+	if diff > 1 {
+		t.Errorf("%d of %d rows drew differently from the host rule", diff, n)
+	}
+	// Rows from an offset, and a NaN.
+	lv[3*vocab+5] = float32(math.NaN())
+	if err := b.Write(lg, 0, lv); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Draw(lg, 3, draws[:2], got[:2]); err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != -1 {
+		t.Errorf("a row with a NaN drew %d, want -1", got[0])
+	}
+	if err := backend.DrawRows(lv[4*vocab:5*vocab], vocab, draws[1:2], want[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if got[1] != want[0] {
+		t.Errorf("row 4 from an offset: %d, want %d", got[1], want[0])
 	}
 }
 

@@ -3,8 +3,9 @@
 // operations are the CUDA kernels of bindings/cuda, queued on one stream (Read waits for them).
 // Weights are uploaded once by Load; F32 weights are multiplied with TF32 tensor cores unless
 // Options.ExactF32 (or PARLEY_CUDA_TF32=0) asks for full F32. Besides the interface it decodes on
-// the device (Argmax, Sample, BeamStep), returning only token ids; as a backend.Argmaxer it gives
-// the scheduler the tokens of greedy sequences without their logits leaving the GPU. As a
+// the device (Argmax, Draw, BeamStep), returning only token ids; as a backend.Argmaxer and
+// backend.Drawer it gives the scheduler the tokens of greedy and sampling sequences without their
+// logits leaving the GPU. As a
 // backend.Recorder it records a model's decode step (LLaMA's, Whisper's decoder's) as a CUDA
 // graph and runs it with one launch (Options.Graphs, or PARLEY_CUDA_GRAPHS=1; off by default
 // until measured on a GPU): each step is recorded afresh and the graph kept from the step before

@@ -193,6 +193,16 @@ func (c *Context) Forward(tokens []int32, b *backend.Batch, out []int32, logits 
 // the device); on others the rows are read and searched here. Rows in out get their logits as
 // Forward gives them; out and pick together hold at most MaxSeqs rows.
 func (c *Context) ForwardPick(tokens []int32, b *backend.Batch, out []int32, logits []float32, pick, ids []int32) error {
+	return c.ForwardDraw(tokens, b, out, logits, pick, nil, ids)
+}
+
+// ForwardDraw is ForwardPick with a choice per picked row: draws[i] says how the token of row
+// pick[i] is chosen (backend.Draw: the argmax where its Temperature is 0, else a draw from the
+// row's top-k and top-p candidates); draws nil picks every row's argmax. On a backend that is a
+// backend.Drawer the choice is made where the logits are (on a GPU only the ids leave the
+// device); on others the rows are read and chosen here (backend.DrawRows). ids[i] is -1 for a
+// row with a NaN or +Inf or nothing above -Inf.
+func (c *Context) ForwardDraw(tokens []int32, b *backend.Batch, out []int32, logits []float32, pick []int32, draws []backend.Draw, ids []int32) error {
 	n := len(tokens)
 	m := c.m
 	nout := len(out) + len(pick)
@@ -209,6 +219,11 @@ func (c *Context) ForwardPick(tokens []int32, b *backend.Batch, out []int32, log
 		return fmt.Errorf("llama: logits buffer holds %d values, want %d", len(logits), len(out)*m.Vocab)
 	case len(ids) != len(pick):
 		return fmt.Errorf("llama: %d ids for %d picked rows", len(ids), len(pick))
+	case draws != nil && len(draws) != len(pick):
+		return fmt.Errorf("llama: %d draws for %d picked rows", len(draws), len(pick))
+	}
+	if err := backend.CheckDraws(draws); err != nil {
+		return fmt.Errorf("llama: %w", err)
 	}
 	for _, t := range tokens {
 		if t < 0 || int(t) >= m.Vocab {
@@ -251,8 +266,12 @@ func (c *Context) ForwardPick(tokens []int32, b *backend.Batch, out []int32, log
 	if len(pick) == 0 {
 		return nil
 	}
-	if am, ok := be.(backend.Argmaxer); ok {
-		return am.Argmax(ov.logits, len(out), ids)
+	if draws == nil {
+		if am, ok := be.(backend.Argmaxer); ok {
+			return am.Argmax(ov.logits, len(out), ids)
+		}
+	} else if dr, ok := be.(backend.Drawer); ok {
+		return dr.Draw(ov.logits, len(out), draws, ids)
 	}
 	if c.picked == nil {
 		c.picked = make([]float32, c.cfg.MaxSeqs*m.Vocab)
@@ -261,7 +280,10 @@ func (c *Context) ForwardPick(tokens []int32, b *backend.Batch, out []int32, log
 	if err := be.Read(ov.logits, len(out), lg); err != nil {
 		return err
 	}
-	return backend.ArgmaxRows(lg, m.Vocab, ids)
+	if draws == nil {
+		return backend.ArgmaxRows(lg, m.Vocab, ids)
+	}
+	return backend.DrawRows(lg, m.Vocab, draws, ids)
 }
 
 // recordMaxTokens is the largest step compute records (backend.Recorder): decode steps, whose

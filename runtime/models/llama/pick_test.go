@@ -1,6 +1,8 @@
 package llama_test
 
 import (
+	"bytes"
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -133,6 +135,117 @@ func TestForwardPick(t *testing.T) {
 				if err := c.ForwardPick(one, bb.Batch(), bad.out, make([]float32, len(bad.out)*V), bad.pick, bad.ids); err == nil {
 					t.Errorf("%s: no error", bad.what)
 				}
+			}
+		})
+	}
+}
+
+// drawWrap hides a backend's optional interfaces and draws by reading the logits and applying
+// backend.DrawRows: a backend.Drawer whose use ForwardDraw can be seen (calls).
+type drawWrap struct {
+	backend.Backend
+	calls int
+}
+
+func (d *drawWrap) Draw(logits backend.Tensor, row0 int, draws []backend.Draw, ids []int32) error {
+	d.calls++
+	lg := make([]float32, len(ids)*logits.Cols())
+	if err := d.Read(logits, row0, lg); err != nil {
+		return err
+	}
+	return backend.DrawRows(lg, logits.Cols(), draws, ids)
+}
+
+// TestForwardDraw: ForwardDraw hands over the logits of the rows in out as Forward gives them and
+// chooses the picked rows' tokens as backend.DrawRows chooses them from Forward's logits (an
+// argmax and draws at several settings), on every backend, on one that is a backend.Drawer
+// (which it then calls) and on one without; draws out of range are refused.
+func TestForwardDraw(t *testing.T) {
+	w, err := llama.Synth(llama.Shape{Name: "tiny", Dim: 64, Layers: 2, Heads: 4, KVHeads: 2, FFN: 96, Ctx: 128, Vocab: 512}, tensor.Q8_0, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, err := w.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Parse(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bes := backendsUnderTest(t)
+	wrap := &drawWrap{Backend: bes[0]}
+	bes = append(bes, plainBackend{bes[0]}, wrap)
+	prompts := [][]int32{{1, 40, 41, 42}, {1, 300, 7}, {1, 99, 98, 97, 96}, {1, 5}}
+	ends := []int32{3, 6, 11, 13} // each prompt's last row
+	draws := []backend.Draw{{}, {Temperature: 0.9, TopK: 5, TopP: 0.9, MinP: 0.02, Random: 0x9e3779b97f4a7c15},
+		{Temperature: 1.5, TopP: 1, Random: 0x7f4a7c159e3779b9}}
+	for i, be := range bes {
+		t.Run(fmt.Sprintf("%s-%d", be.Name(), i), func(t *testing.T) {
+			m, err := llama.Load(f, be)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			V := m.Vocab
+			// run feeds the prompts to a fresh context in one step through do.
+			run := func(do func(c *llama.Context, toks []int32, b *backend.Batch) error) error {
+				c, err := m.NewContext(llama.ContextConfig{MaxTokens: 32, MaxSeqs: 4, KVSlots: 256, KVType: tensor.F16})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				var bb kvcache.BatchBuilder
+				var toks []int32
+				for _, p := range prompts {
+					s := c.Pool().NewSeq(64)
+					if err := s.Reserve(len(p)); err != nil {
+						t.Fatal(err)
+					}
+					if err := bb.Add(s, len(p)); err != nil {
+						t.Fatal(err)
+					}
+					toks = append(toks, p...)
+				}
+				return do(c, toks, bb.Batch())
+			}
+			all := make([]float32, len(ends)*V)
+			if err := run(func(c *llama.Context, toks []int32, b *backend.Batch) error {
+				return c.Forward(toks, b, ends, all)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			want := make([]int32, len(draws))
+			if err := backend.DrawRows(all[V:], V, draws, want); err != nil {
+				t.Fatal(err)
+			}
+			lg, ids := make([]float32, V), make([]int32, len(draws))
+			calls := wrap.calls
+			if err := run(func(c *llama.Context, toks []int32, b *backend.Batch) error {
+				return c.ForwardDraw(toks, b, ends[:1], lg, ends[1:], draws, ids)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(lg, all[:V]) {
+				t.Error("the logits handed over differ from Forward's")
+			}
+			if !slices.Equal(ids, want) {
+				t.Errorf("drawn %v, want %v", ids, want)
+			}
+			if be == backend.Backend(wrap) && wrap.calls != calls+1 {
+				t.Errorf("a backend.Drawer was called %d times, want once", wrap.calls-calls)
+			}
+			bad := slices.Clone(draws)
+			bad[1].TopP = 0
+			if err := run(func(c *llama.Context, toks []int32, b *backend.Batch) error {
+				return c.ForwardDraw(toks, b, ends[:1], lg, ends[1:], bad, ids)
+			}); err == nil {
+				t.Error("a draw with top-p 0 was accepted")
+			}
+			if err := run(func(c *llama.Context, toks []int32, b *backend.Batch) error {
+				return c.ForwardDraw(toks, b, ends[:1], lg, ends[1:], draws[:2], ids)
+			}); err == nil {
+				t.Error("two draws for three picked rows were accepted")
 			}
 		})
 	}

@@ -1,0 +1,165 @@
+package backend
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// Draw says how a row's token is chosen where the logits are (Drawer). Temperature 0 takes the
+// argmax, as Argmaxer does (the other fields are not read; the zero Draw is the argmax). Above 0 the token is drawn as llama.cpp's sampler chain draws it:
+// the candidates are chosen at temperature 1, the TopK largest logits (0: all; ties at the
+// boundary all kept), then the smallest top set of those whose mass exp(x - max x) is at least
+// TopP (in (0, 1]) of theirs, then those at least MinP (in [0, 1]; 0: off) times as likely as
+// the most likely (x >= max x + log MinP, in float32); the token is then drawn from the
+// candidates with weights exp((x - max x)/Temperature): with u = (Random >> 40)·2^-24 in [0, 1),
+// the first candidate, in id order, at which the running weight exceeds u times the
+// candidates' total. A row that holds a NaN or +Inf, or no logit above -Inf, gets -1.
+//
+// The layout is the CUDA library's plc_draw_row, so that a slice of Draws goes to the device as
+// it is.
+type Draw struct {
+	Temperature float32
+	TopK        int32
+	TopP        float32
+	MinP        float32
+	Random      uint64
+}
+
+// Drawer is implemented by backends that choose tokens where the logits are (on a GPU, only the
+// ids leave the device): Draw waits for the logits, then writes into ids[i] the token of row
+// row0+i of logits (F32) as draws[i] says. Its answers are DrawRows', up to the order in which
+// float sums are added (a draw whose u falls within rounding of a boundary between two tokens may
+// take either).
+type Drawer interface {
+	Draw(logits Tensor, row0 int, draws []Draw, ids []int32) error
+}
+
+// CheckDraws reports an error for a draw whose parameters are out of range.
+func CheckDraws(draws []Draw) error {
+	for i, d := range draws {
+		t := float64(d.Temperature)
+		if t == 0 {
+			continue // the argmax: nothing else is read
+		}
+		if !(t > 0) || math.IsInf(t, 0) || d.TopK < 0 || !(d.TopP > 0 && d.TopP <= 1) || !(d.MinP >= 0 && d.MinP <= 1) {
+			return fmt.Errorf("draw %d: temperature %v, top-k %d, top-p %v, min-p %v out of range", i, d.Temperature, d.TopK, d.TopP, d.MinP)
+		}
+	}
+	return nil
+}
+
+// drawKey maps floats to unsigned keys in the same order (as the CUDA library's plc_key).
+func drawKey(v float32) uint32 {
+	b := math.Float32bits(v)
+	if b&0x80000000 != 0 {
+		return ^b
+	}
+	return b | 0x80000000
+}
+
+// DrawRows is Drawer's rule on the host, over len(ids) rows of cols values in x: ids[i] is the
+// token of row i as draws[i] says. Sums are float64 (a device adds float32 in its own order).
+func DrawRows(x []float32, cols int, draws []Draw, ids []int32) error {
+	if cols <= 0 || len(x) != len(ids)*cols || len(draws) != len(ids) {
+		return fmt.Errorf("draw: %d values and %d draws for %d rows of %d", len(x), len(draws), len(ids), cols)
+	}
+	if err := CheckDraws(draws); err != nil {
+		return err
+	}
+	for i, d := range draws {
+		row := x[i*cols : (i+1)*cols]
+		if d.Temperature == 0 {
+			if err := ArgmaxRows(row, cols, ids[i:i+1]); err != nil {
+				return err
+			}
+			continue
+		}
+		ids[i] = drawRow(row, d)
+	}
+	return nil
+}
+
+func drawRow(x []float32, d Draw) int32 {
+	m := float32(math.Inf(-1))
+	for _, v := range x {
+		if v != v || math.IsInf(float64(v), 1) {
+			return -1
+		}
+		m = max(m, v)
+	}
+	if math.IsInf(float64(m), -1) {
+		return -1
+	}
+	var t uint32 // candidates: drawKey(x) >= t
+	if k := int(d.TopK); k > 0 && k < len(x) {
+		keys := make([]uint32, len(x))
+		for j, v := range x {
+			keys[j] = drawKey(v)
+		}
+		sort.Slice(keys, func(a, b int) bool { return keys[a] > keys[b] })
+		t = keys[k-1]
+	}
+	if d.TopP < 1 {
+		type cand struct {
+			key  uint32
+			mass float64
+		}
+		var c []cand
+		var zs float64
+		for _, v := range x {
+			if k := drawKey(v); k >= t {
+				c = append(c, cand{k, math.Exp(float64(v - m))})
+				zs += c[len(c)-1].mass
+			}
+		}
+		sort.Slice(c, func(a, b int) bool { return c[a].key > c[b].key })
+		// the largest key whose top set (all elements of that key or above) reaches the mass
+		target, cum := float64(d.TopP)*zs, 0.0
+		for a := 0; a < len(c); {
+			b := a
+			for b < len(c) && c[b].key == c[a].key {
+				cum += c[b].mass
+				b++
+			}
+			if cum >= target || b == len(c) {
+				t = max(t, c[a].key)
+				break
+			}
+			a = b
+		}
+	}
+	if d.MinP > 0 {
+		t = max(t, drawKey(m+float32(math.Log(float64(d.MinP)))))
+	}
+	inv := 1 / d.Temperature
+	weight := func(v float32) float64 {
+		if v == m {
+			return 1
+		}
+		return math.Exp(float64((v - m) * inv))
+	}
+	var zt float64
+	for _, v := range x {
+		if drawKey(v) >= t {
+			zt += weight(v)
+		}
+	}
+	target := float64(float32(d.Random>>40)*0x1p-24) * zt
+	last := int32(-1)
+	var run float64
+	for j, v := range x {
+		if drawKey(v) < t {
+			continue
+		}
+		e := weight(v)
+		if e <= 0 {
+			continue
+		}
+		last = int32(j)
+		if run += e; run > target {
+			return int32(j)
+		}
+	}
+	return last
+}
