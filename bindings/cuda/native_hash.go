@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "b73c83b0523584466334b603ad17fbf05a725bee8b5c3c60be39a6dc14e16930"
+const nativeSources = "bae63ee132180042c8726d8bc8fe854906337d9570067dae3e48dcc2a217d2c2"

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/engine"
 	"github.com/parleyhq/parley/runtime/hub"
 	"github.com/parleyhq/parley/runtime/models/llama"
@@ -171,8 +172,19 @@ func runServe(e *env, args []string) error {
 			closers[i]()
 		}
 	}()
-	for _, sp := range specs {
+	for i, sp := range specs {
 		t0 := time.Now()
+		be := be
+		if _, records := be.(backend.Recorder); records && i > 0 {
+			// A backend that records its steps (CUDA graphs) records everything called on it
+			// meanwhile: each model, stepped by its own goroutine, gets a backend of its own (on
+			// a GPU, its own stream).
+			if be, err = bf.open(e); err != nil {
+				hs.Close()
+				return fmt.Errorf("%s: %w", sp.name, err)
+			}
+			closers = append(closers, func() { be.Close() })
+		}
 		if hub.IsRemote(sp.path) {
 			local, err := hub.Resolve(ctx, sp.path, hub.Options{Progress: e.stderr})
 			if err != nil {

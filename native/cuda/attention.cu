@@ -286,8 +286,9 @@ __device__ __forceinline__ void plc_mma16816(float c[4], const uint32_t a[4], ui
 #endif
 }
 
-// plc_fm_weight is the rounded weight of score s in a row of maximum m and reciprocal sum inv.
-__device__ __forceinline__ float plc_fm_weight(float s, float m, float inv) { return s == -INFINITY ? 0.f : expf(s - m) * inv; }
+// plc_fm_weight is the weight of score s in a row of maximum m and sum l (1 in the statistics
+// pass), divided as the CUDA-core kernels divide it, before its rounding to F16.
+__device__ __forceinline__ float plc_fm_weight(float s, float m, float l) { return s == -INFINITY ? 0.f : expf(s - m) / l; }
 
 template <int HD>
 __global__ void __launch_bounds__(PLC_FM_THREADS)
@@ -320,16 +321,12 @@ __global__ void __launch_bounds__(PLC_FM_THREADS)
     }
     const int lim0 = min(t.kvlen, t.pos0 + r0 + 1), lim1 = min(t.kvlen, t.pos0 + r1 + 1);
     const int kend = min(t.kvlen, t.pos0 + t.nq);
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f, i0 = 0.f, i1 = 0.f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
     float o[NV][4];
 #pragma unroll
     for (int jd = 0; jd < NV; jd++) o[jd][0] = o[jd][1] = o[jd][2] = o[jd][3] = 0.f;
     for (int pass = 0; pass < 2; pass++) {
         const bool values = pass == 1;
-        if (values) {
-            i0 = l0 > 0.f ? 1.f / l0 : 0.f;
-            i1 = l1 > 0.f ? 1.f / l1 : 0.f;
-        }
         for (int kt = 0; kt < kend; kt += PLC_FM_BK) {
             __syncthreads();  // the previous step's keys and values are no longer read
             for (int c = tid; c < PLC_FM_BK; c += PLC_FM_THREADS)
@@ -404,10 +401,10 @@ __global__ void __launch_bounds__(PLC_FM_THREADS)
 #pragma unroll
             for (int kb = 0; kb < PLC_FM_BK / 16; kb++) {
                 uint32_t pa[4];
-                pa[0] = plc_h2_bits(plc_fm_weight(s[2 * kb][0], m0, i0), plc_fm_weight(s[2 * kb][1], m0, i0));
-                pa[1] = plc_h2_bits(plc_fm_weight(s[2 * kb][2], m1, i1), plc_fm_weight(s[2 * kb][3], m1, i1));
-                pa[2] = plc_h2_bits(plc_fm_weight(s[2 * kb + 1][0], m0, i0), plc_fm_weight(s[2 * kb + 1][1], m0, i0));
-                pa[3] = plc_h2_bits(plc_fm_weight(s[2 * kb + 1][2], m1, i1), plc_fm_weight(s[2 * kb + 1][3], m1, i1));
+                pa[0] = plc_h2_bits(plc_fm_weight(s[2 * kb][0], m0, l0), plc_fm_weight(s[2 * kb][1], m0, l0));
+                pa[1] = plc_h2_bits(plc_fm_weight(s[2 * kb][2], m1, l1), plc_fm_weight(s[2 * kb][3], m1, l1));
+                pa[2] = plc_h2_bits(plc_fm_weight(s[2 * kb + 1][0], m0, l0), plc_fm_weight(s[2 * kb + 1][1], m0, l0));
+                pa[3] = plc_h2_bits(plc_fm_weight(s[2 * kb + 1][2], m1, l1), plc_fm_weight(s[2 * kb + 1][3], m1, l1));
 #pragma unroll
                 for (int jd = 0; jd < NV; jd++) {
                     const __half *vr = &sVt[(8 * jd + g) * VP + 16 * kb + c2];
@@ -424,7 +421,18 @@ __global__ void __launch_bounds__(PLC_FM_THREADS)
         if (in0) *reinterpret_cast<float2 *>(d0 + d) = make_float2(o[jd][0], o[jd][1]);
         if (in1) *reinterpret_cast<float2 *>(d1 + d) = make_float2(o[jd][2], o[jd][3]);
     }
+#else
+    __trap();  // never launched: plc_ctx_set_flash refuses a library without code for 8.0 or later
 #endif
+}
+
+int plc_flash_mma_built(void) {
+    cudaFuncAttributes fa;
+    if (cudaFuncGetAttributes(&fa, plc_attn_flash_mma<64>) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return fa.ptxVersion >= 80;
 }
 
 int plc_flash_rows(const plc_ctx *ctx, int kvtype, int64_t width, const void *kc, const void *vc) {

@@ -33,6 +33,10 @@ static inline int plc_flash_head_dim(int hd) { return hd == 64 || hd == 80 || hd
 // rows), else PLC_FA_BQ.
 int plc_flash_rows(const plc_ctx *ctx, int kvtype, int64_t width, const void *kc, const void *vc);
 
+// plc_flash_mma_built reports whether the library holds the tensor-core kernel for the current
+// device (code for compute capability 8.0 or later).
+int plc_flash_mma_built(void);
+
 // plc_attend runs the tiles: flash tiles (nq up to plc_flash_rows; head dims of plc_flash_head_dim)
 // and decode tiles (nq == 1, any head dim up to PLC_MAX_HEAD_DIM). Tables are host arrays;
 // blocks may be null for dense keys and values (then bs is ignored).

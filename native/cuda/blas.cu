@@ -56,6 +56,7 @@ static void plc_blas_open() {
             return;
         }
     }
+    plc_blas_table.set_workspace = (cublasStatus_t(*)(cublasHandle_t, void *, size_t))dlsym(h, "cublasSetWorkspace_v2");
     plc_blas_ok = &plc_blas_table;
 }
 

@@ -5,6 +5,7 @@
 
 #include <new>
 
+#include "attention.cuh"
 #include "blas.cuh"
 #include "copy.cuh"
 #include "getrows.cuh"
@@ -333,9 +334,22 @@ extern "C" int plc_ctx_new(int32_t dev, plc_ctx **out, char *err, size_t errlen)
     }
     cublasStatus_t s = blas->create(&ctx->blas);
     if (s == CUBLAS_STATUS_SUCCESS) s = blas->set_stream(ctx->blas, ctx->stream);
+    // A workspace of its own for the handle, set after the stream (setting the stream resets it):
+    // 32 MiB, what cuBLAS asks for on Hopper.
+    const size_t ws = (size_t)32 << 20;
+    if (s == CUBLAS_STATUS_SUCCESS && blas->set_workspace != NULL) {
+        if (cudaMalloc(&ctx->blas_ws, ws) != cudaSuccess) {
+            cudaGetLastError();
+            ctx->blas_ws = NULL;
+            s = CUBLAS_STATUS_ALLOC_FAILED;
+        } else {
+            s = blas->set_workspace(ctx->blas, ctx->blas_ws, ws);
+        }
+    }
     if (s != CUBLAS_STATUS_SUCCESS) {
         plc_msg(err, errlen, "creating a cuBLAS handle", plc_blas_name(s));
         if (ctx->blas) blas->destroy(ctx->blas);
+        if (ctx->blas_ws) cudaFree(ctx->blas_ws);
         cudaStreamDestroy(ctx->stream);
         delete ctx;
         return s == CUBLAS_STATUS_ALLOC_FAILED ? PLC_ERR_NOMEM : PLC_ERR_CUDA;
@@ -353,6 +367,7 @@ extern "C" void plc_ctx_free(plc_ctx *ctx) {
     plc_meta_free(ctx);
     if (ctx->work) cudaFree(ctx->work);
     plc_blas(NULL)->destroy(ctx->blas);
+    if (ctx->blas_ws) cudaFree(ctx->blas_ws);
     cudaStreamDestroy(ctx->stream);
     delete ctx;
 }
@@ -367,7 +382,10 @@ extern "C" int plc_ctx_set_tf32(plc_ctx *ctx, int32_t on) {
 
 extern "C" int plc_ctx_set_flash(plc_ctx *ctx, int32_t mma) {
     if (ctx == NULL) return PLC_ERR_ARG;
-    if (mma != 0 && ctx->cc_major < 8) return PLC_ERR_UNSUPPORTED;
+    if (mma != 0) {
+        PLC_ENTER(ctx);
+        if (ctx->cc_major < 8 || !plc_flash_mma_built()) return PLC_ERR_UNSUPPORTED;
+    }
     ctx->flash_mma = mma != 0;
     return PLC_OK;
 }

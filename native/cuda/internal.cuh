@@ -18,11 +18,20 @@ struct plc_meta_entry {
     size_t off, size;
 };
 
+// An executable graph kept for steps whose recordings have its signature (graph.cu).
+struct plc_graph_exec {
+    cudaGraphExec_t exec;
+    uint64_t sig, used;
+};
+
 struct plc_ctx {
     int device;
     int sm_count;
     cudaStream_t stream;
     cublasHandle_t blas;
+    // cuBLAS's workspace, set once (cublasSetWorkspace): without it cuBLAS may allocate one in
+    // every recorded graph (graph.cu), which records every step afresh.
+    void *blas_ws;
     int tf32;
     int cc_major;   // the device's compute capability (major)
     int flash_mma;  // F16 flash attention on tensor cores (plc_ctx_set_flash)
@@ -44,10 +53,12 @@ struct plc_ctx {
     std::vector<unsigned char> host;
     // Graphs (graph.cu): recording is set between plc_graph_begin and its end or abort, with the
     // meta arena's state at the start (tables added while recording are dropped on abort: their
-    // copies never ran). exec is the graph kept from the last recording.
+    // copies never ran). execs are the graphs kept from earlier recordings, a few at most.
     int recording;
     size_t rec_meta_used, rec_meta_tables;
-    cudaGraphExec_t exec;
+    std::vector<plc_graph_exec> execs;  // kept graphs, by the signature of their kernels
+    std::vector<cudaGraphNode_t> nodes; // scratch of plc_graph_sig
+    uint64_t graph_clock;
     int64_t graph_runs, graph_updates, graph_inits;
     char err[512];
 };

@@ -263,7 +263,8 @@ func ArgmaxRows(x []float32, cols int, ids []int32) error {
 // Argmax) or that the backend cannot record fails; the caller then Discards and calls the
 // operations again without recording. If Replay fails, nothing recorded has run and the
 // backend is no longer recording. Only the goroutine that called Record may use the backend
-// until Replay or Discard. Record returns ErrNotRecording when the backend records nothing
+// until Replay or Discard: models stepped by goroutines of their own (a server's models) each
+// need a backend of their own. Record returns ErrNotRecording when the backend records nothing
 // (turned off), and the caller should not ask again.
 type Recorder interface {
 	Record() error

@@ -68,8 +68,8 @@ type Picker interface {
 // (llama.Context.ForwardDraw): draws[i] says how row pick[i]'s token is chosen (backend.Draw:
 // the argmax where its Temperature is 0). DrawsWhereLogitsAre reports whether the draws are made
 // there (a backend.Drawer: on a GPU, only the ids leave the device); the scheduler draws
-// sampling sequences that have no logit bias, penalties, min-p or log-probabilities through
-// ForwardDraw only then, and samples the others from their logits.
+// sampling sequences that have no logit bias, penalties or log-probabilities through ForwardDraw
+// only then (decode.Sampler.Drawable), and samples the others from their logits.
 type Drawer interface {
 	Picker
 	ForwardDraw(tokens []int32, b *backend.Batch, out []int32, logits []float32, pick []int32, draws []backend.Draw, ids []int32) error
