@@ -148,6 +148,22 @@ func (e *Engine) Generate(ctx context.Context, c *llama.Context, req Request, em
 	res := &Result{}
 	var text []byte
 
+	// Where the backend can, the next token is chosen where the logits are, as the server's
+	// scheduler chooses it (on a GPU only its id leaves the device): the argmax of a greedy
+	// sampler without bias or penalties (backend.Argmaxer), the draw of a sampling one
+	// (backend.Drawer). Log-probabilities need the logits here.
+	be := m.Backend()
+	_, argmaxer := be.(backend.Argmaxer)
+	_, drawer := be.(backend.Drawer)
+	draw, drawable := sampler.Drawable()
+	pick := req.TopLogprobs == 0 && sampler.ArgmaxOnly() && argmaxer
+	drawn := req.TopLogprobs == 0 && drawable && drawer
+	var draws []backend.Draw // nil: the argmax
+	if drawn {
+		draws = []backend.Draw{draw}
+	}
+	next := []int32{-1}
+
 	step := func(toks []int32, want bool) error {
 		if err := seq.Reserve(len(toks)); err != nil {
 			return err
@@ -156,15 +172,34 @@ func (e *Engine) Generate(ctx context.Context, c *llama.Context, req Request, em
 		if err := bb.Add(seq, len(toks)); err != nil {
 			return err
 		}
-		o, lg := out[:0], logits[:0]
-		if want {
+		var err error
+		switch {
+		case !want:
+			err = c.Forward(toks, bb.Batch(), nil, nil)
+		case pick || drawn:
 			out[0] = int32(len(toks) - 1)
-			o, lg = out, logits
+			if drawn {
+				draws[0].Random = sampler.NextRandom()
+			}
+			err = c.ForwardDraw(toks, bb.Batch(), nil, nil, out, draws, next)
+		default:
+			out[0] = int32(len(toks) - 1)
+			err = c.Forward(toks, bb.Batch(), out, logits)
 		}
-		if err := c.Forward(toks, bb.Batch(), o, lg); err != nil {
+		if err != nil {
 			return err
 		}
 		return seq.Advance(len(toks))
+	}
+	// token returns the next token: the one chosen by the backend, or sampled from the logits.
+	token := func() (int32, error) {
+		if !pick && !drawn {
+			return sampler.Sample(logits)
+		}
+		if next[0] < 0 {
+			return -1, backend.ErrNoArgmax
+		}
+		return next[0], nil
 	}
 
 	start := time.Now()
@@ -183,7 +218,7 @@ func (e *Engine) Generate(ctx context.Context, c *llama.Context, req Request, em
 	start = time.Now()
 	tok := &Token{}
 	for {
-		id, err := sampler.Sample(logits)
+		id, err := token()
 		if err != nil {
 			return nil, err
 		}
