@@ -3,11 +3,9 @@
 package cuda
 
 import (
-	"bytes"
 	"slices"
 	"testing"
 
-	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/kvcache"
 	"github.com/parleyhq/parley/runtime/models/llama"
 	"github.com/parleyhq/parley/runtime/tensor"
@@ -20,15 +18,7 @@ import (
 // fails, and the context goes on without it.
 func TestGraphs(t *testing.T) {
 	gpu(t)
-	w, err := llama.Synth(llama.Shape{Name: "small", Dim: 256, Layers: 3, Heads: 8, KVHeads: 2, FFN: 512, Ctx: 2048, Vocab: 1024}, tensor.Q8_0, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if _, err := w.WriteTo(&buf); err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Parse(buf.Bytes())
+	f, err := llama.SynthFile(llama.Shape{Name: "small", Dim: 256, Layers: 3, Heads: 8, KVHeads: 2, FFN: 512, Ctx: 2048, Vocab: 1024}, tensor.Q8_0, 3)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,11 @@
 package llama_test
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"testing"
 
 	"github.com/parleyhq/parley/runtime/backend"
-	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/kvcache"
 	"github.com/parleyhq/parley/runtime/models/llama"
 	"github.com/parleyhq/parley/runtime/tensor"
@@ -18,15 +16,7 @@ import (
 // type and backend, reporting tokens/s and allocations per step (which must be zero).
 func BenchmarkDecodeStep(b *testing.B) {
 	for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.Q8_0, tensor.Q4_0, tensor.Q4_K} {
-		w, err := llama.Synth(llama.Shapes["15M"], dt, 1)
-		if err != nil {
-			b.Fatal(err)
-		}
-		var buf bytes.Buffer
-		if _, err := w.WriteTo(&buf); err != nil {
-			b.Fatal(err)
-		}
-		f, err := gguf.Parse(buf.Bytes())
+		f, err := llama.SynthFile(llama.Shapes["15M"], dt, 1)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -87,11 +77,10 @@ func BenchmarkDecodeStep(b *testing.B) {
 // TestDecodeStepAllocatesNothing: a steady-state decode step of two sequences allocates nothing,
 // on every backend, with both rows' logits handed over (Forward) or one row picked (ForwardPick).
 func TestDecodeStepAllocatesNothing(t *testing.T) {
-	w, err := llama.Synth(tinyShape, tensor.Q8_0, 3)
+	f, err := llama.SynthFile(tinyShape, tensor.Q8_0, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := parse(t, w)
 	for _, be := range backendsUnderTest(t) {
 		t.Run(be.Name(), func(t *testing.T) {
 			m, err := llama.Load(f, be)
@@ -162,15 +151,7 @@ func BenchmarkBatchedDecode(b *testing.B) {
 	if !ok {
 		b.Fatalf("PARLEY_BENCH_SHAPE=%q: no such shape", shape)
 	}
-	w, err := llama.Synth(sh, tensor.Q8_0, 1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if _, err := w.WriteTo(&buf); err != nil {
-		b.Fatal(err)
-	}
-	f, err := gguf.Parse(buf.Bytes())
+	f, err := llama.SynthFile(sh, tensor.Q8_0, 1)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package llama_test
 
 import (
-	"bytes"
 	"fmt"
 	"math"
 	"slices"
@@ -161,15 +160,7 @@ func (d *drawWrap) Draw(logits backend.Tensor, row0 int, draws []backend.Draw, i
 // argmax and draws at several settings), on every backend, on one that is a backend.Drawer
 // (which it then calls) and on one without; draws out of range are refused.
 func TestForwardDraw(t *testing.T) {
-	w, err := llama.Synth(llama.Shape{Name: "tiny", Dim: 64, Layers: 2, Heads: 4, KVHeads: 2, FFN: 96, Ctx: 128, Vocab: 512}, tensor.Q8_0, 9)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if _, err := w.WriteTo(&buf); err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Parse(buf.Bytes())
+	f, err := llama.SynthFile(llama.Shape{Name: "tiny", Dim: 64, Layers: 2, Heads: 4, KVHeads: 2, FFN: 96, Ctx: 128, Vocab: 512}, tensor.Q8_0, 9)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,11 @@
 package llama_test
 
 import (
-	"bytes"
 	"slices"
 	"testing"
 
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/backend/backendtest"
-	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/kvcache"
 	"github.com/parleyhq/parley/runtime/models/llama"
 	"github.com/parleyhq/parley/runtime/tensor"
@@ -19,15 +17,7 @@ import (
 // or a refused replay) runs again unrecorded with the same result; after three such steps in a
 // row the context stops recording, as it does at once when the backend's recording is off.
 func TestRecordedSteps(t *testing.T) {
-	w, err := llama.Synth(llama.Shape{Name: "tiny", Dim: 64, Layers: 2, Heads: 4, KVHeads: 2, FFN: 96, Ctx: 128, Vocab: 512}, tensor.Q8_0, 7)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if _, err := w.WriteTo(&buf); err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Parse(buf.Bytes())
+	f, err := llama.SynthFile(llama.Shape{Name: "tiny", Dim: 64, Layers: 2, Heads: 4, KVHeads: 2, FFN: 96, Ctx: 128, Vocab: 512}, tensor.Q8_0, 7)
 	if err != nil {
 		t.Fatal(err)
 	}

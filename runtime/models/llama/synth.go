@@ -1,6 +1,7 @@
 package llama
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -42,6 +43,19 @@ func ShapeNames() []string {
 // a multiple of the type's block size the fallback is used, as llama.cpp's quantiser does.
 var synthFallback = map[tensor.DType]tensor.DType{
 	tensor.Q4_K: tensor.Q5_0, tensor.Q5_K: tensor.Q5_1, tensor.Q6_K: tensor.Q8_0,
+}
+
+// SynthFile is Synth's model parsed from memory, ready for Load: for tests and benchmarks.
+func SynthFile(s Shape, dt tensor.DType, seed uint64) (*gguf.File, error) {
+	w, err := Synth(s, dt, seed)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if _, err := w.WriteTo(&buf); err != nil {
+		return nil, err
+	}
+	return gguf.Parse(buf.Bytes())
 }
 
 // Synth builds a GGUF model of the given shape whose 2-D weights are random (normal, standard
