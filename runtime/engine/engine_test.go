@@ -9,6 +9,7 @@ import (
 
 	"github.com/parleyhq/parley/runtime/backend"
 	_ "github.com/parleyhq/parley/runtime/backend/all"
+	"github.com/parleyhq/parley/runtime/backend/backendtest"
 	"github.com/parleyhq/parley/runtime/decode"
 	"github.com/parleyhq/parley/runtime/engine"
 	"github.com/parleyhq/parley/runtime/kvcache"
@@ -18,22 +19,6 @@ import (
 
 // plain hides a backend's optional interfaces (backend.Argmaxer among them).
 type plain struct{ backend.Backend }
-
-// drawing is a backend.Drawer over another backend (the logits read, then backend.DrawRows),
-// counting its draws.
-type drawing struct {
-	plain
-	calls int
-}
-
-func (d *drawing) Draw(logits backend.Tensor, row0 int, draws []backend.Draw, ids []int32) error {
-	d.calls++
-	lg := make([]float32, len(ids)*logits.Cols())
-	if err := d.Read(logits, row0, lg); err != nil {
-		return err
-	}
-	return backend.DrawRows(lg, logits.Cols(), draws, ids)
-}
 
 func synthFile(t *testing.T) string {
 	t.Helper()
@@ -99,10 +84,10 @@ func TestGenerateChooses(t *testing.T) {
 	sp := decode.DefaultParams()
 	sp.Seed = 11
 	req.Sampling = sp
-	d := &drawing{plain: plain{newGo()}}
+	d := &backendtest.Drawing{Backend: newGo()}
 	got := generate(t, path, d, req)
-	if d.calls != len(got) {
-		t.Errorf("%d draws by the backend for %d tokens", d.calls, len(got))
+	if d.Calls != len(got) {
+		t.Errorf("%d draws by the backend for %d tokens", d.Calls, len(got))
 	}
 	// The reference: the same steps, drawn here by the host rule.
 	want := func() []int32 {
@@ -154,9 +139,9 @@ func TestGenerateChooses(t *testing.T) {
 	}
 
 	req.TopLogprobs = 2
-	calls := d.calls
+	calls := d.Calls
 	generate(t, path, d, req)
-	if d.calls != calls {
-		t.Errorf("with log-probabilities the backend drew %d tokens, want none", d.calls-calls)
+	if d.Calls != calls {
+		t.Errorf("with log-probabilities the backend drew %d tokens, want none", d.Calls-calls)
 	}
 }

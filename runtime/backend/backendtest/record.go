@@ -144,3 +144,22 @@ func (r *Recorder) Im2Col1D(dst, x backend.Tensor, kernel, stride, pad int) erro
 func (r *Recorder) FullAttention(dst, q, k, v backend.Tensor, a backend.Attn) error {
 	return r.do("FullAttention", func() error { return r.Backend.FullAttention(dst, q, k, v, a) })
 }
+
+// Drawing is a backend.Drawer over another backend, for testing the models' and the engine's use
+// of drawing without a GPU: Draw reads the logits and applies backend.DrawRows, counting its
+// calls. It hides the other backend's optional interfaces (backend.Argmaxer among them).
+type Drawing struct {
+	backend.Backend
+	Calls int
+}
+
+var _ backend.Drawer = (*Drawing)(nil)
+
+func (d *Drawing) Draw(logits backend.Tensor, row0 int, draws []backend.Draw, ids []int32) error {
+	d.Calls++
+	lg := make([]float32, len(ids)*logits.Cols())
+	if err := d.Read(logits, row0, lg); err != nil {
+		return err
+	}
+	return backend.DrawRows(lg, logits.Cols(), draws, ids)
+}

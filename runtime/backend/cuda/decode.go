@@ -5,6 +5,7 @@ package cuda
 import (
 	"fmt"
 
+	bcuda "github.com/parleyhq/parley/bindings/cuda"
 	"github.com/parleyhq/parley/runtime/backend"
 )
 
@@ -14,45 +15,42 @@ var _ backend.Argmaxer = (*Backend)(nil)
 // lowest index among equal maxima; -1 for a row with a NaN or +Inf or nothing above -Inf), as
 // backend.Argmaxer says. Only the ids leave the device.
 func (b *Backend) Argmax(logits backend.Tensor, row0 int, ids []int32) error {
-	const op = "argmax"
-	l, err := b.f32Of(op, "logits", logits, false)
-	if err != nil {
+	ref, cols, err := b.logitRows("argmax", logits, row0, len(ids))
+	if err != nil || len(ids) == 0 {
 		return err
 	}
-	if err := backend.CheckSpan(op, l, row0, len(ids)*l.cols); err != nil {
-		return fmt.Errorf("cuda: %w", err)
-	}
-	if len(ids) == 0 {
-		return nil
-	}
-	ref := l.ref()
-	ref.Off += row0 * l.rowBytes
-	return b.ctx.Argmax(ref, len(ids), l.cols, ids)
+	return b.ctx.Argmax(ref, len(ids), cols, ids)
 }
 
 var _ backend.Drawer = (*Backend)(nil)
 
 // Draw writes into ids[i] the token of row row0+i of logits F32 as draws[i] says
-// (backend.Drawer): the argmax, or a draw from the row's top-k and top-p candidates. Only the
-// ids leave the device.
+// (backend.Drawer): the argmax, or a draw from the row's top-k, top-p and min-p candidates. Only
+// the ids leave the device.
 func (b *Backend) Draw(logits backend.Tensor, row0 int, draws []backend.Draw, ids []int32) error {
-	const op = "draw"
-	l, err := b.f32Of(op, "logits", logits, false)
-	if err != nil {
+	if len(draws) != len(ids) {
+		return fmt.Errorf("cuda: draw: %d draws for %d ids", len(draws), len(ids))
+	}
+	ref, cols, err := b.logitRows("draw", logits, row0, len(ids))
+	if err != nil || len(ids) == 0 {
 		return err
 	}
-	if len(draws) != len(ids) {
-		return fmt.Errorf("cuda: %s: %d draws for %d ids", op, len(draws), len(ids))
+	return b.ctx.Draw(ref, len(ids), cols, draws, ids)
+}
+
+// logitRows checks that logits is an F32 tensor of this backend with rows row0 .. row0+n-1, and
+// returns the device memory of the first of them and the row length.
+func (b *Backend) logitRows(op string, logits backend.Tensor, row0, n int) (bcuda.Ref, int, error) {
+	l, err := b.f32Of(op, "logits", logits, false)
+	if err != nil {
+		return bcuda.Ref{}, 0, err
 	}
-	if err := backend.CheckSpan(op, l, row0, len(ids)*l.cols); err != nil {
-		return fmt.Errorf("cuda: %w", err)
-	}
-	if len(ids) == 0 {
-		return nil
+	if err := backend.CheckSpan(op, l, row0, n*l.cols); err != nil {
+		return bcuda.Ref{}, 0, fmt.Errorf("cuda: %w", err)
 	}
 	ref := l.ref()
 	ref.Off += row0 * l.rowBytes
-	return b.ctx.Draw(ref, len(ids), l.cols, draws, ids)
+	return ref, l.cols, nil
 }
 
 // BeamStep is one step of beam search over logits [len(scores), vocab] F32, where scores are

@@ -8,6 +8,7 @@ import (
 
 	"github.com/parleyhq/parley/internal/sharedtest"
 	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/backend/backendtest"
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/kvcache"
 	"github.com/parleyhq/parley/runtime/models/llama"
@@ -139,22 +140,6 @@ func TestForwardPick(t *testing.T) {
 	}
 }
 
-// drawWrap hides a backend's optional interfaces and draws by reading the logits and applying
-// backend.DrawRows: a backend.Drawer whose use ForwardDraw can be seen (calls).
-type drawWrap struct {
-	backend.Backend
-	calls int
-}
-
-func (d *drawWrap) Draw(logits backend.Tensor, row0 int, draws []backend.Draw, ids []int32) error {
-	d.calls++
-	lg := make([]float32, len(ids)*logits.Cols())
-	if err := d.Read(logits, row0, lg); err != nil {
-		return err
-	}
-	return backend.DrawRows(lg, logits.Cols(), draws, ids)
-}
-
 // TestForwardDraw: ForwardDraw hands over the logits of the rows in out as Forward gives them and
 // chooses the picked rows' tokens as backend.DrawRows chooses them from Forward's logits (an
 // argmax and draws at several settings), on every backend, on one that is a backend.Drawer
@@ -165,7 +150,7 @@ func TestForwardDraw(t *testing.T) {
 		t.Fatal(err)
 	}
 	bes := backendsUnderTest(t)
-	wrap := &drawWrap{Backend: bes[0]}
+	wrap := &backendtest.Drawing{Backend: bes[0]}
 	bes = append(bes, plainBackend{bes[0]}, wrap)
 	prompts := [][]int32{{1, 40, 41, 42}, {1, 300, 7}, {1, 99, 98, 97, 96}, {1, 5}}
 	ends := []int32{3, 6, 11, 13} // each prompt's last row
@@ -211,7 +196,7 @@ func TestForwardDraw(t *testing.T) {
 				t.Fatal(err)
 			}
 			lg, ids := make([]float32, V), make([]int32, len(draws))
-			calls := wrap.calls
+			calls := wrap.Calls
 			if err := run(func(c *llama.Context, toks []int32, b *backend.Batch) error {
 				return c.ForwardDraw(toks, b, ends[:1], lg, ends[1:], draws, ids)
 			}); err != nil {
@@ -223,8 +208,8 @@ func TestForwardDraw(t *testing.T) {
 			if !slices.Equal(ids, want) {
 				t.Errorf("drawn %v, want %v", ids, want)
 			}
-			if be == backend.Backend(wrap) && wrap.calls != calls+1 {
-				t.Errorf("a backend.Drawer was called %d times, want once", wrap.calls-calls)
+			if be == backend.Backend(wrap) && wrap.Calls != calls+1 {
+				t.Errorf("a backend.Drawer was called %d times, want once", wrap.Calls-calls)
 			}
 			bad := slices.Clone(draws)
 			bad[1].TopP = 0
