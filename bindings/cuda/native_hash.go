@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "bae63ee132180042c8726d8bc8fe854906337d9570067dae3e48dcc2a217d2c2"
+const nativeSources = "2a0f11c66f535056b12b8d737645ffb4e6284d5534059d3ba527448b4fb9047f"

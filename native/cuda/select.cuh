@@ -8,10 +8,11 @@
 
 #define PLC_SELECT_THREADS 1024
 
-// plc_key maps floats to unsigned keys in the same order (-inf lowest of the numbers); NaN maps
-// to 0, below everything.
+// plc_key maps floats to unsigned keys in the same order (-inf lowest of the numbers; -0 and +0
+// one key, as they compare equal); NaN maps to 0, below everything.
 __device__ __forceinline__ uint32_t plc_key(float v) {
     if (v != v) return 0u;
+    if (v == 0.f) return 0x80000000u;
     const uint32_t b = __float_as_uint(v);
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }

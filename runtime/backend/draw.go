@@ -49,8 +49,12 @@ func CheckDraws(draws []Draw) error {
 	return nil
 }
 
-// drawKey maps floats to unsigned keys in the same order (as the CUDA library's plc_key).
+// drawKey maps floats to unsigned keys in the same order, -0 and +0 to one key (as the CUDA
+// library's plc_key), so that comparing keys is comparing the floats.
 func drawKey(v float32) uint32 {
+	if v == 0 {
+		return 0x80000000
+	}
 	b := math.Float32bits(v)
 	if b&0x80000000 != 0 {
 		return ^b

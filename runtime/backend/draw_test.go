@@ -109,3 +109,49 @@ func TestDrawRows(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDraw feeds DrawRows arbitrary logits (NaN, infinities and subnormals included) and
+// parameters: it never panics, refuses out-of-range parameters with an error, and otherwise
+// gives -1 exactly for rows with a NaN, a +Inf or nothing above -Inf, the argmax at temperature
+// 0 or top-k 1, and else a token whose logit is finite.
+func FuzzDraw(f *testing.F) {
+	f.Add([]byte{0, 0, 128, 63, 0, 0, 0, 64, 0, 0, 64, 64}, float32(0.8), int32(2), float32(0.9), float32(0.05), uint64(12345))
+	f.Add([]byte{0, 0, 128, 127, 0, 0, 0, 0}, float32(1), int32(0), float32(1), float32(0), uint64(1<<63))
+	f.Add([]byte{0, 0, 128, 255, 0, 0, 128, 255}, float32(2), int32(1), float32(0.5), float32(1), uint64(7))
+	f.Fuzz(func(t *testing.T, raw []byte, temp float32, topK int32, topP, minP float32, random uint64) {
+		n := len(raw) / 4
+		if n == 0 || n > 4096 {
+			return
+		}
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = math.Float32frombits(uint32(raw[4*i]) | uint32(raw[4*i+1])<<8 | uint32(raw[4*i+2])<<16 | uint32(raw[4*i+3])<<24)
+		}
+		d := Draw{Temperature: temp, TopK: topK, TopP: topP, MinP: minP, Random: random}
+		ids := []int32{0}
+		err := DrawRows(x, n, []Draw{d}, ids)
+		if bad := CheckDraws([]Draw{d}); (err != nil) != (bad != nil) {
+			t.Fatalf("%+v: DrawRows error %v, CheckDraws %v", d, err, bad)
+		}
+		if err != nil {
+			return
+		}
+		want := []int32{0}
+		if err := ArgmaxRows(x, n, want); err != nil {
+			t.Fatal(err)
+		}
+		id := ids[0]
+		switch {
+		case want[0] < 0:
+			if id != -1 {
+				t.Fatalf("%v: drew %d from a row ArgmaxRows refuses", x, id)
+			}
+		case temp == 0 || topK == 1:
+			if temp == 0 && id != want[0] || id < 0 || x[id] != x[want[0]] {
+				t.Fatalf("%+v over %v: %d, want the argmax %d", d, x, id, want[0])
+			}
+		case id < 0 || int(id) >= n || math.IsInf(float64(x[id]), 0) || x[id] != x[id]:
+			t.Fatalf("%+v over %v: drew %d", d, x, id)
+		}
+	})
+}
