@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "2a0f11c66f535056b12b8d737645ffb4e6284d5534059d3ba527448b4fb9047f"
+const nativeSources = "e85d8195267838db36edb40c8b6ba17ce140b693812e737f6d106c40523c1c12"

@@ -1,7 +1,9 @@
-// gemm.cu: plc_matmul. Float weights go to cuBLAS (cublasGemmEx). Quantised weights go through
-// a dequantising matrix-vector kernel for decode-sized batches, and for larger batches are
-// expanded to F16 in tiles of rows that cuBLAS multiplies with F16-rounded activations (a row
-// beyond F16's range divided by a power of two first, and its products multiplied back).
+// gemm.cu: plc_matmul. Against eight activation rows or fewer (decode), quantised, F16 and BF16
+// weights go through matrix-vector kernels of our own that read each weight once; F32 weights,
+// and larger batches of F16 and BF16 ones, go to cuBLAS (cublasGemmEx). Larger batches against
+// quantised weights are expanded to F16 in tiles of rows that cuBLAS multiplies with F16-rounded
+// activations (a row beyond F16's range divided by a power of two first, and its products
+// multiplied back).
 //
 // Row-major x [n, k], w [m, k], dst [n, m] are, in cuBLAS's column-major terms, X (k x n),
 // W (k x m) and D (m x n): D = W^T X, so every call is GemmEx(OP_T, OP_N, m, n, k).
@@ -114,6 +116,79 @@ __global__ void __launch_bounds__(128) plc_gemv_q(float *dst, const float *x, in
     }
 }
 
+// Matrix-vector kernel for F16 and BF16 weights: one warp per weight row, n <= NR activation
+// rows, each element of x rounded to the weight type as it is read (the contract's rounding,
+// without a kernel of its own) and the exact products summed in F32. Where rows are 16-byte
+// aligned (k a multiple of 8, x a multiple of 4 floats from 16-byte aligned bases), lane l
+// reads eight weights at a time from 8l, 8l + 256, ...; otherwise elements l, l + 32, ....
+// x [n, k], w [m, k], dst [n, m].
+__device__ __forceinline__ float plc_round_to(float v, const __half *) { return __half2float(__float2half_rn(v)); }
+__device__ __forceinline__ float plc_round_to(float v, const __nv_bfloat16 *) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+template <typename WT, int NR>
+__global__ void __launch_bounds__(128) plc_gemv_h(float *dst, const float *x, int n, int64_t k, const WT *w, int64_t m, int vec) {
+    const int lane = threadIdx.x % PLC_WARP;
+    const int64_t row = (int64_t)blockIdx.x * (blockDim.x / PLC_WARP) + threadIdx.x / PLC_WARP;
+    if (row >= m) return;
+    const WT *wr = w + row * k;
+    float acc[NR];
+#pragma unroll
+    for (int r = 0; r < NR; r++) acc[r] = 0.f;
+    if (vec) {
+        for (int64_t c = 8 * lane; c < k; c += 8 * PLC_WARP) {
+            const uint4 raw = *reinterpret_cast<const uint4 *>(wr + c);
+            const WT *h = reinterpret_cast<const WT *>(&raw);
+            float wv[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++) wv[i] = plc_to_f32(h[i]);
+#pragma unroll
+            for (int r = 0; r < NR; r++) {
+                if (r < n) {
+                    const float4 a = *reinterpret_cast<const float4 *>(x + r * k + c);
+                    const float4 b = *reinterpret_cast<const float4 *>(x + r * k + c + 4);
+                    const WT *tag = NULL;
+                    float s = wv[0] * plc_round_to(a.x, tag);
+                    s += wv[1] * plc_round_to(a.y, tag);
+                    s += wv[2] * plc_round_to(a.z, tag);
+                    s += wv[3] * plc_round_to(a.w, tag);
+                    s += wv[4] * plc_round_to(b.x, tag);
+                    s += wv[5] * plc_round_to(b.y, tag);
+                    s += wv[6] * plc_round_to(b.z, tag);
+                    s += wv[7] * plc_round_to(b.w, tag);
+                    acc[r] += s;
+                }
+            }
+        }
+    } else {
+        for (int64_t c = lane; c < k; c += PLC_WARP) {
+            const float wv = plc_to_f32(wr[c]);
+#pragma unroll
+            for (int r = 0; r < NR; r++)
+                if (r < n) acc[r] += wv * plc_round_to(x[r * k + c], (const WT *)NULL);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+        if (r < n) {
+            const float s = plc_warp_sum(acc[r]);
+            if (lane == 0) dst[r * m + row] = s;
+        }
+    }
+}
+
+template <typename WT>
+static int plc_matmul_gemv_h(plc_ctx *ctx, float *dst, const float *x, int64_t n, int64_t k, const void *w, int64_t m) {
+    const int vec = k % 8 == 0 && ((uintptr_t)x % 16) == 0 && ((uintptr_t)w % 16) == 0;
+    const int warps = 4;
+    const unsigned blocks = (unsigned)((m + warps - 1) / warps);
+    const WT *wt = (const WT *)w;
+    if (n == 1) plc_gemv_h<WT, 1><<<blocks, warps * PLC_WARP, 0, ctx->stream>>>(dst, x, (int)n, k, wt, m, vec);
+    else if (n == 2) plc_gemv_h<WT, 2><<<blocks, warps * PLC_WARP, 0, ctx->stream>>>(dst, x, (int)n, k, wt, m, vec);
+    else if (n <= 4) plc_gemv_h<WT, 4><<<blocks, warps * PLC_WARP, 0, ctx->stream>>>(dst, x, (int)n, k, wt, m, vec);
+    else plc_gemv_h<WT, 8><<<blocks, warps * PLC_WARP, 0, ctx->stream>>>(dst, x, (int)n, k, wt, m, vec);
+    return plc_launched(ctx, "matmul: F16/BF16 matrix-vector kernel");
+}
+
 // Expands rows [0, rows) of quantised w to F16: y [rows, k]. One thread per chunk.
 template <int DT>
 __global__ void plc_deq_f16(__half *y, const uint8_t *w, int64_t rowbytes, int64_t rows, int64_t k) {
@@ -183,6 +258,12 @@ static int plc_matmul_q(plc_ctx *ctx, float *dst, const float *x, int64_t n, int
 }
 
 static int plc_matmul_float(plc_ctx *ctx, float *dst, const float *x, int64_t n, int64_t k, const void *w, int wt, int64_t m) {
+    // Decode-sized batches against F16 and BF16 weights: one kernel reading the weights once,
+    // instead of rounding x in a kernel of its own and then cuBLAS.
+    if (n <= PLC_GEMV_MAX_ROWS && m <= (int64_t)INT_MAX * 4) {
+        if (wt == PLC_F16) return plc_matmul_gemv_h<__half>(ctx, dst, x, n, k, w, m);
+        if (wt == PLC_BF16) return plc_matmul_gemv_h<__nv_bfloat16>(ctx, dst, x, n, k, w, m);
+    }
     const float one = 1.f, zero = 0.f;
     const void *xin = x;
     cudaDataType_t type = CUDA_R_32F;

@@ -143,7 +143,8 @@ int plc_memset0(plc_ctx *ctx, void *dst, size_t n);
 /* plc_matmul: dst[i,j] = sum_l x[i,l]*w[j,l]. x [n, k] F32, w [m, k] of wtype, dst [n, m] F32;
  * all device, dst not overlapping x or w.
  *   F32 weights: cuBLAS SGEMM-class product (TF32 tensor cores unless turned off).
- *   F16, BF16: x is rounded to wtype (nearest even), products accumulate in F32 (cuBLAS).
+ *   F16, BF16: x is rounded to wtype (nearest even), products accumulate in F32 (n <= 8: a
+ *   matrix-vector kernel that rounds x as it reads it; larger n: cuBLAS).
  *   Quantised (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K), n <= 8: a dequantising matrix-vector
  *   kernel, weights expanded to F32 in registers, x used as F32. n > 8: weights are expanded to
  *   F16 in tiles, x is rounded to F16, and cuBLAS multiplies them with F32 accumulation; a row

@@ -10,6 +10,7 @@ import (
 
 	bcuda "github.com/parleyhq/parley/bindings/cuda"
 	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/quant"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
@@ -153,6 +154,47 @@ func BenchmarkGEMM(b *testing.B) {
 		s := b.Elapsed().Seconds() / float64(b.N)
 		b.ReportMetric(2*float64(n)*n*n/s/1e12, "TFLOP/s")
 	})
+}
+
+// BenchmarkGEMV is a decode step's product against F16 and Q8_0 weights of the 1B shape's
+// largest matrix (5632 x 2048), one activation row, in GB/s of weights read: against the
+// device's copy bandwidth (gpu-verify's torch figures) it says how near the roofline decode runs.
+func BenchmarkGEMV(b *testing.B) {
+	const m, k = 5632, 2048
+	for _, dt := range []tensor.DType{tensor.F16, tensor.Q8_0} {
+		b.Run(fmt.Sprintf("%v/%dx%d", dt, m, k), func(b *testing.B) {
+			be := gpuBench(b)
+			r := rand.New(rand.NewPCG(5, 6))
+			rs, err := dt.RowSize(k)
+			if err != nil {
+				b.Fatal(err)
+			}
+			data := make([]byte, m*int(rs))
+			if err := quant.Quantize(dt, randFloats(r, m*k, 0.02), data); err != nil {
+				b.Fatal(err)
+			}
+			w, err := be.Load(dt, m, k, data)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer w.Close()
+			x := upload(b, be, 1, k, randFloats(r, k, 1))
+			dst := upload(b, be, 1, m, nil)
+			if err := be.MatMul(dst, x, w); err != nil {
+				b.Fatal(err)
+			}
+			wait(b, be, dst)
+			b.ResetTimer()
+			for range b.N {
+				if err := be.MatMul(dst, x, w); err != nil {
+					b.Fatal(err)
+				}
+			}
+			wait(b, be, dst)
+			s := b.Elapsed().Seconds() / float64(b.N)
+			b.ReportMetric(float64(len(data))/s/1e9, "GB/s")
+		})
+	}
 }
 
 func BenchmarkBeamStep(b *testing.B) {
