@@ -48,6 +48,9 @@ func TestArgumentChecks(t *testing.T) {
 		{"MatMul unsupported weights", c.MatMul(dst, x, n, 256, w, tensor.Q2_K, m)},
 		{"MatMul buffer of another context", c.MatMul(dst, Ref{Buf: ob[0]}, n, k, w, tensor.F32, m)},
 		{"MatMul closed buffer", c.MatMul(dst, Ref{Buf: closed}, n, k, w, tensor.F32, m)},
+		{"MatMuls five matrices", c.MatMuls(make([]Ref, 5), x, n, k, make([]Ref, 5), tensor.F16, make([]int, 5))},
+		{"MatMuls counts", c.MatMuls([]Ref{dst, dst}, x, n, k, []Ref{w}, tensor.F16, []int{m, m})},
+		{"MatMuls dst too small", c.MatMuls([]Ref{dst, small}, x, n, k, []Ref{w, w}, tensor.Q8_0, []int{m, m})},
 		{"MatMul nil buffer", c.MatMul(dst, Ref{}, n, k, w, tensor.F32, m)},
 		{"MatMul size overflows", c.MatMul(dst, x, 1<<40, 1<<40, w, tensor.F32, m)},
 		{"GetRows id out of range", c.GetRows(dst, w, tensor.F32, m, k, []int32{0, int32(m)})},
@@ -91,6 +94,7 @@ func TestArgumentChecks(t *testing.T) {
 	}{
 		{"MatMul", c.MatMul(dst, x, n, k, w, tensor.F32, m)},
 		{"MatMul Q8_0", c.MatMul(dst, x, n, k, w, tensor.Q8_0, m)},
+		{"MatMuls Q8_0", c.MatMuls([]Ref{dst, dst}, x, n, k, []Ref{w, w}, tensor.Q8_0, []int{m, m})},
 		{"GetRows", c.GetRows(x, w, tensor.F32, m, k, []int32{0, 4})},
 		{"Attention", c.Attention(x, x, 1, w, w, tensor.F32, m, k, 1, Attn{NHead: 1, NKVHead: 1, HeadDim: k, Scale: 1},
 			[]Seq{{Start: 0, Count: 1, CtxLen: 1, NBlocks: 1}}, []int32{4})},

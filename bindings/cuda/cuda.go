@@ -91,6 +91,10 @@ type Context struct {
 	// allocate nothing (the address of a local passed to C would escape to the heap).
 	rope C.plc_rope_cfg
 	attn C.plc_attn_cfg
+	// MatMuls' matrices: device addresses, held as integers (they are not Go pointers, and
+	// cgo's checks then have no pointers to look into).
+	mmD, mmW [4]uintptr
+	mmM      [4]C.int64_t
 }
 
 // NewContext starts a context on CUDA device dev, with TF32 allowed for F32 matrix products.
@@ -485,6 +489,44 @@ func (c *Context) MatMul(dst, x Ref, n, k int, w Ref, wt tensor.DType, m int) er
 		return err
 	}
 	return c.status(op, C.plc_matmul(c.c, fp(d), fp(xp), C.int64_t(n), C.int64_t(k), wp, C.int32_t(wt), C.int64_t(m)))
+}
+
+// MatMuls: dst[i] = x · w[i]ᵀ for up to four matrices w[i] [m[i], k] of one type wt, each bit
+// for bit what MatMul gives it, in one launch where they take the matrix-vector kernels (n <= 8,
+// weights other than F32).
+func (c *Context) MatMuls(dst []Ref, x Ref, n, k int, w []Ref, wt tensor.DType, m []int) error {
+	const op = "matmuls"
+	if len(dst) == 0 || len(dst) > len(c.mmD) || len(w) != len(dst) || len(m) != len(dst) {
+		return fmt.Errorf("cuda: %s: %d destinations, %d matrices and %d row counts (1 to %d)", op, len(dst), len(w), len(m), len(c.mmD))
+	}
+	if !Supports(OpMatMul, wt) {
+		return fmt.Errorf("cuda: %s: weights of %v: %w", op, wt, backend.ErrUnsupported)
+	}
+	rb := rowBytes(wt, k)
+	if rb < 0 {
+		return fmt.Errorf("cuda: %s: %d columns of %v", op, k, wt)
+	}
+	if err := c.lock(op); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	xp, err := x.at(c, op, "x", mul(n, k, 4))
+	if err != nil {
+		return err
+	}
+	for i := range dst {
+		d, err := dst[i].at(c, op, "dst", mul(n, m[i], 4))
+		if err != nil {
+			return err
+		}
+		wp, err := w[i].at(c, op, "w", mul(m[i], rb))
+		if err != nil {
+			return err
+		}
+		c.mmD[i], c.mmW[i], c.mmM[i] = uintptr(d), uintptr(wp), C.int64_t(m[i])
+	}
+	return c.status(op, C.plc_matmuls(c.c, C.int32_t(len(dst)), (**C.float)(unsafe.Pointer(&c.mmD[0])), fp(xp), C.int64_t(n),
+		C.int64_t(k), (*unsafe.Pointer)(unsafe.Pointer(&c.mmW[0])), C.int32_t(wt), &c.mmM[0]))
 }
 
 // GetRows: dst[i,:] = float32(table[ids[i],:]); table [rows, cols] of dt, dst [len(ids), cols].

@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "e85d8195267838db36edb40c8b6ba17ce140b693812e737f6d106c40523c1c12"
+const nativeSources = "e494a4d862e07d30bf61b3667e246ffb87549d72eb3934db7e65089587efac31"

@@ -75,17 +75,45 @@ __global__ void plc_rows_rescale(float *dst, const float *s, int64_t m) {
     for (int64_t i = threadIdx.x; i < m; i += blockDim.x) d[i] *= f;
 }
 
+// The matrices of one matrix-vector launch (plc_matmuls: a layer's query, key and value
+// products, or its gate and up ones; plc_matmul: one): a warp's row r of the concatenated rows
+// is row r - end[s-1] of matrix s, whose products go to dst[s] ([n, end[s] - end[s-1]]).
+#define PLC_SEGS 4
+struct plc_segs {
+    const void *w[PLC_SEGS];
+    float *dst[PLC_SEGS];
+    int64_t end[PLC_SEGS];
+    int vec[PLC_SEGS];  // F16/BF16: the matrix's rows and x are 16-byte aligned (see plc_gemv_h)
+    int count;
+};
+
+// plc_seg finds the matrix of row (below segs.end[count-1]): its weights, its row, its output
+// and its output's row length.
+__device__ __forceinline__ int plc_seg(const plc_segs &segs, int64_t row, const void **w, int64_t *r, float **dst, int64_t *m) {
+    int s = 0;
+    while (s + 1 < segs.count && row >= segs.end[s]) s++;
+    const int64_t start = s > 0 ? segs.end[s - 1] : 0;
+    *w = segs.w[s];
+    *r = row - start;
+    *dst = segs.dst[s];
+    *m = segs.end[s] - start;
+    return s;
+}
+
 // Matrix-vector kernel for quantised weights: one warp per weight row; lane l expands chunks
 // l, l+32, ... of the row (32 elements each) into registers and multiplies them with the same
 // columns of each of the n <= NR activation rows. x [n, k] (k a multiple of 32, so rows are
 // 128-byte aligned), w [m, rowbytes], dst [n, m].
 template <int DT, int NR>
-__global__ void __launch_bounds__(128) plc_gemv_q(float *dst, const float *x, int n, int64_t k, const uint8_t *w,
-                                                  int64_t rowbytes, int64_t m) {
+__global__ void __launch_bounds__(128) plc_gemv_q(plc_segs segs, const float *x, int n, int64_t k, int64_t rowbytes) {
     const int lane = threadIdx.x % PLC_WARP;
-    const int64_t row = (int64_t)blockIdx.x * (blockDim.x / PLC_WARP) + threadIdx.x / PLC_WARP;
-    if (row >= m) return;
-    const uint8_t *wr = w + row * rowbytes;
+    const int64_t grow = (int64_t)blockIdx.x * (blockDim.x / PLC_WARP) + threadIdx.x / PLC_WARP;
+    if (grow >= segs.end[segs.count - 1]) return;
+    const void *w;
+    int64_t row, m;
+    float *dst;
+    plc_seg(segs, grow, &w, &row, &dst, &m);
+    const uint8_t *wr = (const uint8_t *)w + row * rowbytes;
     const int64_t nch = k / 32;
     float acc[NR];
 #pragma unroll
@@ -126,11 +154,15 @@ __device__ __forceinline__ float plc_round_to(float v, const __half *) { return 
 __device__ __forceinline__ float plc_round_to(float v, const __nv_bfloat16 *) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
 template <typename WT, int NR>
-__global__ void __launch_bounds__(128) plc_gemv_h(float *dst, const float *x, int n, int64_t k, const WT *w, int64_t m, int vec) {
+__global__ void __launch_bounds__(128) plc_gemv_h(plc_segs segs, const float *x, int n, int64_t k) {
     const int lane = threadIdx.x % PLC_WARP;
-    const int64_t row = (int64_t)blockIdx.x * (blockDim.x / PLC_WARP) + threadIdx.x / PLC_WARP;
-    if (row >= m) return;
-    const WT *wr = w + row * k;
+    const int64_t grow = (int64_t)blockIdx.x * (blockDim.x / PLC_WARP) + threadIdx.x / PLC_WARP;
+    if (grow >= segs.end[segs.count - 1]) return;
+    const void *w;
+    int64_t row, m;
+    float *dst;
+    const int vec = segs.vec[plc_seg(segs, grow, &w, &row, &dst, &m)];
+    const WT *wr = (const WT *)w + row * k;
     float acc[NR];
 #pragma unroll
     for (int r = 0; r < NR; r++) acc[r] = 0.f;
@@ -177,15 +209,15 @@ __global__ void __launch_bounds__(128) plc_gemv_h(float *dst, const float *x, in
 }
 
 template <typename WT>
-static int plc_matmul_gemv_h(plc_ctx *ctx, float *dst, const float *x, int64_t n, int64_t k, const void *w, int64_t m) {
-    const int vec = k % 8 == 0 && ((uintptr_t)x % 16) == 0 && ((uintptr_t)w % 16) == 0;
+static int plc_matmul_gemv_h(plc_ctx *ctx, const plc_segs &segs, const float *x, int64_t n, int64_t k) {
+    plc_segs sg = segs;
+    for (int i = 0; i < sg.count; i++) sg.vec[i] = k % 8 == 0 && ((uintptr_t)x % 16) == 0 && ((uintptr_t)sg.w[i] % 16) == 0;
     const int warps = 4;
-    const unsigned blocks = (unsigned)((m + warps - 1) / warps);
-    const WT *wt = (const WT *)w;
-    if (n == 1) plc_gemv_h<WT, 1><<<blocks, warps * PLC_WARP, 0, ctx->stream>>>(dst, x, (int)n, k, wt, m, vec);
-    else if (n == 2) plc_gemv_h<WT, 2><<<blocks, warps * PLC_WARP, 0, ctx->stream>>>(dst, x, (int)n, k, wt, m, vec);
-    else if (n <= 4) plc_gemv_h<WT, 4><<<blocks, warps * PLC_WARP, 0, ctx->stream>>>(dst, x, (int)n, k, wt, m, vec);
-    else plc_gemv_h<WT, 8><<<blocks, warps * PLC_WARP, 0, ctx->stream>>>(dst, x, (int)n, k, wt, m, vec);
+    const unsigned blocks = (unsigned)((sg.end[sg.count - 1] + warps - 1) / warps);
+    if (n == 1) plc_gemv_h<WT, 1><<<blocks, warps * PLC_WARP, 0, ctx->stream>>>(sg, x, (int)n, k);
+    else if (n == 2) plc_gemv_h<WT, 2><<<blocks, warps * PLC_WARP, 0, ctx->stream>>>(sg, x, (int)n, k);
+    else if (n <= 4) plc_gemv_h<WT, 4><<<blocks, warps * PLC_WARP, 0, ctx->stream>>>(sg, x, (int)n, k);
+    else plc_gemv_h<WT, 8><<<blocks, warps * PLC_WARP, 0, ctx->stream>>>(sg, x, (int)n, k);
     return plc_launched(ctx, "matmul: F16/BF16 matrix-vector kernel");
 }
 
@@ -204,30 +236,42 @@ __global__ void plc_deq_f16(__half *y, const uint8_t *w, int64_t rowbytes, int64
 }
 
 template <int DT, int NR>
-static void plc_launch_gemv(plc_ctx *ctx, float *dst, const float *x, int n, int64_t k, const void *w, int64_t rowbytes, int64_t m) {
+static void plc_launch_gemv(plc_ctx *ctx, const plc_segs &segs, const float *x, int n, int64_t k, int64_t rowbytes) {
     const int warps = 4;
-    const int64_t blocks = (m + warps - 1) / warps;
-    plc_gemv_q<DT, NR><<<(unsigned)blocks, warps * PLC_WARP, 0, ctx->stream>>>(dst, x, n, k, (const uint8_t *)w, rowbytes, m);
+    const int64_t blocks = (segs.end[segs.count - 1] + warps - 1) / warps;
+    plc_gemv_q<DT, NR><<<(unsigned)blocks, warps * PLC_WARP, 0, ctx->stream>>>(segs, x, n, k, rowbytes);
+}
+
+// plc_gemv_q_segs runs the matrix-vector products of segs (n <= PLC_GEMV_MAX_ROWS) in one launch.
+template <int DT>
+static int plc_gemv_q_segs(plc_ctx *ctx, const plc_segs &segs, const float *x, int64_t n, int64_t k) {
+    const int64_t rowbytes = k / 32 / plc_qtype<DT>::chunks * plc_qtype<DT>::bytes;
+    if (segs.end[segs.count - 1] > (int64_t)INT_MAX * 4) return plc_fail_arg(ctx, "matmul: too many weight rows");
+    if (((uintptr_t)x % 16) != 0) { // the kernel reads x as float4: a view at any row gets a copy
+        void *work;
+        int st = plc_work(ctx, (size_t)(n * k) * sizeof(float), &work); // cudaMalloc'd: 256-aligned
+        if (st != PLC_OK) return st;
+        cudaError_t e = cudaMemcpyAsync(work, x, (size_t)(n * k) * sizeof(float), cudaMemcpyDeviceToDevice, ctx->stream);
+        if (e != cudaSuccess) return plc_fail_cuda(ctx, "matmul: aligning x", e);
+        x = (const float *)work;
+    }
+    if (n == 1) plc_launch_gemv<DT, 1>(ctx, segs, x, (int)n, k, rowbytes);
+    else if (n == 2) plc_launch_gemv<DT, 2>(ctx, segs, x, (int)n, k, rowbytes);
+    else if (n <= 4) plc_launch_gemv<DT, 4>(ctx, segs, x, (int)n, k, rowbytes);
+    else plc_launch_gemv<DT, 8>(ctx, segs, x, (int)n, k, rowbytes);
+    return plc_launched(ctx, "matmul: matrix-vector kernel");
 }
 
 template <int DT>
 static int plc_matmul_q(plc_ctx *ctx, float *dst, const float *x, int64_t n, int64_t k, const void *w, int64_t m) {
     const int64_t rowbytes = k / 32 / plc_qtype<DT>::chunks * plc_qtype<DT>::bytes;
     if (n <= PLC_GEMV_MAX_ROWS) {
-        if (m > (int64_t)INT_MAX * 4) return plc_fail_arg(ctx, "matmul: too many weight rows");
-        if (((uintptr_t)x % 16) != 0) { // the kernel reads x as float4: a view at any row gets a copy
-            void *work;
-            int st = plc_work(ctx, (size_t)(n * k) * sizeof(float), &work); // cudaMalloc'd: 256-aligned
-            if (st != PLC_OK) return st;
-            cudaError_t e = cudaMemcpyAsync(work, x, (size_t)(n * k) * sizeof(float), cudaMemcpyDeviceToDevice, ctx->stream);
-            if (e != cudaSuccess) return plc_fail_cuda(ctx, "matmul: aligning x", e);
-            x = (const float *)work;
-        }
-        if (n == 1) plc_launch_gemv<DT, 1>(ctx, dst, x, (int)n, k, w, rowbytes, m);
-        else if (n == 2) plc_launch_gemv<DT, 2>(ctx, dst, x, (int)n, k, w, rowbytes, m);
-        else if (n <= 4) plc_launch_gemv<DT, 4>(ctx, dst, x, (int)n, k, w, rowbytes, m);
-        else plc_launch_gemv<DT, 8>(ctx, dst, x, (int)n, k, w, rowbytes, m);
-        return plc_launched(ctx, "matmul: matrix-vector kernel");
+        plc_segs segs = {};
+        segs.w[0] = w;
+        segs.dst[0] = dst;
+        segs.end[0] = m;
+        segs.count = 1;
+        return plc_gemv_q_segs<DT>(ctx, segs, x, n, k);
     }
     // Weight rows are expanded in tiles of at most 2^25 elements (64 MiB of F16).
     int64_t tile = ((int64_t)1 << 25) / k;
@@ -260,9 +304,13 @@ static int plc_matmul_q(plc_ctx *ctx, float *dst, const float *x, int64_t n, int
 static int plc_matmul_float(plc_ctx *ctx, float *dst, const float *x, int64_t n, int64_t k, const void *w, int wt, int64_t m) {
     // Decode-sized batches against F16 and BF16 weights: one kernel reading the weights once,
     // instead of rounding x in a kernel of its own and then cuBLAS.
-    if (n <= PLC_GEMV_MAX_ROWS && m <= (int64_t)INT_MAX * 4) {
-        if (wt == PLC_F16) return plc_matmul_gemv_h<__half>(ctx, dst, x, n, k, w, m);
-        if (wt == PLC_BF16) return plc_matmul_gemv_h<__nv_bfloat16>(ctx, dst, x, n, k, w, m);
+    if (n <= PLC_GEMV_MAX_ROWS && m <= (int64_t)INT_MAX * 4 && wt != PLC_F32) {
+        plc_segs segs = {};
+        segs.w[0] = w;
+        segs.dst[0] = dst;
+        segs.end[0] = m;
+        segs.count = 1;
+        return wt == PLC_F16 ? plc_matmul_gemv_h<__half>(ctx, segs, x, n, k) : plc_matmul_gemv_h<__nv_bfloat16>(ctx, segs, x, n, k);
     }
     const float one = 1.f, zero = 0.f;
     const void *xin = x;
@@ -305,6 +353,46 @@ extern "C" int plc_matmul(plc_ctx *ctx, float *dst, const float *x, int64_t n, i
     switch (wtype) {
     case PLC_F32: case PLC_F16: case PLC_BF16: return plc_matmul_float(ctx, dst, x, n, k, w, wtype, m);
 #define PLC_CASE(DT) case DT: return plc_matmul_q<DT>(ctx, dst, x, n, k, w, m);
+    PLC_FOR_QTYPES(PLC_CASE)
+#undef PLC_CASE
+    }
+    return PLC_ERR_UNSUPPORTED;
+}
+
+extern "C" int plc_matmuls(plc_ctx *ctx, int32_t count, float *const *dst, const float *x, int64_t n, int64_t k,
+                           const void *const *w, int32_t wtype, const int64_t *m) {
+    if (ctx == NULL) return PLC_ERR_ARG;
+    if (count < 1 || count > PLC_SEGS || dst == NULL || w == NULL || m == NULL) return plc_fail_arg(ctx, "matmuls: bad matrices");
+    if (!plc_matmul_supports(wtype)) return PLC_ERR_UNSUPPORTED;
+    // One launch for them all where they take the matrix-vector kernels; else one product each.
+    const bool one = n >= 1 && n <= PLC_GEMV_MAX_ROWS && k > 0 && wtype != PLC_F32 && n <= INT_MAX && k <= INT_MAX &&
+                     plc_row_bytes(wtype, k) >= 0;
+    if (!one) {
+        for (int i = 0; i < count; i++) {
+            int st = plc_matmul(ctx, dst[i], x, n, k, w[i], wtype, m[i]);
+            if (st != PLC_OK) return st;
+        }
+        return PLC_OK;
+    }
+    if (x == NULL) return plc_fail_arg(ctx, "matmuls: null pointer");
+    plc_segs segs = {};
+    int64_t end = 0;
+    for (int i = 0; i < count; i++) {
+        if (m[i] < 0 || m[i] > INT_MAX) return plc_fail_arg(ctx, "matmuls: size out of range");
+        if (m[i] == 0) continue;
+        if (dst[i] == NULL || w[i] == NULL) return plc_fail_arg(ctx, "matmuls: null pointer");
+        end += m[i];
+        segs.w[segs.count] = w[i];
+        segs.dst[segs.count] = dst[i];
+        segs.end[segs.count] = end;
+        segs.count++;
+    }
+    if (segs.count == 0) return PLC_OK;
+    PLC_ENTER(ctx);
+    switch (wtype) {
+    case PLC_F16: return plc_matmul_gemv_h<__half>(ctx, segs, x, n, k);
+    case PLC_BF16: return plc_matmul_gemv_h<__nv_bfloat16>(ctx, segs, x, n, k);
+#define PLC_CASE(DT) case DT: return plc_gemv_q_segs<DT>(ctx, segs, x, n, k);
     PLC_FOR_QTYPES(PLC_CASE)
 #undef PLC_CASE
     }

@@ -154,6 +154,12 @@ int plc_memset0(plc_ctx *ctx, void *dst, size_t n);
 int plc_matmul(plc_ctx *ctx, float *dst, const float *x, int64_t n, int64_t k, const void *w,
                int32_t wtype, int64_t m);
 
+/* plc_matmuls: dst[i] = x · w[i]^T for count (1..4) matrices w[i] [m[i], k] of one type wtype,
+ * each bit for bit what plc_matmul gives it; against eight rows of x or fewer and weights other
+ * than F32, all in one launch (a layer's query, key and value products). */
+int plc_matmuls(plc_ctx *ctx, int32_t count, float *const *dst, const float *x, int64_t n, int64_t k,
+                const void *const *w, int32_t wtype, const int64_t *m);
+
 /* plc_get_rows: dst[i,:] = float(table[ids[i],:]). table [rows, cols] of dtype (device),
  * dst [n, cols] F32 (device), ids host [n], each in [0, rows). */
 int plc_get_rows(plc_ctx *ctx, float *dst, const void *table, int32_t dtype, int64_t rows,

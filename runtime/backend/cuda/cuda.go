@@ -423,6 +423,62 @@ func (b *Backend) MatMul(dst, x, w backend.Tensor) error {
 	return b.ctx.MatMul(d.ref(), xt.ref(), xt.rows, xt.cols, wt.ref(), wt.dt, wt.rows)
 }
 
+var _ backend.MultiMatMuler = (*Backend)(nil)
+
+// MatMuls computes dst[i] = x · w[i]ᵀ for every i (backend.MultiMatMuler), each bit for bit as
+// MatMul does: one launch for a layer's query, key and value products (or gate and up) against
+// a decode-sized x, where the matrices share a type.
+func (b *Backend) MatMuls(dst []backend.Tensor, x backend.Tensor, w []backend.Tensor) error {
+	const op = "matmuls"
+	if len(dst) != len(w) {
+		return fmt.Errorf("cuda: %s: %d destinations for %d matrices", op, len(dst), len(w))
+	}
+	xt, err := b.f32Of(op, "x", x, false)
+	if err != nil {
+		return err
+	}
+	var ds, ws [4]*Tensor
+	same := len(w) >= 1 && len(w) <= len(ds)
+	for i := range w {
+		if !same {
+			break
+		}
+		if ds[i], err = b.f32Of(op, "dst", dst[i], true); err != nil {
+			return err
+		}
+		if ws[i], err = b.tensorOf(op, "w", w[i]); err != nil {
+			return err
+		}
+		if err := backend.CheckMatMul(ds[i], xt, ws[i]); err != nil {
+			return fmt.Errorf("cuda: %w", err)
+		}
+		if overlaps(ds[i], xt) || overlaps(ds[i], ws[i]) {
+			return fmt.Errorf("cuda: %s: dst must not overlap an operand", op)
+		}
+		for _, e := range ds[:i] {
+			if overlaps(ds[i], e) {
+				return fmt.Errorf("cuda: %s: destinations overlap", op)
+			}
+		}
+		same = ws[i].dt == ws[0].dt
+	}
+	if !same {
+		for i := range w {
+			if err := b.MatMul(dst[i], x, w[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var dr, wr [4]bcuda.Ref
+	var m [4]int
+	for i := range w {
+		dr[i], wr[i], m[i] = ds[i].ref(), ws[i].ref(), ws[i].rows
+	}
+	n := len(w)
+	return b.ctx.MatMuls(dr[:n], xt.ref(), xt.rows, xt.cols, wr[:n], ws[0].dt, m[:n])
+}
+
 // AddRows: dst[i,:] = a[i,:] + bias[i or 0,:]. dst may be a.
 func (b *Backend) AddRows(dst, a, bias backend.Tensor) error {
 	const op = "add rows"
