@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "e494a4d862e07d30bf61b3667e246ffb87549d72eb3934db7e65089587efac31"
+const nativeSources = "6bec707b88b2311d0b7f01f2103009f3861833428e04e273a9d27d8e61f63bb2"

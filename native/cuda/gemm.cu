@@ -87,17 +87,29 @@ struct plc_segs {
     int count;
 };
 
-// plc_seg finds the matrix of row (below segs.end[count-1]): its weights, its row, its output
-// and its output's row length.
-__device__ __forceinline__ int plc_seg(const plc_segs &segs, int64_t row, const void **w, int64_t *r, float **dst, int64_t *m) {
-    int s = 0;
-    while (s + 1 < segs.count && row >= segs.end[s]) s++;
-    const int64_t start = s > 0 ? segs.end[s - 1] : 0;
-    *w = segs.w[s];
+// plc_seg finds the matrix of row: its weights, its row, its output and its output's row
+// length, and whether it takes the aligned path (vec); false past the last matrix's rows. Every
+// index into segs is a constant of the unrolled loop: a kernel parameter indexed at run time
+// would be copied into each thread's local memory first.
+__device__ __forceinline__ bool plc_seg(const plc_segs &segs, int64_t row, const void **w, int64_t *r, float **dst,
+                                        int64_t *m, int *vec) {
+    int64_t start = 0, end = segs.end[0];
+    *w = segs.w[0];
+    *dst = segs.dst[0];
+    *vec = segs.vec[0];
+#pragma unroll
+    for (int i = 1; i < PLC_SEGS; i++) {
+        if (i < segs.count && row >= end) {
+            start = end;
+            end = segs.end[i];
+            *w = segs.w[i];
+            *dst = segs.dst[i];
+            *vec = segs.vec[i];
+        }
+    }
     *r = row - start;
-    *dst = segs.dst[s];
-    *m = segs.end[s] - start;
-    return s;
+    *m = end - start;
+    return row < end;
 }
 
 // Matrix-vector kernel for quantised weights: one warp per weight row; lane l expands chunks
@@ -108,11 +120,11 @@ template <int DT, int NR>
 __global__ void __launch_bounds__(128) plc_gemv_q(plc_segs segs, const float *x, int n, int64_t k, int64_t rowbytes) {
     const int lane = threadIdx.x % PLC_WARP;
     const int64_t grow = (int64_t)blockIdx.x * (blockDim.x / PLC_WARP) + threadIdx.x / PLC_WARP;
-    if (grow >= segs.end[segs.count - 1]) return;
     const void *w;
     int64_t row, m;
     float *dst;
-    plc_seg(segs, grow, &w, &row, &dst, &m);
+    int vec;
+    if (!plc_seg(segs, grow, &w, &row, &dst, &m, &vec)) return;
     const uint8_t *wr = (const uint8_t *)w + row * rowbytes;
     const int64_t nch = k / 32;
     float acc[NR];
@@ -157,11 +169,11 @@ template <typename WT, int NR>
 __global__ void __launch_bounds__(128) plc_gemv_h(plc_segs segs, const float *x, int n, int64_t k) {
     const int lane = threadIdx.x % PLC_WARP;
     const int64_t grow = (int64_t)blockIdx.x * (blockDim.x / PLC_WARP) + threadIdx.x / PLC_WARP;
-    if (grow >= segs.end[segs.count - 1]) return;
     const void *w;
     int64_t row, m;
     float *dst;
-    const int vec = segs.vec[plc_seg(segs, grow, &w, &row, &dst, &m)];
+    int vec;
+    if (!plc_seg(segs, grow, &w, &row, &dst, &m, &vec)) return;
     const WT *wr = (const WT *)w + row * k;
     float acc[NR];
 #pragma unroll

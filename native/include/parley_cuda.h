@@ -156,7 +156,8 @@ int plc_matmul(plc_ctx *ctx, float *dst, const float *x, int64_t n, int64_t k, c
 
 /* plc_matmuls: dst[i] = x · w[i]^T for count (1..4) matrices w[i] [m[i], k] of one type wtype,
  * each bit for bit what plc_matmul gives it; against eight rows of x or fewer and weights other
- * than F32, all in one launch (a layer's query, key and value products). */
+ * than F32, all in one launch (a layer's query, key and value products). No dst[i] may overlap
+ * x, a w[j] or another dst[j]. */
 int plc_matmuls(plc_ctx *ctx, int32_t count, float *const *dst, const float *x, int64_t n, int64_t k,
                 const void *const *w, int32_t wtype, const int64_t *m);
 

@@ -433,16 +433,22 @@ func (b *Backend) MatMuls(dst []backend.Tensor, x backend.Tensor, w []backend.Te
 	if len(dst) != len(w) {
 		return fmt.Errorf("cuda: %s: %d destinations for %d matrices", op, len(dst), len(w))
 	}
+	if len(w) == 0 || len(w) > 4 {
+		for i := range w {
+			if err := b.MatMul(dst[i], x, w[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	xt, err := b.f32Of(op, "x", x, false)
 	if err != nil {
 		return err
 	}
+	// Every product is checked before any runs.
 	var ds, ws [4]*Tensor
-	same := len(w) >= 1 && len(w) <= len(ds)
+	same := true
 	for i := range w {
-		if !same {
-			break
-		}
 		if ds[i], err = b.f32Of(op, "dst", dst[i], true); err != nil {
 			return err
 		}
@@ -455,16 +461,17 @@ func (b *Backend) MatMuls(dst []backend.Tensor, x backend.Tensor, w []backend.Te
 		if overlaps(ds[i], xt) || overlaps(ds[i], ws[i]) {
 			return fmt.Errorf("cuda: %s: dst must not overlap an operand", op)
 		}
-		for _, e := range ds[:i] {
-			if overlaps(ds[i], e) {
-				return fmt.Errorf("cuda: %s: destinations overlap", op)
+		for j := range i {
+			if overlaps(ds[i], ds[j]) || overlaps(ds[i], ws[j]) || overlaps(ds[j], ws[i]) {
+				return fmt.Errorf("cuda: %s: a destination overlaps another product's", op)
 			}
 		}
-		same = ws[i].dt == ws[0].dt
+		same = same && ws[i].dt == ws[0].dt
 	}
+	n := len(w)
 	if !same {
-		for i := range w {
-			if err := b.MatMul(dst[i], x, w[i]); err != nil {
+		for i := range n {
+			if err := b.ctx.MatMul(ds[i].ref(), xt.ref(), xt.rows, xt.cols, ws[i].ref(), ws[i].dt, ws[i].rows); err != nil {
 				return err
 			}
 		}
@@ -472,10 +479,9 @@ func (b *Backend) MatMuls(dst []backend.Tensor, x backend.Tensor, w []backend.Te
 	}
 	var dr, wr [4]bcuda.Ref
 	var m [4]int
-	for i := range w {
+	for i := range n {
 		dr[i], wr[i], m[i] = ds[i].ref(), ws[i].ref(), ws[i].rows
 	}
-	n := len(w)
 	return b.ctx.MatMuls(dr[:n], xt.ref(), xt.rows, xt.cols, wr[:n], ws[0].dt, m[:n])
 }
 
