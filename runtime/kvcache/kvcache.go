@@ -222,3 +222,41 @@ func (bb *BatchBuilder) Batch() *backend.Batch { return &bb.b }
 
 // Tokens is the number of tokens in the batch.
 func (bb *BatchBuilder) Tokens() int { return len(bb.b.Pos) }
+
+// Feed runs one step of several sequences through forward: toks[i] are the tokens of seqs[i]
+// (none: seqs[i] sits the step out). It reserves room for them, builds the batch in bb, calls
+// forward with the step's tokens in batch order, the batch, the batch row of each fed
+// sequence's last token and the indices of the fed sequences, and advances them once forward
+// succeeds. A convenience for callers that step a fixed set of sequences (tests, benchmarks);
+// it allocates.
+func Feed(bb *BatchBuilder, seqs []*Seq, toks [][]int32, forward func(all []int32, b *backend.Batch, last []int32, fed []int) error) error {
+	if len(toks) != len(seqs) {
+		return fmt.Errorf("kvcache: %d token lists for %d sequences", len(toks), len(seqs))
+	}
+	bb.Reset()
+	var all, last []int32
+	var fed []int
+	for i, tk := range toks {
+		if len(tk) == 0 {
+			continue
+		}
+		if err := seqs[i].Reserve(len(tk)); err != nil {
+			return err
+		}
+		if err := bb.Add(seqs[i], len(tk)); err != nil {
+			return err
+		}
+		all = append(all, tk...)
+		last = append(last, int32(len(all)-1))
+		fed = append(fed, i)
+	}
+	if err := forward(all, bb.Batch(), last, fed); err != nil {
+		return err
+	}
+	for _, i := range fed {
+		if err := seqs[i].Advance(len(toks[i])); err != nil {
+			return err
+		}
+	}
+	return nil
+}

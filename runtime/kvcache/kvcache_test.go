@@ -2,7 +2,10 @@ package kvcache
 
 import (
 	"errors"
+	"fmt"
 	"testing"
+
+	"github.com/parleyhq/parley/runtime/backend"
 )
 
 func TestReserveAdvanceSlots(t *testing.T) {
@@ -146,5 +149,33 @@ func TestForkIntoReusesSequence(t *testing.T) {
 	q, _ := NewPool(4, 1)
 	if c := a.ForkInto(q.NewSeq(0), 0); c.pool != p {
 		t.Fatal("ForkInto with a sequence of another pool must make a sequence of the source's pool")
+	}
+}
+
+// TestFeed: Feed batches the sequences that have tokens, hands forward their tokens in order, the
+// row of each one's last token and their indices, and advances them only when forward succeeds.
+func TestFeed(t *testing.T) {
+	p, err := NewPool(8, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seqs := []*Seq{p.NewSeq(16), p.NewSeq(16), p.NewSeq(16)}
+	var bb BatchBuilder
+	toks := [][]int32{{1, 2, 3}, nil, {4, 5}}
+	err = Feed(&bb, seqs, toks, func(all []int32, b *backend.Batch, last []int32, fed []int) error {
+		if fmt.Sprint(all, last, fed, len(b.Pos), len(b.Seqs)) != "[1 2 3 4 5] [2 4] [0 2] 5 2" {
+			t.Errorf("forward got %v %v %v, %d positions, %d sequences", all, last, fed, len(b.Pos), len(b.Seqs))
+		}
+		return nil
+	})
+	if err != nil || seqs[0].Len() != 3 || seqs[1].Len() != 0 || seqs[2].Len() != 2 {
+		t.Fatalf("err %v, lengths %d %d %d", err, seqs[0].Len(), seqs[1].Len(), seqs[2].Len())
+	}
+	boom := errors.New("boom")
+	if err := Feed(&bb, seqs, toks, func([]int32, *backend.Batch, []int32, []int) error { return boom }); err != boom || seqs[0].Len() != 3 {
+		t.Fatalf("a failing forward: %v, length %d (want boom, 3: not advanced)", err, seqs[0].Len())
+	}
+	if err := Feed(&bb, seqs, toks[:2], nil); err == nil {
+		t.Fatal("two token lists for three sequences: no error")
 	}
 }

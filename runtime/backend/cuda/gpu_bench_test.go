@@ -128,6 +128,23 @@ func BenchmarkFlashAttention(b *testing.B) {
 	}
 }
 
+// timeMatMul returns the seconds one MatMul(dst, x, w) takes on the device, over b.N of them
+// after one to warm up.
+func timeMatMul(b *testing.B, be *Backend, dst, x, w backend.Tensor) float64 {
+	if err := be.MatMul(dst, x, w); err != nil {
+		b.Fatal(err)
+	}
+	wait(b, be, dst)
+	b.ResetTimer()
+	for range b.N {
+		if err := be.MatMul(dst, x, w); err != nil {
+			b.Fatal(err)
+		}
+	}
+	wait(b, be, dst)
+	return b.Elapsed().Seconds() / float64(b.N)
+}
+
 func BenchmarkGEMM(b *testing.B) {
 	const n = 4096
 	b.Run(fmt.Sprintf("TF32/%d", n), func(b *testing.B) {
@@ -140,18 +157,7 @@ func BenchmarkGEMM(b *testing.B) {
 		defer w.Close()
 		x := upload(b, be, n, n, randFloats(r, n*n, 1))
 		dst := upload(b, be, n, n, nil)
-		if err := be.MatMul(dst, x, w); err != nil {
-			b.Fatal(err)
-		}
-		wait(b, be, dst)
-		b.ResetTimer()
-		for range b.N {
-			if err := be.MatMul(dst, x, w); err != nil {
-				b.Fatal(err)
-			}
-		}
-		wait(b, be, dst)
-		s := b.Elapsed().Seconds() / float64(b.N)
+		s := timeMatMul(b, be, dst, x, w)
 		b.ReportMetric(2*float64(n)*n*n/s/1e12, "TFLOP/s")
 	})
 }
@@ -180,18 +186,7 @@ func BenchmarkGEMV(b *testing.B) {
 			defer w.Close()
 			x := upload(b, be, 1, k, randFloats(r, k, 1))
 			dst := upload(b, be, 1, m, nil)
-			if err := be.MatMul(dst, x, w); err != nil {
-				b.Fatal(err)
-			}
-			wait(b, be, dst)
-			b.ResetTimer()
-			for range b.N {
-				if err := be.MatMul(dst, x, w); err != nil {
-					b.Fatal(err)
-				}
-			}
-			wait(b, be, dst)
-			s := b.Elapsed().Seconds() / float64(b.N)
+			s := timeMatMul(b, be, dst, x, w)
 			b.ReportMetric(float64(len(data))/s/1e9, "GB/s")
 		})
 	}

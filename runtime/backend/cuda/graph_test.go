@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/kvcache"
 	"github.com/parleyhq/parley/runtime/models/llama"
 	"github.com/parleyhq/parley/runtime/tensor"
@@ -44,31 +45,12 @@ func TestGraphs(t *testing.T) {
 		var got [][]float32
 		step := func(toks [][]int32) {
 			t.Helper()
-			bb.Reset()
-			var all, out []int32
-			for i, tk := range toks {
-				if len(tk) == 0 {
-					continue
-				}
-				if err := seqs[i].Reserve(len(tk)); err != nil {
-					t.Fatal(err)
-				}
-				if err := bb.Add(seqs[i], len(tk)); err != nil {
-					t.Fatal(err)
-				}
-				all = append(all, tk...)
-				out = append(out, int32(len(all)-1))
-			}
-			lg := make([]float32, len(out)*m.Vocab)
-			if err := c.Forward(all, bb.Batch(), out, lg); err != nil {
+			var lg []float32
+			if err := kvcache.Feed(&bb, seqs, toks, func(all []int32, b *backend.Batch, last []int32, _ []int) error {
+				lg = make([]float32, len(last)*m.Vocab)
+				return c.Forward(all, b, last, lg)
+			}); err != nil {
 				t.Fatal(err)
-			}
-			for i, tk := range toks {
-				if len(tk) > 0 {
-					if err := seqs[i].Advance(len(tk)); err != nil {
-						t.Fatal(err)
-					}
-				}
 			}
 			got = append(got, lg)
 		}

@@ -63,33 +63,16 @@ func TestRecordedDecoderSteps(t *testing.T) {
 		var got [][]float32
 		run := func(toks [][]int32) {
 			t.Helper()
-			bb.Reset()
-			var all, out []int32
-			var cr []*whisper.Cross
-			for i, tk := range toks {
-				if len(tk) == 0 {
-					continue
+			var lg []float32
+			if err := kvcache.Feed(&bb, seqs, toks, func(all []int32, b *backend.Batch, last []int32, fed []int) error {
+				cr := make([]*whisper.Cross, len(fed))
+				for j, i := range fed {
+					cr[j] = cross[i]
 				}
-				if err := seqs[i].Reserve(len(tk)); err != nil {
-					t.Fatal(err)
-				}
-				if err := bb.Add(seqs[i], len(tk)); err != nil {
-					t.Fatal(err)
-				}
-				all = append(all, tk...)
-				out = append(out, int32(len(all)-1))
-				cr = append(cr, cross[i])
-			}
-			lg := make([]float32, len(out)*m.NVocab)
-			if err := dec.Forward(all, bb.Batch(), cr, out, lg); err != nil {
+				lg = make([]float32, len(last)*m.NVocab)
+				return dec.Forward(all, b, cr, last, lg)
+			}); err != nil {
 				t.Fatal(err)
-			}
-			for i, tk := range toks {
-				if len(tk) > 0 {
-					if err := seqs[i].Advance(len(tk)); err != nil {
-						t.Fatal(err)
-					}
-				}
 			}
 			got = append(got, lg)
 		}
