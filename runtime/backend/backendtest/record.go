@@ -163,3 +163,22 @@ func (d *Drawing) Draw(logits backend.Tensor, row0 int, draws []backend.Draw, id
 	}
 	return backend.DrawRows(lg, logits.Cols(), draws, ids)
 }
+
+// Choosing is a backend.Chooser over another backend, for testing the models' and the engines'
+// use of choosing without a GPU: Choose reads the logits and applies backend.ChooseRows,
+// counting its calls. It hides the other backend's optional interfaces.
+type Choosing struct {
+	backend.Backend
+	Calls int
+}
+
+var _ backend.Chooser = (*Choosing)(nil)
+
+func (c *Choosing) Choose(logits backend.Tensor, row0 int, choices []backend.Choice, drop []int32, k int, rows []backend.Chosen, ids []int32, logp []float32) error {
+	c.Calls++
+	lg := make([]float32, len(choices)*logits.Cols())
+	if err := c.Read(logits, row0, lg); err != nil {
+		return err
+	}
+	return backend.ChooseRows(lg, logits.Cols(), choices, drop, k, rows, ids, logp)
+}

@@ -41,6 +41,9 @@ type Decoder struct {
 
 	rec backend.Recording // decode steps recorded where the backend records (see Forward)
 
+	sel    []int32   // the output rows of a ForwardChoose: out, then pick
+	picked []float32 // the picked rows' logits, on backends that do not choose (made on first use)
+
 	tok   []*decViews                  // by token count
 	out   []*[2]backend.Tensor         // by logit rows: h, logits
 	spans map[int64]*[2]backend.Tensor // by start*(MaxTokens+1)+count: q, att rows of one sequence
@@ -190,8 +193,21 @@ func (d *Decoder) span(start, count int) (*[2]backend.Tensor, error) {
 // window cross[s]. The next-token logits of the batch rows listed in out are written to logits
 // ([len(out), Vocab], row-major), unscaled and unsuppressed.
 func (d *Decoder) Forward(tokens []int32, b *backend.Batch, cross []*Cross, out []int32, logits []float32) error {
+	return d.ForwardChoose(tokens, b, cross, out, logits, nil, nil, nil, 1, nil, nil, nil)
+}
+
+// ForwardChoose is Forward that also chooses the tokens of the batch rows listed in pick:
+// choices[i] says how row pick[i]'s logits are filtered (backend.Choice; drop is the list its
+// Drop ranges index), and its k most probable tokens after filtering go to ids[i*k:(i+1)*k] and
+// logp[i*k:(i+1)*k], the rest of what was found to rows[i]. On a backend that is a
+// backend.Chooser the choice is made where the logits are (on a GPU only the chosen tokens leave
+// the device); on others the rows are read and chosen here (backend.ChooseRows). out and pick
+// together list at most MaxSeqs rows.
+func (d *Decoder) ForwardChoose(tokens []int32, b *backend.Batch, cross []*Cross, out []int32, logits []float32,
+	pick []int32, choices []backend.Choice, drop []int32, k int, rows []backend.Chosen, ids []int32, logp []float32) error {
 	n := len(tokens)
 	m := d.m
+	nout := len(out) + len(pick)
 	switch {
 	case n == 0:
 		return errors.New("whisper: empty batch")
@@ -201,10 +217,18 @@ func (d *Decoder) Forward(tokens []int32, b *backend.Batch, cross []*Cross, out 
 		return fmt.Errorf("whisper: batch describes %d positions and %d slots for %d tokens", len(b.Pos), len(b.Slot), n)
 	case len(cross) != len(b.Seqs):
 		return fmt.Errorf("whisper: %d cross-attention windows for %d sequences", len(cross), len(b.Seqs))
-	case len(out) > d.cfg.MaxSeqs:
-		return fmt.Errorf("whisper: %d logit rows exceed the decoder's %d", len(out), d.cfg.MaxSeqs)
+	case nout > d.cfg.MaxSeqs:
+		return fmt.Errorf("whisper: %d logit rows exceed the decoder's %d", nout, d.cfg.MaxSeqs)
 	case len(logits) != len(out)*m.NVocab:
 		return fmt.Errorf("whisper: logits buffer holds %d values, want %d", len(logits), len(out)*m.NVocab)
+	case len(choices) != len(pick) || len(rows) != len(pick) || len(ids) != len(pick)*k || len(logp) != len(pick)*k:
+		return fmt.Errorf("whisper: %d choices, %d row reports, %d ids and %d log-probabilities for %d picked rows of %d tokens",
+			len(choices), len(rows), len(ids), len(logp), len(pick), k)
+	}
+	if len(pick) > 0 {
+		if err := backend.CheckChoices(choices, drop, m.NVocab, k); err != nil {
+			return fmt.Errorf("whisper: %w", err)
+		}
 	}
 	for _, t := range tokens {
 		if t < 0 || int(t) >= m.NVocab {
@@ -221,9 +245,11 @@ func (d *Decoder) Forward(tokens []int32, b *backend.Batch, cross []*Cross, out 
 			return fmt.Errorf("whisper: sequence %d has no cross-attention window", i)
 		}
 	}
-	for _, i := range out {
-		if i < 0 || int(i) >= n {
-			return fmt.Errorf("whisper: output row %d is outside the batch of %d", i, n)
+	for _, rs := range [][]int32{out, pick} {
+		for _, i := range rs {
+			if i < 0 || int(i) >= n {
+				return fmt.Errorf("whisper: output row %d is outside the batch of %d", i, n)
+			}
 		}
 	}
 	vs, err := d.tokViews(n)
@@ -231,22 +257,46 @@ func (d *Decoder) Forward(tokens []int32, b *backend.Batch, cross []*Cross, out 
 		return err
 	}
 	var ov *[2]backend.Tensor
-	if len(out) > 0 {
-		if ov, err = d.outViews(len(out)); err != nil {
+	sel := out
+	if nout > 0 {
+		if ov, err = d.outViews(nout); err != nil {
 			return err
+		}
+		if len(pick) > 0 {
+			sel = append(append(d.sel[:0], out...), pick...)
+			d.sel = sel
 		}
 	}
 	// A decode step (its many small operations cost more to start than to run) is recorded and
 	// run as one unit where the backend records, except while word timing reads the queries.
 	if n > recordMaxTokens || d.captureQ != nil {
-		err = d.ops(tokens, b, cross, vs, out, ov)
+		err = d.ops(tokens, b, cross, vs, sel, ov)
 	} else {
-		err = d.rec.Run(m.be, func() error { return d.ops(tokens, b, cross, vs, out, ov) })
+		err = d.rec.Run(m.be, func() error { return d.ops(tokens, b, cross, vs, sel, ov) })
 	}
 	if err != nil || ov == nil {
 		return err
 	}
-	return m.be.Read(ov[1], 0, logits)
+	be := m.be
+	if len(out) > 0 {
+		if err := be.Read(ov[1], 0, logits); err != nil {
+			return err
+		}
+	}
+	if len(pick) == 0 {
+		return nil
+	}
+	if ch, ok := be.(backend.Chooser); ok {
+		return ch.Choose(ov[1], len(out), choices, drop, k, rows, ids, logp)
+	}
+	if d.picked == nil {
+		d.picked = make([]float32, d.cfg.MaxSeqs*m.NVocab)
+	}
+	lg := d.picked[:len(pick)*m.NVocab]
+	if err := be.Read(ov[1], len(out), lg); err != nil {
+		return err
+	}
+	return backend.ChooseRows(lg, m.NVocab, choices, drop, k, rows, ids, logp)
 }
 
 // recordMaxTokens is the largest step Forward records (backend.Recorder).

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/parleyhq/parley/runtime/audio"
+	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/kvcache"
 	"github.com/parleyhq/parley/runtime/sched"
 )
@@ -62,9 +63,12 @@ type Engine struct {
 	dec *Decoder
 	tok *Vocab
 
-	suppressAlways []int32
-	nonSpeech      []int32
-	nMax           int // tokens sampled per window: n_text_ctx/2 - 4
+	// drop lists the tokens the decoder's filters suppress by id (backend.Choice.Drop ranges
+	// over it): the blank tokens of a window's first step (nBlank), those never produced
+	// (nAlways), then the non-speech symbols.
+	drop            []int32
+	nBlank, nAlways int
+	nMax            int // tokens sampled per window: n_text_ctx/2 - 4
 
 	loop *sched.Loop[*job]
 	mu   sync.Mutex
@@ -74,7 +78,13 @@ type Engine struct {
 	active    []*job
 	bb        kvcache.BatchBuilder
 	toks      []int32
-	outRows   []int32
+	outRows   []int32 // rows whose logits are read (language detection, sampling at a temperature)
+	picks     []int32 // rows whose tokens the decoder chooses (backend.Choice), choices[i] for picks[i]
+	choices   []backend.Choice
+	chosen    []backend.Chosen // what was found of picks[i]
+	chIDs     []int32          // picks[i]'s chK best tokens at chIDs[i*chK:], their log-probabilities at chLogp[i*chK:]
+	chLogp    []float32
+	chK       int
 	cross     []*Cross
 	owners    []*hyp
 	logits    []float32
@@ -152,8 +162,9 @@ func NewEngine(m *Model, cfg EngineConfig) (*Engine, error) {
 	e.encJobs, e.encOuts = make([]*job, 0, cfg.EncodeBatch), make([]*Cross, 0, cfg.EncodeBatch)
 	e.langLP = make([]float32, m.NVocab)
 	e.expBuf = make([]float32, m.NVocab)
-	e.suppressAlways = tok.suppressed()
-	e.nonSpeech = tok.nonSpeech()
+	e.drop, e.nBlank, e.nAlways = dropList(tok, m.NVocab)
+	e.picks, e.choices, e.chosen = make([]int32, 0, maxSeqs), make([]backend.Choice, 0, maxSeqs), make([]backend.Chosen, 0, maxSeqs)
+	e.chIDs, e.chLogp = make([]int32, 0, maxSeqs*MaxDecoders), make([]float32, 0, maxSeqs*MaxDecoders)
 	if !noLoop {
 		go e.loop.Run(context.Background())
 	}
@@ -471,6 +482,7 @@ func (e *Engine) stepAll() (seqs, tokens int, busy bool) {
 	e.encodeSome()
 	e.bb.Reset()
 	e.toks, e.outRows, e.cross, e.owners = e.toks[:0], e.outRows[:0], e.cross[:0], e.owners[:0]
+	e.picks, e.choices, e.chK = e.picks[:0], e.choices[:0], 1
 	for _, j := range e.active {
 		if j.ph == phDone || j.ph == phEncode {
 			continue
@@ -494,8 +506,18 @@ func (e *Engine) stepAll() (seqs, tokens int, busy bool) {
 				break
 			}
 			e.toks = append(e.toks, h.pending...)
-			h.row = len(e.outRows)
-			e.outRows = append(e.outRows, int32(len(e.toks)-1))
+			// Tokens chosen without a temperature are chosen where the logits are (on a GPU
+			// only they leave the device); the other rows' logits are read.
+			h.picked = j.ph != phDetect && j.temps[j.tempIdx] == 0
+			if h.picked {
+				h.row = len(e.picks)
+				e.picks = append(e.picks, int32(len(e.toks)-1))
+				e.choices = append(e.choices, e.choice(j, h))
+				e.chK = max(e.chK, j.p.BeamSize)
+			} else {
+				h.row = len(e.outRows)
+				e.outRows = append(e.outRows, int32(len(e.toks)-1))
+			}
 			e.cross = append(e.cross, j.cross)
 			e.owners = append(e.owners, h)
 		}
@@ -509,7 +531,10 @@ func (e *Engine) stepAll() (seqs, tokens int, busy bool) {
 		return 0, 0, true
 	}
 	lg := e.logits[:len(e.outRows)*e.m.NVocab]
-	if err := e.dec.Forward(e.toks, e.bb.Batch(), e.cross, e.outRows, lg); err != nil {
+	np := len(e.picks)
+	e.chosen, e.chIDs, e.chLogp = e.chosen[:np], e.chIDs[:np*e.chK], e.chLogp[:np*e.chK]
+	if err := e.dec.ForwardChoose(e.toks, e.bb.Batch(), e.cross, e.outRows, lg, e.picks, e.choices, e.drop, e.chK,
+		e.chosen, e.chIDs, e.chLogp); err != nil {
 		for _, j := range e.active {
 			j.err, j.ph = err, phDone
 		}
@@ -734,21 +759,30 @@ func (e *Engine) DetectLanguage(ctx context.Context, samples []float32) ([]LangP
 // hypotheses from the first.
 func (e *Engine) afterPrompt(j *job) {
 	h0 := j.hyps[0]
-	lg := e.row(h0)
-	copy(e.langLP, lg)
-	if !logSoftmax(e.langLP) {
-		j.err, j.ph = errNonFinite, phDone
-		return
-	}
-	j.noSpeech = float32(math.Exp(float64(e.langLP[e.tok.NoSpeech])))
 	temp := j.temps[j.tempIdx]
-	if !e.process(j, h0, lg, temp) {
-		return
+	if h0.picked {
+		r := e.chosen[h0.row]
+		if r.N < 1 {
+			j.err, j.ph = errNonFinite, phDone
+			return
+		}
+		j.noSpeech = float32(math.Exp(float64(r.Probe)))
+	} else {
+		lg := e.row(h0)
+		copy(e.langLP, lg)
+		if !backend.LogSoftmax(e.langLP) {
+			j.err, j.ph = errNonFinite, phDone
+			return
+		}
+		j.noSpeech = float32(math.Exp(float64(e.langLP[e.tok.NoSpeech])))
+		if !e.process(j, h0, lg, temp) {
+			return
+		}
 	}
 	for _, h := range j.hyps[1:j.nHyp] {
 		h.seq.Release()
 		h.seq = h0.seq.ForkInto(h.seq, h0.seq.Len())
-		h.row = h0.row
+		h.row, h.picked = h0.row, h0.picked
 	}
 	j.ph = phDecode
 	e.sample(j, temp, true)
@@ -758,7 +792,15 @@ func (e *Engine) afterPrompt(j *job) {
 func (e *Engine) afterStep(j *job) {
 	temp := j.temps[j.tempIdx]
 	for _, h := range j.hyps[:j.nHyp] {
-		if h.live() && !e.process(j, h, e.row(h), temp) {
+		if !h.live() {
+			continue
+		}
+		if h.picked {
+			if e.chosen[h.row].N < 1 {
+				j.err, j.ph = errNonFinite, phDone
+				return
+			}
+		} else if !e.process(j, h, e.row(h), temp) {
 			return
 		}
 	}
@@ -776,7 +818,7 @@ func (e *Engine) sample(j *job, temp float32, first bool) {
 			if !h.live() || (first && hi > 0) {
 				continue
 			}
-			e.topk = e.topK(e.row(h), j.p.BeamSize, e.topk)
+			e.topk = e.chosenTokens(h, j.p.BeamSize, e.topk)
 			for _, d := range e.topk {
 				e.cands = append(e.cands, beamCand{from: hi, tok: d, score: h.sumAll + float64(d.plog)})
 			}
@@ -829,7 +871,7 @@ func (e *Engine) sample(j *job, temp float32, first bool) {
 			}
 			var d tokData
 			if temp == 0 {
-				d = e.pickBest(e.row(h))
+				d = e.chosenTokens(h, 1, e.topk)[0]
 			} else {
 				d = e.pickSample(e.row(h), h.rng)
 			}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/parleyhq/parley/internal/vec"
+	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/kvcache"
 )
 
@@ -36,7 +37,8 @@ type hyp struct {
 	tokens    []tokData
 	next      []tokData // the tokens of the next step while beams are reordered
 	pending   []int32   // tokens to feed at the next step
-	row       int       // logits row of the last step
+	row       int       // row of the last step: of the logits read, or of those chosen (picked)
+	picked    bool      // the decoder chose the last step's tokens
 	sumAll    float64   // sum of plog over all tokens
 	resultLen int
 	seekDelta int
@@ -141,10 +143,81 @@ func (e *Engine) setupPrompt(j *job) {
 	j.promptInit = e.tok.AppendPrompt(j.promptInit[:0], j.lang, j.p.Translate, j.p.NoTimestamps)
 }
 
-// suppress applies whisper.cpp's logit filters for hypothesis h in place.
-func (e *Engine) suppress(j *job, h *hyp, logits []float32, temp float32) {
+// choice states whisper.cpp's logit filters for hypothesis h's next token as a backend.Choice:
+// the blank tokens at a window's first step, the tokens never produced, the non-speech symbols
+// where asked, and the timestamp rules (none without timestamps; after a timestamp, text only if
+// the one before was one too, else timestamps or end of text; the first timestamp at most
+// MaxInitialTimestamp; timestamps never going back), with the timestamps as the group that is
+// forced when together more probable than any text token. The prompt's step probes the
+// no-speech token.
+func (e *Engine) choice(j *job, h *hyp) backend.Choice {
 	tk := e.tok
-	ninf := float32(math.Inf(-1))
+	V := int64(e.m.NVocab)
+	beg := min(int64(tk.TimestampBegin), V)
+	c := backend.Choice{Split: int32(beg), Probe: -1}
+	if j.ph == phPrompt {
+		c.Probe = tk.NoSpeech
+	}
+	initial := len(h.tokens) == 0
+	lo, hi := e.nBlank, e.nBlank+e.nAlways
+	if j.p.SuppressBlank && initial {
+		lo = 0
+	}
+	if j.p.SuppressNonSpeech {
+		hi = len(e.drop)
+	}
+	c.Drop = [2]int32{int32(lo), int32(hi)}
+	nc := 0
+	cut := func(a, b int64) {
+		c.Cut[nc] = [2]int32{int32(min(a, V)), int32(min(b, V))}
+		nc++
+	}
+	if j.p.NoTimestamps {
+		cut(beg, V)
+	}
+	if n := len(h.tokens); n > 0 && int64(h.tokens[n-1].id) >= beg {
+		if n < 2 || int64(h.tokens[n-2].id) >= beg {
+			cut(beg, V)
+		} else {
+			cut(0, int64(tk.EOT))
+		}
+	}
+	if initial && j.p.MaxInitialTimestamp > 0 && !j.p.NoTimestamps {
+		tid0 := min(math.Round(float64(j.p.MaxInitialTimestamp)/0.02), float64(V))
+		cut(beg+int64(tid0)+1, V)
+	}
+	if h.hasTS {
+		cut(beg, beg+int64(h.seekDelta/2))
+	}
+	return c
+}
+
+// dropList makes the engine's drop list for a vocabulary of nVocab tokens (Engine.drop): the
+// blank tokens, those never produced, then the non-speech symbols (ids outside the vocabulary
+// left out).
+func dropList(tk *Vocab, nVocab int) (drop []int32, nBlank, nAlways int) {
+	add := func(ids ...int32) int {
+		n := 0
+		for _, id := range ids {
+			if id >= 0 && int(id) < nVocab {
+				drop = append(drop, id)
+				n++
+			}
+		}
+		return n
+	}
+	nBlank = add(tk.EOT, tk.Space)
+	nAlways = add(tk.suppressed()...)
+	add(tk.nonSpeech()...)
+	return drop, nBlank, nAlways
+}
+
+// process applies hypothesis h's filters (choice) to its logits after dividing them by temp
+// (above 0), and turns them into log-probabilities, forcing a timestamp when timestamps
+// together are more likely than any text token (backend.FilterRow): what the decoder does where
+// the logits are for tokens chosen without a temperature. Logits that are not numbers end the
+// transcription with errNonFinite (false).
+func (e *Engine) process(j *job, h *hyp, logits []float32, temp float32) bool {
 	if temp > 0 {
 		inv := min(1/temp, math.MaxFloat32) // 1/temp overflows for the smallest temperatures
 		shift := float32(0)
@@ -158,131 +231,33 @@ func (e *Engine) suppress(j *job, h *hyp, logits []float32, temp float32) {
 			logits[i] = (v - shift) * inv
 		}
 	}
-	initial := len(h.tokens) == 0
-	if j.p.SuppressBlank && initial {
-		logits[tk.EOT] = ninf
-		if tk.Space >= 0 {
-			logits[tk.Space] = ninf
-		}
-	}
-	for _, id := range e.suppressAlways {
-		logits[id] = ninf
-	}
-	beg := int(tk.TimestampBegin)
-	if j.p.NoTimestamps {
-		for i := beg; i < len(logits); i++ {
-			logits[i] = ninf
-		}
-	}
-	if j.p.SuppressNonSpeech {
-		for _, id := range e.nonSpeech {
-			logits[id] = ninf
-		}
-	}
-	if n := len(h.tokens); n > 0 && int(h.tokens[n-1].id) >= beg {
-		penultimateTS := n < 2 || int(h.tokens[n-2].id) >= beg
-		if penultimateTS {
-			for i := beg; i < len(logits); i++ {
-				logits[i] = ninf
-			}
-		} else {
-			for i := 0; i < int(tk.EOT); i++ {
-				logits[i] = ninf
-			}
-		}
-	}
-	if initial && j.p.MaxInitialTimestamp > 0 && !j.p.NoTimestamps {
-		tid0 := int(math.Round(float64(j.p.MaxInitialTimestamp) / 0.02))
-		for i := beg + tid0 + 1; i < len(logits); i++ {
-			logits[i] = ninf
-		}
-	}
-	if h.hasTS {
-		tid0 := h.seekDelta / 2
-		for i := beg; i < beg+tid0 && i < len(logits); i++ {
-			logits[i] = ninf
-		}
-	}
-}
-
-// logSoftmax turns logits into log-probabilities in place, and returns false, leaving them as they
-// are, when they hold a NaN or no finite maximum (a model whose weights are not numbers): float32 exponentials after subtracting the maximum, as whisper.cpp computes them, summed in
-// float64 (whisper.cpp sums in float32 in id order; over 51864 tokens that sum is the less
-// accurate, by about 1e-5 relative).
-func logSoftmax(x []float32) bool {
-	mx, nan := vec.Max(x)
-	if nan || math.IsInf(float64(mx), 0) {
-		return false
-	}
-	lse := float32(math.Log(vec.SumExp(x, mx))) + mx
-	ninf := float32(math.Inf(-1))
-	for i, v := range x {
-		if v > ninf {
-			x[i] = v - lse
-		}
-	}
-	return true
-}
-
-// process turns a hypothesis's raw logits into log-probabilities after suppression, and forces a
-// timestamp when timestamps together are more likely than any text token. logits is modified.
-// Logits that are not numbers end the transcription with errNonFinite (false).
-func (e *Engine) process(j *job, h *hyp, logits []float32, temp float32) bool {
-	e.suppress(j, h, logits, temp)
-	if !logSoftmax(logits) {
+	if !backend.FilterRow(logits, e.choice(j, h), e.drop) {
 		j.err, j.ph = errNonFinite, phDone
 		return false
 	}
-	beg := int(e.tok.TimestampBegin)
-	if beg >= len(logits) {
-		return true
-	}
-	ninf := float32(math.Inf(-1))
-	mx, _ := vec.Max(logits[beg:])
-	tsLogprob := ninf
-	if s := vec.SumExp(logits[beg:], mx); s > 0 {
-		tsLogprob = float32(math.Log(s)) + mx
-	}
-	if maxText, _ := vec.Max(logits[:beg]); tsLogprob > maxText {
-		for i := 0; i < beg; i++ {
-			logits[i] = ninf
-		}
-	}
 	return true
 }
 
-// tsStats finds the most probable timestamp token of a row of log-probabilities and its share
-// of the timestamps' probability (whisper.cpp's tid and pt).
-func (e *Engine) tsStats(lp []float32) (tid int32, pt float32) {
-	beg := int(e.tok.TimestampBegin)
-	var sum, mx float64
-	tid = -1
-	for i := beg; i < len(lp); i++ {
-		p := float64(vec.Expf(lp[i]))
-		sum += p
-		if p > mx {
-			mx, tid = p, int32(i)
-		}
-	}
-	return tid, float32(mx / (sum + 1e-10))
-}
-
-// token makes the token data of id from its row of log-probabilities and the row's timestamp
+// token makes the token data of id, of log-probability plog, from its row's timestamp
 // statistics.
-func (e *Engine) token(lp []float32, id int, tid int32, pt float32) tokData {
-	d := tokData{id: int32(id), plog: lp[id], p: vec.Expf(lp[id]), tid: tid, pt: pt}
+func (e *Engine) token(id int32, plog float32, tid int32, pt float32) tokData {
+	d := tokData{id: id, plog: plog, p: vec.Expf(plog), tid: tid, pt: pt}
 	if d.id >= e.tok.TimestampBegin {
 		d.tid, d.pt = d.id, d.p
 	}
 	return d
 }
 
-// pickBest takes the first most probable token (greedy).
-func (e *Engine) pickBest(lp []float32) tokData {
-	mx, _ := vec.Max(lp)
-	best := max(vec.Index(lp, mx), 0)
-	tid, pt := e.tsStats(lp)
-	return e.token(lp, best, tid, pt)
+// chosenTokens returns the first n of the tokens the decoder chose for h's row (fewer where it
+// found fewer), most probable first.
+func (e *Engine) chosenTokens(h *hyp, n int, out []tokData) []tokData {
+	r := e.chosen[h.row]
+	out = out[:0]
+	for i := range min(n, int(r.N)) {
+		at := h.row*e.chK + i
+		out = append(out, e.token(e.chIDs[at], e.chLogp[at], r.Group, r.Share))
+	}
+	return out
 }
 
 // pickSample draws a token from the distribution.
@@ -301,35 +276,8 @@ func (e *Engine) pickSample(lp []float32, rng *rand.Rand) tokData {
 	for math.IsInf(float64(lp[id]), -1) && id > 0 { // rounding at the tail
 		id--
 	}
-	tid, pt := e.tsStats(lp)
-	return e.token(lp, id, tid, pt)
-}
-
-// topK returns the k most probable tokens (ties to the lower id), most probable first.
-func (e *Engine) topK(lp []float32, k int, out []tokData) []tokData {
-	out = out[:0]
-	for i, v := range lp {
-		if len(out) == k && v <= out[k-1].plog || math.IsInf(float64(v), -1) {
-			continue
-		}
-		d := tokData{id: int32(i), plog: v}
-		pos := len(out)
-		if len(out) < k {
-			out = append(out, d)
-		} else {
-			pos = k - 1
-		}
-		for pos > 0 && out[pos-1].plog < v {
-			out[pos] = out[pos-1]
-			pos--
-		}
-		out[pos] = d
-	}
-	tid, pt := e.tsStats(lp)
-	for i := range out {
-		out[i] = e.token(lp, int(out[i].id), tid, pt)
-	}
-	return out
+	tid, pt := backend.GroupStats(lp, int(e.tok.TimestampBegin))
+	return e.token(int32(id), lp[id], tid, pt)
 }
 
 // accept applies whisper.cpp's end-of-window rules after token d was appended to h at step i.

@@ -1,0 +1,225 @@
+package backend
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/parleyhq/parley/internal/vec"
+)
+
+// MaxChooseK is the most tokens Choose reports a row.
+const MaxChooseK = 64
+
+// Choice says how a row of a decoder's logits is filtered before its best tokens are chosen
+// (Chooser): the rules by which a speech decoder such as Whisper's suppresses tokens and forces
+// timestamps, stated as data so that a backend can apply them where the logits are.
+//
+// Filtering sets to -Inf the ids of every Cut range [lo, hi) (lo >= hi: none) and those listed
+// in drop[Drop[0]:Drop[1]] (drop: the call's list), then takes the row's log-softmax (exp(x - max)
+// in float32, summed in float64 on the host). The ids from Split up form a group (Whisper's
+// timestamp tokens; Split = the row's length: none): when the group's total probability is above
+// that of every id below Split, the ids below Split are set to -Inf (the log-probabilities of the
+// others are not renormalised). Probe, when not -1, is an id whose log-probability in the row as
+// it came, before any filter, is reported (Whisper's no-speech probability).
+//
+// The layout is the CUDA library's plc_choice, so that a slice of Choices goes to the device as
+// it is.
+type Choice struct {
+	Cut   [4][2]int32
+	Drop  [2]int32
+	Split int32
+	Probe int32
+}
+
+// Chosen is what Choose reports of a row besides its tokens.
+type Chosen struct {
+	// N is the number of tokens found (at most k: fewer when fewer are above -Inf after
+	// filtering), or -1 for a row that holds a NaN or +Inf or no value above -Inf (before
+	// filtering, when the row has a Probe; after, otherwise), or whose filtered log-softmax does.
+	N int32
+	// Group is the most probable id of the group (the lowest among equal probabilities), -1 when
+	// the row has no group or every id in it has probability 0 in float32; Share is its
+	// probability over the group's total plus 1e-10 (whisper.cpp's tid and pt).
+	Group int32
+	Share float32
+	// Probe is the log-probability of Choice.Probe before filtering (0 without a probe).
+	Probe float32
+}
+
+// Chooser is implemented by backends that choose a decoder's tokens where the logits are (on a
+// GPU, only the chosen ids and their log-probabilities leave the device). Choose waits for the
+// logits, then filters row row0+i of logits (F32) as choices[i] says and writes its k most
+// probable tokens, the most probable first (the lower id first among equal ones), into
+// ids[i*k:(i+1)*k] and their log-probabilities into logp[i*k:(i+1)*k] (-1 and -Inf past the
+// tokens found), and the rest of what it found into rows[i]. Its answers are ChooseRows', up to
+// the order in which float sums are added (a token whose rank, or a group whose forcing, depends
+// on the last bits of a sum may differ).
+type Chooser interface {
+	Choose(logits Tensor, row0 int, choices []Choice, drop []int32, k int, rows []Chosen, ids []int32, logp []float32) error
+}
+
+// CheckChoices reports an error for choices over rows of cols logits, with the drop list drop
+// and k tokens a row, that are out of range.
+func CheckChoices(choices []Choice, drop []int32, cols, k int) error {
+	if cols <= 0 || k < 1 || k > MaxChooseK || k > cols {
+		return fmt.Errorf("choose: %d tokens from rows of %d (at most %d)", k, cols, MaxChooseK)
+	}
+	for i, id := range drop {
+		if id < 0 || int(id) >= cols {
+			return fmt.Errorf("choose: drop list entry %d is id %d, outside rows of %d", i, id, cols)
+		}
+	}
+	for i, c := range choices {
+		for _, r := range c.Cut {
+			if r[0] < r[1] && (r[0] < 0 || int(r[1]) > cols) {
+				return fmt.Errorf("choose: row %d cuts ids [%d, %d) of %d", i, r[0], r[1], cols)
+			}
+		}
+		if c.Drop[0] < 0 || c.Drop[0] > c.Drop[1] || int(c.Drop[1]) > len(drop) {
+			return fmt.Errorf("choose: row %d drops entries [%d, %d) of a list of %d", i, c.Drop[0], c.Drop[1], len(drop))
+		}
+		if c.Split < 0 || int(c.Split) > cols {
+			return fmt.Errorf("choose: row %d splits at id %d of %d", i, c.Split, cols)
+		}
+		if c.Probe < -1 || int(c.Probe) >= cols {
+			return fmt.Errorf("choose: row %d probes id %d of %d", i, c.Probe, cols)
+		}
+	}
+	return nil
+}
+
+// FilterRow applies c's filters to x in place and turns it into log-probabilities, as Choose
+// does before choosing (x may have been scaled by a temperature first). It returns false, leaving
+// x filtered but otherwise as it was, when the filtered row holds a NaN or +Inf or no value above
+// -Inf. c must have passed CheckChoices for rows of len(x).
+func FilterRow(x []float32, c Choice, drop []int32) bool {
+	ninf := float32(math.Inf(-1))
+	for _, r := range c.Cut {
+		for i := r[0]; i < r[1]; i++ {
+			x[i] = ninf
+		}
+	}
+	for _, id := range drop[c.Drop[0]:c.Drop[1]] {
+		x[id] = ninf
+	}
+	if !LogSoftmax(x) {
+		return false
+	}
+	s := int(c.Split)
+	if s >= len(x) {
+		return true
+	}
+	mx, _ := vec.Max(x[s:])
+	group := ninf
+	if sum := vec.SumExp(x[s:], mx); sum > 0 {
+		group = float32(math.Log(sum)) + mx
+	}
+	if below, _ := vec.Max(x[:s]); group > below {
+		for i := range x[:s] {
+			x[i] = ninf
+		}
+	}
+	return true
+}
+
+// LogSoftmax turns x into log-probabilities in place, and returns false, leaving x as it is, when
+// it holds a NaN or no finite maximum: float32 exponentials after subtracting the maximum, summed
+// in float64 (whisper.cpp sums in float32 in id order; over 51864 tokens that sum is the less
+// accurate, by about 1e-5 relative).
+func LogSoftmax(x []float32) bool {
+	lse, ok := logSumExp(x)
+	if !ok {
+		return false
+	}
+	ninf := float32(math.Inf(-1))
+	for i, v := range x {
+		if v > ninf {
+			x[i] = v - lse
+		}
+	}
+	return true
+}
+
+// logSumExp is log Σ exp(x) as LogSoftmax takes it, false when x holds a NaN or no finite
+// maximum.
+func logSumExp(x []float32) (float32, bool) {
+	mx, nan := vec.Max(x)
+	if nan || math.IsInf(float64(mx), 0) {
+		return 0, false
+	}
+	return float32(math.Log(vec.SumExp(x, mx))) + mx, true
+}
+
+// ChooseRows is Chooser's rule on the host, over len(choices) rows of cols values in x (which it
+// overwrites: each row is left filtered, as log-probabilities).
+func ChooseRows(x []float32, cols int, choices []Choice, drop []int32, k int, rows []Chosen, ids []int32, logp []float32) error {
+	n := len(choices)
+	if cols <= 0 || len(x) != n*cols || len(rows) != n || len(ids) != n*k || len(logp) != n*k {
+		return fmt.Errorf("choose: %d values, %d row reports, %d ids and %d log-probabilities for %d rows of %d, %d tokens each",
+			len(x), len(rows), len(ids), len(logp), n, cols, k)
+	}
+	if err := CheckChoices(choices, drop, cols, k); err != nil {
+		return err
+	}
+	ninf := float32(math.Inf(-1))
+	for i, c := range choices {
+		row := x[i*cols : (i+1)*cols]
+		id, lp := ids[i*k:(i+1)*k], logp[i*k:(i+1)*k]
+		for j := range id {
+			id[j], lp[j] = -1, ninf
+		}
+		r := Chosen{N: -1, Group: -1}
+		ok := true
+		if c.Probe >= 0 {
+			var lse float32
+			lse, ok = logSumExp(row)
+			r.Probe = row[c.Probe] - lse
+		}
+		if !ok || !FilterRow(row, c, drop) {
+			rows[i] = Chosen{N: -1, Group: -1}
+			continue
+		}
+		r.Group, r.Share = GroupStats(row, int(c.Split))
+		r.N = int32(topTokens(row, id, lp))
+		rows[i] = r
+	}
+	return nil
+}
+
+// GroupStats returns the most probable id of lp[split:] (the first of equal ones; -1 when all
+// are 0 as float32 probabilities) and its share of their total, summed in float64.
+func GroupStats(lp []float32, split int) (int32, float32) {
+	var sum, mx float64
+	best := int32(-1)
+	for i := split; i < len(lp); i++ {
+		p := float64(vec.Expf(lp[i]))
+		sum += p
+		if p > mx {
+			mx, best = p, int32(i)
+		}
+	}
+	return best, float32(mx / (sum + 1e-10))
+}
+
+// topTokens writes the len(ids) largest values of lp above -Inf, largest first (the lower id
+// first among equal ones), with their ids, and returns how many there were.
+func topTokens(lp []float32, ids []int32, vals []float32) int {
+	k, n := len(ids), 0
+	for i, v := range lp {
+		if n == k && v <= vals[k-1] || math.IsInf(float64(v), -1) {
+			continue
+		}
+		pos := n
+		if n < k {
+			n++
+		} else {
+			pos = k - 1
+		}
+		for pos > 0 && vals[pos-1] < v {
+			ids[pos], vals[pos] = ids[pos-1], vals[pos-1]
+			pos--
+		}
+		ids[pos], vals[pos] = int32(i), v
+	}
+	return n
+}
