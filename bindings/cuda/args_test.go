@@ -74,6 +74,11 @@ func TestArgumentChecks(t *testing.T) {
 		{"Draw rows", c.Draw(x, n, k, slices.Repeat([]backend.Draw{{Temperature: 1, TopP: 1}}, n-1), make([]int32, n))},
 		{"BeamStep k > vocab", c.BeamStep(x, k, make([]float32, n), 1, 1, make([]int32, k+1), make([]int32, k+1), make([]float32, k+1), make([]float32, k+1))},
 		{"BeamStep output lengths", c.BeamStep(x, k, make([]float32, n), 1, 1, make([]int32, 2), make([]int32, 1), make([]float32, 2), make([]float32, 2))},
+		{"Choose k > vocab", c.Choose(x, k, make([]backend.Choice, n), nil, k+1, make([]backend.Chosen, n), make([]int32, n*(k+1)), make([]float32, n*(k+1)))},
+		{"Choose drop id", c.Choose(x, k, make([]backend.Choice, n), []int32{k}, 1, make([]backend.Chosen, n), make([]int32, n), make([]float32, n))},
+		{"Choose cut", c.Choose(x, k, []backend.Choice{{Cut: [4][2]int32{{0, k + 1}}, Split: k, Probe: -1}}, nil, 1, make([]backend.Chosen, 1), make([]int32, 1), make([]float32, 1))},
+		{"Choose output lengths", c.Choose(x, k, make([]backend.Choice, n), nil, 2, make([]backend.Chosen, n), make([]int32, n), make([]float32, n*2))},
+		{"Choose rows past the logits", c.Choose(x, k, slices.Repeat([]backend.Choice{{Split: k, Probe: -1}}, n+1), nil, 1, make([]backend.Chosen, n+1), make([]int32, n+1), make([]float32, n+1))},
 		{"Upload past the buffer", c.Upload(small, make([]byte, 11))},
 		{"Download past the buffer", c.Download(make([]byte, 11), small)},
 	}
@@ -99,6 +104,8 @@ func TestArgumentChecks(t *testing.T) {
 		{"Attention", c.Attention(x, x, 1, w, w, tensor.F32, m, k, 1, Attn{NHead: 1, NKVHead: 1, HeadDim: k, Scale: 1},
 			[]Seq{{Start: 0, Count: 1, CtxLen: 1, NBlocks: 1}}, []int32{4})},
 		{"Draw", c.Draw(x, n, k, slices.Repeat([]backend.Draw{{Temperature: 0.7, TopK: 5, TopP: 0.9}, {TopP: 1}}, (n+1)/2)[:n], make([]int32, n))},
+		{"Choose", c.Choose(x, k, slices.Repeat([]backend.Choice{{Cut: [4][2]int32{{0, 3}}, Drop: [2]int32{0, 1}, Split: k - 4, Probe: 2}}, n), []int32{7}, 5,
+			make([]backend.Chosen, n), make([]int32, n*5), make([]float32, n*5))},
 	}
 	for _, tc := range good {
 		if tc.err == nil || !strings.Contains(tc.err.Error(), "invalid argument") {

@@ -972,6 +972,48 @@ func (c *Context) BeamStep(logits Ref, vocab int, scores []float32, length int, 
 		C.int32_t(k), i32p(beam), i32p(token), f32p(score), f32p(norm)))
 }
 
+// MaxChooseVocab is the largest vocabulary Choose takes (the CUDA library's
+// PLC_CHOOSE_MAX_VOCAB); wider rows are refused with backend.ErrUnsupported.
+const MaxChooseVocab = 40 * 1024 * 8
+
+// Choose filters the rows of logits [len(choices), vocab] F32 as choices says (backend.Choice,
+// which has plc_choice's layout; drop: the ids their Drop ranges index) and writes each row's k
+// most probable tokens after filtering to ids and logp ([len(choices)*k]) and the rest of what
+// was found to rows (backend.Chosen, plc_chosen's layout). Waits.
+func (c *Context) Choose(logits Ref, vocab int, choices []backend.Choice, drop []int32, k int, rows []backend.Chosen, ids []int32, logp []float32) error {
+	const op = "choose"
+	n := len(choices)
+	if len(rows) != n || len(ids) != n*k || len(logp) != n*k {
+		return fmt.Errorf("cuda: %s: %d row reports, %d ids and %d log-probabilities for %d rows of %d tokens", op, len(rows), len(ids), len(logp), n, k)
+	}
+	if err := backend.CheckChoices(choices, drop, vocab, k); err != nil {
+		return fmt.Errorf("cuda: %s: %w", op, err)
+	}
+	if vocab > MaxChooseVocab || len(drop) > math.MaxInt32 || n > math.MaxInt32 {
+		return fmt.Errorf("cuda: %s: rows of %d: %w", op, vocab, backend.ErrUnsupported)
+	}
+	if n == 0 {
+		return nil
+	}
+	if err := c.lock(op); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	lp, err := logits.at(c, op, "logits", mul(n, vocab, 4))
+	if err != nil {
+		return err
+	}
+	return c.status(op, C.plc_choose(c.c, fp(lp), C.int64_t(n), C.int64_t(vocab), (*C.plc_choice)(unsafe.Pointer(&choices[0])),
+		i32p(drop), C.int32_t(len(drop)), C.int32_t(k), (*C.plc_chosen)(unsafe.Pointer(&rows[0])), i32p(ids), f32p(logp)))
+}
+
+// backend.Choice and backend.Chosen are passed to C as plc_choice and plc_chosen: the build
+// fails if their sizes or the offsets of their last fields ever differ.
+var _ = [1]struct{}{}[unsafe.Sizeof(backend.Choice{})-uintptr(C.sizeof_plc_choice)]
+var _ = [1]struct{}{}[unsafe.Offsetof(backend.Choice{}.Probe)-unsafe.Offsetof(C.plc_choice{}.probe)]
+var _ = [1]struct{}{}[unsafe.Sizeof(backend.Chosen{})-uintptr(C.sizeof_plc_chosen)]
+var _ = [1]struct{}{}[unsafe.Offsetof(backend.Chosen{}.Probe)-unsafe.Offsetof(C.plc_chosen{}.probe)]
+
 // backend.Draw is passed to C as plc_draw_row: the build fails if their sizes or the offset of
 // the last field ever differ.
 var _ = [1]struct{}{}[unsafe.Sizeof(backend.Draw{})-uintptr(C.sizeof_plc_draw_row)]

@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "6bec707b88b2311d0b7f01f2103009f3861833428e04e273a9d27d8e61f63bb2"
+const nativeSources = "0609c0573b10d41cd89bca3c25ad78a9b5cdececfcfcfb145fe3e82073e26b07"

@@ -54,6 +54,7 @@ func Run(t *testing.T, newBackend func() (backend.Backend, error)) {
 		{"Im2Col1D", testIm2Col1D},
 		{"FullAttention", testFullAttention},
 		{"Argmax", testArgmax},
+		{"Choose", testChoose},
 		{"Aliasing", testAliasing},
 		{"Errors", testErrors},
 		{"EncoderErrors", testEncoderErrors},

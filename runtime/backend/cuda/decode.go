@@ -38,6 +38,27 @@ func (b *Backend) Draw(logits backend.Tensor, row0 int, draws []backend.Draw, id
 	return b.ctx.Draw(ref, len(ids), cols, draws, ids)
 }
 
+var _ backend.Chooser = (*Backend)(nil)
+
+// Choose filters rows row0.. of logits F32 as choices says and writes each row's k most probable
+// tokens after filtering (backend.Chooser: a speech decoder's suppression and timestamp rules).
+// Only the chosen tokens, their log-probabilities and the rows' reports leave the device. Rows
+// wider than bcuda.MaxChooseVocab are read and chosen on the host.
+func (b *Backend) Choose(logits backend.Tensor, row0 int, choices []backend.Choice, drop []int32, k int, rows []backend.Chosen, ids []int32, logp []float32) error {
+	ref, cols, err := b.logitRows("choose", logits, row0, len(choices))
+	if err != nil {
+		return err
+	}
+	if cols > bcuda.MaxChooseVocab {
+		lg := make([]float32, len(choices)*cols)
+		if err := b.Read(logits, row0, lg); err != nil {
+			return err
+		}
+		return backend.ChooseRows(lg, cols, choices, drop, k, rows, ids, logp)
+	}
+	return b.ctx.Choose(ref, cols, choices, drop, k, rows, ids, logp)
+}
+
 // logitRows checks that logits is an F32 tensor of this backend with rows row0 .. row0+n-1, and
 // returns the device memory of the first of them and the row length.
 func (b *Backend) logitRows(op string, logits backend.Tensor, row0, n int) (bcuda.Ref, int, error) {

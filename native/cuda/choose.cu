@@ -1,0 +1,278 @@
+// choose.cu: plc_choose. One block a row: the dropped ids become a bitmap in shared memory; then
+// passes over the row take the maximum and the exponential sum before filtering (where the row
+// probes an id), the same after filtering, the group's sum (forcing), the group's best id and
+// share, and the k best tokens (the k-th largest key by radix selection, then the tokens above
+// it and the first ties at it in id order, sorted by one thread).
+#include <limits.h>
+#include <math.h>
+
+#include "choose.cuh"
+
+// Block-wide sum of a double; red: shared scratch of 32 doubles. Contains __syncthreads.
+__device__ __forceinline__ double plc_block_sum_d(double v, double *red) {
+    const int lane = threadIdx.x % PLC_WARP, warp = threadIdx.x / PLC_WARP, nw = blockDim.x / PLC_WARP;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    double s = 0.0;
+    for (int w = 0; w < nw; w++) s += red[w];
+    return s;
+}
+
+// Block-wide minimum of an int; red: shared scratch of 32 ints. Contains __syncthreads.
+__device__ __forceinline__ int plc_block_min_i(int v, int *red) {
+    const int lane = threadIdx.x % PLC_WARP, warp = threadIdx.x / PLC_WARP, nw = blockDim.x / PLC_WARP;
+    for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    int m = INT_MAX;
+    for (int w = 0; w < nw; w++) m = min(m, red[w]);
+    return m;
+}
+
+__global__ void __launch_bounds__(PLC_SELECT_THREADS)
+    plc_choose_k(plc_chosen *out, int32_t *out_ids, float *out_lp, const float *logits, int64_t vocab,
+                 const plc_choice *choices, const int32_t *drop, int k) {
+    extern __shared__ uint32_t dropped[];  // [(vocab + 31) / 32]
+    __shared__ plc_select_smem sm;
+    __shared__ float red[32];
+    __shared__ double redd[32];
+    __shared__ int redi[32];
+    __shared__ float cand_v[PLC_CHOOSE_MAX_K];
+    __shared__ int32_t cand_i[PLC_CHOOSE_MAX_K];
+    const int row = blockIdx.x;
+    const plc_choice c = choices[row];
+    const float *x = logits + (int64_t)row * vocab;
+    const int words = (int)((vocab + 31) / 32);
+    for (int i = threadIdx.x; i < words; i += blockDim.x) dropped[i] = 0u;
+    __syncthreads();
+    for (int i = c.drop[0] + (int)threadIdx.x; i < c.drop[1]; i += blockDim.x) {
+        const int32_t id = drop[i];
+        atomicOr(&dropped[id >> 5], 1u << (id & 31));
+    }
+    __syncthreads();
+    auto removed = [&](int64_t j) {
+        for (int r = 0; r < 4; r++)
+            if (j >= c.cut[r][0] && j < c.cut[r][1]) return true;
+        return ((dropped[j >> 5] >> (j & 31)) & 1u) != 0u;
+    };
+    plc_chosen rep;
+    rep.n = -1;
+    rep.group = -1;
+    rep.share = 0.f;
+    rep.probe = 0.f;
+    bool fail = false;
+
+    // The probe: its log-probability in the row as it came.
+    if (c.probe >= 0) {
+        float m = -INFINITY;
+        bool bad = false;
+        for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+            const float v = x[j];
+            bad |= v != v || v == INFINITY;
+            m = fmaxf(m, v);
+        }
+        bad = __syncthreads_or(bad);
+        m = plc_block_max(m, red);
+        if (bad || m == -INFINITY) {
+            fail = true;
+        } else {
+            double s = 0.0;
+            for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) s += (double)expf(x[j] - m);
+            s = plc_block_sum_d(s, redd);
+            const float lse = (float)log(s) + m;
+            rep.probe = x[c.probe] - lse;
+        }
+    }
+
+    // The filtered row's log-softmax: lp(j) = val(j) - lse.
+    const int64_t split = c.split;
+    auto val = [&](int64_t j) { return removed(j) ? -INFINITY : x[j]; };
+    float mt = -INFINITY, ms = -INFINITY;
+    bool bad = false;
+    if (!fail) {
+        for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+            const float v = val(j);
+            bad |= v != v || v == INFINITY;
+            if (j < split) mt = fmaxf(mt, v);
+            else ms = fmaxf(ms, v);
+        }
+    }
+    bad = __syncthreads_or(bad);
+    mt = plc_block_max(mt, red);
+    ms = plc_block_max(ms, red);
+    const float m = fmaxf(mt, ms);
+    fail = fail || bad || m == -INFINITY;
+    float lse = 0.f;
+    if (!fail) {
+        double s = 0.0;
+        for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+            const float v = val(j);
+            if (v > -INFINITY) s += (double)expf(v - m);
+        }
+        s = plc_block_sum_d(s, redd);
+        lse = (float)log(s) + m;
+    }
+    // The group's forcing: when log Σ exp over the group exceeds every id below split.
+    bool forced = false;
+    if (!fail && split < vocab) {
+        const float mxs = ms - lse;  // the largest of the group's log-probabilities
+        double s = 0.0;
+        if (mxs > -INFINITY)
+            for (int64_t j = split + threadIdx.x; j < vocab; j += blockDim.x) {
+                const float v = val(j);
+                if (v > -INFINITY) s += (double)expf((v - lse) - mxs);
+            }
+        s = plc_block_sum_d(s, redd);
+        const float group = s > 0.0 ? (float)log(s) + mxs : -INFINITY;
+        const float below = mt - lse;
+        forced = group > below;
+    }
+    auto fin = [&](int64_t j) {
+        if (forced && j < split) return -INFINITY;
+        const float v = val(j);
+        return v > -INFINITY ? v - lse : -INFINITY;
+    };
+    // The group's most probable id and its share.
+    if (!fail && split < vocab) {
+        float best = 0.f;
+        double s = 0.0;
+        for (int64_t j = split + threadIdx.x; j < vocab; j += blockDim.x) {
+            const float p = expf(fin(j));
+            s += (double)p;
+            best = fmaxf(best, p);
+        }
+        s = plc_block_sum_d(s, redd);
+        best = plc_block_max(best, red);
+        int first = INT_MAX;
+        if (best > 0.f)
+            for (int64_t j = split + threadIdx.x; j < vocab; j += blockDim.x)
+                if (expf(fin(j)) == best) {
+                    first = (int)j;
+                    break;
+                }
+        first = plc_block_min_i(first, redi);
+        if (best > 0.f && first != INT_MAX) {
+            rep.group = first;
+            rep.share = (float)((double)best / (s + 1e-10));
+        }
+    }
+    // The k best: kk = min(k, tokens above -inf).
+    int kk = 0;
+    if (!fail) {
+        float cnt = 0.f;
+        for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) cnt += fin(j) > -INFINITY ? 1.f : 0.f;
+        cnt = plc_block_sum(cnt, red);
+        kk = (int)fminf(cnt, (float)k);
+    }
+    if (kk > 0) {
+        auto key = [&](int64_t j) {
+            const float v = fin(j);
+            return v > -INFINITY ? plc_key(v) : 0u;
+        };
+        const uint32_t t = plc_kth_key(key, vocab, kk, &sm);
+        float gt = 0.f;
+        for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) gt += key(j) > t ? 1.f : 0.f;
+        const int n_gt = (int)plc_block_sum(gt, red);  // < kk; the rest are ties at t
+        float run_gt = 0.f, run_eq = 0.f;
+        for (int64_t base = 0; base < vocab; base += blockDim.x) {
+            const int64_t j = base + threadIdx.x;
+            const uint32_t kj = j < vocab ? key(j) : 0u;
+            const bool is_gt = j < vocab && kj > t, is_eq = j < vocab && kj == t;
+            float tg, te;
+            const float ig = plc_block_scan(is_gt ? 1.f : 0.f, red, &tg);
+            const float ie = plc_block_scan(is_eq ? 1.f : 0.f, red, &te);
+            int slot = -1;
+            if (is_gt) slot = (int)(run_gt + ig) - 1;
+            else if (is_eq && (int)(run_eq + ie) <= kk - n_gt) slot = n_gt + (int)(run_eq + ie) - 1;
+            if (slot >= 0) {
+                cand_v[slot] = fin(j);
+                cand_i[slot] = (int32_t)j;
+            }
+            run_gt += tg;
+            run_eq += te;
+            if ((int)run_gt >= n_gt && (int)run_eq >= kk - n_gt) break;  // uniform: every thread has the totals
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {  // most probable first, the lower id first among equals
+            for (int a = 1; a < kk; a++) {
+                const float v = cand_v[a];
+                const int32_t id = cand_i[a];
+                int b = a;
+                while (b > 0 && (cand_v[b - 1] < v || (cand_v[b - 1] == v && cand_i[b - 1] > id))) {
+                    cand_v[b] = cand_v[b - 1];
+                    cand_i[b] = cand_i[b - 1];
+                    b--;
+                }
+                cand_v[b] = v;
+                cand_i[b] = id;
+            }
+        }
+        __syncthreads();
+    }
+    if (!fail) rep.n = kk;
+    else {
+        rep.group = -1;
+        rep.share = 0.f;
+        rep.probe = 0.f;
+    }
+    for (int i = threadIdx.x; i < k; i += blockDim.x) {
+        out_ids[(int64_t)row * k + i] = i < kk ? cand_i[i] : -1;
+        out_lp[(int64_t)row * k + i] = i < kk ? cand_v[i] : -INFINITY;
+    }
+    if (threadIdx.x == 0) out[row] = rep;
+}
+
+extern "C" int plc_choose(plc_ctx *ctx, const float *logits, int64_t n, int64_t vocab, const plc_choice *choices,
+                          const int32_t *drop, int32_t ndrop, int32_t k, plc_chosen *rows, int32_t *ids, float *logp) {
+    if (ctx == NULL) return PLC_ERR_ARG;
+    if (n < 0 || n > INT_MAX || vocab <= 0 || vocab > INT_MAX || ndrop < 0 || k < 1 || k > vocab)
+        return plc_fail_arg(ctx, "choose: bad arguments");
+    if (n == 0) return PLC_OK;
+    if (logits == NULL || choices == NULL || rows == NULL || ids == NULL || logp == NULL || (ndrop > 0 && drop == NULL))
+        return plc_fail_arg(ctx, "choose: null pointer");
+    if (k > PLC_CHOOSE_MAX_K || vocab > PLC_CHOOSE_MAX_VOCAB) return PLC_ERR_UNSUPPORTED;
+    for (int32_t i = 0; i < ndrop; i++)
+        if (drop[i] < 0 || drop[i] >= vocab) return plc_fail_arg(ctx, "choose: drop list id outside the vocabulary");
+    for (int64_t i = 0; i < n; i++) {
+        const plc_choice c = choices[i];
+        for (int r = 0; r < 4; r++)
+            if (c.cut[r][0] < c.cut[r][1] && (c.cut[r][0] < 0 || c.cut[r][1] > vocab))
+                return plc_fail_arg(ctx, "choose: cut outside the vocabulary");
+        if (c.drop[0] < 0 || c.drop[0] > c.drop[1] || c.drop[1] > ndrop)
+            return plc_fail_arg(ctx, "choose: drop range outside the list");
+        if (c.split < 0 || c.split > vocab || c.probe < -1 || c.probe >= vocab)
+            return plc_fail_arg(ctx, "choose: split or probe outside the vocabulary");
+    }
+    PLC_ENTER(ctx);
+    const void *host[2] = {choices, drop};
+    const size_t sizes[2] = {(size_t)n * sizeof(plc_choice), (size_t)ndrop * sizeof(int32_t)};
+    void *dev[2];
+    int st = plc_meta(ctx, 2, host, sizes, dev);
+    if (st != PLC_OK) return st;
+    const size_t rb = (size_t)n * sizeof(plc_chosen), ib = (size_t)n * k * sizeof(int32_t);
+    const size_t total = rb + 2 * ib;
+    void *w;
+    if ((st = plc_work(ctx, total, &w)) != PLC_OK) return st;
+    plc_chosen *drows = (plc_chosen *)w;
+    int32_t *dids = (int32_t *)((char *)w + rb);
+    float *dlp = (float *)((char *)w + rb + ib);
+    const size_t shared = (size_t)((vocab + 31) / 32) * sizeof(uint32_t);
+    plc_choose_k<<<(unsigned)n, PLC_SELECT_THREADS, shared, ctx->stream>>>(drows, dids, dlp, logits, vocab,
+                                                                           (const plc_choice *)dev[0],
+                                                                           (const int32_t *)dev[1], k);
+    if ((st = plc_launched(ctx, "choose")) != PLC_OK) return st;
+    try {
+        if (ctx->host.size() < total) ctx->host.resize(total);
+    } catch (...) {
+        return PLC_ERR_NOMEM;
+    }
+    char *h = (char *)ctx->host.data();
+    if ((st = plc_download(ctx, h, w, total)) != PLC_OK) return st;
+    memcpy(rows, h, rb);
+    memcpy(ids, h + rb, ib);
+    memcpy(logp, h + rb + ib, ib);
+    return PLC_OK;
+}
