@@ -1,8 +1,10 @@
 // choose.cu: plc_choose. One block a row: the dropped ids become a bitmap in shared memory; then
 // passes over the row take the maximum and the exponential sum before filtering (where the row
 // probes an id), the same after filtering, the group's sum (forcing), the group's best id and
-// share, and the k best tokens (the k-th largest key by radix selection, then the tokens above
-// it and the first ties at it in id order, sorted by one thread).
+// share, and the k best tokens: the k-th largest key by radix selection, then (only when more
+// tokens tie at it than are wanted) the last id wanted among the ties by a second selection; the
+// tokens above and the ties wanted are gathered through a shared counter and each written to its
+// rank.
 #include <limits.h>
 #include <math.h>
 
@@ -42,6 +44,7 @@ __global__ void __launch_bounds__(PLC_SELECT_THREADS)
     __shared__ int redi[32];
     __shared__ float cand_v[PLC_CHOOSE_MAX_K];
     __shared__ int32_t cand_i[PLC_CHOOSE_MAX_K];
+    __shared__ int taken;
     const int row = blockIdx.x;
     const plc_choice c = choices[row];
     const float *x = logits + (int64_t)row * vocab;
@@ -173,41 +176,29 @@ __global__ void __launch_bounds__(PLC_SELECT_THREADS)
             return v > -INFINITY ? plc_key(v) : 0u;
         };
         const uint32_t t = plc_kth_key(key, vocab, kk, &sm);
-        float gt = 0.f;
-        for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) gt += key(j) > t ? 1.f : 0.f;
-        const int n_gt = (int)plc_block_sum(gt, red);  // < kk; the rest are ties at t
-        float run_gt = 0.f, run_eq = 0.f;
-        for (int64_t base = 0; base < vocab; base += blockDim.x) {
-            const int64_t j = base + threadIdx.x;
-            const uint32_t kj = j < vocab ? key(j) : 0u;
-            const bool is_gt = j < vocab && kj > t, is_eq = j < vocab && kj == t;
-            float tg, te;
-            const float ig = plc_block_scan(is_gt ? 1.f : 0.f, red, &tg);
-            const float ie = plc_block_scan(is_eq ? 1.f : 0.f, red, &te);
-            int slot = -1;
-            if (is_gt) slot = (int)(run_gt + ig) - 1;
-            else if (is_eq && (int)(run_eq + ie) <= kk - n_gt) slot = n_gt + (int)(run_eq + ie) - 1;
-            if (slot >= 0) {
-                cand_v[slot] = fin(j);
-                cand_i[slot] = (int32_t)j;
-            }
-            run_gt += tg;
-            run_eq += te;
-            if ((int)run_gt >= n_gt && (int)run_eq >= kk - n_gt) break;  // uniform: every thread has the totals
+        float gt = 0.f, eq = 0.f;
+        for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+            const uint32_t kj = key(j);
+            gt += kj > t ? 1.f : 0.f;
+            eq += kj == t ? 1.f : 0.f;
         }
+        const int n_gt = (int)plc_block_sum(gt, red);  // < kk
+        const int n_eq = (int)plc_block_sum(eq, red);
+        const int need = kk - n_gt;  // ties at t taken, the lowest ids first: 1 <= need <= n_eq
+        int64_t end = vocab;         // the ties taken are those below end
+        if (n_eq > need) {
+            // the need-th largest of ~j over the ties is the need-th lowest id among them
+            auto tie = [&](int64_t j) { return key(j) == t ? ~(uint32_t)j : 0u; };
+            end = (int64_t)(~plc_kth_key(tie, vocab, need, &sm)) + 1;
+        }
+        if (threadIdx.x == 0) taken = 0;
         __syncthreads();
-        if (threadIdx.x == 0) {  // most probable first, the lower id first among equals
-            for (int a = 1; a < kk; a++) {
-                const float v = cand_v[a];
-                const int32_t id = cand_i[a];
-                int b = a;
-                while (b > 0 && (cand_v[b - 1] < v || (cand_v[b - 1] == v && cand_i[b - 1] > id))) {
-                    cand_v[b] = cand_v[b - 1];
-                    cand_i[b] = cand_i[b - 1];
-                    b--;
-                }
-                cand_v[b] = v;
-                cand_i[b] = id;
+        for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+            const uint32_t kj = key(j);
+            if (kj > t || (kj == t && j < end)) {
+                const int s = atomicAdd(&taken, 1);
+                cand_v[s] = fin(j);
+                cand_i[s] = (int32_t)j;
             }
         }
         __syncthreads();
@@ -218,9 +209,18 @@ __global__ void __launch_bounds__(PLC_SELECT_THREADS)
         rep.share = 0.f;
         rep.probe = 0.f;
     }
-    for (int i = threadIdx.x; i < k; i += blockDim.x) {
-        out_ids[(int64_t)row * k + i] = i < kk ? cand_i[i] : -1;
-        out_lp[(int64_t)row * k + i] = i < kk ? cand_v[i] : -INFINITY;
+    // Each token taken goes to its rank: most probable first, the lower id first among equals.
+    if ((int)threadIdx.x < kk) {
+        const float v = cand_v[threadIdx.x];
+        const int32_t id = cand_i[threadIdx.x];
+        int rank = 0;
+        for (int a = 0; a < kk; a++) rank += (cand_v[a] > v || (cand_v[a] == v && cand_i[a] < id)) ? 1 : 0;
+        out_ids[(int64_t)row * k + rank] = id;
+        out_lp[(int64_t)row * k + rank] = v;
+    }
+    for (int i = kk + threadIdx.x; i < k; i += blockDim.x) {
+        out_ids[(int64_t)row * k + i] = -1;
+        out_lp[(int64_t)row * k + i] = -INFINITY;
     }
     if (threadIdx.x == 0) out[row] = rep;
 }

@@ -216,3 +216,33 @@ func BenchmarkBeamStep(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkChoose times a Whisper beam-search step's choice on the device (backend.Chooser):
+// five beams' rows of 51,865 logits, timestamps from 50,364, a drop list of 150 ids, a cut, the
+// five best tokens of each row with their log-probabilities back on the host.
+func BenchmarkChoose(b *testing.B) {
+	const rows, vocab, split, k = 5, 51865, 50364, 5
+	be := gpuBench(b)
+	r := rand.New(rand.NewPCG(7, 8))
+	x := upload(b, be, rows, vocab, randFloats(r, rows*vocab, 3))
+	drop := make([]int32, 150)
+	for i := range drop {
+		drop[i] = int32(r.IntN(vocab))
+	}
+	choices := make([]backend.Choice, rows)
+	for i := range choices {
+		choices[i] = backend.Choice{Cut: [4][2]int32{{split, split + 40}}, Drop: [2]int32{2, 150}, Split: split, Probe: -1}
+	}
+	out := make([]backend.Chosen, rows)
+	ids, logp := make([]int32, rows*k), make([]float32, rows*k)
+	if err := be.Choose(x, 0, choices, drop, k, out, ids, logp); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		if err := be.Choose(x, 0, choices, drop, k, out, ids, logp); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(b.Elapsed().Seconds()/float64(b.N)*1e6, "µs/step")
+}
