@@ -1008,9 +1008,10 @@ func (c *Context) Choose(logits Ref, vocab int, choices []backend.Choice, drop [
 }
 
 // backend.Choice and backend.Chosen are passed to C as plc_choice and plc_chosen: the build
-// fails if their sizes or the offsets of their last fields ever differ.
+// fails if their sizes or the offsets of their later fields ever differ.
 var _ = [1]struct{}{}[unsafe.Sizeof(backend.Choice{})-uintptr(C.sizeof_plc_choice)]
 var _ = [1]struct{}{}[unsafe.Offsetof(backend.Choice{}.Probe)-unsafe.Offsetof(C.plc_choice{}.probe)]
+var _ = [1]struct{}{}[unsafe.Offsetof(backend.Choice{}.Random)-unsafe.Offsetof(C.plc_choice{}.random)]
 var _ = [1]struct{}{}[unsafe.Sizeof(backend.Chosen{})-uintptr(C.sizeof_plc_chosen)]
 var _ = [1]struct{}{}[unsafe.Offsetof(backend.Chosen{}.Probe)-unsafe.Offsetof(C.plc_chosen{}.probe)]
 

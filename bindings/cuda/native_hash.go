@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "3366b65e18f2a75cbd8380a2edc149824e3ee10ea7bd7af25a644826e7752d5e"
+const nativeSources = "5274254d5bca30d1242788a0e6bc160fedf4ba2761c3018f178761b00cadd4f6"

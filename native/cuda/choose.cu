@@ -1,10 +1,11 @@
 // choose.cu: plc_choose. One block a row: the dropped ids become a bitmap in shared memory; then
 // passes over the row take the maximum and the exponential sum before filtering (where the row
 // probes an id), the same after filtering, the group's sum (forcing), the group's best id and
-// share, and the k best tokens: the k-th largest key by radix selection, then (only when more
+// share, and either the token drawn at the row's temperature or the k best tokens: the k-th largest key by radix selection, then (only when more
 // tokens tie at it than are wanted) the last id wanted among the ties by a second selection; the
 // tokens above and the ties wanted are gathered through a shared counter and each written to its
 // rank.
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 
@@ -21,6 +22,31 @@ __device__ __forceinline__ double plc_block_sum_d(double v, double *red) {
     for (int w = 0; w < nw; w++) s += red[w];
     return s;
 }
+
+// Block-wide exclusive prefix sum of a double over the threads in order, and the total in *total;
+// red: shared scratch of 32 doubles. Contains __syncthreads.
+__device__ __forceinline__ double plc_block_scan_d(double v, double *red, double *total) {
+    const int lane = threadIdx.x % PLC_WARP, warp = threadIdx.x / PLC_WARP, nw = blockDim.x / PLC_WARP;
+    double inc = v;
+    for (int o = 1; o < PLC_WARP; o <<= 1) {
+        const double y = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += y;
+    }
+    __syncthreads();
+    if (lane == PLC_WARP - 1) red[warp] = inc;
+    __syncthreads();
+    double off = 0.0, tot = 0.0;
+    for (int w = 0; w < nw; w++) {
+        if (w < warp) off += red[w];
+        tot += red[w];
+    }
+    *total = tot;
+    return off + inc - v;
+}
+
+// e^x as the host's vec.Expf rounds its smallest results: 0 below -87.33654 (where a float32
+// result would be subnormal), so that sums and probabilities agree with the host rule's.
+__device__ __forceinline__ float plc_expf_cut(float x) { return x < -87.33654f ? 0.f : expf(x); }
 
 // Block-wide minimum of an int; red: shared scratch of 32 ints. Contains __syncthreads.
 __device__ __forceinline__ int plc_block_min_i(int v, int *red) {
@@ -51,7 +77,7 @@ __global__ void __launch_bounds__(PLC_SELECT_THREADS)
     const int words = (int)((vocab + 31) / 32);
     for (int i = threadIdx.x; i < words; i += blockDim.x) dropped[i] = 0u;
     __syncthreads();
-    for (int i = c.drop[0] + (int)threadIdx.x; i < c.drop[1]; i += blockDim.x) {
+    for (int64_t i = c.drop[0] + (int64_t)threadIdx.x; i < c.drop[1]; i += blockDim.x) {
         const int32_t id = drop[i];
         atomicOr(&dropped[id >> 5], 1u << (id & 31));
     }
@@ -83,16 +109,27 @@ __global__ void __launch_bounds__(PLC_SELECT_THREADS)
             fail = true;
         } else {
             double s = 0.0;
-            for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) s += (double)expf(x[j] - m);
+            for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) s += (double)plc_expf_cut(x[j] - m);
             s = plc_block_sum_d(s, redd);
             const float lse = (float)log(s) + m;
             rep.probe = x[c.probe] - lse;
         }
     }
 
+    // At a temperature the row is divided (after taking it relative to its largest value where
+    // that value divided would overflow), as the host's ScaleRow does.
+    float inv = 1.f, shift = 0.f;
+    if (c.temperature > 0.f && !fail) {
+        float m = -INFINITY;
+        for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) m = fmaxf(m, x[j]);  // NaN ignored
+        m = plc_block_max(m, red);
+        inv = fminf(1.f / c.temperature, FLT_MAX);
+        if (m * inv == INFINITY) shift = m;
+    }
     // The filtered row's log-softmax: lp(j) = val(j) - lse.
     const int64_t split = c.split;
-    auto val = [&](int64_t j) { return removed(j) ? -INFINITY : x[j]; };
+    const bool scaled = c.temperature > 0.f;
+    auto val = [&](int64_t j) { return removed(j) ? -INFINITY : scaled ? (x[j] - shift) * inv : x[j]; };
     float mt = -INFINITY, ms = -INFINITY;
     bool bad = false;
     if (!fail) {
@@ -113,7 +150,7 @@ __global__ void __launch_bounds__(PLC_SELECT_THREADS)
         double s = 0.0;
         for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
             const float v = val(j);
-            if (v > -INFINITY) s += (double)expf(v - m);
+            if (v > -INFINITY) s += (double)plc_expf_cut(v - m);
         }
         s = plc_block_sum_d(s, redd);
         lse = (float)log(s) + m;
@@ -126,7 +163,7 @@ __global__ void __launch_bounds__(PLC_SELECT_THREADS)
         if (mxs > -INFINITY)
             for (int64_t j = split + threadIdx.x; j < vocab; j += blockDim.x) {
                 const float v = val(j);
-                if (v > -INFINITY) s += (double)expf((v - lse) - mxs);
+                if (v > -INFINITY) s += (double)plc_expf_cut((v - lse) - mxs);
             }
         s = plc_block_sum_d(s, redd);
         const float group = s > 0.0 ? (float)log(s) + mxs : -INFINITY;
@@ -143,7 +180,7 @@ __global__ void __launch_bounds__(PLC_SELECT_THREADS)
         float best = 0.f;
         double s = 0.0;
         for (int64_t j = split + threadIdx.x; j < vocab; j += blockDim.x) {
-            const float p = expf(fin(j));
+            const float p = plc_expf_cut(fin(j));
             s += (double)p;
             best = fmaxf(best, p);
         }
@@ -152,7 +189,7 @@ __global__ void __launch_bounds__(PLC_SELECT_THREADS)
         int first = INT_MAX;
         if (best > 0.f)
             for (int64_t j = split + threadIdx.x; j < vocab; j += blockDim.x)
-                if (expf(fin(j)) == best) {
+                if (plc_expf_cut(fin(j)) == best) {
                     first = (int)j;
                     break;
                 }
@@ -162,15 +199,53 @@ __global__ void __launch_bounds__(PLC_SELECT_THREADS)
             rep.share = (float)((double)best / (s + 1e-10));
         }
     }
+    // A draw: u times the total of exp(lp) in id order, each thread summing a run of consecutive
+    // ids; the thread whose run crosses the target walks it. None crossing (rounding): the last
+    // id above -inf.
+    if (!fail && scaled) {
+        const int64_t per = (vocab + blockDim.x - 1) / blockDim.x;
+        const int64_t lo = min(vocab, (int64_t)threadIdx.x * per), hi = min(vocab, lo + per);
+        double a = 0.0;
+        int last = -1;
+        for (int64_t j = lo; j < hi; j++) {
+            const float f = fin(j);
+            a += (double)plc_expf_cut(f);
+            if (f > -INFINITY) last = (int)j;
+        }
+        double total;
+        const double before = plc_block_scan_d(a, redd, &total);
+        const double target = (double)(c.random << 11 >> 11) * 0x1p-53 * total;
+        int found = INT_MAX;
+        if (before <= target && before + a > target) {
+            double run = before;
+            for (int64_t j = lo; j < hi; j++) {
+                run += (double)plc_expf_cut(fin(j));
+                if (run > target) {
+                    found = (int)j;
+                    break;
+                }
+            }
+        }
+        found = plc_block_min_i(found, redi);
+        last = -plc_block_min_i(-last, redi);
+        if (threadIdx.x == 0) {
+            const int id = found != INT_MAX && fin(found) > -INFINITY ? found : last;
+            cand_i[0] = id;
+            cand_v[0] = fin(id);
+        }
+        __syncthreads();
+    }
     // The k best: kk = min(k, tokens above -inf).
     int kk = 0;
-    if (!fail) {
+    if (!fail && scaled) {
+        kk = 1;
+    } else if (!fail) {
         float cnt = 0.f;
         for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) cnt += fin(j) > -INFINITY ? 1.f : 0.f;
         cnt = plc_block_sum(cnt, red);
         kk = (int)fminf(cnt, (float)k);
     }
-    if (kk > 0) {
+    if (kk > 0 && !scaled) {
         auto key = [&](int64_t j) {
             const float v = fin(j);
             return v > -INFINITY ? plc_key(v) : 0u;
@@ -245,12 +320,15 @@ extern "C" int plc_choose(plc_ctx *ctx, const float *logits, int64_t n, int64_t 
             return plc_fail_arg(ctx, "choose: drop range outside the list");
         if (c.split < 0 || c.split > vocab || c.probe < -1 || c.probe >= vocab)
             return plc_fail_arg(ctx, "choose: split or probe outside the vocabulary");
+        if (!(c.temperature >= 0.f) || isinf(c.temperature)) return plc_fail_arg(ctx, "choose: bad temperature");
     }
     PLC_ENTER(ctx);
+    int st = plc_not_recording(ctx, "choose (it waits for the logits)");
+    if (st != PLC_OK) return st;
     const void *host[2] = {choices, drop};
     const size_t sizes[2] = {(size_t)n * sizeof(plc_choice), (size_t)ndrop * sizeof(int32_t)};
     void *dev[2];
-    int st = plc_meta(ctx, 2, host, sizes, dev);
+    st = plc_meta(ctx, 2, host, sizes, dev);
     if (st != PLC_OK) return st;
     const size_t rb = (size_t)n * sizeof(plc_chosen), ib = (size_t)n * k * sizeof(int32_t);
     const size_t total = rb + 2 * ib;

@@ -296,15 +296,21 @@ int plc_beam_step(plc_ctx *ctx, const float *logits, int32_t beams, int64_t voca
  * drop list are set to -inf; the row's log-softmax is taken; the ids from split up form a group
  * (vocab: none), and when log sum exp over the group exceeds every id below split, those ids are
  * set to -inf (not renormalised). probe (-1: none) is an id whose log-probability in the row as
- * it came is reported. Laid out as the Go backend.Choice. */
+ * it came is reported. temperature > 0 divides the row before filtering (taken relative to its
+ * largest value first where that would overflow; 1/temperature at most FLT_MAX), and one token
+ * is drawn instead of the k best: the first id at which the running sum of exp(log-probability),
+ * in id order, exceeds u times their total, u = (random mod 2^53) * 2^-53 (the last id above
+ * -inf where rounding leaves none). Laid out as the Go backend.Choice. */
 typedef struct {
     int32_t cut[4][2];
     int32_t drop[2];
     int32_t split;
     int32_t probe;
+    float temperature;
+    uint64_t random;
 } plc_choice;
 
-/* plc_chosen is what plc_choose reports of a row: n tokens found (at most k; -1 for a row that
+/* plc_chosen is what plc_choose reports of a row: n tokens found (at most k; 1 for a draw; -1 for a row that
  * holds a NaN or +inf or nothing above -inf, before filtering where it probes, or after); the
  * group's most probable id (the lowest among equal float probabilities; -1: none) and its
  * probability over the group's total + 1e-10; the probe's log-probability (0: none). Laid out as
@@ -318,9 +324,10 @@ typedef struct {
 
 /* plc_choose waits, then for each row i of logits [n, vocab] (device) applies choices[i] (host
  * [n]; drop: host [ndrop] ids) and writes rows[i] (host [n]) and the k most probable tokens
- * after filtering, most probable first (the lower id first among equals), to ids[i*k..] and
- * their log-probabilities to logp[i*k..] (host [n*k]; -1 and -inf past the n found). Sums are
- * float64. 1 <= k <= min(vocab, 64); vocab <= 327680 (else PLC_ERR_UNSUPPORTED). */
+ * after filtering, most probable first (the lower id first among equals), or the one drawn, to
+ * ids[i*k..] and their log-probabilities to logp[i*k..] (host [n*k]; -1 and -inf past the n
+ * found). Sums are float64. 1 <= k <= vocab; k <= 64 and vocab <= 327680, else
+ * PLC_ERR_UNSUPPORTED. */
 int plc_choose(plc_ctx *ctx, const float *logits, int64_t n, int64_t vocab, const plc_choice *choices,
                const int32_t *drop, int32_t ndrop, int32_t k, plc_chosen *rows, int32_t *ids, float *logp);
 

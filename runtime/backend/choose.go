@@ -22,19 +22,27 @@ const MaxChooseK = 64
 // others are not renormalised). Probe, when not -1, is an id whose log-probability in the row as
 // it came, before any filter, is reported (Whisper's no-speech probability).
 //
+// Temperature, when above 0, divides the row before it is filtered (after the probe; the row is
+// first taken relative to its largest value where dividing would overflow), and one token is
+// drawn instead of the k best: with u = (Random mod 2^53)·2^-53 (math/rand/v2's Float64 of the
+// same draw), the first id at which the running sum of exp(log-probability), in id order,
+// exceeds u times their total (the last id above -Inf where rounding leaves none).
+//
 // The layout is the CUDA library's plc_choice, so that a slice of Choices goes to the device as
 // it is.
 type Choice struct {
-	Cut   [4][2]int32
-	Drop  [2]int32
-	Split int32
-	Probe int32
+	Cut         [4][2]int32
+	Drop        [2]int32
+	Split       int32
+	Probe       int32
+	Temperature float32
+	Random      uint64
 }
 
 // Chosen is what Choose reports of a row besides its tokens.
 type Chosen struct {
 	// N is the number of tokens found (at most k: fewer when fewer are above -Inf after
-	// filtering), or -1 for a row that holds a NaN or +Inf or no value above -Inf (before
+	// filtering; 1 for a draw), or -1 for a row that holds a NaN or +Inf or no value above -Inf (before
 	// filtering, when the row has a Probe; after, otherwise), or whose filtered log-softmax does.
 	N int32
 	// Group is the most probable id of the group (the lowest among equal probabilities), -1 when
@@ -49,11 +57,12 @@ type Chosen struct {
 // Chooser is implemented by backends that choose a decoder's tokens where the logits are (on a
 // GPU, only the chosen ids and their log-probabilities leave the device). Choose waits for the
 // logits, then filters row row0+i of logits (F32) as choices[i] says and writes its k most
-// probable tokens, the most probable first (the lower id first among equal ones), into
-// ids[i*k:(i+1)*k] and their log-probabilities into logp[i*k:(i+1)*k] (-1 and -Inf past the
-// tokens found), and the rest of what it found into rows[i]. Its answers are ChooseRows', up to
-// the order in which float sums are added (a token whose rank, or a group whose forcing, depends
-// on the last bits of a sum may differ).
+// probable tokens, the most probable first (the lower id first among equal ones), or the one
+// token drawn where choices[i] has a temperature, into ids[i*k:(i+1)*k] and their
+// log-probabilities into logp[i*k:(i+1)*k] (-1 and -Inf past the tokens found), and the rest of
+// what it found into rows[i]. Its answers are ChooseRows', up to the order in which float sums
+// are added (a token whose rank or draw, or a group whose forcing, depends on the last bits of a
+// sum may differ).
 type Chooser interface {
 	Choose(logits Tensor, row0 int, choices []Choice, drop []int32, k int, rows []Chosen, ids []int32, logp []float32) error
 }
@@ -83,6 +92,9 @@ func CheckChoices(choices []Choice, drop []int32, cols, k int) error {
 		}
 		if c.Probe < -1 || int(c.Probe) >= cols {
 			return fmt.Errorf("choose: row %d probes id %d of %d", i, c.Probe, cols)
+		}
+		if t := float64(c.Temperature); !(t >= 0) || math.IsInf(t, 1) {
+			return fmt.Errorf("choose: row %d has temperature %v", i, c.Temperature)
 		}
 	}
 	return nil
@@ -175,15 +187,56 @@ func ChooseRows(x []float32, cols int, choices []Choice, drop []int32, k int, ro
 			lse, ok = logSumExp(row)
 			r.Probe = row[c.Probe] - lse
 		}
+		if ok && c.Temperature > 0 {
+			ScaleRow(row, c.Temperature)
+		}
 		if !ok || !FilterRow(row, c, drop) {
 			rows[i] = Chosen{N: -1, Group: -1}
 			continue
 		}
 		r.Group, r.Share = GroupStats(row, int(c.Split))
-		r.N = int32(topTokens(row, id, lp))
+		if c.Temperature > 0 {
+			id[0], lp[0] = drawToken(row, c.Random)
+			r.N = 1
+		} else {
+			r.N = int32(topTokens(row, id, lp))
+		}
 		rows[i] = r
 	}
 	return nil
+}
+
+// ScaleRow divides x by temp (above 0) in place, first taking it relative to its largest value
+// where that value divided would overflow (the softmax is the same; the rest fall towards -Inf
+// instead of the largest becoming +Inf). 1/temp is capped at the largest float32.
+func ScaleRow(x []float32, temp float32) {
+	inv := min(1/temp, math.MaxFloat32)
+	shift := float32(0)
+	if mx, _ := vec.Max(x); math.IsInf(float64(mx*inv), 1) {
+		shift = mx
+	}
+	for i, v := range x {
+		x[i] = (v - shift) * inv
+	}
+}
+
+// drawToken draws from log-probabilities lp (one above -Inf at least) as Choice says, with the
+// uniform of random, and returns the token and its log-probability.
+func drawToken(lp []float32, random uint64) (int32, float32) {
+	u := float64(random<<11>>11) / (1 << 53)
+	r := u * vec.SumExp(lp, 0)
+	id := len(lp) - 1
+	for i, v := range lp {
+		r -= float64(vec.Expf(v))
+		if r < 0 {
+			id = i
+			break
+		}
+	}
+	for math.IsInf(float64(lp[id]), -1) && id > 0 { // rounding at the tail
+		id--
+	}
+	return int32(id), lp[id]
 }
 
 // GroupStats returns the most probable id of lp[split:] (the first of equal ones; -1 when all

@@ -7,9 +7,11 @@ import (
 	"testing"
 )
 
-// refChoose is Choose's rule in float64, written out directly: the filtered row's log-softmax,
-// the group's forcing, the k best ids (the lower first among equals), the group's best id and
-// share, the probe.
+// refChoose is Choose's rule in float64, written out directly: the row divided by the
+// temperature, the filtered row's log-softmax, the group's forcing, the k best ids (the lower
+// first among equals) or the id drawn, the group's best id and share, the probe. margin is the
+// smaller of the forcing's and the draw's distances to their thresholds (the latter relative to
+// the total).
 func refChoose(x []float32, c Choice, drop []int32, k int) (ids []int32, lp []float64, r Chosen, margin float64) {
 	n := len(x)
 	y := make([]float64, n)
@@ -29,6 +31,11 @@ func refChoose(x []float32, c Choice, drop []int32, k int) (ids []int32, lp []fl
 	}
 	if c.Probe >= 0 {
 		r.Probe = float32(y[c.Probe] - lse(y))
+	}
+	if c.Temperature > 0 {
+		for i := range y {
+			y[i] /= float64(c.Temperature)
+		}
 	}
 	for _, cut := range c.Cut {
 		for i := cut[0]; i < cut[1]; i++ {
@@ -56,6 +63,31 @@ func refChoose(x []float32, c Choice, drop []int32, k int) (ids []int32, lp []fl
 			}
 		}
 	}
+	if c.Temperature > 0 {
+		total := 0.0
+		for _, v := range y {
+			total += math.Exp(v)
+		}
+		target := float64(c.Random<<11>>11) / (1 << 53) * total
+		run, id := 0.0, -1
+		for i, v := range y {
+			run += math.Exp(v)
+			margin = min(margin, math.Abs(run-target)/total)
+			if id < 0 && run > target {
+				id = i
+			}
+		}
+		if id < 0 {
+			id = n - 1
+		}
+		for id > 0 && math.IsInf(y[id], -1) {
+			id--
+		}
+		if total > 0 {
+			ids, lp = []int32{int32(id)}, []float64{y[id]}
+			r.N = 1
+		}
+	}
 	order := make([]int32, 0, n)
 	for i, v := range y {
 		if !math.IsInf(v, -1) {
@@ -72,10 +104,13 @@ func refChoose(x []float32, c Choice, drop []int32, k int) (ids []int32, lp []fl
 		return 0
 	})
 	order = order[:min(k, len(order))]
-	for _, id := range order {
-		lp = append(lp, y[id])
+	if c.Temperature == 0 {
+		for _, id := range order {
+			lp = append(lp, y[id])
+		}
+		ids, r.N = order, int32(len(order))
 	}
-	r.N, r.Group = int32(len(order)), -1
+	r.Group = -1
 	best, sum := 0.0, 0.0
 	for i := s; i < n; i++ {
 		p := math.Exp(y[i])
@@ -85,7 +120,7 @@ func refChoose(x []float32, c Choice, drop []int32, k int) (ids []int32, lp []fl
 		}
 	}
 	r.Share = float32(best / (sum + 1e-10))
-	return order, lp, r, margin
+	return ids, lp, r, margin
 }
 
 // TestChooseRows compares ChooseRows with refChoose on fresh random rows and filters: logits on a
@@ -124,6 +159,9 @@ func TestChooseRows(t *testing.T) {
 		if r%7 == 0 {
 			c.Split = cols // no group
 		}
+		if r%4 == 1 {
+			c.Temperature, c.Random = float32(0.25+rng.Float64()), rng.Uint64()
+		}
 		choices[r] = c
 	}
 	orig := slices.Clone(x)
@@ -133,14 +171,17 @@ func TestChooseRows(t *testing.T) {
 	if err := ChooseRows(x, cols, choices, drop, k, rows, ids, logp); err != nil {
 		t.Fatal(err)
 	}
-	forced := 0
+	forced, drawn := 0, 0
 	for r, c := range choices {
 		wid, wlp, wr, margin := refChoose(orig[r*cols:(r+1)*cols], c, drop, k)
 		if margin < 1e-4 {
 			continue // forcing within rounding
 		}
-		if margin < math.Inf(1) && wr.N <= int32(cols-split) && wid[0] >= split {
+		if c.Split < cols && len(wid) > 0 && wid[0] >= split && c.Temperature == 0 {
 			forced++
+		}
+		if c.Temperature > 0 {
+			drawn++
 		}
 		g := rows[r]
 		if g.N != wr.N || g.Group != wr.Group || math.Abs(float64(g.Share-wr.Share)) > 1e-5 || math.Abs(float64(g.Probe-wr.Probe)) > 1e-5 {
@@ -160,8 +201,8 @@ func TestChooseRows(t *testing.T) {
 			}
 		}
 	}
-	if forced == 0 {
-		t.Error("no row had its group forced")
+	if forced == 0 || drawn == 0 {
+		t.Errorf("%d rows had their group forced, %d drew: the cases are not all there", forced, drawn)
 	}
 }
 
@@ -228,10 +269,10 @@ func TestChooseRowsRefuses(t *testing.T) {
 // distinct tokens that no filter removed, each with the log-probability its row was left with,
 // most probable first (the lower id first among equals), then -1 and -Inf.
 func FuzzChooseRows(f *testing.F) {
-	f.Add([]byte{0, 0, 128, 63, 0, 0, 0, 64, 0, 0, 64, 64, 0, 0, 0, 0}, int32(0), int32(1), int32(0), int32(1), int32(2), int32(-1), uint8(2))
-	f.Add([]byte{0, 0, 128, 127, 0, 0, 0, 0, 0, 0, 192, 127}, int32(1), int32(1), int32(0), int32(0), int32(3), int32(0), uint8(1))
-	f.Add([]byte{0, 0, 128, 255, 0, 0, 128, 255}, int32(0), int32(2), int32(1), int32(1), int32(0), int32(1), uint8(3))
-	f.Fuzz(func(t *testing.T, raw []byte, cutLo, cutHi, dropLo, dropHi, split, probe int32, k uint8) {
+	f.Add([]byte{0, 0, 128, 63, 0, 0, 0, 64, 0, 0, 64, 64, 0, 0, 0, 0}, int32(0), int32(1), int32(0), int32(1), int32(2), int32(-1), uint8(2), float32(0), uint64(0))
+	f.Add([]byte{0, 0, 128, 127, 0, 0, 0, 0, 0, 0, 192, 127}, int32(1), int32(1), int32(0), int32(0), int32(3), int32(0), uint8(1), float32(0.7), uint64(1<<62))
+	f.Add([]byte{0, 0, 128, 255, 0, 0, 128, 255}, int32(0), int32(2), int32(1), int32(1), int32(0), int32(1), uint8(3), float32(1e-30), uint64(99))
+	f.Fuzz(func(t *testing.T, raw []byte, cutLo, cutHi, dropLo, dropHi, split, probe int32, k uint8, temp float32, random uint64) {
 		n := len(raw) / 4
 		if n == 0 || n > 4096 {
 			return
@@ -241,7 +282,7 @@ func FuzzChooseRows(f *testing.F) {
 			x[i] = math.Float32frombits(uint32(raw[4*i]) | uint32(raw[4*i+1])<<8 | uint32(raw[4*i+2])<<16 | uint32(raw[4*i+3])<<24)
 		}
 		drop := []int32{int32(n / 2), 0, int32(n - 1)}
-		c := Choice{Cut: [4][2]int32{{cutLo, cutHi}}, Drop: [2]int32{dropLo, dropHi}, Split: split, Probe: probe}
+		c := Choice{Cut: [4][2]int32{{cutLo, cutHi}}, Drop: [2]int32{dropLo, dropHi}, Split: split, Probe: probe, Temperature: temp, Random: random}
 		kk := int(k)
 		rows, ids, lp := make([]Chosen, 1), make([]int32, kk), make([]float32, kk)
 		y := slices.Clone(x)
@@ -253,8 +294,8 @@ func FuzzChooseRows(f *testing.F) {
 			return
 		}
 		r := rows[0]
-		if r.N < -1 || int(r.N) > kk {
-			t.Fatalf("%d tokens of %d", r.N, kk)
+		if r.N < -1 || int(r.N) > kk || temp > 0 && r.N > 1 {
+			t.Fatalf("%d tokens of %d (temperature %v)", r.N, kk, temp)
 		}
 		removed := func(id int32) bool {
 			if id >= c.Cut[0][0] && id < c.Cut[0][1] {
@@ -273,11 +314,14 @@ func FuzzChooseRows(f *testing.F) {
 			if id < 0 || int(id) >= n || removed(id) || v != y[id] || math.IsInf(float64(v), 0) || v != v {
 				t.Fatalf("%+v over %v: token %d is %d (%v)", c, x, i, id, v)
 			}
+			if temp > 0 {
+				continue
+			}
 			if i > 0 && (v > lp[i-1] || v == lp[i-1] && id < ids[i-1]) {
 				t.Fatalf("%+v over %v: tokens out of order: %v %v", c, x, ids, lp)
 			}
 		}
-		if r.N > 0 {
+		if r.N > 0 && temp == 0 {
 			// nothing left out ranks above the last token taken
 			last := lp[r.N-1]
 			for id, v := range y {

@@ -14,17 +14,20 @@ import (
 // beams of 5) and a small one, read from an offset row; logits on a grid of 1/1024, so that
 // distinct values are never within rounding of each other and equal ones test the order of ties;
 // groups strong enough to be forced in some rows; up to four cuts, a range of a drop list and a
-// probe; rows with a NaN that a filter removes, one that none does, and nothing left. The tokens,
-// counts and groups must be the same, log-probabilities, shares and probes within 1e-5 (float32
-// values after sums in another order); rows whose forcing is within 1e-4 of its threshold are
-// left out. Its argument checks too.
+// probe; rows with a NaN that a filter removes, one that none does, and nothing left; draws at a
+// temperature (one with nearly everything cut); a row that is all group; fewer tokens left than
+// wanted; +0 and -0 as the largest values; a group whose probabilities are below float32's normal
+// range. The tokens, counts and groups must be the same, log-probabilities, shares and probes
+// within 1e-5 (float32 values after sums in another order); rows whose forcing is within 1e-4
+// of its threshold, or whose draw within 1e-5 of a boundary, are left out. Its argument checks
+// too.
 func testChoose(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)) {
 	ch, ok := b.(backend.Chooser)
 	if !ok {
 		t.Skipf("%s is not a backend.Chooser", b.Name())
 	}
 	const lead = 3
-	for _, sh := range []struct{ vocab, split, k, rows int }{{51865, 50364, 5, 24}, {997, 900, 8, 40}} {
+	for _, sh := range []struct{ vocab, split, k, rows int }{{51865, 50364, 5, 39}, {997, 900, 8, 52}} {
 		r := rng(fmt.Sprintf("choose %d", sh.vocab))
 		V := sh.vocab
 		drop := make([]int32, 150)
@@ -49,7 +52,7 @@ func testChoose(t *testing.T, b backend.Backend, _ func() (backend.Backend, erro
 			}
 			lo := r.Int32N(int32(len(drop)) + 1)
 			c.Drop = [2]int32{lo, lo + r.Int32N(int32(len(drop))-lo+1)}
-			switch i % 8 {
+			switch i % 13 {
 			case 1:
 				c.Probe = r.Int32N(int32(V))
 			case 2:
@@ -67,6 +70,27 @@ func testChoose(t *testing.T, b backend.Backend, _ func() (backend.Backend, erro
 				c.Cut[0] = [2]int32{10, 11}
 				row[10] = float32(math.Inf(1))
 				c.Probe = 3
+			case 7, 8: // a draw at a temperature (with a probe)
+				c.Temperature, c.Random = float32(0.3+r.Float64()), r.Uint64()
+				if i%13 == 8 {
+					c.Probe = r.Int32N(int32(V))
+				}
+			case 9: // the whole row a group
+				c.Split = 0
+			case 10: // fewer tokens left than wanted
+				c.Cut = [4][2]int32{{0, 20}, {23, int32(V)}}
+			case 11: // the largest values +0 and -0, either first, and a group whose probabilities are below float32's normal range
+				c.Cut = [4][2]int32{}
+				for j := range row {
+					row[j] = -float32(j%7) - 1
+				}
+				row[V/3], row[V/2] = float32(math.Copysign(0, float64(i%2*2-1))), float32(math.Copysign(0, float64(1-i%2*2)))
+				for j := sh.split; j < V; j++ {
+					row[j] = -95 - float32(j%3)
+				}
+			case 12: // a draw with nearly all cut
+				c.Cut = [4][2]int32{{0, 20}, {23, int32(V)}}
+				c.Temperature, c.Random = 0.7, r.Uint64()
 			}
 			choices[i] = c
 		}
@@ -81,10 +105,10 @@ func testChoose(t *testing.T, b backend.Backend, _ func() (backend.Backend, erro
 		if err := backend.ChooseRows(host, V, choices, drop, k, wrows, wids, wlogp); err != nil {
 			t.Fatal(err)
 		}
-		forced, refused := 0, 0
+		forced, refused, drawn := 0, 0, 0
 		for i, c := range choices {
 			m, grouped := forcing(x[(lead+i)*V:(lead+i+1)*V], c, drop)
-			if grouped && math.Abs(m) < 1e-4 {
+			if grouped && math.Abs(m) < 1e-4 || c.Temperature > 0 && wrows[i].N > 0 && drawMargin(host[i*V:(i+1)*V], c.Random) < 1e-5 {
 				continue
 			}
 			g, w := rows[i], wrows[i]
@@ -92,6 +116,9 @@ func testChoose(t *testing.T, b backend.Backend, _ func() (backend.Backend, erro
 				refused++
 			} else if grouped && m > 0 {
 				forced++
+			}
+			if c.Temperature > 0 && w.N > 0 {
+				drawn++
 			}
 			near := func(a, b float32) bool {
 				return a == b || math.Abs(float64(a-b)) <= 1e-5+1e-6*math.Abs(float64(b))
@@ -106,9 +133,9 @@ func testChoose(t *testing.T, b backend.Backend, _ func() (backend.Backend, erro
 				}
 			}
 		}
-		t.Logf("vocab %d: %d rows, %d refused, %d with their group forced", V, sh.rows, refused, forced)
-		if refused == 0 || forced == 0 {
-			t.Errorf("vocab %d: %d rows refused, %d with their group forced: the cases are not all there", V, refused, forced)
+		t.Logf("vocab %d: %d rows, %d refused, %d with their group forced, %d drawn", V, sh.rows, refused, forced, drawn)
+		if refused == 0 || forced == 0 || drawn == 0 {
+			t.Errorf("vocab %d: %d rows refused, %d with their group forced, %d drawn: the cases are not all there", V, refused, forced, drawn)
 		}
 		// Argument checks: rows past the tensor, a bad filter, a bad k.
 		for _, bad := range []func() error{
@@ -127,6 +154,22 @@ func testChoose(t *testing.T, b backend.Backend, _ func() (backend.Backend, erro
 			}
 		}
 	}
+}
+
+// drawMargin is how far a draw with random falls from a boundary between two tokens, relative to
+// the total, over log-probabilities lp (float64 sums in id order).
+func drawMargin(lp []float32, random uint64) float64 {
+	total := 0.0
+	for _, v := range lp {
+		total += math.Exp(float64(v))
+	}
+	target := float64(random<<11>>11) / (1 << 53) * total
+	run, m := 0.0, math.Inf(1)
+	for _, v := range lp {
+		run += math.Exp(float64(v))
+		m = min(m, math.Abs(run-target)/total)
+	}
+	return m
 }
 
 // forcing returns log Σ exp over a row's group minus the largest log-probability below it, in

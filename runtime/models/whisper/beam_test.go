@@ -104,7 +104,7 @@ func (f *forcer) logprobs(t *testing.T, ids []int32) []float32 {
 	for _, id := range ids {
 		h.tokens = append(h.tokens, tokData{id: id})
 	}
-	f.e.process(f.j, h, lg, 0)
+	backend.FilterRow(lg, f.e.choice(f.j, h), f.e.drop)
 	return lg
 }
 

@@ -14,13 +14,14 @@ import (
 )
 
 // TestChooserPath runs the same transcriptions at once (greedy with timestamps and temperature
-// fallback, beam search, greedy without timestamps), so that steps mix rows whose tokens the
-// decoder chooses with rows whose logits are read, on a backend and on a backend.Chooser form of
-// it (backendtest.Choosing: as a GPU backend, the tokens are chosen behind the Chooser
-// interface), and checks that every result is the same, token for token and probability for
-// probability. The pure-Go backend gives a row the same arithmetic whatever the batch holds.
+// fallback, so best-of draws; beam search; greedy without timestamps; one detecting its
+// language, whose row is read while the others' tokens are chosen in the same steps) on a
+// backend and on a backend.Chooser form of it (backendtest.Choosing: as a GPU backend, the
+// tokens are chosen behind the Chooser interface), and checks that every result is the same,
+// token for token and probability for probability. The pure-Go backend gives a row the same
+// arithmetic whatever the batch holds.
 func TestChooserPath(t *testing.T) {
-	path := synthModel(t, ggml.Shape{Name: "mini", State: 64, Head: 2, AudioLayer: 1, TextLayer: 2}, "tiny.en")
+	path := synthModel(t, ggml.Shape{Name: "mini", State: 64, Head: 2, AudioLayer: 1, TextLayer: 2}, "tiny")
 	type req struct {
 		utt            string
 		beam           int
@@ -41,7 +42,7 @@ func TestChooserPath(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer m.Close()
-		eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: len(reqs)})
+		eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: len(reqs), EncodeBatch: len(reqs)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,6 +53,9 @@ func TestChooserPath(t *testing.T) {
 		for i, r := range reqs {
 			p := whisper.DefaultParams()
 			p.Language, p.NoTimestamps, p.BeamSize, p.Seed = "en", r.noTS, r.beam, 3
+			if i == 2 {
+				p.Language = "auto"
+			}
 			p.SuppressNonSpeech = i%2 == 1
 			if !r.fallback {
 				p.TemperatureInc = 0
@@ -79,6 +83,9 @@ func TestChooserPath(t *testing.T) {
 	if ch.Calls == 0 {
 		t.Fatal("the decoder never asked the backend to choose")
 	}
+	if len(reqs) > 2 && want[2].Language == "" {
+		t.Error("the request that detects its language reports none")
+	}
 	hot := false
 	for i := range reqs {
 		if !reflect.DeepEqual(got[i], want[i]) {
@@ -92,6 +99,6 @@ func TestChooserPath(t *testing.T) {
 		}
 	}
 	if !hot && !whisper.RaceEnabled {
-		t.Error("no window was decoded again at a temperature: the steps never mixed chosen and read rows")
+		t.Error("no window was decoded again at a temperature: nothing was drawn")
 	}
 }

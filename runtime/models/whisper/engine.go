@@ -90,11 +90,9 @@ type Engine struct {
 	logits    []float32
 	cands     []beamCand
 	topk      []tokData
-	langLP    []float32
-	expBuf    []float32 // scratch of NVocab exponentials
-	crosses   []*Cross  // free cross-attention windows
-	steps     uint64    // steps taken: when a transcription began to wait for its encoder
-	encJobs   []*job    // the jobs of the encoder call in progress (nil: ended during it)
+	crosses   []*Cross // free cross-attention windows
+	steps     uint64   // steps taken: when a transcription began to wait for its encoder
+	encJobs   []*job   // the jobs of the encoder call in progress (nil: ended during it)
 	encMels   [][]float32
 	encOuts   []*Cross
 	align     *aligner // word timing, made on first use
@@ -160,8 +158,6 @@ func NewEngine(m *Model, cfg EngineConfig) (*Engine, error) {
 		e.encMels[i] = make([]float32, m.Mels*WindowFrames)
 	}
 	e.encJobs, e.encOuts = make([]*job, 0, cfg.EncodeBatch), make([]*Cross, 0, cfg.EncodeBatch)
-	e.langLP = make([]float32, m.NVocab)
-	e.expBuf = make([]float32, m.NVocab)
 	e.drop, e.nBlank, e.nAlways = dropList(tok, m.NVocab)
 	e.picks, e.choices, e.chosen = make([]int32, 0, maxSeqs), make([]backend.Choice, 0, maxSeqs), make([]backend.Chosen, 0, maxSeqs)
 	e.chIDs, e.chLogp = make([]int32, 0, maxSeqs*MaxDecoders), make([]float32, 0, maxSeqs*MaxDecoders)
@@ -506,17 +502,24 @@ func (e *Engine) stepAll() (seqs, tokens int, busy bool) {
 				break
 			}
 			e.toks = append(e.toks, h.pending...)
-			// Tokens chosen without a temperature are chosen where the logits are (on a GPU
-			// only they leave the device); the other rows' logits are read.
-			h.picked = j.ph != phDetect && j.temps[j.tempIdx] == 0
-			if h.picked {
-				h.row = len(e.picks)
-				e.picks = append(e.picks, int32(len(e.toks)-1))
-				e.choices = append(e.choices, e.choice(j, h))
+			// Tokens are chosen where the logits are (on a GPU only they leave the device);
+			// language detection reads its row.
+			last := int32(len(e.toks) - 1)
+			switch temp := j.temps[j.tempIdx]; {
+			case j.ph == phDetect:
+				h.picked, h.row = false, len(e.outRows)
+				e.outRows = append(e.outRows, last)
+			case temp == 0:
+				e.pick(j, h, last)
 				e.chK = max(e.chK, j.p.BeamSize)
-			} else {
-				h.row = len(e.outRows)
-				e.outRows = append(e.outRows, int32(len(e.toks)-1))
+			default:
+				e.pick(j, h, last)
+				if j.ph == phPrompt {
+					// The other candidates draw their first tokens from the prompt's row too.
+					for _, o := range j.hyps[1:j.nHyp] {
+						e.pick(j, o, last)
+					}
+				}
 			}
 			e.cross = append(e.cross, j.cross)
 			e.owners = append(e.owners, h)
@@ -555,6 +558,18 @@ func (e *Engine) stepAll() (seqs, tokens int, busy bool) {
 		}
 	}
 	return len(e.owners), len(e.toks), true
+}
+
+// pick has the decoder choose hypothesis h's next token from the logits of batch row at (a draw
+// from the hypothesis's own random stream at a temperature).
+func (e *Engine) pick(j *job, h *hyp, at int32) {
+	c := e.choice(j, h)
+	if temp := j.temps[j.tempIdx]; temp > 0 {
+		c.Temperature, c.Random = temp, h.rng.Uint64()
+	}
+	h.picked, h.row = true, len(e.picks)
+	e.picks = append(e.picks, at)
+	e.choices = append(e.choices, c)
 }
 
 func (e *Engine) row(h *hyp) []float32 {
@@ -760,29 +775,21 @@ func (e *Engine) DetectLanguage(ctx context.Context, samples []float32) ([]LangP
 func (e *Engine) afterPrompt(j *job) {
 	h0 := j.hyps[0]
 	temp := j.temps[j.tempIdx]
-	if h0.picked {
-		r := e.chosen[h0.row]
-		if r.N < 1 {
-			j.err, j.ph = errNonFinite, phDone
-			return
-		}
-		j.noSpeech = float32(math.Exp(float64(r.Probe)))
-	} else {
-		lg := e.row(h0)
-		copy(e.langLP, lg)
-		if !backend.LogSoftmax(e.langLP) {
-			j.err, j.ph = errNonFinite, phDone
-			return
-		}
-		j.noSpeech = float32(math.Exp(float64(e.langLP[e.tok.NoSpeech])))
-		if !e.process(j, h0, lg, temp) {
-			return
-		}
+	r := e.chosen[h0.row]
+	if r.N < 1 {
+		j.err, j.ph = errNonFinite, phDone
+		return
 	}
+	j.noSpeech = float32(math.Exp(float64(r.Probe)))
 	for _, h := range j.hyps[1:j.nHyp] {
 		h.seq.Release()
 		h.seq = h0.seq.ForkInto(h.seq, h0.seq.Len())
-		h.row, h.picked = h0.row, h0.picked
+		if temp == 0 {
+			h.row = h0.row // beams take their first candidates from the prompt's choice
+		} else if e.chosen[h.row].N < 1 {
+			j.err, j.ph = errNonFinite, phDone
+			return
+		}
 	}
 	j.ph = phDecode
 	e.sample(j, temp, true)
@@ -792,15 +799,8 @@ func (e *Engine) afterPrompt(j *job) {
 func (e *Engine) afterStep(j *job) {
 	temp := j.temps[j.tempIdx]
 	for _, h := range j.hyps[:j.nHyp] {
-		if !h.live() {
-			continue
-		}
-		if h.picked {
-			if e.chosen[h.row].N < 1 {
-				j.err, j.ph = errNonFinite, phDone
-				return
-			}
-		} else if !e.process(j, h, e.row(h), temp) {
+		if h.live() && e.chosen[h.row].N < 1 {
+			j.err, j.ph = errNonFinite, phDone
 			return
 		}
 	}
@@ -869,12 +869,7 @@ func (e *Engine) sample(j *job, temp float32, first bool) {
 			if !h.live() {
 				continue
 			}
-			var d tokData
-			if temp == 0 {
-				d = e.chosenTokens(h, 1, e.topk)[0]
-			} else {
-				d = e.pickSample(e.row(h), h.rng)
-			}
+			d := e.chosenTokens(h, 1, e.topk)[0]
 			h.tokens = append(h.tokens, d)
 			h.sumAll += float64(d.plog)
 		}

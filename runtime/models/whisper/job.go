@@ -212,32 +212,6 @@ func dropList(tk *Vocab, nVocab int) (drop []int32, nBlank, nAlways int) {
 	return drop, nBlank, nAlways
 }
 
-// process applies hypothesis h's filters (choice) to its logits after dividing them by temp
-// (above 0), and turns them into log-probabilities, forcing a timestamp when timestamps
-// together are more likely than any text token (backend.FilterRow): what the decoder does where
-// the logits are for tokens chosen without a temperature. Logits that are not numbers end the
-// transcription with errNonFinite (false).
-func (e *Engine) process(j *job, h *hyp, logits []float32, temp float32) bool {
-	if temp > 0 {
-		inv := min(1/temp, math.MaxFloat32) // 1/temp overflows for the smallest temperatures
-		shift := float32(0)
-		// A temperature small enough to carry the largest logit past the float32 range (the API
-		// takes any value in (0, 1]) would make it infinite: the logits are then taken relative
-		// to it first (the softmax is the same), so that the rest fall towards -Inf instead.
-		if mx, _ := vec.Max(logits); math.IsInf(float64(mx*inv), 1) {
-			shift = mx
-		}
-		for i, v := range logits {
-			logits[i] = (v - shift) * inv
-		}
-	}
-	if !backend.FilterRow(logits, e.choice(j, h), e.drop) {
-		j.err, j.ph = errNonFinite, phDone
-		return false
-	}
-	return true
-}
-
 // token makes the token data of id, of log-probability plog, from its row's timestamp
 // statistics.
 func (e *Engine) token(id int32, plog float32, tid int32, pt float32) tokData {
@@ -258,26 +232,6 @@ func (e *Engine) chosenTokens(h *hyp, n int, out []tokData) []tokData {
 		out = append(out, e.token(e.chIDs[at], e.chLogp[at], r.Group, r.Share))
 	}
 	return out
-}
-
-// pickSample draws a token from the distribution.
-func (e *Engine) pickSample(lp []float32, rng *rand.Rand) tokData {
-	p := e.expBuf[:len(lp)]
-	copy(p, lp)
-	r := rng.Float64() * vec.ExpSum(p, 0)
-	id := len(lp) - 1
-	for i, v := range p {
-		r -= float64(v)
-		if r < 0 {
-			id = i
-			break
-		}
-	}
-	for math.IsInf(float64(lp[id]), -1) && id > 0 { // rounding at the tail
-		id--
-	}
-	tid, pt := backend.GroupStats(lp, int(e.tok.TimestampBegin))
-	return e.token(int32(id), lp[id], tid, pt)
 }
 
 // accept applies whisper.cpp's end-of-window rules after token d was appended to h at step i.
