@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "5274254d5bca30d1242788a0e6bc160fedf4ba2761c3018f178761b00cadd4f6"
+const nativeSources = "5109bf39b741881dd5bda8e62865e2d74d9fbd5e23594c222b30977415e3d293"

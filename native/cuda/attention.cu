@@ -279,7 +279,9 @@ __device__ __forceinline__ uint32_t plc_u32_at(const __half *p) { return *reinte
 
 // c += a b for a 16x16 F16 A (four registers), a 16x8 F16 B (two), F32 c (four).
 __device__ __forceinline__ void plc_mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(PLC_EMULATED)
+    mma_m16n8k16_f16(c, a, b0, b1);  // scripts/cuda-emu
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));

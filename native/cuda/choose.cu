@@ -23,9 +23,11 @@ __device__ __forceinline__ double plc_block_sum_d(double v, double *red) {
     return s;
 }
 
-// Block-wide exclusive prefix sum of a double over the threads in order, and the total in *total;
-// red: shared scratch of 32 doubles. Contains __syncthreads.
-__device__ __forceinline__ double plc_block_scan_d(double v, double *red, double *total) {
+// Block-wide inclusive prefix sum of a double over the threads in order, with the total in
+// *total and in *excl the previous thread's inclusive sum, exactly as it computed it (0 for the
+// first), so that the threads' [excl, inclusive) tile [0, total) with no gap; red: shared scratch
+// of 32 doubles. Contains __syncthreads.
+__device__ __forceinline__ double plc_block_scan_d(double v, double *red, double *excl, double *total) {
     const int lane = threadIdx.x % PLC_WARP, warp = threadIdx.x / PLC_WARP, nw = blockDim.x / PLC_WARP;
     double inc = v;
     for (int o = 1; o < PLC_WARP; o <<= 1) {
@@ -40,8 +42,11 @@ __device__ __forceinline__ double plc_block_scan_d(double v, double *red, double
         if (w < warp) off += red[w];
         tot += red[w];
     }
+    const double incl = off + inc;  // for the last lane of warp w-1, the same additions as off
+    const double prev = __shfl_up_sync(0xffffffffu, incl, 1);
+    *excl = lane == 0 ? off : prev;
     *total = tot;
-    return off + inc - v;
+    return incl;
 }
 
 // e^x as the host's vec.Expf rounds its smallest results: 0 below -87.33654 (where a float32
@@ -200,8 +205,8 @@ __global__ void __launch_bounds__(PLC_SELECT_THREADS)
         }
     }
     // A draw: u times the total of exp(lp) in id order, each thread summing a run of consecutive
-    // ids; the thread whose run crosses the target walks it. None crossing (rounding): the last
-    // id above -inf.
+    // ids; the thread whose run holds the target walks it. None (rounding: the target at the
+    // total): the last id above -inf.
     if (!fail && scaled) {
         const int64_t per = (vocab + blockDim.x - 1) / blockDim.x;
         const int64_t lo = min(vocab, (int64_t)threadIdx.x * per), hi = min(vocab, lo + per);
@@ -212,19 +217,23 @@ __global__ void __launch_bounds__(PLC_SELECT_THREADS)
             a += (double)plc_expf_cut(f);
             if (f > -INFINITY) last = (int)j;
         }
-        double total;
-        const double before = plc_block_scan_d(a, redd, &total);
+        double before, total;
+        const double upto = plc_block_scan_d(a, redd, &before, &total);
         const double target = (double)(c.random << 11 >> 11) * 0x1p-53 * total;
         int found = INT_MAX;
-        if (before <= target && before + a > target) {
+        if (before <= target && target < upto) {  // one thread's run holds the target
             double run = before;
+            int pos = -1;  // the run's last id with mass, should rounding keep run from passing target
             for (int64_t j = lo; j < hi; j++) {
-                run += (double)plc_expf_cut(fin(j));
+                const float p = plc_expf_cut(fin(j));
+                run += (double)p;
+                if (p > 0.f) pos = (int)j;
                 if (run > target) {
                     found = (int)j;
                     break;
                 }
             }
+            if (found == INT_MAX && pos >= 0) found = pos;
         }
         found = plc_block_min_i(found, redi);
         last = -plc_block_min_i(-last, redi);

@@ -173,11 +173,14 @@ func drawMargin(lp []float32, random uint64) float64 {
 }
 
 // forcing returns log Σ exp over a row's group minus the largest log-probability below it, in
-// float64 (the group is forced when it is above 0), and whether the row has a group and is not
-// refused.
+// float64 (the group is forced when it is above 0), after the row's temperature, and whether the
+// row has a group and is not refused.
 func forcing(row []float32, c backend.Choice, drop []int32) (float64, bool) {
 	s := int(c.Split)
 	y := slices.Clone(row)
+	if c.Temperature > 0 {
+		backend.ScaleRow(y, c.Temperature)
+	}
 	if s >= len(y) || !backend.FilterRow(y, backend.Choice{Cut: c.Cut, Drop: c.Drop, Split: int32(len(y)), Probe: -1}, drop) {
 		return 0, false
 	}

@@ -1,0 +1,75 @@
+// cublas.cc: libcublas.so.12 for the CUDA emulation: the entry points native/cuda opens
+// (blas.cu), with cublasGemmEx as plain loops (column-major, as cuBLAS): F32, F16 and BF16
+// inputs, F32 or F16 outputs, sums in float in k order; under CUBLAS_COMPUTE_32F_FAST_TF32 the
+// inputs are first rounded to TF32 (10 bits of mantissa), as tensor cores take them.
+#include "cublas_v2.h"
+
+struct emu_cublas {
+    cudaStream_t stream;
+};
+
+static float load(const void *p, cudaDataType t, long i) {
+    switch (t) {
+        case CUDA_R_32F: return ((const float *)p)[i];
+        case CUDA_R_16F: return __half2float(((const __half *)p)[i]);
+        case CUDA_R_16BF: return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+        default: return NAN;
+    }
+}
+
+static float tf32(float v) {
+    uint32_t u = __float_as_uint(v);
+    if ((u & 0x7f800000u) == 0x7f800000u) return v;
+    u += 0x1000u;  // round to nearest on the 13 bits dropped
+    return __uint_as_float(u & 0xffffe000u);
+}
+
+extern "C" {
+cublasStatus_t cublasCreate_v2(cublasHandle_t *h) {
+    *h = new emu_cublas{nullptr};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasDestroy_v2(cublasHandle_t h) {
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s) {
+    h->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t, void *, size_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            const void *alpha, const void *A, cudaDataType at, int lda, const void *B, cudaDataType bt,
+                            int ldb, const void *beta, void *C, cudaDataType ct, int ldc, cublasComputeType_t compute,
+                            cublasGemmAlgo_t) {
+    if (h == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (m < 0 || n < 0 || k < 0 || (ct != CUDA_R_32F && ct != CUDA_R_16F)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (lda < (ta == CUBLAS_OP_N ? m : k) || ldb < (tb == CUBLAS_OP_N ? k : n) || ldc < m) return CUBLAS_STATUS_INVALID_VALUE;
+    const float a = *(const float *)alpha, b = *(const float *)beta;
+    const bool fast = compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+    // The product is queued on the handle's stream: it runs now, or joins a graph being captured.
+    auto run = [=]() {
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) {
+                float s = 0.f;
+                for (int p = 0; p < k; p++) {
+                    float x = load(A, at, ta == CUBLAS_OP_N ? (long)p * lda + i : (long)i * lda + p);
+                    float y = load(B, bt, tb == CUBLAS_OP_N ? (long)j * ldb + p : (long)p * ldb + j);
+                    if (fast) x = tf32(x), y = tf32(y);
+                    s += x * y;
+                }
+                const long o = (long)j * ldc + i;
+                if (ct == CUDA_R_32F) {
+                    float *c = (float *)C;
+                    c[o] = a * s + (b != 0.f ? b * c[o] : 0.f);
+                } else {
+                    __half *c = (__half *)C;
+                    c[o] = __float2half_rn(a * s + (b != 0.f ? b * __half2float(c[o]) : 0.f));
+                }
+            }
+    };
+    static const char gemm_kernel = 0;
+    emu::cfg(dim3(1), dim3(1), 0, h->stream).run(&gemm_kernel, run);
+    return CUBLAS_STATUS_SUCCESS;
+}
+}
