@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "5109bf39b741881dd5bda8e62865e2d74d9fbd5e23594c222b30977415e3d293"
+const nativeSources = "a8ceaa31a34956ad9398f21b79102c656277d17fe4288f001966b30e8d12ec67"

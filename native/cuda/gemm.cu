@@ -156,6 +156,78 @@ __global__ void __launch_bounds__(128) plc_gemv_q(plc_segs segs, const float *x,
     }
 }
 
+// Activations quantised as ggml quantises them for products with the legacy block types
+// (quantize_row_q8_0 / q8_1 as its x86 code computes them, which the CPU backends follow): per
+// 32 elements d = amax/127, codes round-half-even(x * (127/amax)), d kept as its F16 value, and
+// Q8_1's s = F16(d * sum of codes) with d unrounded. One warp per block of 32: xq [n, k] codes,
+// xd, xs [n, k/32].
+__global__ void __launch_bounds__(128) plc_quant_q8(int8_t *xq, float *xd, float *xs, const float *x, int64_t nblocks) {
+    const int lane = threadIdx.x % PLC_WARP;
+    const int64_t b = (int64_t)blockIdx.x * (blockDim.x / PLC_WARP) + threadIdx.x / PLC_WARP;
+    if (b >= nblocks) return;  // a whole warp
+    const float v = x[b * 32 + lane];
+    const float amax = plc_warp_max(fabsf(v));
+    const float dd = amax / 127.f, id = amax != 0.f ? 127.f / amax : 0.f;
+    const int q = (int)rintf(v * id);
+    xq[b * 32 + lane] = (int8_t)q;
+    const float sum = plc_warp_sum((float)q);  // at most 32 * 127: exact
+    if (lane == 0) {
+        xd[b] = plc_f16_round(dd);
+        xs[b] = plc_f16_round(dd * sum);
+    }
+}
+
+// Matrix-vector kernel for the legacy block types against activations quantised by
+// plc_quant_q8, as ggml's vec_dot functions compute it: per chunk of 32 the integer dot product
+// of the codes (dp4a), times d_w * d_x, plus m_w * s_x for Q4_1 and Q5_1; the chunks' results
+// summed in F32. One warp per weight row; n <= NR activation rows. dst [n, m].
+template <int DT, int NR>
+__global__ void __launch_bounds__(128)
+    plc_gemv_q8(plc_segs segs, const int8_t *xq, const float *xd, const float *xs, int n, int64_t k, int64_t rowbytes) {
+    const int lane = threadIdx.x % PLC_WARP;
+    const int64_t grow = (int64_t)blockIdx.x * (blockDim.x / PLC_WARP) + threadIdx.x / PLC_WARP;
+    const void *w;
+    int64_t row, m;
+    float *dst;
+    int vec;
+    if (!plc_seg(segs, grow, &w, &row, &dst, &m, &vec)) return;
+    const uint8_t *wr = (const uint8_t *)w + row * rowbytes;
+    const int64_t nch = k / 32;
+    float acc[NR];
+#pragma unroll
+    for (int r = 0; r < NR; r++) acc[r] = 0.f;
+    for (int64_t c = lane; c < nch; c += PLC_WARP) {
+        uint32_t qw[8];
+        float d, mn;
+        plc_qint32<DT>(wr, c, qw, d, mn);
+#pragma unroll
+        for (int r = 0; r < NR; r++) {
+            if (r < n) {
+                const uint4 *qx = (const uint4 *)(xq + r * k + c * 32);
+                const uint4 a = qx[0], b = qx[1];
+                int isum = __dp4a((int)qw[0], (int)a.x, 0);
+                isum = __dp4a((int)qw[1], (int)a.y, isum);
+                isum = __dp4a((int)qw[2], (int)a.z, isum);
+                isum = __dp4a((int)qw[3], (int)a.w, isum);
+                isum = __dp4a((int)qw[4], (int)b.x, isum);
+                isum = __dp4a((int)qw[5], (int)b.y, isum);
+                isum = __dp4a((int)qw[6], (int)b.z, isum);
+                isum = __dp4a((int)qw[7], (int)b.w, isum);
+                float v = d * xd[r * nch + c] * (float)isum;
+                if (DT == PLC_Q4_1 || DT == PLC_Q5_1) v += mn * xs[r * nch + c];
+                acc[r] += v;
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+        if (r < n) {
+            const float s = plc_warp_sum(acc[r]);
+            if (lane == 0) dst[r * m + row] = s;
+        }
+    }
+}
+
 // Matrix-vector kernel for F16 and BF16 weights: one warp per weight row, n <= NR activation
 // rows, each element of x rounded to the weight type as it is read (the contract's rounding,
 // without a kernel of its own) and the exact products summed in F32. Where rows are 16-byte
@@ -255,10 +327,34 @@ static void plc_launch_gemv(plc_ctx *ctx, const plc_segs &segs, const float *x, 
 }
 
 // plc_gemv_q_segs runs the matrix-vector products of segs (n <= PLC_GEMV_MAX_ROWS) in one launch.
+template <int DT, int NR>
+static void plc_launch_gemv_q8(plc_ctx *ctx, const plc_segs &segs, const int8_t *xq, const float *xd, const float *xs, int n,
+                               int64_t k, int64_t rowbytes) {
+    const int warps = 4;
+    const int64_t blocks = (segs.end[segs.count - 1] + warps - 1) / warps;
+    plc_gemv_q8<DT, NR><<<(unsigned)blocks, warps * PLC_WARP, 0, ctx->stream>>>(segs, xq, xd, xs, n, k, rowbytes);
+}
+
 template <int DT>
 static int plc_gemv_q_segs(plc_ctx *ctx, const plc_segs &segs, const float *x, int64_t n, int64_t k) {
     const int64_t rowbytes = k / 32 / plc_qtype<DT>::chunks * plc_qtype<DT>::bytes;
     if (segs.end[segs.count - 1] > (int64_t)INT_MAX * 4) return plc_fail_arg(ctx, "matmul: too many weight rows");
+    if constexpr (plc_legacy<DT>::value) {  // activations to 8-bit blocks, then integer products
+        const int64_t nb = n * (k / 32);
+        const size_t qbytes = plc_round_up((size_t)(n * k), 256), fbytes = plc_round_up((size_t)nb * sizeof(float), 256);
+        void *work;
+        int st = plc_work(ctx, qbytes + 2 * fbytes, &work);
+        if (st != PLC_OK) return st;
+        int8_t *xq = (int8_t *)work;
+        float *xd = (float *)((char *)work + qbytes), *xs = (float *)((char *)work + qbytes + fbytes);
+        plc_quant_q8<<<(unsigned)((nb + 3) / 4), 128, 0, ctx->stream>>>(xq, xd, xs, x, nb);
+        if ((st = plc_launched(ctx, "matmul: quantising activations")) != PLC_OK) return st;
+        if (n == 1) plc_launch_gemv_q8<DT, 1>(ctx, segs, xq, xd, xs, (int)n, k, rowbytes);
+        else if (n == 2) plc_launch_gemv_q8<DT, 2>(ctx, segs, xq, xd, xs, (int)n, k, rowbytes);
+        else if (n <= 4) plc_launch_gemv_q8<DT, 4>(ctx, segs, xq, xd, xs, (int)n, k, rowbytes);
+        else plc_launch_gemv_q8<DT, 8>(ctx, segs, xq, xd, xs, (int)n, k, rowbytes);
+        return plc_launched(ctx, "matmul: matrix-vector kernel");
+    }
     if (((uintptr_t)x % 16) != 0) { // the kernel reads x as float4: a view at any row gets a copy
         void *work;
         int st = plc_work(ctx, (size_t)(n * k) * sizeof(float), &work); // cudaMalloc'd: 256-aligned

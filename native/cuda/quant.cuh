@@ -91,6 +91,73 @@ template <> __device__ __forceinline__ void plc_deq32<PLC_Q8_0>(const uint8_t *r
     for (int j = 0; j < 32; j++) y[j] = (float)(int8_t)x[2 + j] * d;
 }
 
+// The legacy block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) as integers, for products with
+// activations quantised to 8-bit blocks as ggml's vec_dot functions take them:
+// plc_qint32<DT>(row, c, q, d, m) writes the 32 codes of chunk c (Q4_0: nibble - 8; Q5_0: five
+// bits - 16; Q4_1, Q5_1: unsigned; Q8_0: as stored) as bytes into q[0..7], its scale d and, for
+// Q4_1 and Q5_1, its minimum m (else 0). An element is d*code + m.
+template <int DT> struct plc_legacy { static constexpr bool value = false; };
+template <> struct plc_legacy<PLC_Q4_0> { static constexpr bool value = true; };
+template <> struct plc_legacy<PLC_Q4_1> { static constexpr bool value = true; };
+template <> struct plc_legacy<PLC_Q5_0> { static constexpr bool value = true; };
+template <> struct plc_legacy<PLC_Q5_1> { static constexpr bool value = true; };
+template <> struct plc_legacy<PLC_Q8_0> { static constexpr bool value = true; };
+
+__device__ __forceinline__ uint32_t plc_pack4(int a, int b, int c, int d) {
+    return (uint32_t)(a & 255) | ((uint32_t)(b & 255) << 8) | ((uint32_t)(c & 255) << 16) | ((uint32_t)(d & 255) << 24);
+}
+
+template <int DT> __device__ void plc_qint32(const uint8_t *row, int64_t c, uint32_t *q, float &d, float &m);
+
+// The codes of a 4-bit (and, with qh, 5-bit) block: element j < 16 from the low nibble of byte
+// j, element j + 16 from its high nibble; bias subtracted from each.
+__device__ __forceinline__ void plc_nibbles(const uint8_t *qs, uint32_t qh, bool five, int bias, uint32_t *q) {
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        int lo[4], hi[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int j = 4 * w + i, b = qs[j];
+            lo[i] = ((b & 15) | (five ? (int)((qh >> j) & 1) << 4 : 0)) - bias;
+            hi[i] = ((b >> 4) | (five ? (int)((qh >> (j + 16)) & 1) << 4 : 0)) - bias;
+        }
+        q[w] = plc_pack4(lo[0], lo[1], lo[2], lo[3]);
+        q[w + 4] = plc_pack4(hi[0], hi[1], hi[2], hi[3]);
+    }
+}
+
+template <> __device__ __forceinline__ void plc_qint32<PLC_Q4_0>(const uint8_t *row, int64_t c, uint32_t *q, float &d, float &m) {
+    const uint8_t *x = row + c * 18;
+    d = plc_f16_at(x);
+    m = 0.f;
+    plc_nibbles(x + 2, 0, false, 8, q);
+}
+template <> __device__ __forceinline__ void plc_qint32<PLC_Q4_1>(const uint8_t *row, int64_t c, uint32_t *q, float &d, float &m) {
+    const uint8_t *x = row + c * 20;
+    d = plc_f16_at(x);
+    m = plc_f16_at(x + 2);
+    plc_nibbles(x + 4, 0, false, 0, q);
+}
+template <> __device__ __forceinline__ void plc_qint32<PLC_Q5_0>(const uint8_t *row, int64_t c, uint32_t *q, float &d, float &m) {
+    const uint8_t *x = row + c * 22;
+    d = plc_f16_at(x);
+    m = 0.f;
+    plc_nibbles(x + 6, plc_u32_at(x + 2), true, 16, q);
+}
+template <> __device__ __forceinline__ void plc_qint32<PLC_Q5_1>(const uint8_t *row, int64_t c, uint32_t *q, float &d, float &m) {
+    const uint8_t *x = row + c * 24;
+    d = plc_f16_at(x);
+    m = plc_f16_at(x + 2);
+    plc_nibbles(x + 8, plc_u32_at(x + 4), true, 0, q);
+}
+template <> __device__ __forceinline__ void plc_qint32<PLC_Q8_0>(const uint8_t *row, int64_t c, uint32_t *q, float &d, float &m) {
+    const uint8_t *x = row + c * 34;
+    d = plc_f16_at(x);
+    m = 0.f;
+#pragma unroll
+    for (int w = 0; w < 8; w++) q[w] = plc_u32_at(x + 2 + 4 * w);
+}
+
 // Q4_K: d, dmin (F16), scales[12], qs[128]. Chunk s (0..7) of a block uses qs[32*(s/2) ..],
 // the low nibbles for even s and the high ones for odd s.
 template <> __device__ __forceinline__ void plc_deq32<PLC_Q4_K>(const uint8_t *row, int64_t c, float *y) {

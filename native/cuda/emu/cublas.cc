@@ -1,7 +1,11 @@
 // cublas.cc: libcublas.so.12 for the CUDA emulation: the entry points native/cuda opens
-// (blas.cu), with cublasGemmEx as plain loops (column-major, as cuBLAS): F32, F16 and BF16
-// inputs, F32 or F16 outputs, sums in float in k order; under CUBLAS_COMPUTE_32F_FAST_TF32 the
-// inputs are first rounded to TF32 (10 bits of mantissa), as tensor cores take them.
+// (blas.cu), with cublasGemmEx (column-major, as cuBLAS) through OpenBLAS's sgemm: F32, F16 and
+// BF16 inputs widened to float, F32 or F16 outputs; under CUBLAS_COMPUTE_32F_FAST_TF32 the inputs
+// are first rounded to TF32 (10 bits of mantissa), as tensor cores take them.
+#include <cblas.h>
+
+#include <vector>
+
 #include "cublas_v2.h"
 
 struct emu_cublas {
@@ -48,24 +52,27 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
     const float a = *(const float *)alpha, b = *(const float *)beta;
     const bool fast = compute == CUBLAS_COMPUTE_32F_FAST_TF32;
     // The product is queued on the handle's stream: it runs now, or joins a graph being captured.
+    // The operands are widened to float (rounded to TF32 where asked) in their own layouts, and
+    // OpenBLAS multiplies them.
     auto run = [=]() {
+        auto widen = [fast](const void *p, cudaDataType t, long n) {
+            std::vector<float> f(n);
+            for (long i = 0; i < n; i++) f[i] = fast ? tf32(load(p, t, i)) : load(p, t, i);
+            return f;
+        };
+        const std::vector<float> af = widen(A, at, (long)lda * (ta == CUBLAS_OP_N ? k : m));
+        const std::vector<float> bf = widen(B, bt, (long)ldb * (tb == CUBLAS_OP_N ? n : k));
+        std::vector<float> cf((size_t)ldc * n, 0.f);
+        if (b != 0.f)
+            for (long i = 0; i < (long)ldc * n; i++) cf[i] = load(C, ct, i);
+        if (m > 0 && n > 0)
+            cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
+                        m, n, k, a, af.data(), lda, bf.data(), ldb, b, cf.data(), ldc);
         for (int j = 0; j < n; j++)
             for (int i = 0; i < m; i++) {
-                float s = 0.f;
-                for (int p = 0; p < k; p++) {
-                    float x = load(A, at, ta == CUBLAS_OP_N ? (long)p * lda + i : (long)i * lda + p);
-                    float y = load(B, bt, tb == CUBLAS_OP_N ? (long)j * ldb + p : (long)p * ldb + j);
-                    if (fast) x = tf32(x), y = tf32(y);
-                    s += x * y;
-                }
                 const long o = (long)j * ldc + i;
-                if (ct == CUDA_R_32F) {
-                    float *c = (float *)C;
-                    c[o] = a * s + (b != 0.f ? b * c[o] : 0.f);
-                } else {
-                    __half *c = (__half *)C;
-                    c[o] = __float2half_rn(a * s + (b != 0.f ? b * __half2float(c[o]) : 0.f));
-                }
+                if (ct == CUDA_R_32F) ((float *)C)[o] = cf[o];
+                else ((__half *)C)[o] = __float2half_rn(cf[o]);
             }
     };
     static const char gemm_kernel = 0;

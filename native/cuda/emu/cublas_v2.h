@@ -1,5 +1,5 @@
 // cublas_v2.h (emulation): the cuBLAS types and the entry points native/cuda opens at run time;
-// libcublas.so.12 (cublas.cc) implements them with plain loops.
+// libcublas.so.12 (cublas.cc) implements them on OpenBLAS.
 #ifndef PARLEY_CUDA_EMU_CUBLAS_H
 #define PARLEY_CUDA_EMU_CUBLAS_H
 
