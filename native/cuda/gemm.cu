@@ -112,6 +112,19 @@ __device__ __forceinline__ bool plc_seg(const plc_segs &segs, int64_t row, const
     return row < end;
 }
 
+// plc_gemv_store ends a matrix-vector kernel's warp: the sums of each lane's partial products
+// acc[r] of the n activation rows go to dst[r, row] (rows of m).
+template <int NR>
+__device__ __forceinline__ void plc_gemv_store(const float *acc, int n, float *dst, int64_t m, int64_t row, int lane) {
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+        if (r < n) {
+            const float s = plc_warp_sum(acc[r]);
+            if (lane == 0) dst[r * m + row] = s;
+        }
+    }
+}
+
 // Matrix-vector kernel for quantised weights: one warp per weight row; lane l expands chunks
 // l, l+32, ... of the row (32 elements each) into registers and multiplies them with the same
 // columns of each of the n <= NR activation rows. x [n, k] (k a multiple of 32, so rows are
@@ -147,13 +160,7 @@ __global__ void __launch_bounds__(128) plc_gemv_q(plc_segs segs, const float *x,
             }
         }
     }
-#pragma unroll
-    for (int r = 0; r < NR; r++) {
-        if (r < n) {
-            const float s = plc_warp_sum(acc[r]);
-            if (lane == 0) dst[r * m + row] = s;
-        }
-    }
+    plc_gemv_store<NR>(acc, n, dst, m, row, lane);
 }
 
 // Activations quantised as ggml quantises them for products with the legacy block types
@@ -219,13 +226,7 @@ __global__ void __launch_bounds__(128)
             }
         }
     }
-#pragma unroll
-    for (int r = 0; r < NR; r++) {
-        if (r < n) {
-            const float s = plc_warp_sum(acc[r]);
-            if (lane == 0) dst[r * m + row] = s;
-        }
-    }
+    plc_gemv_store<NR>(acc, n, dst, m, row, lane);
 }
 
 // Matrix-vector kernel for F16 and BF16 weights: one warp per weight row, n <= NR activation
@@ -283,13 +284,7 @@ __global__ void __launch_bounds__(128) plc_gemv_h(plc_segs segs, const float *x,
                 if (r < n) acc[r] += wv * plc_round_to(x[r * k + c], (const WT *)NULL);
         }
     }
-#pragma unroll
-    for (int r = 0; r < NR; r++) {
-        if (r < n) {
-            const float s = plc_warp_sum(acc[r]);
-            if (lane == 0) dst[r * m + row] = s;
-        }
-    }
+    plc_gemv_store<NR>(acc, n, dst, m, row, lane);
 }
 
 template <typename WT>

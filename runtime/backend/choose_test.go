@@ -277,10 +277,7 @@ func FuzzChooseRows(f *testing.F) {
 		if n == 0 || n > 4096 {
 			return
 		}
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = math.Float32frombits(uint32(raw[4*i]) | uint32(raw[4*i+1])<<8 | uint32(raw[4*i+2])<<16 | uint32(raw[4*i+3])<<24)
-		}
+		x := floatsOf(raw)
 		drop := []int32{int32(n / 2), 0, int32(n - 1)}
 		c := Choice{Cut: [4][2]int32{{cutLo, cutHi}}, Drop: [2]int32{dropLo, dropHi}, Split: split, Probe: probe, Temperature: temp, Random: random}
 		kk := int(k)

@@ -123,10 +123,7 @@ func FuzzDraw(f *testing.F) {
 		if n == 0 || n > 4096 {
 			return
 		}
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = math.Float32frombits(uint32(raw[4*i]) | uint32(raw[4*i+1])<<8 | uint32(raw[4*i+2])<<16 | uint32(raw[4*i+3])<<24)
-		}
+		x := floatsOf(raw)
 		d := Draw{Temperature: temp, TopK: topK, TopP: topP, MinP: minP, Random: random}
 		ids := []int32{0}
 		err := DrawRows(x, n, []Draw{d}, ids)
@@ -154,4 +151,14 @@ func FuzzDraw(f *testing.F) {
 			t.Fatalf("%+v over %v: drew %d", d, x, id)
 		}
 	})
+}
+
+// floatsOf reads raw as little-endian float32s (a fuzzer's bytes as logits: NaNs, infinities and
+// subnormals included), len(raw)/4 of them.
+func floatsOf(raw []byte) []float32 {
+	x := make([]float32, len(raw)/4)
+	for i := range x {
+		x[i] = math.Float32frombits(uint32(raw[4*i]) | uint32(raw[4*i+1])<<8 | uint32(raw[4*i+2])<<16 | uint32(raw[4*i+3])<<24)
+	}
+	return x
 }
