@@ -114,7 +114,7 @@ func FilterRow(x []float32, c Choice, drop []int32) bool {
 	for _, id := range drop[c.Drop[0]:c.Drop[1]] {
 		x[id] = ninf
 	}
-	if !LogSoftmax(x) {
+	if !logSoftmax(x) {
 		return false
 	}
 	s := int(c.Split)
@@ -134,11 +134,11 @@ func FilterRow(x []float32, c Choice, drop []int32) bool {
 	return true
 }
 
-// LogSoftmax turns x into log-probabilities in place, and returns false, leaving x as it is, when
+// logSoftmax turns x into log-probabilities in place, and returns false, leaving x as it is, when
 // it holds a NaN or no finite maximum: float32 exponentials after subtracting the maximum, summed
 // in float64 (whisper.cpp sums in float32 in id order; over 51864 tokens that sum is the less
 // accurate, by about 1e-5 relative).
-func LogSoftmax(x []float32) bool {
+func logSoftmax(x []float32) bool {
 	lse, ok := logSumExp(x)
 	if !ok {
 		return false
@@ -152,7 +152,7 @@ func LogSoftmax(x []float32) bool {
 	return true
 }
 
-// logSumExp is log Σ exp(x) as LogSoftmax takes it, false when x holds a NaN or no finite
+// logSumExp is log Σ exp(x) as logSoftmax takes it, false when x holds a NaN or no finite
 // maximum.
 func logSumExp(x []float32) (float32, bool) {
 	mx, nan := vec.Max(x)
@@ -194,7 +194,7 @@ func ChooseRows(x []float32, cols int, choices []Choice, drop []int32, k int, ro
 			rows[i] = Chosen{N: -1, Group: -1}
 			continue
 		}
-		r.Group, r.Share = GroupStats(row, int(c.Split))
+		r.Group, r.Share = groupStats(row, int(c.Split))
 		if c.Temperature > 0 {
 			id[0], lp[0] = drawToken(row, c.Random)
 			r.N = 1
@@ -239,9 +239,9 @@ func drawToken(lp []float32, random uint64) (int32, float32) {
 	return int32(id), lp[id]
 }
 
-// GroupStats returns the most probable id of lp[split:] (the first of equal ones; -1 when all
+// groupStats returns the most probable id of lp[split:] (the first of equal ones; -1 when all
 // are 0 as float32 probabilities) and its share of their total, summed in float64.
-func GroupStats(lp []float32, split int) (int32, float32) {
+func groupStats(lp []float32, split int) (int32, float32) {
 	var sum, mx float64
 	best := int32(-1)
 	for i := split; i < len(lp); i++ {
