@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "b8c7d7178ac5eb12f7292f1663dca964f0c4c0bc50a2b6dcc645b931b1881f4b"
+const nativeSources = "afd51631741319af93f3770ce0cdd9473757d5d75480b3531b53114c409a4919"

@@ -428,6 +428,168 @@ __global__ void __launch_bounds__(PLC_FM_THREADS)
 #endif
 }
 
+// ---- tensor-core flash kernel (F32 keys and values, TF32 inputs) ----
+//
+// While TF32 is on (plc_ctx_set_tf32), the tensor-core setting also takes attention over F32
+// keys and values: queries, keys, weights and values are rounded to TF32 (10-bit mantissas, to
+// nearest) and multiplied with mma.sync m16n8k8 .tf32, with F32 accumulation. In that
+// instruction's fragments lane l (g = l/4, c = l%4) holds, of a 16x8 A operand, rows g and g+8
+// at columns c and c+4; of an 8x8 B operand (column-major), column g at rows c and c+4; of the
+// 16x8 result, rows g and g+8 at columns 2c, 2c+1. So S = Q K^T leaves keys 2c and 2c+1 of an
+// 8-key tile with lane c, where P V's A operand wants columns c and c+4: the product takes the
+// tile's keys in the order 0, 2, 4, 6, 1, 3, 5, 7, reading V's rows in that order too, and the
+// weights stay in registers. The F32 contract rounds no weight, so one pass with an online
+// softmax does. Keys and values go through shared memory row-major, rows padded by four floats
+// (a row stride of 4 mod 16 words puts the lanes of both operands' reads in different banks).
+#define PLC_FT_BK 32
+
+// plc_tf32 rounds v to TF32 (to nearest, ties away from zero), as the bits mma.sync takes.
+__device__ __forceinline__ uint32_t plc_tf32(float v) {
+#if defined(PLC_EMULATED)
+    return emu_tf32_rna(v);  // scripts/cuda-emu
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    uint32_t u;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(u) : "f"(v));
+    return u;
+#else
+    return __float_as_uint(v);
+#endif
+}
+
+// c += a b for a 16x8 TF32 A (four registers), an 8x8 TF32 B (two), F32 c (four).
+__device__ __forceinline__ void plc_mma1688(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+#if defined(PLC_EMULATED)
+    mma_m16n8k8_tf32(c, a, b0, b1);  // scripts/cuda-emu
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+template <int HD>
+__global__ void __launch_bounds__(PLC_FM_THREADS)
+    plc_attn_flash_tf32(float *dst, const float *q, int64_t qstride, const float *kc, const float *vc, int64_t width,
+                        int bs, const int32_t *blocks, const plc_tile *tiles, int group, float scale) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    constexpr int P = HD + 4;          // row stride of sK and sV, in words
+    constexpr int NJ = PLC_FT_BK / 8;  // 8-key tiles of a step
+    constexpr int NV = HD / 4;         // 16-byte vectors of a row
+    __shared__ __align__(16) uint32_t sK[PLC_FT_BK * P];  // [key][dim], TF32 bits
+    __shared__ __align__(16) uint32_t sV[PLC_FT_BK * P];  // [key][dim], TF32 bits
+    __shared__ int64_t sSlot[PLC_FT_BK];
+    const plc_tile t = tiles[blockIdx.x];
+    const int h = blockIdx.y, tid = threadIdx.x, warp = tid / PLC_WARP, lane = tid % PLC_WARP;
+    const int g = lane >> 2, c = lane & 3;
+    const int64_t hoff = (int64_t)(h / group) * HD;
+    const int r0 = 16 * warp + g, r1 = r0 + 8;  // this lane's two rows of the tile
+    const bool in0 = r0 < t.nq, in1 = r1 < t.nq;
+    const float *q0 = q + (int64_t)(t.row0 + (in0 ? r0 : 0)) * qstride + (int64_t)h * HD;
+    const float *q1 = q + (int64_t)(t.row0 + (in1 ? r1 : 0)) * qstride + (int64_t)h * HD;
+    uint32_t qa[HD / 8][4];  // the queries rounded to TF32, as A fragments of 8 dimensions
+#pragma unroll
+    for (int kk = 0; kk < HD / 8; kk++) {
+        const int d = 8 * kk + c;
+        qa[kk][0] = in0 ? plc_tf32(q0[d]) : 0u;
+        qa[kk][1] = in1 ? plc_tf32(q1[d]) : 0u;
+        qa[kk][2] = in0 ? plc_tf32(q0[d + 4]) : 0u;
+        qa[kk][3] = in1 ? plc_tf32(q1[d + 4]) : 0u;
+    }
+    const int lim0 = min(t.kvlen, t.pos0 + r0 + 1), lim1 = min(t.kvlen, t.pos0 + r1 + 1);
+    const int kend = min(t.kvlen, t.pos0 + t.nq);
+    // the rows' running maxima; l0, l1 are this lane's part of the rows' sums
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+    float o[HD / 8][4];
+#pragma unroll
+    for (int jd = 0; jd < HD / 8; jd++) o[jd][0] = o[jd][1] = o[jd][2] = o[jd][3] = 0.f;
+    for (int kt = 0; kt < kend; kt += PLC_FT_BK) {
+        __syncthreads();  // the previous step's keys and values are no longer read
+        for (int k = tid; k < PLC_FT_BK; k += PLC_FM_THREADS) sSlot[k] = kt + k < kend ? plc_slot(blocks, t.boff, bs, kt + k) : -1;
+        __syncthreads();
+        for (int e = tid; e < PLC_FT_BK * NV; e += PLC_FM_THREADS) {
+            const int k = e / NV, d = (e % NV) * 4;
+            float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
+            if (sSlot[k] >= 0) {
+                const int64_t off = sSlot[k] * width + hoff + d;
+                kv = *reinterpret_cast<const float4 *>(kc + off);
+                vv = *reinterpret_cast<const float4 *>(vc + off);
+            }
+            *reinterpret_cast<uint4 *>(&sK[k * P + d]) = make_uint4(plc_tf32(kv.x), plc_tf32(kv.y), plc_tf32(kv.z), plc_tf32(kv.w));
+            *reinterpret_cast<uint4 *>(&sV[k * P + d]) = make_uint4(plc_tf32(vv.x), plc_tf32(vv.y), plc_tf32(vv.z), plc_tf32(vv.w));
+        }
+        __syncthreads();
+        // s[j]: rows r0 (s[j][0..1]) and r1 (s[j][2..3]), keys kt + 8j + 2c and + 1
+        float s[NJ][4];
+#pragma unroll
+        for (int j = 0; j < NJ; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < HD / 8; kk++) {
+#pragma unroll
+            for (int j = 0; j < NJ; j++) {
+                const uint32_t *kr = &sK[(8 * j + g) * P + 8 * kk + c];
+                plc_mma1688(s[j], qa[kk], kr[0], kr[4]);
+            }
+        }
+        float x0 = -INFINITY, x1 = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            const int key = kt + 8 * j + 2 * c;
+            s[j][0] = key < lim0 ? scale * s[j][0] : -INFINITY;
+            s[j][1] = key + 1 < lim0 ? scale * s[j][1] : -INFINITY;
+            s[j][2] = key < lim1 ? scale * s[j][2] : -INFINITY;
+            s[j][3] = key + 1 < lim1 ? scale * s[j][3] : -INFINITY;
+            x0 = fmaxf(x0, fmaxf(s[j][0], s[j][1]));
+            x1 = fmaxf(x1, fmaxf(s[j][2], s[j][3]));
+        }
+        // the four lanes of a group hold one row
+        for (int off = 1; off < 4; off <<= 1) {
+            x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, off));
+            x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, off));
+        }
+        const float n0 = fmaxf(m0, x0), n1 = fmaxf(m1, x1);
+        const float a0 = m0 == -INFINITY ? 0.f : expf(m0 - n0), a1 = m1 == -INFINITY ? 0.f : expf(m1 - n1);
+        m0 = n0;
+        m1 = n1;
+        l0 *= a0;
+        l1 *= a1;
+#pragma unroll
+        for (int jd = 0; jd < HD / 8; jd++) {
+            o[jd][0] *= a0;
+            o[jd][1] *= a0;
+            o[jd][2] *= a1;
+            o[jd][3] *= a1;
+        }
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            const float p00 = plc_fm_weight(s[j][0], n0, 1.f), p01 = plc_fm_weight(s[j][1], n0, 1.f);
+            const float p10 = plc_fm_weight(s[j][2], n1, 1.f), p11 = plc_fm_weight(s[j][3], n1, 1.f);
+            l0 += p00 + p01;
+            l1 += p10 + p11;
+            const uint32_t pa[4] = {plc_tf32(p00), plc_tf32(p10), plc_tf32(p01), plc_tf32(p11)};
+#pragma unroll
+            for (int jd = 0; jd < HD / 8; jd++) {
+                const uint32_t *vr = &sV[(8 * j + 2 * c) * P + 8 * jd + g];
+                plc_mma1688(o[jd], pa, vr[0], vr[P]);
+            }
+        }
+    }
+    for (int off = 1; off < 4; off <<= 1) {
+        l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+    }
+    float *d0 = dst + (int64_t)(t.row0 + r0) * qstride + (int64_t)h * HD;
+    float *d1 = dst + (int64_t)(t.row0 + r1) * qstride + (int64_t)h * HD;
+#pragma unroll
+    for (int jd = 0; jd < HD / 8; jd++) {
+        const int d = 8 * jd + 2 * c;
+        if (in0) *reinterpret_cast<float2 *>(d0 + d) = make_float2(o[jd][0] / l0, o[jd][1] / l0);
+        if (in1) *reinterpret_cast<float2 *>(d1 + d) = make_float2(o[jd][2] / l1, o[jd][3] / l1);
+    }
+#else
+    __trap();  // never launched: plc_ctx_set_flash refuses a library without code for 8.0 or later
+#endif
+}
+
 int plc_flash_mma_built(void) {
     cudaFuncAttributes fa;
     if (cudaFuncGetAttributes(&fa, plc_attn_flash_mma<64>) != cudaSuccess) {
@@ -438,9 +600,14 @@ int plc_flash_mma_built(void) {
 }
 
 int plc_flash_rows(const plc_ctx *ctx, int kvtype, int64_t width, const void *kc, const void *vc) {
-    const bool mma = ctx->flash_mma && kvtype == PLC_F16 && width % 8 == 0 && ((uintptr_t)kc % 16) == 0 &&
-                     ((uintptr_t)vc % 16) == 0;
-    return mma ? PLC_FM_BQ : PLC_FA_BQ;
+    return plc_flash_tc(ctx, kvtype, width, kc, vc) ? PLC_FM_BQ : PLC_FA_BQ;
+}
+
+int plc_flash_tc(const plc_ctx *ctx, int kvtype, int64_t width, const void *kc, const void *vc) {
+    if (!ctx->flash_mma || ((uintptr_t)kc % 16) != 0 || ((uintptr_t)vc % 16) != 0) return PLC_TC_NONE;
+    if (kvtype == PLC_F16 && width % 8 == 0) return PLC_TC_F16;
+    if (kvtype == PLC_F32 && ctx->tf32 && width % 4 == 0) return PLC_TC_TF32;
+    return PLC_TC_NONE;
 }
 
 template <typename KT, bool ROUND>
@@ -471,7 +638,15 @@ int plc_attend(plc_ctx *ctx, float *dst, const float *q, int64_t qstride, const 
     const plc_tile *dflash = (const plc_tile *)devp[1], *ddec = (const plc_tile *)devp[2];
     if (n_flash > 0) {
         const dim3 grid((unsigned)n_flash, (unsigned)a->n_head);
-        if (plc_flash_rows(ctx, kvtype, width, kc, vc) == PLC_FM_BQ) {
+        const int tc = plc_flash_tc(ctx, kvtype, width, kc, vc);
+        if (tc == PLC_TC_TF32) {
+            const float *k = (const float *)kc, *v = (const float *)vc;
+            switch (hd) {
+            case 64: plc_attn_flash_tf32<64><<<grid, PLC_FM_THREADS, 0, ctx->stream>>>(dst, q, qstride, k, v, width, bs, dblocks, dflash, group, a->scale); break;
+            case 80: plc_attn_flash_tf32<80><<<grid, PLC_FM_THREADS, 0, ctx->stream>>>(dst, q, qstride, k, v, width, bs, dblocks, dflash, group, a->scale); break;
+            case 128: plc_attn_flash_tf32<128><<<grid, PLC_FM_THREADS, 0, ctx->stream>>>(dst, q, qstride, k, v, width, bs, dblocks, dflash, group, a->scale); break;
+            }
+        } else if (tc == PLC_TC_F16) {
             const __half *k = (const __half *)kc, *v = (const __half *)vc;
             switch (hd) {
             case 64: plc_attn_flash_mma<64><<<grid, PLC_FM_THREADS, 0, ctx->stream>>>(dst, q, qstride, k, v, width, bs, dblocks, dflash, group, a->scale); break;

@@ -17,8 +17,8 @@ struct plc_tile {
 // Flash-attention tiles: PLC_FA_BQ queries by PLC_FA_BK keys.
 #define PLC_FA_BQ 16
 #define PLC_FA_BK 32
-// Tensor-core flash tiles (F16 caches on compute capability 8.0 and later, when the context
-// asks for them): PLC_FM_BQ queries (four warps of sixteen) by PLC_FM_BK keys.
+// Tensor-core flash tiles (compute capability 8.0 and later, when the context asks for them):
+// PLC_FM_BQ queries (four warps of sixteen) by PLC_FM_BK keys (F16) or PLC_FT_BK (F32 as TF32).
 #define PLC_FM_BQ 64
 #define PLC_FM_BK 64
 // Longest key range one decode block handles (its scores stay in shared memory).
@@ -29,9 +29,15 @@ struct plc_tile {
 static inline int plc_flash_head_dim(int hd) { return hd == 64 || hd == 80 || hd == 128; }
 
 // plc_flash_rows returns how many queries a flash tile holds for these keys and values:
-// PLC_FM_BQ where the tensor-core kernel takes them (plc_ctx_set_flash; F16, 16-byte aligned
-// rows), else PLC_FA_BQ.
+// PLC_FM_BQ where a tensor-core kernel takes them (plc_flash_tc), else PLC_FA_BQ.
 int plc_flash_rows(const plc_ctx *ctx, int kvtype, int64_t width, const void *kc, const void *vc);
+
+// plc_flash_tc returns which tensor-core flash kernel takes these keys and values: PLC_TC_F16
+// (mma.sync with F16 inputs), PLC_TC_TF32 (F32 keys and values as TF32 inputs, while TF32 is on),
+// or PLC_TC_NONE where the CUDA-core kernel does (plc_ctx_set_flash off, rows not 16-byte
+// aligned).
+enum { PLC_TC_NONE = 0, PLC_TC_F16 = 1, PLC_TC_TF32 = 2 };
+int plc_flash_tc(const plc_ctx *ctx, int kvtype, int64_t width, const void *kc, const void *vc);
 
 // plc_flash_mma_built reports whether the library holds the tensor-core kernel for the current
 // device (code for compute capability 8.0 or later).

@@ -100,7 +100,9 @@ int plc_ctx_set_tf32(plc_ctx *ctx, int32_t on);
 /* plc_ctx_set_flash: mma != 0 computes attention over F16 keys and values with query tiles of
  * 64 on tensor cores (mma.sync, compute capability 8.0 and later; PLC_ERR_UNSUPPORTED before);
  * 0 (the default) with tiles of 16 on the CUDA cores. Both keep the F16 contract of
- * plc_attention. */
+ * plc_attention. While TF32 is also on (plc_ctx_set_tf32), attention over F32 keys and values
+ * takes the tensor cores too, with TF32 inputs: queries, keys, the online softmax's weights and
+ * values rounded to 10-bit mantissas (to nearest), products accumulated in F32. */
 int plc_ctx_set_flash(plc_ctx *ctx, int32_t mma);
 /* plc_sync waits for all work queued on the context. */
 int plc_sync(plc_ctx *ctx);
@@ -243,8 +245,8 @@ typedef struct {
  * softmax(...)_j are rounded to F16 before p.V (the backend contract); sums are F32.
  *
  * Sequences of at least two tokens with head_dim 64, 80 or 128 go through a flash-attention
- * kernel (tiles of 16 queries by 32 keys in shared memory, online softmax, F32 accumulation;
- * with an F16 cache a first pass over the keys finds each row's maximum and sum, so that the
+ * kernel (tiles of 16 queries by 32 keys in shared memory, or 64 queries on tensor cores as
+ * plc_ctx_set_flash says; online softmax, F32 accumulation; with an F16 cache a first pass over the keys finds each row's maximum and sum, so that the
  * second can round normalised weights). Other tokens go through a decode kernel that splits long
  * contexts along the keys across thread blocks and combines the parts. Tokens of the batch in no
  * sequence are left untouched. */

@@ -21,12 +21,7 @@ static float load(const void *p, cudaDataType t, long i) {
     }
 }
 
-static float tf32(float v) {
-    uint32_t u = __float_as_uint(v);
-    if ((u & 0x7f800000u) == 0x7f800000u) return v;
-    u += 0x1000u;  // round to nearest on the 13 bits dropped
-    return __uint_as_float(u & 0xffffe000u);
-}
+static float tf32(float v) { return __uint_as_float(emu_tf32_rna(v)); }
 
 extern "C" {
 cublasStatus_t cublasCreate_v2(cublasHandle_t *h) {

@@ -326,4 +326,15 @@ inline float2 __half22float2(__half2 h) { return float2{__half2float(h.x), __hal
 // the calling lane, with the PTX ISA's fragment layouts; every lane of the warp calls it.
 void mma_m16n8k16_f16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
 
+// The TF32 tensor-core product of attention.cu (mma.sync m16n8k8 .tf32, F32 accumulators) for
+// the calling lane; the inputs' low 13 bits are ignored, as the hardware ignores them.
+void mma_m16n8k8_tf32(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
+
+// cvt.rna.tf32.f32: v rounded to TF32 (10-bit mantissa) to nearest, ties away from zero.
+inline uint32_t emu_tf32_rna(float v) {
+    uint32_t u = __float_as_uint(v);
+    if ((u & 0x7f800000u) == 0x7f800000u) return u;  // Inf and NaN as they are
+    return (u + 0x1000u) & 0xffffe000u;
+}
+
 #endif

@@ -383,6 +383,24 @@ void mma_m16n8k16_f16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
     }
 }
 
+void mma_m16n8k8_tf32(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    struct Frag {
+        uint32_t a[4], b[2];
+    } mine = {{a[0], a[1], a[2], a[3]}, {b0, b1}}, all[32];
+    emu::warp_gather("mma.sync", &mine, sizeof mine, all);
+    auto tf32_at = [](uint32_t r) { return __uint_as_float(r & 0xffffe000u); };
+    // A[row][k] and B[k][col] from the fragments' owners (PTX ISA, mma.m16n8k8 .tf32).
+    auto A = [&](int row, int k) { return tf32_at(all[(row % 8) * 4 + k % 4].a[(row >= 8 ? 1 : 0) + (k >= 4 ? 2 : 0)]); };
+    auto B = [&](int k, int col) { return tf32_at(all[col * 4 + k % 4].b[k >= 4 ? 1 : 0]); };
+    const int lane = EMU_LANE(), g = lane / 4, t = lane % 4;
+    for (int i = 0; i < 4; i++) {
+        const int row = g + (i >= 2 ? 8 : 0), col = t * 2 + (i % 2);
+        float s = c[i];
+        for (int k = 0; k < 8; k++) s += A(row, k) * B(k, col);
+        c[i] = s;
+    }
+}
+
 // ---- the runtime API ----
 
 cudaError_t cudaGetDeviceCount(int *n) {

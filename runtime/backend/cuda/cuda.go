@@ -42,7 +42,9 @@ type Options struct {
 	Graphs bool
 	// FlashMMA computes attention over F16 caches (prompts, Whisper's encoder) with the
 	// tensor-core kernel (mma.sync; compute capability 8.0 and later) instead of the CUDA-core
-	// one. Off by default until it has been measured on a GPU.
+	// one; unless ExactF32, attention over F32 caches and keys then also runs on tensor cores,
+	// with TF32 inputs (queries, keys, weights and values rounded to 10-bit mantissas). Off by
+	// default until it has been measured on a GPU.
 	FlashMMA bool
 }
 

@@ -10,8 +10,9 @@
 // graph and runs it with one launch (Options.Graphs, or PARLEY_CUDA_GRAPHS=1; off by default
 // until measured on a GPU): each step is recorded afresh and the graph kept from the step before
 // is updated in place, a new one instantiated only when the step's kernels differ. Options.FlashMMA (PARLEY_CUDA_FLASH=mma)
-// computes attention over F16 caches with a tensor-core kernel (mma.sync, 64 queries a block);
-// the default is the CUDA-core kernel, until the other has been measured on a GPU.
+// computes attention over F16 caches with a tensor-core kernel (mma.sync, 64 queries a block),
+// and, with TF32 on, attention over F32 ones with TF32 inputs (mma.sync m16n8k8 .tf32); the
+// default is the CUDA-core kernel, until the others have been measured on a GPU.
 //
 // The factory it registers fails with a precise error when no GPU is usable (no driver, no GPU,
 // a driver too old, or kernels not built for the GPU's architecture), so that backend.New("auto")
