@@ -124,6 +124,48 @@ func TestGenerateMatchesLlamaCpp(t *testing.T) {
 	}
 }
 
+// TestGenerateBF16Cache generates with a BF16 KV cache on every backend that holds one: greedy
+// tokens as llama.cpp's (whose references use an F16 cache; on this model the caches' roundings
+// move no choice between the two best tokens). A backend that holds no BF16 cache must say so
+// and exit 1.
+func TestGenerateBF16Cache(t *testing.T) {
+	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
+	raw, err := os.ReadFile(sharedtest.Path(t, "reference/llm/gen-stories260K-f32.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref struct {
+		Results []struct {
+			Prompt    string  `json:"prompt"`
+			Generated []int32 `json:"generated_token_ids"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(raw, &ref); err != nil {
+		t.Fatal(err)
+	}
+	for _, be := range backends() {
+		for _, r := range ref.Results[:3] {
+			res := parley(t, "", "generate", "--backend", be, "--kv-type", "bf16", "-m", model, "-p", r.Prompt, "-n", "64", "--temp", "0", "--ignore-eos", "--json")
+			if res.code == 1 && strings.Contains(res.stderr, "BF16 cache") && strings.Contains(res.stderr, "not supported") {
+				t.Logf("%s: %s", be, strings.TrimSpace(res.stderr))
+				break
+			}
+			if res.code != 0 {
+				t.Fatalf("%s: exit %d: %s", be, res.code, res.stderr)
+			}
+			var got struct {
+				Tokens []int32 `json:"tokens"`
+			}
+			if err := json.Unmarshal([]byte(res.stdout), &got); err != nil {
+				t.Fatalf("%s: output is not JSON: %v\n%s", be, err, res.stdout)
+			}
+			if !slices.Equal(got.Tokens, r.Generated) {
+				t.Errorf("%s %q with a BF16 cache: generated %v, llama.cpp %v", be, r.Prompt, got.Tokens, r.Generated)
+			}
+		}
+	}
+}
+
 func TestGeneratePromptFromStdin(t *testing.T) {
 	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	a := parley(t, "", "generate", "-m", model, "-p", "Once upon a time", "-n", "8", "--temp", "0", "--json")

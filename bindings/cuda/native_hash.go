@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "afd51631741319af93f3770ce0cdd9473757d5d75480b3531b53114c409a4919"
+const nativeSources = "1428036eefbd51f95d3c88fcc737643b5a20e5f2c5835bc796487dc3650a4c57"

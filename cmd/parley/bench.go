@@ -17,7 +17,6 @@ import (
 	"github.com/parleyhq/parley/runtime/kvcache"
 	"github.com/parleyhq/parley/runtime/models/llama"
 	"github.com/parleyhq/parley/runtime/models/whisper"
-	"github.com/parleyhq/parley/runtime/tensor"
 )
 
 // runBench measures prompt processing (one batch of -p tokens) and generation (-n single-token
@@ -33,7 +32,7 @@ func runBench(e *env, args []string) error {
 	pp := fs.Int("p", 512, "prompt tokens to process in one batch (0: skip)")
 	tg := fs.Int("n", 128, "tokens to generate one at a time (0: skip)")
 	reps := fs.Int("r", 3, "repetitions (the median is reported)")
-	kvType := fs.String("kv-type", "f16", "KV cache type: f16 or f32")
+	kvType := fs.String("kv-type", "f16", kvTypeUsage)
 	asJSON := fs.Bool("json", false, "print JSON")
 	parallel := fs.String("parallel", "", "comma-separated sequence counts for batched generation of -n tokens each (e.g. 1,4,8,16)")
 	pos, err := parse(fs, args)
@@ -59,9 +58,9 @@ func runBench(e *env, args []string) error {
 	if *pp < 0 || *tg < 0 || *reps < 1 || *pp+*tg == 0 {
 		return usagef("need -p >= 0, -n >= 0, one of them positive, and -r >= 1")
 	}
-	kv, err := tensor.ParseDType(*kvType)
-	if err != nil || (kv != tensor.F16 && kv != tensor.F32) {
-		return usagef("--kv-type %q: want f16 or f32", *kvType)
+	kv, err := parseKVType(*kvType)
+	if err != nil {
+		return err
 	}
 	if *model == "" {
 		return usagef("-m MODEL is required")

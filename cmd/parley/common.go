@@ -12,7 +12,20 @@ import (
 	"github.com/parleyhq/parley/runtime/engine"
 	"github.com/parleyhq/parley/runtime/hub"
 	"github.com/parleyhq/parley/runtime/models/whisper"
+	"github.com/parleyhq/parley/runtime/tensor"
 )
+
+// kvTypeUsage is the help of the --kv-type flags.
+const kvTypeUsage = "KV cache type: f16, bf16 (go and cuda backends) or f32"
+
+// parseKVType reads a --kv-type value.
+func parseKVType(s string) (tensor.DType, error) {
+	kv, err := tensor.ParseDType(s)
+	if err != nil || (kv != tensor.F16 && kv != tensor.BF16 && kv != tensor.F32) {
+		return 0, usagef("--kv-type %q: want f16, bf16 or f32", s)
+	}
+	return kv, nil
+}
 
 // backendFlags are the flags every model-running command shares.
 type backendFlags struct {

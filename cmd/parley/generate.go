@@ -14,7 +14,6 @@ import (
 
 	"github.com/parleyhq/parley/runtime/decode"
 	"github.com/parleyhq/parley/runtime/engine"
-	"github.com/parleyhq/parley/runtime/tensor"
 )
 
 func runGenerate(e *env, args []string) error {
@@ -41,7 +40,7 @@ func runGenerate(e *env, args []string) error {
 	fs.Var(&stops, "stop", "stop string (repeatable)")
 	ignoreEOS := fs.Bool("ignore-eos", false, "keep generating after an end-of-generation token")
 	noBOS := fs.Bool("no-bos", false, "do not add the vocabulary's BOS token")
-	kvType := fs.String("kv-type", "f16", "KV cache type: f16 or f32")
+	kvType := fs.String("kv-type", "f16", kvTypeUsage)
 	asJSON := fs.Bool("json", false, "print one JSON object with token ids, text and top-5 log-probabilities")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -57,9 +56,9 @@ func runGenerate(e *env, args []string) error {
 	if *n < 0 {
 		return usagef("-n %d: must not be negative", *n)
 	}
-	kv, err := tensor.ParseDType(*kvType)
-	if err != nil || (kv != tensor.F16 && kv != tensor.F32) {
-		return usagef("--kv-type %q: want f16 or f32", *kvType)
+	kv, err := parseKVType(*kvType)
+	if err != nil {
+		return err
 	}
 	params := decode.Params{
 		Temperature: float32(*temp), TopK: *topK, TopP: float32(*topP), MinP: float32(*minP),

@@ -24,7 +24,6 @@ import (
 	"github.com/parleyhq/parley/runtime/models/whisper"
 	"github.com/parleyhq/parley/runtime/sched"
 	"github.com/parleyhq/parley/runtime/server"
-	"github.com/parleyhq/parley/runtime/tensor"
 )
 
 // envDefault returns $name, or def when it is unset.
@@ -63,7 +62,7 @@ func runServe(e *env, args []string) error {
 	grace := fs.Duration("shutdown-grace", 30*time.Second, "on SIGTERM, how long in-flight requests may finish")
 	logFormat := fs.String("log-format", envDefault("PARLEY_LOG_FORMAT", "text"), "log format: text or json")
 	logLevel := fs.String("log-level", envDefault("PARLEY_LOG_LEVEL", "info"), "log level: trace, debug, info, warn, error")
-	kvType := fs.String("kv-type", envDefault("PARLEY_KV_TYPE", "f16"), "KV cache type: f16 or f32")
+	kvType := fs.String("kv-type", envDefault("PARLEY_KV_TYPE", "f16"), kvTypeUsage)
 	asrParallel := fs.Int("asr-parallel", envInt("PARLEY_ASR_PARALLEL", 4), "most transcriptions decoded together per speech model")
 	asrQueue := fs.Int("asr-queue", envInt("PARLEY_ASR_QUEUE", 16), "waiting transcriptions per speech model beyond which requests get 429")
 	asrEncode := fs.Int("asr-encode-batch", envInt("PARLEY_ASR_ENCODE_BATCH", 1), "most audio windows encoded in one batched encoder call (1..--asr-parallel; more pays on a GPU, not on a CPU)")
@@ -101,9 +100,9 @@ func runServe(e *env, args []string) error {
 	if *asrParallel < 1 || *asrQueue < 0 || *maxAudio < 1 || *maxAudioDur <= 0 || *maxStreams < 1 || *asrEncode < 1 || *asrEncode > min(*asrParallel, 64) {
 		return usagef("--asr-parallel, --max-audio-body, --max-audio-duration and --max-streams must be positive; --asr-queue not negative; --asr-encode-batch 1..--asr-parallel (64 at most)")
 	}
-	kv, err := tensor.ParseDType(*kvType)
-	if err != nil || (kv != tensor.F16 && kv != tensor.F32) {
-		return usagef("--kv-type %q: want f16 or f32", *kvType)
+	kv, err := parseKVType(*kvType)
+	if err != nil {
+		return err
 	}
 	logger, err := newLogger(e, *logFormat, *logLevel)
 	if err != nil {

@@ -6,11 +6,11 @@
 // sequence and one head, streaming keys and values through shared memory 32 at a time with an
 // online softmax.
 //
-// With F16 keys and values the contract is that the query is rounded to F16 before q.k and the
-// normalised weights p_j = exp(s_j - max)/sum are rounded to F16 before p.v. Rounding p_j needs
-// the row's final maximum and sum before any value is weighted, so F16 attention makes two passes
-// over the keys: one for the statistics, one for the weighted values. F32 attention makes one,
-// normalising at the end.
+// With F16 (or BF16) keys and values the contract is that the query is rounded to F16 (BF16)
+// before q.k and the normalised weights p_j = exp(s_j - max)/sum are rounded to F16 (BF16)
+// before p.v. Rounding p_j needs the row's final maximum and sum before any value is weighted,
+// so that attention makes two passes over the keys: one for the statistics, one for the weighted
+// values. F32 attention makes one, normalising at the end.
 #include <limits.h>
 #include <string.h>
 
@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(PLC_DEC_THREADS)
     const int j0 = s * chunk;
     const int cnt = max(min(j0 + chunk, limit) - j0, 0);
     const float *qh = q + (int64_t)t.row0 * qstride + (int64_t)h * hd;
-    for (int d = tid; d < hd; d += blockDim.x) sq[d] = ROUND ? plc_f16_round(qh[d]) : qh[d];
+    for (int d = tid; d < hd; d += blockDim.x) sq[d] = plc_round_as<KT>(qh[d]);
     for (int jj = tid; jj < cnt; jj += blockDim.x) sslot[jj] = (int)plc_slot(blocks, t.boff, bs, j0 + jj);
     __syncthreads();
     const int warp = tid / PLC_WARP, lane = tid % PLC_WARP, nw = blockDim.x / PLC_WARP;
@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(PLC_DEC_THREADS)
     }
     if (mode == PLC_DEC_SINGLE) L = l;
     if (ROUND) {
-        for (int jj = tid; jj < cnt; jj += blockDim.x) ss[jj] = plc_f16_round(ss[jj] / L);
+        for (int jj = tid; jj < cnt; jj += blockDim.x) ss[jj] = plc_round_as<KT>(ss[jj] / L);
         __syncthreads();
     }
     for (int d = tid; d < hd; d += blockDim.x) {
@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(PLC_FA_THREADS)
         float v = 0.f;
         if (rr < t.nq) {
             v = q[(int64_t)(t.row0 + rr) * qstride + (int64_t)h * HD + d];
-            if (ROUND) v = plc_f16_round(v);
+            v = plc_round_as<KT>(v);
         }
         sQ[rr][d] = v;
     }
@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(PLC_FA_THREADS)
             if (ROUND && values) {
                 // Second pass: m and l are the row's final maximum and sum.
 #pragma unroll
-                for (int i = 0; i < PLC_FA_BK / 8; i++) p[i] = sc[i] == -INFINITY ? 0.f : plc_f16_round(expf(sc[i] - m) / l);
+                for (int i = 0; i < PLC_FA_BK / 8; i++) p[i] = sc[i] == -INFINITY ? 0.f : plc_round_as<KT>(expf(sc[i] - m) / l);
             } else {
                 float mt = -INFINITY;
 #pragma unroll
@@ -250,39 +250,56 @@ __global__ void __launch_bounds__(PLC_FA_THREADS)
     }
 }
 
-// ---- tensor-core flash kernel (F16 keys and values) ----
+// ---- tensor-core flash kernel (F16 or BF16 keys and values) ----
 //
 // Grid (tiles, heads), PLC_FM_THREADS threads: warp w owns query rows 16w .. 16w+15 of the tile
-// and multiplies with mma.sync m16n8k16 (F16 inputs, F32 accumulation). In the fragments of
+// and multiplies with mma.sync m16n8k16 (F16 or BF16 inputs, as the cache's type T; F32
+// accumulation). In the fragments of
 // that instruction, lane l (g = l/4, c = l%4) holds, of a 16x16 A operand, rows g and g+8 at
 // columns 2c, 2c+1, 2c+8, 2c+9; of a 16x8 B operand (column-major), column g at rows 2c, 2c+1,
 // 2c+8, 2c+9; of the 16x8 F32 result, rows g and g+8 at columns 2c, 2c+1. Scores S = Q K^T come
 // out in the result layout of 16x8 tiles, and two adjacent tiles are the A layout of the P V
 // product's 16-key step, so the weights go from one product to the next in registers.
 //
-// The contract for F16 caches needs each row's final maximum and sum before any weight is
-// rounded, so the kernel makes two passes over the keys: the first for the statistics (S
-// only), the second computing S again, the weights p = f16(exp(s - max) / sum) and O += P V.
+// The contract for F16 and BF16 caches needs each row's final maximum and sum before any weight
+// is rounded, so the kernel makes two passes over the keys: the first for the statistics (S
+// only), the second computing S again, the weights p = T(exp(s - max) / sum) and O += P V.
 // Keys go through shared memory row-major (the B operand of Q K^T), values transposed (the B
 // operand of P V); rows are padded by eight halves, so that the eight groups of a warp read
 // different banks.
 #define PLC_FM_THREADS 128
 
-__device__ __forceinline__ uint32_t plc_h2_bits(float lo, float hi) {
-    const __half2 h = __floats2half2_rn(lo, hi);  // lo in the low half
-    uint32_t u;
-    memcpy(&u, &h, sizeof u);
+// plc_bits16 is the bits of v rounded to T (F16 or BF16, to nearest even).
+__device__ __forceinline__ uint32_t plc_bits16(__half, float v) { return __half_as_ushort(__float2half_rn(v)); }
+__device__ __forceinline__ uint32_t plc_bits16(__nv_bfloat16, float v) {
+    const __nv_bfloat16 b = __float2bfloat16_rn(v);
+    uint16_t u;
+    memcpy(&u, &b, sizeof u);
     return u;
 }
 
-__device__ __forceinline__ uint32_t plc_u32_at(const __half *p) { return *reinterpret_cast<const uint32_t *>(p); }
+// plc_pack2<T> packs lo and hi rounded to T into one register, lo in the low half.
+template <typename T> __device__ __forceinline__ uint32_t plc_pack2(float lo, float hi) {
+    return plc_bits16(T(), lo) | plc_bits16(T(), hi) << 16;
+}
 
-// c += a b for a 16x16 F16 A (four registers), a 16x8 F16 B (two), F32 c (four).
-__device__ __forceinline__ void plc_mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ uint32_t plc_u32_at(const uint16_t *p) { return *reinterpret_cast<const uint32_t *>(p); }
+
+// c += a b for a 16x16 A (four registers), a 16x8 B (two) of F16 or BF16, F32 c (four).
+__device__ __forceinline__ void plc_mma16816(__half, float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
 #if defined(PLC_EMULATED)
     mma_m16n8k16_f16(c, a, b0, b1);  // scripts/cuda-emu
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+__device__ __forceinline__ void plc_mma16816(__nv_bfloat16, float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+#if defined(PLC_EMULATED)
+    mma_m16n8k16_bf16(c, a, b0, b1);  // scripts/cuda-emu
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #endif
@@ -292,17 +309,17 @@ __device__ __forceinline__ void plc_mma16816(float c[4], const uint32_t a[4], ui
 // pass), divided as the CUDA-core kernels divide it, before its rounding to F16.
 __device__ __forceinline__ float plc_fm_weight(float s, float m, float l) { return s == -INFINITY ? 0.f : expf(s - m) / l; }
 
-template <int HD>
+template <int HD, typename T>
 __global__ void __launch_bounds__(PLC_FM_THREADS)
-    plc_attn_flash_mma(float *dst, const float *q, int64_t qstride, const __half *kc, const __half *vc, int64_t width,
+    plc_attn_flash_mma(float *dst, const float *q, int64_t qstride, const T *kc, const T *vc, int64_t width,
                        int bs, const int32_t *blocks, const plc_tile *tiles, int group, float scale) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     constexpr int KP = HD + 8;           // row stride of sK, in halves
     constexpr int VP = PLC_FM_BK + 8;    // row stride of sVt
     constexpr int NJ = PLC_FM_BK / 8;    // 8-key tiles of a step
     constexpr int NV = HD / 8;           // 16-byte vectors of a key row
-    __shared__ __align__(16) __half sK[PLC_FM_BK * KP];  // [key][dim]
-    __shared__ __align__(16) __half sVt[HD * VP];        // [dim][key]
+    __shared__ __align__(16) uint16_t sK[PLC_FM_BK * KP];  // [key][dim], bits of T
+    __shared__ __align__(16) uint16_t sVt[HD * VP];        // [dim][key]
     __shared__ int64_t sSlot[PLC_FM_BK];
     const plc_tile t = tiles[blockIdx.x];
     const int h = blockIdx.y, tid = threadIdx.x, warp = tid / PLC_WARP, lane = tid % PLC_WARP;
@@ -316,10 +333,10 @@ __global__ void __launch_bounds__(PLC_FM_THREADS)
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++) {
         const int d = 16 * kk + c2;
-        qa[kk][0] = in0 ? plc_h2_bits(q0[d], q0[d + 1]) : 0u;
-        qa[kk][1] = in1 ? plc_h2_bits(q1[d], q1[d + 1]) : 0u;
-        qa[kk][2] = in0 ? plc_h2_bits(q0[d + 8], q0[d + 9]) : 0u;
-        qa[kk][3] = in1 ? plc_h2_bits(q1[d + 8], q1[d + 9]) : 0u;
+        qa[kk][0] = in0 ? plc_pack2<T>(q0[d], q0[d + 1]) : 0u;
+        qa[kk][1] = in1 ? plc_pack2<T>(q1[d], q1[d + 1]) : 0u;
+        qa[kk][2] = in0 ? plc_pack2<T>(q0[d + 8], q0[d + 9]) : 0u;
+        qa[kk][3] = in1 ? plc_pack2<T>(q1[d + 8], q1[d + 9]) : 0u;
     }
     const int lim0 = min(t.kvlen, t.pos0 + r0 + 1), lim1 = min(t.kvlen, t.pos0 + r1 + 1);
     const int kend = min(t.kvlen, t.pos0 + t.nq);
@@ -347,7 +364,7 @@ __global__ void __launch_bounds__(PLC_FM_THREADS)
                     const uint32_t w[4] = {vv.x, vv.y, vv.z, vv.w};
 #pragma unroll
                     for (int i = 0; i < 8; i++)
-                        sVt[(d + i) * VP + c] = __ushort_as_half((unsigned short)(w[i / 2] >> (16 * (i % 2))));
+                        sVt[(d + i) * VP + c] = (uint16_t)(w[i / 2] >> (16 * (i % 2)));
                 }
             }
             __syncthreads();
@@ -359,8 +376,8 @@ __global__ void __launch_bounds__(PLC_FM_THREADS)
             for (int kk = 0; kk < HD / 16; kk++) {
 #pragma unroll
                 for (int j = 0; j < NJ; j++) {
-                    const __half *kr = &sK[(8 * j + g) * KP + 16 * kk + c2];
-                    plc_mma16816(s[j], qa[kk], plc_u32_at(kr), plc_u32_at(kr + 8));
+                    const uint16_t *kr = &sK[(8 * j + g) * KP + 16 * kk + c2];
+                    plc_mma16816(T(), s[j], qa[kk], plc_u32_at(kr), plc_u32_at(kr + 8));
                 }
             }
 #pragma unroll
@@ -403,14 +420,14 @@ __global__ void __launch_bounds__(PLC_FM_THREADS)
 #pragma unroll
             for (int kb = 0; kb < PLC_FM_BK / 16; kb++) {
                 uint32_t pa[4];
-                pa[0] = plc_h2_bits(plc_fm_weight(s[2 * kb][0], m0, l0), plc_fm_weight(s[2 * kb][1], m0, l0));
-                pa[1] = plc_h2_bits(plc_fm_weight(s[2 * kb][2], m1, l1), plc_fm_weight(s[2 * kb][3], m1, l1));
-                pa[2] = plc_h2_bits(plc_fm_weight(s[2 * kb + 1][0], m0, l0), plc_fm_weight(s[2 * kb + 1][1], m0, l0));
-                pa[3] = plc_h2_bits(plc_fm_weight(s[2 * kb + 1][2], m1, l1), plc_fm_weight(s[2 * kb + 1][3], m1, l1));
+                pa[0] = plc_pack2<T>(plc_fm_weight(s[2 * kb][0], m0, l0), plc_fm_weight(s[2 * kb][1], m0, l0));
+                pa[1] = plc_pack2<T>(plc_fm_weight(s[2 * kb][2], m1, l1), plc_fm_weight(s[2 * kb][3], m1, l1));
+                pa[2] = plc_pack2<T>(plc_fm_weight(s[2 * kb + 1][0], m0, l0), plc_fm_weight(s[2 * kb + 1][1], m0, l0));
+                pa[3] = plc_pack2<T>(plc_fm_weight(s[2 * kb + 1][2], m1, l1), plc_fm_weight(s[2 * kb + 1][3], m1, l1));
 #pragma unroll
                 for (int jd = 0; jd < NV; jd++) {
-                    const __half *vr = &sVt[(8 * jd + g) * VP + 16 * kb + c2];
-                    plc_mma16816(o[jd], pa, plc_u32_at(vr), plc_u32_at(vr + 8));
+                    const uint16_t *vr = &sVt[(8 * jd + g) * VP + 16 * kb + c2];
+                    plc_mma16816(T(), o[jd], pa, plc_u32_at(vr), plc_u32_at(vr + 8));
                 }
             }
         }
@@ -592,7 +609,7 @@ __global__ void __launch_bounds__(PLC_FM_THREADS)
 
 int plc_flash_mma_built(void) {
     cudaFuncAttributes fa;
-    if (cudaFuncGetAttributes(&fa, plc_attn_flash_mma<64>) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&fa, plc_attn_flash_mma<64, __half>) != cudaSuccess) {
         cudaGetLastError();
         return 0;
     }
@@ -606,8 +623,41 @@ int plc_flash_rows(const plc_ctx *ctx, int kvtype, int64_t width, const void *kc
 int plc_flash_tc(const plc_ctx *ctx, int kvtype, int64_t width, const void *kc, const void *vc) {
     if (!ctx->flash_mma || ((uintptr_t)kc % 16) != 0 || ((uintptr_t)vc % 16) != 0) return PLC_TC_NONE;
     if (kvtype == PLC_F16 && width % 8 == 0) return PLC_TC_F16;
+    if (kvtype == PLC_BF16 && width % 8 == 0) return PLC_TC_BF16;
     if (kvtype == PLC_F32 && ctx->tf32 && width % 4 == 0) return PLC_TC_TF32;
     return PLC_TC_NONE;
+}
+
+template <typename T>
+static void plc_launch_mma(plc_ctx *ctx, int hd, dim3 grid, float *dst, const float *q, int64_t qstride, const void *kc,
+                           const void *vc, int64_t width, int bs, const int32_t *blocks, const plc_tile *tiles, int group,
+                           float scale) {
+    const T *k = (const T *)kc, *v = (const T *)vc;
+    switch (hd) {
+    case 64: plc_attn_flash_mma<64, T><<<grid, PLC_FM_THREADS, 0, ctx->stream>>>(dst, q, qstride, k, v, width, bs, blocks, tiles, group, scale); break;
+    case 80: plc_attn_flash_mma<80, T><<<grid, PLC_FM_THREADS, 0, ctx->stream>>>(dst, q, qstride, k, v, width, bs, blocks, tiles, group, scale); break;
+    case 128: plc_attn_flash_mma<128, T><<<grid, PLC_FM_THREADS, 0, ctx->stream>>>(dst, q, qstride, k, v, width, bs, blocks, tiles, group, scale); break;
+    }
+}
+
+// plc_launch_decode runs the decode kernel over ns splits of chunk keys (and the combining
+// kernel when ns > 1): one pass for F32, two for rounded weights.
+template <typename KT, bool ROUND>
+static void plc_launch_decode(plc_ctx *ctx, dim3 grid, dim3 grid2, size_t smem, float *dst, const float *q, int64_t qstride,
+                              const void *kc, const void *vc, int64_t width, int bs, const int32_t *blocks,
+                              const plc_tile *tiles, int hd, int group, float scale, int chunk, int ns, float *part) {
+    const KT *k = (const KT *)kc, *v = (const KT *)vc;
+    if (ns == 1) {
+        plc_attn_decode<KT, ROUND><<<grid, PLC_DEC_THREADS, smem, ctx->stream>>>(dst, q, qstride, k, v, width, bs, blocks, tiles, hd, group, scale, chunk, ns, PLC_DEC_SINGLE, part);
+        return;
+    }
+    if (ROUND) {
+        plc_attn_decode<KT, ROUND><<<grid, PLC_DEC_THREADS, smem, ctx->stream>>>(dst, q, qstride, k, v, width, bs, blocks, tiles, hd, group, scale, chunk, ns, PLC_DEC_STATS, part);
+        plc_attn_decode<KT, ROUND><<<grid, PLC_DEC_THREADS, smem, ctx->stream>>>(dst, q, qstride, k, v, width, bs, blocks, tiles, hd, group, scale, chunk, ns, PLC_DEC_ROUNDED, part);
+    } else {
+        plc_attn_decode<KT, ROUND><<<grid, PLC_DEC_THREADS, smem, ctx->stream>>>(dst, q, qstride, k, v, width, bs, blocks, tiles, hd, group, scale, chunk, ns, PLC_DEC_PARTIAL, part);
+    }
+    plc_attn_combine<<<grid2, 128, 0, ctx->stream>>>(dst, qstride, tiles, hd, ns, ROUND ? 1 : 0, part);
 }
 
 template <typename KT, bool ROUND>
@@ -626,7 +676,6 @@ int plc_attend(plc_ctx *ctx, float *dst, const float *q, int64_t qstride, const 
                int64_t width, int bs, const int32_t *blocks, int64_t n_blocks, const plc_tile *flash, int64_t n_flash,
                const plc_tile *dec, int64_t n_dec, int max_kv, const plc_attn_cfg *a) {
     const int hd = a->head_dim, group = a->n_head / a->n_kv_head;
-    const bool f16 = kvtype == PLC_F16;
     if (n_flash > INT_MAX || n_dec > INT_MAX) return plc_fail_arg(ctx, "attention: too many tiles");
     const void *host[3] = {blocks, flash, dec};
     const size_t sizes[3] = {blocks != NULL ? (size_t)n_blocks * sizeof(int32_t) : 0, (size_t)n_flash * sizeof(plc_tile),
@@ -647,14 +696,13 @@ int plc_attend(plc_ctx *ctx, float *dst, const float *q, int64_t qstride, const 
             case 128: plc_attn_flash_tf32<128><<<grid, PLC_FM_THREADS, 0, ctx->stream>>>(dst, q, qstride, k, v, width, bs, dblocks, dflash, group, a->scale); break;
             }
         } else if (tc == PLC_TC_F16) {
-            const __half *k = (const __half *)kc, *v = (const __half *)vc;
-            switch (hd) {
-            case 64: plc_attn_flash_mma<64><<<grid, PLC_FM_THREADS, 0, ctx->stream>>>(dst, q, qstride, k, v, width, bs, dblocks, dflash, group, a->scale); break;
-            case 80: plc_attn_flash_mma<80><<<grid, PLC_FM_THREADS, 0, ctx->stream>>>(dst, q, qstride, k, v, width, bs, dblocks, dflash, group, a->scale); break;
-            case 128: plc_attn_flash_mma<128><<<grid, PLC_FM_THREADS, 0, ctx->stream>>>(dst, q, qstride, k, v, width, bs, dblocks, dflash, group, a->scale); break;
-            }
-        } else if (f16)
+            plc_launch_mma<__half>(ctx, hd, grid, dst, q, qstride, kc, vc, width, bs, dblocks, dflash, group, a->scale);
+        } else if (tc == PLC_TC_BF16) {
+            plc_launch_mma<__nv_bfloat16>(ctx, hd, grid, dst, q, qstride, kc, vc, width, bs, dblocks, dflash, group, a->scale);
+        } else if (kvtype == PLC_F16)
             plc_launch_flash<__half, true>(ctx, hd, grid, dst, q, qstride, kc, vc, width, bs, dblocks, dflash, group, a->scale);
+        else if (kvtype == PLC_BF16)
+            plc_launch_flash<__nv_bfloat16, true>(ctx, hd, grid, dst, q, qstride, kc, vc, width, bs, dblocks, dflash, group, a->scale);
         else
             plc_launch_flash<float, false>(ctx, hd, grid, dst, q, qstride, kc, vc, width, bs, dblocks, dflash, group, a->scale);
         if ((st = plc_launched(ctx, "attention: flash kernel")) != PLC_OK) return st;
@@ -681,24 +729,12 @@ int plc_attend(plc_ctx *ctx, float *dst, const float *q, int64_t qstride, const 
     const dim3 grid((unsigned)n_dec, (unsigned)a->n_head, (unsigned)nsplit);
     const dim3 grid2((unsigned)n_dec, (unsigned)a->n_head);
     const int ns = (int)nsplit;
-    if (f16) {
-        const __half *k = (const __half *)kc, *v = (const __half *)vc;
-        if (ns == 1) {
-            plc_attn_decode<__half, true><<<grid, PLC_DEC_THREADS, smem, ctx->stream>>>(dst, q, qstride, k, v, width, bs, dblocks, ddec, hd, group, a->scale, chunk, ns, PLC_DEC_SINGLE, part);
-        } else {
-            plc_attn_decode<__half, true><<<grid, PLC_DEC_THREADS, smem, ctx->stream>>>(dst, q, qstride, k, v, width, bs, dblocks, ddec, hd, group, a->scale, chunk, ns, PLC_DEC_STATS, part);
-            plc_attn_decode<__half, true><<<grid, PLC_DEC_THREADS, smem, ctx->stream>>>(dst, q, qstride, k, v, width, bs, dblocks, ddec, hd, group, a->scale, chunk, ns, PLC_DEC_ROUNDED, part);
-            plc_attn_combine<<<grid2, 128, 0, ctx->stream>>>(dst, qstride, ddec, hd, ns, 1, part);
-        }
-    } else {
-        const float *k = (const float *)kc, *v = (const float *)vc;
-        if (ns == 1) {
-            plc_attn_decode<float, false><<<grid, PLC_DEC_THREADS, smem, ctx->stream>>>(dst, q, qstride, k, v, width, bs, dblocks, ddec, hd, group, a->scale, chunk, ns, PLC_DEC_SINGLE, part);
-        } else {
-            plc_attn_decode<float, false><<<grid, PLC_DEC_THREADS, smem, ctx->stream>>>(dst, q, qstride, k, v, width, bs, dblocks, ddec, hd, group, a->scale, chunk, ns, PLC_DEC_PARTIAL, part);
-            plc_attn_combine<<<grid2, 128, 0, ctx->stream>>>(dst, qstride, ddec, hd, ns, 0, part);
-        }
-    }
+    if (kvtype == PLC_F16)
+        plc_launch_decode<__half, true>(ctx, grid, grid2, smem, dst, q, qstride, kc, vc, width, bs, dblocks, ddec, hd, group, a->scale, chunk, ns, part);
+    else if (kvtype == PLC_BF16)
+        plc_launch_decode<__nv_bfloat16, true>(ctx, grid, grid2, smem, dst, q, qstride, kc, vc, width, bs, dblocks, ddec, hd, group, a->scale, chunk, ns, part);
+    else
+        plc_launch_decode<float, false>(ctx, grid, grid2, smem, dst, q, qstride, kc, vc, width, bs, dblocks, ddec, hd, group, a->scale, chunk, ns, part);
     return plc_launched(ctx, "attention: decode kernel");
 }
 

@@ -159,4 +159,12 @@ __device__ __forceinline__ float plc_to_f32(float v) { return v; }
 __device__ __forceinline__ float plc_to_f32(__half v) { return __half2float(v); }
 __device__ __forceinline__ float plc_to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
 
+// plc_round_as<T>(v) is v rounded to T (to nearest even) and back: v itself for float.
+template <typename T> __device__ __forceinline__ float plc_round_as(float v);
+template <> __device__ __forceinline__ float plc_round_as<float>(float v) { return v; }
+template <> __device__ __forceinline__ float plc_round_as<__half>(float v) { return plc_f16_round(v); }
+template <> __device__ __forceinline__ float plc_round_as<__nv_bfloat16>(float v) {
+    return __bfloat162float(__float2bfloat16_rn(v));
+}
+
 #endif

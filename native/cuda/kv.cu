@@ -1,11 +1,13 @@
-// kv.cu: plc_store_kv: rows of k and v scattered to cache slots, F16 rounded to nearest even.
+// kv.cu: plc_store_kv: rows of k and v scattered to cache slots, F16 and BF16 rounded to nearest
+// even.
 #include "elementwise.cuh"
 #include "kv.cuh"
 
-int plc_kv_supports(int dt) { return dt == PLC_F32 || dt == PLC_F16; }
+int plc_kv_supports(int dt) { return dt == PLC_F32 || dt == PLC_F16 || dt == PLC_BF16; }
 
 __device__ __forceinline__ void plc_put(float *p, float v) { *p = v; }
 __device__ __forceinline__ void plc_put(__half *p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void plc_put(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 
 template <typename T>
 __global__ void plc_store_kv_k(T *kc, T *vc, int64_t width, const float *k, const float *v, int64_t n, const int32_t *slot) {
@@ -35,7 +37,9 @@ extern "C" int plc_store_kv(plc_ctx *ctx, void *kc, void *vc, int32_t kvtype, in
     const int grid = plc_grid1d(ctx, n * width, 256);
     if (kvtype == PLC_F32)
         plc_store_kv_k<float><<<grid, 256, 0, ctx->stream>>>((float *)kc, (float *)vc, width, k, v, n, (const int32_t *)dev[0]);
-    else
+    else if (kvtype == PLC_F16)
         plc_store_kv_k<__half><<<grid, 256, 0, ctx->stream>>>((__half *)kc, (__half *)vc, width, k, v, n, (const int32_t *)dev[0]);
+    else
+        plc_store_kv_k<__nv_bfloat16><<<grid, 256, 0, ctx->stream>>>((__nv_bfloat16 *)kc, (__nv_bfloat16 *)vc, width, k, v, n, (const int32_t *)dev[0]);
     return plc_launched(ctx, "store kv");
 }

@@ -97,9 +97,9 @@ const char *plc_ctx_error(const plc_ctx *ctx);
 /* plc_ctx_set_tf32: on != 0 lets F32 matrix products use TF32 tensor cores (10-bit mantissa
  * inputs, F32 accumulation); 0 computes them in full F32. */
 int plc_ctx_set_tf32(plc_ctx *ctx, int32_t on);
-/* plc_ctx_set_flash: mma != 0 computes attention over F16 keys and values with query tiles of
- * 64 on tensor cores (mma.sync, compute capability 8.0 and later; PLC_ERR_UNSUPPORTED before);
- * 0 (the default) with tiles of 16 on the CUDA cores. Both keep the F16 contract of
+/* plc_ctx_set_flash: mma != 0 computes attention over F16 and BF16 keys and values with query
+ * tiles of 64 on tensor cores (mma.sync, compute capability 8.0 and later; PLC_ERR_UNSUPPORTED before);
+ * 0 (the default) with tiles of 16 on the CUDA cores. Both keep the F16 and BF16 contract of
  * plc_attention. While TF32 is also on (plc_ctx_set_tf32), attention over F32 keys and values
  * takes the tensor cores too, with TF32 inputs: queries, keys, the online softmax's weights and
  * values rounded to 10-bit mantissas (to nearest), products accumulated in F32. */
@@ -218,7 +218,7 @@ int plc_rope(plc_ctx *ctx, float *x, int64_t n, int32_t n_head, const plc_rope_c
              const int32_t *pos);
 
 /* plc_store_kv writes k and v [n, width] F32 (device) into rows slot[i] (host [n]) of the
- * caches kc and vc [slots, width] of kvtype (F32, or F16 rounded to nearest even). */
+ * caches kc and vc [slots, width] of kvtype (F32, or F16 or BF16 rounded to nearest even). */
 int plc_store_kv(plc_ctx *ctx, void *kc, void *vc, int32_t kvtype, int64_t slots,
                  int64_t width, const float *k, const float *v, int64_t n, const int32_t *slot);
 
@@ -241,14 +241,16 @@ typedef struct {
  * n_head*head_dim] F32 (device, not overlapping); kc, vc [slots, width] of kvtype (device),
  * width = n_kv_head*head_dim; seqs host [n_seqs], blocks host [n_blocks_total]. head_dim <= 256.
  *
- * With an F16 cache the query is rounded to F16 before q.K and the normalised weights
- * softmax(...)_j are rounded to F16 before p.V (the backend contract); sums are F32.
+ * With an F16 (BF16) cache the query is rounded to F16 (BF16) before q.K and the normalised
+ * weights softmax(...)_j are rounded to F16 (BF16) before p.V (the backend contract); sums are
+ * F32.
  *
  * Sequences of at least two tokens with head_dim 64, 80 or 128 go through a flash-attention
  * kernel (tiles of 16 queries by 32 keys in shared memory, or 64 queries on tensor cores as
- * plc_ctx_set_flash says; online softmax, F32 accumulation; with an F16 cache a first pass over the keys finds each row's maximum and sum, so that the
- * second can round normalised weights). Other tokens go through a decode kernel that splits long
- * contexts along the keys across thread blocks and combines the parts. Tokens of the batch in no
+ * plc_ctx_set_flash says; online softmax, F32 accumulation; with an F16 or BF16 cache a first
+ * pass over the keys finds each row's maximum and sum, so that the second can round normalised
+ * weights). Other tokens go through a decode kernel that splits long contexts along the keys
+ * across thread blocks and combines the parts. Tokens of the batch in no
  * sequence are left untouched. */
 int plc_attention(plc_ctx *ctx, float *dst, const float *q, int64_t n, const void *kc,
                   const void *vc, int32_t kvtype, int64_t slots, int64_t width,
@@ -256,7 +258,7 @@ int plc_attention(plc_ctx *ctx, float *dst, const float *q, int64_t n, const voi
                   int64_t n_seqs, const int32_t *blocks, int64_t n_blocks_total);
 
 /* plc_full_attention: unmasked attention of q [n, n_head*head_dim] over k, v [m,
- * n_kv_head*head_dim] of kvtype (F32 or F16), all device; m >= 1. Roundings as plc_attention. */
+ * n_kv_head*head_dim] of kvtype (F32, F16 or BF16), all device; m >= 1. Roundings as plc_attention. */
 int plc_full_attention(plc_ctx *ctx, float *dst, const float *q, int64_t n, const void *k,
                        const void *v, int32_t kvtype, int64_t m, const plc_attn_cfg *a);
 

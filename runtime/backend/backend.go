@@ -78,8 +78,8 @@ type Batch struct {
 }
 
 // KVConfig sizes a KV cache: Layers layers, each with Slots slots (at most MaxInt32) of Width =
-// nKVHead*headDim elements for keys and as many for values, stored as DType (F32 or F16), in
-// blocks of BlockSize slots.
+// nKVHead*headDim elements for keys and as many for values, stored as DType (F32, F16 or BF16;
+// a backend may refuse BF16 with ErrUnsupported), in blocks of BlockSize slots.
 type KVConfig struct {
 	Layers    int
 	Slots     int
@@ -160,7 +160,8 @@ type Backend interface {
 	// With an F16 cache the products are F16 products, as llama.cpp computes them (ggml_mul_mat
 	// converts its F32 operand to the F16 type of the cache): q is rounded to F16 before q·K, and
 	// the normalised attention weights p_j = softmax(...)_j are rounded to F16 before p·V; both
-	// sums accumulate in F32 or wider. With an F32 cache nothing is rounded.
+	// sums accumulate in F32 or wider. With a BF16 cache the same holds with BF16 in place of
+	// F16 (round to nearest even). With an F32 cache nothing is rounded.
 	Attention(dst, q Tensor, kv KV, layer int, a Attn, b *Batch) error
 
 	// Operations for encoder-decoder models (Whisper).

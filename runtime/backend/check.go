@@ -165,8 +165,8 @@ func CheckRope(x Tensor, nHead int, r RoPE, b *Batch) error {
 // Layers, Width and BlockSize and of 1 to MaxInt32 slots (slots are int32 in a Batch).
 func CheckKVConfig(cfg KVConfig) error {
 	const op = "new kv"
-	if cfg.DType != tensor.F32 && cfg.DType != tensor.F16 {
-		return fmt.Errorf("%s: dtype %v (want F32 or F16): %w", op, cfg.DType, ErrUnsupported)
+	if cfg.DType != tensor.F32 && cfg.DType != tensor.F16 && cfg.DType != tensor.BF16 {
+		return fmt.Errorf("%s: dtype %v (want F32, F16 or BF16): %w", op, cfg.DType, ErrUnsupported)
 	}
 	if cfg.Layers <= 0 || cfg.Slots <= 0 || cfg.Width <= 0 || cfg.BlockSize <= 0 || cfg.Slots > math.MaxInt32 {
 		return fmt.Errorf("%s: bad config %+v", op, cfg)

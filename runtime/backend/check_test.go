@@ -123,8 +123,9 @@ func TestChecks(t *testing.T) {
 
 		{"new kv", CheckKVConfig(cfg), ""},
 		{"new kv F32", CheckKVConfig(withCfg(func(c *KVConfig) { c.DType = tensor.F32 })), ""},
+		{"new kv BF16", CheckKVConfig(withCfg(func(c *KVConfig) { c.DType = tensor.BF16 })), ""},
 		{"new kv of MaxInt32 slots", CheckKVConfig(withCfg(func(c *KVConfig) { c.Slots = math.MaxInt32 })), ""},
-		{"new kv Q8_0", CheckKVConfig(withCfg(func(c *KVConfig) { c.DType = tensor.Q8_0 })), "new kv: dtype Q8_0 (want F32 or F16): " + ErrUnsupported.Error()},
+		{"new kv Q8_0", CheckKVConfig(withCfg(func(c *KVConfig) { c.DType = tensor.Q8_0 })), "new kv: dtype Q8_0 (want F32, F16 or BF16): " + ErrUnsupported.Error()},
 		{"new kv 0 layers", CheckKVConfig(withCfg(func(c *KVConfig) { c.Layers = 0 })), "new kv: bad config"},
 		{"new kv 0 slots", CheckKVConfig(withCfg(func(c *KVConfig) { c.Slots = 0 })), "bad config"},
 		{"new kv 0 width", CheckKVConfig(withCfg(func(c *KVConfig) { c.Width = 0 })), "bad config"},

@@ -61,7 +61,7 @@ func (e *Engine) Close() error {
 type ContextOptions struct {
 	Ctx    int          // positions (prompt plus generated); 0 means the model's training context
 	Chunk  int          // prompt tokens per forward step; 0 means 512
-	KVType tensor.DType // F16 (as llama.cpp) or F32
+	KVType tensor.DType // F16 (as llama.cpp), BF16 (where the backend holds it) or F32
 }
 
 // NewContext makes a context for generating one sequence at a time.

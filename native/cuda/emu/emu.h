@@ -325,6 +325,8 @@ inline float2 __half22float2(__half2 h) { return float2{__half2float(h.x), __hal
 // The tensor-core product of attention.cu (mma.sync m16n8k16, F16 inputs, F32 accumulators) for
 // the calling lane, with the PTX ISA's fragment layouts; every lane of the warp calls it.
 void mma_m16n8k16_f16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
+// The same with BF16 inputs (mma.sync m16n8k16 .bf16).
+void mma_m16n8k16_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
 
 // The TF32 tensor-core product of attention.cu (mma.sync m16n8k8 .tf32, F32 accumulators) for
 // the calling lane; the inputs' low 13 bits are ignored, as the hardware ignores them.

@@ -355,24 +355,21 @@ unsigned __ballot_sync(unsigned, int p) {
     return all;
 }
 
-void mma_m16n8k16_f16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+// mma_m16n8k16 is mma.sync m16n8k16 with 16-bit inputs, elem(r, hi) the low (hi == 0) or high
+// half of register r as a float.
+static void mma_m16n8k16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1, float (*elem)(uint32_t, int)) {
     struct Frag {
         uint32_t a[4], b[2];
     } mine = {{a[0], a[1], a[2], a[3]}, {b0, b1}}, all[32];
     emu::warp_gather("mma.sync", &mine, sizeof mine, all);
-    auto half_at = [](uint32_t r, int hi) {
-        __half h;
-        h.x = (uint16_t)(hi ? r >> 16 : r & 0xffffu);
-        return __half2float(h);
-    };
-    // A[row][k] and B[k][col] from the fragments' owners (PTX ISA, mma.m16n8k16 .f16).
+    // A[row][k] and B[k][col] from the fragments' owners (PTX ISA, mma.m16n8k16 .f16 and .bf16).
     auto A = [&](int row, int k) {
         const int g = row % 8, t = (k % 8) / 2, reg = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
-        return half_at(all[g * 4 + t].a[reg], k % 2);
+        return elem(all[g * 4 + t].a[reg], k % 2);
     };
     auto B = [&](int k, int col) {
         const int t = (k % 8) / 2, reg = k >= 8 ? 1 : 0;
-        return half_at(all[col * 4 + t].b[reg], k % 2);
+        return elem(all[col * 4 + t].b[reg], k % 2);
     };
     const int lane = EMU_LANE(), g = lane / 4, t = lane % 4;
     for (int i = 0; i < 4; i++) {
@@ -381,6 +378,18 @@ void mma_m16n8k16_f16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
         for (int k = 0; k < 16; k++) s += A(row, k) * B(k, col);
         c[i] = s;
     }
+}
+
+void mma_m16n8k16_f16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    mma_m16n8k16(c, a, b0, b1, [](uint32_t r, int hi) {
+        __half h;
+        h.x = (uint16_t)(hi ? r >> 16 : r & 0xffffu);
+        return __half2float(h);
+    });
+}
+
+void mma_m16n8k16_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    mma_m16n8k16(c, a, b0, b1, [](uint32_t r, int hi) { return __uint_as_float((hi ? r >> 16 : r & 0xffffu) << 16); });
 }
 
 void mma_m16n8k8_tf32(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {

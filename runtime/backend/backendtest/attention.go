@@ -11,7 +11,7 @@ import (
 )
 
 // kvModel is the suite's own copy of a KV cache: what StoreKV must have written, as stored (F16
-// caches hold values rounded to F16).
+// and BF16 caches hold values rounded to their type).
 type kvModel struct {
 	cfg  backend.KVConfig
 	k, v [][]float64 // [layer][slot*Width+e]
@@ -31,8 +31,11 @@ func (m *kvModel) store(layer int, k, v []float32, slots []int32) {
 	for i, s := range slots {
 		for e := 0; e < w; e++ {
 			kv, vv := float64(k[i*w+e]), float64(v[i*w+e])
-			if m.cfg.DType == tensor.F16 {
+			switch m.cfg.DType {
+			case tensor.F16:
 				kv, vv = f16Round(k[i*w+e]), f16Round(v[i*w+e])
+			case tensor.BF16:
+				kv, vv = bf16Round(k[i*w+e]), bf16Round(v[i*w+e])
 			}
 			m.k[layer][int(s)*w+e] = kv
 			m.v[layer][int(s)*w+e] = vv
@@ -40,16 +43,24 @@ func (m *kvModel) store(layer int, k, v []float32, slots []int32) {
 	}
 }
 
-// rounding says which F16 roundings a reference applies: of each query element before q·K, and
-// of each normalised attention weight before p·V. The contract (backend.Backend.Attention) is
-// both for an F16 cache and neither for an F32 one; the others are what a backend that skips one
-// of them computes.
-type rounding struct{ q, p bool }
+// rounding says which roundings to F16 (or, with bf16, to BF16) a reference applies: of each
+// query element before q·K, and of each normalised attention weight before p·V. The contract
+// (backend.Backend.Attention) is both for an F16 or BF16 cache and neither for an F32 one; the
+// others are what a backend that skips one of them computes.
+type rounding struct{ q, p, bf16 bool }
+
+// to rounds v to the half type of rd.
+func (rd rounding) to(v float32) float64 {
+	if rd.bf16 {
+		return bf16Round(v)
+	}
+	return f16Round(v)
+}
 
 // contract returns the rounding backend.Backend.Attention requires for m's cache.
 func (m *kvModel) contract() rounding {
-	f16 := m.cfg.DType == tensor.F16
-	return rounding{q: f16, p: f16}
+	half := m.cfg.DType == tensor.F16 || m.cfg.DType == tensor.BF16
+	return rounding{q: half, p: half, bf16: m.cfg.DType == tensor.BF16}
 }
 
 // expRel bounds the relative error of a float32 exp approximation.
@@ -64,7 +75,7 @@ const expRel = 0x1p-18
 // sum of values adds float32 rounding of the normalisation and of ctx terms
 // (2·(ctx+HeadDim+8)·2^-24 of max|v|) and of a float32 exp approximation (2^-18 of max|v|).
 //
-// With both roundings (F16 cache, the contract): q is a float32 input, which the backend and
+// With both roundings (F16 cache, the contract; BF16 alike, with BF16 in place of F16): q is a float32 input, which the backend and
 // the reference round to the same F16 values, so the backend's score s'_j differs from the
 // reference's s_j only by float32 dot-product error, |s'_j - s_j| <= e_j =
 // (HeadDim+2)·2^-24·Scale·Σ|q·k_j|. Its weight p'_j (float32 exp, sum and normalisation) is
@@ -77,7 +88,8 @@ const expRel = 0x1p-18
 // close to a boundary may round the other way, by at most w_j, the distance between the two
 // roundings (one F16 ulp of p_j). The output then differs from the reference by at most
 // Σ_j w_j·|v_j| plus float32 accumulation of ctx products (exact: F16 times F16 fits float32)
-// and the final rounding, (ctx+2)·2^-24·Σ_j (r_j+w_j)·|v_j| for rounded weights r_j: float32
+// and the final rounding, (ctx+2)·2^-24·Σ_j (r_j+w_j)·|v_j| for rounded weights r_j (BF16 times
+// BF16 fits float32 too): float32
 // summation error, plus one F16 ulp of each weight that lies near a boundary times its value.
 // (e_j is a worst-case bound, far above typical dot-product error, so some weights of every
 // long context count as near a boundary.)
@@ -123,7 +135,7 @@ func attendHead(q []float32, ctx int, key, val func(j int) []float64, scale floa
 	for d, v := range q {
 		qh[d] = float64(v)
 		if rd.q {
-			qh[d] = f16Round(v)
+			qh[d] = rd.to(v)
 		}
 	}
 	scores := make([]float64, ctx) // scores, then weights
@@ -157,8 +169,8 @@ func attendHead(q []float32, ctx int, key, val func(j int) []float64, scale floa
 		wj := 0.0
 		if rd.p {
 			d := math.Expm1(errs[j] + (smax-scores[j])*u + ebar + 2*expRel + float64(ctx+4)*u)
-			wj = f16Round(float32(pj*(1+d))) - f16Round(float32(pj*(1-d)))
-			pj = f16Round(float32(pj))
+			wj = rd.to(float32(pj*(1+d))) - rd.to(float32(pj*(1-d)))
+			pj = rd.to(float32(pj))
 		}
 		vj := val(j)
 		for d := range out {
@@ -276,7 +288,7 @@ func testAttention(t *testing.T, b backend.Backend, _ func() (backend.Backend, e
 		{{1, 20}, {0, 1}},
 		{{0, 1}, {1, 1}},
 	}
-	for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
 		for _, c := range []struct {
 			nHead, nKV, hd int
 		}{{4, 4, 32}, {4, 2, 64}, {8, 2, 16}} {
@@ -287,8 +299,8 @@ func testAttention(t *testing.T, b backend.Backend, _ func() (backend.Backend, e
 				attnScenario(t, b, name, cfg, a, 4, short)
 			})
 		}
-		if dt == tensor.F16 {
-			t.Run("F16/Rounding", func(t *testing.T) { testAttentionRounding(t, b) })
+		if dt != tensor.F32 {
+			t.Run(fmt.Sprintf("%v/Rounding", dt), func(t *testing.T) { testAttentionRounding(t, b, dt) })
 		}
 		name := fmt.Sprintf("%v/Long", dt)
 		t.Run(name, func(t *testing.T) {
@@ -299,8 +311,8 @@ func testAttention(t *testing.T, b backend.Backend, _ func() (backend.Backend, e
 	}
 }
 
-// testAttentionRounding checks that attention over an F16 cache rounds both the query and the
-// normalised weights to F16, as backend.Backend.Attention requires. The scenarios' bounds widen
+// testAttentionRounding checks that attention over an F16 (or BF16) cache rounds both the query
+// and the normalised weights to F16 (BF16), as backend.Backend.Attention requires. The scenarios' bounds widen
 // by one F16 ulp of every weight near a rounding boundary, which can hide a missing rounding in
 // places; here the backend's output must be far nearer the reference with both roundings than
 // that reference is to the ones that skip the query's rounding, the weights' or both. One
@@ -310,10 +322,10 @@ func testAttention(t *testing.T, b backend.Backend, _ func() (backend.Backend, e
 // the rare weight that lies within float32 error of a boundary. A backend that rounds as
 // required lands within 1/10 of the smallest of those distances (summed over all outputs); one
 // that skips a rounding lands at about that distance.
-func testAttentionRounding(t *testing.T, b backend.Backend) {
+func testAttentionRounding(t *testing.T, b backend.Backend, dt tensor.DType) {
 	const n, bs, nh, nkv, hd = 48, 8, 4, 2, 64
-	r := rng("attention rounding")
-	cfg := backend.KVConfig{Layers: 1, Slots: n, Width: nkv * hd, BlockSize: bs, DType: tensor.F16}
+	r := rng("attention rounding " + dt.String())
+	cfg := backend.KVConfig{Layers: 1, Slots: n, Width: nkv * hd, BlockSize: bs, DType: dt}
 	a := backend.Attn{NHead: nh, NKVHead: nkv, HeadDim: hd, Scale: float32(1.5 / math.Sqrt(hd))}
 	kv, err := b.NewKV(cfg)
 	must(t, err, "NewKV(%+v)", cfg)
@@ -333,7 +345,8 @@ func testAttentionRounding(t *testing.T, b backend.Backend) {
 	got := read(t, b, dst)
 	g.check(t)
 
-	want, tol := model.attend(0, qv, a, bt, rounding{q: true, p: true})
+	bf := dt == tensor.BF16
+	want, tol := model.attend(0, qv, a, bt, rounding{q: true, p: true, bf16: bf})
 	dist := func(x []float64) float64 {
 		s := 0.0
 		for i, v := range x {
@@ -350,9 +363,9 @@ func testAttentionRounding(t *testing.T, b backend.Backend) {
 		rd        rounding
 		ref, diag string
 	}{
-		{rounding{q: false, p: true}, "rounds only the weights", "does not round the query to F16 before q·K"},
-		{rounding{q: true, p: false}, "rounds only the query", "does not round the attention weights to F16 before p·V"},
-		{rounding{}, "rounds neither", "rounds neither the query nor the attention weights to F16"},
+		{rounding{q: false, p: true, bf16: bf}, "rounds only the weights", "does not round the query to " + dt.String() + " before q·K"},
+		{rounding{q: true, p: false, bf16: bf}, "rounds only the query", "does not round the attention weights to " + dt.String() + " before p·V"},
+		{rounding{bf16: bf}, "rounds neither", "rounds neither the query nor the attention weights to " + dt.String()},
 	} {
 		other, _ := model.attend(0, qv, a, bt, alt.rd)
 		dAlt := dist(other)
@@ -362,7 +375,7 @@ func testAttentionRounding(t *testing.T, b backend.Backend) {
 				dGot, alt.ref, dAlt, alt.diag)
 		}
 	}
-	compare(t, "Attention with an F16 cache", nh*hd, got, want, func(i int) float64 { return tol[i] })
+	compare(t, "Attention with an "+dt.String()+" cache", nh*hd, got, want, func(i int) float64 { return tol[i] })
 }
 
 // decodeBatch returns a one-token batch for a sequence whose cache holds ctx positions after

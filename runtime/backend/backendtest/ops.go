@@ -337,3 +337,5 @@ func testAliasing(t *testing.T, b backend.Backend, _ func() (backend.Backend, er
 
 // f16Round rounds v to F16 and back, as an F16 KV cache stores it.
 func f16Round(v float32) float64 { return float64(quant.F16ToF32(quant.F32ToF16(v))) }
+
+func bf16Round(v float32) float64 { return float64(quant.BF16ToF32(quant.F32ToBF16(v))) }

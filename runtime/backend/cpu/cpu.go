@@ -561,6 +561,9 @@ func (b *Backend) NewKV(cfg backend.KVConfig) (backend.KV, error) {
 	if err := backend.CheckKVConfig(cfg); err != nil {
 		return nil, fmt.Errorf("cpu: %w", err)
 	}
+	if cfg.DType == tensor.BF16 {
+		return nil, fmt.Errorf("cpu: %s: BF16 cache (this backend holds F32 and F16 caches; the go and cuda backends hold BF16): %w", op, backend.ErrUnsupported)
+	}
 	n, err := size(op, cfg.DType, cfg.Slots, cfg.Width)
 	if err != nil {
 		return nil, err

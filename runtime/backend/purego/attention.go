@@ -10,8 +10,8 @@ import (
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
-// kvCache holds keys and values of every layer: k32/v32 for F32 caches, k16/v16 (F16 bits) for
-// F16 ones, each [layer][slot*Width + e].
+// kvCache holds keys and values of every layer: k32/v32 for F32 caches, k16/v16 (F16 or BF16
+// bits) for F16 and BF16 ones, each [layer][slot*Width + e].
 type kvCache struct {
 	be       *Backend
 	cfg      backend.KVConfig
@@ -109,6 +109,13 @@ func (be *Backend) StoreKV(kv backend.KV, layer int, k, v backend.Tensor, b *bac
 			continue
 		}
 		kd, vd := c.k16[layer][o:o+w], c.v16[layer][o:o+w]
+		if c.cfg.DType == tensor.BF16 {
+			for e := range kd {
+				kd[e] = quant.F32ToBF16(kr[e])
+				vd[e] = quant.F32ToBF16(vr[e])
+			}
+			continue
+		}
 		for e := range kd {
 			kd[e] = quant.F32ToF16(kr[e])
 			vd[e] = quant.F32ToF16(vr[e])
@@ -143,23 +150,46 @@ type attnJob struct {
 	b       *backend.Batch
 	tok     []int32       // [n] index into b.Seqs
 	q, dst  []float32     // [n, NHead*HeadDim]
-	stride  int           // F16 caches: the longest context of the batch, plus three
+	stride  int           // F16 and BF16 caches: the longest context of the batch, plus three
 	scratch []attnScratch // [worker]
+	half    *halfKernels  // F16 and BF16 caches: the kernels of the cache's type
 }
 
+// halfKernels are the attention kernels for a cache of 16-bit floats.
+type halfKernels struct {
+	dot4       func(q []float32, k0, k1, k2, k3 []uint16) (s0, s1, s2, s3 float32)
+	axpy4      func(y []float32, a, b, c, d float32, x0, x1, x2, x3 []uint16)
+	scaleRound func(dst, src []float32, f float32)
+}
+
+// The kernels of F16 caches are variables (assembly may replace them at init), so f16Kernels
+// reads them when called.
+var (
+	f16Kernels = halfKernels{
+		dot4: func(q []float32, k0, k1, k2, k3 []uint16) (float32, float32, float32, float32) {
+			return dot4F16(q, k0, k1, k2, k3)
+		},
+		axpy4: func(y []float32, a, b, c, d float32, x0, x1, x2, x3 []uint16) {
+			axpy4F16(y, a, b, c, d, x0, x1, x2, x3)
+		},
+		scaleRound: func(dst, src []float32, f float32) { scaleRoundF16(dst, src, f) },
+	}
+	bf16Kernels = halfKernels{dot4: dot4BF16, axpy4: axpy4BF16, scaleRound: scaleRoundBF16}
+)
+
 func (j *attnJob) unit(w, u int) {
-	if j.c.cfg.DType == tensor.F16 {
+	if j.half != nil {
 		j.attendF16(&j.scratch[w], u/j.a.NKVHead, u%j.a.NKVHead)
 		return
 	}
 	j.attend(&j.scratch[w], u/j.a.NKVHead, u%j.a.NKVHead)
 }
 
-// attendF16 attends token i's query heads of kv head kh over its sequence's F16 cache as
-// llama.cpp multiplies with F16 operands: each query head is rounded to F16 before its scores
-// are computed, and each normalised weight is rounded to F16 before it multiplies its value row.
-// Normalised weights need the final maximum and sum, so it makes two passes: scores of every
-// position, then the weighted sum of values.
+// attendF16 attends token i's query heads of kv head kh over its sequence's F16 (or BF16) cache
+// as llama.cpp multiplies with F16 (BF16) operands: each query head is rounded to the cache's
+// type before its scores are computed, and each normalised weight is rounded to it before it
+// multiplies its value row. Normalised weights need the final maximum and sum, so it makes two
+// passes: scores of every position, then the weighted sum of values.
 func (j *attnJob) attendF16(sc *attnScratch, i, kh int) {
 	a, cfg := j.a, j.c.cfg
 	hd, w, bs := a.HeadDim, cfg.Width, cfg.BlockSize
@@ -169,9 +199,10 @@ func (j *attnJob) attendF16(sc *attnScratch, i, kh int) {
 	qw := a.NHead * hd
 	k16, v16 := j.c.k16[j.layer], j.c.v16[j.layer]
 	stride := j.stride
+	hk := j.half
 
 	qr := sc.qr[:group*hd]
-	scaleRoundF16(qr, j.q[i*qw+kh*group*hd:i*qw+(kh+1)*group*hd], 1)
+	hk.scaleRound(qr, j.q[i*qw+kh*group*hd:i*qw+(kh+1)*group*hd], 1)
 
 	// Offsets of the positions' rows; three more repeat the last, so that rows can be taken four
 	// at a time.
@@ -190,13 +221,13 @@ func (j *attnJob) attendF16(sc *attnScratch, i, kh int) {
 	for jj := 0; jj < ctx; jj += 4 {
 		k0, k1, k2, k3 := k16[o[jj]:o[jj]+hd], k16[o[jj+1]:o[jj+1]+hd], k16[o[jj+2]:o[jj+2]+hd], k16[o[jj+3]:o[jj+3]+hd]
 		for g := 0; g < group; g++ {
-			s0, s1, s2, s3 := dot4F16(qr[g*hd:(g+1)*hd], k0, k1, k2, k3)
+			s0, s1, s2, s3 := hk.dot4(qr[g*hd:(g+1)*hd], k0, k1, k2, k3)
 			ss := sc.s[g*stride+jj : g*stride+jj+4]
 			ss[0], ss[1], ss[2], ss[3] = a.Scale*s0, a.Scale*s1, a.Scale*s2, a.Scale*s3
 		}
 	}
-	// Softmax: exp(s - max), summed in float64, times 1/sum, rounded to F16. Weights past the
-	// context are zero.
+	// Softmax: exp(s - max), summed in float64, times 1/sum, rounded to the cache's type. Weights
+	// past the context are zero.
 	for g := 0; g < group; g++ {
 		ss := sc.s[g*stride : g*stride+ctx+3]
 		m := ss[0]
@@ -206,7 +237,7 @@ func (j *attnJob) attendF16(sc *attnScratch, i, kh int) {
 			}
 		}
 		sum := vec.ExpSum(ss[:ctx], m)
-		scaleRoundF16(ss[:ctx], ss[:ctx], float32(1/sum))
+		hk.scaleRound(ss[:ctx], ss[:ctx], float32(1/sum))
 		ss[ctx], ss[ctx+1], ss[ctx+2] = 0, 0, 0
 	}
 	// Pass 2: weighted values, four rows at a time.
@@ -216,7 +247,7 @@ func (j *attnJob) attendF16(sc *attnScratch, i, kh int) {
 		v0, v1, v2, v3 := v16[o[jj]:o[jj]+hd], v16[o[jj+1]:o[jj+1]+hd], v16[o[jj+2]:o[jj+2]+hd], v16[o[jj+3]:o[jj+3]+hd]
 		for g := 0; g < group; g++ {
 			ss := sc.s[g*stride+jj : g*stride+jj+4]
-			axpy4F16(out[g*hd:(g+1)*hd], ss[0], ss[1], ss[2], ss[3], v0, v1, v2, v3)
+			hk.axpy4(out[g*hd:(g+1)*hd], ss[0], ss[1], ss[2], ss[3], v0, v1, v2, v3)
 		}
 	}
 }
@@ -306,8 +337,8 @@ func (j *attnJob) attend(sc *attnScratch, i, kh int) {
 }
 
 // Attention: dst[i, h] = softmax_j(Scale·q[i,h]·K[j,h']) · V[j,h'] over positions 0..p of token
-// i's sequence. With an F16 cache, q and the normalised weights are rounded to F16 before their
-// products (backend.Backend.Attention).
+// i's sequence. With an F16 (BF16) cache, q and the normalised weights are rounded to F16 (BF16)
+// before their products (backend.Backend.Attention).
 func (be *Backend) Attention(dst, q backend.Tensor, kv backend.KV, layer int, a backend.Attn, b *backend.Batch) error {
 	const op = "attention"
 	be.mu.Lock()
@@ -351,7 +382,7 @@ func (be *Backend) Attention(dst, q backend.Tensor, kv backend.KV, layer int, a 
 	j.stride = maxCtx + 3
 	for t := range j.scratch[:threads] {
 		sc := &j.scratch[t]
-		if c.cfg.DType == tensor.F16 {
+		if c.cfg.DType != tensor.F32 {
 			sc.s = grow(sc.s, group*j.stride)
 			sc.off = grow(sc.off, j.stride)
 			sc.qr = grow(sc.qr, group*a.HeadDim)
@@ -364,7 +395,13 @@ func (be *Backend) Attention(dst, q backend.Tensor, kv backend.KV, layer int, a 
 		sc.off = grow(sc.off, attnChunk+3)
 	}
 	j.c, j.layer, j.a, j.b, j.tok, j.q, j.dst = c, layer, a, b, be.tok, qt.f32, d.f32
+	switch c.cfg.DType {
+	case tensor.F16:
+		j.half = &f16Kernels
+	case tensor.BF16:
+		j.half = &bf16Kernels
+	}
 	be.pool.do(j, n*a.NKVHead)
-	j.c, j.b, j.tok, j.q, j.dst = nil, nil, nil, nil, nil
+	j.c, j.b, j.tok, j.q, j.dst, j.half = nil, nil, nil, nil, nil, nil
 	return nil
 }

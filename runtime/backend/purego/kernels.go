@@ -102,6 +102,37 @@ func scaleRoundF16Go(dst, src []float32, f float32) {
 	}
 }
 
+// dot4BF16 is dot4 for keys of BF16 bits, summed in float32.
+func dot4BF16(q []float32, k0, k1, k2, k3 []uint16) (s0, s1, s2, s3 float32) {
+	n := len(q)
+	k0, k1, k2, k3 = k0[:n], k1[:n], k2[:n], k3[:n]
+	for i, v := range q {
+		s0 += v * quant.BF16ToF32(k0[i])
+		s1 += v * quant.BF16ToF32(k1[i])
+		s2 += v * quant.BF16ToF32(k2[i])
+		s3 += v * quant.BF16ToF32(k3[i])
+	}
+	return
+}
+
+// axpy4BF16 is axpy4 for rows of BF16 bits.
+func axpy4BF16(y []float32, a, b, c, d float32, x0, x1, x2, x3 []uint16) {
+	n := len(y)
+	x0, x1, x2, x3 = x0[:n], x1[:n], x2[:n], x3[:n]
+	for i := range y {
+		y[i] += a*quant.BF16ToF32(x0[i]) + b*quant.BF16ToF32(x1[i]) + c*quant.BF16ToF32(x2[i]) + d*quant.BF16ToF32(x3[i])
+	}
+}
+
+// scaleRoundBF16 is scaleRoundF16 rounding to BF16 (to nearest, ties to even, as
+// quant.F32ToBF16).
+func scaleRoundBF16(dst, src []float32, f float32) {
+	src = src[:len(dst)]
+	for i, v := range src {
+		dst[i] = quant.BF16ToF32(quant.F32ToBF16(v * f))
+	}
+}
+
 // scale32 multiplies y by f.
 func scale32(y []float32, f float32) {
 	for i := range y {

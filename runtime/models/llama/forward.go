@@ -15,7 +15,7 @@ type ContextConfig struct {
 	MaxSeqs   int          // most rows of logits one step returns
 	KVSlots   int          // total KV-cache positions shared by all sequences
 	BlockSize int          // KV-cache block size in positions (default 16)
-	KVType    tensor.DType // F32 (the zero value) or F16 (llama.cpp's default)
+	KVType    tensor.DType // F32 (the zero value), F16 (llama.cpp's default) or BF16 (where the backend holds it)
 }
 
 // Context is the state for running a model: the shared KV cache, its block pool, and scratch
@@ -62,8 +62,8 @@ func (m *Model) NewContext(cfg ContextConfig) (*Context, error) {
 	if cfg.MaxTokens <= 0 || cfg.MaxSeqs <= 0 || cfg.KVSlots <= 0 || cfg.BlockSize <= 0 {
 		return nil, fmt.Errorf("llama: invalid context config %+v", cfg)
 	}
-	if cfg.KVType != tensor.F16 && cfg.KVType != tensor.F32 {
-		return nil, fmt.Errorf("llama: KV cache type %v is not supported (F16 or F32)", cfg.KVType)
+	if cfg.KVType != tensor.F16 && cfg.KVType != tensor.F32 && cfg.KVType != tensor.BF16 {
+		return nil, fmt.Errorf("llama: KV cache type %v is not supported (F16, BF16 or F32)", cfg.KVType)
 	}
 	nBlocks := (cfg.KVSlots + cfg.BlockSize - 1) / cfg.BlockSize
 	pool, err := kvcache.NewPool(nBlocks, cfg.BlockSize)

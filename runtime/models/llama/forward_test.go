@@ -1,10 +1,12 @@
 package llama_test
 
 import (
+	"errors"
 	"math"
 	"testing"
 
 	"github.com/parleyhq/parley/internal/sharedtest"
+	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/kvcache"
 	"github.com/parleyhq/parley/runtime/models/llama"
@@ -17,11 +19,15 @@ import (
 // together, with blocks taken from one pool in interleaved order) and compares every sequence's
 // logits with the float64 reference run on that sequence alone.
 //
-// Tolerance: |logit difference| <= 2e-3. The model is small (dim 64, 5 layers) and logits are
+// Tolerance: |logit difference| <= 2e-3 with an F32 cache. The model is small (dim 64, 5 layers) and logits are
 // O(10); F32 arithmetic with reordered sums stays within about 1e-4 of float64. With the F16 cache
 // the reference rounds keys, values, queries and attention weights the same way, but a value that
 // lies near a rounding boundary may round the other way from slightly different F32 inputs, so
-// the bound is wider.
+// the bound is wider: 1e-2 (the largest difference seen, on the CUDA backend, 1.3e-3). BF16's
+// rounding steps are 2^3 times F16's (8 bits of mantissa against 11), and so is its bound, 8e-2
+// (largest seen 0.037, on the CUDA backend, where a handful of keys, values or weights round the
+// other way; the go backend's stay within 1e-5 here). Backends that do not hold BF16 caches skip
+// that case.
 func TestBatchedForwardMatchesFloat64(t *testing.T) {
 	path := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	f, err := gguf.Open(path)
@@ -36,18 +42,18 @@ func TestBatchedForwardMatchesFloat64(t *testing.T) {
 	}
 	const decodeSteps = 6
 	for _, be := range backendsUnderTest(t) {
-		for _, kvt := range []tensor.DType{tensor.F32, tensor.F16} {
+		for _, kvt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
 			t.Run(be.Name()+"/kv-"+kvt.String(), func(t *testing.T) {
-				tol := 2e-3
-				if kvt == tensor.F16 {
-					tol = 1e-2
-				}
+				tol := map[tensor.DType]float64{tensor.F32: 2e-3, tensor.F16: 1e-2, tensor.BF16: 8e-2}[kvt]
 				m, err := llama.Load(f, be)
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer m.Close()
 				c, err := m.NewContext(llama.ContextConfig{MaxTokens: 8, MaxSeqs: 3, KVSlots: 256, BlockSize: 4, KVType: kvt})
+				if errors.Is(err, backend.ErrUnsupported) {
+					t.Skipf("%s: %v", be.Name(), err)
+				}
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -58,8 +64,11 @@ func TestBatchedForwardMatchesFloat64(t *testing.T) {
 				fed := make([]int, len(prompts))
 				for i := range prompts {
 					refs[i] = newRef64(t, f)
-					if kvt == tensor.F16 {
+					switch kvt {
+					case tensor.F16:
 						refs[i].kvRound = func(x float64) float64 { return float64(quant.F16ToF32(quant.F32ToF16(float32(x)))) }
+					case tensor.BF16:
+						refs[i].kvRound = func(x float64) float64 { return float64(quant.BF16ToF32(quant.F32ToBF16(float32(x)))) }
 					}
 					seqs[i] = c.Pool().NewSeq(64)
 				}
