@@ -19,8 +19,9 @@ import (
 //
 //	FlashAttention/prefill/B4xH32xS4096xD128  causal prefill over an F16 cache: TFLOP/s, counting
 //	                                          2·B·H·S²·D (the causal half of the two products);
-//	                                          mma/ on tensor cores, tf32/ over an F32 cache on
-//	                                          tensor cores with TF32 inputs
+//	                                          mma/ on tensor cores (mma/bf16/ over a BF16
+//	                                          cache), tf32/ over an F32 cache on tensor cores
+//	                                          with TF32 inputs
 //	GEMM/TF32/4096                            F32 weights through TF32 tensor cores: TFLOP/s
 //	BeamStep/beams5/vocab51865|32000          one beam-search step (log-softmax, running scores,
 //	                                          top 10 over beams × vocabulary) with its results on
@@ -83,7 +84,7 @@ func BenchmarkFlashAttention(b *testing.B) {
 		name string
 		mma  bool
 		dt   tensor.DType
-	}{{"", false, tensor.F16}, {"mma/", true, tensor.F16}, {"tf32/", true, tensor.F32}} {
+	}{{"", false, tensor.F16}, {"mma/", true, tensor.F16}, {"mma/bf16/", true, tensor.BF16}, {"tf32/", true, tensor.F32}} {
 		b.Run(fmt.Sprintf("prefill/%sB%dxH%dxS%dxD%d", kern.name, batch, heads, seq, hd), func(b *testing.B) {
 			be := gpuBenchWith(b, Options{FlashMMA: kern.mma})
 			n, width := batch*seq, heads*hd
