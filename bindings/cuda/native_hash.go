@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "1428036eefbd51f95d3c88fcc737643b5a20e5f2c5835bc796487dc3650a4c57"
+const nativeSources = "f8faf36951a77e17c7a6a8e807990a855d54c0141a1e072c4bf02dc6a622cc08"

@@ -1,8 +1,8 @@
 // attention.cu: plc_attention and plc_full_attention.
 //
 // Two kernels compute attention. The decode kernel gives one thread block to one query row and
-// head (and, for long contexts, one range of keys: the key ranges' partial results are then
-// combined by a second kernel). The flash kernel gives one block to 16 consecutive queries of a
+// the query heads of one kv head, up to eight (and, for long contexts, one range of keys: the
+// key ranges' partial results are then combined by a second kernel). The flash kernel gives one block to 16 consecutive queries of a
 // sequence and one head, streaming keys and values through shared memory 32 at a time with an
 // online softmax.
 //
@@ -26,91 +26,135 @@ __device__ __forceinline__ int64_t plc_slot(const int32_t *blocks, int boff, int
     return blocks != NULL ? (int64_t)blocks[boff + j / bs] * bs + j % bs : (int64_t)j;
 }
 
-// Decode kernel: grid (tiles, heads, splits), PLC_DEC_THREADS threads, dynamic shared memory
-// (hd + 2*chunk) * 4 bytes. Split s covers keys [s*chunk, (s+1)*chunk) of the tile's range.
-// part [tiles, heads, splits, hd+2]: per split the maximum score, the sum of exp(score-max) and hd
-// outputs. Modes:
+// Decode kernel: grid (tiles, kv heads × head groups, splits), PLC_DEC_THREADS threads, dynamic
+// shared memory plc_dec_smem(hd, ng, chunk) bytes. A block serves ng <= PLC_DEC_MAX_G query heads
+// that share one kv head (blockIdx.y = kv head * subs + sub, heads kvh*group + sub*PLC_DEC_MAX_G
+// ..), so that each key and value row is read once for all of them (grouped-query attention).
+// Split s covers keys [s*chunk, (s+1)*chunk) of the tile's range. part [tiles, n_head, splits,
+// hd+2]: per query head and split the maximum score, the sum of exp(score-max) and hd outputs.
+// Modes:
 //   SINGLE   one split: writes dst.
 //   PARTIAL  (F32) writes max, sum and the unnormalised sum of exp(s-max)*v.
-//   STATS    (F16, first pass) writes max and sum.
-//   ROUNDED  (F16, second pass) reads every split's max and sum, writes sum_j f16(p_j)*v_j.
+//   STATS    (F16, BF16: first pass) writes max and sum.
+//   ROUNDED  (second pass) reads every split's max and sum, writes sum_j round(p_j)*v_j.
+#define PLC_DEC_MAX_G 8
+// Dynamic shared memory of a decode block: ng queries of hd, ng rows of chunk scores and chunk
+// slots.
+static inline size_t plc_dec_smem(int hd, int ng, int chunk) { return ((size_t)ng * hd + (size_t)(ng + 1) * chunk) * 4; }
+
 template <typename KT, bool ROUND>
 __global__ void __launch_bounds__(PLC_DEC_THREADS)
     plc_attn_decode(float *dst, const float *q, int64_t qstride, const KT *kc, const KT *vc, int64_t width, int bs,
-                    const int32_t *blocks, const plc_tile *tiles, int hd, int group, float scale, int chunk, int nsplit,
-                    int mode, float *part) {
+                    const int32_t *blocks, const plc_tile *tiles, int hd, int n_head, int group, float scale, int chunk,
+                    int nsplit, int mode, float *part) {
     extern __shared__ float plc_dec_sm[];
-    float *sq = plc_dec_sm;                 // [hd] the query, F16-rounded for an F16 cache
-    float *ss = sq + hd;                    // [chunk] scores, then weights
-    int *sslot = (int *)(ss + chunk);       // [chunk] cache rows of the keys
-    __shared__ float red[32];
+    const int subs = (group + PLC_DEC_MAX_G - 1) / PLC_DEC_MAX_G;
+    const int kvh = blockIdx.y / subs, h0 = kvh * group + (blockIdx.y % subs) * PLC_DEC_MAX_G;
+    const int ng = min(PLC_DEC_MAX_G, kvh * group + group - h0);  // this block's query heads
+    float *sq = plc_dec_sm;                 // [ng][hd] the queries, rounded to KT
+    float *ss = sq + ng * hd;               // [ng][chunk] scores, then weights
+    int *sslot = (int *)(ss + ng * chunk);  // [chunk] cache rows of the keys
+    __shared__ float sM[PLC_DEC_MAX_G], sL[PLC_DEC_MAX_G];
     const plc_tile t = tiles[blockIdx.x];
-    const int h = blockIdx.y, s = blockIdx.z, tid = threadIdx.x;
-    const int kvh = h / group;
+    const int s = blockIdx.z, tid = threadIdx.x;
     const int limit = min(t.kvlen, t.pos0 + 1);
     const int j0 = s * chunk;
     const int cnt = max(min(j0 + chunk, limit) - j0, 0);
-    const float *qh = q + (int64_t)t.row0 * qstride + (int64_t)h * hd;
-    for (int d = tid; d < hd; d += blockDim.x) sq[d] = plc_round_as<KT>(qh[d]);
+    const float *qh = q + (int64_t)t.row0 * qstride + (int64_t)h0 * hd;
+    for (int e = tid; e < ng * hd; e += blockDim.x) sq[e] = plc_round_as<KT>(qh[e]);
     for (int jj = tid; jj < cnt; jj += blockDim.x) sslot[jj] = (int)plc_slot(blocks, t.boff, bs, j0 + jj);
     __syncthreads();
     const int warp = tid / PLC_WARP, lane = tid % PLC_WARP, nw = blockDim.x / PLC_WARP;
     const int64_t hoff = (int64_t)kvh * hd;
+    // Scores: a warp a key, each key element read once for the ng heads.
     for (int jj = warp; jj < cnt; jj += nw) {
         const KT *kr = kc + (int64_t)sslot[jj] * width + hoff;
-        float dot = 0.f;
-        for (int d = lane; d < hd; d += PLC_WARP) dot += sq[d] * plc_to_f32(kr[d]);
-        dot = plc_warp_sum(dot);
-        if (lane == 0) ss[jj] = scale * dot;
-    }
-    __syncthreads();
-    float mx = -INFINITY;
-    for (int jj = tid; jj < cnt; jj += blockDim.x) mx = fmaxf(mx, ss[jj]);
-    mx = plc_block_max(mx, red);
-    const int64_t ph = ((int64_t)blockIdx.x * gridDim.y + h) * nsplit;  // first split of this tile and head
-    float *pp = part + (ph + s) * (hd + 2);
-    float M = mx, L = 0.f;
-    if (mode == PLC_DEC_ROUNDED) {
-        const float *p0 = part + ph * (hd + 2);
-        M = -INFINITY;
-        for (int u = 0; u < nsplit; u++) M = fmaxf(M, p0[u * (hd + 2)]);
-        for (int u = 0; u < nsplit; u++) {
-            const float mu = p0[u * (hd + 2)];
-            if (mu != -INFINITY) L += p0[u * (hd + 2) + 1] * expf(mu - M);
+        float dot[PLC_DEC_MAX_G];
+#pragma unroll
+        for (int g = 0; g < PLC_DEC_MAX_G; g++) dot[g] = 0.f;
+        for (int d = lane; d < hd; d += PLC_WARP) {
+            const float k = plc_to_f32(kr[d]);
+#pragma unroll
+            for (int g = 0; g < PLC_DEC_MAX_G; g++)
+                if (g < ng) dot[g] += sq[g * hd + d] * k;
+        }
+#pragma unroll
+        for (int g = 0; g < PLC_DEC_MAX_G; g++) {
+            if (g >= ng) break;
+            const float v = plc_warp_sum(dot[g]);
+            if (lane == 0) ss[g * chunk + jj] = scale * v;
         }
     }
-    float l = 0.f;
-    for (int jj = tid; jj < cnt; jj += blockDim.x) {
-        const float e = expf(ss[jj] - M);
-        ss[jj] = e;
-        l += e;
+    __syncthreads();
+    // Softmax statistics: a warp a head.
+    const int64_t tile_heads = (int64_t)blockIdx.x * n_head;
+    for (int g = warp; g < ng; g += nw) {
+        float *sg = ss + g * chunk;
+        float mx = -INFINITY;
+        for (int jj = lane; jj < cnt; jj += PLC_WARP) mx = fmaxf(mx, sg[jj]);
+        mx = plc_warp_max(mx);
+        float M = mx, L = 0.f;
+        if (mode == PLC_DEC_ROUNDED) {
+            const float *p0 = part + (tile_heads + h0 + g) * nsplit * (hd + 2);
+            M = -INFINITY;
+            for (int u = 0; u < nsplit; u++) M = fmaxf(M, p0[u * (hd + 2)]);
+            for (int u = 0; u < nsplit; u++) {
+                const float mu = p0[u * (hd + 2)];
+                if (mu != -INFINITY) L += p0[u * (hd + 2) + 1] * expf(mu - M);
+            }
+        }
+        float l = 0.f;
+        for (int jj = lane; jj < cnt; jj += PLC_WARP) {
+            const float e = expf(sg[jj] - M);
+            sg[jj] = e;
+            l += e;
+        }
+        l = plc_warp_sum(l);
+        if (mode == PLC_DEC_SINGLE) L = l;
+        if (ROUND && mode != PLC_DEC_STATS) {
+            __syncwarp();
+            for (int jj = lane; jj < cnt; jj += PLC_WARP) sg[jj] = plc_round_as<KT>(sg[jj] / L);
+        }
+        if (lane == 0) {
+            sM[g] = mx;
+            sL[g] = mode == PLC_DEC_SINGLE ? L : l;
+        }
     }
-    l = plc_block_sum(l, red);  // its barriers also publish ss
+    __syncthreads();
     if (mode == PLC_DEC_STATS) {
-        if (tid == 0) {
-            pp[0] = mx;
-            pp[1] = l;
+        if (tid < ng) {
+            float *pp = part + ((tile_heads + h0 + tid) * nsplit + s) * (hd + 2);
+            pp[0] = sM[tid];
+            pp[1] = sL[tid];
         }
         return;
     }
-    if (mode == PLC_DEC_SINGLE) L = l;
-    if (ROUND) {
-        for (int jj = tid; jj < cnt; jj += blockDim.x) ss[jj] = plc_round_as<KT>(ss[jj] / L);
-        __syncthreads();
-    }
+    // Weighted values: a thread an element, each value element read once for the ng heads.
     for (int d = tid; d < hd; d += blockDim.x) {
-        float o = 0.f;
+        float o[PLC_DEC_MAX_G];
+#pragma unroll
+        for (int g = 0; g < PLC_DEC_MAX_G; g++) o[g] = 0.f;
         const KT *vcol = vc + hoff + d;
-        for (int jj = 0; jj < cnt; jj++) o += ss[jj] * plc_to_f32(vcol[(int64_t)sslot[jj] * width]);
-        if (mode == PLC_DEC_SINGLE) {
-            dst[(int64_t)t.row0 * qstride + (int64_t)h * hd + d] = ROUND ? o : o / L;
-        } else {
-            pp[2 + d] = o;
+        for (int jj = 0; jj < cnt; jj++) {
+            const float v = plc_to_f32(vcol[(int64_t)sslot[jj] * width]);
+#pragma unroll
+            for (int g = 0; g < PLC_DEC_MAX_G; g++)
+                if (g < ng) o[g] += ss[g * chunk + jj] * v;
+        }
+#pragma unroll
+        for (int g = 0; g < PLC_DEC_MAX_G; g++) {
+            if (g >= ng) break;
+            if (mode == PLC_DEC_SINGLE) {
+                dst[(int64_t)t.row0 * qstride + (int64_t)(h0 + g) * hd + d] = ROUND ? o[g] : o[g] / sL[g];
+            } else {
+                part[((tile_heads + h0 + g) * nsplit + s) * (hd + 2) + 2 + d] = o[g];
+            }
         }
     }
-    if (mode == PLC_DEC_PARTIAL && tid == 0) {
-        pp[0] = mx;
-        pp[1] = l;
+    if (mode == PLC_DEC_PARTIAL && tid < ng) {
+        float *pp = part + ((tile_heads + h0 + tid) * nsplit + s) * (hd + 2);
+        pp[0] = sM[tid];
+        pp[1] = sL[tid];
     }
 }
 
@@ -645,17 +689,18 @@ static void plc_launch_mma(plc_ctx *ctx, int hd, dim3 grid, float *dst, const fl
 template <typename KT, bool ROUND>
 static void plc_launch_decode(plc_ctx *ctx, dim3 grid, dim3 grid2, size_t smem, float *dst, const float *q, int64_t qstride,
                               const void *kc, const void *vc, int64_t width, int bs, const int32_t *blocks,
-                              const plc_tile *tiles, int hd, int group, float scale, int chunk, int ns, float *part) {
+                              const plc_tile *tiles, int hd, int n_head, int group, float scale, int chunk, int ns,
+                              float *part) {
     const KT *k = (const KT *)kc, *v = (const KT *)vc;
     if (ns == 1) {
-        plc_attn_decode<KT, ROUND><<<grid, PLC_DEC_THREADS, smem, ctx->stream>>>(dst, q, qstride, k, v, width, bs, blocks, tiles, hd, group, scale, chunk, ns, PLC_DEC_SINGLE, part);
+        plc_attn_decode<KT, ROUND><<<grid, PLC_DEC_THREADS, smem, ctx->stream>>>(dst, q, qstride, k, v, width, bs, blocks, tiles, hd, n_head, group, scale, chunk, ns, PLC_DEC_SINGLE, part);
         return;
     }
     if (ROUND) {
-        plc_attn_decode<KT, ROUND><<<grid, PLC_DEC_THREADS, smem, ctx->stream>>>(dst, q, qstride, k, v, width, bs, blocks, tiles, hd, group, scale, chunk, ns, PLC_DEC_STATS, part);
-        plc_attn_decode<KT, ROUND><<<grid, PLC_DEC_THREADS, smem, ctx->stream>>>(dst, q, qstride, k, v, width, bs, blocks, tiles, hd, group, scale, chunk, ns, PLC_DEC_ROUNDED, part);
+        plc_attn_decode<KT, ROUND><<<grid, PLC_DEC_THREADS, smem, ctx->stream>>>(dst, q, qstride, k, v, width, bs, blocks, tiles, hd, n_head, group, scale, chunk, ns, PLC_DEC_STATS, part);
+        plc_attn_decode<KT, ROUND><<<grid, PLC_DEC_THREADS, smem, ctx->stream>>>(dst, q, qstride, k, v, width, bs, blocks, tiles, hd, n_head, group, scale, chunk, ns, PLC_DEC_ROUNDED, part);
     } else {
-        plc_attn_decode<KT, ROUND><<<grid, PLC_DEC_THREADS, smem, ctx->stream>>>(dst, q, qstride, k, v, width, bs, blocks, tiles, hd, group, scale, chunk, ns, PLC_DEC_PARTIAL, part);
+        plc_attn_decode<KT, ROUND><<<grid, PLC_DEC_THREADS, smem, ctx->stream>>>(dst, q, qstride, k, v, width, bs, blocks, tiles, hd, n_head, group, scale, chunk, ns, PLC_DEC_PARTIAL, part);
     }
     plc_attn_combine<<<grid2, 128, 0, ctx->stream>>>(dst, qstride, tiles, hd, ns, ROUND ? 1 : 0, part);
 }
@@ -708,33 +753,37 @@ int plc_attend(plc_ctx *ctx, float *dst, const float *q, int64_t qstride, const 
         if ((st = plc_launched(ctx, "attention: flash kernel")) != PLC_OK) return st;
     }
     if (n_dec == 0) return PLC_OK;
-    // Splits along the keys: enough blocks for about two per multiprocessor, each split at least
-    // 256 keys, and at most PLC_DEC_MAX_CHUNK keys per split.
-    const int64_t base = n_dec * a->n_head;
+    // A block for each kv head's query heads, PLC_DEC_MAX_G at a time. Splits along the keys:
+    // enough blocks for about two per multiprocessor, each split at least 256 keys, and at most
+    // max_chunk keys per split (its scores stay in shared memory).
+    const int subs = (group + PLC_DEC_MAX_G - 1) / PLC_DEC_MAX_G, ng = group < PLC_DEC_MAX_G ? group : PLC_DEC_MAX_G;
+    const int64_t base = n_dec * a->n_kv_head * subs;
     int64_t nsplit = (2 * (int64_t)ctx->sm_count + base - 1) / base;
     const int64_t by_len = ((int64_t)max_kv + 255) / 256;
     if (nsplit > by_len) nsplit = by_len;
-    const int64_t min_split = ((int64_t)max_kv + PLC_DEC_MAX_CHUNK - 1) / PLC_DEC_MAX_CHUNK;
+    int max_chunk = (PLC_DEC_SMEM / 4 - ng * hd) / (ng + 1);
+    if (max_chunk > PLC_DEC_MAX_CHUNK) max_chunk = PLC_DEC_MAX_CHUNK;
+    const int64_t min_split = ((int64_t)max_kv + max_chunk - 1) / max_chunk;
     if (nsplit < min_split) nsplit = min_split;
     if (nsplit < 1) nsplit = 1;
     if (nsplit > 65535) return plc_fail_arg(ctx, "attention: context too long");
     const int chunk = (int)((max_kv + nsplit - 1) / nsplit);
-    const size_t smem = (size_t)(hd + 2 * chunk) * sizeof(float);
+    const size_t smem = plc_dec_smem(hd, ng, chunk);
     float *part = NULL;
     if (nsplit > 1) {
         void *w;
-        if ((st = plc_work(ctx, (size_t)(base * nsplit * (hd + 2)) * sizeof(float), &w)) != PLC_OK) return st;
+        if ((st = plc_work(ctx, (size_t)(n_dec * a->n_head * nsplit * (hd + 2)) * sizeof(float), &w)) != PLC_OK) return st;
         part = (float *)w;
     }
-    const dim3 grid((unsigned)n_dec, (unsigned)a->n_head, (unsigned)nsplit);
+    const dim3 grid((unsigned)n_dec, (unsigned)(a->n_kv_head * subs), (unsigned)nsplit);
     const dim3 grid2((unsigned)n_dec, (unsigned)a->n_head);
     const int ns = (int)nsplit;
     if (kvtype == PLC_F16)
-        plc_launch_decode<__half, true>(ctx, grid, grid2, smem, dst, q, qstride, kc, vc, width, bs, dblocks, ddec, hd, group, a->scale, chunk, ns, part);
+        plc_launch_decode<__half, true>(ctx, grid, grid2, smem, dst, q, qstride, kc, vc, width, bs, dblocks, ddec, hd, a->n_head, group, a->scale, chunk, ns, part);
     else if (kvtype == PLC_BF16)
-        plc_launch_decode<__nv_bfloat16, true>(ctx, grid, grid2, smem, dst, q, qstride, kc, vc, width, bs, dblocks, ddec, hd, group, a->scale, chunk, ns, part);
+        plc_launch_decode<__nv_bfloat16, true>(ctx, grid, grid2, smem, dst, q, qstride, kc, vc, width, bs, dblocks, ddec, hd, a->n_head, group, a->scale, chunk, ns, part);
     else
-        plc_launch_decode<float, false>(ctx, grid, grid2, smem, dst, q, qstride, kc, vc, width, bs, dblocks, ddec, hd, group, a->scale, chunk, ns, part);
+        plc_launch_decode<float, false>(ctx, grid, grid2, smem, dst, q, qstride, kc, vc, width, bs, dblocks, ddec, hd, a->n_head, group, a->scale, chunk, ns, part);
     return plc_launched(ctx, "attention: decode kernel");
 }
 

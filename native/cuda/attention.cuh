@@ -21,8 +21,10 @@ struct plc_tile {
 // PLC_FM_BQ queries (four warps of sixteen) by PLC_FM_BK keys (F16) or PLC_FT_BK (F32 as TF32).
 #define PLC_FM_BQ 64
 #define PLC_FM_BK 64
-// Longest key range one decode block handles (its scores stay in shared memory).
+// Longest key range one decode block handles (its scores stay in shared memory), and the
+// dynamic shared memory a decode block may take (the default limit).
 #define PLC_DEC_MAX_CHUNK 2048
+#define PLC_DEC_SMEM 49152
 #define PLC_MAX_HEAD_DIM 256
 
 // plc_flash_head_dim reports whether the flash kernel is compiled for head dimension hd.

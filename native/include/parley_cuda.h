@@ -249,8 +249,9 @@ typedef struct {
  * kernel (tiles of 16 queries by 32 keys in shared memory, or 64 queries on tensor cores as
  * plc_ctx_set_flash says; online softmax, F32 accumulation; with an F16 or BF16 cache a first
  * pass over the keys finds each row's maximum and sum, so that the second can round normalised
- * weights). Other tokens go through a decode kernel that splits long contexts along the keys
- * across thread blocks and combines the parts. Tokens of the batch in no
+ * weights). Other tokens go through a decode kernel whose blocks serve the query heads of one
+ * kv head together (up to eight; grouped-query attention reads each key and value once for
+ * them), and that splits long contexts along the keys across blocks and combines the parts. Tokens of the batch in no
  * sequence are left untouched. */
 int plc_attention(plc_ctx *ctx, float *dst, const float *q, int64_t n, const void *kc,
                   const void *vc, int32_t kvtype, int64_t slots, int64_t width,

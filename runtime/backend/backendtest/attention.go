@@ -287,11 +287,13 @@ func testAttention(t *testing.T, b backend.Backend, _ func() (backend.Backend, e
 		{{1, 1}, {0, 1}},
 		{{1, 20}, {0, 1}},
 		{{0, 1}, {1, 1}},
+		{{0, 200}},       // a long prompt chunk continuing a cache
+		{{0, 1}, {1, 1}}, // decode over 300 positions (backends may split the keys)
 	}
 	for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
 		for _, c := range []struct {
 			nHead, nKV, hd int
-		}{{4, 4, 32}, {4, 2, 64}, {8, 2, 16}} {
+		}{{4, 4, 32}, {4, 2, 64}, {8, 2, 16}, {12, 1, 16}} {
 			name := fmt.Sprintf("%v/GQA%d/HeadDim%d", dt, c.nHead/c.nKV, c.hd)
 			t.Run(name, func(t *testing.T) {
 				a := backend.Attn{NHead: c.nHead, NKVHead: c.nKV, HeadDim: c.hd, Scale: float32(1.5 / math.Sqrt(float64(c.hd)))}
@@ -305,7 +307,7 @@ func testAttention(t *testing.T, b backend.Backend, _ func() (backend.Backend, e
 		name := fmt.Sprintf("%v/Long", dt)
 		t.Run(name, func(t *testing.T) {
 			a := backend.Attn{NHead: 8, NKVHead: 2, HeadDim: 64, Scale: 0.125}
-			cfg := backend.KVConfig{Layers: 1, Slots: 16 * 16, Width: 2 * 64, BlockSize: 16, DType: dt}
+			cfg := backend.KVConfig{Layers: 1, Slots: 28 * 16, Width: 2 * 64, BlockSize: 16, DType: dt}
 			attnScenario(t, b, name, cfg, a, 2, long)
 		})
 	}
