@@ -66,7 +66,13 @@ struct Warp {
     int live, count, gen;
     const char *site;  // the operation the lanes that have arrived are in
     unsigned char slot[32][64];
+    // What each lane that has arrived takes: lane src[l]'s slot (or, with src[l] == kGather,
+    // every lane's) into out[l], n bytes a lane; the last lane to arrive hands them all out.
+    void *out[32];
+    int src[32];
+    size_t n;
 };
+constexpr int kGather = -2;
 
 struct Block {
     std::vector<Fiber> fibers;
@@ -121,6 +127,20 @@ void release_block() {
     progress++;
 }
 
+// deliver copies, for every lane of w that has arrived, what it takes.
+void deliver(Warp &w) {
+    const int base = cur->warp * 32;
+    for (int l = 0; l < 32; l++) {
+        if (base + l >= (int)blk.fibers.size() || blk.fibers[base + l].done || w.out[l] == nullptr) continue;
+        if (w.src[l] == kGather) {
+            for (int m = 0; m < 32; m++) memcpy((char *)w.out[l] + m * w.n, w.slot[m], w.n);
+        } else {
+            memcpy(w.out[l], w.slot[w.src[l]], w.n);
+        }
+        w.out[l] = nullptr;
+    }
+}
+
 extern "C" void emu_entry() {
     (*body)();
     Fiber *f = cur;
@@ -130,7 +150,10 @@ extern "C" void emu_entry() {
     Warp &w = blk.warps[f->warp];
     w.live--;
     // Threads that have finished count as arrived at the barriers the others wait at.
-    if (w.count > 0 && w.count >= w.live) release_warp(w);
+    if (w.count > 0 && w.count >= w.live) {
+        deliver(w);
+        release_warp(w);
+    }
     if (blk.bar_count > 0 && blk.bar_count >= blk.live) release_block();
     void *dead;
     emu_switch(&dead, sched_sp);
@@ -146,6 +169,7 @@ void run_block(dim3 bd) {
         blk.warps[w].live = std::min(32, n - 32 * w);
         blk.warps[w].count = 0;
         blk.warps[w].gen = 0;
+        std::fill(std::begin(blk.warps[w].out), std::end(blk.warps[w].out), nullptr);
     }
     for (int i = 0; i < n; i++) {
         Fiber &f = blk.fibers[i];
@@ -268,7 +292,7 @@ int block_barrier(const char *site, int flag) {
     // Every thread of a block must wait at the same barrier of the code (the hardware would
     // count arrivals at different ones together).
     if (blk.bar_count == 0) blk.bar_site = site;
-    else if (strcmp(site, blk.bar_site) != 0) {
+    else if (site != blk.bar_site && strcmp(site, blk.bar_site) != 0) {  // one literal a place, usually
         char why[512];
         snprintf(why, sizeof why, "threads of a block wait at different __syncthreads (%s and %s)", blk.bar_site, site);
         trap(why);
@@ -285,10 +309,13 @@ int block_barrier(const char *site, int flag) {
     return blk.bar_result[g & 1];
 }
 
+// warp_wait returns when every live lane of w has arrived at site. The last to arrive first
+// copies what each lane takes (Warp::out), so that one round of the threads completes an
+// exchange.
 static void warp_wait(Warp &w, const char *site) {
     // Every lane must take part in the same warp operation of the code.
     if (w.count == 0) w.site = site;
-    else if (strcmp(site, w.site) != 0) {
+    else if (site != w.site && strcmp(site, w.site) != 0) {
         char why[512];
         snprintf(why, sizeof why, "lanes of a warp are in different shuffles (%s and %s)", w.site, site);
         trap(why);
@@ -297,6 +324,7 @@ static void warp_wait(Warp &w, const char *site) {
     w.count++;
     progress++;
     if (w.count >= w.live) {
+        deliver(w);
         release_warp(w);
         return;
     }
@@ -308,9 +336,9 @@ void warp_exchange(const char *site, const void *mine, size_t n, int src, void *
     if (n > sizeof(Warp::slot[0])) fail("a shuffle of more than 64 bytes");
     Warp &w = blk.warps[cur->warp];
     memcpy(w.slot[cur->lane], mine, n);
-    warp_wait(w, site);
-    if (src < 0 || src >= 32) src = cur->lane;
-    memcpy(out, w.slot[src], n);
+    w.out[cur->lane] = out;
+    w.src[cur->lane] = src < 0 || src >= 32 ? cur->lane : src;
+    w.n = n;
     warp_wait(w, site);
 }
 
@@ -319,8 +347,9 @@ void warp_gather(const char *site, const void *mine, size_t n, void *all) {
     if (n > sizeof(Warp::slot[0])) fail("a warp exchange of more than 64 bytes");
     Warp &w = blk.warps[cur->warp];
     memcpy(w.slot[cur->lane], mine, n);
-    warp_wait(w, site);
-    for (int l = 0; l < 32; l++) memcpy((char *)all + l * n, w.slot[l], n);
+    w.out[cur->lane] = all;
+    w.src[cur->lane] = kGather;
+    w.n = n;
     warp_wait(w, site);
 }
 
