@@ -595,7 +595,7 @@ func (c *Context) Rope(x []float32, n, nHead int, r Rope, pos []int32) error {
 }
 
 // StoreKV writes k and v [n, width] into rows slot[i] of the caches kc and vc, each
-// [slots, width] of kvt (F32 or F16).
+// [slots, width] of kvt (F32, F16 or BF16; F16 and BF16 rounded to nearest even).
 func (c *Context) StoreKV(kc, vc []byte, kvt tensor.DType, slots, width int, k, v []float32, n int, slot []int32) error {
 	const op = "store kv"
 	es := kvElemSize(kvt)
@@ -643,7 +643,9 @@ func (c *Context) StoreKV(kc, vc []byte, kvt tensor.DType, slots, width int, k, 
 // Attention computes causal attention for the n tokens of a batch over the caches kc, vc
 // ([slots, width] of kvt, in blocks of blockSize slots): for each sequence of seqs and each of
 // its tokens, each query head attends to the cache positions up to its own. q, dst
-// [n, NHead*HeadDim]; dst must not overlap q. Tokens in no sequence are left as they are.
+// [n, NHead*HeadDim]; dst must not overlap q. Tokens in no sequence are left as they are. kvt is
+// F32, F16 or BF16; over F16 and BF16 caches q and the normalised weights are rounded to the
+// cache's type (backend.Backend.Attention).
 func (c *Context) Attention(dst, q []float32, n int, kc, vc []byte, kvt tensor.DType, slots, width, blockSize int, a Attn, seqs []Seq, blocks []int32) error {
 	const op = "attention"
 	es := kvElemSize(kvt)
@@ -695,7 +697,7 @@ func (c *Context) Attention(dst, q []float32, n int, kc, vc []byte, kvt tensor.D
 // may overlap.
 func (c *Context) Convert(dst []byte, dt tensor.DType, src []byte, st tensor.DType, n int) error {
 	const op = "convert"
-	ds, ss := kvElemSize(dt), kvElemSize(st)
+	ds, ss := floatElemSize(dt), floatElemSize(st)
 	if ds == 0 {
 		return unsupported(op, dt)
 	}
@@ -833,7 +835,7 @@ func (c *Context) Im2Col1D(dst, x []float32, t, ch, k, stride, pad int) error {
 // Attention over an F16 cache.
 func (c *Context) FullAttention(dst, q []float32, n int, k, v []byte, kvt tensor.DType, m int, a Attn) error {
 	const op = "full attention"
-	es := kvElemSize(kvt)
+	es := floatElemSize(kvt)
 	if es == 0 {
 		return unsupported(op, kvt)
 	}

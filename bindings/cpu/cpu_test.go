@@ -225,6 +225,71 @@ func TestDequantizeRowMatchesQuant(t *testing.T) {
 	}
 }
 
+// TestStoreKVMatchesQuant checks that StoreKV writes F16 and BF16 caches exactly as quant's
+// conversions round (nearest even; NaN kept NaN and made quiet, overflow to infinity), at every
+// instruction set: random values at varied scales with special ones spread over the vector
+// bodies and tails of rows of 37 and 64 elements.
+func TestStoreKVMatchesQuant(t *testing.T) {
+	specials := []float32{
+		float32(math.NaN()), math.Float32frombits(0x7f800001), math.Float32frombits(0xffc12345),
+		float32(math.Inf(1)), float32(math.Inf(-1)), math.MaxFloat32, -math.MaxFloat32,
+		// ties that round up to infinity in BF16 and in F16
+		math.Float32frombits(0x7f7f8000), 65520,
+		// ties of BF16 and of F16, to even down and up
+		1 + 0x1p-8, 1 + 3*0x1p-8, -(1 + 0x1p-11), 1 + 3*0x1p-11,
+		0x1p-130, -0x1p-149, 0x1p-20, float32(math.Copysign(0, -1)),
+	}
+	for _, isa := range isas(t) {
+		if err := SetISA(isa); err != nil {
+			t.Fatal(err)
+		}
+		c, err := NewContext(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := rand.New(rand.NewPCG(9, 10))
+		for _, dt := range []tensor.DType{tensor.F16, tensor.BF16} {
+			for _, width := range []int{37, 64} {
+				const n, slots = 3, 5
+				k, v := make([]float32, n*width), make([]float32, n*width)
+				for i := range k {
+					k[i] = float32(r.NormFloat64() * math.Exp2(float64(r.IntN(40)-20)))
+					v[i] = -k[i]
+				}
+				for i, x := range specials {
+					k[(i*7)%len(k)] = x
+					v[(i*11+5)%len(v)] = x
+				}
+				kc, vc := make([]byte, slots*width*2), make([]byte, slots*width*2)
+				slot := []int32{4, 0, 2}
+				if err := c.StoreKV(kc, vc, dt, slots, width, k, v, n, slot); err != nil {
+					t.Fatal(err)
+				}
+				for _, cv := range []struct {
+					name  string
+					cache []byte
+					src   []float32
+				}{{"k", kc, k}, {"v", vc, v}} {
+					for i, s := range slot {
+						for e := 0; e < width; e++ {
+							x := cv.src[i*width+e]
+							want := quant.F32ToF16(x)
+							if dt == tensor.BF16 {
+								want = quant.F32ToBF16(x)
+							}
+							o := (int(s)*width + e) * 2
+							if got := uint16(cv.cache[o]) | uint16(cv.cache[o+1])<<8; got != want {
+								t.Fatalf("%v %v width %d %s token %d element %d: %v stored as %#04x, want %#04x", isa, dt, width, cv.name, i, e, x, got, want)
+							}
+						}
+					}
+				}
+			}
+		}
+		c.Close()
+	}
+}
+
 // TestErrors checks that the binding refuses bad arguments before they reach C.
 func TestErrors(t *testing.T) {
 	if !Available() {
@@ -268,6 +333,7 @@ func TestErrors(t *testing.T) {
 		{"StoreKV slot out of range", c.StoreKV(make([]byte, 64), make([]byte, 64), tensor.F32, 4, 4, f[:4], f[:4], 1, []int32{4})},
 		{"StoreKV short cache", c.StoreKV(make([]byte, 60), make([]byte, 64), tensor.F32, 4, 4, f[:4], f[:4], 1, []int32{0})},
 		{"StoreKV Q8_0 cache", c.StoreKV(make([]byte, 64), make([]byte, 64), tensor.Q8_0, 4, 4, f[:4], f[:4], 1, []int32{0})},
+		{"StoreKV short BF16 cache", c.StoreKV(make([]byte, 30), make([]byte, 32), tensor.BF16, 4, 4, f[:4], f[:4], 1, []int32{0})},
 		{"Attention block out of range", c.Attention(f[:8], f[8:16], 1, make([]byte, 128), make([]byte, 128), tensor.F32, 4, 8, 2,
 			Attn{NHead: 1, NKVHead: 1, HeadDim: 8, Scale: 1}, []Seq{{Count: 1, CtxLen: 1, NBlocks: 1}}, []int32{2})},
 		{"Attention table too short", c.Attention(f[:8], f[8:16], 1, make([]byte, 128), make([]byte, 128), tensor.F32, 4, 8, 2,
@@ -277,6 +343,7 @@ func TestErrors(t *testing.T) {
 		{"Attention width mismatch", c.Attention(f[:8], f[8:16], 1, make([]byte, 128), make([]byte, 128), tensor.F32, 4, 8, 2,
 			Attn{NHead: 1, NKVHead: 2, HeadDim: 8, Scale: 1}, []Seq{{Count: 1, CtxLen: 1, NBlocks: 1}}, []int32{0})},
 		{"Convert Q8_0", c.Convert(w, tensor.Q8_0, w, tensor.F32, 4)},
+		{"Convert BF16", c.Convert(w[:8], tensor.BF16, w[16:32], tensor.F32, 4)},
 		{"Convert short dst", c.Convert(w[:7], tensor.F16, w, tensor.F32, 4)},
 		{"Convert short src", c.Convert(w, tensor.F32, w[:7], tensor.F16, 4)},
 		{"Convert overlapping types", c.Convert(w[:8], tensor.F16, w[4:20], tensor.F32, 4)},
@@ -295,6 +362,7 @@ func TestErrors(t *testing.T) {
 		{"FullAttention dst overlaps q", c.FullAttention(f[:8], f[4:12], 1, make([]byte, 64), make([]byte, 64), tensor.F32, 2, Attn{NHead: 1, NKVHead: 1, HeadDim: 8, Scale: 1})},
 		{"FullAttention heads do not group", c.FullAttention(f[:24], f[24:48], 1, make([]byte, 128), make([]byte, 128), tensor.F32, 2, Attn{NHead: 3, NKVHead: 2, HeadDim: 8, Scale: 1})},
 		{"FullAttention Q8_0 keys", c.FullAttention(f[:8], f[8:16], 1, make([]byte, 64), make([]byte, 64), tensor.Q8_0, 2, Attn{NHead: 1, NKVHead: 1, HeadDim: 8, Scale: 1})},
+		{"FullAttention BF16 keys", c.FullAttention(f[:8], f[8:16], 1, make([]byte, 32), make([]byte, 32), tensor.BF16, 2, Attn{NHead: 1, NKVHead: 1, HeadDim: 8, Scale: 1})},
 	}
 	for _, cs := range cases {
 		if cs.err == nil {
@@ -379,8 +447,15 @@ func TestSupports(t *testing.T) {
 			t.Errorf("%v: matmul claimed", dt)
 		}
 	}
-	if !Supports(OpKV, tensor.F16) || Supports(OpKV, tensor.BF16) {
-		t.Error("KV support: want F32 and F16 only")
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
+		if !Supports(OpKV, dt) {
+			t.Errorf("%v: KV caches not supported", dt)
+		}
+	}
+	for _, dt := range []tensor.DType{tensor.Q8_0, tensor.Q4_K, tensor.DType(99)} {
+		if Supports(OpKV, dt) {
+			t.Errorf("%v: KV caches claimed", dt)
+		}
 	}
 	t.Logf("kernels: %v (best %v)", CurrentISA(), BestISA())
 }

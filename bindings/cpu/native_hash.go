@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "c5c3f1767acbd74506e88091840ed8719db86615129751bf98e53458c765c598"
+const nativeSources = "b4c1b98eb899159cd7673c7ea09a08bb94f52b7deff7b1cc1461e230091798c7"

@@ -177,9 +177,19 @@ func checkAttention(n int, a Attn, slots, width, blockSize int, seqs []Seq, bloc
 	return nil
 }
 
-// kvElemSize is the byte size of a KV-cache element, 0 if kvt is not a cache type.
+// kvElemSize is the byte size of a KV-cache element (F32, F16 or BF16), 0 if kvt is not a
+// cache type.
 func kvElemSize(kvt tensor.DType) int {
-	switch kvt {
+	if kvt == tensor.BF16 {
+		return 2
+	}
+	return floatElemSize(kvt)
+}
+
+// floatElemSize is the byte size of an F32 or F16 element (the types of Convert and of
+// FullAttention's keys and values), 0 for other types.
+func floatElemSize(dt tensor.DType) int {
+	switch dt {
 	case tensor.F32:
 		return 4
 	case tensor.F16:

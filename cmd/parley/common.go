@@ -16,7 +16,7 @@ import (
 )
 
 // kvTypeUsage is the help of the --kv-type flags.
-const kvTypeUsage = "KV cache type: f16, bf16 (go and cuda backends) or f32"
+const kvTypeUsage = "KV cache type: f16, bf16 or f32"
 
 // parseKVType reads a --kv-type value.
 func parseKVType(s string) (tensor.DType, error) {

@@ -6,8 +6,12 @@
  * heads that share the kv head form R query rows that walk the sequence's cache positions once,
  * CH keys at a time, with an online softmax: per row a running maximum m, a running sum l and an
  * unnormalised output O. Keys past a row's own position are masked (causal). A chunk gathers the
- * row pointers of its positions, so it may span several cache blocks; F16 rows are widened to
- * F32 in registers.
+ * row pointers of its positions, so it may span several cache blocks; F16 and BF16 rows are
+ * widened to F32 in registers.
+ *
+ * The kernels take the cache's element type kt (PL_F32, PL_F16 or PL_BF16) as a compile-time
+ * constant: each is written once, inlined into one function per type (KV_CASES), and the type's
+ * loads and roundings below fold to the instructions of that type.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -25,13 +29,98 @@ static inline int64_t slot_of(const int32_t *table, int64_t bs, int shift, int64
     return (int64_t)table[p / bs] * bs + p % bs;
 }
 
+/* KV_CASES(kt, CALL) runs CALL(PL_F16), CALL(PL_BF16) or CALL(PL_F32) as kt is F16, BF16 or
+ * anything else: a kernel's cache type as the compile-time constant it is written for. */
+#define KV_CASES(kt, CALL)                                                                       \
+    switch (kt) {                                                                                \
+    case PL_F16: CALL(PL_F16); break;                                                            \
+    case PL_BF16: CALL(PL_BF16); break;                                                          \
+    default: CALL(PL_F32); break;                                                                \
+    }
+
+/* kv_at: element d of a row of type kt, as float. to_half: x as an element of kt (F16 or BF16;
+ * rounded to nearest even, NaN kept NaN). round_to: x rounded to kt, back as float (x itself
+ * for F32). */
+static inline float kv_at(const void *row, int d, const int kt) {
+    if (kt == PL_F16) return plx_f16_to_f32(((const uint16_t *)row)[d]);
+    if (kt == PL_BF16) return plx_bf16_to_f32(((const uint16_t *)row)[d]);
+    return ((const float *)row)[d];
+}
+
+static inline uint16_t to_half(float x, const int kt) {
+    return kt == PL_BF16 ? plx_f32_to_bf16(x) : plx_f32_to_f16(x);
+}
+
+static inline float round_to(float x, const int kt) {
+    if (kt == PL_F16) return plx_f16_to_f32(plx_f32_to_f16(x));
+    if (kt == PL_BF16) return plx_bf16_to_f32(plx_f32_to_bf16(x));
+    return x;
+}
+
 #if PL_X86
-/* y = F16(x) as float, n elements. */
-PL_TARGET_AVX2 static void round_f16_avx2(float *y, const float *x, int n) {
+/* bf16_bits256 is plx_f32_to_bf16 in lanes, the results in the high halves of the F32 bit
+ * patterns (the low halves zero, so that they are the rounded values as floats). */
+PL_TARGET_AVX2 static inline __m256i bf16_bits256(__m256 x) {
+    const __m256i u = _mm256_castps_si256(x);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd));
+    const __m256i qnan = _mm256_or_si256(u, _mm256_set1_epi32(0x400000));
+    const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    const __m256 b = _mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(qnan), nan);
+    return _mm256_and_si256(_mm256_castps_si256(b), _mm256_set1_epi32((int)0xffff0000u));
+}
+
+/* cvt8 widens eight elements of type kt (F16 or BF16) to F32; half8 rounds eight floats to kt. */
+__attribute__((always_inline)) PL_TARGET_AVX2 static inline __m256 cvt8(__m128i h, const int kt) {
+    if (kt == PL_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return _mm256_cvtph_ps(h);
+}
+
+__attribute__((always_inline)) PL_TARGET_AVX2 static inline __m128i half8(__m256 x, const int kt) {
+    if (kt == PL_BF16) {
+        const __m256i b = _mm256_srli_epi32(bf16_bits256(x), 16);
+        return _mm_packus_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+    }
+    return _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
+}
+
+/* round8 is round_to in lanes. */
+__attribute__((always_inline)) PL_TARGET_AVX2 static inline __m256 round8(__m256 x, const int kt) {
+    if (kt == PL_F16) return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+    if (kt == PL_BF16) return _mm256_castsi256_ps(bf16_bits256(x));
+    return x;
+}
+
+/* y = x rounded to kt, as float, n elements. */
+__attribute__((always_inline)) PL_TARGET_AVX2 static inline void
+round_to_avx2_t(float *y, const float *x, int n, const int kt) {
     int i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
-    for (; i < n; i++) y[i] = plx_f16_to_f32(plx_f32_to_f16(x[i]));
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, round8(_mm256_loadu_ps(x + i), kt));
+    for (; i < n; i++) y[i] = round_to(x[i], kt);
+}
+
+PL_TARGET_AVX2 static void round_to_avx2(float *y, const float *x, int n, int kt) {
+#define ROUND_TO(KT) round_to_avx2_t(y, x, n, KT)
+    KV_CASES(kt, ROUND_TO)
+#undef ROUND_TO
+}
+
+/* cvt16 and round16: cvt8 and round8 for sixteen lanes. */
+__attribute__((always_inline)) PL_TARGET_AVX512 static inline __m512 cvt16(__m256i h, const int kt) {
+    if (kt == PL_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+
+__attribute__((always_inline)) PL_TARGET_AVX512 static inline __m512 round16(__m512 x, const int kt) {
+    if (kt == PL_F16) return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+    if (kt == PL_BF16) {
+        const __m512i u = _mm512_castps_si512(x);
+        const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+        __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd));
+        r = _mm512_mask_or_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), u, _mm512_set1_epi32(0x400000));
+        return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u)));
+    }
+    return x;
 }
 #endif
 
@@ -40,17 +129,22 @@ typedef struct {
     float *qt;      /* [hd][16] queries, transposed and scaled */
     float *st;      /* [sc][16] scores, then weights */
     float *o;       /* [16][hd] */
-    float *kf, *vf; /* [CH][hd] widened F16 rows */
+    float *kf, *vf; /* [CH][hd] widened F16 or BF16 rows */
 } att_tile_buf;
 
 /* ================================================================ StoreKV */
 
 #if PL_X86
-PL_TARGET_AVX2 static void store_f16_avx2(uint16_t *d, const float *s, int64_t n) {
+__attribute__((always_inline)) PL_TARGET_AVX2 static inline void
+store_half_avx2_t(uint16_t *d, const float *s, int64_t n, const int kt) {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
-    for (; i < n; i++) d[i] = plx_f32_to_f16(s[i]);
+    for (; i + 8 <= n; i += 8) _mm_storeu_si128((__m128i *)(d + i), half8(_mm256_loadu_ps(s + i), kt));
+    for (; i < n; i++) d[i] = to_half(s[i], kt);
+}
+
+PL_TARGET_AVX2 static void store_half_avx2(uint16_t *d, const float *s, int64_t n, int kt) {
+    if (kt == PL_BF16) store_half_avx2_t(d, s, n, PL_BF16);
+    else store_half_avx2_t(d, s, n, PL_F16);
 }
 #endif
 
@@ -62,11 +156,11 @@ static void store_row(void *cache, int kvt, int64_t slot, int64_t width, const f
     uint16_t *d = (uint16_t *)cache + slot * width;
 #if PL_X86
     if (plx_isa >= PL_ISA_AVX2) {
-        store_f16_avx2(d, src, width);
+        store_half_avx2(d, src, width, kvt);
         return;
     }
 #endif
-    for (int64_t i = 0; i < width; i++) d[i] = plx_f32_to_f16(src[i]);
+    for (int64_t i = 0; i < width; i++) d[i] = to_half(src[i], kvt);
 }
 
 typedef struct {
@@ -114,31 +208,27 @@ int pl_store_kv(pl_ctx *ctx, void *kc, void *vc, int kvtype, int64_t slots, int6
 /* ================================================================ kernels
  *
  * Keys and values are addressed through per-position row pointers (the rows of one chunk may
- * lie in different cache blocks), as F32 or F16 (f16 != 0), converted in registers.
+ * lie in different cache blocks), of type kt, converted in registers.
  * scores: s[c] = scale * (q · K_c) for c < C.
  * pv:     o = alpha*o + sum_{c<nv} p[c] * V_c.
  * expsum: p[c] = exp(s[c] - mx) for c < nv; returns the sum.
  */
 
-static inline float kv_at(const void *row, int d, int f16) {
-    return f16 ? plx_f16_to_f32(((const uint16_t *)row)[d]) : ((const float *)row)[d];
-}
-
 static void scores_scalar(const float *q, const void *const *k, int C, int hd, float scale,
-                          float *s, int f16) {
+                          float *s, int kt) {
     for (int c = 0; c < C; c++) {
         float a = 0.0f;
-        for (int d = 0; d < hd; d++) a += q[d] * kv_at(k[c], d, f16);
+        for (int d = 0; d < hd; d++) a += q[d] * kv_at(k[c], d, kt);
         s[c] = a * scale;
     }
 }
 
 static void pv_scalar(float *o, float alpha, const float *p, int nv, const void *const *v, int hd,
-                      int f16) {
+                      int kt) {
     for (int d = 0; d < hd; d++) o[d] *= alpha;
     for (int c = 0; c < nv; c++) {
         float pc = p[c];
-        for (int d = 0; d < hd; d++) o[d] += pc * kv_at(v[c], d, f16);
+        for (int d = 0; d < hd; d++) o[d] += pc * kv_at(v[c], d, kt);
     }
 }
 
@@ -153,14 +243,14 @@ static float expsum_scalar(float *s, int nv, float mx) {
 
 #if PL_X86
 __attribute__((always_inline)) PL_TARGET_AVX2 static inline __m256 ld8(const void *row, int d,
-                                                                        const int f16) {
-    if (f16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + d)));
+                                                                        const int kt) {
+    if (kt != PL_F32) return cvt8(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + d)), kt);
     return _mm256_loadu_ps((const float *)row + d);
 }
 
 __attribute__((always_inline)) PL_TARGET_AVX2 static inline void
 scores_avx2_t(const float *q, const void *const *k, int C, int hd, float scale, float *s,
-              const int f16) {
+              const int kt) {
     const int hd8 = hd & ~7;
     for (int c0 = 0; c0 < C; c0 += 8) {
         const int nc = PL_MIN(8, C - c0);
@@ -173,20 +263,20 @@ scores_avx2_t(const float *q, const void *const *k, int C, int hd, float scale, 
         for (int d = 0; d < hd8; d += 8) {
             __m256 qv = _mm256_loadu_ps(q + d);
 #pragma GCC unroll 8
-            for (int c = 0; c < 8; c++) acc[c] = _mm256_fmadd_ps(qv, ld8(kr[c], d, f16), acc[c]);
+            for (int c = 0; c < 8; c++) acc[c] = _mm256_fmadd_ps(qv, ld8(kr[c], d, kt), acc[c]);
         }
         float tmp[8];
         _mm256_storeu_ps(tmp, _mm256_mul_ps(plx_hsum8x256(acc), _mm256_set1_ps(scale)));
         for (int c = 0; c < nc; c++) {
             float t = 0.0f;
-            for (int d = hd8; d < hd; d++) t += q[d] * kv_at(kr[c], d, f16);
+            for (int d = hd8; d < hd; d++) t += q[d] * kv_at(kr[c], d, kt);
             s[c0 + c] = tmp[c] + t * scale;
         }
     }
 }
 
 __attribute__((always_inline)) PL_TARGET_AVX2 static inline void
-pv_avx2_t(float *o, float alpha, const float *p, int nv, const void *const *v, int hd, const int f16) {
+pv_avx2_t(float *o, float alpha, const float *p, int nv, const void *const *v, int hd, const int kt) {
     const __m256 al = _mm256_set1_ps(alpha);
     int d0 = 0;
     for (; d0 + 32 <= hd; d0 += 32) {
@@ -196,10 +286,10 @@ pv_avx2_t(float *o, float alpha, const float *p, int nv, const void *const *v, i
         __m256 a3 = _mm256_mul_ps(_mm256_loadu_ps(o + d0 + 24), al);
         for (int c = 0; c < nv; c++) {
             __m256 pc = _mm256_set1_ps(p[c]);
-            a0 = _mm256_fmadd_ps(pc, ld8(v[c], d0, f16), a0);
-            a1 = _mm256_fmadd_ps(pc, ld8(v[c], d0 + 8, f16), a1);
-            a2 = _mm256_fmadd_ps(pc, ld8(v[c], d0 + 16, f16), a2);
-            a3 = _mm256_fmadd_ps(pc, ld8(v[c], d0 + 24, f16), a3);
+            a0 = _mm256_fmadd_ps(pc, ld8(v[c], d0, kt), a0);
+            a1 = _mm256_fmadd_ps(pc, ld8(v[c], d0 + 8, kt), a1);
+            a2 = _mm256_fmadd_ps(pc, ld8(v[c], d0 + 16, kt), a2);
+            a3 = _mm256_fmadd_ps(pc, ld8(v[c], d0 + 24, kt), a3);
         }
         _mm256_storeu_ps(o + d0, a0);
         _mm256_storeu_ps(o + d0 + 8, a1);
@@ -208,26 +298,28 @@ pv_avx2_t(float *o, float alpha, const float *p, int nv, const void *const *v, i
     }
     for (; d0 + 8 <= hd; d0 += 8) {
         __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(o + d0), al);
-        for (int c = 0; c < nv; c++) a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[c]), ld8(v[c], d0, f16), a0);
+        for (int c = 0; c < nv; c++) a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[c]), ld8(v[c], d0, kt), a0);
         _mm256_storeu_ps(o + d0, a0);
     }
     for (; d0 < hd; d0++) {
         float a = o[d0] * alpha;
-        for (int c = 0; c < nv; c++) a += p[c] * kv_at(v[c], d0, f16);
+        for (int c = 0; c < nv; c++) a += p[c] * kv_at(v[c], d0, kt);
         o[d0] = a;
     }
 }
 
 PL_TARGET_AVX2 static void scores_avx2(const float *q, const void *const *k, int C, int hd,
-                                       float scale, float *s, int f16) {
-    if (f16) scores_avx2_t(q, k, C, hd, scale, s, 1);
-    else scores_avx2_t(q, k, C, hd, scale, s, 0);
+                                       float scale, float *s, int kt) {
+#define SCORES(KT) scores_avx2_t(q, k, C, hd, scale, s, KT)
+    KV_CASES(kt, SCORES)
+#undef SCORES
 }
 
 PL_TARGET_AVX2 static void pv_avx2(float *o, float alpha, const float *p, int nv,
-                                   const void *const *v, int hd, int f16) {
-    if (f16) pv_avx2_t(o, alpha, p, nv, v, hd, 1);
-    else pv_avx2_t(o, alpha, p, nv, v, hd, 0);
+                                   const void *const *v, int hd, int kt) {
+#define PV(KT) pv_avx2_t(o, alpha, p, nv, v, hd, KT)
+    KV_CASES(kt, PV)
+#undef PV
 }
 
 PL_TARGET_AVX2 static float expsum_avx2(float *s, int nv, float mx) {
@@ -248,14 +340,14 @@ PL_TARGET_AVX2 static float expsum_avx2(float *s, int nv, float mx) {
 }
 
 __attribute__((always_inline)) PL_TARGET_AVX512 static inline __m512 ld16(const void *row, int d,
-                                                                           __mmask16 m, const int f16) {
-    if (f16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + d));
+                                                                           __mmask16 m, const int kt) {
+    if (kt != PL_F32) return cvt16(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + d), kt);
     return _mm512_maskz_loadu_ps(m, (const float *)row + d);
 }
 
 __attribute__((always_inline)) PL_TARGET_AVX512 static inline void
 scores_avx512_t(const float *q, const void *const *k, int C, int hd, float scale, float *s,
-                const int f16) {
+                const int kt) {
     for (int c0 = 0; c0 < C; c0 += 16) {
         const int nc = PL_MIN(16, C - c0);
         const void *kr[16];
@@ -268,7 +360,7 @@ scores_avx512_t(const float *q, const void *const *k, int C, int hd, float scale
             __mmask16 mk = hd - d >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (hd - d)) - 1);
             __m512 qv = _mm512_maskz_loadu_ps(mk, q + d);
 #pragma GCC unroll 16
-            for (int c = 0; c < 16; c++) acc[c] = _mm512_fmadd_ps(qv, ld16(kr[c], d, mk, f16), acc[c]);
+            for (int c = 0; c < 16; c++) acc[c] = _mm512_fmadd_ps(qv, ld16(kr[c], d, mk, kt), acc[c]);
         }
         __m512 r = _mm512_mul_ps(plx_hsum16x512(acc), _mm512_set1_ps(scale));
         _mm512_mask_storeu_ps(s + c0, (__mmask16)((1u << nc) - 1), r);
@@ -278,7 +370,7 @@ scores_avx512_t(const float *q, const void *const *k, int C, int hd, float scale
 /* NB blocks of 16 floats of o held in registers; the last masked by ml. */
 __attribute__((always_inline)) PL_TARGET_AVX512 static inline void
 pv_blk_avx512(float *o, __m512 al, const float *p, int nv, const void *const *v, int d0,
-              const int NB, __mmask16 ml, const int f16) {
+              const int NB, __mmask16 ml, const int kt) {
     __m512 a[8];
 #pragma GCC unroll 8
     for (int b = 0; b < NB; b++)
@@ -287,35 +379,37 @@ pv_blk_avx512(float *o, __m512 al, const float *p, int nv, const void *const *v,
         __m512 pc = _mm512_set1_ps(p[c]);
 #pragma GCC unroll 8
         for (int b = 0; b < NB; b++)
-            a[b] = _mm512_fmadd_ps(pc, ld16(v[c], d0 + 16 * b, b == NB - 1 ? ml : 0xFFFF, f16), a[b]);
+            a[b] = _mm512_fmadd_ps(pc, ld16(v[c], d0 + 16 * b, b == NB - 1 ? ml : 0xFFFF, kt), a[b]);
     }
 #pragma GCC unroll 8
     for (int b = 0; b < NB; b++) _mm512_mask_storeu_ps(o + d0 + 16 * b, b == NB - 1 ? ml : 0xFFFF, a[b]);
 }
 
 __attribute__((always_inline)) PL_TARGET_AVX512 static inline void
-pv_avx512_t(float *o, float alpha, const float *p, int nv, const void *const *v, int hd, const int f16) {
+pv_avx512_t(float *o, float alpha, const float *p, int nv, const void *const *v, int hd, const int kt) {
     const __m512 al = _mm512_set1_ps(alpha);
     for (int d0 = 0; d0 < hd; d0 += 128) {
         int rem = PL_MIN(128, hd - d0);
         int nb = (rem + 15) / 16;
         __mmask16 ml = rem % 16 ? (__mmask16)((1u << (rem % 16)) - 1) : (__mmask16)0xFFFF;
-#define PV_BLK(NB) pv_blk_avx512(o, al, p, nv, v, d0, NB, ml, f16)
+#define PV_BLK(NB) pv_blk_avx512(o, al, p, nv, v, d0, NB, ml, kt)
         PLX_CASES8(nb, PV_BLK)
 #undef PV_BLK
     }
 }
 
 PL_TARGET_AVX512 static void scores_avx512(const float *q, const void *const *k, int C, int hd,
-                                           float scale, float *s, int f16) {
-    if (f16) scores_avx512_t(q, k, C, hd, scale, s, 1);
-    else scores_avx512_t(q, k, C, hd, scale, s, 0);
+                                           float scale, float *s, int kt) {
+#define SCORES(KT) scores_avx512_t(q, k, C, hd, scale, s, KT)
+    KV_CASES(kt, SCORES)
+#undef SCORES
 }
 
 PL_TARGET_AVX512 static void pv_avx512(float *o, float alpha, const float *p, int nv,
-                                       const void *const *v, int hd, int f16) {
-    if (f16) pv_avx512_t(o, alpha, p, nv, v, hd, 1);
-    else pv_avx512_t(o, alpha, p, nv, v, hd, 0);
+                                       const void *const *v, int hd, int kt) {
+#define PV(KT) pv_avx512_t(o, alpha, p, nv, v, hd, KT)
+    KV_CASES(kt, PV)
+#undef PV
 }
 
 PL_TARGET_AVX512 static float expsum_avx512(float *s, int nv, float mx) {
@@ -366,22 +460,28 @@ tile_scores4(const float *qt, const float *const k[4], int hd, __m512 scl, __m51
  * For items of at least 8 query rows: the item's R <= 16 query rows are lanes of one vector.
  * Q is transposed once per item (Qt [hd][16]; the scale is applied to the sums), so the scores of one key for all rows
  * are hd broadcast-FMAs, the online softmax runs lane-wise, and P·V accumulates 4 rows × 64
- * elements of O in registers per pass over the chunk's values. F16 rows are widened once per
- * chunk into Kf/Vf. */
+ * elements of O in registers per pass over the chunk's values. F16 and BF16 rows are widened
+ * once per chunk into Kf/Vf. */
 
-
-PL_TARGET_AVX512 static void widen_rows512(float *dst, const void *const *rows, int C, int hd) {
+/* widen_rows512 widens rows[c] (hd elements of type kt, F16 or BF16) into dst [C][hd]. */
+__attribute__((always_inline)) PL_TARGET_AVX512 static inline void
+widen_rows512_t(float *dst, const void *const *rows, int C, int hd, const int kt) {
     const int hd16 = hd & ~15;
     for (int c = 0; c < C; c++) {
         const uint16_t *h = (const uint16_t *)rows[c];
         float *o = dst + (size_t)c * hd;
         int d = 0;
-        for (; d < hd16; d += 16) _mm512_storeu_ps(o + d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + d))));
+        for (; d < hd16; d += 16) _mm512_storeu_ps(o + d, cvt16(_mm256_loadu_si256((const __m256i *)(h + d)), kt));
         if (d < hd) { /* masked only for the tail */
             const __mmask16 mk = (__mmask16)((1u << (hd - d)) - 1);
-            _mm512_mask_storeu_ps(o + d, mk, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, h + d)));
+            _mm512_mask_storeu_ps(o + d, mk, cvt16(_mm256_maskz_loadu_epi16(mk, h + d), kt));
         }
     }
+}
+
+PL_TARGET_AVX512 static void widen_rows512(float *dst, const void *const *rows, int C, int hd, int kt) {
+    if (kt == PL_BF16) widen_rows512_t(dst, rows, C, hd, PL_BF16);
+    else widen_rows512_t(dst, rows, C, hd, PL_F16);
 }
 
 /* O[r][d0..d0+16*NB) += sum_c P[c][r] * V_c[d0..], rows r0..r0+3 (P rows past R are zero). */
@@ -413,9 +513,10 @@ tile_pv(float *o, int hd, const float *st, int C, const float *const *v, int r0,
 }
 
 /* att_tile512 runs one item whose rows are lanes: q[r] the query of row r < R (scaled by
- * scale), pos[r] its position; writes dst[r] rows. kp, vp: CH row pointers of scratch. */
+ * scale), pos[r] its position; writes dst[r] rows. kp, vp: CH row pointers of scratch. An F16 or
+ * BF16 cache (kt) is widened as it is, with nothing rounded (att_tile512_half rounds). */
 PL_TARGET_AVX512 static void att_tile512(const float *const *q, float *const *dst, const int32_t *pos,
-                                         int R, int hd, float scale, int f16, int32_t pmax,
+                                         int R, int hd, float scale, int kt, int32_t pmax,
                                          const uint8_t *kc, const uint8_t *vc, int64_t rowb,
                                          int64_t headb, const int32_t *table, int64_t bs, int shift,
                                          const void **kp, const void **vp, att_tile_buf *tb) {
@@ -443,9 +544,9 @@ PL_TARGET_AVX512 static void att_tile512(const float *const *q, float *const *ds
         }
         const float *const *K = (const float *const *)kp, *const *V = (const float *const *)vp;
         const float *kr[CH], *vr[CH];
-        if (f16) {
-            widen_rows512(tb->kf, kp, C, hd);
-            widen_rows512(tb->vf, vp, C, hd);
+        if (kt != PL_F32) {
+            widen_rows512(tb->kf, kp, C, hd, kt);
+            widen_rows512(tb->vf, vp, C, hd, kt);
             for (int c = 0; c < C; c++) {
                 kr[c] = tb->kf + (size_t)c * hd;
                 vr[c] = tb->vf + (size_t)c * hd;
@@ -513,19 +614,19 @@ PL_TARGET_AVX512 static void att_tile512(const float *const *q, float *const *ds
     }
 }
 
-/* att_tile512_f16 is att_tile512 for an F16 cache, in two passes as llama.cpp's F16 products
- * compute it: the queries rounded to F16; every score of the item stored (st [ctx][16]); the
- * exact softmax of each row, its weights rounded to F16; then p·V. */
-PL_TARGET_AVX512 static void att_tile512_f16(const float *const *q, float *const *dst,
-                                             const int32_t *pos, int R, int hd, float scale,
-                                             int32_t pmax, const uint8_t *kc, const uint8_t *vc,
-                                             int64_t rowb, int64_t headb, const int32_t *table,
-                                             int64_t bs, int shift, const void **kp, const void **vp,
-                                             att_tile_buf *tb) {
+/* att_tile512_half is att_tile512 for an F16 or BF16 cache (kt), in two passes as llama.cpp's
+ * F16 products compute it: the queries rounded to kt; every score of the item stored
+ * (st [ctx][16]); the exact softmax of each row, its weights rounded to kt; then p·V. */
+PL_TARGET_AVX512 static void att_tile512_half(const float *const *q, float *const *dst,
+                                              const int32_t *pos, int R, int hd, float scale, int kt,
+                                              int32_t pmax, const uint8_t *kc, const uint8_t *vc,
+                                              int64_t rowb, int64_t headb, const int32_t *table,
+                                              int64_t bs, int shift, const void **kp, const void **vp,
+                                              att_tile_buf *tb) {
     int32_t pl[16];
     for (int r = 0; r < 16; r++) pl[r] = r < R ? pos[r] : pos[0];
     const __m512i P = _mm512_loadu_si512((const void *)pl);
-    for (int r = 0; r < R; r++) round_f16_avx2(tb->o + (size_t)r * hd, q[r], hd); /* o: free until pass 2 */
+    for (int r = 0; r < R; r++) round_to_avx2(tb->o + (size_t)r * hd, q[r], hd, kt); /* o: free until pass 2 */
     for (int d = 0; d < hd; d++)
         for (int r = 0; r < 16; r++) tb->qt[d * 16 + r] = r < R ? tb->o[(size_t)r * hd + d] : 0.0f;
     const float *kr[CH], *vr[CH];
@@ -535,7 +636,7 @@ PL_TARGET_AVX512 static void att_tile512_f16(const float *const *q, float *const
     for (int32_t j0 = 0; j0 <= pmax; j0 += CH) {
         int C = (int)PL_MIN((int64_t)CH, (int64_t)(pmax + 1 - j0));
         for (int c = 0; c < C; c++) kp[c] = kc + slot_of(table, bs, shift, j0 + c) * rowb + headb;
-        widen_rows512(tb->kf, kp, C, hd);
+        widen_rows512(tb->kf, kp, C, hd, kt);
         for (int c = 0; c < C; c++) kr[c] = tb->kf + (size_t)c * hd;
         for (int c0 = 0; c0 < C; c0 += 4) {
             const float *k0 = kr[c0], *k1 = kr[PL_MIN(c0 + 1, C - 1)], *k2 = kr[PL_MIN(c0 + 2, C - 1)],
@@ -551,7 +652,7 @@ PL_TARGET_AVX512 static void att_tile512_f16(const float *const *q, float *const
             }
         }
     }
-    /* the softmax of each row (lane), weights rounded to F16 */
+    /* the softmax of each row (lane), weights rounded to kt */
     /* as ggml_soft_max: exp in F32, the sum in double, then a multiply by (float)(1/sum) */
     __m512d sumlo = _mm512_setzero_pd(), sumhi = sumlo;
     for (int32_t jj = 0; jj <= pmax; jj++) {
@@ -564,16 +665,14 @@ PL_TARGET_AVX512 static void att_tile512_f16(const float *const *q, float *const
     const __m512d one = _mm512_set1_pd(1.0);
     const __m512 inv = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(_mm512_div_pd(one, sumlo))),
                                           _mm512_cvtpd_ps(_mm512_div_pd(one, sumhi)), 1);
-    for (int32_t jj = 0; jj <= pmax; jj++) {
-        __m512 w = _mm512_mul_ps(_mm512_load_ps(tb->st + (size_t)jj * 16), inv);
-        _mm512_store_ps(tb->st + (size_t)jj * 16, _mm512_cvtph_ps(_mm512_cvtps_ph(w, _MM_FROUND_TO_NEAREST_INT)));
-    }
+    for (int32_t jj = 0; jj <= pmax; jj++)
+        _mm512_store_ps(tb->st + (size_t)jj * 16, round16(_mm512_mul_ps(_mm512_load_ps(tb->st + (size_t)jj * 16), inv), kt));
     /* pass 2: p·V */
     memset(tb->o, 0, (size_t)16 * hd * sizeof(float));
     for (int32_t j0 = 0; j0 <= pmax; j0 += CH) {
         int C = (int)PL_MIN((int64_t)CH, (int64_t)(pmax + 1 - j0));
         for (int c = 0; c < C; c++) vp[c] = vc + slot_of(table, bs, shift, j0 + c) * rowb + headb;
-        widen_rows512(tb->vf, vp, C, hd);
+        widen_rows512(tb->vf, vp, C, hd, kt);
         for (int c = 0; c < C; c++) vr[c] = tb->vf + (size_t)c * hd;
         const float *st = tb->st + (size_t)j0 * 16;
         for (int d0 = 0; d0 < hd; d0 += 64) {
@@ -595,18 +694,18 @@ PL_TARGET_AVX512 static void att_tile512_f16(const float *const *q, float *const
 #endif
 
 static void scores(const float *q, const void *const *k, int C, int hd, float scale, float *s,
-                   int f16) {
+                   int kt) {
 #if PL_X86
     if (plx_isa >= PL_ISA_AVX512) {
-        scores_avx512(q, k, C, hd, scale, s, f16);
+        scores_avx512(q, k, C, hd, scale, s, kt);
         return;
     }
     if (plx_isa >= PL_ISA_AVX2) {
-        scores_avx2(q, k, C, hd, scale, s, f16);
+        scores_avx2(q, k, C, hd, scale, s, kt);
         return;
     }
 #endif
-    scores_scalar(q, k, C, hd, scale, s, f16);
+    scores_scalar(q, k, C, hd, scale, s, kt);
 }
 
 /* dot_tail_f16 is sum_d double(q[d] * k[d]) over n elements (F32 products, a double sum in
@@ -840,10 +939,10 @@ PL_TARGET_AVX2 static void scores_tail_f16_avx2(const float *q, const void *cons
 static void scores_f16_ggml(const float *q, const void *const *k, int C, int hd, float scale, float *s) {
     const int hd64 = hd & ~63;
     if (hd64 == hd) {
-        scores(q, k, C, hd, scale, s, 1);
+        scores(q, k, C, hd, scale, s, PL_F16);
         return;
     }
-    if (hd64 > 0) scores(q, k, C, hd64, 1.0f, s, 1);
+    if (hd64 > 0) scores(q, k, C, hd64, 1.0f, s, PL_F16);
 #if PL_X86
     if (plx_isa >= PL_ISA_AVX512) {
         scores_tail_f16_avx512(q, k, C, hd, scale, s);
@@ -861,18 +960,18 @@ static void scores_f16_ggml(const float *q, const void *const *k, int C, int hd,
     }
 }
 
-static void pv(float *o, float alpha, const float *p, int nv, const void *const *v, int hd, int f16) {
+static void pv(float *o, float alpha, const float *p, int nv, const void *const *v, int hd, int kt) {
 #if PL_X86
     if (plx_isa >= PL_ISA_AVX512) {
-        pv_avx512(o, alpha, p, nv, v, hd, f16);
+        pv_avx512(o, alpha, p, nv, v, hd, kt);
         return;
     }
     if (plx_isa >= PL_ISA_AVX2) {
-        pv_avx2(o, alpha, p, nv, v, hd, f16);
+        pv_avx2(o, alpha, p, nv, v, hd, kt);
         return;
     }
 #endif
-    pv_scalar(o, alpha, p, nv, v, hd, f16);
+    pv_scalar(o, alpha, p, nv, v, hd, kt);
 }
 
 static float expsum(float *s, int nv, float mx) {
@@ -883,16 +982,20 @@ static float expsum(float *s, int nv, float mx) {
     return expsum_scalar(s, nv, mx);
 }
 
-/* round_weights: s[c] = F16(s[c] * inv) for c < n, the value back as float. */
+/* round_weights: s[c] = s[c] * inv rounded to kt, for c < n, the value back as float. */
 #if PL_X86
-
-PL_TARGET_AVX2 static void round_weights_avx2(float *s, int64_t n, float inv) {
+__attribute__((always_inline)) PL_TARGET_AVX2 static inline void
+round_weights_avx2_t(float *s, int64_t n, float inv, const int kt) {
     const __m256 iv = _mm256_set1_ps(inv);
     int64_t c = 0;
-    for (; c + 8 <= n; c += 8)
-        _mm256_storeu_ps(s + c, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(s + c), iv),
-                                                               _MM_FROUND_TO_NEAREST_INT)));
-    for (; c < n; c++) s[c] = plx_f16_to_f32(plx_f32_to_f16(s[c] * inv));
+    for (; c + 8 <= n; c += 8) _mm256_storeu_ps(s + c, round8(_mm256_mul_ps(_mm256_loadu_ps(s + c), iv), kt));
+    for (; c < n; c++) s[c] = round_to(s[c] * inv, kt);
+}
+
+PL_TARGET_AVX2 static void round_weights_avx2(float *s, int64_t n, float inv, int kt) {
+#define ROUND_WEIGHTS(KT) round_weights_avx2_t(s, n, inv, KT)
+    KV_CASES(kt, ROUND_WEIGHTS)
+#undef ROUND_WEIGHTS
 }
 #endif
 
@@ -933,26 +1036,25 @@ static double row_sum_f64(const float *s, int64_t n) {
     return r;
 }
 
-/* round_f16: y = F16(x) as float, n elements. */
-static void round_f16(float *y, const float *x, int n) {
-    int i = 0;
+/* round_row: y = x rounded to kt, as float, n elements. */
+static void round_row(float *y, const float *x, int n, int kt) {
 #if PL_X86
     if (plx_isa >= PL_ISA_AVX2) {
-        round_f16_avx2(y, x, n);
+        round_to_avx2(y, x, n, kt);
         return;
     }
 #endif
-    for (; i < n; i++) y[i] = plx_f16_to_f32(plx_f32_to_f16(x[i]));
+    for (int i = 0; i < n; i++) y[i] = round_to(x[i], kt);
 }
 
-static void round_weights(float *s, int64_t n, float inv) {
+static void round_weights(float *s, int64_t n, float inv, int kt) {
 #if PL_X86
     if (plx_isa >= PL_ISA_AVX2) {
-        round_weights_avx2(s, n, inv);
+        round_weights_avx2(s, n, inv, kt);
         return;
     }
 #endif
-    for (int64_t c = 0; c < n; c++) s[c] = plx_f16_to_f32(plx_f32_to_f16(s[c] * inv));
+    for (int64_t c = 0; c < n; c++) s[c] = round_to(s[c] * inv, kt);
 }
 
 /* ================================================================ attention */
@@ -965,8 +1067,9 @@ typedef struct {
  * the weights through the last-level cache, so the cache's rows come from memory each token, and
  * consecutive positions are a whole cache row apart (all heads of a slot): too far apart for the
  * hardware prefetchers, so without this attention waits on memory latency. PF_KEYS: the keys
- * ahead in the first of two passes (F16 caches, few rows), whose values are prefetched as that
- * pass reaches them; more in flight at once only queue (a cache in memory took longer at 128). */
+ * ahead in the first of two passes (F16 and BF16 caches, few rows), whose values are prefetched
+ * as that pass reaches them; more in flight at once only queue (a cache in memory took longer at
+ * 128). */
 #define PF_AHEAD 128
 #define PF_KEYS 32
 
@@ -1039,8 +1142,8 @@ typedef struct {
 
 /* Per-thread scratch of an attention job: rmax query rows of hd, sc score columns a row (CH for
  * F32 caches, whose softmax is online; every position of the longest sequence, rounded up to
- * CH, for F16 caches, whose weights are normalised before p·V; all m positions, rounded up, for
- * full attention). */
+ * CH, for F16 and BF16 caches, whose weights are normalised before p·V; all m positions, rounded
+ * up, for full attention). */
 typedef struct {
     float *o, *m, *l, *s, *qr; /* [rmax][hd], [rmax], [rmax], [rmax][sc], [rmax][hd] */
     const void **kp, **vp;     /* [CH] row pointers */
@@ -1106,13 +1209,13 @@ static void gather(const att_rows *K, const att_rows *V, int32_t j0, int C, int3
  * Items of full attention below AVX-512 take their rows two at a time: the scores of two rows
  * against four keys in eight accumulators (six loads for eight FMAs), and 32 elements of two
  * rows' outputs in registers across a chunk of values. Every row sees every key, so the softmax
- * is exact (two passes) for F32 and F16 alike.
+ * is exact (two passes) for every cache type.
  */
 
 /* scores2_avx2_t: s0[c] = scale*(q0 . k_c) and s1[c] = scale*(q1 . k_c) for c < C. */
 __attribute__((always_inline)) PL_TARGET_AVX2 static inline void
 scores2_avx2_t(const float *q0, const float *q1, const void *const *k, int C, int hd, float scale,
-               float *s0, float *s1, const int f16) {
+               float *s0, float *s1, const int kt) {
     const int hd8 = hd & ~7;
     for (int c0 = 0; c0 < C; c0 += 4) {
         const int nc = PL_MIN(4, C - c0);
@@ -1125,7 +1228,7 @@ scores2_avx2_t(const float *q0, const float *q1, const void *const *k, int C, in
             const __m256 x0 = _mm256_loadu_ps(q0 + d), x1 = _mm256_loadu_ps(q1 + d);
 #pragma GCC unroll 4
             for (int c = 0; c < 4; c++) {
-                __m256 kv = ld8(kr[c], d, f16);
+                __m256 kv = ld8(kr[c], d, kt);
                 __asm__("" : "+x"(kv)); /* one load for both rows, not one folded into each FMA */
                 a[c] = _mm256_fmadd_ps(x0, kv, a[c]);
                 a[4 + c] = _mm256_fmadd_ps(x1, kv, a[4 + c]);
@@ -1136,7 +1239,7 @@ scores2_avx2_t(const float *q0, const float *q1, const void *const *k, int C, in
         for (int c = 0; c < nc; c++) {
             float u0 = t[c], u1 = t[4 + c];
             for (int d = hd8; d < hd; d++) {
-                const float kv = kv_at(kr[c], d, f16);
+                const float kv = kv_at(kr[c], d, kt);
                 u0 += q0[d] * kv;
                 u1 += q1[d] * kv;
             }
@@ -1149,7 +1252,7 @@ scores2_avx2_t(const float *q0, const float *q1, const void *const *k, int C, in
 /* pv2_avx2_t: o0[d0..d0+32) += sum_{c<C} p0[c] * v_c[d0..d0+32), o1 likewise with p1. */
 __attribute__((always_inline)) PL_TARGET_AVX2 static inline void
 pv2_avx2_t(float *o0, float *o1, const float *p0, const float *p1, int C, const void *const *v,
-           int d0, const int f16) {
+           int d0, const int kt) {
     __m256 a[4], b[4];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
@@ -1160,7 +1263,7 @@ pv2_avx2_t(float *o0, float *o1, const float *p0, const float *p1, int C, const 
         const __m256 w0 = _mm256_set1_ps(p0[c]), w1 = _mm256_set1_ps(p1[c]);
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) {
-            __m256 x = ld8(v[c], d0 + 8 * i, f16);
+            __m256 x = ld8(v[c], d0 + 8 * i, kt);
             __asm__("" : "+x"(x)); /* one load for both rows */
             a[i] = _mm256_fmadd_ps(w0, x, a[i]);
             b[i] = _mm256_fmadd_ps(w1, x, b[i]);
@@ -1174,37 +1277,40 @@ pv2_avx2_t(float *o0, float *o1, const float *p0, const float *p1, int C, const 
 }
 
 PL_TARGET_AVX2 static void scores2_avx2(const float *q0, const float *q1, const void *const *k, int C,
-                                        int hd, float scale, float *s0, float *s1, int f16) {
-    if (f16) scores2_avx2_t(q0, q1, k, C, hd, scale, s0, s1, 1);
-    else scores2_avx2_t(q0, q1, k, C, hd, scale, s0, s1, 0);
+                                        int hd, float scale, float *s0, float *s1, int kt) {
+#define SCORES2(KT) scores2_avx2_t(q0, q1, k, C, hd, scale, s0, s1, KT)
+    KV_CASES(kt, SCORES2)
+#undef SCORES2
 }
 
 PL_TARGET_AVX2 static void pv2_avx2(float *o0, float *o1, const float *p0, const float *p1, int C,
-                                    const void *const *v, int d0, int f16) {
-    if (f16) pv2_avx2_t(o0, o1, p0, p1, C, v, d0, 1);
-    else pv2_avx2_t(o0, o1, p0, p1, C, v, d0, 0);
+                                    const void *const *v, int d0, int kt) {
+#define PV2(KT) pv2_avx2_t(o0, o1, p0, p1, C, v, d0, KT)
+    KV_CASES(kt, PV2)
+#undef PV2
 }
 
-/* full_qrow returns query row r of an item: its F16 rounding in the scratch for F16 keys. */
-static inline const float *full_qrow(const att_job *j, const att_item *it, const att_scratch *sc, int r, int f16) {
+/* full_qrow returns query row r of an item: its rounding to the keys' type in the scratch for
+ * F16 or BF16 keys. */
+static inline const float *full_qrow(const att_job *j, const att_item *it, const att_scratch *sc, int r, int half) {
     const int hd = j->a.head_dim, G = j->G;
-    if (f16) return sc->qr + (size_t)r * hd;
+    if (half) return sc->qr + (size_t)r * hd;
     return j->q + ((int64_t)(it->t0 + r / G) * j->a.n_head + it->g * G + r % G) * hd;
 }
 
 /* att_full_rows_avx2 runs an item of full attention (R >= 2 rows, each seeing all m keys) with
- * the kernels above: the scores of every key, the softmax of each row (F16: the weights
- * normalised and rounded to F16), then p.V. */
+ * the kernels above: the scores of every key, the softmax of each row (F16 and BF16: the
+ * weights normalised and rounded to that type), then p.V. */
 static void att_full_rows_avx2(const att_job *j, const att_item *it, att_scratch *sc, int R) {
-    const int hd = j->a.head_dim, G = j->G, nh = j->a.n_head, f16 = j->kvt == PL_F16;
-    const int64_t esz = f16 ? 2 : 4;
+    const int hd = j->a.head_dim, G = j->G, nh = j->a.n_head, kt = j->kvt, half = kt != PL_F32;
+    const int64_t esz = half ? 2 : 4;
     const int64_t rowb = j->width * esz, headb = (int64_t)it->g * hd * esz;
     const int32_t m = (int32_t)j->m;
     float *S = sc->s, *O = sc->o;
-    if (f16) {
+    if (half) {
         for (int r = 0; r < R; r++) {
             const int t = it->t0 + r / G, h = it->g * G + r % G;
-            round_f16(sc->qr + (size_t)r * hd, j->q + ((int64_t)t * nh + h) * hd, hd);
+            round_row(sc->qr + (size_t)r * hd, j->q + ((int64_t)t * nh + h) * hd, hd, kt);
         }
     }
     for (int32_t j0 = 0; j0 < m; j0 += CH) {
@@ -1212,8 +1318,8 @@ static void att_full_rows_avx2(const att_job *j, const att_item *it, att_scratch
         for (int c = 0; c < C; c++) sc->kp[c] = j->kc + (int64_t)(j0 + c) * rowb + headb;
         for (int r = 0; r < R; r += 2) {
             const int r1 = PL_MIN(r + 1, R - 1);
-            scores2_avx2(full_qrow(j, it, sc, r, f16), full_qrow(j, it, sc, r1, f16), sc->kp, C, hd,
-                         j->a.scale, S + (size_t)r * j->sc + j0, S + (size_t)r1 * j->sc + j0, f16);
+            scores2_avx2(full_qrow(j, it, sc, r, half), full_qrow(j, it, sc, r1, half), sc->kp, C, hd,
+                         j->a.scale, S + (size_t)r * j->sc + j0, S + (size_t)r1 * j->sc + j0, kt);
         }
     }
     for (int r = 0; r < R; r++) {
@@ -1222,7 +1328,7 @@ static void att_full_rows_avx2(const att_job *j, const att_item *it, att_scratch
         /* F32 exponentials, a double sum */
         for (int32_t c0 = 0; c0 < m; c0 += CH) expsum(sr + c0, (int)PL_MIN((int64_t)CH, (int64_t)(m - c0)), mx);
         const double sum = row_sum_f64(sr, m);
-        if (f16) round_weights(sr, m, (float)(1.0 / sum));
+        if (half) round_weights(sr, m, (float)(1.0 / sum), kt);
         else sc->l[r] = (float)(1.0 / sum);
     }
     memset(O, 0, (size_t)R * hd * sizeof(float));
@@ -1234,11 +1340,11 @@ static void att_full_rows_avx2(const att_job *j, const att_item *it, att_scratch
             const int r1 = PL_MIN(r + 1, R - 1);
             const float *p0 = S + (size_t)r * j->sc + j0, *p1 = S + (size_t)r1 * j->sc + j0;
             float *o0 = O + (size_t)r * hd, *o1 = O + (size_t)r1 * hd;
-            for (int d0 = 0; d0 < hd32; d0 += 32) pv2_avx2(o0, o1, p0, p1, C, sc->vp, d0, f16);
+            for (int d0 = 0; d0 < hd32; d0 += 32) pv2_avx2(o0, o1, p0, p1, C, sc->vp, d0, kt);
             for (int d = hd32; d < hd; d++) {
                 float a0 = o0[d], a1 = o1[d];
                 for (int c = 0; c < C; c++) {
-                    const float x = kv_at(sc->vp[c], d, f16);
+                    const float x = kv_at(sc->vp[c], d, kt);
                     a0 += p0[c] * x;
                     a1 += p1[c] * x;
                 }
@@ -1250,7 +1356,7 @@ static void att_full_rows_avx2(const att_job *j, const att_item *it, att_scratch
     for (int r = 0; r < R; r++) {
         const int t = it->t0 + r / G, h = it->g * G + r % G;
         float *d = j->dst + ((int64_t)t * nh + h) * hd;
-        const float f = f16 ? 1.0f : sc->l[r];
+        const float f = half ? 1.0f : sc->l[r];
         for (int e = 0; e < hd; e++) d[e] = O[(size_t)r * hd + e] * f;
     }
 }
@@ -1376,7 +1482,7 @@ pv_tail_f16_avx2_t(double *tr, const float *p, int nf, int nv, const void *const
     }
     for (int d = hd8; d < hd; d++) {
         double a = tr[d];
-        for (int c = nf; c < nv; c++) a += (double)(p[c] * kv_at(v[c], d, 1));
+        for (int c = nf; c < nv; c++) a += (double)(p[c] * kv_at(v[c], d, PL_F16));
         tr[d] = a;
     }
 }
@@ -1400,15 +1506,15 @@ static void pv_tail_f16(double *tr, const float *p, int nf, int nv, const void *
     }
 #endif
     for (int c = nf; c < nv; c++)
-        for (int d = 0; d < hd; d++) tr[d] += (double)(p[c] * kv_at(v[c], d, 1));
+        for (int d = 0; d < hd; d++) tr[d] += (double)(p[c] * kv_at(v[c], d, PL_F16));
 }
 
 static void att_item_run(const att_job *j, const att_item *it, float *buf) {
-    const int hd = j->a.head_dim, G = j->G, nh = j->a.n_head, f16 = j->kvt == PL_F16;
+    const int hd = j->a.head_dim, G = j->G, nh = j->a.n_head, kt = j->kvt;
     const pl_seq *s = &j->seqs[it->seq];
     const int R = (it->t1 - it->t0) * G;
     att_scratch sc = att_layout(buf, j->rmax, hd, j->sc);
-    const int64_t esz = f16 ? 2 : 4;
+    const int64_t esz = kt == PL_F32 ? 4 : 2;
     const int64_t rowb = j->width * esz, headb = (int64_t)it->g * hd * esz, rowbytes = hd * esz;
     const int32_t *table = j->blocks + s->blocks_off;
     /* position of batch token t: pos0 + step*t (full attention: m-1 for every token) */
@@ -1430,11 +1536,11 @@ static void att_item_run(const att_job *j, const att_item *it, float *buf) {
             ds[r] = j->dst + ((int64_t)t * nh + h) * hd;
             ps[r] = pos0 + step * t;
         }
-        if (f16)
-            att_tile512_f16(qs, ds, ps, R, hd, j->a.scale, pmax, j->kc, j->vc, rowb, headb, table,
-                            j->bs, j->shift, sc.kp, sc.vp, &sc.tb);
+        if (kt != PL_F32)
+            att_tile512_half(qs, ds, ps, R, hd, j->a.scale, kt, pmax, j->kc, j->vc, rowb, headb,
+                             table, j->bs, j->shift, sc.kp, sc.vp, &sc.tb);
         else
-            att_tile512(qs, ds, ps, R, hd, j->a.scale, 0, pmax, j->kc, j->vc, rowb, headb, table,
+            att_tile512(qs, ds, ps, R, hd, j->a.scale, PL_F32, pmax, j->kc, j->vc, rowb, headb, table,
                         j->bs, j->shift, sc.kp, sc.vp, &sc.tb);
         return;
     }
@@ -1446,15 +1552,18 @@ static void att_item_run(const att_job *j, const att_item *it, float *buf) {
 #endif
     float *O = sc.o, *M = sc.m, *L = sc.l, *S = sc.s;
     memset(O, 0, (size_t)R * hd * sizeof(float));
-    if (f16) {
-        /* Two passes, as llama.cpp's F16 products compute it: queries rounded to F16, every
-         * score stored, the exact softmax of each row, its weights rounded to F16, then p·V.
-         * The keys are prefetched first (see gather). */
+    if (kt != PL_F32) {
+        /* Two passes, as llama.cpp's F16 products compute it: queries rounded to the cache's
+         * type, every score stored, the exact softmax of each row, its weights rounded to that
+         * type, then p·V. The keys are prefetched first (see gather). F16 sums its products in
+         * ggml's order (scores_f16_ggml, pv_tail_f16); BF16, which llama.cpp's CPU backend does
+         * not hold, in the kernels' own F32 order. */
+        const int f16 = kt == PL_F16;
         prefetch_span(&K, 0, PL_MIN((int64_t)PF_KEYS, (int64_t)pmax + 1));
         for (int r = 0; r < R; r++) {
             int t = it->t0 + r / G, h = it->g * G + r % G;
             const float *qr = j->q + ((int64_t)t * nh + h) * hd;
-            round_f16(sc.qr + (size_t)r * hd, qr, hd);
+            round_row(sc.qr + (size_t)r * hd, qr, hd, kt);
         }
         for (int32_t j0 = 0; j0 <= pmax; j0 += CH) {
             int C = (int)PL_MIN((int64_t)CH, (int64_t)(pmax + 1 - j0));
@@ -1462,7 +1571,11 @@ static void att_item_run(const att_job *j, const att_item *it, float *buf) {
             for (int r = 0; r < R; r++) {
                 int32_t p = pos0 + step * (it->t0 + r / G);
                 int nv = (int)PL_MIN((int64_t)C, (int64_t)p - j0 + 1);
-                if (nv > 0) scores_f16_ggml(sc.qr + (size_t)r * hd, sc.kp, nv, hd, j->a.scale, S + (size_t)r * j->sc + j0);
+                if (nv <= 0) continue;
+                const float *qr = sc.qr + (size_t)r * hd;
+                float *sr = S + (size_t)r * j->sc + j0;
+                if (f16) scores_f16_ggml(qr, sc.kp, nv, hd, j->a.scale, sr);
+                else scores(qr, sc.kp, nv, hd, j->a.scale, sr, kt);
             }
         }
         for (int r = 0; r < R; r++) {
@@ -1472,13 +1585,13 @@ static void att_item_run(const att_job *j, const att_item *it, float *buf) {
             /* as ggml_soft_max: F32 exponentials, a double sum */
             for (int32_t c0 = 0; c0 < n; c0 += CH) expsum(sr + c0, (int)PL_MIN((int64_t)CH, (int64_t)(n - c0)), mx);
             const double sum = row_sum_f64(sr, n);
-            round_weights(sr, n, (float)(1.0 / sum));
+            round_weights(sr, n, (float)(1.0 / sum), kt);
         }
         /* ggml's p·V is a dot product over the cache's n_kv cells (the context rounded up to 32;
          * full attention: the m positions): whole 64-element steps in F32, the rest of the
-         * positions' F32 products in double. */
+         * positions' F32 products in double. BF16: every position in F32. */
         const int32_t nkv = j->full ? (int32_t)j->m : (int32_t)(((int64_t)s->ctx_len + 31) & ~(int64_t)31);
-        const int32_t np = nkv & ~63;
+        const int32_t np = f16 ? nkv & ~63 : INT32_MAX;
         double *tail = sc.tail;
         memset(tail, 0, (size_t)R * hd * sizeof(double));
         for (int32_t j0 = 0; j0 <= pmax; j0 += CH) {
@@ -1490,7 +1603,7 @@ static void att_item_run(const att_job *j, const att_item *it, float *buf) {
                 if (nv <= 0) continue;
                 const float *pr = S + (size_t)r * j->sc + j0;
                 int nf = (int)PL_MAX(0, PL_MIN((int64_t)nv, (int64_t)np - j0)); /* F32 part */
-                if (nf > 0) pv(O + (size_t)r * hd, 1.0f, pr, nf, sc.vp, hd, 1);
+                if (nf > 0) pv(O + (size_t)r * hd, 1.0f, pr, nf, sc.vp, hd, kt);
                 if (nf < nv) pv_tail_f16(tail + (size_t)r * hd, pr, nf, nv, sc.vp, hd);
             }
         }
@@ -1517,7 +1630,7 @@ static void att_item_run(const att_job *j, const att_item *it, float *buf) {
             if (nv <= 0) continue;
             const float *qr = j->q + ((int64_t)t * nh + h) * hd;
             float *sr = S + (size_t)r * CH;
-            scores(qr, sc.kp, nv, hd, j->a.scale, sr, 0);
+            scores(qr, sc.kp, nv, hd, j->a.scale, sr, PL_F32);
             float mx = sr[0];
             for (int c = 1; c < nv; c++) mx = sr[c] > mx ? sr[c] : mx;
             float mnew = mx > M[r] ? mx : M[r];
@@ -1525,7 +1638,7 @@ static void att_item_run(const att_job *j, const att_item *it, float *buf) {
             float sum = expsum(sr, nv, mnew);
             L[r] = L[r] * alpha + sum;
             M[r] = mnew;
-            pv(O + (size_t)r * hd, alpha, sr, nv, sc.vp, hd, 0);
+            pv(O + (size_t)r * hd, alpha, sr, nv, sc.vp, hd, PL_F32);
         }
     }
     for (int r = 0; r < R; r++) {
@@ -1628,7 +1741,7 @@ int pl_attention(pl_ctx *ctx, float *dst, const float *q, int64_t n, const void 
     j.rmax = T * G;
     j.shift = (block_size & (block_size - 1)) == 0 ? __builtin_ctzll((unsigned long long)block_size) : -1;
     j.sc = CH;
-    if (kvtype == PL_F16) {
+    if (kvtype != PL_F32) {
         int64_t maxctx = 0;
         for (int64_t i = 0; i < n_seqs; i++)
             if (seqs[i].count > 0) maxctx = PL_MAX(maxctx, (int64_t)seqs[i].ctx_len);
@@ -1649,7 +1762,7 @@ int pl_attention(pl_ctx *ctx, float *dst, const float *q, int64_t n, const void 
 int pl_full_attention(pl_ctx *ctx, float *dst, const float *q, int64_t n, const void *k,
                       const void *v, int kvtype, int64_t m, const pl_attn_cfg *a) {
     if (ctx == NULL || a == NULL || n < 0 || m < 0) return PL_ERR_ARG;
-    if (!pl_supports(PL_OP_KV, kvtype)) return PL_ERR_UNSUPPORTED;
+    if (kvtype != PL_F32 && kvtype != PL_F16) return PL_ERR_UNSUPPORTED;
     if (a->n_head <= 0 || a->n_kv_head <= 0 || a->head_dim <= 0 || a->n_head % a->n_kv_head != 0 ||
         !isfinite(a->scale))
         return PL_ERR_ARG;

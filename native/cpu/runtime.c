@@ -122,7 +122,7 @@ int pl_supports(int op, int dtype) {
     case PL_OP_GET_ROWS:
         return pl_vec_dot_type(dtype) >= 0;
     case PL_OP_KV:
-        return dtype == PL_F32 || dtype == PL_F16;
+        return dtype == PL_F32 || dtype == PL_F16 || dtype == PL_BF16;
     case PL_OP_QUANTIZE:
         return dtype == PL_F16 || dtype == PL_BF16 || dtype == PL_Q8_0 || dtype == PL_Q8_1 ||
                dtype == PL_Q8_K;

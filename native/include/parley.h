@@ -72,7 +72,7 @@ const char *pl_isa_name(int isa);
 /* Operations, for pl_supports. */
 #define PL_OP_MATMUL 1   /* dtype: weight type */
 #define PL_OP_GET_ROWS 2 /* dtype: table type */
-#define PL_OP_KV 3       /* dtype: KV-cache element type (StoreKV, Attention) */
+#define PL_OP_KV 3       /* dtype: KV-cache element type (StoreKV, Attention): F32, F16, BF16 */
 #define PL_OP_QUANTIZE 4 /* dtype: target of pl_quantize_row */
 #define PL_OP_DEQUANTIZE 5
 
@@ -177,8 +177,8 @@ int pl_rope(pl_ctx *ctx, float *x, int64_t n, int64_t n_head, const pl_rope_cfg 
             const int32_t *pos);
 
 /* pl_store_kv writes k and v [n, width] F32 into rows slot[i] of the caches kc and vc
- * [slots, width] of kvtype (F32 or F16, F16 rounded to nearest even). With repeated slots, which
- * token's row is kept is unspecified. */
+ * [slots, width] of kvtype (F32, F16 or BF16; F16 and BF16 rounded to nearest even, NaN kept
+ * NaN). With repeated slots, which token's row is kept is unspecified. */
 int pl_store_kv(pl_ctx *ctx, void *kc, void *vc, int kvtype, int64_t slots, int64_t width,
                 const float *k, const float *v, int64_t n, const int32_t *slot);
 
@@ -198,9 +198,11 @@ typedef struct {
 /* pl_attention: for each sequence and each of its tokens i at position p, and each query head h,
  * dst[i, h] = softmax_j(scale * q[i,h] . K[j,h']) . V[j,h'] over cache positions j = 0..p,
  * h' = h / (n_head/n_kv_head). q, dst [n, n_head*head_dim] (must not overlap); kc, vc
- * [slots, width] of kvtype (F32 or F16), width = n_kv_head*head_dim; blocks holds all block
- * tables, each entry in [0, slots/block_size). Tokens of the batch not in any sequence are left
- * untouched in dst. */
+ * [slots, width] of kvtype (F32, F16 or BF16), width = n_kv_head*head_dim; blocks holds all
+ * block tables, each entry in [0, slots/block_size). Tokens of the batch not in any sequence are
+ * left untouched in dst. Over an F16 or BF16 cache the products are those of that type: q is
+ * rounded to it before q.K and the normalised weights p_j before p.V (nearest even), the sums in
+ * float or wider; F16 sums them in the order of ggml's CPU backend. */
 int pl_attention(pl_ctx *ctx, float *dst, const float *q, int64_t n, const void *kc,
                  const void *vc, int kvtype, int64_t slots, int64_t width, int64_t block_size,
                  const pl_attn_cfg *a, const pl_seq *seqs, int64_t n_seqs, const int32_t *blocks,
@@ -234,9 +236,10 @@ int pl_im2col_1d(pl_ctx *ctx, float *dst, const float *x, int64_t t, int64_t c, 
 /* pl_full_attention: attention without a cache or a mask. For each row i < n of q and each query
  * head h, dst[i, h] = softmax_j(scale * q[i,h] . k[j,h']) . v[j,h'] over every row j < m,
  * h' = h / (n_head/n_kv_head). q, dst [n, n_head*head_dim] (must not overlap each other, k or
- * v); k, v [m, n_kv_head*head_dim] of kvtype (F32 or F16), m >= 1. With F16 keys and values the
- * products are computed as pl_attention's over an F16 cache: q rounded to F16 before q.k, the
- * normalised weights rounded to F16 before p.v. */
+ * v); k, v [m, n_kv_head*head_dim] of kvtype (F32 or F16; other types, BF16 included, are
+ * PL_ERR_UNSUPPORTED), m >= 1. With F16 keys and values the products are computed as
+ * pl_attention's over an F16 cache: q rounded to F16 before q.k, the normalised weights rounded
+ * to F16 before p.v. */
 int pl_full_attention(pl_ctx *ctx, float *dst, const float *q, int64_t n, const void *k,
                       const void *v, int kvtype, int64_t m, const pl_attn_cfg *a);
 

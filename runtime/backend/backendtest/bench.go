@@ -55,12 +55,12 @@ func Bench(b *testing.B, newBackend func() (backend.Backend, error)) {
 			})
 		}
 	}
-	for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
 		b.Run("Attention/Decode512/"+dt.String(), func(b *testing.B) {
 			benchAttention(b, be, dt)
 		})
 	}
-	for _, dt := range []tensor.DType{tensor.F32, tensor.F16} {
+	for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
 		b.Run("Attention/Decode8x160/6x48/"+dt.String(), func(b *testing.B) {
 			benchAttentionBatch(b, be, dt, 8, 160, 6, 48)
 		})
@@ -130,7 +130,7 @@ func benchAttention(b *testing.B, be backend.Backend, dt tensor.DType) {
 	}
 	must(b, be.Read(dst, 0, out), "Read")
 	elem := 4
-	if dt == tensor.F16 {
+	if dt != tensor.F32 {
 		elem = 2
 	}
 	s := b.Elapsed().Seconds() / float64(b.N)
@@ -168,7 +168,7 @@ func benchAttentionBatch(b *testing.B, be backend.Backend, dt tensor.DType, seqs
 		}
 	}
 	elem := 4
-	if dt == tensor.F16 {
+	if dt != tensor.F32 {
 		elem = 2
 	}
 	s := b.Elapsed().Seconds() / float64(b.N)

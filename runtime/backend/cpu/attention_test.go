@@ -16,8 +16,8 @@ import (
 // longer than the kernel's 64-position chunks, blocks of one and of an odd number of slots (a
 // chunk spans several), head sizes that are not a multiple of the vector width, and long
 // prefills split over several tiles of query rows, at every instruction set. The reference is
-// float64 over the values as the cache stores them, with F16 caches' roundings of the query and
-// of the weights (backend.Backend.Attention).
+// float64 over the values as the cache stores them, with F16 and BF16 caches' roundings of the
+// query and of the weights (backend.Backend.Attention).
 func TestAttentionBlocks(t *testing.T) {
 	if !cpu.Available() {
 		t.Skip(cpu.ErrNotBuilt)
@@ -32,6 +32,9 @@ func TestAttentionBlocks(t *testing.T) {
 		{128, 2, 2, 72, tensor.F16},
 		{1, 3, 3, 24, tensor.F32},
 		{7, 8, 2, 40, tensor.F16},
+		{128, 2, 2, 72, tensor.BF16},
+		{7, 8, 2, 40, tensor.BF16},
+		{5, 6, 3, 36, tensor.BF16}, // head size not a multiple of 8: the vector kernels' tails
 	}
 	for isa := cpu.ISAScalar; isa <= best; isa++ {
 		if err := cpu.SetISA(isa); err != nil {
@@ -69,8 +72,11 @@ func attentionBlocks(t *testing.T, bs, nh, nkv, hd int, dt tensor.DType) {
 	}
 	kc, vc := make([]float64, slots*width), make([]float64, slots*width) // as stored
 	store := func(v float32) float64 {
-		if dt == tensor.F16 {
+		switch dt {
+		case tensor.F16:
 			return float64(quant.F16ToF32(quant.F32ToF16(v)))
+		case tensor.BF16:
+			return float64(quant.BF16ToF32(quant.F32ToBF16(v)))
 		}
 		return float64(v)
 	}
@@ -108,8 +114,8 @@ func attentionBlocks(t *testing.T, bs, nh, nkv, hd int, dt tensor.DType) {
 			p := ctx + i
 			for h := 0; h < nh; h++ {
 				off := h / (nh / nkv) * hd
-				// the contract for F16 caches: q rounded to F16 before q·K, the normalised
-				// weights rounded to F16 before p·V
+				// the contract for F16 (BF16) caches: q rounded to F16 (BF16) before q·K, the
+				// normalised weights rounded to F16 (BF16) before p·V
 				qh := make([]float64, hd)
 				for d, x := range qv[(i*nh+h)*hd : (i*nh+h+1)*hd] {
 					qh[d] = store(x)
@@ -132,7 +138,7 @@ func attentionBlocks(t *testing.T, bs, nh, nkv, hd int, dt tensor.DType) {
 				ulp := make([]float64, len(sc)) // how far a weight may round the other way
 				for j := range sc {
 					sc[j] /= sum
-					if dt == tensor.F16 {
+					if dt != tensor.F32 {
 						w := sc[j]
 						sc[j] = store(float32(w))
 						ulp[j] = store(float32(w*(1+1e-5))) - store(float32(w*(1-1e-5)))
@@ -149,8 +155,8 @@ func attentionBlocks(t *testing.T, bs, nh, nkv, hd int, dt tensor.DType) {
 					// float32 rounding of hd-term scores of magnitude about 2*sqrt(hd)/sqrt(hd)
 					// and of the weighted sum: a few 1e-6; outputs are convex combinations of
 					// values below about 5, so 1e-5 is far above rounding and far below any
-					// indexing or masking error. F16 weights near a rounding boundary may round
-					// the other way: slack.
+					// indexing or masking error. F16 and BF16 weights near a rounding boundary
+					// may round the other way: slack.
 					g := got[(i*nh+h)*hd+d]
 					if math.Abs(float64(g)-want) > 1e-5+slack || g != g {
 						t.Fatalf("token %d (position %d) head %d element %d: %v, want %v ± %.3g", i, p, h, d, g, want, 1e-5+slack)

@@ -527,7 +527,8 @@ func (b *Backend) Rope(x backend.Tensor, nHead int, r backend.RoPE, bt *backend.
 	}, bt.Pos)
 }
 
-// KV is a key/value cache in native memory: per layer, keys and values [Slots, Width].
+// KV is a key/value cache in native memory: per layer, keys and values [Slots, Width] of the
+// configuration's type (F32, F16 or BF16).
 type KV struct {
 	b      *Backend
 	cfg    backend.KVConfig
@@ -552,7 +553,7 @@ func (kv *KV) Close() error {
 	return nil
 }
 
-// NewKV makes a zeroed cache.
+// NewKV makes a zeroed cache of F32, F16 or BF16 elements.
 func (b *Backend) NewKV(cfg backend.KVConfig) (backend.KV, error) {
 	const op = "new kv"
 	if b.closed.Load() {
@@ -560,9 +561,6 @@ func (b *Backend) NewKV(cfg backend.KVConfig) (backend.KV, error) {
 	}
 	if err := backend.CheckKVConfig(cfg); err != nil {
 		return nil, fmt.Errorf("cpu: %w", err)
-	}
-	if cfg.DType == tensor.BF16 {
-		return nil, fmt.Errorf("cpu: %s: BF16 cache (this backend holds F32 and F16 caches; the go and cuda backends hold BF16): %w", op, backend.ErrUnsupported)
 	}
 	n, err := size(op, cfg.DType, cfg.Slots, cfg.Width)
 	if err != nil {
