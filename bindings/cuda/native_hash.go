@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "f8faf36951a77e17c7a6a8e807990a855d54c0141a1e072c4bf02dc6a622cc08"
+const nativeSources = "6cbaa26b72c9cc46cd9d94999c8b4e27d5353b2bca8adabdcd60ededc4b09ab4"

@@ -2,9 +2,9 @@
 //
 // Two kernels compute attention. The decode kernel gives one thread block to one query row and
 // the query heads of one kv head, up to eight (and, for long contexts, one range of keys: the
-// key ranges' partial results are then combined by a second kernel). The flash kernel gives one block to 16 consecutive queries of a
-// sequence and one head, streaming keys and values through shared memory 32 at a time with an
-// online softmax.
+// key ranges' partial results are then combined by a second kernel). The flash kernel gives one
+// block to 16 consecutive queries of a sequence and one head, streaming keys and values through
+// shared memory 32 at a time with an online softmax (64 queries on tensor cores, below).
 //
 // With F16 (or BF16) keys and values the contract is that the query is rounded to F16 (BF16)
 // before q.k and the normalised weights p_j = exp(s_j - max)/sum are rounded to F16 (BF16)
@@ -40,7 +40,9 @@ __device__ __forceinline__ int64_t plc_slot(const int32_t *blocks, int boff, int
 #define PLC_DEC_MAX_G 8
 // Dynamic shared memory of a decode block: ng queries of hd, ng rows of chunk scores and chunk
 // slots.
-static inline size_t plc_dec_smem(int hd, int ng, int chunk) { return ((size_t)ng * hd + (size_t)(ng + 1) * chunk) * 4; }
+static inline size_t plc_dec_smem(int hd, int ng, int chunk) {
+    return ((size_t)ng * hd + (size_t)(ng + 1) * chunk) * 4;
+}
 
 template <typename KT, bool ROUND>
 __global__ void __launch_bounds__(PLC_DEC_THREADS)

@@ -98,8 +98,8 @@ const char *plc_ctx_error(const plc_ctx *ctx);
  * inputs, F32 accumulation); 0 computes them in full F32. */
 int plc_ctx_set_tf32(plc_ctx *ctx, int32_t on);
 /* plc_ctx_set_flash: mma != 0 computes attention over F16 and BF16 keys and values with query
- * tiles of 64 on tensor cores (mma.sync, compute capability 8.0 and later; PLC_ERR_UNSUPPORTED before);
- * 0 (the default) with tiles of 16 on the CUDA cores. Both keep the F16 and BF16 contract of
+ * tiles of 64 on tensor cores (mma.sync, compute capability 8.0 and later; PLC_ERR_UNSUPPORTED
+ * before); 0 (the default) with tiles of 16 on the CUDA cores. Both keep the F16 and BF16 contract of
  * plc_attention. While TF32 is also on (plc_ctx_set_tf32), attention over F32 keys and values
  * takes the tensor cores too, with TF32 inputs: queries, keys, the online softmax's weights and
  * values rounded to 10-bit mantissas (to nearest), products accumulated in F32. */
@@ -251,8 +251,8 @@ typedef struct {
  * pass over the keys finds each row's maximum and sum, so that the second can round normalised
  * weights). Other tokens go through a decode kernel whose blocks serve the query heads of one
  * kv head together (up to eight; grouped-query attention reads each key and value once for
- * them), and that splits long contexts along the keys across blocks and combines the parts. Tokens of the batch in no
- * sequence are left untouched. */
+ * them), and that splits long contexts along the keys across blocks and combines the parts.
+ * Tokens of the batch in no sequence are left untouched. */
 int plc_attention(plc_ctx *ctx, float *dst, const float *q, int64_t n, const void *kc,
                   const void *vc, int32_t kvtype, int64_t slots, int64_t width,
                   int64_t block_size, const plc_attn_cfg *a, const plc_seq *seqs,
