@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "6cbaa26b72c9cc46cd9d94999c8b4e27d5353b2bca8adabdcd60ededc4b09ab4"
+const nativeSources = "e424da1a06fb7025a72be3b6b57800907c842effff1fde8a9d4bc8c457037b84"

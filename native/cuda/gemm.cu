@@ -125,44 +125,6 @@ __device__ __forceinline__ void plc_gemv_store(const float *acc, int n, float *d
     }
 }
 
-// Matrix-vector kernel for quantised weights: one warp per weight row; lane l expands chunks
-// l, l+32, ... of the row (32 elements each) into registers and multiplies them with the same
-// columns of each of the n <= NR activation rows. x [n, k] (k a multiple of 32, so rows are
-// 128-byte aligned), w [m, rowbytes], dst [n, m].
-template <int DT, int NR>
-__global__ void __launch_bounds__(128) plc_gemv_q(plc_segs segs, const float *x, int n, int64_t k, int64_t rowbytes) {
-    const int lane = threadIdx.x % PLC_WARP;
-    const int64_t grow = (int64_t)blockIdx.x * (blockDim.x / PLC_WARP) + threadIdx.x / PLC_WARP;
-    const void *w;
-    int64_t row, m;
-    float *dst;
-    int vec;
-    if (!plc_seg(segs, grow, &w, &row, &dst, &m, &vec)) return;
-    const uint8_t *wr = (const uint8_t *)w + row * rowbytes;
-    const int64_t nch = k / 32;
-    float acc[NR];
-#pragma unroll
-    for (int r = 0; r < NR; r++) acc[r] = 0.f;
-    float v[32];
-    for (int64_t c = lane; c < nch; c += PLC_WARP) {
-        plc_deq32<DT>(wr, c, v);
-#pragma unroll
-        for (int r = 0; r < NR; r++) {
-            if (r < n) {
-                const float4 *xp = (const float4 *)(x + r * k + c * 32);
-                float s = 0.f;
-#pragma unroll
-                for (int q = 0; q < 8; q++) {
-                    const float4 xv = xp[q];
-                    s += v[4 * q] * xv.x + v[4 * q + 1] * xv.y + v[4 * q + 2] * xv.z + v[4 * q + 3] * xv.w;
-                }
-                acc[r] += s;
-            }
-        }
-    }
-    plc_gemv_store<NR>(acc, n, dst, m, row, lane);
-}
-
 // Activations quantised as ggml quantises them for products with the legacy block types
 // (quantize_row_q8_0 / q8_1 as its x86 code computes them, which the CPU backends follow): per
 // 32 elements d = amax/127, codes round-half-even(x * (127/amax)), d kept as its F16 value, and
@@ -184,10 +146,60 @@ __global__ void __launch_bounds__(128) plc_quant_q8(int8_t *xq, float *xd, float
     }
 }
 
-// Matrix-vector kernel for the legacy block types against activations quantised by
-// plc_quant_q8, as ggml's vec_dot functions compute it: per chunk of 32 the integer dot product
-// of the codes (dp4a), times d_w * d_x, plus m_w * s_x for Q4_1 and Q5_1; the chunks' results
-// summed in F32. One warp per weight row; n <= NR activation rows. dst [n, m].
+// Activations quantised as ggml quantises them for products with the K-quant types
+// (quantize_row_q8_K_ref, which its x86 build uses and the CPU backends follow): per 256
+// elements the one of largest magnitude (the first on ties) maps to -127, iscale = -127/max,
+// codes min(127, round-half-even(iscale * x)), d = 1/iscale kept as float. One warp per block of
+// 256, eight elements a lane: xq [n, k] codes, xd [n, k/256] scales, xs [n, k/32] each 32's
+// scale times its code sum (what the weights' minimum multiplies).
+__global__ void __launch_bounds__(128) plc_quant_q8k(int8_t *xq, float *xd, float *xs, const float *x, int64_t nblocks) {
+    const int lane = threadIdx.x % PLC_WARP;
+    const int64_t b = (int64_t)blockIdx.x * (blockDim.x / PLC_WARP) + threadIdx.x / PLC_WARP;
+    if (b >= nblocks) return;  // a whole warp
+    const float *xb = x + b * 256 + lane * 8;
+    float v[8], amax = 0.f;
+    int at = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        v[i] = xb[i];
+        if (fabsf(v[i]) > amax) {
+            amax = fabsf(v[i]);
+            at = i;
+        }
+    }
+    int idx = lane * 8 + at;  // this lane's first element of largest magnitude
+    for (int o = 16; o > 0; o >>= 1) {
+        const float a2 = __shfl_xor_sync(0xffffffffu, amax, o);
+        const int i2 = __shfl_xor_sync(0xffffffffu, idx, o);
+        if (a2 > amax || (a2 == amax && i2 < idx)) {
+            amax = a2;
+            idx = i2;
+        }
+    }
+    const float mx = __shfl_sync(0xffffffffu, v[idx % 8], idx / 8);
+    const float iscale = amax != 0.f ? -127.f / mx : 0.f;
+    int sum = 0;
+    uint32_t w[2] = {0u, 0u};
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int q = min((int)rintf(iscale * v[i]), 127);
+        sum += q;
+        w[i / 4] |= (uint32_t)(q & 255) << (8 * (i % 4));
+    }
+    *reinterpret_cast<uint2 *>(xq + b * 256 + lane * 8) = make_uint2(w[0], w[1]);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);  // the four lanes of a 32
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const float dk = amax != 0.f ? 1.f / iscale : 0.f;
+    if (lane == 0) xd[b] = dk;
+    if (lane % 4 == 0) xs[b * 8 + lane / 4] = dk * (float)sum;
+}
+
+// Matrix-vector kernel for the quantised block types against quantised activations, as ggml's
+// vec_dot functions compute it: per chunk of 32 the integer dot product of the codes (dp4a).
+// Legacy types (activations from plc_quant_q8): times d_w * d_x, plus m_w * s_x for Q4_1 and
+// Q5_1. K-quants (activations from plc_quant_q8k): the two halves' products times their scales,
+// times the activations' scale, minus m_w times xs. The chunks' results summed in F32. One warp
+// per weight row; n <= NR activation rows. dst [n, m].
 template <int DT, int NR>
 __global__ void __launch_bounds__(128)
     plc_gemv_q8(plc_segs segs, const int8_t *xq, const float *xd, const float *xs, int n, int64_t k, int64_t rowbytes) {
@@ -205,24 +217,29 @@ __global__ void __launch_bounds__(128)
     for (int r = 0; r < NR; r++) acc[r] = 0.f;
     for (int64_t c = lane; c < nch; c += PLC_WARP) {
         uint32_t qw[8];
-        float d, mn;
-        plc_qint32<DT>(wr, c, qw, d, mn);
+        float d, d1, mn;
+        if constexpr (plc_kquant<DT>::value) plc_kint32<DT>(wr, c, qw, d, d1, mn);
+        else plc_qint32<DT>(wr, c, qw, d, mn);
 #pragma unroll
         for (int r = 0; r < NR; r++) {
             if (r < n) {
                 const uint4 *qx = (const uint4 *)(xq + r * k + c * 32);
                 const uint4 a = qx[0], b = qx[1];
-                int isum = __dp4a((int)qw[0], (int)a.x, 0);
-                isum = __dp4a((int)qw[1], (int)a.y, isum);
-                isum = __dp4a((int)qw[2], (int)a.z, isum);
-                isum = __dp4a((int)qw[3], (int)a.w, isum);
-                isum = __dp4a((int)qw[4], (int)b.x, isum);
-                isum = __dp4a((int)qw[5], (int)b.y, isum);
-                isum = __dp4a((int)qw[6], (int)b.z, isum);
-                isum = __dp4a((int)qw[7], (int)b.w, isum);
-                float v = d * xd[r * nch + c] * (float)isum;
-                if (DT == PLC_Q4_1 || DT == PLC_Q5_1) v += mn * xs[r * nch + c];
-                acc[r] += v;
+                int lo = __dp4a((int)qw[0], (int)a.x, 0);
+                lo = __dp4a((int)qw[1], (int)a.y, lo);
+                lo = __dp4a((int)qw[2], (int)a.z, lo);
+                lo = __dp4a((int)qw[3], (int)a.w, lo);
+                int hi = __dp4a((int)qw[4], (int)b.x, 0);
+                hi = __dp4a((int)qw[5], (int)b.y, hi);
+                hi = __dp4a((int)qw[6], (int)b.z, hi);
+                hi = __dp4a((int)qw[7], (int)b.w, hi);
+                if constexpr (plc_kquant<DT>::value) {
+                    acc[r] += xd[r * (nch / 8) + c / 8] * (d * (float)lo + d1 * (float)hi) - mn * xs[r * nch + c];
+                } else {
+                    float v = d * xd[r * nch + c] * (float)(lo + hi);
+                    if (DT == PLC_Q4_1 || DT == PLC_Q5_1) v += mn * xs[r * nch + c];
+                    acc[r] += v;
+                }
             }
         }
     }
@@ -315,14 +332,6 @@ __global__ void plc_deq_f16(__half *y, const uint8_t *w, int64_t rowbytes, int64
 }
 
 template <int DT, int NR>
-static void plc_launch_gemv(plc_ctx *ctx, const plc_segs &segs, const float *x, int n, int64_t k, int64_t rowbytes) {
-    const int warps = 4;
-    const int64_t blocks = (segs.end[segs.count - 1] + warps - 1) / warps;
-    plc_gemv_q<DT, NR><<<(unsigned)blocks, warps * PLC_WARP, 0, ctx->stream>>>(segs, x, n, k, rowbytes);
-}
-
-// plc_gemv_q_segs runs the matrix-vector products of segs (n <= PLC_GEMV_MAX_ROWS) in one launch.
-template <int DT, int NR>
 static void plc_launch_gemv_q8(plc_ctx *ctx, const plc_segs &segs, const int8_t *xq, const float *xd, const float *xs, int n,
                                int64_t k, int64_t rowbytes) {
     const int warps = 4;
@@ -330,38 +339,30 @@ static void plc_launch_gemv_q8(plc_ctx *ctx, const plc_segs &segs, const int8_t 
     plc_gemv_q8<DT, NR><<<(unsigned)blocks, warps * PLC_WARP, 0, ctx->stream>>>(segs, xq, xd, xs, n, k, rowbytes);
 }
 
+// plc_gemv_q_segs runs the matrix-vector products of segs (n <= PLC_GEMV_MAX_ROWS) in one launch,
+// after quantising the activations: to Q8_0/Q8_1 blocks of 32 for the legacy types, to Q8_K
+// blocks of 256 for the K-quants.
 template <int DT>
 static int plc_gemv_q_segs(plc_ctx *ctx, const plc_segs &segs, const float *x, int64_t n, int64_t k) {
     const int64_t rowbytes = k / 32 / plc_qtype<DT>::chunks * plc_qtype<DT>::bytes;
     if (segs.end[segs.count - 1] > (int64_t)INT_MAX * 4) return plc_fail_arg(ctx, "matmul: too many weight rows");
-    if constexpr (plc_legacy<DT>::value) {  // activations to 8-bit blocks, then integer products
-        const int64_t nb = n * (k / 32);
-        const size_t qbytes = plc_round_up((size_t)(n * k), 256), fbytes = plc_round_up((size_t)nb * sizeof(float), 256);
-        void *work;
-        int st = plc_work(ctx, qbytes + 2 * fbytes, &work);
-        if (st != PLC_OK) return st;
-        int8_t *xq = (int8_t *)work;
-        float *xd = (float *)((char *)work + qbytes), *xs = (float *)((char *)work + qbytes + fbytes);
+    // activations to 8-bit blocks, then integer products
+    const int64_t nb = n * (k / 32);
+    const size_t qbytes = plc_round_up((size_t)(n * k), 256), fbytes = plc_round_up((size_t)nb * sizeof(float), 256);
+    void *work;
+    int st = plc_work(ctx, qbytes + 2 * fbytes, &work);
+    if (st != PLC_OK) return st;
+    int8_t *xq = (int8_t *)work;
+    float *xd = (float *)((char *)work + qbytes), *xs = (float *)((char *)work + qbytes + fbytes);
+    if constexpr (plc_kquant<DT>::value)
+        plc_quant_q8k<<<(unsigned)((nb / 8 + 3) / 4), 128, 0, ctx->stream>>>(xq, xd, xs, x, nb / 8);
+    else
         plc_quant_q8<<<(unsigned)((nb + 3) / 4), 128, 0, ctx->stream>>>(xq, xd, xs, x, nb);
-        if ((st = plc_launched(ctx, "matmul: quantising activations")) != PLC_OK) return st;
-        if (n == 1) plc_launch_gemv_q8<DT, 1>(ctx, segs, xq, xd, xs, (int)n, k, rowbytes);
-        else if (n == 2) plc_launch_gemv_q8<DT, 2>(ctx, segs, xq, xd, xs, (int)n, k, rowbytes);
-        else if (n <= 4) plc_launch_gemv_q8<DT, 4>(ctx, segs, xq, xd, xs, (int)n, k, rowbytes);
-        else plc_launch_gemv_q8<DT, 8>(ctx, segs, xq, xd, xs, (int)n, k, rowbytes);
-        return plc_launched(ctx, "matmul: matrix-vector kernel");
-    }
-    if (((uintptr_t)x % 16) != 0) { // the kernel reads x as float4: a view at any row gets a copy
-        void *work;
-        int st = plc_work(ctx, (size_t)(n * k) * sizeof(float), &work); // cudaMalloc'd: 256-aligned
-        if (st != PLC_OK) return st;
-        cudaError_t e = cudaMemcpyAsync(work, x, (size_t)(n * k) * sizeof(float), cudaMemcpyDeviceToDevice, ctx->stream);
-        if (e != cudaSuccess) return plc_fail_cuda(ctx, "matmul: aligning x", e);
-        x = (const float *)work;
-    }
-    if (n == 1) plc_launch_gemv<DT, 1>(ctx, segs, x, (int)n, k, rowbytes);
-    else if (n == 2) plc_launch_gemv<DT, 2>(ctx, segs, x, (int)n, k, rowbytes);
-    else if (n <= 4) plc_launch_gemv<DT, 4>(ctx, segs, x, (int)n, k, rowbytes);
-    else plc_launch_gemv<DT, 8>(ctx, segs, x, (int)n, k, rowbytes);
+    if ((st = plc_launched(ctx, "matmul: quantising activations")) != PLC_OK) return st;
+    if (n == 1) plc_launch_gemv_q8<DT, 1>(ctx, segs, xq, xd, xs, (int)n, k, rowbytes);
+    else if (n == 2) plc_launch_gemv_q8<DT, 2>(ctx, segs, xq, xd, xs, (int)n, k, rowbytes);
+    else if (n <= 4) plc_launch_gemv_q8<DT, 4>(ctx, segs, xq, xd, xs, (int)n, k, rowbytes);
+    else plc_launch_gemv_q8<DT, 8>(ctx, segs, xq, xd, xs, (int)n, k, rowbytes);
     return plc_launched(ctx, "matmul: matrix-vector kernel");
 }
 

@@ -212,6 +212,78 @@ template <> __device__ __forceinline__ void plc_deq32<PLC_Q6_K>(const uint8_t *r
     }
 }
 
+// The K-quant types (Q4_K, Q5_K, Q6_K) as integers, for products with activations quantised to
+// Q8_K as ggml's x86 vec_dot functions take them: plc_kint32<DT>(row, c, q, d0, d1, m) writes
+// the 32 codes of chunk c (Q4_K: nibble; Q5_K: five bits; Q6_K: six bits - 32) as bytes into
+// q[0..7], the scales of its elements 0..15 (d0) and 16..31 (d1), and its minimum m (Q4_K, Q5_K;
+// else 0). An element is d*code - m with d = d0 or d1.
+template <int DT> struct plc_kquant { static constexpr bool value = false; };
+template <> struct plc_kquant<PLC_Q4_K> { static constexpr bool value = true; };
+template <> struct plc_kquant<PLC_Q5_K> { static constexpr bool value = true; };
+template <> struct plc_kquant<PLC_Q6_K> { static constexpr bool value = true; };
+
+template <int DT> __device__ void plc_kint32(const uint8_t *row, int64_t c, uint32_t *q, float &d0, float &d1, float &m);
+
+// plc_codes32 packs 32 codes of 4 bits at shift of qs[0..31] (and a fifth bit, bit hbit of
+// qh[0..31], when qh is not null) into q[0..7].
+__device__ __forceinline__ void plc_codes32(const uint8_t *qs, int shift, const uint8_t *qh, int hbit, uint32_t *q) {
+#pragma unroll
+    for (int w = 0; w < 8; w++) {
+        int v[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int l = 4 * w + i;
+            v[i] = ((qs[l] >> shift) & 0xF) | (qh != NULL ? ((qh[l] >> hbit) & 1) << 4 : 0);
+        }
+        q[w] = plc_pack4(v[0], v[1], v[2], v[3]);
+    }
+}
+
+template <> __device__ __forceinline__ void plc_kint32<PLC_Q4_K>(const uint8_t *row, int64_t c, uint32_t *q, float &d0, float &d1,
+                                                                 float &m) {
+    const uint8_t *x = row + (c >> 3) * 144;
+    const int s = (int)(c & 7);
+    int sc, mn;
+    plc_scale_min_k4(s, x + 4, sc, mn);
+    d0 = d1 = plc_f16_at(x) * (float)sc;
+    m = plc_f16_at(x + 2) * (float)mn;
+    plc_codes32(x + 16 + 32 * (s >> 1), (s & 1) * 4, NULL, 0, q);
+}
+template <> __device__ __forceinline__ void plc_kint32<PLC_Q5_K>(const uint8_t *row, int64_t c, uint32_t *q, float &d0, float &d1,
+                                                                 float &m) {
+    const uint8_t *x = row + (c >> 3) * 176;
+    const int s = (int)(c & 7);
+    int sc, mn;
+    plc_scale_min_k4(s, x + 4, sc, mn);
+    d0 = d1 = plc_f16_at(x) * (float)sc;
+    m = plc_f16_at(x + 2) * (float)mn;
+    plc_codes32(x + 48 + 32 * (s >> 1), (s & 1) * 4, x + 16, s, q);
+}
+template <> __device__ __forceinline__ void plc_kint32<PLC_Q6_K>(const uint8_t *row, int64_t c, uint32_t *q, float &d0, float &d1,
+                                                                 float &m) {
+    const uint8_t *x = row + (c >> 3) * 210;
+    const int s = (int)(c & 7);
+    const int h = s >> 2, g = s & 3;
+    const float d = plc_f16_at(x + 208);
+    const uint8_t *ql = x + 64 * h + (g & 1) * 32;
+    const uint8_t *qh = x + 128 + 32 * h;
+    const int8_t *sc = (const int8_t *)(x + 192 + 8 * h + 2 * g);
+    const int lshift = (g >> 1) * 4, hshift = 2 * g;
+    d0 = d * (float)sc[0];
+    d1 = d * (float)sc[1];
+    m = 0.f;
+#pragma unroll
+    for (int w = 0; w < 8; w++) {
+        int v[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int l = 4 * w + i;
+            v[i] = (((ql[l] >> lshift) & 0xF) | (((qh[l] >> hshift) & 3) << 4)) - 32;
+        }
+        q[w] = plc_pack4(v[0], v[1], v[2], v[3]);
+    }
+}
+
 // PLC_FOR_QTYPES(X) expands X(DT) for every quantised type.
 #define PLC_FOR_QTYPES(X) X(PLC_Q4_0) X(PLC_Q4_1) X(PLC_Q5_0) X(PLC_Q5_1) X(PLC_Q8_0) \
     X(PLC_Q4_K) X(PLC_Q5_K) X(PLC_Q6_K)

@@ -147,8 +147,10 @@ int plc_memset0(plc_ctx *ctx, void *dst, size_t n);
  *   F32 weights: cuBLAS SGEMM-class product (TF32 tensor cores unless turned off).
  *   F16, BF16: x is rounded to wtype (nearest even), products accumulate in F32 (n <= 8: a
  *   matrix-vector kernel that rounds x as it reads it; larger n: cuBLAS).
- *   Quantised (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K), n <= 8: a dequantising matrix-vector
- *   kernel, weights expanded to F32 in registers, x used as F32. n > 8: weights are expanded to
+ *   Quantised (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K), n <= 8: x is quantised as llama.cpp
+ *   quantises it for the weights' dot type (Q8_0 or Q8_1 blocks of 32 for the first five, Q8_K
+ *   blocks of 256 for the K-quants), then a matrix-vector kernel takes integer dot products of
+ *   the codes (dp4a) per 32 weights, scaled in F32. n > 8: weights are expanded to
  *   F16 in tiles, x is rounded to F16, and cuBLAS multiplies them with F32 accumulation; a row
  *   of x whose largest finite magnitude exceeds 65504 is divided by a power of two before the
  *   rounding and its products multiplied by it after, so that it does not overflow.
