@@ -171,7 +171,7 @@ func BenchmarkGEMM(b *testing.B) {
 // device's copy bandwidth (gpu-verify's torch figures) it says how near the roofline decode runs.
 func BenchmarkGEMV(b *testing.B) {
 	const m, k = 5632, 2048
-	for _, dt := range []tensor.DType{tensor.F16, tensor.Q8_0} {
+	for _, dt := range []tensor.DType{tensor.F16, tensor.Q8_0, tensor.Q4_K} {
 		b.Run(fmt.Sprintf("%v/%dx%d", dt, m, k), func(b *testing.B) {
 			be := gpuBench(b)
 			r := rand.New(rand.NewPCG(5, 6))
