@@ -71,27 +71,40 @@ func backends() []string {
 	return []string{"go", "cpu"}
 }
 
-// TestGenerateMatchesLlamaCpp: greedy generation through the binary gives llama.cpp's ids for
-// the F32 model, on every backend this build has.
-func TestGenerateMatchesLlamaCpp(t *testing.T) {
+// genRef is one of llama.cpp's greedy generations from the F32 model.
+type genRef struct {
+	Prompt       string  `json:"prompt"`
+	PromptTokens []int32 `json:"prompt_tokens"`
+	Generated    []int32 `json:"generated_token_ids"`
+	Text         string  `json:"generated_text"`
+}
+
+// llamaCppGenerations returns the F32 model's path and llama.cpp's first three greedy
+// generations from it.
+func llamaCppGenerations(t *testing.T) (string, []genRef) {
 	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	raw, err := os.ReadFile(sharedtest.Path(t, "reference/llm/gen-stories260K-f32.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ref struct {
-		Results []struct {
-			Prompt       string  `json:"prompt"`
-			PromptTokens []int32 `json:"prompt_tokens"`
-			Generated    []int32 `json:"generated_token_ids"`
-			Text         string  `json:"generated_text"`
-		} `json:"results"`
+		Results []genRef `json:"results"`
 	}
 	if err := json.Unmarshal(raw, &ref); err != nil {
 		t.Fatal(err)
 	}
+	if len(ref.Results) < 3 {
+		t.Fatalf("%d reference generations, want 3 or more", len(ref.Results))
+	}
+	return model, ref.Results[:3]
+}
+
+// TestGenerateMatchesLlamaCpp: greedy generation through the binary gives llama.cpp's ids for
+// the F32 model, on every backend this build has.
+func TestGenerateMatchesLlamaCpp(t *testing.T) {
+	model, refs := llamaCppGenerations(t)
 	for _, be := range backends() {
-		for _, r := range ref.Results[:3] {
+		for _, r := range refs {
 			res := parley(t, "", "generate", "--backend", be, "-m", model, "-p", r.Prompt, "-n", "64", "--temp", "0", "--ignore-eos", "--json")
 			if res.code != 0 {
 				t.Fatalf("%s: exit %d: %s", be, res.code, res.stderr)
@@ -128,22 +141,9 @@ func TestGenerateMatchesLlamaCpp(t *testing.T) {
 // BF16 caches): greedy tokens as llama.cpp's (whose references use an F16 cache; on this model
 // the caches' roundings move no choice between the two best tokens).
 func TestGenerateBF16Cache(t *testing.T) {
-	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
-	raw, err := os.ReadFile(sharedtest.Path(t, "reference/llm/gen-stories260K-f32.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ref struct {
-		Results []struct {
-			Prompt    string  `json:"prompt"`
-			Generated []int32 `json:"generated_token_ids"`
-		} `json:"results"`
-	}
-	if err := json.Unmarshal(raw, &ref); err != nil {
-		t.Fatal(err)
-	}
+	model, refs := llamaCppGenerations(t)
 	for _, be := range backends() {
-		for _, r := range ref.Results[:3] {
+		for _, r := range refs {
 			res := parley(t, "", "generate", "--backend", be, "--kv-type", "bf16", "-m", model, "-p", r.Prompt, "-n", "64", "--temp", "0", "--ignore-eos", "--json")
 			if res.code != 0 {
 				t.Fatalf("%s: exit %d: %s", be, res.code, res.stderr)

@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "e424da1a06fb7025a72be3b6b57800907c842effff1fde8a9d4bc8c457037b84"
+const nativeSources = "8054edbdd302aeaf38d0ced88d82e632c0c8c2ade27889237529df87ce0de10a"

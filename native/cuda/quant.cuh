@@ -239,25 +239,25 @@ __device__ __forceinline__ void plc_codes32(const uint8_t *qs, int shift, const 
     }
 }
 
-template <> __device__ __forceinline__ void plc_kint32<PLC_Q4_K>(const uint8_t *row, int64_t c, uint32_t *q, float &d0, float &d1,
-                                                                 float &m) {
-    const uint8_t *x = row + (c >> 3) * 144;
-    const int s = (int)(c & 7);
+// plc_kint32_k45 is plc_kint32 for chunk s of a Q4_K (qh null) or Q5_K block x, the low four
+// bits of whose codes are in qs.
+__device__ __forceinline__ void plc_kint32_k45(const uint8_t *x, int s, const uint8_t *qs, const uint8_t *qh, uint32_t *q,
+                                               float &d0, float &d1, float &m) {
     int sc, mn;
     plc_scale_min_k4(s, x + 4, sc, mn);
     d0 = d1 = plc_f16_at(x) * (float)sc;
     m = plc_f16_at(x + 2) * (float)mn;
-    plc_codes32(x + 16 + 32 * (s >> 1), (s & 1) * 4, NULL, 0, q);
+    plc_codes32(qs + 32 * (s >> 1), (s & 1) * 4, qh, s, q);
+}
+template <> __device__ __forceinline__ void plc_kint32<PLC_Q4_K>(const uint8_t *row, int64_t c, uint32_t *q, float &d0, float &d1,
+                                                                 float &m) {
+    const uint8_t *x = row + (c >> 3) * 144;
+    plc_kint32_k45(x, (int)(c & 7), x + 16, NULL, q, d0, d1, m);
 }
 template <> __device__ __forceinline__ void plc_kint32<PLC_Q5_K>(const uint8_t *row, int64_t c, uint32_t *q, float &d0, float &d1,
                                                                  float &m) {
     const uint8_t *x = row + (c >> 3) * 176;
-    const int s = (int)(c & 7);
-    int sc, mn;
-    plc_scale_min_k4(s, x + 4, sc, mn);
-    d0 = d1 = plc_f16_at(x) * (float)sc;
-    m = plc_f16_at(x + 2) * (float)mn;
-    plc_codes32(x + 48 + 32 * (s >> 1), (s & 1) * 4, x + 16, s, q);
+    plc_kint32_k45(x, (int)(c & 7), x + 48, x + 16, q, d0, d1, m);
 }
 template <> __device__ __forceinline__ void plc_kint32<PLC_Q6_K>(const uint8_t *row, int64_t c, uint32_t *q, float &d0, float &d1,
                                                                  float &m) {
