@@ -22,9 +22,10 @@ struct plc_tile {
 #define PLC_FM_BQ 64
 #define PLC_FM_BK 64
 // Longest key range one decode block handles (its scores stay in shared memory), and the
-// dynamic shared memory a decode block may take (the default limit).
+// dynamic shared memory a decode block may take: the default limit of 48 KiB, static and dynamic
+// together, less a margin for the kernel's static arrays.
 #define PLC_DEC_MAX_CHUNK 2048
-#define PLC_DEC_SMEM 49152
+#define PLC_DEC_SMEM (48 * 1024 - 512)
 #define PLC_MAX_HEAD_DIM 256
 
 // plc_flash_head_dim reports whether the flash kernel is compiled for head dimension hd.
