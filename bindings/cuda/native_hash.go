@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "28122bdc13f2d8bf296763b1d1cb2e4f05a93cfb7465ea8376fce4d8f5b7cdc0"
+const nativeSources = "a98c0047cf97fb60a58f74e55ae518c2405811de09b3402215935ade40e345aa"

@@ -662,12 +662,14 @@ int plc_flash_mma_built(void) {
     return fa.ptxVersion >= 80;
 }
 
-int plc_flash_rows(const plc_ctx *ctx, int kvtype, int64_t width, const void *kc, const void *vc) {
-    return plc_flash_tc(ctx, kvtype, width, kc, vc) ? PLC_FM_BQ : PLC_FA_BQ;
+int plc_flash_rows(const plc_ctx *ctx, int kvtype, int64_t width, const void *kc, const void *vc, const float *dst) {
+    return plc_flash_tc(ctx, kvtype, width, kc, vc, dst) ? PLC_FM_BQ : PLC_FA_BQ;
 }
 
-int plc_flash_tc(const plc_ctx *ctx, int kvtype, int64_t width, const void *kc, const void *vc) {
-    if (!ctx->flash_mma || ((uintptr_t)kc % 16) != 0 || ((uintptr_t)vc % 16) != 0) return PLC_TC_NONE;
+int plc_flash_tc(const plc_ctx *ctx, int kvtype, int64_t width, const void *kc, const void *vc, const float *dst) {
+    // keys and values are read 16 bytes at a time, results written 8
+    if (!ctx->flash_mma || ((uintptr_t)kc % 16) != 0 || ((uintptr_t)vc % 16) != 0 || ((uintptr_t)dst % 8) != 0)
+        return PLC_TC_NONE;
     if (kvtype == PLC_F16 && width % 8 == 0) return PLC_TC_F16;
     if (kvtype == PLC_BF16 && width % 8 == 0) return PLC_TC_BF16;
     if (kvtype == PLC_F32 && ctx->tf32 && width % 4 == 0) return PLC_TC_TF32;
@@ -734,7 +736,7 @@ int plc_attend(plc_ctx *ctx, float *dst, const float *q, int64_t qstride, const 
     const plc_tile *dflash = (const plc_tile *)devp[1], *ddec = (const plc_tile *)devp[2];
     if (n_flash > 0) {
         const dim3 grid((unsigned)n_flash, (unsigned)a->n_head);
-        const int tc = plc_flash_tc(ctx, kvtype, width, kc, vc);
+        const int tc = plc_flash_tc(ctx, kvtype, width, kc, vc, dst);
         if (tc == PLC_TC_TF32) {
             const float *k = (const float *)kc, *v = (const float *)vc;
             switch (hd) {
@@ -824,7 +826,7 @@ extern "C" int plc_attention(plc_ctx *ctx, float *dst, const float *q, int64_t n
     const int64_t nblk = slots / block_size;
     const int hd = a->head_dim;
     const bool use_flash = plc_flash_head_dim(hd);
-    const int bq = plc_flash_rows(ctx, kvtype, width, kc, vc);
+    const int bq = plc_flash_rows(ctx, kvtype, width, kc, vc, dst);
     int64_t n_flash = 0, n_dec = 0;
     for (int64_t i = 0; i < n_seqs; i++) {
         const plc_seq s = seqs[i];
@@ -877,7 +879,7 @@ extern "C" int plc_full_attention(plc_ctx *ctx, float *dst, const float *q, int6
     PLC_ENTER(ctx);
     const int hd = a->head_dim;
     const bool use_flash = plc_flash_head_dim(hd) && n >= 2;
-    const int bq = plc_flash_rows(ctx, kvtype, (int64_t)a->n_kv_head * hd, k, v);
+    const int bq = plc_flash_rows(ctx, kvtype, (int64_t)a->n_kv_head * hd, k, v, dst);
     const int64_t nt = use_flash ? (n + bq - 1) / bq : n;
     plc_tile *tiles = plc_tiles_reserve(ctx, (size_t)nt);
     if (tiles == NULL) return PLC_ERR_NOMEM;

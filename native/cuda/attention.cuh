@@ -31,16 +31,16 @@ struct plc_tile {
 // plc_flash_head_dim reports whether the flash kernel is compiled for head dimension hd.
 static inline int plc_flash_head_dim(int hd) { return hd == 64 || hd == 80 || hd == 128; }
 
-// plc_flash_rows returns how many queries a flash tile holds for these keys and values:
+// plc_flash_rows returns how many queries a flash tile holds for these keys, values and output:
 // PLC_FM_BQ where a tensor-core kernel takes them (plc_flash_tc), else PLC_FA_BQ.
-int plc_flash_rows(const plc_ctx *ctx, int kvtype, int64_t width, const void *kc, const void *vc);
+int plc_flash_rows(const plc_ctx *ctx, int kvtype, int64_t width, const void *kc, const void *vc, const float *dst);
 
 // plc_flash_tc returns which tensor-core flash kernel takes these keys and values: PLC_TC_F16
 // and PLC_TC_BF16 (mma.sync with F16 or BF16 inputs), PLC_TC_TF32 (F32 keys and values as TF32 inputs, while TF32 is on),
-// or PLC_TC_NONE where the CUDA-core kernel does (plc_ctx_set_flash off, rows not 16-byte
-// aligned).
+// or PLC_TC_NONE where the CUDA-core kernel does (plc_ctx_set_flash off, keys or values not
+// 16-byte aligned, dst not 8-byte aligned).
 enum { PLC_TC_NONE = 0, PLC_TC_F16 = 1, PLC_TC_TF32 = 2, PLC_TC_BF16 = 3 };
-int plc_flash_tc(const plc_ctx *ctx, int kvtype, int64_t width, const void *kc, const void *vc);
+int plc_flash_tc(const plc_ctx *ctx, int kvtype, int64_t width, const void *kc, const void *vc, const float *dst);
 
 // plc_flash_mma_built reports whether the library holds the tensor-core kernel for the current
 // device (code for compute capability 8.0 or later).

@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(128) plc_quant_q8(int8_t *xq, float *xd, float
     const float v = x[b * 32 + lane];
     const float amax = plc_warp_max(fabsf(v));
     const float dd = amax / 127.f, id = amax != 0.f ? 127.f / amax : 0.f;
-    const int q = (int)rintf(v * id);
+    const int q = (int)fminf(fmaxf(rintf(v * id), -127.f), 127.f);  // a NaN to -127, as on a GPU and the emulation alike
     xq[b * 32 + lane] = (int8_t)q;
     const float sum = plc_warp_sum((float)q);  // at most 32 * 127: exact
     if (lane == 0) {
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(128) plc_quant_q8k(int8_t *xq, float *xd, floa
     uint32_t w[2] = {0u, 0u};
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-        const int q = min((int)rintf(iscale * v[i]), 127);
+        const int q = (int)fminf(rintf(iscale * v[i]), 127.f);  // a NaN to 127 (fminf takes the number)
         sum += q;
         w[i / 4] |= (uint32_t)(q & 255) << (8 * (i % 4));
     }

@@ -335,7 +335,7 @@ void mma_m16n8k8_tf32(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
 // cvt.rna.tf32.f32: v rounded to TF32 (10-bit mantissa) to nearest, ties away from zero.
 inline uint32_t emu_tf32_rna(float v) {
     uint32_t u = __float_as_uint(v);
-    if ((u & 0x7f800000u) == 0x7f800000u) return u;  // Inf and NaN as they are
+    if ((u & 0x7f800000u) == 0x7f800000u) return u & 0xffffe000u;  // Inf and NaN: not rounded, low bits cleared
     return (u + 0x1000u) & 0xffffe000u;
 }
 
