@@ -63,7 +63,7 @@ struct Fiber {
 };
 
 struct Warp {
-    int live, count, gen;
+    int lanes, live, count, gen;  // lanes at launch, lanes not finished
     const char *site;  // the operation the lanes that have arrived are in
     unsigned char slot[32][64];
     // What each lane that has arrived takes: lane src[l]'s slot (or, with src[l] == kGather,
@@ -149,11 +149,14 @@ extern "C" void emu_entry() {
     blk.live--;
     Warp &w = blk.warps[f->warp];
     w.live--;
-    // Threads that have finished count as arrived at the barriers the others wait at.
-    if (w.count > 0 && w.count >= w.live) {
-        deliver(w);
-        release_warp(w);
+    // The kernels' warp operations name every lane (mask 0xffffffff): a lane that finishes while
+    // others wait in one leaves them waiting on a GPU.
+    if (w.count > 0) {
+        char why[512];
+        snprintf(why, sizeof why, "a lane of a warp finished while others wait in a shuffle (%s)", w.site);
+        emu::trap(why);
     }
+    // Threads that have finished count as arrived at the barriers the others wait at.
     if (blk.bar_count > 0 && blk.bar_count >= blk.live) release_block();
     void *dead;
     emu_switch(&dead, sched_sp);
@@ -166,7 +169,7 @@ void run_block(dim3 bd) {
     blk.live = n;
     blk.bar_count = blk.bar_gen = blk.bar_or = 0;
     for (int w = 0; w < (n + 31) / 32; w++) {
-        blk.warps[w].live = std::min(32, n - 32 * w);
+        blk.warps[w].lanes = blk.warps[w].live = std::min(32, n - 32 * w);
         blk.warps[w].count = 0;
         blk.warps[w].gen = 0;
         std::fill(std::begin(blk.warps[w].out), std::end(blk.warps[w].out), nullptr);
@@ -318,6 +321,11 @@ static void warp_wait(Warp &w, const char *site) {
     else if (site != w.site && strcmp(site, w.site) != 0) {
         char why[512];
         snprintf(why, sizeof why, "lanes of a warp are in different shuffles (%s and %s)", w.site, site);
+        trap(why);
+    }
+    if (w.live < w.lanes) {
+        char why[512];
+        snprintf(why, sizeof why, "a shuffle (%s) after lanes of its warp finished", site);
         trap(why);
     }
     const int g = w.gen;
