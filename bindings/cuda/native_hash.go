@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "a98c0047cf97fb60a58f74e55ae518c2405811de09b3402215935ade40e345aa"
+const nativeSources = "ef13923f9a17606afc5286b34b74f720369a9e14201dd3b845d3898832107cc8"

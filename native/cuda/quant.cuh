@@ -196,20 +196,25 @@ template <> __device__ __forceinline__ void plc_deq32<PLC_Q5_K>(const uint8_t *r
 // elements; chunk g = s%4 of the half takes its low bits from ql[64h + (g&1)*32 + l] (low nibble
 // for g < 2, high for g >= 2), its high two bits from qh[32h + l] >> 2g, and its scale from
 // scales[8h + 2g + l/16].
-template <> __device__ __forceinline__ void plc_deq32<PLC_Q6_K>(const uint8_t *row, int64_t c, float *y) {
+struct plc_q6k_chunk {
+    float d;
+    const uint8_t *ql, *qh;
+    const int8_t *sc;
+    int lshift, hshift;
+    // code returns element l's six bits less 32.
+    __device__ __forceinline__ int code(int l) const { return (((ql[l] >> lshift) & 0xF) | (((qh[l] >> hshift) & 3) << 4)) - 32; }
+};
+__device__ __forceinline__ plc_q6k_chunk plc_q6k_at(const uint8_t *row, int64_t c) {
     const uint8_t *x = row + (c >> 3) * 210;
     const int s = (int)(c & 7);
     const int h = s >> 2, g = s & 3;
-    const float d = plc_f16_at(x + 208);
-    const uint8_t *ql = x + 64 * h + (g & 1) * 32;
-    const uint8_t *qh = x + 128 + 32 * h;
-    const int8_t *sc = (const int8_t *)(x + 192 + 8 * h + 2 * g);
-    const int lshift = (g >> 1) * 4, hshift = 2 * g;
+    return plc_q6k_chunk{plc_f16_at(x + 208), x + 64 * h + (g & 1) * 32, x + 128 + 32 * h,
+                         (const int8_t *)(x + 192 + 8 * h + 2 * g), (g >> 1) * 4, 2 * g};
+}
+template <> __device__ __forceinline__ void plc_deq32<PLC_Q6_K>(const uint8_t *row, int64_t c, float *y) {
+    const plc_q6k_chunk k = plc_q6k_at(row, c);
 #pragma unroll
-    for (int l = 0; l < 32; l++) {
-        const int q = (((ql[l] >> lshift) & 0xF) | (((qh[l] >> hshift) & 3) << 4)) - 32;
-        y[l] = d * (float)sc[l >> 4] * (float)q;
-    }
+    for (int l = 0; l < 32; l++) y[l] = k.d * (float)k.sc[l >> 4] * (float)k.code(l);
 }
 
 // The K-quant types (Q4_K, Q5_K, Q6_K) as integers, for products with activations quantised to
@@ -261,27 +266,12 @@ template <> __device__ __forceinline__ void plc_kint32<PLC_Q5_K>(const uint8_t *
 }
 template <> __device__ __forceinline__ void plc_kint32<PLC_Q6_K>(const uint8_t *row, int64_t c, uint32_t *q, float &d0, float &d1,
                                                                  float &m) {
-    const uint8_t *x = row + (c >> 3) * 210;
-    const int s = (int)(c & 7);
-    const int h = s >> 2, g = s & 3;
-    const float d = plc_f16_at(x + 208);
-    const uint8_t *ql = x + 64 * h + (g & 1) * 32;
-    const uint8_t *qh = x + 128 + 32 * h;
-    const int8_t *sc = (const int8_t *)(x + 192 + 8 * h + 2 * g);
-    const int lshift = (g >> 1) * 4, hshift = 2 * g;
-    d0 = d * (float)sc[0];
-    d1 = d * (float)sc[1];
+    const plc_q6k_chunk k = plc_q6k_at(row, c);
+    d0 = k.d * (float)k.sc[0];
+    d1 = k.d * (float)k.sc[1];
     m = 0.f;
 #pragma unroll
-    for (int w = 0; w < 8; w++) {
-        int v[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int l = 4 * w + i;
-            v[i] = (((ql[l] >> lshift) & 0xF) | (((qh[l] >> hshift) & 3) << 4)) - 32;
-        }
-        q[w] = plc_pack4(v[0], v[1], v[2], v[3]);
-    }
+    for (int w = 0; w < 8; w++) q[w] = plc_pack4(k.code(4 * w), k.code(4 * w + 1), k.code(4 * w + 2), k.code(4 * w + 3));
 }
 
 // PLC_FOR_QTYPES(X) expands X(DT) for every quantised type.
