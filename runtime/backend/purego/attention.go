@@ -152,7 +152,7 @@ type attnJob struct {
 	q, dst  []float32     // [n, NHead*HeadDim]
 	stride  int           // F16 and BF16 caches: the longest context of the batch, plus three
 	scratch []attnScratch // [worker]
-	half    *halfKernels  // F16 and BF16 caches: the kernels of the cache's type
+	half    halfKernels   // F16 and BF16 caches: the kernels of the cache's type
 }
 
 // halfKernels are the attention kernels for a cache of 16-bit floats.
@@ -162,23 +162,8 @@ type halfKernels struct {
 	scaleRound func(dst, src []float32, f float32)
 }
 
-// The kernels of F16 caches are variables (assembly may replace them at init), so f16Kernels
-// reads them when called.
-var (
-	f16Kernels = halfKernels{
-		dot4: func(q []float32, k0, k1, k2, k3 []uint16) (float32, float32, float32, float32) {
-			return dot4F16(q, k0, k1, k2, k3)
-		},
-		axpy4: func(y []float32, a, b, c, d float32, x0, x1, x2, x3 []uint16) {
-			axpy4F16(y, a, b, c, d, x0, x1, x2, x3)
-		},
-		scaleRound: func(dst, src []float32, f float32) { scaleRoundF16(dst, src, f) },
-	}
-	bf16Kernels = halfKernels{dot4: dot4BF16, axpy4: axpy4BF16, scaleRound: scaleRoundBF16}
-)
-
 func (j *attnJob) unit(w, u int) {
-	if j.half != nil {
+	if j.half.dot4 != nil {
 		j.attendF16(&j.scratch[w], u/j.a.NKVHead, u%j.a.NKVHead)
 		return
 	}
@@ -199,7 +184,7 @@ func (j *attnJob) attendF16(sc *attnScratch, i, kh int) {
 	qw := a.NHead * hd
 	k16, v16 := j.c.k16[j.layer], j.c.v16[j.layer]
 	stride := j.stride
-	hk := j.half
+	hk := &j.half
 
 	qr := sc.qr[:group*hd]
 	hk.scaleRound(qr, j.q[i*qw+kh*group*hd:i*qw+(kh+1)*group*hd], 1)
@@ -395,13 +380,13 @@ func (be *Backend) Attention(dst, q backend.Tensor, kv backend.KV, layer int, a 
 		sc.off = grow(sc.off, attnChunk+3)
 	}
 	j.c, j.layer, j.a, j.b, j.tok, j.q, j.dst = c, layer, a, b, be.tok, qt.f32, d.f32
-	switch c.cfg.DType {
+	switch c.cfg.DType { // the F16 kernels are variables that assembly may replace at init
 	case tensor.F16:
-		j.half = &f16Kernels
+		j.half = halfKernels{dot4: dot4F16, axpy4: axpy4F16, scaleRound: scaleRoundF16}
 	case tensor.BF16:
-		j.half = &bf16Kernels
+		j.half = halfKernels{dot4: dot4BF16, axpy4: axpy4BF16, scaleRound: scaleRoundBF16}
 	}
 	be.pool.do(j, n*a.NKVHead)
-	j.c, j.b, j.tok, j.q, j.dst, j.half = nil, nil, nil, nil, nil, nil
+	j.c, j.b, j.tok, j.q, j.dst, j.half = nil, nil, nil, nil, nil, halfKernels{}
 	return nil
 }
