@@ -111,7 +111,29 @@ const char *kernel_name(const void *fn) {
     abort();
 }
 
-void yield_() { emu_switch(&cur->sp, sched_sp); }
+// The threads of a block run in rounds, in order (or in reverse order): a thread that waits or
+// finishes passes straight on to the next unfinished one, the last back to the scheduler.
+const bool reverse_order = [] {
+    const char *o = getenv("PARLEY_CUDA_EMU_ORDER");
+    return o != nullptr && strcmp(o, "reverse") == 0;
+}();
+
+// pass_on saves the running thread's stack pointer in *save and runs the next unfinished thread
+// of the round, or the scheduler after the last.
+void pass_on(void **save) {
+    const int n = (int)blk.fibers.size(), step = reverse_order ? -1 : 1;
+    for (int j = (int)(cur - blk.fibers.data()) + step; j >= 0 && j < n; j += step) {
+        Fiber &f = blk.fibers[j];
+        if (f.done) continue;
+        cur = &f;
+        threadIdx = f.tid;
+        emu_switch(save, f.sp);
+        return;
+    }
+    emu_switch(save, sched_sp);
+}
+
+void yield_() { pass_on(&cur->sp); }
 
 void release_warp(Warp &w) {
     w.count = 0;
@@ -159,7 +181,7 @@ extern "C" void emu_entry() {
     // Threads that have finished count as arrived at the barriers the others wait at.
     if (blk.bar_count > 0 && blk.bar_count >= blk.live) release_block();
     void *dead;
-    emu_switch(&dead, sched_sp);
+    pass_on(&dead);
     fail("a finished thread was resumed");
 }
 
@@ -189,22 +211,17 @@ void run_block(dim3 bd) {
         for (int r = 0; r < 6; r++) *--sp = nullptr;
         f.sp = sp;
     }
-    static const bool reverse = [] {
-        const char *o = getenv("PARLEY_CUDA_EMU_ORDER");
-        return o != nullptr && strcmp(o, "reverse") == 0;
-    }();
     for (;;) {
         const uint64_t p0 = progress;
-        bool any = false;
-        for (int r = 0; r < n; r++) {
-            Fiber &f = blk.fibers[reverse ? n - 1 - r : r];
-            if (f.done) continue;
-            any = true;
-            cur = &f;
-            threadIdx = f.tid;
-            emu_switch(&sched_sp, f.sp);
+        Fiber *first = nullptr;
+        for (int r = 0; r < n && first == nullptr; r++) {
+            Fiber &f = blk.fibers[reverse_order ? n - 1 - r : r];
+            if (!f.done) first = &f;
         }
-        if (!any) break;
+        if (first == nullptr) break;
+        cur = first;  // a round: the threads pass on from one to the next (pass_on)
+        threadIdx = first->tid;
+        emu_switch(&sched_sp, first->sp);
         if (progress == p0) {
             char msg[1024];
             int waiting = 0;
