@@ -196,23 +196,14 @@ func tf32Reference(q []float32, ctx int, key, val func(j int) []float32, scale f
 	return out, bound
 }
 
-// onDevice makes an F32 tensor [rows, cols] of be holding v (NaN when v is nil), closed when t
-// ends.
+// onDevice is upload with NaN for a nil v, so that elements left unwritten show.
 func onDevice(t *testing.T, be *Backend, rows, cols int, v []float32) backend.Tensor {
 	t.Helper()
-	x, err := be.Alloc(tensor.F32, rows, cols)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { x.Close() })
 	if v == nil {
 		v = make([]float32, rows*cols)
 		for i := range v {
 			v[i] = float32(math.NaN())
 		}
 	}
-	if err := be.Write(x, 0, v); err != nil {
-		t.Fatal(err)
-	}
-	return x
+	return upload(t, be, rows, cols, v)
 }

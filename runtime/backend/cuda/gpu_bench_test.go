@@ -53,17 +53,17 @@ func randFloats(r *rand.Rand, n int, scale float64) []float32 {
 	return v
 }
 
-// upload makes an F32 tensor [rows, cols] holding v.
-func upload(b *testing.B, be *Backend, rows, cols int, v []float32) backend.Tensor {
-	b.Helper()
+// upload makes an F32 tensor [rows, cols] holding v (zeros when v is nil), closed when tb ends.
+func upload(tb testing.TB, be backend.Backend, rows, cols int, v []float32) backend.Tensor {
+	tb.Helper()
 	t, err := be.Alloc(tensor.F32, rows, cols)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	b.Cleanup(func() { t.Close() })
+	tb.Cleanup(func() { t.Close() })
 	if v != nil {
 		if err := be.Write(t, 0, v); err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
 	return t

@@ -53,19 +53,7 @@ func TestQuantizedMatchesCPU(t *testing.T) {
 						t.Fatal(err)
 					}
 					defer w.Close()
-					xt, err := be.Alloc(tensor.F32, n, k)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer xt.Close()
-					dst, err := be.Alloc(tensor.F32, n, m)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer dst.Close()
-					if err := be.Write(xt, 0, x); err != nil {
-						t.Fatal(err)
-					}
+					xt, dst := upload(t, be, n, k, x), upload(t, be, n, m, nil)
 					if err := be.MatMul(dst, xt, w); err != nil {
 						t.Fatal(err)
 					}
