@@ -97,7 +97,8 @@ type Context struct {
 	mmM      [4]C.int64_t
 }
 
-// NewContext starts a context on CUDA device dev, with TF32 allowed for F32 matrix products.
+// NewContext starts a context on CUDA device dev, with TF32 allowed for F32 matrix products and,
+// from compute capability 8.0, int8 tensor cores for batches against quantised weights (SetMMQ).
 func NewContext(dev int) (*Context, error) {
 	if dev < 0 || dev > math.MaxInt32 {
 		return nil, fmt.Errorf("cuda: device %d out of range", dev)
@@ -195,6 +196,22 @@ func (c *Context) SetFlashMMA(on bool) error {
 		v = 1
 	}
 	return c.status("set flash", C.plc_ctx_set_flash(c.c, v))
+}
+
+// SetMMQ multiplies more than eight activation rows by quantised weights on int8 tensor cores,
+// with the activations quantised as for fewer rows (on, the default from compute capability
+// 8.0; before it backend.ErrUnsupported), or expands the weights to F16 for cuBLAS and rounds
+// the activations to F16 (off).
+func (c *Context) SetMMQ(on bool) error {
+	if err := c.lock("set mmq"); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	v := C.int32_t(0)
+	if on {
+		v = 1
+	}
+	return c.status("set mmq", C.plc_ctx_set_mmq(c.c, v))
 }
 
 // Sync waits for all queued work.

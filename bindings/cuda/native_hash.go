@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "ef13923f9a17606afc5286b34b74f720369a9e14201dd3b845d3898832107cc8"
+const nativeSources = "995a152d7e2bde0f9df0ac817df8fddd350ce50e39e38ed1cb09fc7e3060b353"

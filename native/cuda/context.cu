@@ -316,6 +316,7 @@ extern "C" int plc_ctx_new(int32_t dev, plc_ctx **out, char *err, size_t errlen)
             delete ctx;
             return PLC_ERR_UNSUPPORTED;
         }
+        ctx->mmq = ctx->cc_major >= 8 && plc_mmq_built();
     }
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
@@ -387,6 +388,16 @@ extern "C" int plc_ctx_set_flash(plc_ctx *ctx, int32_t mma) {
         if (ctx->cc_major < 8 || !plc_flash_mma_built()) return PLC_ERR_UNSUPPORTED;
     }
     ctx->flash_mma = mma != 0;
+    return PLC_OK;
+}
+
+extern "C" int plc_ctx_set_mmq(plc_ctx *ctx, int32_t on) {
+    if (ctx == NULL) return PLC_ERR_ARG;
+    if (on != 0) {
+        PLC_ENTER(ctx);
+        if (ctx->cc_major < 8 || !plc_mmq_built()) return PLC_ERR_UNSUPPORTED;
+    }
+    ctx->mmq = on != 0;
     return PLC_OK;
 }
 

@@ -1,9 +1,10 @@
 // gemm.cu: plc_matmul. Against eight activation rows or fewer (decode), quantised, F16 and BF16
 // weights go through matrix-vector kernels of our own that read each weight once; F32 weights,
 // and larger batches of F16 and BF16 ones, go to cuBLAS (cublasGemmEx). Larger batches against
-// quantised weights are expanded to F16 in tiles of rows that cuBLAS multiplies with F16-rounded
-// activations (a row beyond F16's range divided by a power of two first, and its products
-// multiplied back).
+// quantised weights take our int8 tensor-core kernel (unless plc_ctx_set_mmq turned it off),
+// with the activations quantised as for the matrix-vector kernels; else they are expanded to
+// F16 in tiles of rows that cuBLAS multiplies with F16-rounded activations (a row beyond F16's
+// range divided by a power of two first, and its products multiplied back).
 //
 // Row-major x [n, k], w [m, k], dst [n, m] are, in cuBLAS's column-major terms, X (k x n),
 // W (k x m) and D (m x n): D = W^T X, so every call is GemmEx(OP_T, OP_N, m, n, k).
@@ -339,26 +340,36 @@ static void plc_launch_gemv_q8(plc_ctx *ctx, const plc_segs &segs, const int8_t 
     plc_gemv_q8<DT, NR><<<(unsigned)blocks, warps * PLC_WARP, 0, ctx->stream>>>(segs, xq, xd, xs, n, k, rowbytes);
 }
 
-// plc_gemv_q_segs runs the matrix-vector products of segs (n <= PLC_GEMV_MAX_ROWS) in one launch,
-// after quantising the activations: to Q8_0/Q8_1 blocks of 32 for the legacy types, to Q8_K
-// blocks of 256 for the K-quants.
+// plc_quant_acts quantises the n rows of x for products with weights of type DT, into
+// scratch: to Q8_0/Q8_1 blocks of 32 for the legacy types, to Q8_K blocks of 256 for the
+// K-quants (xq [n, k] codes; xd, xs as plc_quant_q8 and plc_quant_q8k write them).
 template <int DT>
-static int plc_gemv_q_segs(plc_ctx *ctx, const plc_segs &segs, const float *x, int64_t n, int64_t k) {
-    const int64_t rowbytes = k / 32 / plc_qtype<DT>::chunks * plc_qtype<DT>::bytes;
-    if (segs.end[segs.count - 1] > (int64_t)INT_MAX * 4) return plc_fail_arg(ctx, "matmul: too many weight rows");
-    // activations to 8-bit blocks, then integer products
+static int plc_quant_acts(plc_ctx *ctx, const float *x, int64_t n, int64_t k, int8_t **xq, float **xd, float **xs) {
     const int64_t nb = n * (k / 32);
     const size_t qbytes = plc_round_up((size_t)(n * k), 256), fbytes = plc_round_up((size_t)nb * sizeof(float), 256);
     void *work;
     int st = plc_work(ctx, qbytes + 2 * fbytes, &work);
     if (st != PLC_OK) return st;
-    int8_t *xq = (int8_t *)work;
-    float *xd = (float *)((char *)work + qbytes), *xs = (float *)((char *)work + qbytes + fbytes);
+    *xq = (int8_t *)work;
+    *xd = (float *)((char *)work + qbytes);
+    *xs = (float *)((char *)work + qbytes + fbytes);
     if constexpr (plc_kquant<DT>::value)
-        plc_quant_q8k<<<(unsigned)((nb / 8 + 3) / 4), 128, 0, ctx->stream>>>(xq, xd, xs, x, nb / 8);
+        plc_quant_q8k<<<(unsigned)((nb / 8 + 3) / 4), 128, 0, ctx->stream>>>(*xq, *xd, *xs, x, nb / 8);
     else
-        plc_quant_q8<<<(unsigned)((nb + 3) / 4), 128, 0, ctx->stream>>>(xq, xd, xs, x, nb);
-    if ((st = plc_launched(ctx, "matmul: quantising activations")) != PLC_OK) return st;
+        plc_quant_q8<<<(unsigned)((nb + 3) / 4), 128, 0, ctx->stream>>>(*xq, *xd, *xs, x, nb);
+    return plc_launched(ctx, "matmul: quantising activations");
+}
+
+// plc_gemv_q_segs runs the matrix-vector products of segs (n <= PLC_GEMV_MAX_ROWS) in one launch,
+// after quantising the activations.
+template <int DT>
+static int plc_gemv_q_segs(plc_ctx *ctx, const plc_segs &segs, const float *x, int64_t n, int64_t k) {
+    const int64_t rowbytes = k / 32 / plc_qtype<DT>::chunks * plc_qtype<DT>::bytes;
+    if (segs.end[segs.count - 1] > (int64_t)INT_MAX * 4) return plc_fail_arg(ctx, "matmul: too many weight rows");
+    int8_t *xq;
+    float *xd, *xs;
+    int st = plc_quant_acts<DT>(ctx, x, n, k, &xq, &xd, &xs);
+    if (st != PLC_OK) return st;
     if (n == 1) plc_launch_gemv_q8<DT, 1>(ctx, segs, xq, xd, xs, (int)n, k, rowbytes);
     else if (n == 2) plc_launch_gemv_q8<DT, 2>(ctx, segs, xq, xd, xs, (int)n, k, rowbytes);
     else if (n <= 4) plc_launch_gemv_q8<DT, 4>(ctx, segs, xq, xd, xs, (int)n, k, rowbytes);
@@ -366,16 +377,205 @@ static int plc_gemv_q_segs(plc_ctx *ctx, const plc_segs &segs, const float *x, i
     return plc_launched(ctx, "matmul: matrix-vector kernel");
 }
 
+// ---- products of more rows against quantised weights on int8 tensor cores (plc_ctx_set_mmq) ----
+//
+// The same arithmetic as plc_gemv_q8, activations quantised as there: per chunk of 32 weights
+// the integer dot products of the codes, now from mma.sync with s8 inputs and s32 results
+// (m16n8k32 for the legacy types; for the K-quants two m16n8k16, one a half of 16 with its own
+// scale), scaled and summed in F32 chunk by chunk. A block's four warps take 32 weight rows
+// each, all against the same 64 activation rows (whose codes the L1 cache then serves four
+// times). Per chunk each lane expands its weight row's 32 codes (plc_qint32/plc_kint32) into
+// the warp's shared rows, from which the A fragments are read: rows 12 words apart, so that
+// neither the 16-byte stores nor the fragments' reads meet in a bank. The B fragments are the
+// activations' codes as stored, four bytes a register.
+
+// c += a b for a 16x32 A (four registers of four s8), a 32x8 B (two), s32 c.
+__device__ __forceinline__ void plc_mma_s8_k32(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+#if defined(PLC_EMULATED)
+    mma_m16n8k32_s8(c, a, b0, b1);  // scripts/cuda-emu
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    __trap();  // never launched: plc_ctx_set_mmq refuses a library without code for 8.0 or later
+#endif
+}
+
+// c += a b for a 16x16 A (two registers), a 16x8 B (one), s32 c.
+__device__ __forceinline__ void plc_mma_s8_k16(int c[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+#if defined(PLC_EMULATED)
+    mma_m16n8k16_s8(c, a0, a1, b0);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(b0));
+#else
+    __trap();  // never launched: plc_ctx_set_mmq refuses a library without code for 8.0 or later
+#endif
+}
+
+#define PLC_MMQ_WARPS 4   // warps a block
+#define PLC_MMQ_WROWS 32  // weight rows a warp (two tiles of 16)
+#define PLC_MMQ_XROWS 64  // activation rows a block (eight tiles of 8)
+#define PLC_MMQ_STRIDE 12 // words from one weight row's codes to the next in shared memory
+
+// dst [n, m] (rows col0 .. of n from blockIdx.y) = x w^T for w [m, k] of type DT and x
+// quantised by plc_quant_acts (xq, xd, xs).
+template <int DT>
+__global__ void __launch_bounds__(PLC_MMQ_WARPS * PLC_WARP)
+    plc_mmq(const uint8_t *w, int64_t rowbytes, int64_t m, const int8_t *xq, const float *xd, const float *xs, int64_t n,
+            int64_t k, float *dst) {
+    constexpr bool kq = plc_kquant<DT>::value, minimum = DT == PLC_Q4_1 || DT == PLC_Q5_1;
+    __shared__ __align__(16) uint32_t sq[PLC_MMQ_WARPS][PLC_MMQ_WROWS * PLC_MMQ_STRIDE];
+    __shared__ float4 ss[PLC_MMQ_WARPS][PLC_MMQ_WROWS];  // d0, d1, m of each row's chunk
+    const int warp = threadIdx.x / PLC_WARP, lane = threadIdx.x % PLC_WARP, g = lane / 4, t = lane % 4;
+    const int64_t row0 = ((int64_t)blockIdx.x * PLC_MMQ_WARPS + warp) * PLC_MMQ_WROWS;
+    if (row0 >= m) return;  // a whole warp: nothing below waits for the others
+    const int64_t col0 = (int64_t)blockIdx.y * PLC_MMQ_XROWS;
+    const int ncols = n - col0 < PLC_MMQ_XROWS ? (int)(n - col0) : PLC_MMQ_XROWS;
+    // a lane past the last row expands the last row again; its results are not stored
+    const uint8_t *wr = w + (row0 + lane < m ? row0 + lane : m - 1) * rowbytes;
+    uint32_t *sw = sq[warp];
+    const int64_t nch = k / 32;
+    float acc[2][8][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.f;
+    for (int64_t c = 0; c < nch; c++) {
+        uint32_t q[8];
+        float d0, d1, mn;
+        if constexpr (kq) {
+            plc_kint32<DT>(wr, c, q, d0, d1, mn);
+        } else {
+            plc_qint32<DT>(wr, c, q, d0, mn);
+            d1 = d0;
+        }
+        __syncwarp();  // every lane has read the last chunk's codes
+        uint4 *o = reinterpret_cast<uint4 *>(sw + lane * PLC_MMQ_STRIDE);
+        o[0] = make_uint4(q[0], q[1], q[2], q[3]);
+        o[1] = make_uint4(q[4], q[5], q[6], q[7]);
+        ss[warp][lane] = make_float4(d0, d1, mn, 0.f);
+        __syncwarp();
+        uint32_t a[2][4];
+        float4 sc[2][2];  // the scales of rows g and g + 8 of each tile
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++) {
+            const int r = mt * 16 + g;
+            a[mt][0] = sw[r * PLC_MMQ_STRIDE + t];
+            a[mt][1] = sw[(r + 8) * PLC_MMQ_STRIDE + t];
+            a[mt][2] = sw[r * PLC_MMQ_STRIDE + 4 + t];
+            a[mt][3] = sw[(r + 8) * PLC_MMQ_STRIDE + 4 + t];
+            sc[mt][0] = ss[warp][r];
+            sc[mt][1] = ss[warp][r + 8];
+        }
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++) {
+            if (nt * 8 >= ncols) break;  // the same for the whole warp
+            // B: this lane's activation row nt*8 + g, elements 4t.. and 16 + 4t.. of the chunk
+            uint32_t b0 = 0u, b1 = 0u;
+            if (nt * 8 + g < ncols) {
+                const int8_t *xr = xq + (col0 + nt * 8 + g) * k + c * 32;
+                b0 = *reinterpret_cast<const uint32_t *>(xr + 4 * t);
+                b1 = *reinterpret_cast<const uint32_t *>(xr + 16 + 4 * t);
+            }
+            // the activations' scales for this lane's result columns nt*8 + 2t and + 1
+            float sx[2], sm[2];
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int col = nt * 8 + 2 * t + j;
+                sx[j] = sm[j] = 0.f;
+                if (col < ncols) {
+                    const int64_t xr = col0 + col;
+                    sx[j] = kq ? xd[xr * (nch / 8) + c / 8] : xd[xr * nch + c];
+                    if (kq || minimum) sm[j] = xs[xr * nch + c];
+                }
+            }
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                if constexpr (kq) {
+                    int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+                    plc_mma_s8_k16(lo, a[mt][0], a[mt][1], b0);
+                    plc_mma_s8_k16(hi, a[mt][2], a[mt][3], b1);
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        const float4 r = sc[mt][i / 2];
+                        acc[mt][nt][i] += sx[i % 2] * (r.x * (float)lo[i] + r.y * (float)hi[i]) - r.z * sm[i % 2];
+                    }
+                } else {
+                    int s4[4] = {0, 0, 0, 0};
+                    plc_mma_s8_k32(s4, a[mt], b0, b1);
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        const float4 r = sc[mt][i / 2];
+                        float v = r.x * sx[i % 2] * (float)s4[i];
+                        if (minimum) v += r.z * sm[i % 2];
+                        acc[mt][nt][i] += v;
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int64_t row = row0 + mt * 16 + g + (i / 2) * 8;
+                const int col = nt * 8 + 2 * t + i % 2;
+                if (row < m && col < ncols) dst[(col0 + col) * m + row] = acc[mt][nt][i];
+            }
+}
+
+// plc_mmq_segs runs the products of segs (any n) on the int8 tensor cores, after quantising the
+// activations once for them all.
+template <int DT>
+static int plc_mmq_segs(plc_ctx *ctx, const plc_segs &segs, const float *x, int64_t n, int64_t k) {
+    const int64_t rowbytes = k / 32 / plc_qtype<DT>::chunks * plc_qtype<DT>::bytes, nch = k / 32;
+    int8_t *xq;
+    float *xd, *xs;
+    int st = plc_quant_acts<DT>(ctx, x, n, k, &xq, &xd, &xs);
+    if (st != PLC_OK) return st;
+    const int64_t slab = (int64_t)65535 * PLC_MMQ_XROWS;  // activation rows a launch (gridDim.y)
+    for (int s = 0; s < segs.count; s++) {
+        const int64_t m = segs.end[s] - (s > 0 ? segs.end[s - 1] : 0);
+        const int64_t wtile = (int64_t)PLC_MMQ_WARPS * PLC_MMQ_WROWS;
+        for (int64_t c0 = 0; c0 < n; c0 += slab) {
+            const int64_t nn = n - c0 < slab ? n - c0 : slab;
+            const dim3 grid((unsigned)((m + wtile - 1) / wtile), (unsigned)((nn + PLC_MMQ_XROWS - 1) / PLC_MMQ_XROWS));
+            plc_mmq<DT><<<grid, PLC_MMQ_WARPS * PLC_WARP, 0, ctx->stream>>>(
+                (const uint8_t *)segs.w[s], rowbytes, m, xq + c0 * k, xd + c0 * (plc_kquant<DT>::value ? nch / 8 : nch),
+                xs + c0 * nch, nn, k, segs.dst[s] + c0 * m);
+            if ((st = plc_launched(ctx, "matmul: int8 tensor-core kernel")) != PLC_OK) return st;
+        }
+    }
+    return PLC_OK;
+}
+
+// plc_mmq_built reports whether the int8 tensor-core kernel was compiled for this device.
+int plc_mmq_built(void) {
+    cudaFuncAttributes fa;
+    if (cudaFuncGetAttributes(&fa, plc_mmq<PLC_Q8_0>) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return fa.ptxVersion >= 80;
+}
+
 template <int DT>
 static int plc_matmul_q(plc_ctx *ctx, float *dst, const float *x, int64_t n, int64_t k, const void *w, int64_t m) {
     const int64_t rowbytes = k / 32 / plc_qtype<DT>::chunks * plc_qtype<DT>::bytes;
-    if (n <= PLC_GEMV_MAX_ROWS) {
+    if (n <= PLC_GEMV_MAX_ROWS || ctx->mmq) {
         plc_segs segs = {};
         segs.w[0] = w;
         segs.dst[0] = dst;
         segs.end[0] = m;
         segs.count = 1;
-        return plc_gemv_q_segs<DT>(ctx, segs, x, n, k);
+        return n <= PLC_GEMV_MAX_ROWS ? plc_gemv_q_segs<DT>(ctx, segs, x, n, k) : plc_mmq_segs<DT>(ctx, segs, x, n, k);
     }
     // Weight rows are expanded in tiles of at most 2^25 elements (64 MiB of F16).
     int64_t tile = ((int64_t)1 << 25) / k;
@@ -468,10 +668,13 @@ extern "C" int plc_matmuls(plc_ctx *ctx, int32_t count, float *const *dst, const
     if (ctx == NULL) return PLC_ERR_ARG;
     if (count < 1 || count > PLC_SEGS || dst == NULL || w == NULL || m == NULL) return plc_fail_arg(ctx, "matmuls: bad matrices");
     if (!plc_matmul_supports(wtype)) return PLC_ERR_UNSUPPORTED;
-    // One launch for them all where they take the matrix-vector kernels; else one product each.
-    const bool one = n >= 1 && n <= PLC_GEMV_MAX_ROWS && k > 0 && wtype != PLC_F32 && n <= INT_MAX && k <= INT_MAX &&
-                     plc_row_bytes(wtype, k) >= 0;
-    if (!one) {
+    // One launch for them all where they take the matrix-vector kernels, and activations
+    // quantised once for them all where they take the int8 tensor cores; else one product each.
+    const bool sizes = n >= 1 && k > 0 && n <= INT_MAX && k <= INT_MAX && plc_row_bytes(wtype, k) >= 0;
+    const bool quantised = wtype != PLC_F32 && wtype != PLC_F16 && wtype != PLC_BF16;
+    const bool gemv = sizes && n <= PLC_GEMV_MAX_ROWS && wtype != PLC_F32;
+    const bool mmq = sizes && n > PLC_GEMV_MAX_ROWS && quantised && ctx->mmq;
+    if (!gemv && !mmq) {
         for (int i = 0; i < count; i++) {
             int st = plc_matmul(ctx, dst[i], x, n, k, w[i], wtype, m[i]);
             if (st != PLC_OK) return st;
@@ -496,7 +699,7 @@ extern "C" int plc_matmuls(plc_ctx *ctx, int32_t count, float *const *dst, const
     switch (wtype) {
     case PLC_F16: return plc_matmul_gemv_h<__half>(ctx, segs, x, n, k);
     case PLC_BF16: return plc_matmul_gemv_h<__nv_bfloat16>(ctx, segs, x, n, k);
-#define PLC_CASE(DT) case DT: return plc_gemv_q_segs<DT>(ctx, segs, x, n, k);
+#define PLC_CASE(DT) case DT: return gemv ? plc_gemv_q_segs<DT>(ctx, segs, x, n, k) : plc_mmq_segs<DT>(ctx, segs, x, n, k);
     PLC_FOR_QTYPES(PLC_CASE)
 #undef PLC_CASE
     }

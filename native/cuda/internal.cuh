@@ -35,6 +35,7 @@ struct plc_ctx {
     int tf32;
     int cc_major;   // the device's compute capability (major)
     int flash_mma;  // F16 flash attention on tensor cores (plc_ctx_set_flash)
+    int mmq;        // quantised products of more than eight rows on int8 tensor cores (plc_ctx_set_mmq; on from 8.0)
     // Small per-call tables copied from the host (ids, positions, slots, block tables, attention
     // tiles) go to the meta arena and stay there until the stream is next idle: a table equal
     // to one already uploaded since then (every layer of a step passes the same positions,

@@ -87,7 +87,8 @@ int plc_device_info(int32_t dev, plc_device_props *out, char *err, size_t errlen
 
 typedef struct plc_ctx plc_ctx;
 
-/* plc_ctx_new makes a context on device dev: a stream, a cuBLAS handle (TF32 on), scratch. */
+/* plc_ctx_new makes a context on device dev: a stream, a cuBLAS handle (TF32 on), scratch;
+ * int8 tensor-core products on where the device has them (plc_ctx_set_mmq). */
 int plc_ctx_new(int32_t dev, plc_ctx **out, char *err, size_t errlen);
 /* plc_ctx_free waits for the context's work, then frees it (not the buffers made with it). */
 void plc_ctx_free(plc_ctx *ctx);
@@ -104,6 +105,12 @@ int plc_ctx_set_tf32(plc_ctx *ctx, int32_t on);
  * takes the tensor cores too, with TF32 inputs: queries, keys, the online softmax's weights and
  * values rounded to 10-bit mantissas (to nearest), products accumulated in F32. */
 int plc_ctx_set_flash(plc_ctx *ctx, int32_t mma);
+/* plc_ctx_set_mmq: on != 0 (the default from compute capability 8.0) multiplies more than
+ * eight rows of x by quantised weights on int8 tensor cores (mma.sync .s8; PLC_ERR_UNSUPPORTED
+ * before 8.0), with x quantised as for eight rows or fewer, so that every batch size follows
+ * llama.cpp's contract; 0 expands the weights to F16 for cuBLAS and rounds x to F16 (see
+ * plc_matmul). */
+int plc_ctx_set_mmq(plc_ctx *ctx, int32_t on);
 /* plc_sync waits for all work queued on the context. */
 int plc_sync(plc_ctx *ctx);
 /* Graphs. Between plc_graph_begin and plc_graph_end the operations called on the context are
@@ -150,17 +157,20 @@ int plc_memset0(plc_ctx *ctx, void *dst, size_t n);
  *   Quantised (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K), n <= 8: x is quantised as llama.cpp
  *   quantises it for the weights' dot type (Q8_0 or Q8_1 blocks of 32 for the first five, Q8_K
  *   blocks of 256 for the K-quants), then a matrix-vector kernel takes integer dot products of
- *   the codes (dp4a) per 32 weights, scaled in F32. n > 8: weights are expanded to
- *   F16 in tiles, x is rounded to F16, and cuBLAS multiplies them with F32 accumulation; a row
- *   of x whose largest finite magnitude exceeds 65504 is divided by a power of two before the
- *   rounding and its products multiplied by it after, so that it does not overflow.
+ *   the codes (dp4a) per 32 weights, scaled in F32. n > 8 (plc_ctx_set_mmq on, the default):
+ *   the same quantisation and integer products, on int8 tensor cores. n > 8 otherwise: weights are
+ *   expanded to F16 in tiles, x is rounded to F16, and cuBLAS multiplies them with F32
+ *   accumulation; a row of x whose largest finite magnitude exceeds 65504 is divided by a power
+ *   of two before the rounding and its products multiplied by it after, so that it does not
+ *   overflow.
  * cuBLAS takes int sizes: n, m, k <= 2^31-1. */
 int plc_matmul(plc_ctx *ctx, float *dst, const float *x, int64_t n, int64_t k, const void *w,
                int32_t wtype, int64_t m);
 
 /* plc_matmuls: dst[i] = x · w[i]^T for count (1..4) matrices w[i] [m[i], k] of one type wtype,
  * each bit for bit what plc_matmul gives it; against eight rows of x or fewer and weights other
- * than F32, all in one launch (a layer's query, key and value products). No dst[i] may overlap
+ * than F32, all in one launch (a layer's query, key and value products), and against more rows
+ * of quantised weights on the int8 tensor cores, with x quantised once. No dst[i] may overlap
  * x, a w[j] or another dst[j]. */
 int plc_matmuls(plc_ctx *ctx, int32_t count, float *const *dst, const float *x, int64_t n, int64_t k,
                 const void *const *w, int32_t wtype, const int64_t *m);

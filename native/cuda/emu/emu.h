@@ -331,6 +331,10 @@ void mma_m16n8k16_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1
 // The TF32 tensor-core product of attention.cu (mma.sync m16n8k8 .tf32, F32 accumulators) for
 // the calling lane; the inputs' low 13 bits are ignored, as the hardware ignores them.
 void mma_m16n8k8_tf32(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
+// The int8 tensor-core products of gemm.cu (mma.sync .s8.s8.s32): m16n8k32, and m16n8k16 with
+// A in two registers and B in one.
+void mma_m16n8k32_s8(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
+void mma_m16n8k16_s8(int c[4], uint32_t a0, uint32_t a1, uint32_t b0);
 
 // cvt.rna.tf32.f32: v rounded to TF32 (10-bit mantissa) to nearest, ties away from zero.
 inline uint32_t emu_tf32_rna(float v) {

@@ -464,6 +464,39 @@ void mma_m16n8k8_tf32(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
     }
 }
 
+// s8_at is byte i (0..3) of register r as a signed integer.
+static int s8_at(uint32_t r, int i) { return (int)(int8_t)(uint8_t)(r >> (8 * i)); }
+
+// mma_s8 is mma.sync m16n8k<kk> .s8.s8.s32 (kk 16 or 32), A's registers a[0..kk/8), B's b[0..kk/16):
+// A[row][k] is byte k%4 of register (row >= 8) + 2*(k >= 16) of lane (row%8)*4 + (k%16)/4, and
+// B[k][col] byte k%4 of register (k >= 16) of lane col*4 + (k%16)/4 (PTX ISA, the fragments of
+// mma.m16n8k16 and mma.m16n8k32 with .s8 inputs). The sums wrap as 32-bit integers.
+static void mma_s8(int c[4], const uint32_t *a, const uint32_t *b, int kk) {
+    struct Frag {
+        uint32_t a[4], b[2];
+    } mine = {{a[0], a[1], kk == 32 ? a[2] : 0u, kk == 32 ? a[3] : 0u}, {b[0], kk == 32 ? b[1] : 0u}}, all[32];
+    emu::warp_gather("mma.sync", &mine, sizeof mine, all);
+    auto A = [&](int row, int k) { return s8_at(all[(row % 8) * 4 + (k % 16) / 4].a[(row >= 8 ? 1 : 0) + (k >= 16 ? 2 : 0)], k % 4); };
+    auto B = [&](int k, int col) { return s8_at(all[col * 4 + (k % 16) / 4].b[k >= 16 ? 1 : 0], k % 4); };
+    const int lane = EMU_LANE(), g = lane / 4, t = lane % 4;
+    for (int i = 0; i < 4; i++) {
+        const int row = g + (i >= 2 ? 8 : 0), col = t * 2 + (i % 2);
+        uint32_t s = (uint32_t)c[i];
+        for (int k = 0; k < kk; k++) s += (uint32_t)(A(row, k) * B(k, col));
+        c[i] = (int)s;
+    }
+}
+
+void mma_m16n8k32_s8(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    const uint32_t b[2] = {b0, b1};
+    mma_s8(c, a, b, 32);
+}
+
+void mma_m16n8k16_s8(int c[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+    const uint32_t a[2] = {a0, a1}, b[1] = {b0};
+    mma_s8(c, a, b, 16);
+}
+
 // ---- the runtime API ----
 
 cudaError_t cudaGetDeviceCount(int *n) {

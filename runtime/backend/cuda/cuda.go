@@ -26,6 +26,7 @@ const (
 	EnvTF32   = "PARLEY_CUDA_TF32"   // "0" computes F32 matrix products in full F32
 	EnvGraphs = "PARLEY_CUDA_GRAPHS" // "1" records decode steps as CUDA graphs (Options.Graphs)
 	EnvFlash  = "PARLEY_CUDA_FLASH"  // "mma" or "simt": the F16 flash-attention kernel (Options.FlashMMA)
+	EnvMMQ    = "PARLEY_CUDA_MMQ"    // "0" multiplies batches by quantised weights as F16 products (Options.QuantF16)
 )
 
 func init() { backend.Register("cuda", Priority, factory) }
@@ -46,6 +47,14 @@ type Options struct {
 	// with TF32 inputs (queries, keys, weights and values rounded to 10-bit mantissas). Off by
 	// default until it has been measured on a GPU.
 	FlashMMA bool
+	// QuantF16 multiplies more than eight activation rows (prompts, batched decoding of many
+	// sequences) by quantised weights as F16 products on cuBLAS: each weight matrix expanded to
+	// F16 in every product, the activations rounded to F16. By default such products run on
+	// int8 tensor cores (mma.sync .s8) with the activations quantised as for fewer rows, as the
+	// CPU backends and llama.cpp quantise them, so that a model's outputs do not depend on how
+	// its prompt was batched; F16 products move them by more (the LLaMA parity test's Q4_0
+	// model fails llama.cpp's bounds with them).
+	QuantF16 bool
 }
 
 func factory(opts backend.Options) (backend.Backend, error) {
@@ -71,6 +80,13 @@ func factory(opts backend.Options) (backend.Backend, error) {
 		o.FlashMMA = true
 	default:
 		return nil, fmt.Errorf("cuda: %s=%q: want mma or simt", EnvFlash, v)
+	}
+	switch v := strings.TrimSpace(os.Getenv(EnvMMQ)); v {
+	case "", "1":
+	case "0":
+		o.QuantF16 = true
+	default:
+		return nil, fmt.Errorf("cuda: %s=%q: want 0 or 1", EnvMMQ, v)
 	}
 	return New(o)
 }
@@ -116,6 +132,12 @@ func New(o Options) (*Backend, error) {
 		if err := ctx.SetFlashMMA(true); err != nil {
 			ctx.Close()
 			return nil, fmt.Errorf("cuda: %s (compute capability %d.%d): tensor-core attention: %w", dev.Name, dev.Major, dev.Minor, err)
+		}
+	}
+	if o.QuantF16 {
+		if err := ctx.SetMMQ(false); err != nil {
+			ctx.Close()
+			return nil, err
 		}
 	}
 	return &Backend{ctx: ctx, dev: *dev, owned: map[*bcuda.Buffer]struct{}{}, graphs: o.Graphs}, nil

@@ -42,10 +42,12 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-// TestConformanceFlashMMA runs the suite again with attention over F16 caches on tensor cores.
-func TestConformanceFlashMMA(t *testing.T) {
+// TestConformanceOtherKernels runs the suite again with the kernels that are not the default:
+// attention over F16 caches on tensor cores, and products of more than eight rows by quantised
+// weights expanded to F16.
+func TestConformanceOtherKernels(t *testing.T) {
 	gpu(t)
-	backendtest.Run(t, func() (backend.Backend, error) { return New(Options{ExactF32: true, FlashMMA: true}) })
+	backendtest.Run(t, func() (backend.Backend, error) { return New(Options{ExactF32: true, FlashMMA: true, QuantF16: true}) })
 	if n := bcuda.LiveBuffers(); n != 0 {
 		t.Errorf("%d device buffers still allocated after every backend closed", n)
 	}
@@ -123,5 +125,10 @@ func TestEnv(t *testing.T) {
 	t.Setenv(EnvFlash, "tensor")
 	if _, err := factory(backend.Options{}); err == nil || !strings.Contains(err.Error(), EnvFlash) {
 		t.Fatalf("factory with %s=tensor: %v", EnvFlash, err)
+	}
+	t.Setenv(EnvFlash, "")
+	t.Setenv(EnvMMQ, "on")
+	if _, err := factory(backend.Options{}); err == nil || !strings.Contains(err.Error(), EnvMMQ) {
+		t.Fatalf("factory with %s=on: %v", EnvMMQ, err)
 	}
 }

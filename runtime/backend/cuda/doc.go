@@ -12,7 +12,10 @@
 // is updated in place, a new one instantiated only when the step's kernels differ. Options.FlashMMA (PARLEY_CUDA_FLASH=mma)
 // computes attention over F16 caches with a tensor-core kernel (mma.sync, 64 queries a block),
 // and, with TF32 on, attention over F32 ones with TF32 inputs (mma.sync m16n8k8 .tf32); the
-// default is the CUDA-core kernel, until the others have been measured on a GPU.
+// default is the CUDA-core kernel, until the others have been measured on a GPU. More than eight
+// activation rows against quantised weights run on int8 tensor cores (mma.sync .s8), with the
+// activations quantised as for decode and as the CPU backends quantise them; Options.QuantF16
+// (PARLEY_CUDA_MMQ=0) expands the weights to F16 for cuBLAS instead.
 //
 // The factory it registers fails with a precise error when no GPU is usable (no driver, no GPU,
 // a driver too old, or kernels not built for the GPU's architecture), so that backend.New("auto")

@@ -23,6 +23,10 @@ import (
 //	                                          cache), tf32/ over an F32 cache on tensor cores
 //	                                          with TF32 inputs
 //	GEMM/TF32/4096                            F32 weights through TF32 tensor cores: TFLOP/s
+//	QuantGEMM/Q4_0/rows=N/f16|mmq             N activation rows against 4096 x 4096 quantised
+//	                                          weights, expanded to F16 for cuBLAS
+//	                                          (Options.QuantF16) or on the int8 tensor cores (the
+//	                                          default): TFLOP/s
 //	BeamStep/beams5/vocab51865|32000          one beam-search step (log-softmax, running scores,
 //	                                          top 10 over beams × vocabulary) with its results on
 //	                                          the host: µs a step
@@ -164,6 +168,44 @@ func BenchmarkGEMM(b *testing.B) {
 		s := timeMatMul(b, be, dst, x, w)
 		b.ReportMetric(2*float64(n)*n*n/s/1e12, "TFLOP/s")
 	})
+}
+
+// BenchmarkQuantGEMM multiplies batches of more than eight activation rows (continuous batching
+// of many sequences, prompts) by 4096 x 4096 quantised weights both ways: weights expanded to F16
+// for cuBLAS (Options.QuantF16) and the int8 tensor-core kernel (the default).
+func BenchmarkQuantGEMM(b *testing.B) {
+	const m, k = 4096, 4096
+	for _, dt := range []tensor.DType{tensor.Q4_0, tensor.Q8_0, tensor.Q4_K} {
+		for _, n := range []int{16, 64, 512} {
+			for _, f16 := range []bool{true, false} {
+				name := "mmq"
+				if f16 {
+					name = "f16"
+				}
+				b.Run(fmt.Sprintf("%v/rows=%d/%s", dt, n, name), func(b *testing.B) {
+					be := gpuBenchWith(b, Options{QuantF16: f16})
+					r := rand.New(rand.NewPCG(7, 8))
+					rs, err := dt.RowSize(k)
+					if err != nil {
+						b.Fatal(err)
+					}
+					data := make([]byte, m*int(rs))
+					if err := quant.Quantize(dt, randFloats(r, m*k, 0.02), data); err != nil {
+						b.Fatal(err)
+					}
+					w, err := be.Load(dt, m, k, data)
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer w.Close()
+					x := upload(b, be, n, k, randFloats(r, n*k, 1))
+					dst := upload(b, be, n, m, nil)
+					s := timeMatMul(b, be, dst, x, w)
+					b.ReportMetric(2*float64(n)*m*k/s/1e12, "TFLOP/s")
+				})
+			}
+		}
+	}
 }
 
 // BenchmarkGEMV is a decode step's product against F16 and Q8_0 weights of the 1B shape's

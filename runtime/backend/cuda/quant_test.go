@@ -14,12 +14,15 @@ import (
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
-// TestQuantizedMatchesCPU checks that decode products (eight activation rows or fewer) against
-// quantised weights quantise the activations as the CPU backend does (as llama.cpp does: Q8_0 or
-// Q8_1 blocks for the legacy types, Q8_K for the K-quants) and take the same integer products:
-// the two backends' results may differ only by the order of their float sums, about 2^-24 of
-// Σ|w·x| a few times over, bounded here by 1e-5 of it. Activations quantised otherwise (or not
-// at all) move a result by about 2^-8/sqrt(k) of Σ|w·x|, 2.5e-4 at k = 256.
+// TestQuantizedMatchesCPU checks that products against quantised weights quantise the
+// activations as the CPU backend does (as llama.cpp does: Q8_0 or Q8_1 blocks for the legacy
+// types, Q8_K for the K-quants) and take the same integer products: decode products (eight
+// activation rows or fewer, the matrix-vector kernel) and larger ones (the int8 tensor-core
+// kernel: activation rows in partial and several tiles of 64, weight rows in partial and
+// several tiles of 128). The two backends' results may differ only
+// by the order of their float sums, about 2^-24 of Σ|w·x| a few times over, bounded here by
+// 1e-5 of it. Activations quantised otherwise (or not at all) move a result by about
+// 2^-8/sqrt(k) of Σ|w·x|, 2.5e-4 at k = 256.
 func TestQuantizedMatchesCPU(t *testing.T) {
 	g := openGPU(t)
 	c, err := cpu.New(backend.Options{Threads: 1})
@@ -27,17 +30,26 @@ func TestQuantizedMatchesCPU(t *testing.T) {
 		t.Skipf("cpu backend: %v", err)
 	}
 	defer c.Close()
-	const m, k = 37, 512
+	const k = 512
+	cases := []struct {
+		be   *Backend
+		name string
+		m, n int
+	}{
+		{g, "gemv", 37, 1}, {g, "gemv", 37, 3}, {g, "gemv", 37, 8},
+		{g, "mmq", 37, 9}, {g, "mmq", 37, 70}, {g, "mmq", 150, 24},
+	}
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, dt := range []tensor.DType{tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q8_0, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K} {
-		for _, n := range []int{1, 3, 8} {
-			t.Run(fmt.Sprintf("%v/rows%d", dt, n), func(t *testing.T) {
+		for _, tc := range cases {
+			m, n := tc.m, tc.n
+			t.Run(fmt.Sprintf("%v/%s/%dx%d", dt, tc.name, n, m), func(t *testing.T) {
 				wf := randFloats(r, m*k, 1)
 				rs, err := dt.RowSize(k)
 				if err != nil {
 					t.Fatal(err)
 				}
-				raw := make([]byte, rs*m)
+				raw := make([]byte, int(rs)*m)
 				if err := quant.Quantize(dt, wf, raw); err != nil {
 					t.Fatal(err)
 				}
@@ -47,7 +59,7 @@ func TestQuantizedMatchesCPU(t *testing.T) {
 				}
 				x := randFloats(r, n*k, 1)
 				var got [2][]float32
-				for i, be := range []backend.Backend{g, c} {
+				for i, be := range []backend.Backend{tc.be, c} {
 					w, err := be.Load(dt, m, k, raw)
 					if err != nil {
 						t.Fatal(err)

@@ -158,8 +158,10 @@ func TestParityWithLlamaCpp(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer m.Close()
-				// A prompt chunk of 7 tokens exercises chunked prompt processing.
-				c, err := m.NewContext(llama.ContextConfig{MaxTokens: 7, MaxSeqs: 1, KVSlots: 512, KVType: kvTypeUnderTest})
+				// Prompt chunks of at most 16 tokens: the prompts of 28 and 24 tokens continue over
+				// two chunks, and chunks of more than eight rows and of fewer both occur (the CUDA
+				// backend's matrix-vector and batched products).
+				c, err := m.NewContext(llama.ContextConfig{MaxTokens: 16, MaxSeqs: 1, KVSlots: 512, KVType: kvTypeUnderTest})
 				if err != nil {
 					t.Fatal(err)
 				}
