@@ -1,4 +1,4 @@
-//go:build cgo && !nocgo
+//go:build cgo && !nocgo && !cuda
 
 package tests
 
