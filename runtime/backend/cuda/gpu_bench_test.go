@@ -73,6 +73,26 @@ func upload(tb testing.TB, be backend.Backend, rows, cols int, v []float32) back
 	return t
 }
 
+// randWeights loads m x k weights of type dt, normal values of deviation 0.02 converted to dt,
+// closed when tb ends; it returns them and their size in bytes.
+func randWeights(tb testing.TB, be backend.Backend, r *rand.Rand, dt tensor.DType, m, k int) (backend.Tensor, int) {
+	tb.Helper()
+	rs, err := dt.RowSize(int64(k))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	data := make([]byte, m*int(rs))
+	if err := quant.Quantize(dt, randFloats(r, m*k, 0.02), data); err != nil {
+		tb.Fatal(err)
+	}
+	w, err := be.Load(dt, m, k, data)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { w.Close() })
+	return w, len(data)
+}
+
 // wait reads one element of t: Read waits for every operation issued before it.
 func wait(b *testing.B, be *Backend, t backend.Tensor) {
 	b.Helper()
@@ -185,19 +205,7 @@ func BenchmarkQuantGEMM(b *testing.B) {
 				b.Run(fmt.Sprintf("%v/rows=%d/%s", dt, n, name), func(b *testing.B) {
 					be := gpuBenchWith(b, Options{QuantF16: f16})
 					r := rand.New(rand.NewPCG(7, 8))
-					rs, err := dt.RowSize(k)
-					if err != nil {
-						b.Fatal(err)
-					}
-					data := make([]byte, m*int(rs))
-					if err := quant.Quantize(dt, randFloats(r, m*k, 0.02), data); err != nil {
-						b.Fatal(err)
-					}
-					w, err := be.Load(dt, m, k, data)
-					if err != nil {
-						b.Fatal(err)
-					}
-					defer w.Close()
+					w, _ := randWeights(b, be, r, dt, m, k)
 					x := upload(b, be, n, k, randFloats(r, n*k, 1))
 					dst := upload(b, be, n, m, nil)
 					s := timeMatMul(b, be, dst, x, w)
@@ -217,23 +225,11 @@ func BenchmarkGEMV(b *testing.B) {
 		b.Run(fmt.Sprintf("%v/%dx%d", dt, m, k), func(b *testing.B) {
 			be := gpuBench(b)
 			r := rand.New(rand.NewPCG(5, 6))
-			rs, err := dt.RowSize(k)
-			if err != nil {
-				b.Fatal(err)
-			}
-			data := make([]byte, m*int(rs))
-			if err := quant.Quantize(dt, randFloats(r, m*k, 0.02), data); err != nil {
-				b.Fatal(err)
-			}
-			w, err := be.Load(dt, m, k, data)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer w.Close()
+			w, size := randWeights(b, be, r, dt, m, k)
 			x := upload(b, be, 1, k, randFloats(r, k, 1))
 			dst := upload(b, be, 1, m, nil)
 			s := timeMatMul(b, be, dst, x, w)
-			b.ReportMetric(float64(len(data))/s/1e9, "GB/s")
+			b.ReportMetric(float64(size)/s/1e9, "GB/s")
 		})
 	}
 }
