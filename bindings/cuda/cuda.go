@@ -173,29 +173,13 @@ func (c *Context) status(op string, st C.int) error {
 
 // SetTF32 lets F32 matrix products use TF32 tensor cores (on), or keeps them in full F32.
 func (c *Context) SetTF32(on bool) error {
-	if err := c.lock("set tf32"); err != nil {
-		return err
-	}
-	defer c.mu.Unlock()
-	v := C.int32_t(0)
-	if on {
-		v = 1
-	}
-	return c.status("set tf32", C.plc_ctx_set_tf32(c.c, v))
+	return c.setSwitch("set tf32", on, func(v C.int32_t) C.int { return C.plc_ctx_set_tf32(c.c, v) })
 }
 
 // SetFlashMMA computes attention over F16 keys and values on tensor cores (on; compute
 // capability 8.0 and later, else backend.ErrUnsupported) or on the CUDA cores (off, the default).
 func (c *Context) SetFlashMMA(on bool) error {
-	if err := c.lock("set flash"); err != nil {
-		return err
-	}
-	defer c.mu.Unlock()
-	v := C.int32_t(0)
-	if on {
-		v = 1
-	}
-	return c.status("set flash", C.plc_ctx_set_flash(c.c, v))
+	return c.setSwitch("set flash", on, func(v C.int32_t) C.int { return C.plc_ctx_set_flash(c.c, v) })
 }
 
 // SetMMQ multiplies more than eight activation rows by quantised weights on int8 tensor cores,
@@ -203,7 +187,13 @@ func (c *Context) SetFlashMMA(on bool) error {
 // 8.0; before it backend.ErrUnsupported), or expands the weights to F16 for cuBLAS and rounds
 // the activations to F16 (off).
 func (c *Context) SetMMQ(on bool) error {
-	if err := c.lock("set mmq"); err != nil {
+	return c.setSwitch("set mmq", on, func(v C.int32_t) C.int { return C.plc_ctx_set_mmq(c.c, v) })
+}
+
+// setSwitch calls set, one of the context's on/off setters, with 1 or 0 while holding the
+// context.
+func (c *Context) setSwitch(op string, on bool, set func(C.int32_t) C.int) error {
+	if err := c.lock(op); err != nil {
 		return err
 	}
 	defer c.mu.Unlock()
@@ -211,7 +201,7 @@ func (c *Context) SetMMQ(on bool) error {
 	if on {
 		v = 1
 	}
-	return c.status("set mmq", C.plc_ctx_set_mmq(c.c, v))
+	return c.status(op, set(v))
 }
 
 // Sync waits for all queued work.
