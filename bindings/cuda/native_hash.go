@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "995a152d7e2bde0f9df0ac817df8fddd350ce50e39e38ed1cb09fc7e3060b353"
+const nativeSources = "6cd93aa4615f65dff657dd958813232e37b27819fa5fc4645f6fe9333f3b9f7f"

@@ -384,10 +384,14 @@ static int plc_gemv_q_segs(plc_ctx *ctx, const plc_segs &segs, const float *x, i
 // (m16n8k32 for the legacy types; for the K-quants two m16n8k16, one a half of 16 with its own
 // scale), scaled and summed in F32 chunk by chunk. A block's four warps take 32 weight rows
 // each, all against the same 64 activation rows (whose codes the L1 cache then serves four
-// times). Per chunk each lane expands its weight row's 32 codes (plc_qint32/plc_kint32) into
-// the warp's shared rows, from which the A fragments are read: rows 12 words apart, so that
-// neither the 16-byte stores nor the fragments' reads meet in a bank. The B fragments are the
-// activations' codes as stored, four bytes a register.
+// times). Every eight chunks a warp copies its rows' next eight chunks as stored (a K-quant's
+// block of 256) to shared memory, consecutive lanes reading consecutive words of a row, so
+// that the weights are read whole cache lines at a time. Per chunk each lane then expands its
+// own row's 32 codes from there (plc_qint32/plc_kint32; the rows an odd number of words apart,
+// so that no two lanes' reads meet in a bank) into the warp's rows of codes, from which the A
+// fragments are read: rows 12 words apart, so that neither the 16-byte stores nor the
+// fragments' reads meet in a bank. The B fragments are the activations' codes as stored, four
+// bytes a register.
 
 // c += a b for a 16x32 A (four registers of four s8), a 32x8 B (two), s32 c.
 __device__ __forceinline__ void plc_mma_s8_k32(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
@@ -420,23 +424,37 @@ __device__ __forceinline__ void plc_mma_s8_k16(int c[4], uint32_t a0, uint32_t a
 #define PLC_MMQ_XROWS 64  // activation rows a block (eight tiles of 8)
 #define PLC_MMQ_STRIDE 12 // words from one weight row's codes to the next in shared memory
 
+// The bytes of a segment of a weight row: eight chunks (a K-quant's block of 256; eight legacy
+// blocks of 32), and the words from one row's segment to the next in shared memory: an odd
+// number, so that the lanes reading their own rows' bytes at one offset meet in no bank.
+template <int DT> struct plc_mmq_seg {
+    static constexpr int bytes = plc_qtype<DT>::chunks == 8 ? plc_qtype<DT>::bytes : 8 * plc_qtype<DT>::bytes;
+    static constexpr int stride = ((bytes + 3) / 4) | 1;
+};
+
 // dst [n, m] (rows col0 .. of n from blockIdx.y) = x w^T for w [m, k] of type DT and x
-// quantised by plc_quant_acts (xq, xd, xs).
+// quantised by plc_quant_acts (xq, xd, xs). wide: w, rowbytes and a segment's size are
+// multiples of 4, so that the weights can be read a word at a time (else half-words).
 template <int DT>
 __global__ void __launch_bounds__(PLC_MMQ_WARPS * PLC_WARP)
     plc_mmq(const uint8_t *w, int64_t rowbytes, int64_t m, const int8_t *xq, const float *xd, const float *xs, int64_t n,
-            int64_t k, float *dst) {
+            int64_t k, float *dst, int wide) {
     constexpr bool kq = plc_kquant<DT>::value, minimum = DT == PLC_Q4_1 || DT == PLC_Q5_1;
+    constexpr int seg = plc_mmq_seg<DT>::bytes, stride = plc_mmq_seg<DT>::stride;
     __shared__ __align__(16) uint32_t sq[PLC_MMQ_WARPS][PLC_MMQ_WROWS * PLC_MMQ_STRIDE];
     __shared__ float4 ss[PLC_MMQ_WARPS][PLC_MMQ_WROWS];  // d0, d1, m of each row's chunk
+    __shared__ uint32_t sraw[PLC_MMQ_WARPS][PLC_MMQ_WROWS * stride];  // each row's segment as stored
     const int warp = threadIdx.x / PLC_WARP, lane = threadIdx.x % PLC_WARP, g = lane / 4, t = lane % 4;
     const int64_t row0 = ((int64_t)blockIdx.x * PLC_MMQ_WARPS + warp) * PLC_MMQ_WROWS;
     if (row0 >= m) return;  // a whole warp: nothing below waits for the others
     const int64_t col0 = (int64_t)blockIdx.y * PLC_MMQ_XROWS;
     const int ncols = n - col0 < PLC_MMQ_XROWS ? (int)(n - col0) : PLC_MMQ_XROWS;
-    // a lane past the last row expands the last row again; its results are not stored
-    const uint8_t *wr = w + (row0 + lane < m ? row0 + lane : m - 1) * rowbytes;
-    uint32_t *sw = sq[warp];
+    const int rows = m - row0 < PLC_MMQ_WROWS ? (int)(m - row0) : PLC_MMQ_WROWS;
+    const uint8_t *wbase = w + row0 * rowbytes;
+    uint32_t *sw = sq[warp], *sr = sraw[warp];
+    // this lane's row's segment in shared memory (a lane past the last row expands the bytes
+    // left there; its results are not stored)
+    const uint8_t *wr = reinterpret_cast<const uint8_t *>(sr + lane * stride);
     const int64_t nch = k / 32;
     float acc[2][8][4];
 #pragma unroll
@@ -446,12 +464,43 @@ __global__ void __launch_bounds__(PLC_MMQ_WARPS * PLC_WARP)
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.f;
     for (int64_t c = 0; c < nch; c++) {
+        const int cs = (int)(c % 8);  // the chunk's place in its segment
+        if (cs == 0) {
+            // The warp copies its rows' next segment to shared memory, consecutive lanes reading
+            // consecutive words (or half-words) of a row: the last legacy segment of a row may
+            // hold fewer than eight chunks.
+            const int nb = nch - c < 8 ? (int)(nch - c) * plc_qtype<DT>::bytes : seg;
+            const uint8_t *src = wbase + (c / 8) * seg;
+            __syncwarp();  // every lane has expanded its chunks of the last segment
+            // (r, i): the row and word (half-word) of this lane's next copy
+            if (wide) {
+                const int words = nb / 4;  // nb is a multiple of 4 where rowbytes is
+                int r = 0, i = lane;
+                while (r < rows && i >= words) i -= words, r++;
+                while (r < rows) {
+                    sr[r * stride + i] = *reinterpret_cast<const uint32_t *>(src + r * rowbytes + 4 * i);
+                    i += PLC_WARP;
+                    while (r < rows && i >= words) i -= words, r++;
+                }
+            } else {
+                const int halves = nb / 2;  // every block type's size is even
+                uint16_t *sh = reinterpret_cast<uint16_t *>(sr);
+                int r = 0, i = lane;
+                while (r < rows && i >= halves) i -= halves, r++;
+                while (r < rows) {
+                    sh[r * 2 * stride + i] = *reinterpret_cast<const uint16_t *>(src + r * rowbytes + 2 * i);
+                    i += PLC_WARP;
+                    while (r < rows && i >= halves) i -= halves, r++;
+                }
+            }
+            __syncwarp();
+        }
         uint32_t q[8];
         float d0, d1, mn;
         if constexpr (kq) {
-            plc_kint32<DT>(wr, c, q, d0, d1, mn);
+            plc_kint32<DT>(wr, cs, q, d0, d1, mn);
         } else {
-            plc_qint32<DT>(wr, c, q, d0, mn);
+            plc_qint32<DT>(wr, cs, q, d0, mn);
             d1 = d0;
         }
         __syncwarp();  // every lane has read the last chunk's codes
@@ -549,7 +598,8 @@ static int plc_mmq_segs(plc_ctx *ctx, const plc_segs &segs, const float *x, int6
             const dim3 grid((unsigned)((m + wtile - 1) / wtile), (unsigned)((nn + PLC_MMQ_XROWS - 1) / PLC_MMQ_XROWS));
             plc_mmq<DT><<<grid, PLC_MMQ_WARPS * PLC_WARP, 0, ctx->stream>>>(
                 (const uint8_t *)segs.w[s], rowbytes, m, xq + c0 * k, xd + c0 * (plc_kquant<DT>::value ? nch / 8 : nch),
-                xs + c0 * nch, nn, k, segs.dst[s] + c0 * m);
+                xs + c0 * nch, nn, k, segs.dst[s] + c0 * m,
+                plc_mmq_seg<DT>::bytes % 4 == 0 && rowbytes % 4 == 0 && (uintptr_t)segs.w[s] % 4 == 0);
             if ((st = plc_launched(ctx, "matmul: int8 tensor-core kernel")) != PLC_OK) return st;
         }
     }
