@@ -59,6 +59,10 @@ void warp_exchange(const char *site, const void *mine, size_t n, int src, void *
 void warp_gather(const char *site, const void *mine, size_t n, void *all);
 // The block's dynamic shared memory.
 void *dynamic_shared();
+// Notes that the calling kernel has the static __shared__ variable p of n bytes (scripts/cuda-emu
+// adds a call after each declaration); reports a block's static and dynamic shared memory over
+// 48 KiB.
+void static_shared(const void *p, size_t n);
 // Reports a fatal error in a kernel (the kernel's name and the thread) and exits.
 [[noreturn]] void trap(const char *why);
 // Runs (or records, while the stream is captured) one launch of kernel fn.

@@ -84,6 +84,9 @@ struct Block {
 };
 
 Block blk;
+// The running kernel's static __shared__ variables met so far in this launch, and their bytes.
+std::vector<const void *> shared_seen;
+size_t shared_static;
 Fiber *cur;
 void *sched_sp;
 uint64_t progress;
@@ -294,6 +297,8 @@ void run_kernel(const void *fn, dim3 grid, dim3 block, size_t smem, const std::f
     gridDim = grid;
     blockDim = block;
     blk.smem.assign(smem, 0xff);
+    shared_seen.clear();
+    shared_static = 0;
     for (unsigned z = 0; z < grid.z; z++)
         for (unsigned y = 0; y < grid.y; y++)
             for (unsigned x = 0; x < grid.x; x++) {
@@ -379,6 +384,19 @@ void warp_gather(const char *site, const void *mine, size_t n, void *all) {
 }
 
 void *dynamic_shared() { return blk.smem.empty() ? nullptr : blk.smem.data(); }
+
+void static_shared(const void *p, size_t n) {
+    if (std::find(shared_seen.begin(), shared_seen.end(), p) != shared_seen.end()) return;
+    shared_seen.push_back(p);
+    shared_static += n;
+    // A launch fails on a GPU when a block's static and dynamic shared memory together exceed
+    // 48 KiB, unless the kernel was given more with cudaFuncSetAttribute, which no kernel is.
+    if (shared_static + blk.smem.size() > 48 * 1024) {
+        char why[160];
+        snprintf(why, sizeof why, "%zu bytes of static and %zu of dynamic shared memory, over 48 KiB", shared_static, blk.smem.size());
+        trap(why);
+    }
+}
 
 void trap(const char *why) {
     char msg[1024];
