@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "6cd93aa4615f65dff657dd958813232e37b27819fa5fc4645f6fe9333f3b9f7f"
+const nativeSources = "a1a5df0db65ed9381dd7c4e3b010412612d9dfe886d3a2dc9862ceea287ddb51"

@@ -130,8 +130,12 @@ __device__ __forceinline__ void plc_gemv_store(const float *acc, int n, float *d
 // (quantize_row_q8_0 / q8_1 as its x86 code computes them, which the CPU backends follow): per
 // 32 elements d = amax/127, codes round-half-even(x * (127/amax)), d kept as its F16 value, and
 // Q8_1's s = F16(d * sum of codes) with d unrounded. One warp per block of 32: xq [n, k] codes,
-// xd, xs [n, k/32].
-__global__ void __launch_bounds__(128) plc_quant_q8(int8_t *xq, float *xd, float *xs, const float *x, int64_t nblocks) {
+// xd, xs [n, k/32]; or, with ld > 0, the layout of plc_mmq: each block's codes in the order of
+// plc_mmq_pos, and xd, xs [k/32, ld] (ld >= n).
+__device__ __forceinline__ int plc_mmq_pos(int e) { return e < 16 ? (e / 4) * 8 + e % 4 : ((e - 16) / 4) * 8 + 4 + e % 4; }
+
+__global__ void __launch_bounds__(128)
+    plc_quant_q8(int8_t *xq, float *xd, float *xs, const float *x, int64_t nblocks, int64_t nch, int64_t ld) {
     const int lane = threadIdx.x % PLC_WARP;
     const int64_t b = (int64_t)blockIdx.x * (blockDim.x / PLC_WARP) + threadIdx.x / PLC_WARP;
     if (b >= nblocks) return;  // a whole warp
@@ -139,11 +143,12 @@ __global__ void __launch_bounds__(128) plc_quant_q8(int8_t *xq, float *xd, float
     const float amax = plc_warp_max(fabsf(v));
     const float dd = amax / 127.f, id = amax != 0.f ? 127.f / amax : 0.f;
     const int q = (int)fminf(fmaxf(rintf(v * id), -127.f), 127.f);  // a NaN to -127, as on a GPU and the emulation alike
-    xq[b * 32 + lane] = (int8_t)q;
+    xq[b * 32 + (ld > 0 ? plc_mmq_pos(lane) : lane)] = (int8_t)q;
     const float sum = plc_warp_sum((float)q);  // at most 32 * 127: exact
     if (lane == 0) {
-        xd[b] = plc_f16_round(dd);
-        xs[b] = plc_f16_round(dd * sum);
+        const int64_t at = ld > 0 ? (b % nch) * ld + b / nch : b;
+        xd[at] = plc_f16_round(dd);
+        xs[at] = plc_f16_round(dd * sum);
     }
 }
 
@@ -152,8 +157,10 @@ __global__ void __launch_bounds__(128) plc_quant_q8(int8_t *xq, float *xd, float
 // elements the one of largest magnitude (the first on ties) maps to -127, iscale = -127/max,
 // codes min(127, round-half-even(iscale * x)), d = 1/iscale kept as float. One warp per block of
 // 256, eight elements a lane: xq [n, k] codes, xd [n, k/256] scales, xs [n, k/32] each 32's
-// scale times its code sum (what the weights' minimum multiplies).
-__global__ void __launch_bounds__(128) plc_quant_q8k(int8_t *xq, float *xd, float *xs, const float *x, int64_t nblocks) {
+// scale times its code sum (what the weights' minimum multiplies); or, with ld > 0, the layout of
+// plc_mmq: each 32's codes in the order of plc_mmq_pos, xd [k/256, ld], xs [k/32, ld].
+__global__ void __launch_bounds__(128)
+    plc_quant_q8k(int8_t *xq, float *xd, float *xs, const float *x, int64_t nblocks, int64_t nsup, int64_t ld) {
     const int lane = threadIdx.x % PLC_WARP;
     const int64_t b = (int64_t)blockIdx.x * (blockDim.x / PLC_WARP) + threadIdx.x / PLC_WARP;
     if (b >= nblocks) return;  // a whole warp
@@ -187,12 +194,20 @@ __global__ void __launch_bounds__(128) plc_quant_q8k(int8_t *xq, float *xd, floa
         sum += q;
         w[i / 4] |= (uint32_t)(q & 255) << (8 * (i % 4));
     }
-    *reinterpret_cast<uint2 *>(xq + b * 256 + lane * 8) = make_uint2(w[0], w[1]);
+    if (ld > 0) {
+        // this lane's elements 8(lane%4) .. +7 of its 32, four at a time, where plc_mmq_pos puts them
+        int8_t *o = xq + b * 256 + (lane / 4) * 32;
+        *reinterpret_cast<uint32_t *>(o + plc_mmq_pos(8 * (lane % 4))) = w[0];
+        *reinterpret_cast<uint32_t *>(o + plc_mmq_pos(8 * (lane % 4) + 4)) = w[1];
+    } else {
+        *reinterpret_cast<uint2 *>(xq + b * 256 + lane * 8) = make_uint2(w[0], w[1]);
+    }
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);  // the four lanes of a 32
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     const float dk = amax != 0.f ? 1.f / iscale : 0.f;
-    if (lane == 0) xd[b] = dk;
-    if (lane % 4 == 0) xs[b * 8 + lane / 4] = dk * (float)sum;
+    const int64_t row = b / nsup, sup = b % nsup;
+    if (lane == 0) xd[ld > 0 ? sup * ld + row : b] = dk;
+    if (lane % 4 == 0) xs[ld > 0 ? (sup * 8 + lane / 4) * ld + row : b * 8 + lane / 4] = dk * (float)sum;
 }
 
 // Matrix-vector kernel for the quantised block types against quantised activations, as ggml's
@@ -342,11 +357,13 @@ static void plc_launch_gemv_q8(plc_ctx *ctx, const plc_segs &segs, const int8_t 
 
 // plc_quant_acts quantises the n rows of x for products with weights of type DT, into
 // scratch: to Q8_0/Q8_1 blocks of 32 for the legacy types, to Q8_K blocks of 256 for the
-// K-quants (xq [n, k] codes; xd, xs as plc_quant_q8 and plc_quant_q8k write them).
+// K-quants (xq [n, k] codes; xd, xs as plc_quant_q8 and plc_quant_q8k write them, in plc_mmq's
+// layout with scales [k/32 or k/256, ld] where ld > 0).
 template <int DT>
-static int plc_quant_acts(plc_ctx *ctx, const float *x, int64_t n, int64_t k, int8_t **xq, float **xd, float **xs) {
+static int plc_quant_acts(plc_ctx *ctx, const float *x, int64_t n, int64_t k, int64_t ld, int8_t **xq, float **xd, float **xs) {
     const int64_t nb = n * (k / 32);
-    const size_t qbytes = plc_round_up((size_t)(n * k), 256), fbytes = plc_round_up((size_t)nb * sizeof(float), 256);
+    const size_t qbytes = plc_round_up((size_t)(n * k), 256),
+                 fbytes = plc_round_up((size_t)((ld > 0 ? ld : n) * (k / 32)) * sizeof(float), 256);
     void *work;
     int st = plc_work(ctx, qbytes + 2 * fbytes, &work);
     if (st != PLC_OK) return st;
@@ -354,9 +371,9 @@ static int plc_quant_acts(plc_ctx *ctx, const float *x, int64_t n, int64_t k, in
     *xd = (float *)((char *)work + qbytes);
     *xs = (float *)((char *)work + qbytes + fbytes);
     if constexpr (plc_kquant<DT>::value)
-        plc_quant_q8k<<<(unsigned)((nb / 8 + 3) / 4), 128, 0, ctx->stream>>>(*xq, *xd, *xs, x, nb / 8);
+        plc_quant_q8k<<<(unsigned)((nb / 8 + 3) / 4), 128, 0, ctx->stream>>>(*xq, *xd, *xs, x, nb / 8, k / 256, ld);
     else
-        plc_quant_q8<<<(unsigned)((nb + 3) / 4), 128, 0, ctx->stream>>>(*xq, *xd, *xs, x, nb);
+        plc_quant_q8<<<(unsigned)((nb + 3) / 4), 128, 0, ctx->stream>>>(*xq, *xd, *xs, x, nb, k / 32, ld);
     return plc_launched(ctx, "matmul: quantising activations");
 }
 
@@ -368,7 +385,7 @@ static int plc_gemv_q_segs(plc_ctx *ctx, const plc_segs &segs, const float *x, i
     if (segs.end[segs.count - 1] > (int64_t)INT_MAX * 4) return plc_fail_arg(ctx, "matmul: too many weight rows");
     int8_t *xq;
     float *xd, *xs;
-    int st = plc_quant_acts<DT>(ctx, x, n, k, &xq, &xd, &xs);
+    int st = plc_quant_acts<DT>(ctx, x, n, k, 0, &xq, &xd, &xs);
     if (st != PLC_OK) return st;
     if (n == 1) plc_launch_gemv_q8<DT, 1>(ctx, segs, xq, xd, xs, (int)n, k, rowbytes);
     else if (n == 2) plc_launch_gemv_q8<DT, 2>(ctx, segs, xq, xd, xs, (int)n, k, rowbytes);
@@ -389,9 +406,12 @@ static int plc_gemv_q_segs(plc_ctx *ctx, const plc_segs &segs, const float *x, i
 // that the weights are read whole cache lines at a time. Per chunk each lane then expands its
 // own row's 32 codes from there (plc_qint32/plc_kint32; the rows an odd number of words apart,
 // so that no two lanes' reads meet in a bank) into the warp's rows of codes, from which the A
-// fragments are read: rows 12 words apart, so that neither the 16-byte stores nor the
-// fragments' reads meet in a bank. The B fragments are the activations' codes as stored, four
-// bytes a register.
+// fragments are read. The activations are quantised for it in a layout of its own: each 32's
+// codes reordered (plc_mmq_pos) so that a lane's two B registers, elements 4t.. and 16+4t..,
+// are one 8-byte read, and the scales stored by chunk, [k/32, ld], so that the scales of a
+// lane's two result columns are one 8-byte read too, which its neighbours' reads continue. The
+// weights' codes go to the rows of codes in the same order (rows 8 words apart: the fragments'
+// 8-byte reads meet in no bank, the 16-byte stores in pairs).
 
 // c += a b for a 16x32 A (four registers of four s8), a 32x8 B (two), s32 c.
 __device__ __forceinline__ void plc_mma_s8_k32(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
@@ -422,7 +442,7 @@ __device__ __forceinline__ void plc_mma_s8_k16(int c[4], uint32_t a0, uint32_t a
 #define PLC_MMQ_WARPS 4   // warps a block
 #define PLC_MMQ_WROWS 32  // weight rows a warp (two tiles of 16)
 #define PLC_MMQ_XROWS 64  // activation rows a block (eight tiles of 8)
-#define PLC_MMQ_STRIDE 12 // words from one weight row's codes to the next in shared memory
+#define PLC_MMQ_STRIDE 8  // words from one weight row's codes to the next in shared memory
 
 // The bytes of a segment of a weight row: eight chunks (a K-quant's block of 256; eight legacy
 // blocks of 32), and the words from one row's segment to the next in shared memory: an odd
@@ -433,12 +453,13 @@ template <int DT> struct plc_mmq_seg {
 };
 
 // dst [n, m] (rows col0 .. of n from blockIdx.y) = x w^T for w [m, k] of type DT and x
-// quantised by plc_quant_acts (xq, xd, xs). wide: w, rowbytes and a segment's size are
+// quantised by plc_quant_acts in plc_mmq's layout (xq, and xd, xs [chunk, ld], their columns
+// from col0 of this launch's first). wide: w, rowbytes and a segment's size are
 // multiples of 4, so that the weights can be read a word at a time (else half-words).
 template <int DT>
 __global__ void __launch_bounds__(PLC_MMQ_WARPS * PLC_WARP)
-    plc_mmq(const uint8_t *w, int64_t rowbytes, int64_t m, const int8_t *xq, const float *xd, const float *xs, int64_t n,
-            int64_t k, float *dst, int wide) {
+    plc_mmq(const uint8_t *w, int64_t rowbytes, int64_t m, const int8_t *xq, const float *xd, const float *xs, int64_t ld,
+            int64_t n, int64_t k, float *dst, int wide) {
     constexpr bool kq = plc_kquant<DT>::value, minimum = DT == PLC_Q4_1 || DT == PLC_Q5_1;
     constexpr int seg = plc_mmq_seg<DT>::bytes, stride = plc_mmq_seg<DT>::stride;
     __shared__ __align__(16) uint32_t sq[PLC_MMQ_WARPS][PLC_MMQ_WROWS * PLC_MMQ_STRIDE];
@@ -504,9 +525,10 @@ __global__ void __launch_bounds__(PLC_MMQ_WARPS * PLC_WARP)
             d1 = d0;
         }
         __syncwarp();  // every lane has read the last chunk's codes
+        // the codes in the order of plc_mmq_pos: a lane's two A registers of a row are one word pair
         uint4 *o = reinterpret_cast<uint4 *>(sw + lane * PLC_MMQ_STRIDE);
-        o[0] = make_uint4(q[0], q[1], q[2], q[3]);
-        o[1] = make_uint4(q[4], q[5], q[6], q[7]);
+        o[0] = make_uint4(q[0], q[4], q[1], q[5]);
+        o[1] = make_uint4(q[2], q[6], q[3], q[7]);
         ss[warp][lane] = make_float4(d0, d1, mn, 0.f);
         __syncwarp();
         uint32_t a[2][4];
@@ -514,35 +536,32 @@ __global__ void __launch_bounds__(PLC_MMQ_WARPS * PLC_WARP)
 #pragma unroll
         for (int mt = 0; mt < 2; mt++) {
             const int r = mt * 16 + g;
-            a[mt][0] = sw[r * PLC_MMQ_STRIDE + t];
-            a[mt][1] = sw[(r + 8) * PLC_MMQ_STRIDE + t];
-            a[mt][2] = sw[r * PLC_MMQ_STRIDE + 4 + t];
-            a[mt][3] = sw[(r + 8) * PLC_MMQ_STRIDE + 4 + t];
+            const uint2 lo = *reinterpret_cast<const uint2 *>(sw + r * PLC_MMQ_STRIDE + 2 * t);
+            const uint2 hi = *reinterpret_cast<const uint2 *>(sw + (r + 8) * PLC_MMQ_STRIDE + 2 * t);
+            a[mt][0] = lo.x;  // row r, elements 4t .. 4t+3
+            a[mt][1] = hi.x;  // row r + 8
+            a[mt][2] = lo.y;  // row r, elements 16+4t .. 16+4t+3
+            a[mt][3] = hi.y;
             sc[mt][0] = ss[warp][r];
             sc[mt][1] = ss[warp][r + 8];
         }
 #pragma unroll
         for (int nt = 0; nt < 8; nt++) {
             if (nt * 8 >= ncols) break;  // the same for the whole warp
-            // B: this lane's activation row nt*8 + g, elements 4t.. and 16 + 4t.. of the chunk
-            uint32_t b0 = 0u, b1 = 0u;
-            if (nt * 8 + g < ncols) {
-                const int8_t *xr = xq + (col0 + nt * 8 + g) * k + c * 32;
-                b0 = *reinterpret_cast<const uint32_t *>(xr + 4 * t);
-                b1 = *reinterpret_cast<const uint32_t *>(xr + 16 + 4 * t);
+            // B: this lane's activation row nt*8 + g, elements 4t.. and 16 + 4t.. of the chunk,
+            // side by side in plc_mmq_pos's order
+            uint2 b = make_uint2(0u, 0u);
+            if (nt * 8 + g < ncols) b = *reinterpret_cast<const uint2 *>(xq + (col0 + nt * 8 + g) * k + c * 32 + 8 * t);
+            const uint32_t b0 = b.x, b1 = b.y;
+            // the activations' scales for this lane's result columns nt*8 + 2t and + 1, side by
+            // side in the scales' [chunk, ld] layout (ld even: the second is there, past n or not)
+            float2 sx = make_float2(0.f, 0.f), smv = make_float2(0.f, 0.f);
+            if (nt * 8 + 2 * t < ncols) {
+                const int64_t at = col0 + nt * 8 + 2 * t;
+                sx = *reinterpret_cast<const float2 *>(xd + (kq ? c / 8 : c) * ld + at);
+                if (kq || minimum) smv = *reinterpret_cast<const float2 *>(xs + c * ld + at);
             }
-            // the activations' scales for this lane's result columns nt*8 + 2t and + 1
-            float sx[2], sm[2];
-#pragma unroll
-            for (int j = 0; j < 2; j++) {
-                const int col = nt * 8 + 2 * t + j;
-                sx[j] = sm[j] = 0.f;
-                if (col < ncols) {
-                    const int64_t xr = col0 + col;
-                    sx[j] = kq ? xd[xr * (nch / 8) + c / 8] : xd[xr * nch + c];
-                    if (kq || minimum) sm[j] = xs[xr * nch + c];
-                }
-            }
+            const float sxs[2] = {sx.x, sx.y}, sm[2] = {smv.x, smv.y};
 #pragma unroll
             for (int mt = 0; mt < 2; mt++) {
                 if constexpr (kq) {
@@ -552,7 +571,7 @@ __global__ void __launch_bounds__(PLC_MMQ_WARPS * PLC_WARP)
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
                         const float4 r = sc[mt][i / 2];
-                        acc[mt][nt][i] += sx[i % 2] * (r.x * (float)lo[i] + r.y * (float)hi[i]) - r.z * sm[i % 2];
+                        acc[mt][nt][i] += sxs[i % 2] * (r.x * (float)lo[i] + r.y * (float)hi[i]) - r.z * sm[i % 2];
                     }
                 } else {
                     int s4[4] = {0, 0, 0, 0};
@@ -560,7 +579,7 @@ __global__ void __launch_bounds__(PLC_MMQ_WARPS * PLC_WARP)
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
                         const float4 r = sc[mt][i / 2];
-                        float v = r.x * sx[i % 2] * (float)s4[i];
+                        float v = r.x * sxs[i % 2] * (float)s4[i];
                         if (minimum) v += r.z * sm[i % 2];
                         acc[mt][nt][i] += v;
                     }
@@ -584,10 +603,11 @@ __global__ void __launch_bounds__(PLC_MMQ_WARPS * PLC_WARP)
 // activations once for them all.
 template <int DT>
 static int plc_mmq_segs(plc_ctx *ctx, const plc_segs &segs, const float *x, int64_t n, int64_t k) {
-    const int64_t rowbytes = k / 32 / plc_qtype<DT>::chunks * plc_qtype<DT>::bytes, nch = k / 32;
+    const int64_t rowbytes = k / 32 / plc_qtype<DT>::chunks * plc_qtype<DT>::bytes;
+    const int64_t ld = n + (n & 1);  // even, so that two columns' scales are one aligned float2
     int8_t *xq;
     float *xd, *xs;
-    int st = plc_quant_acts<DT>(ctx, x, n, k, &xq, &xd, &xs);
+    int st = plc_quant_acts<DT>(ctx, x, n, k, ld, &xq, &xd, &xs);
     if (st != PLC_OK) return st;
     const int64_t slab = (int64_t)65535 * PLC_MMQ_XROWS;  // activation rows a launch (gridDim.y)
     for (int s = 0; s < segs.count; s++) {
@@ -597,8 +617,7 @@ static int plc_mmq_segs(plc_ctx *ctx, const plc_segs &segs, const float *x, int6
             const int64_t nn = n - c0 < slab ? n - c0 : slab;
             const dim3 grid((unsigned)((m + wtile - 1) / wtile), (unsigned)((nn + PLC_MMQ_XROWS - 1) / PLC_MMQ_XROWS));
             plc_mmq<DT><<<grid, PLC_MMQ_WARPS * PLC_WARP, 0, ctx->stream>>>(
-                (const uint8_t *)segs.w[s], rowbytes, m, xq + c0 * k, xd + c0 * (plc_kquant<DT>::value ? nch / 8 : nch),
-                xs + c0 * nch, nn, k, segs.dst[s] + c0 * m,
+                (const uint8_t *)segs.w[s], rowbytes, m, xq + c0 * k, xd + c0, xs + c0, ld, nn, k, segs.dst[s] + c0 * m,
                 plc_mmq_seg<DT>::bytes % 4 == 0 && rowbytes % 4 == 0 && (uintptr_t)segs.w[s] % 4 == 0);
             if ((st = plc_launched(ctx, "matmul: int8 tensor-core kernel")) != PLC_OK) return st;
         }
