@@ -130,8 +130,8 @@ __device__ __forceinline__ void plc_gemv_store(const float *acc, int n, float *d
 // (quantize_row_q8_0 / q8_1 as its x86 code computes them, which the CPU backends follow): per
 // 32 elements d = amax/127, codes round-half-even(x * (127/amax)), d kept as its F16 value, and
 // Q8_1's s = F16(d * sum of codes) with d unrounded. One warp per block of 32: xq [n, k] codes,
-// xd, xs [n, k/32]; or, with ld > 0, the layout of plc_mmq: each block's codes in the order of
-// plc_mmq_pos, and xd, xs [k/32, ld] (ld >= n).
+// xd, xs [n, k/32]; or, with ld > 0, the layout of plc_mmq: codes by chunk, [k/32, ld, 32],
+// each block's in the order of plc_mmq_pos, and xd, xs [k/32, ld] (ld >= n).
 __device__ __forceinline__ int plc_mmq_pos(int e) { return e < 16 ? (e / 4) * 8 + e % 4 : ((e - 16) / 4) * 8 + 4 + e % 4; }
 
 __global__ void __launch_bounds__(128)
@@ -143,7 +143,8 @@ __global__ void __launch_bounds__(128)
     const float amax = plc_warp_max(fabsf(v));
     const float dd = amax / 127.f, id = amax != 0.f ? 127.f / amax : 0.f;
     const int q = (int)fminf(fmaxf(rintf(v * id), -127.f), 127.f);  // a NaN to -127, as on a GPU and the emulation alike
-    xq[b * 32 + (ld > 0 ? plc_mmq_pos(lane) : lane)] = (int8_t)q;
+    if (ld > 0) xq[((b % nch) * ld + b / nch) * 32 + plc_mmq_pos(lane)] = (int8_t)q;
+    else xq[b * 32 + lane] = (int8_t)q;
     const float sum = plc_warp_sum((float)q);  // at most 32 * 127: exact
     if (lane == 0) {
         const int64_t at = ld > 0 ? (b % nch) * ld + b / nch : b;
@@ -158,7 +159,8 @@ __global__ void __launch_bounds__(128)
 // codes min(127, round-half-even(iscale * x)), d = 1/iscale kept as float. One warp per block of
 // 256, eight elements a lane: xq [n, k] codes, xd [n, k/256] scales, xs [n, k/32] each 32's
 // scale times its code sum (what the weights' minimum multiplies); or, with ld > 0, the layout of
-// plc_mmq: each 32's codes in the order of plc_mmq_pos, xd [k/256, ld], xs [k/32, ld].
+// plc_mmq: codes [k/32, ld, 32], each 32's in the order of plc_mmq_pos, xd [k/256, ld],
+// xs [k/32, ld].
 __global__ void __launch_bounds__(128)
     plc_quant_q8k(int8_t *xq, float *xd, float *xs, const float *x, int64_t nblocks, int64_t nsup, int64_t ld) {
     const int lane = threadIdx.x % PLC_WARP;
@@ -196,7 +198,7 @@ __global__ void __launch_bounds__(128)
     }
     if (ld > 0) {
         // this lane's elements 8(lane%4) .. +7 of its 32, four at a time, where plc_mmq_pos puts them
-        int8_t *o = xq + b * 256 + (lane / 4) * 32;
+        int8_t *o = xq + ((b % nsup * 8 + lane / 4) * ld + b / nsup) * 32;
         *reinterpret_cast<uint32_t *>(o + plc_mmq_pos(8 * (lane % 4))) = w[0];
         *reinterpret_cast<uint32_t *>(o + plc_mmq_pos(8 * (lane % 4) + 4)) = w[1];
     } else {
@@ -362,7 +364,7 @@ static void plc_launch_gemv_q8(plc_ctx *ctx, const plc_segs &segs, const int8_t 
 template <int DT>
 static int plc_quant_acts(plc_ctx *ctx, const float *x, int64_t n, int64_t k, int64_t ld, int8_t **xq, float **xd, float **xs) {
     const int64_t nb = n * (k / 32);
-    const size_t qbytes = plc_round_up((size_t)(n * k), 256),
+    const size_t qbytes = plc_round_up((size_t)((ld > 0 ? ld : n) * k), 256),
                  fbytes = plc_round_up((size_t)((ld > 0 ? ld : n) * (k / 32)) * sizeof(float), 256);
     void *work;
     int st = plc_work(ctx, qbytes + 2 * fbytes, &work);
@@ -439,10 +441,35 @@ __device__ __forceinline__ void plc_mma_s8_k16(int c[4], uint32_t a0, uint32_t a
 #endif
 }
 
+// plc_s32_to_f32 is (float)v for |v| < 2^22, as an integer add and a float subtraction: the
+// bits of 1.5 * 2^23 + v read as a float are exactly that number. (The conversion instruction
+// runs at a quarter of their rate.)
+__device__ __forceinline__ float plc_s32_to_f32(int v) { return __int_as_float(v + 0x4B400000) - 12582912.f; }
+
 #define PLC_MMQ_WARPS 4   // warps a block
 #define PLC_MMQ_WROWS 32  // weight rows a warp (two tiles of 16)
 #define PLC_MMQ_XROWS 64  // activation rows a block (eight tiles of 8)
 #define PLC_MMQ_STRIDE 8  // words from one weight row's codes to the next in shared memory
+
+// plc_mmq_copy copies E elements of T (a whole segment) of each of a warp's first rows rows from
+// src (rows rowbytes apart) to dst (rows dstride elements apart): element f of the warp's
+// 32 * E is lane f % 32's, eight at a time, so that each lane has eight loads in flight.
+template <typename T, int E>
+__device__ __forceinline__ void plc_mmq_copy(T *dst, int dstride, const uint8_t *src, int64_t rowbytes, int rows, int lane) {
+    for (int f0 = 0; f0 < PLC_MMQ_WROWS * E; f0 += 8 * PLC_WARP) {
+        T v[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int f = f0 + j * PLC_WARP + lane, r = f / E;
+            v[j] = r < rows ? *reinterpret_cast<const T *>(src + r * rowbytes + (int64_t)sizeof(T) * (f - r * E)) : T(0);
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int f = f0 + j * PLC_WARP + lane, r = f / E;
+            if (r < rows) dst[r * dstride + f - r * E] = v[j];
+        }
+    }
+}
 
 // The bytes of a segment of a weight row: eight chunks (a K-quant's block of 256; eight legacy
 // blocks of 32), and the words from one row's segment to the next in shared memory: an odd
@@ -493,25 +520,35 @@ __global__ void __launch_bounds__(PLC_MMQ_WARPS * PLC_WARP)
             const int nb = nch - c < 8 ? (int)(nch - c) * plc_qtype<DT>::bytes : seg;
             const uint8_t *src = wbase + (c / 8) * seg;
             __syncwarp();  // every lane has expanded its chunks of the last segment
-            // (r, i): the row and word (half-word) of this lane's next copy
-            if (wide) {
-                const int words = nb / 4;  // nb is a multiple of 4 where rowbytes is
-                int r = 0, i = lane;
-                while (r < rows && i >= words) i -= words, r++;
-                while (r < rows) {
-                    sr[r * stride + i] = *reinterpret_cast<const uint32_t *>(src + r * rowbytes + 4 * i);
-                    i += PLC_WARP;
-                    while (r < rows && i >= words) i -= words, r++;
+            if (nb == seg) {
+                if constexpr (seg % 4 == 0) {
+                    if (wide) plc_mmq_copy<uint32_t, seg / 4>(sr, stride, src, rowbytes, rows, lane);
+                    else plc_mmq_copy<uint16_t, seg / 2>(reinterpret_cast<uint16_t *>(sr), 2 * stride, src, rowbytes, rows, lane);
+                } else {
+                    plc_mmq_copy<uint16_t, seg / 2>(reinterpret_cast<uint16_t *>(sr), 2 * stride, src, rowbytes, rows, lane);
                 }
             } else {
-                const int halves = nb / 2;  // every block type's size is even
-                uint16_t *sh = reinterpret_cast<uint16_t *>(sr);
-                int r = 0, i = lane;
-                while (r < rows && i >= halves) i -= halves, r++;
-                while (r < rows) {
-                    sh[r * 2 * stride + i] = *reinterpret_cast<const uint16_t *>(src + r * rowbytes + 2 * i);
-                    i += PLC_WARP;
+                // a legacy row's last, shorter segment: (r, i) is the row and word (half-word) of
+                // this lane's next copy
+                if (wide) {
+                    const int words = nb / 4;  // nb is a multiple of 4 where rowbytes is
+                    int r = 0, i = lane;
+                    while (r < rows && i >= words) i -= words, r++;
+                    while (r < rows) {
+                        sr[r * stride + i] = *reinterpret_cast<const uint32_t *>(src + r * rowbytes + 4 * i);
+                        i += PLC_WARP;
+                        while (r < rows && i >= words) i -= words, r++;
+                    }
+                } else {
+                    const int halves = nb / 2;  // every block type's size is even
+                    uint16_t *sh = reinterpret_cast<uint16_t *>(sr);
+                    int r = 0, i = lane;
                     while (r < rows && i >= halves) i -= halves, r++;
+                    while (r < rows) {
+                        sh[r * 2 * stride + i] = *reinterpret_cast<const uint16_t *>(src + r * rowbytes + 2 * i);
+                        i += PLC_WARP;
+                        while (r < rows && i >= halves) i -= halves, r++;
+                    }
                 }
             }
             __syncwarp();
@@ -551,7 +588,7 @@ __global__ void __launch_bounds__(PLC_MMQ_WARPS * PLC_WARP)
             // B: this lane's activation row nt*8 + g, elements 4t.. and 16 + 4t.. of the chunk,
             // side by side in plc_mmq_pos's order
             uint2 b = make_uint2(0u, 0u);
-            if (nt * 8 + g < ncols) b = *reinterpret_cast<const uint2 *>(xq + (col0 + nt * 8 + g) * k + c * 32 + 8 * t);
+            if (nt * 8 + g < ncols) b = *reinterpret_cast<const uint2 *>(xq + (c * ld + col0 + nt * 8 + g) * 32 + 8 * t);
             const uint32_t b0 = b.x, b1 = b.y;
             // the activations' scales for this lane's result columns nt*8 + 2t and + 1, side by
             // side in the scales' [chunk, ld] layout (ld even: the second is there, past n or not)
@@ -571,7 +608,8 @@ __global__ void __launch_bounds__(PLC_MMQ_WARPS * PLC_WARP)
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
                         const float4 r = sc[mt][i / 2];
-                        acc[mt][nt][i] += sxs[i % 2] * (r.x * (float)lo[i] + r.y * (float)hi[i]) - r.z * sm[i % 2];
+                        // |lo|, |hi| <= 16 * 127 * 63 < 2^22
+                        acc[mt][nt][i] += sxs[i % 2] * (r.x * plc_s32_to_f32(lo[i]) + r.y * plc_s32_to_f32(hi[i])) - r.z * sm[i % 2];
                     }
                 } else {
                     int s4[4] = {0, 0, 0, 0};
@@ -579,7 +617,7 @@ __global__ void __launch_bounds__(PLC_MMQ_WARPS * PLC_WARP)
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
                         const float4 r = sc[mt][i / 2];
-                        float v = r.x * sxs[i % 2] * (float)s4[i];
+                        float v = r.x * sxs[i % 2] * plc_s32_to_f32(s4[i]);  // |s4| <= 32 * 127 * 127 < 2^22
                         if (minimum) v += r.z * sm[i % 2];
                         acc[mt][nt][i] += v;
                     }
@@ -604,7 +642,7 @@ __global__ void __launch_bounds__(PLC_MMQ_WARPS * PLC_WARP)
 template <int DT>
 static int plc_mmq_segs(plc_ctx *ctx, const plc_segs &segs, const float *x, int64_t n, int64_t k) {
     const int64_t rowbytes = k / 32 / plc_qtype<DT>::chunks * plc_qtype<DT>::bytes;
-    const int64_t ld = n + (n & 1);  // even, so that two columns' scales are one aligned float2
+    const int64_t ld = (n + 7) & ~(int64_t)7;  // two columns' scales one aligned float2, four lanes' one sector
     int8_t *xq;
     float *xd, *xs;
     int st = plc_quant_acts<DT>(ctx, x, n, k, ld, &xq, &xd, &xs);
@@ -617,7 +655,7 @@ static int plc_mmq_segs(plc_ctx *ctx, const plc_segs &segs, const float *x, int6
             const int64_t nn = n - c0 < slab ? n - c0 : slab;
             const dim3 grid((unsigned)((m + wtile - 1) / wtile), (unsigned)((nn + PLC_MMQ_XROWS - 1) / PLC_MMQ_XROWS));
             plc_mmq<DT><<<grid, PLC_MMQ_WARPS * PLC_WARP, 0, ctx->stream>>>(
-                (const uint8_t *)segs.w[s], rowbytes, m, xq + c0 * k, xd + c0, xs + c0, ld, nn, k, segs.dst[s] + c0 * m,
+                (const uint8_t *)segs.w[s], rowbytes, m, xq + c0 * 32, xd + c0, xs + c0, ld, nn, k, segs.dst[s] + c0 * m,
                 plc_mmq_seg<DT>::bytes % 4 == 0 && rowbytes % 4 == 0 && (uintptr_t)segs.w[s] % 4 == 0);
             if ((st = plc_launched(ctx, "matmul: int8 tensor-core kernel")) != PLC_OK) return st;
         }
