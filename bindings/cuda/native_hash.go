@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "c3243c87772d5a17aa97c2cbe5e06ec3885b0855e01ec6a2b496c5033b1062a9"
+const nativeSources = "e79e793faac76bdee9aebb9ddf24ae74cd08490d09db3194a6830e3e774c6190"

@@ -408,12 +408,13 @@ static int plc_gemv_q_segs(plc_ctx *ctx, const plc_segs &segs, const float *x, i
 // that the weights are read whole cache lines at a time. Per chunk each lane then expands its
 // own row's 32 codes from there (plc_qint32/plc_kint32; the rows an odd number of words apart,
 // so that no two lanes' reads meet in a bank) into the warp's rows of codes, from which the A
-// fragments are read. The activations are quantised for it in a layout of its own: each 32's
-// codes reordered (plc_mmq_pos) so that a lane's two B registers, elements 4t.. and 16+4t..,
-// are one 8-byte read, and the scales stored by chunk, [k/32, ld], so that the scales of a
-// lane's two result columns are one 8-byte read too, which its neighbours' reads continue. The
-// weights' codes go to the rows of codes in the same order (rows 8 words apart: the fragments'
-// 8-byte reads meet in no bank, the 16-byte stores in pairs).
+// fragments are read. The activations are quantised for it in a layout of its own: codes by
+// chunk, [k/32, ld, 32], so that a fragment's eight rows are one 256-byte run, each 32
+// reordered (plc_mmq_pos) so that a lane's two B registers, elements 4t.. and 16+4t.., are one
+// 8-byte read; and the scales by chunk, [k/32, ld] with ld a multiple of 8, so that the scales
+// of a lane's two result columns are one 8-byte read, four lanes' one sector. The weights'
+// codes go to the rows of codes in the same order (rows 8 words apart: the fragments' 8-byte
+// reads meet in no bank, the 16-byte stores in pairs).
 
 // c += a b for a 16x32 A (four registers of four s8), a 32x8 B (two), s32 c.
 __device__ __forceinline__ void plc_mma_s8_k32(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
