@@ -67,12 +67,9 @@ func factory(opts backend.Options) (backend.Backend, error) {
 		o.Device = d
 	}
 	o.ExactF32 = strings.TrimSpace(os.Getenv(EnvTF32)) == "0"
-	switch v := strings.TrimSpace(os.Getenv(EnvGraphs)); v {
-	case "", "0":
-	case "1":
-		o.Graphs = true
-	default:
-		return nil, fmt.Errorf("cuda: %s=%q: want 0 or 1", EnvGraphs, v)
+	var err error
+	if o.Graphs, err = envSwitch(EnvGraphs, false); err != nil {
+		return nil, err
 	}
 	switch v := strings.TrimSpace(os.Getenv(EnvFlash)); v {
 	case "", "simt":
@@ -81,14 +78,24 @@ func factory(opts backend.Options) (backend.Backend, error) {
 	default:
 		return nil, fmt.Errorf("cuda: %s=%q: want mma or simt", EnvFlash, v)
 	}
-	switch v := strings.TrimSpace(os.Getenv(EnvMMQ)); v {
-	case "", "1":
-	case "0":
-		o.QuantF16 = true
-	default:
-		return nil, fmt.Errorf("cuda: %s=%q: want 0 or 1", EnvMMQ, v)
+	mmq, err := envSwitch(EnvMMQ, true)
+	if err != nil {
+		return nil, err
 	}
+	o.QuantF16 = !mmq
 	return New(o)
+}
+
+// envSwitch reads the environment variable name as "0" (off) or "1" (on); def when unset.
+func envSwitch(name string, def bool) (bool, error) {
+	switch v := strings.TrimSpace(os.Getenv(name)); v {
+	case "":
+		return def, nil
+	case "0", "1":
+		return v == "1", nil
+	default:
+		return false, fmt.Errorf("cuda: %s=%q: want 0 or 1", name, v)
+	}
 }
 
 // Backend is the CUDA backend.
