@@ -577,6 +577,85 @@ func TestServeGracefulShutdown(t *testing.T) {
 	}
 }
 
+// TestServeShutdownPastGrace: streams still running or queued when the grace period
+// ($PARLEY_SHUTDOWN_GRACE, 1 s here) runs out each end with the cancellation's error event and
+// [DONE], not a cut connection, and the server exits.
+func TestServeShutdownPastGrace(t *testing.T) {
+	model := filepath.Join(t.TempDir(), "s15M.gguf")
+	if res := parley(t, "", "synth", "--shape", "15M", "--type", "f32", "-o", model); res.code != 0 {
+		t.Fatalf("synth: %s", res.stderr)
+	}
+	srv := startServerEnv(t, []string{"PARLEY_SHUTDOWN_GRACE=1s"}, "-m", "stories="+model, "--backend", "go", "-t", "1", "--parallel", "1")
+	// Four requests of 250 tokens, one at a time: seconds of work against a second of grace.
+	const n = 4
+	bodies := make([]chan []byte, n)
+	for i := range bodies {
+		bodies[i] = make(chan []byte, 1)
+		go func(i int) {
+			resp, err := http.Post(srv.base+"/v1/completions", "application/json", strings.NewReader(
+				`{"model":"stories","prompt":"Once upon a time","max_tokens":250,"stream":true,"ignore_eos":true}`))
+			if err != nil {
+				bodies[i] <- []byte("POST: " + err.Error())
+				return
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				b = append(b, "\nREAD: "+err.Error()...)
+			}
+			bodies[i] <- b
+		}(i)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; { // one running, three queued
+		resp, err := http.Get(srv.base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if bytes.Contains(m, []byte(`parley_queue_depth{model="stories"} 3`)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the requests were not all submitted")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	cut := 0
+	for i, ch := range bodies {
+		var b []byte
+		select {
+		case b = <-ch:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("stream %d did not end", i)
+		}
+		if !bytes.HasSuffix(b, []byte("data: [DONE]\n\n")) {
+			t.Fatalf("stream %d did not end with [DONE]: ...%s", i, b[max(0, len(b)-300):])
+		}
+		if !bytes.Contains(b, []byte(`"finish_reason":"length"`)) {
+			if !bytes.Contains(b, []byte(`"error":`)) {
+				t.Fatalf("stream %d stopped early without an error event: ...%s", i, b[max(0, len(b)-300):])
+			}
+			cut++
+		}
+	}
+	if cut == 0 {
+		t.Fatal("every stream finished within the grace period, so this tested nothing")
+	}
+	select {
+	case err := <-srv.done:
+		if err != nil {
+			t.Fatalf("server exit: %v\n%s", err, srv.stderr.String())
+		}
+		srv.done <- nil
+	case <-time.After(20 * time.Second):
+		t.Fatal("server did not exit after SIGTERM")
+	}
+}
+
 // fakeHub serves data at path as the Hugging Face hub serves a file (its SHA-256 as the ETag,
 // ranges), counting the requests; it closes at the end of the test.
 func fakeHub(t *testing.T, path string, data []byte) (*httptest.Server, *atomic.Int64) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
+	"os"
 	"strconv"
 	"strings"
 
@@ -36,8 +38,17 @@ type backendFlags struct {
 func addBackendFlags(fs *flag.FlagSet) backendFlags {
 	return backendFlags{
 		name:    fs.String("backend", "", "compute backend: "+strings.Join(append(backend.Names(), "auto"), ", ")+" (default $"+backend.EnvVar+" or auto)"),
-		threads: fs.Int("t", 0, "CPU threads (0: one per core)"),
+		threads: fs.Int("t", threadsDefault(), "CPU threads (0: one per core; default $PARLEY_THREADS or 0)"),
 	}
+}
+
+// threadsDefault is $PARLEY_THREADS when it is a number, else 0.
+func threadsDefault() int {
+	n, err := strconv.Atoi(os.Getenv("PARLEY_THREADS"))
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 func (bf backendFlags) open(e *env) (backend.Backend, error) {
@@ -121,4 +132,14 @@ func (b biasFlag) Set(s string) error {
 	}
 	b[int32(id)] = float32(bias)
 	return nil
+}
+
+// isTerminal reports whether w is a terminal (a character device), where a redrawn line belongs.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -59,7 +60,7 @@ func runServe(e *env, args []string) error {
 	cors := fs.String("cors", envDefault("PARLEY_CORS", ""), "comma-separated origins browsers may call from (* for any)")
 	maxBody := fs.Int64("max-body", int64(envInt("PARLEY_MAX_BODY", 4<<20)), "largest request body in bytes")
 	timeout := fs.Duration("timeout", 10*time.Minute, "longest a generation may run ($PARLEY_TIMEOUT)")
-	grace := fs.Duration("shutdown-grace", 30*time.Second, "on SIGTERM, how long in-flight requests may finish")
+	grace := fs.Duration("shutdown-grace", 30*time.Second, "on SIGTERM, how long in-flight requests and live transcriptions may finish ($PARLEY_SHUTDOWN_GRACE)")
 	logFormat := fs.String("log-format", envDefault("PARLEY_LOG_FORMAT", "text"), "log format: text or json")
 	logLevel := fs.String("log-level", envDefault("PARLEY_LOG_LEVEL", "info"), "log level: trace, debug, info, warn, error")
 	kvType := fs.String("kv-type", envDefault("PARLEY_KV_TYPE", "f16"), kvTypeUsage)
@@ -69,6 +70,8 @@ func runServe(e *env, args []string) error {
 	maxAudio := fs.Int64("max-audio-body", int64(envInt("PARLEY_MAX_AUDIO_BODY", 25<<20)), "largest audio upload in bytes")
 	maxAudioDur := fs.Duration("max-audio-duration", 2*time.Hour, "longest audio accepted for transcription ($PARLEY_MAX_AUDIO_DURATION)")
 	maxStreams := fs.Int("max-streams", envInt("PARLEY_MAX_STREAMS", 16), "live transcription sessions (/v1/audio/stream) open at once")
+	asrBeam := fs.Int("asr-beam", envInt("PARLEY_ASR_BEAM", 1), "beam size of transcriptions (1: greedy)")
+	asrBestOf := fs.Int("asr-best-of", envInt("PARLEY_ASR_BEST_OF", whisper.DefaultParams().BestOf), "candidates sampled at temperatures above 0 (transcriptions' fallback)")
 	prefix := fs.Bool("prefix-cache", envDefault("PARLEY_PREFIX_CACHE", "true") != "false", "reuse the KV blocks of prompt prefixes shared between requests")
 	if v, ok := os.LookupEnv("PARLEY_TIMEOUT"); ok {
 		if d, err := time.ParseDuration(v); err == nil {
@@ -78,6 +81,11 @@ func runServe(e *env, args []string) error {
 	if v, ok := os.LookupEnv("PARLEY_MAX_AUDIO_DURATION"); ok {
 		if d, err := time.ParseDuration(v); err == nil {
 			*maxAudioDur = d
+		}
+	}
+	if v, ok := os.LookupEnv("PARLEY_SHUTDOWN_GRACE"); ok {
+		if d, err := time.ParseDuration(v); err == nil {
+			*grace = d
 		}
 	}
 	pos, err := parse(fs, args)
@@ -99,6 +107,14 @@ func runServe(e *env, args []string) error {
 	}
 	if *asrParallel < 1 || *asrQueue < 0 || *maxAudio < 1 || *maxAudioDur <= 0 || *maxStreams < 1 || *asrEncode < 1 || *asrEncode > min(*asrParallel, 64) {
 		return usagef("--asr-parallel, --max-audio-body, --max-audio-duration and --max-streams must be positive; --asr-queue not negative; --asr-encode-batch 1..--asr-parallel (64 at most)")
+	}
+	if *grace < 0 {
+		return usagef("--shutdown-grace must not be negative")
+	}
+	asrParams := whisper.DefaultParams()
+	asrParams.BeamSize, asrParams.BestOf = *asrBeam, *asrBestOf
+	if err := asrParams.Validate(); err != nil {
+		return usagef("--asr-beam %d, --asr-best-of %d: %v", *asrBeam, *asrBestOf, err)
 	}
 	kv, err := parseKVType(*kvType)
 	if err != nil {
@@ -165,6 +181,7 @@ func runServe(e *env, args []string) error {
 	var served []*server.Model
 	var speechModels []*server.SpeechModel
 	var scheds []*sched.Scheduler
+	var speechEngines []*whisper.Engine
 	var closers []func()
 	defer func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -185,7 +202,12 @@ func runServe(e *env, args []string) error {
 			closers = append(closers, func() { be.Close() })
 		}
 		if hub.IsRemote(sp.path) {
-			local, err := hub.Resolve(ctx, sp.path, hub.Options{Progress: e.stderr})
+			// The progress bar redraws one line: on a terminal, and not between JSON records.
+			var progress io.Writer
+			if *logFormat != "json" && isTerminal(e.stderr) {
+				progress = e.stderr
+			}
+			local, err := hub.Resolve(ctx, sp.path, hub.Options{Progress: progress})
 			if err != nil {
 				hs.Close()
 				return fmt.Errorf("%s: %w", sp.name, err)
@@ -209,7 +231,8 @@ func runServe(e *env, args []string) error {
 				return fmt.Errorf("%s: %w", sp.name, err)
 			}
 			closers = append(closers, func() { we.Close() })
-			speechModels = append(speechModels, &server.SpeechModel{Name: sp.name, Engine: we})
+			speechModels = append(speechModels, &server.SpeechModel{Name: sp.name, Engine: we, Params: &asrParams})
+			speechEngines = append(speechEngines, we)
 			logger.Info("speech model loaded", "model", sp.name, "path", sp.path, "multilingual", wm.Multilingual(), "parallel", *asrParallel, "took", time.Since(t0).Round(time.Millisecond))
 			continue
 		}
@@ -286,20 +309,37 @@ func runServe(e *env, args []string) error {
 		return err
 	case <-ctx.Done():
 	}
-	// Graceful shutdown: stop accepting, let in-flight requests finish up to the grace period,
-	// then cancel what is left.
+	// Graceful shutdown: stop accepting; let in-flight requests and live transcriptions finish
+	// up to the grace period; then cancel what is left, and give the handlers a few seconds to
+	// tell their clients so (an error event and [DONE] for a stream, 503 for a transcription).
 	logger.Info("shutting down", "grace", *grace)
 	srv.SetReady(false)
 	sctx, cancel := context.WithTimeout(context.Background(), *grace)
 	defer cancel()
+	liveDone := make(chan struct{})
+	go func() {
+		defer close(liveDone)
+		if err := srv.Shutdown(sctx); err != nil {
+			logger.Warn("live transcriptions cut at the end of the grace period", "err", err)
+		}
+	}()
 	shutErr := hs.Shutdown(sctx)
+	<-liveDone
+	if shutErr != nil && !errors.Is(shutErr, context.DeadlineExceeded) {
+		logger.Error("shutdown", "err", shutErr)
+	}
 	for _, s := range scheds {
 		s.Close()
 	}
+	for _, we := range speechEngines {
+		we.Close()
+	}
 	cancelRun()
 	wg.Wait()
-	if shutErr != nil && !errors.Is(shutErr, context.DeadlineExceeded) {
-		return shutErr
+	if shutErr != nil {
+		fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		hs.Shutdown(fctx)
+		fcancel()
 	}
 	hs.Close()
 	logger.Info("stopped")

@@ -33,7 +33,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"iter"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -167,21 +170,90 @@ const (
 	causeTimeout
 )
 
-// Stream is the output of one request.
+// Stream is the output of one request. Its events queue without bound, so the scheduler never
+// waits on a receiver, and take memory only while they wait: a receiver that keeps up reuses one
+// small buffer.
 type Stream struct {
-	ch      chan Event
+	mu    sync.Mutex
+	buf   []Event // events not yet received, from head on
+	head  int
+	ended bool          // after the last event
+	ready chan struct{} // one token: events arrived, or the stream ended
+
 	cause   atomic.Int32
 	s       *Scheduler
 	usage   Usage
 	stopCtx func() bool
 }
 
-// Events delivers the request's events; it is closed after every sequence's Done event. Its
-// buffer holds every event the request can produce, so the scheduler never waits on a receiver.
-func (st *Stream) Events() <-chan Event { return st.ch }
+// put queues ev; last ends the stream after it.
+func (st *Stream) put(ev Event, last bool) {
+	st.mu.Lock()
+	st.buf = append(st.buf, ev)
+	st.ended = st.ended || last
+	st.mu.Unlock()
+	st.signal()
+}
 
-// Usage is valid after Events is closed.
+// end ends the stream.
+func (st *Stream) end() {
+	st.mu.Lock()
+	st.ended = true
+	st.mu.Unlock()
+	st.signal()
+}
+
+func (st *Stream) signal() {
+	select {
+	case st.ready <- struct{}{}:
+	default:
+	}
+}
+
+// Next returns the request's next event, waiting for it until ctx is done (ctx.Err()). After
+// every sequence's Done event it returns io.EOF.
+func (st *Stream) Next(ctx context.Context) (Event, error) {
+	for {
+		st.mu.Lock()
+		if st.head < len(st.buf) {
+			ev := st.buf[st.head]
+			st.buf[st.head] = Event{}
+			if st.head++; st.head == len(st.buf) {
+				st.buf, st.head = st.buf[:0], 0
+			}
+			st.mu.Unlock()
+			return ev, nil
+		}
+		ended := st.ended
+		st.mu.Unlock()
+		if ended {
+			return Event{}, io.EOF
+		}
+		select {
+		case <-st.ready:
+		case <-ctx.Done():
+			return Event{}, ctx.Err()
+		}
+	}
+}
+
+// Events iterates over the request's events, waiting for each, up to its last.
+func (st *Stream) Events() iter.Seq[Event] {
+	return func(yield func(Event) bool) {
+		for {
+			ev, err := st.Next(context.Background())
+			if err != nil || !yield(ev) {
+				return
+			}
+		}
+	}
+}
+
+// Usage is valid once Next has returned io.EOF.
 func (st *Stream) Usage() Usage { return st.usage }
+
+// MaxSeqs is the most sequences one request may ask for (Request.N): Config.MaxActive.
+func (s *Scheduler) MaxSeqs() int { return s.cfg.MaxActive }
 
 // Cancel ends the request at the next step boundary (Reason "cancelled"), releasing its blocks.
 func (st *Stream) Cancel() {
@@ -426,7 +498,7 @@ func (s *Scheduler) Submit(ctx context.Context, r *Request) (*Stream, error) {
 			pick: s.picker != nil && smp.ArgmaxOnly() && !q.logprobs,
 			draw: s.drawer != nil && drawable && !q.logprobs}
 	}
-	st := &Stream{s: s, ch: make(chan Event, n*(r.MaxTokens+1))}
+	st := &Stream{s: s, ready: make(chan struct{}, 1)}
 	st.usage.PromptTokens = p
 	q.st = st
 
@@ -775,7 +847,7 @@ func (s *Scheduler) emit(q *seqState, id int32, err error, lg []float32) {
 	ev.Text = q.copyText(released)
 	switch reason {
 	case decode.NotStopped:
-		r.st.ch <- ev
+		r.st.put(ev, false)
 		return
 	case decode.StopEOS:
 		ev = Event{Seq: q.idx, Token: -1, Text: ev.Text}
@@ -821,7 +893,7 @@ func (s *Scheduler) endSeq(q *seqState, why decode.StopReason, err error) {
 func (s *Scheduler) closeSeq(q *seqState, ev Event) {
 	r := q.r
 	q.done = true
-	r.st.ch <- ev
+	r.st.put(ev, false)
 	if q.kv != nil {
 		q.kv.Release()
 	}
@@ -844,7 +916,7 @@ func (s *Scheduler) closeSeq(q *seqState, ev Event) {
 	if r.st.stopCtx != nil {
 		r.st.stopCtx()
 	}
-	close(r.st.ch)
+	r.st.end()
 }
 
 // endRequest ends every sequence of r not yet done.

@@ -444,3 +444,23 @@ func TestConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamMemory: a request's events take memory as they queue, not up front for every event
+// it could produce: a queued request of four sequences of up to 200,000 tokens each allocates
+// well under a megabyte (its events, had they all been allocated at once, would take tens).
+func TestStreamMemory(t *testing.T) {
+	m := newFake(t, 1<<16, 16, 16, 4)
+	h := newHarness(t, m, Config{})
+	var ms0, ms1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms0)
+	st := h.submit(t, &Request{Prompt: prompt(3, 7), MaxTokens: 200_000, N: 4, Sampling: greedy()})
+	runtime.ReadMemStats(&ms1)
+	if d := ms1.TotalAlloc - ms0.TotalAlloc; d > 1<<20 {
+		t.Errorf("Submit allocated %d bytes", d)
+	}
+	st.Cancel()
+	h.run()
+	for range st.Events() {
+	}
+}

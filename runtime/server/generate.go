@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -150,6 +151,10 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, j *job) {
 		writeError(w, invalidCode(j.promptParam(), "context_length_exceeded", fmt.Sprintf("This model's maximum context length is %d tokens. However, your prompt has %d tokens.", m.ctx, len(j.prompt))))
 		return
 	}
+	if most := m.Sched.MaxSeqs(); g.n > most {
+		writeError(w, invalid("n", fmt.Sprintf("Invalid 'n': this model serves at most %d choices per request, but got %d.", most, g.n)))
+		return
+	}
 	maxTokens := m.ctx - len(j.prompt)
 	if g.maxTokens > 0 {
 		maxTokens = min(maxTokens, g.maxTokens)
@@ -173,6 +178,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, j *job) {
 		return
 	}
 	j.id = ri.id
+	if ri.client {
+		j.id = newID() // two clients may send the same X-Request-Id; response ids stay unique
+	}
 	j.created = ri.start.Unix()
 	if g.stream {
 		s.stream(w, r, j, st)
@@ -206,40 +214,37 @@ func (s *Server) pump(ctx context.Context, j *job, st *sched.Stream, fn func(*sc
 	first := true
 	ttft := s.metrics.ttft.WithLabelValues(j.m.Name)
 	itl := s.metrics.itl.WithLabelValues(j.m.Name)
-	events := st.Events()
 	ok := true
-loop:
 	for {
-		select {
-		case ev, open := <-events:
-			if !open {
-				break loop
-			}
-			if ev.Seq < 0 || ev.Seq >= len(last) {
-				continue
-			}
-			if ev.Token >= 0 {
-				now := time.Now()
-				if first {
-					ttft.Observe(now.Sub(start).Seconds())
-					first = false
-				} else if !last[ev.Seq].IsZero() {
-					itl.Observe(now.Sub(last[ev.Seq]).Seconds())
-				}
-				last[ev.Seq] = now
-			}
-			if !fn(&ev) {
-				ok = false
-				break loop
-			}
-		case <-ctx.Done():
+		ev, err := st.Next(ctx)
+		if err == io.EOF {
+			break
+		}
+		if err != nil { // the client went away
 			ok = false
-			break loop
+			break
+		}
+		if ev.Seq < 0 || ev.Seq >= len(last) {
+			continue
+		}
+		if ev.Token >= 0 {
+			now := time.Now()
+			if first {
+				ttft.Observe(now.Sub(start).Seconds())
+				first = false
+			} else if !last[ev.Seq].IsZero() {
+				itl.Observe(now.Sub(last[ev.Seq]).Seconds())
+			}
+			last[ev.Seq] = now
+		}
+		if !fn(&ev) {
+			ok = false
+			break
 		}
 	}
 	if !ok {
 		st.Cancel()
-		for range events {
+		for range st.Events() {
 		}
 	}
 	u := st.Usage()
@@ -265,6 +270,39 @@ type logprobEntry struct {
 	piece   []byte
 	logprob float64
 	top     []decode.TokenLogprob
+	end     int // bytes of the sequence's text up to the end of piece
+}
+
+// logprobQueue holds one sequence's log-probabilities until the text of their tokens is
+// released. The scheduler sends a token's log-probability with the token but may hold its text
+// back (a possible start of a stop string, an incomplete UTF-8 sequence) and, on a stop string,
+// never release it. An entry is reported once every byte of its token's text is out; those still
+// held when the sequence ends are dropped. So the tokens reported spell a prefix of the text
+// returned and no text_offset passes its end. A token cut by the stop string (" Lily" for stop
+// "Lily") is dropped with the stop, as OpenAI drops it, although some of its bytes are kept.
+type logprobQueue struct {
+	held     []logprobEntry
+	pieces   int // bytes of the pieces of every entry queued
+	released int // bytes of text released
+}
+
+// push takes ev and returns the entries whose text is now wholly released, valid until the
+// next push.
+func (q *logprobQueue) push(j *job, ev *sched.Event) []logprobEntry {
+	if wantsLogprob(j, ev) {
+		e := j.entry(ev)
+		q.pieces += len(e.piece)
+		e.end = q.pieces
+		q.held = append(q.held, e)
+	}
+	q.released += len(ev.Text)
+	k := 0
+	for k < len(q.held) && q.held[k].end <= q.released {
+		k++
+	}
+	ready := q.held[:k:k]
+	q.held = q.held[k:]
+	return ready
 }
 
 // wantsLogprob reports whether ev's token is reported in logprobs: a sampled token that is
@@ -406,6 +444,7 @@ func (s *Server) collect(w http.ResponseWriter, r *http.Request, j *job, st *sch
 	type seqOut struct {
 		text    []byte
 		entries []logprobEntry
+		queue   logprobQueue
 		reason  decode.StopReason
 		err     error
 	}
@@ -413,9 +452,7 @@ func (s *Server) collect(w http.ResponseWriter, r *http.Request, j *job, st *sch
 	if !s.pump(r.Context(), j, st, func(ev *sched.Event) bool {
 		o := &outs[ev.Seq]
 		o.text = append(o.text, ev.Text...)
-		if wantsLogprob(j, ev) {
-			o.entries = append(o.entries, j.entry(ev))
-		}
+		o.entries = append(o.entries, o.queue.push(j, ev)...)
 		if ev.Done {
 			o.reason, o.err = ev.Reason, ev.Err
 		}
@@ -532,34 +569,31 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, st *sche
 			}
 		}
 	}
-	pending := make([][]logprobEntry, j.g.n)
+	queues := make([]logprobQueue, j.g.n)
 	offsets := make([]int, j.g.n)
-	textChunk := func(seq int, text string) bool {
+	textChunk := func(seq int, text string, es []logprobEntry) bool {
 		c := chunkChoiceJSON{Index: seq}
 		if j.chat {
 			c.Delta = &deltaJSON{Content: &text}
 			if j.logprobs >= 0 {
-				c.Logprobs = s.chatLogprobs(j, pending[seq])
+				c.Logprobs = s.chatLogprobs(j, es)
 			}
 		} else {
 			c.Text = &text
 			if j.logprobs >= 0 {
-				c.Logprobs = s.completionLogprobs(j, pending[seq], offsets[seq])
-				for _, e := range pending[seq] {
+				c.Logprobs = s.completionLogprobs(j, es, offsets[seq])
+				for _, e := range es {
 					offsets[seq] += len(e.piece)
 				}
 			}
 		}
-		pending[seq] = pending[seq][:0]
 		return send(chunk(c))
 	}
 	failed := false
 	ok := s.pump(r.Context(), j, st, func(ev *sched.Event) bool {
-		if wantsLogprob(j, ev) {
-			pending[ev.Seq] = append(pending[ev.Seq], j.entry(ev))
-		}
-		if len(ev.Text) > 0 || (ev.Done && len(pending[ev.Seq]) > 0) {
-			if !textChunk(ev.Seq, string(ev.Text)) {
+		es := queues[ev.Seq].push(j, ev)
+		if len(ev.Text) > 0 || len(es) > 0 {
+			if !textChunk(ev.Seq, string(ev.Text), es) {
 				return false
 			}
 		}

@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"math"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -79,7 +82,94 @@ type readyEvent struct {
 // item is one entry of a session's inbox: audio, or a commit or close request after it.
 type item struct {
 	pcm []float32
-	op  string // "", "commit" or "close"
+	op  string // "", "commit", "close" or opShutdown
+}
+
+// opShutdown is the item a server shutdown queues after the audio a session has received: the
+// session transcribes that audio to its end, sends the final text, and closes with 1001.
+const opShutdown = "shutdown"
+
+// liveSet is the open live sessions, which a graceful shutdown lets finish.
+type liveSet struct {
+	mu       sync.Mutex
+	open     map[*live]struct{}
+	draining bool
+	wg       sync.WaitGroup
+}
+
+// add registers lv; false once the server is shutting down.
+func (ls *liveSet) add(lv *live) bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.draining {
+		return false
+	}
+	if ls.open == nil {
+		ls.open = map[*live]struct{}{}
+	}
+	ls.open[lv] = struct{}{}
+	ls.wg.Add(1)
+	return true
+}
+
+func (ls *liveSet) remove(lv *live) {
+	ls.mu.Lock()
+	delete(ls.open, lv)
+	ls.mu.Unlock()
+	ls.wg.Done()
+}
+
+func (ls *liveSet) isDraining() bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.draining
+}
+
+// list returns the open sessions; drain also refuses new ones from now on.
+func (ls *liveSet) list(drain bool) []*live {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ls.draining = ls.draining || drain
+	out := make([]*live, 0, len(ls.open))
+	for lv := range ls.open {
+		out = append(out, lv)
+	}
+	return out
+}
+
+// Shutdown ends the live transcription sessions (GET /v1/audio/stream) gracefully, as
+// http.Server.Shutdown does for requests, whose connections it does not track once upgraded:
+// new sessions are refused (503), and each open session transcribes the audio it has received,
+// sends its final text, and closes with 1001 and the "shutting_down" event. Sessions still open
+// when ctx ends are closed at once, their transcription cancelled; Shutdown then returns
+// ctx.Err(). It does not close the engines.
+func (s *Server) Shutdown(ctx context.Context) error {
+	for _, lv := range s.lives.list(true) {
+		lv.push(item{op: opShutdown}, math.MaxInt)
+	}
+	done := make(chan struct{})
+	go func() {
+		s.lives.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	for _, lv := range s.lives.list(true) {
+		lv.end(websocket.StatusGoingAway, "server shutting down", shuttingDown())
+		lv.cancel()
+	}
+	select { // cancelled sessions end within a step of their engine; do not wait on a stuck one
+	case <-done:
+	case <-time.After(5 * time.Second):
+	}
+	return ctx.Err()
+}
+
+func shuttingDown() *errorEvent {
+	return &errorEvent{Code: "shutting_down", Message: "The server is shutting down."}
 }
 
 // live is one WebSocket transcription session.
@@ -94,6 +184,7 @@ type live struct {
 	inbox   []item
 	backlog int // samples in inbox
 	wake    chan struct{}
+	cancel  context.CancelFunc // ends run's context
 
 	// The session is idle when the client has sent nothing for the idle timeout and nothing of
 	// its is being transcribed: a client waiting for the results of audio it sent faster than
@@ -125,6 +216,10 @@ func (s *Server) audioStream(w http.ResponseWriter, r *http.Request) {
 	cfg.Params.InitialPrompt = q.Get("prompt")
 	cfg.Params.Timeout = 0
 	cfg.IsSpecial = m.Engine.Vocab().IsSpecial
+	if s.lives.isDraining() {
+		writeError(w, &apiError{Status: http.StatusServiceUnavailable, Message: "The server is shutting down.", Type: typeServer, Code: strptr("shutting_down"), RetryAfter: 5})
+		return
+	}
 	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
 		w.Header().Set("Upgrade", "websocket")
 		writeError(w, &apiError{Status: http.StatusUpgradeRequired, Message: "This endpoint speaks WebSocket: send a WebSocket upgrade request.", Type: typeInvalidRequest})
@@ -199,6 +294,12 @@ func (lv *live) end(code websocket.StatusCode, reason string, ev *errorEvent) {
 func (lv *live) run(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	lv.cancel = cancel
+	if !lv.s.lives.add(lv) {
+		lv.end(websocket.StatusGoingAway, "server shutting down", shuttingDown())
+		return
+	}
+	defer lv.s.lives.remove(lv)
 	cfg := &lv.s.cfg.Stream
 	lv.idle = time.AfterFunc(time.Hour, func() { // armed below, once lv.idle is set
 		if lv.busy.Load() || lv.pending() {
@@ -230,6 +331,13 @@ func (lv *live) read(ctx context.Context, maxBacklog int) {
 	for {
 		typ, b, err := lv.c.Read(ctx)
 		if err != nil {
+			// Not a close from the client, nor the connection going away, nor the session
+			// ending: a frame that breaks the protocol (the library closes with 1002 for most
+			// such frames itself, but not for an unmasked one).
+			if websocket.CloseStatus(err) == -1 && ctx.Err() == nil && !errors.Is(err, io.EOF) &&
+				!errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, net.ErrClosed) {
+				lv.end(websocket.StatusProtocolError, "protocol error", nil)
+			}
 			return
 		}
 		lv.idle.Reset(lv.s.cfg.Stream.IdleTimeout)
@@ -348,8 +456,12 @@ func (lv *live) work(ctx context.Context) {
 			if !lv.emit(ctx, evs, err) {
 				return
 			}
-			if it.op == "close" {
+			switch it.op {
+			case "close":
 				lv.end(websocket.StatusNormalClosure, "closed by the client", nil)
+				return
+			case opShutdown:
+				lv.end(websocket.StatusGoingAway, "server shutting down", shuttingDown())
 				return
 			}
 		}
@@ -384,7 +496,7 @@ func (lv *live) emit(ctx context.Context, evs []speech.Event, err error) bool {
 	case errors.Is(err, whisper.ErrQueueFull):
 		lv.end(websocket.StatusTryAgainLater, "server busy", &errorEvent{Code: "busy", Message: "The server is busy; try again later."})
 	case errors.Is(err, whisper.ErrClosed):
-		lv.end(websocket.StatusGoingAway, "server shutting down", &errorEvent{Code: "shutting_down", Message: "The server is shutting down."})
+		lv.end(websocket.StatusGoingAway, "server shutting down", shuttingDown())
 	case errors.Is(err, whisper.ErrBadRequest):
 		lv.end(websocket.StatusPolicyViolation, "bad request", &errorEvent{Code: "invalid_request", Message: badRequestMessage(err)})
 	default:

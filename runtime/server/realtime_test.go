@@ -1,12 +1,16 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"math"
+	"net"
 	"net/http"
 	"runtime"
 	"strings"
@@ -286,4 +290,125 @@ func TestStreamSlowerThanIdle(t *testing.T) {
 		t.Errorf("closed with %v after %+v, want the idle timeout once the results were out", code, last)
 	}
 	waitIdle(h)
+}
+
+// TestStreamShutdown: Shutdown lets an open session transcribe the audio it has received: its
+// final text arrives, then the shutting_down event and close 1001; new sessions get 503. A
+// session still open when Shutdown's context ends is closed at once with 1001.
+func TestStreamShutdown(t *testing.T) {
+	h := newSpeechHarness(t, Config{Stream: StreamConfig{MaxBacklog: time.Minute}})
+	ctx := context.Background()
+
+	c := dial(t, h, "?model=whisper-tiny&language=en")
+	if err := c.Write(ctx, websocket.MessageBinary, pcmBytes(jfk(t, 4))); err != nil {
+		t.Fatal(err)
+	}
+	var evs []wsEvent
+	for len(evs) == 0 || evs[len(evs)-1].Type != "partial" { // the audio is in the session
+		rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		_, b, err := c.Read(rctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("no partial: %v (events %+v)", err, evs)
+		}
+		var ev wsEvent
+		json.Unmarshal(b, &ev)
+		evs = append(evs, ev)
+	}
+	shut := make(chan error, 1)
+	go func() { shut <- h.s.Shutdown(ctx) }()
+	rest, code, _ := readAll(t, c, 60*time.Second)
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	evs = append(evs, rest...)
+	final := -1
+	for i, e := range evs {
+		if e.Type == "final" {
+			final = i
+		}
+	}
+	if final < 0 {
+		t.Errorf("no final text for the audio received before the shutdown: %+v", evs)
+	}
+	if last := evs[len(evs)-1]; code != websocket.StatusGoingAway || last.Type != "error" || last.Code != "shutting_down" || final > len(evs)-2 {
+		t.Errorf("closed with %v after %+v, want shutting_down and 1001 after the final text", code, evs)
+	}
+	_, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(h.srv.URL, "http")+"/v1/audio/stream", nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("a session after the shutdown: %v %+v, want 503", err, resp)
+	}
+
+	// Past the deadline: a fresh server, a session in the middle of a long pass.
+	h = newSpeechHarness(t, Config{Stream: StreamConfig{MaxBacklog: time.Minute}})
+	c = dial(t, h, "?model=whisper-tiny&language=en")
+	if err := c.Write(ctx, websocket.MessageBinary, pcmBytes(jfk(t, 11))); err != nil {
+		t.Fatal(err)
+	}
+	codes := make(chan websocket.StatusCode, 1)
+	go func() {
+		_, code, _ := readAll(t, c, 60*time.Second)
+		codes <- code
+	}()
+	for deadline := time.Now().Add(10 * time.Second); h.s.streams.Load() != 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the session did not open")
+		}
+	}
+	dctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := h.s.Shutdown(dctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Shutdown past its deadline: %v, want context.Canceled", err)
+	}
+	if code := <-codes; code != websocket.StatusGoingAway {
+		t.Errorf("cut session closed with %v, want 1001", code)
+	}
+	waitIdle(h)
+	if n := h.s.streams.Load(); n != 0 {
+		t.Errorf("%d sessions left after Shutdown", n)
+	}
+}
+
+// TestStreamUnmaskedFrame: a client frame without a mask breaks the protocol (RFC 6455 5.1): the
+// server closes with 1002, not 1000.
+func TestStreamUnmaskedFrame(t *testing.T) {
+	h := newSpeechHarness(t, Config{})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(h.srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(20 * time.Second))
+	fmt.Fprintf(conn, "GET /v1/audio/stream HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %+v", err, resp)
+	}
+	if _, err := conn.Write([]byte("\x82\x04abcd")); err != nil { // binary, unmasked
+		t.Fatal(err)
+	}
+	for { // server frames: the ready event, then the close
+		var hdr [2]byte
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			t.Fatalf("no close frame: %v", err)
+		}
+		n := int(hdr[1] & 0x7f)
+		if n == 126 {
+			var ext [2]byte
+			io.ReadFull(br, ext[:])
+			n = int(binary.BigEndian.Uint16(ext[:]))
+		}
+		payload := make([]byte, n)
+		if _, err := io.ReadFull(br, payload); err != nil {
+			t.Fatal(err)
+		}
+		if hdr[0]&0x0f == 0x8 {
+			if len(payload) < 2 || binary.BigEndian.Uint16(payload) != uint16(websocket.StatusProtocolError) {
+				t.Fatalf("close frame %q, want code 1002", payload)
+			}
+			return
+		}
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -104,7 +103,27 @@ type genParams struct {
 	includeUsage bool
 }
 
-func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+// float32In stores the request number v, when given, in dst, checking that it lies in [lo, hi]
+// ((lo, hi] when openLo) both as given and as the float32 the sampler gets: a top_p of 1e-300
+// is 0 there.
+func float32In(param string, v *float64, dst *float32, lo, hi float32, openLo bool) *apiError {
+	if v == nil {
+		return nil
+	}
+	in := func(x float64) bool { // false for NaN and ±Inf too
+		return x <= float64(hi) && (x > float64(lo) || !openLo && x == float64(lo))
+	}
+	f := float32(*v)
+	if !in(*v) || !in(float64(f)) {
+		open := "["
+		if openLo {
+			open = "("
+		}
+		return invalid(param, fmt.Sprintf("Invalid '%s': expected a value in %s%v, %v], but got %v instead.", param, open, lo, hi, *v))
+	}
+	*dst = f
+	return nil
+}
 
 // parseCommon validates the shared fields against a vocabulary of vocab tokens and a context of
 // ctx positions.
@@ -140,17 +159,11 @@ func parseCommon(c *commonRequest, vocab, ctx int, seed func() uint64) (*genPara
 	p.MinP = 0
 	p.RepeatPenalty = 1
 	p.RepeatLastN = 0
-	if v := c.Temperature; v != nil {
-		if !finite(*v) || *v < 0 || *v > 2 {
-			return nil, invalid("temperature", fmt.Sprintf("Invalid 'temperature': expected a value in [0, 2], but got %v instead.", *v))
-		}
-		p.Temperature = float32(*v)
+	if e := float32In("temperature", c.Temperature, &p.Temperature, 0, 2, false); e != nil {
+		return nil, e
 	}
-	if v := c.TopP; v != nil {
-		if !finite(*v) || *v <= 0 || *v > 1 {
-			return nil, invalid("top_p", fmt.Sprintf("Invalid 'top_p': expected a value in (0, 1], but got %v instead.", *v))
-		}
-		p.TopP = float32(*v)
+	if e := float32In("top_p", c.TopP, &p.TopP, 0, 1, true); e != nil {
+		return nil, e
 	}
 	if v := c.TopK; v != nil {
 		if *v < 0 {
@@ -158,24 +171,14 @@ func parseCommon(c *commonRequest, vocab, ctx int, seed func() uint64) (*genPara
 		}
 		p.TopK = *v
 	}
-	if v := c.MinP; v != nil {
-		if !finite(*v) || *v < 0 || *v > 1 {
-			return nil, invalid("min_p", fmt.Sprintf("Invalid 'min_p': expected a value in [0, 1], but got %v instead.", *v))
-		}
-		p.MinP = float32(*v)
+	if e := float32In("min_p", c.MinP, &p.MinP, 0, 1, false); e != nil {
+		return nil, e
 	}
-	for _, f := range []struct {
-		name string
-		v    *float64
-		dst  *float32
-	}{{"presence_penalty", c.PresencePenalty, &p.PresencePenalty}, {"frequency_penalty", c.FrequencyPenalty, &p.FrequencyPenalty}} {
-		if f.v == nil {
-			continue
-		}
-		if !finite(*f.v) || *f.v < -2 || *f.v > 2 {
-			return nil, invalid(f.name, fmt.Sprintf("Invalid '%s': expected a value in [-2, 2], but got %v instead.", f.name, *f.v))
-		}
-		*f.dst = float32(*f.v)
+	if e := float32In("presence_penalty", c.PresencePenalty, &p.PresencePenalty, -2, 2, false); e != nil {
+		return nil, e
+	}
+	if e := float32In("frequency_penalty", c.FrequencyPenalty, &p.FrequencyPenalty, -2, 2, false); e != nil {
+		return nil, e
 	}
 	if len(c.LogitBias) > 0 {
 		if len(c.LogitBias) > maxLogitBias {
@@ -187,7 +190,7 @@ func parseCommon(c *commonRequest, vocab, ctx int, seed func() uint64) (*genPara
 			if err != nil || id < 0 || int(id) >= vocab {
 				return nil, invalid("logit_bias", fmt.Sprintf("Invalid 'logit_bias': key %q is not a token id of this model (0 to %d).", k, vocab-1))
 			}
-			if !finite(v) || v < -100 || v > 100 {
+			if !(v >= -100 && v <= 100) { // NaN fails too
 				return nil, invalid("logit_bias", fmt.Sprintf("Invalid 'logit_bias': value for token %d must be in [-100, 100].", id))
 			}
 			p.LogitBias[int32(id)] = float32(v)

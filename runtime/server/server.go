@@ -81,6 +81,7 @@ type Server struct {
 	speech  []*speechServed
 	speechN map[string]*speechServed
 	streams atomic.Int64 // open /v1/audio/stream sessions
+	lives   liveSet      // the same sessions, for Shutdown
 	ready   atomic.Bool
 	metrics *metrics
 	start   time.Time
@@ -200,9 +201,10 @@ type ctxKey struct{}
 
 // reqInfo travels with a request through its context.
 type reqInfo struct {
-	id    string
-	log   *slog.Logger
-	start time.Time
+	id     string // logged and echoed in X-Request-Id
+	client bool   // id is the client's X-Request-Id, so not necessarily unique
+	log    *slog.Logger
+	start  time.Time
 }
 
 func info(ctx context.Context) *reqInfo {
@@ -243,13 +245,19 @@ func (r *recorder) Flush() {
 
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
-// requestID keeps a client's X-Request-Id when it is short and plain, else makes one.
-func requestID(r *http.Request) string {
+// requestID keeps a client's X-Request-Id when it is short and plain (client: true), else makes
+// one.
+func requestID(r *http.Request) (id string, client bool) {
 	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 64 && !strings.ContainsFunc(id, func(c rune) bool {
 		return !(c == '-' || c == '_' || c == '.' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z')
 	}) {
-		return id
+		return id, true
 	}
+	return newID(), false
+}
+
+// newID returns 96 random bits in hex.
+func newID() string {
 	var b [12]byte
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
@@ -279,7 +287,8 @@ func endpointLabel(path string) string {
 // serve is the whole handler: request id, logging, metrics and panic recovery around CORS,
 // authentication, the body limit and routing.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	ri := &reqInfo{id: requestID(r), start: time.Now()}
+	ri := &reqInfo{start: time.Now()}
+	ri.id, ri.client = requestID(r)
 	ri.log = s.log.With("request_id", ri.id)
 	w.Header().Set("X-Request-Id", ri.id)
 	rec := &recorder{ResponseWriter: w}
@@ -306,20 +315,20 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	if origin := r.Header.Get("Origin"); origin != "" {
 		allowed := s.originAllowed(origin)
+		h := w.Header()
+		h.Add("Vary", "Origin") // the answer differs between origins, allowed or not
 		if allowed {
-			h := w.Header()
 			h.Set("Access-Control-Allow-Origin", origin)
-			h.Add("Vary", "Origin")
 			h.Set("Access-Control-Expose-Headers", "X-Request-Id, Retry-After")
 		}
 		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+			h.Add("Vary", "Access-Control-Request-Method, Access-Control-Request-Headers")
 			if !allowed {
 				writeError(w, &apiError{Status: http.StatusForbidden, Message: "Origin not allowed.", Type: typeInvalidRequest})
 				return
 			}
-			h := w.Header()
 			h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
-			h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Request-Id")
+			h.Set("Access-Control-Allow-Headers", allowHeaders(r.Header.Values("Access-Control-Request-Headers")))
 			h.Set("Access-Control-Max-Age", "600")
 			w.WriteHeader(http.StatusNoContent)
 			return
@@ -380,10 +389,48 @@ func (s *Server) originAllowed(origin string) bool {
 	return false
 }
 
+// baseHeaders are allowed to an allowed origin whatever its preflight asks for.
+var baseHeaders = []string{"Authorization", "Content-Type", "X-Request-Id"}
+
+// maxAllowHeaders bounds the header names a preflight answer repeats.
+const maxAllowHeaders = 64
+
+// allowHeaders answers a preflight's Access-Control-Request-Headers for an allowed origin: every
+// header it names (clients such as OpenAI's send their own X-Stainless-* headers), since the API
+// key, not a list of headers, guards the API. Entries that are not header names are ignored.
+func allowHeaders(requested []string) string {
+	names := slices.Clone(baseHeaders)
+	seen := map[string]bool{}
+	for _, n := range names {
+		seen[strings.ToLower(n)] = true
+	}
+	for _, v := range requested {
+		for n := range strings.SplitSeq(v, ",") {
+			n = strings.TrimSpace(n)
+			if len(names) == len(baseHeaders)+maxAllowHeaders {
+				break
+			}
+			if n == "" || seen[strings.ToLower(n)] || strings.ContainsFunc(n, func(c rune) bool { return !isTokenChar(c) }) {
+				continue
+			}
+			seen[strings.ToLower(n)] = true
+			names = append(names, n)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// isTokenChar reports whether c may appear in an HTTP token, such as a header name (RFC 9110
+// section 5.6.2).
+func isTokenChar(c rune) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || strings.ContainsRune("!#$%&'*+-.^_`|~", c)
+}
+
+// authorized reports whether r carries "Authorization: Bearer <key>"; the scheme is
+// case-insensitive (RFC 9110 section 11.1).
 func (s *Server) authorized(r *http.Request) bool {
-	auth := r.Header.Get("Authorization")
-	key, ok := strings.CutPrefix(auth, "Bearer ")
-	if !ok {
+	scheme, key, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false
 	}
 	h := sha256.Sum256([]byte(strings.TrimSpace(key)))
