@@ -60,6 +60,7 @@ func runServe(e *env, args []string) error {
 	cors := fs.String("cors", envDefault("PARLEY_CORS", ""), "comma-separated origins browsers may call from (* for any)")
 	maxBody := fs.Int64("max-body", int64(envInt("PARLEY_MAX_BODY", 4<<20)), "largest request body in bytes")
 	timeout := fs.Duration("timeout", 10*time.Minute, "longest a generation may run ($PARLEY_TIMEOUT)")
+	bodyTimeout := fs.Duration("body-timeout", 5*time.Minute, "longest a request body may take to arrive; a slower one is answered 408 ($PARLEY_BODY_TIMEOUT)")
 	grace := fs.Duration("shutdown-grace", 30*time.Second, "on SIGTERM, how long in-flight requests and live transcriptions may finish ($PARLEY_SHUTDOWN_GRACE)")
 	logFormat := fs.String("log-format", envDefault("PARLEY_LOG_FORMAT", "text"), "log format: text or json")
 	logLevel := fs.String("log-level", envDefault("PARLEY_LOG_LEVEL", "info"), "log level: trace, debug, info, warn, error")
@@ -83,9 +84,14 @@ func runServe(e *env, args []string) error {
 			*maxAudioDur = d
 		}
 	}
-	if v, ok := os.LookupEnv("PARLEY_SHUTDOWN_GRACE"); ok {
-		if d, err := time.ParseDuration(v); err == nil {
-			*grace = d
+	for _, d := range []struct {
+		env string
+		dst *time.Duration
+	}{{"PARLEY_SHUTDOWN_GRACE", grace}, {"PARLEY_BODY_TIMEOUT", bodyTimeout}} {
+		if v, ok := os.LookupEnv(d.env); ok {
+			if t, err := time.ParseDuration(v); err == nil {
+				*d.dst = t
+			}
 		}
 	}
 	pos, err := parse(fs, args)
@@ -108,8 +114,8 @@ func runServe(e *env, args []string) error {
 	if *asrParallel < 1 || *asrQueue < 0 || *maxAudio < 1 || *maxAudioDur <= 0 || *maxStreams < 1 || *asrEncode < 1 || *asrEncode > min(*asrParallel, 64) {
 		return usagef("--asr-parallel, --max-audio-body, --max-audio-duration and --max-streams must be positive; --asr-queue not negative; --asr-encode-batch 1..--asr-parallel (64 at most)")
 	}
-	if *grace < 0 {
-		return usagef("--shutdown-grace must not be negative")
+	if *grace < 0 || *bodyTimeout <= 0 {
+		return usagef("--shutdown-grace must not be negative, --body-timeout must be positive")
 	}
 	asrParams := whisper.DefaultParams()
 	asrParams.BeamSize, asrParams.BestOf = *asrBeam, *asrBestOf
@@ -279,7 +285,7 @@ func runServe(e *env, args []string) error {
 			origins = append(origins, o)
 		}
 	}
-	srv, err := server.New(server.Config{APIKey: *apiKey, AllowedOrigins: origins, MaxBodyBytes: *maxBody, RequestTimeout: *timeout, Logger: logger, Steps: steps,
+	srv, err := server.New(server.Config{APIKey: *apiKey, AllowedOrigins: origins, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout, RequestTimeout: *timeout, Logger: logger, Steps: steps,
 		SpeechModels: speechModels, MaxAudioBytes: *maxAudio, MaxAudioDuration: *maxAudioDur, Stream: server.StreamConfig{MaxSessions: *maxStreams}}, served)
 	if err != nil {
 		hs.Close()

@@ -2,9 +2,12 @@ package server
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // logprobRun is one greedy generation with log-probabilities, as the client sees it.
@@ -328,5 +331,37 @@ func TestResponseIDUnique(t *testing.T) {
 	resp, b := h.do(t, "POST", "/v1/completions", `{"model":"stories","prompt":"a","max_tokens":2}`)
 	if id := decodeResp(t, b).ID; id != "cmpl-"+resp.Header.Get("X-Request-Id") {
 		t.Errorf("id %q, X-Request-Id %q", id, resp.Header.Get("X-Request-Id"))
+	}
+}
+
+// TestBodyTimeout: a body that stalls after its headers is answered 408 once BodyTimeout has
+// passed, and the server goes on serving; a whole body's deadline does not carry over to its
+// response, however long that takes.
+func TestBodyTimeout(t *testing.T) {
+	h := newHarness(t, Config{BodyTimeout: 40 * time.Millisecond})
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go pw.Write([]byte(`{"model":"stories","prompt":"Once upon`)) // and nothing more
+	t0 := time.Now()
+	resp, err := http.Post(h.srv.URL+"/v1/completions", "application/json", pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), "request_timeout") {
+		t.Fatalf("stalled body: %d %s", resp.StatusCode, b)
+	}
+	if d := time.Since(t0); d > 10*time.Second {
+		t.Fatalf("answered after %v", d)
+	}
+	// A stream that outlasts the body's deadline is not cut.
+	t0 = time.Now()
+	resp, b = h.do(t, "POST", "/v1/completions", `{"model":"stories","prompt":"Once upon a time","max_tokens":200,"ignore_eos":true,"stream":true,"n":4,"logprobs":5}`)
+	if resp.StatusCode != 200 || !strings.HasSuffix(string(b), "data: [DONE]\n\n") || strings.Count(string(b), `"finish_reason":"length"`) != 4 {
+		t.Fatalf("stream: %d ...%s", resp.StatusCode, b[max(0, len(b)-200):])
+	}
+	if d := time.Since(t0); d < 2*h.s.cfg.BodyTimeout {
+		t.Fatalf("the stream took %v, not longer than the body's deadline: this tested nothing", d)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"math/big"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -49,6 +50,10 @@ type Config struct {
 	AllowedOrigins []string
 	// MaxBodyBytes bounds a request body; 0 means 4 MiB. Larger bodies are answered 413.
 	MaxBodyBytes int64
+	// BodyTimeout bounds the time a request body takes to arrive whole, from the end of its
+	// headers: a client that sends headers and then trickles or stalls is answered 408 and loses
+	// its connection. 0 means 5 minutes (25 MiB of audio at under 1 Mbit/s); negative, none.
+	BodyTimeout time.Duration
 	// RequestTimeout bounds one generation (its scheduler deadline); 0 means 10 minutes, and a
 	// negative value means none. A generation cut by it finishes with finish_reason "length".
 	RequestTimeout time.Duration
@@ -101,8 +106,9 @@ type served struct {
 }
 
 const (
-	defaultBodyBytes = 4 << 20
-	defaultTimeout   = 10 * time.Minute
+	defaultBodyBytes   = 4 << 20
+	defaultTimeout     = 10 * time.Minute
+	defaultBodyTimeout = 5 * time.Minute
 )
 
 // New builds a Server over models. It parses each model's chat template; a model whose template
@@ -120,6 +126,9 @@ func New(cfg Config, models []*Model) (*Server, error) {
 	}
 	if cfg.RequestTimeout == 0 {
 		cfg.RequestTimeout = defaultTimeout
+	}
+	if cfg.BodyTimeout == 0 {
+		cfg.BodyTimeout = defaultBodyTimeout
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, byName: map[string]*served{}, start: time.Now()}
 	if s.log == nil {
@@ -376,8 +385,53 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 			limit = s.cfg.MaxAudioBytes
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
+		if s.cfg.BodyTimeout > 0 {
+			r.Body = newDeadlineBody(w, r.Body, s.cfg.BodyTimeout)
+		}
 	}
 	h(w, r)
+}
+
+// deadlineBody is a request body that must arrive whole by a deadline, set on the connection's
+// reads; once the body has been read to its end (or failed) the deadline is lifted, so that it
+// does not end the connection under a long response.
+type deadlineBody struct {
+	io.ReadCloser
+	rc     *http.ResponseController
+	lifted bool
+}
+
+func newDeadlineBody(w http.ResponseWriter, body io.ReadCloser, d time.Duration) io.ReadCloser {
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(time.Now().Add(d)) != nil {
+		return body // a writer that cannot (a test's recorder)
+	}
+	return &deadlineBody{ReadCloser: body, rc: rc}
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.lift()
+	}
+	return n, err
+}
+
+func (b *deadlineBody) Close() error {
+	b.lift()
+	return b.ReadCloser.Close()
+}
+
+func (b *deadlineBody) lift() {
+	if !b.lifted {
+		b.lifted = true
+		b.rc.SetReadDeadline(time.Time{})
+	}
+}
+
+// bodyTimedOut is the answer to a body that did not arrive in time.
+func bodyTimedOut() *apiError {
+	return &apiError{Status: http.StatusRequestTimeout, Message: "The request body did not arrive in time.", Type: typeInvalidRequest, Code: strptr("request_timeout")}
 }
 
 func (s *Server) originAllowed(origin string) bool {
@@ -444,6 +498,9 @@ func readBody(r *http.Request) ([]byte, *apiError) {
 		var mb *http.MaxBytesError
 		if errors.As(err, &mb) {
 			return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("The request body is larger than %d bytes.", mb.Limit), Type: typeInvalidRequest, Code: strptr("request_too_large")}
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, bodyTimedOut()
 		}
 		return nil, invalid("", "The request body could not be read.")
 	}
