@@ -198,12 +198,12 @@ func detect(data []byte, contentType string) (Format, []byte, error) {
 	if len(data) == 0 {
 		return "", nil, fmt.Errorf("audio: empty input: %w", ErrCorrupt)
 	}
-	f, body, what := sniff(data)
+	f, body, err := sniff(data)
+	if err != nil {
+		return "", nil, err
+	}
 	if f != "" {
 		return f, body, nil
-	}
-	if what != "" {
-		return "", nil, fmt.Errorf("audio: %s: %w", what, ErrUnsupported)
 	}
 	declared := formatForContentType(contentType)
 	if declared == FormatMP3 {
@@ -243,46 +243,50 @@ func formatForContentType(ct string) Format {
 	return ""
 }
 
-// sniff returns the format the bytes carry and the part its decoder reads, or, for a format it
-// recognises but cannot decode, a description of it.
-func sniff(data []byte) (Format, []byte, string) {
+// sniff returns the format the bytes carry and the part its decoder reads; an error wrapping
+// ErrUnsupported names a format it recognises but cannot decode, one wrapping ErrCorrupt a
+// format it decodes, recognised, but malformed. A format of "" and no error: unrecognised.
+func sniff(data []byte) (Format, []byte, error) {
 	has := func(off int, s string) bool {
 		return len(data) >= off+len(s) && string(data[off:off+len(s)]) == s
 	}
+	unsupported := func(what string) (Format, []byte, error) {
+		return "", nil, fmt.Errorf("audio: %s: %w", what, ErrUnsupported)
+	}
 	switch {
 	case (has(0, "RIFF") || has(0, "RIFX") || has(0, "RF64") || has(0, "BW64")) && (has(8, "WAVE") || len(data) < 12):
-		return FormatWAV, data, ""
+		return FormatWAV, data, nil
 	case has(0, "fLaC"):
-		return FormatFLAC, data, ""
+		return FormatFLAC, data, nil
 	case has(0, "OggS"):
 		return sniffOgg(data)
 	case has(0, "FORM") && (has(8, "AIFF") || has(8, "AIFC")):
-		return "", nil, "AIFF"
+		return unsupported("AIFF")
 	case has(4, "ftyp"):
-		return "", nil, "MP4/M4A (AAC or ALAC)"
+		return unsupported("MP4/M4A (AAC or ALAC)")
 	case has(0, "\x1a\x45\xdf\xa3"):
-		return "", nil, "Matroska/WebM"
+		return unsupported("Matroska/WebM")
 	case has(0, "#!AMR"):
-		return "", nil, "AMR"
+		return unsupported("AMR")
 	case has(0, "caff"):
-		return "", nil, "Core Audio (CAF)"
+		return unsupported("Core Audio (CAF)")
 	case has(0, "MThd"):
-		return "", nil, "MIDI"
+		return unsupported("MIDI")
 	case has(0, ".snd"):
-		return "", nil, "Sun/NeXT audio (.au)"
+		return unsupported("Sun/NeXT audio (.au)")
 	case has(0, "wvpk"):
-		return "", nil, "WavPack"
+		return unsupported("WavPack")
 	case has(0, "MAC "):
-		return "", nil, "Monkey's Audio"
+		return unsupported("Monkey's Audio")
 	case has(0, "RIFF") && has(8, "AVI "):
-		return "", nil, "AVI"
+		return unsupported("AVI")
 	case has(0, "RIFF"):
-		return "", nil, fmt.Sprintf("RIFF form %q", data[8:min(len(data), 12)])
+		return unsupported(fmt.Sprintf("RIFF form %q", data[8:min(len(data), 12)]))
 	}
 	body := skipID3v2(data)
 	tagged := len(body) < len(data)
 	if len(body) >= 4 && string(body[:4]) == "fLaC" {
-		return FormatFLAC, body, ""
+		return FormatFLAC, body, nil
 	}
 	return sniffMPEG(body, tagged)
 }
@@ -303,31 +307,34 @@ func skipID3v2(data []byte) []byte {
 	return data
 }
 
-func sniffOgg(data []byte) (Format, []byte, string) {
+func sniffOgg(data []byte) (Format, []byte, error) {
 	// The first page carries the first packet of the first logical stream: 27-byte header,
 	// segment table, then the packet.
 	if len(data) < 28 {
-		return FormatVorbis, data, "" // the decoder reports the truncation
+		return FormatVorbis, data, nil // the decoder reports the truncation
 	}
 	nseg := int(data[26])
 	if len(data) < 27+nseg {
-		return FormatVorbis, data, ""
+		return FormatVorbis, data, nil
 	}
 	p := data[27+nseg:]
 	has := func(s string) bool { return len(p) >= len(s) && string(p[:len(s)]) == s }
+	what := ""
 	switch {
 	case has("\x01vorbis"):
-		return FormatVorbis, data, ""
+		return FormatVorbis, data, nil
 	case has("OpusHead"):
-		return FormatOpus, data, ""
+		return FormatOpus, data, nil
 	case has("\x7fFLAC"):
-		return "", nil, "FLAC in Ogg"
+		what = "FLAC in Ogg"
 	case has("Speex   "):
-		return "", nil, "Ogg Speex"
+		what = "Ogg Speex"
 	case has("\x80theora"):
-		return "", nil, "Ogg Theora (video)"
+		what = "Ogg Theora (video)"
+	default:
+		what = fmt.Sprintf("Ogg stream with an unknown codec (first packet % x)", p[:min(len(p), 8)])
 	}
-	return "", nil, fmt.Sprintf("Ogg stream with an unknown codec (first packet % x)", p[:min(len(p), 8)])
+	return "", nil, fmt.Errorf("audio: %s: %w", what, ErrUnsupported)
 }
 
 // mpegHeader is a parsed MPEG audio frame header.
@@ -395,39 +402,57 @@ func parseMPEGHeader(b []byte) (h mpegHeader, ok bool) {
 
 // sniffMPEG recognises MPEG audio (and ADTS AAC) at the start of data: a layer III header that is
 // followed by another valid header where the first frame ends (or by the end of the data). After
-// an ID3 tag, which marks the file as MPEG audio, the first frame is searched for.
-func sniffMPEG(data []byte, tagged bool) (Format, []byte, string) {
+// an ID3 tag, which marks the file as MPEG audio, the first frame is searched for. A layer III
+// header that no frame follows, where none that is followed comes after it, is MP3 audio all the
+// same, and corrupt: not given to the decoder, which takes the bytes after such a frame for the
+// end of the stream (go-mp3 returns the one frame and no error). Once such a header is seen,
+// later bytes that would pass for a header of a format not decoded (ADTS, layers I and II, free
+// format) are taken for what they most likely are, noise in a damaged stream.
+func sniffMPEG(data []byte, tagged bool) (Format, []byte, error) {
 	limit := 1
 	if tagged {
 		limit = min(len(data), 64<<10)
 	}
+	lone := -1 // the offset of the first layer III header that no frame follows
 	for off := 0; off < limit && off+4 <= len(data); off++ {
 		b := data[off:]
 		if b[0] != 0xff {
 			continue
 		}
-		if b[1]&0xf6 == 0xf0 {
-			return "", nil, "AAC (ADTS)"
-		}
 		h, ok := parseMPEGHeader(b)
-		if !ok {
+		what := ""
+		switch {
+		case b[1]&0xf6 == 0xf0:
+			what = "AAC (ADTS)"
+		case !ok:
 			continue
-		}
-		if h.layer != 3 {
-			return "", nil, fmt.Sprintf("MPEG-%d layer %s audio (only layer III is decoded)", h.version, strings.Repeat("I", h.layer))
-		}
-		if h.frameBytes == 0 {
-			return "", nil, "free-format MP3"
-		}
-		if h.frameBytes < len(b) {
-			if h2, ok := parseMPEGHeader(b[h.frameBytes:]); !ok || h2.layer != 3 || h2.version != h.version {
-				continue
+		case h.layer != 3:
+			what = fmt.Sprintf("MPEG-%d layer %s audio (only layer III is decoded)", h.version, strings.Repeat("I", h.layer))
+		case h.frameBytes == 0:
+			what = "free-format MP3"
+		case h.frameBytes < len(b) && !followedByFrame(b, h):
+			if lone < 0 {
+				lone = off
 			}
+			continue
+		case h.version == 25:
+			return "", nil, fmt.Errorf("audio: MPEG-2.5 layer III audio (8, 11.025 or 12 kHz MP3): %w", ErrUnsupported)
+		default:
+			return FormatMP3, b, nil
 		}
-		if h.version == 25 {
-			return "", nil, "MPEG-2.5 layer III audio (8, 11.025 or 12 kHz MP3)"
+		if lone < 0 {
+			return "", nil, fmt.Errorf("audio: %s: %w", what, ErrUnsupported)
 		}
-		return FormatMP3, b, ""
 	}
-	return "", data, ""
+	if lone >= 0 {
+		return "", nil, fmt.Errorf("audio: mp3: no frame follows the layer III frame at byte %d: %w", lone, ErrCorrupt)
+	}
+	return "", data, nil
+}
+
+// followedByFrame reports whether a layer III header of the same MPEG version begins where the
+// frame of header h, at the start of b, ends.
+func followedByFrame(b []byte, h mpegHeader) bool {
+	h2, ok := parseMPEGHeader(b[h.frameBytes:])
+	return ok && h2.layer == 3 && h2.version == h.version
 }

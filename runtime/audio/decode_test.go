@@ -359,7 +359,9 @@ func mustRead(t testing.TB, path string) []byte {
 }
 
 // TestSniff: formats this package does not decode are ErrUnsupported with a name; junk is
-// ErrUnsupported unless a supported type was declared, which makes it ErrCorrupt.
+// ErrUnsupported unless a supported type was declared, which makes it ErrCorrupt. MP3 audio,
+// known by a layer III frame header (after an ID3 tag or not), whose frames do not follow one
+// another is ErrCorrupt.
 func TestSniff(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	junk := make([]byte, 300)
@@ -373,6 +375,15 @@ func TestSniff(t *testing.T) {
 		copy(layer2[off:], []byte{0xff, 0xfd, 0x90, 0x00})
 	}
 	id3 := append([]byte("ID3\x04\x00\x00\x00\x00\x00\x05hello"), junk...)
+	// An MPEG-1 layer III header (128 kbit/s, 44.1 kHz: a 417-byte frame) followed by noise in
+	// which no second frame begins, but a would-be ADTS header and a layer II one do.
+	mp3Noise := append([]byte{0xff, 0xfb, 0x90, 0x64}, make([]byte, 4000)...)
+	for i := 4; i < len(mp3Noise); i++ {
+		mp3Noise[i] = byte(rng.IntN(255)) // never 0xff: no header by chance
+	}
+	copy(mp3Noise[1000:], []byte{0xff, 0xf1, 0x50, 0x80})
+	copy(mp3Noise[2000:], []byte{0xff, 0xfd, 0x90, 0x00})
+	tag := []byte("ID3\x03\x00\x00\x00\x00\x00\x00")
 	ogg := func(packet string) []byte {
 		b := append([]byte("OggS\x00\x02"), make([]byte, 20)...)
 		b = append(b, 1, byte(len(packet)))
@@ -394,6 +405,10 @@ func TestSniff(t *testing.T) {
 		{"ADTS AAC", "", []byte{0xff, 0xf1, 0x50, 0x80, 0x02, 0x1f, 0xfc}, ErrUnsupported},
 		{"MP2", "", layer2, ErrUnsupported},
 		{"ID3 then junk", "", id3, ErrUnsupported},
+		{"MP3 frame then noise", "", mp3Noise, ErrCorrupt},
+		{"ID3, MP3 frame then noise", "", append(tag, mp3Noise...), ErrCorrupt},
+		{"ID3, junk, MP3 frame then noise", "", append(append(tag, junk...), mp3Noise...), ErrCorrupt},
+		{"ID3 then an MP3 frame cut short", "", append(tag, mp3Noise[:300]...), ErrCorrupt},
 		{"Ogg Speex", "", ogg("Speex   1.2"), ErrUnsupported},
 		{"Ogg FLAC", "", ogg("\x7fFLAC\x01\x00"), ErrUnsupported},
 		{"RIFF AVI", "", []byte("RIFF\x00\x00\x00\x00AVI LIST"), ErrUnsupported},

@@ -9,6 +9,7 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -316,11 +317,15 @@ func parseAudioRequest(r *http.Request) (*audioRequest, *apiError) {
 	return req, nil
 }
 
-// bodyError is a failure reading the request body: 413 over the limit, else 400.
+// bodyError is a failure reading the request body: 413 over the limit, 408 past its deadline,
+// else 400.
 func bodyError(err error) *apiError {
 	var mb *http.MaxBytesError
 	if errors.As(err, &mb) {
 		return &apiError{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("The request body is larger than %d bytes.", mb.Limit), Type: typeInvalidRequest, Code: strptr("request_too_large")}
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return bodyTimedOut()
 	}
 	return invalid("", "The multipart/form-data body could not be parsed.")
 }

@@ -355,6 +355,13 @@ func TestTranscriptionBadInput(t *testing.T) {
 	add("wav with an unknown format tag", 0, "", ct, b)
 	ct, b = mp([]byte("RIFF\x10\x00\x00\x00WAVEjunkjunk"), "audio/wav")
 	add("corrupt wav", 400, "invalid_audio", ct, b)
+	// An ID3 tag and an MP3 frame header (MPEG-1 layer III, 417-byte frames) before bytes in
+	// which no frame follows: MP3, corrupt.
+	fakeMP3 := append([]byte("ID3\x03\x00\x00\x00\x00\x00\x00\xff\xfb\x90\x64"), bytes.Repeat([]byte{0x5a, 0xf1, 0xff, 0xf1, 0x50}, 800)...)
+	ct, b = mp(fakeMP3, "audio/mpeg")
+	add("corrupt mp3", 400, "invalid_audio", ct, b)
+	ct, b = mp(fakeMP3, "")
+	add("corrupt mp3 without a type", 400, "invalid_audio", ct, b)
 	ct, b = mp([]byte("%PDF-1.4 not audio at all, just text that goes on for a while"), "application/pdf")
 	add("unsupported format", 415, "unsupported_format", ct, b)
 	ct, b = mp([]byte{}, "audio/wav")
@@ -423,6 +430,13 @@ func TestTranscriptionBadInput(t *testing.T) {
 	if code != 200 || !strings.Contains(string(body), `"language":"english"`) {
 		t.Errorf("no samples, language auto: %d %s", code, body)
 	}
+	// So is silence (under -60 dBFS), which the model is not asked to transcribe.
+	ct, b = mp(wavBytes(make([]float32, 4*16000)), "audio/wav", field{"response_format", "verbose_json"})
+	code, body, _ = post(t, url, ct, b)
+	var vj verboseJSON
+	if code != 200 || json.Unmarshal(body, &vj) != nil || vj.Text != "" || vj.Duration != 4 || vj.Usage.Seconds != 4 || !strings.Contains(string(body), `"segments":[]`) {
+		t.Errorf("silence: %d %s", code, body)
+	}
 	// Still serving.
 	ct, b = mp(wav, "audio/wav", field{"response_format", "text"})
 	if code, body, _ := post(t, url, ct, b); code != 200 {
@@ -433,5 +447,24 @@ func TestTranscriptionBadInput(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 405 {
 		t.Errorf("GET: %d", resp.StatusCode)
+	}
+}
+
+// TestTranscriptionStalledUpload: an upload that stops after its first bytes is answered 408
+// once BodyTimeout has passed.
+func TestTranscriptionStalledUpload(t *testing.T) {
+	h := newSpeechHarness(t, Config{BodyTimeout: 200 * time.Millisecond})
+	ct, body := form(wavBytes(jfk(t, 2)), "audio/wav", field{"model", "whisper-tiny"})
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go pw.Write(body[:len(body)/2]) // and nothing more
+	resp, err := http.Post(h.srv.URL+"/v1/audio/transcriptions", ct, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout {
+		t.Fatalf("stalled upload: %d %s", resp.StatusCode, b)
 	}
 }

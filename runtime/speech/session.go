@@ -22,6 +22,8 @@ import (
 	"math"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/parleyhq/parley/runtime/models/whisper"
 )
@@ -349,13 +351,32 @@ func (s *Session) final(ws []Word) Event {
 		ev.Segments = append(ev.Segments, Segment{Text: joinWords(ws[i:j]), Start: ws[i].Start, End: ws[j-1].End})
 		i = j
 	}
-	p := strings.TrimSpace(s.prompt + " " + ev.Text)
-	if len(p) > s.cfg.PromptBytes {
-		p = p[len(p)-s.cfg.PromptBytes:]
-		if i := strings.IndexByte(p, ' '); i >= 0 {
-			p = p[i+1:]
-		}
-	}
-	s.prompt = p
+	s.prompt = promptTail(strings.TrimSpace(s.prompt+" "+ev.Text), s.cfg.PromptBytes)
 	return ev
+}
+
+// promptTail is the end of text in at most n bytes, beginning at a word where one begins in the
+// first half of it, else at a character: text without spaces (Chinese, Japanese) has no word to
+// begin at, and a cut at a byte could begin inside a UTF-8 sequence. A character's combining
+// marks are not separated from it.
+func promptTail(text string, n int) string {
+	if len(text) <= n {
+		return text
+	}
+	i := len(text) - n
+	if text[i-1] == ' ' {
+		return text[i:]
+	}
+	for i < len(text) {
+		r, size := utf8.DecodeRuneInString(text[i:])
+		if (r != utf8.RuneError || size > 1) && !unicode.Is(unicode.M, r) {
+			break
+		}
+		i += size
+	}
+	t := text[i:]
+	if k := strings.IndexByte(t, ' '); k >= 0 && k < len(t)/2 {
+		t = t[k+1:]
+	}
+	return t
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/parleyhq/parley/runtime/models/whisper"
 )
@@ -327,5 +328,43 @@ func TestBadConfig(t *testing.T) {
 	}
 	if _, err := NewSession(nil, Config{}); err == nil {
 		t.Error("nil transcriber accepted")
+	}
+}
+
+// TestPromptTail: the final text carried into the next prompt is cut to PromptBytes at a word
+// where there is one, else at a character, never inside a UTF-8 sequence or before a combining
+// mark.
+func TestPromptTail(t *testing.T) {
+	cases := []struct {
+		text string
+		n    int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"one two three four", 12, "three four"},
+		{"one two three four", 8, "four"},        // the cut falls inside "three"
+		{"one two three four", 10, "three four"}, // ... just after a space
+		{"我们今天讨论了很多问题", 10, "多问题"},               // 3-byte characters: 9 bytes of 10
+		{"我们今天讨论了很多问题", 12, "很多问题"},
+		{"日本語のテキストです", 8, "です"},
+		{"ok 我们今天讨论了很多问题", 16, "了很多问题"},            // the space is outside the tail
+		{"今天讨论了很多问题 ok", 20, "了很多问题 ok"},           // ... or in its second half: not used
+		{"cafe\u0301 au lait", 9, "au lait"},       // a combining acute accent
+		{"x\u0301\u0301\u0301\u0301abc", 5, "abc"}, // marks are skipped with their base
+		{"\xff\xfe\xfdabc", 4, "abc"},              // invalid bytes are not a character
+		{"abcdef", 0, ""},
+	}
+	for _, c := range cases {
+		got := promptTail(c.text, c.n)
+		if got != c.want || !utf8.ValidString(got) || len(got) > c.n || !strings.HasSuffix(c.text, got) {
+			t.Errorf("promptTail(%q, %d) = %q, want %q", c.text, c.n, got, c.want)
+		}
+	}
+	// Through a session: a final of Chinese text longer than PromptBytes.
+	s, tr := newTest(t, Config{PromptBytes: 16}, nil)
+	s.final([]Word{{Word: "我们今天讨论了很多问题"}})
+	s.hypothesis(context.Background())
+	if p := tr.prompts[len(tr.prompts)-1]; !utf8.ValidString(p) || p == "" || !strings.HasSuffix("我们今天讨论了很多问题", p) {
+		t.Errorf("prompt %q after a Chinese final", p)
 	}
 }

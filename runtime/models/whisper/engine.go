@@ -306,6 +306,9 @@ func (e *Engine) prepare(j *job, samples []float32) error {
 	if j.seekEnd < deltaMin {
 		j.ph = phDone
 	}
+	if !j.detectOnly {
+		j.gateSilence(samples)
+	}
 	return nil
 }
 

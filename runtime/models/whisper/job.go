@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/parleyhq/parley/internal/vec"
+	"github.com/parleyhq/parley/runtime/audio"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/kvcache"
 )
@@ -19,6 +20,17 @@ const (
 	deltaMin    = 10 // frames: windows closer than this to the end are not decoded
 	framesPerTS = 2
 )
+
+// silenceLevel is the silence gate's threshold: a window none of whose samples reaches it in
+// magnitude (on the [-1, 1] scale: -60 dBFS) is not decoded and gives no segment, as if decoded
+// to nothing. Such a window holds digital silence, dither or an idle input's noise floor, for
+// which Whisper makes text up ("Thank you.", "you"); recorded speech peaks tens of decibels
+// above it. whisper.cpp has no such gate: it decodes every window and leaves a silent one to
+// its no-speech and log-probability thresholds, which small and random-weight models pass. A
+// window with one sample at the threshold is decoded as whisper.cpp decodes it; after a skipped
+// window the next begins a window later, where whisper.cpp's begins when it decodes the silent
+// one to no text.
+const silenceLevel = 1e-3
 
 type phase int
 
@@ -75,6 +87,9 @@ type job struct {
 	nFr  int // frames of mel (audio plus 30 s of padding)
 
 	nSamples int // of the audio
+	// loud[i] is how many of the audio's first i hops (10 ms, a mel frame's step) hold a sample
+	// at silenceLevel or above: [hops+1]; nil, no silence gate.
+	loud []int32
 
 	seek, seekEnd int
 	encSince      uint64 // the engine step since which the window at seek waits for its encoder
@@ -359,6 +374,39 @@ func (e *Engine) endWindow(j *job) {
 	}
 	j.tempIdx = 0
 	j.ph, j.encSince = phEncode, e.steps
+	j.skipSilence()
+}
+
+// gateSilence turns the silence gate on for j: it records where samples, the audio, are loud
+// (job.loud) and skips the silent windows from seek on (skipSilence).
+func (j *job) gateSilence(samples []float32) {
+	hops := (len(samples) + audio.HopLength - 1) / audio.HopLength
+	j.loud = make([]int32, hops+1)
+	for i := range hops {
+		n := j.loud[i]
+		for _, v := range samples[i*audio.HopLength : min((i+1)*audio.HopLength, len(samples))] {
+			if v >= silenceLevel || v <= -silenceLevel {
+				n++
+				break
+			}
+		}
+		j.loud[i+1] = n
+	}
+	j.skipSilence()
+}
+
+// skipSilence moves seek past each window from it on that is silent (silenceLevel) up to its
+// end or the end of the audio's content, whichever comes first, as if the window had been
+// decoded to no text, and ends j when no window is left to decode.
+func (j *job) skipSilence() {
+	for j.loud != nil && j.seek+deltaMin < j.seekEnd {
+		end := min(j.seek+WindowFrames, j.seekEnd)
+		a, b := min(j.seek, len(j.loud)-1), min(end, len(j.loud)-1)
+		if j.loud[b] > j.loud[a] {
+			break
+		}
+		j.seek = end
+	}
 	if j.seek+deltaMin >= j.seekEnd {
 		j.ph = phDone
 	}
@@ -416,6 +464,12 @@ func (e *Engine) emit(j *job, bh *hyp) {
 			return
 		}
 		// Timestamps are predicted, and may point past the end of the audio: keep them inside it.
+		// A window's first segment starts at its first token's most probable timestamp when that
+		// token is text (whisper.cpp's tokens_cur.front().tid), which may come after the timestamp
+		// that ends the segment; whisper.cpp keeps such an inverted segment, which no subtitle
+		// format can show: it starts at its end here (the predicted timestamp, from which the
+		// next segment starts).
+		t0 = min(t0, t1)
 		end := float64(j.nSamples) / SampleRate
 		seg := Segment{ID: len(j.segments), Start: min(float64(t0)/100, end), End: min(float64(t1)/100, end), Text: text,
 			Temperature: temp, AvgLogprob: avg, CompressionRatio: e.compressionRatio(text), NoSpeechProb: j.noSpeech}
