@@ -55,8 +55,8 @@ func runBench(e *env, args []string) error {
 	if len(pos) != 0 {
 		return usagef("unexpected arguments %q", pos)
 	}
-	if *pp < 0 || *tg < 0 || *reps < 1 || *pp+*tg == 0 {
-		return usagef("need -p >= 0, -n >= 0, one of them positive, and -r >= 1")
+	if *pp < 0 || *tg < 0 || *reps < 1 || *pp+*tg == 0 || *pp > llama.MaxContextTokens || *tg >= llama.MaxContextTokens {
+		return usagef("need -p from 0 to %d, -n from 0 to %d, one of them positive, and -r >= 1", llama.MaxContextTokens, llama.MaxContextTokens-1)
 	}
 	kv, err := parseKVType(*kvType)
 	if err != nil {

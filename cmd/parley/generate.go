@@ -11,9 +11,11 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"time"
 
 	"github.com/parleyhq/parley/runtime/decode"
 	"github.com/parleyhq/parley/runtime/engine"
+	"github.com/parleyhq/parley/runtime/models/llama"
 )
 
 func runGenerate(e *env, args []string) error {
@@ -55,6 +57,9 @@ func runGenerate(e *env, args []string) error {
 	}
 	if *n < 0 {
 		return usagef("-n %d: must not be negative", *n)
+	}
+	if *ctxLen < 0 || *ctxLen > llama.MaxContextSlots {
+		return usagef("-c %d: want 0 (the model's context) to %d", *ctxLen, llama.MaxContextSlots)
 	}
 	kv, err := parseKVType(*kvType)
 	if err != nil {
@@ -115,16 +120,20 @@ func runGenerate(e *env, args []string) error {
 		}
 	}
 	res, err := eng.Generate(ctx, c, req, emit)
-	if err != nil && !errors.Is(err, context.Canceled) {
+	if errors.Is(err, context.Canceled) {
+		// Interrupted: what was generated is printed as usual, with stop "cancelled", and the
+		// command fails.
+		err = errors.New("interrupted")
+	} else if err != nil {
 		return err
 	}
 	if !*asJSON {
 		fmt.Fprintln(w)
 		w.Flush()
-		if res != nil && len(res.Tokens) > 0 {
-			fmt.Fprintf(e.stderr, "\nprompt: %d tokens in %v (%.1f tokens/s); generated: %d tokens in %v (%.1f tokens/s); stop: %s\n",
-				len(ids), res.PromptTime.Round(1e5), float64(len(ids))/res.PromptTime.Seconds(),
-				len(res.Tokens), res.GenTime.Round(1e5), float64(len(res.Tokens))/res.GenTime.Seconds(), res.Reason)
+		if len(res.Tokens) > 0 {
+			fmt.Fprintf(e.stderr, "\nprompt: %d tokens in %v (%s); generated: %d tokens in %v (%s); stop: %s\n",
+				len(ids), res.PromptTime.Round(1e5), rate(len(ids), res.PromptTime),
+				len(res.Tokens), res.GenTime.Round(1e5), rate(len(res.Tokens), res.GenTime), res.Reason)
 		}
 		return err
 	}
@@ -150,7 +159,18 @@ func runGenerate(e *env, args []string) error {
 		out.Logprobs = append(out.Logprobs, row)
 	}
 	enc := json.NewEncoder(w)
-	return enc.Encode(out)
+	if e := enc.Encode(out); e != nil {
+		return e
+	}
+	return err
+}
+
+// rate formats n tokens in d as tokens/s; "-" when d is too short to measure.
+func rate(n int, d time.Duration) string {
+	if d <= 0 {
+		return "- tokens/s"
+	}
+	return fmt.Sprintf("%.1f tokens/s", float64(n)/d.Seconds())
 }
 
 // promptText returns the prompt from -p or -f (exactly one).

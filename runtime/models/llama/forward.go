@@ -54,13 +54,23 @@ type tokViews struct {
 }
 type outViews struct{ h, logits backend.Tensor }
 
+// Limits of a context: tokens in one forward step, sequences in one step, and positions of the KV
+// cache (2^24 positions of a 7B model's F16 cache are 8 TiB: the bound is against overflow, not a
+// memory budget).
+const (
+	MaxContextTokens = 1 << 20
+	MaxContextSeqs   = 1 << 16
+	MaxContextSlots  = 1 << 24
+)
+
 // NewContext makes a context for m.
 func (m *Model) NewContext(cfg ContextConfig) (*Context, error) {
 	if cfg.BlockSize == 0 {
 		cfg.BlockSize = 16
 	}
-	if cfg.MaxTokens <= 0 || cfg.MaxSeqs <= 0 || cfg.KVSlots <= 0 || cfg.BlockSize <= 0 {
-		return nil, fmt.Errorf("llama: invalid context config %+v", cfg)
+	if cfg.MaxTokens <= 0 || cfg.MaxSeqs <= 0 || cfg.KVSlots <= 0 || cfg.BlockSize <= 0 ||
+		cfg.MaxTokens > MaxContextTokens || cfg.MaxSeqs > MaxContextSeqs || cfg.KVSlots > MaxContextSlots || cfg.BlockSize > MaxContextSlots {
+		return nil, fmt.Errorf("llama: invalid context config %+v (at most %d tokens a step, %d sequences, %d cache positions)", cfg, MaxContextTokens, MaxContextSeqs, MaxContextSlots)
 	}
 	if cfg.KVType != tensor.F16 && cfg.KVType != tensor.F32 && cfg.KVType != tensor.BF16 {
 		return nil, fmt.Errorf("llama: KV cache type %v is not supported (F16, BF16 or F32)", cfg.KVType)

@@ -1,0 +1,71 @@
+package tests
+
+import (
+	"bytes"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/parleyhq/parley/internal/sharedtest"
+)
+
+// TestCLILimits: sizes no context can hold are command-line mistakes (exit 2, one line), not
+// a crash.
+func TestCLILimits(t *testing.T) {
+	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
+	for _, args := range [][]string{
+		{"bench", "-m", model, "-p", "9223372036854775807", "-n", "1"},
+		{"bench", "-m", model, "-p", "1000000000", "-n", "1"},
+		{"bench", "-m", model, "-p", "0", "-n", "9223372036854775807"},
+		{"generate", "-m", model, "-p", "Hi", "-c", "-5"},
+		{"generate", "-m", model, "-p", "Hi", "-c", "9223372036854775807"},
+	} {
+		res := parley(t, "", args...)
+		if res.code != 2 || strings.Contains(res.stderr, "goroutine") || !strings.Contains(res.stderr, "parley "+args[0]+":") {
+			t.Errorf("%v: exit %d\n%s", args, res.code, res.stderr)
+		}
+	}
+}
+
+// TestGenerateInterrupted: Ctrl-C prints what was generated with stop "cancelled" and fails,
+// in text and JSON alike.
+func TestGenerateInterrupted(t *testing.T) {
+	model := filepath.Join(t.TempDir(), "s15M.gguf")
+	if res := parley(t, "", "synth", "--shape", "15M", "--type", "f32", "-o", model); res.code != 0 {
+		t.Fatalf("synth: %s", res.stderr)
+	}
+	for _, asJSON := range []bool{false, true} {
+		args := []string{"generate", "-m", model, "-p", "Once upon a time", "-n", "0", "-c", "100000", "--ignore-eos", "--backend", "go", "-t", "1"}
+		if asJSON {
+			args = append(args, "--json")
+		}
+		cmd := exec.Command(parleyBin, args...)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1500 * time.Millisecond) // loaded, and generating
+		cmd.Process.Signal(syscall.SIGINT)
+		err := cmd.Wait()
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != 1 || !strings.Contains(errb.String(), "parley generate: interrupted") {
+			t.Fatalf("json %v: %v\n%s", asJSON, err, errb.String())
+		}
+		if asJSON {
+			var r struct {
+				Tokens       []int32 `json:"tokens"`
+				FinishReason string  `json:"finish_reason"`
+			}
+			if err := json.Unmarshal(out.Bytes(), &r); err != nil || r.FinishReason != "cancelled" || len(r.Tokens) == 0 {
+				t.Fatalf("JSON after the interrupt: %v %.300s", err, out.String())
+			}
+		} else if s := errb.String(); !strings.Contains(s, "stop: cancelled") || strings.Contains(s, "Inf") || out.Len() < 20 {
+			t.Fatalf("text after the interrupt: %q\n%s", out.String(), s)
+		}
+	}
+}
