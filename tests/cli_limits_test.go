@@ -23,6 +23,7 @@ func TestCLILimits(t *testing.T) {
 		{"bench", "-m", model, "-p", "0", "-n", "9223372036854775807"},
 		{"generate", "-m", model, "-p", "Hi", "-c", "-5"},
 		{"generate", "-m", model, "-p", "Hi", "-c", "9223372036854775807"},
+		{"bench", "-m", sharedtest.WhisperRandomModel(t, "tiny.en"), "-n", "1000"}, // 448 positions
 	} {
 		res := parley(t, "", args...)
 		if res.code != 2 || strings.Contains(res.stderr, "goroutine") || !strings.Contains(res.stderr, "parley "+args[0]+":") {

@@ -250,7 +250,9 @@ func TestBenchWhisper(t *testing.T) {
 		}
 		AudioSeconds float64 `json:"audio_seconds"`
 		RTF          float64 `json:"rtf"`
-		HParams      struct{ TextLayer int }
+		HParams      struct {
+			TextLayer int `json:"n_text_layer"`
+		}
 	}
 	if err := json.Unmarshal([]byte(res.stdout), &got); err != nil {
 		t.Fatalf("%v: %s", err, res.stdout)

@@ -65,7 +65,9 @@ func benchASR(e *env, bf backendFlags, path string, reps, tg int, seqCounts []in
 	// A decoder context holds the prompt (start of transcript, language, task, no timestamps)
 	// and the generated tokens.
 	const prompt = 4
-	tg = min(tg, m.TextCtx-prompt)
+	if tg > m.TextCtx-prompt {
+		return usagef("-n %d: a Whisper decoder holds %d positions, %d of them its prompt: -n up to %d", tg, m.TextCtx, prompt, m.TextCtx-prompt)
+	}
 	maxSeqs := 1
 	for _, n := range seqCounts {
 		maxSeqs = max(maxSeqs, n)

@@ -29,18 +29,18 @@ const (
 )
 
 // HParams are the model's hyper-parameters as stored in the file.
-type HParams struct {
-	NVocab     int
-	AudioCtx   int // encoder positions (1500)
-	AudioState int
-	AudioHead  int
-	AudioLayer int
-	TextCtx    int // decoder positions (448)
-	TextState  int
-	TextHead   int
-	TextLayer  int
-	Mels       int
-	FType      int
+type HParams struct { // JSON: whisper.cpp's names
+	NVocab     int `json:"n_vocab"`
+	AudioCtx   int `json:"n_audio_ctx"` // encoder positions (1500)
+	AudioState int `json:"n_audio_state"`
+	AudioHead  int `json:"n_audio_head"`
+	AudioLayer int `json:"n_audio_layer"`
+	TextCtx    int `json:"n_text_ctx"` // decoder positions (448)
+	TextState  int `json:"n_text_state"`
+	TextHead   int `json:"n_text_head"`
+	TextLayer  int `json:"n_text_layer"`
+	Mels       int `json:"n_mels"`
+	FType      int `json:"ftype"`
 }
 
 const normEps = 1e-5
