@@ -281,7 +281,7 @@ func TestBadInput(t *testing.T) {
 		{"prompt too long", []string{"generate", "-m", model, "-p", long, "--temp", "0"}, 1, "context"},
 		{"negative -n", []string{"generate", "-m", model, "-p", "x", "-n", "-3"}, 2, "-n"},
 		{"bad top-p", []string{"generate", "-m", model, "-p", "x", "--top-p", "1.5"}, 2, "top_p"},
-		{"bad backend", []string{"generate", "--backend", "tpu", "-m", model, "-p", "x"}, 1, "tpu"},
+		{"bad backend", []string{"generate", "--backend", "tpu", "-m", model, "-p", "x"}, 2, "tpu"},
 		{"bad logit bias", []string{"generate", "-m", model, "-p", "x", "--logit-bias", "99999=1"}, 2, "logit_bias"},
 		{"bad synth type", []string{"synth", "--type", "q9_9", "-o", filepath.Join(dir, "x.gguf")}, 2, "q9_9"},
 		{"bad kv type", []string{"bench", "-m", model, "--kv-type", "q4_0"}, 2, "kv-type"},

@@ -121,7 +121,7 @@ func TestTranscribeFormatsAndBadInput(t *testing.T) {
 		{"language model gguf", []string{"transcribe", "-m", ggufModel, wav}, 1, `architecture is "llama", not "whisper"`},
 		{"model neither ggml nor gguf", []string{"transcribe", "-m", notAudio, wav}, 1, "neither whisper.cpp's ggml format nor GGUF"},
 		{"vocabulary-only model", []string{"transcribe", "-m", vocabOnly, wav}, 1, "no weights"},
-		{"language on English model", []string{"transcribe", "-m", model, "--language", "de", wav}, 1, "english-only"},
+		{"language on English model", []string{"transcribe", "-m", model, "--language", "de", wav}, 2, "english-only"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			res := parley(t, "", c.args...)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -51,9 +52,27 @@ func threadsDefault() int {
 	return n
 }
 
-func (bf backendFlags) open(e *env) (backend.Backend, error) {
+// check reports the flags' command-line mistakes: a negative thread count, or a backend name
+// (from --backend or $PARLEY_BACKEND) that this build does not have. A named backend that fails
+// to start is not a mistake in the command line; open reports it.
+func (bf backendFlags) check() error {
 	if *bf.threads < 0 {
-		return nil, usagef("-t %d: thread count must not be negative", *bf.threads)
+		return usagef("-t %d: thread count must not be negative", *bf.threads)
+	}
+	name := backend.Choose(*bf.name)
+	if name == "auto" || slices.Contains(backend.Names(), name) {
+		return nil
+	}
+	from := "--backend"
+	if *bf.name == "" {
+		from = "$" + backend.EnvVar
+	}
+	return usagef("%s %q: unknown backend (have %s)", from, name, strings.Join(append(backend.Names(), "auto"), ", "))
+}
+
+func (bf backendFlags) open(e *env) (backend.Backend, error) {
+	if err := bf.check(); err != nil {
+		return nil, err
 	}
 	name := backend.Choose(*bf.name)
 	b, notes, err := backend.New(name, backend.Options{Threads: *bf.threads})
@@ -68,7 +87,22 @@ func openModel(e *env, bf backendFlags, path string) (*engine.Engine, backend.Ba
 	if path == "" {
 		return nil, nil, usagef("-m MODEL is required")
 	}
-	return openOn(e, bf, path, func(p string, b backend.Backend) (*engine.Engine, error) { return engine.Open(p, b) })
+	return openOn(e, bf, path, func(p string, b backend.Backend) (*engine.Engine, error) {
+		if err := notWhisper(p); err != nil {
+			return nil, err
+		}
+		return engine.Open(p, b)
+	})
+}
+
+// notWhisper returns an error saying so when path is a Whisper model (whisper.cpp's ggml file,
+// or GGUF with the whisper architecture), for the commands that take a language model; nil
+// otherwise, also when path cannot be read: the reader that opens it next says why.
+func notWhisper(path string) error {
+	if ok, _ := whisper.IsModelFile(path); ok {
+		return fmt.Errorf("%s is a Whisper speech-recognition model, not a language model: parley transcribe takes it", path)
+	}
+	return nil
 }
 
 // openWhisper opens the backend the flags choose and the Whisper model at path (a file or an
@@ -81,6 +115,9 @@ func openWhisper(e *env, bf backendFlags, path string) (*whisper.Model, backend.
 // the model on it with open; the backend is closed again if that fails.
 func openOn[M any](e *env, bf backendFlags, path string, open func(string, backend.Backend) (M, error)) (M, backend.Backend, error) {
 	var none M
+	if err := bf.check(); err != nil { // before a download
+		return none, nil, err
+	}
 	path, err := resolveModel(e, path)
 	if err != nil {
 		return none, nil, err

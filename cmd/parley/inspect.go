@@ -3,6 +3,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"math"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -12,7 +15,7 @@ import (
 
 func runInspect(e *env, args []string) error {
 	fs := newFlags(e, "inspect", "[--json] [--full] MODEL")
-	asJSON := fs.Bool("json", false, "print JSON")
+	asJSON := fs.Bool("json", false, `print JSON (float values that are not finite as the strings "NaN", "+Inf" and "-Inf")`)
 	full := fs.Bool("full", false, "print arrays in full (default: the first 8 elements)")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -48,7 +51,7 @@ func runInspect(e *env, args []string) error {
 			Tensors  []tensorJSON   `json:"tensors"`
 		}{Version: f.Version, Metadata: map[string]any{}}
 		for _, kv := range f.KVs {
-			out.Metadata[kv.Key] = show(kv.Value)
+			out.Metadata[kv.Key] = jsonSafe(show(kv.Value))
 		}
 		for _, t := range f.Tensors {
 			out.Tensors = append(out.Tensors, tensorJSON{t.Name, t.DType.String(), t.Shape, t.Offset, t.Size})
@@ -64,8 +67,7 @@ func runInspect(e *env, args []string) error {
 		if kv.Value.Type == gguf.Array {
 			typ = fmt.Sprintf("[%d]%s", arrayLen(kv.Value), kv.Value.Elem)
 		}
-		b, _ := json.Marshal(show(kv.Value))
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", kv.Key, typ, b)
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", kv.Key, typ, textValue(show(kv.Value)))
 	}
 	tw.Flush()
 	fmt.Fprintln(e.stdout)
@@ -174,6 +176,103 @@ func valueSummary(v gguf.Value, full bool) any {
 		return head
 	}
 	return map[string]any{"len": n, "head": head}
+}
+
+// nonFinite is how NaN and the infinities are written, as text and as JSON strings (JSON has no
+// numbers for them).
+func nonFinite(f float64) (string, bool) {
+	switch {
+	case math.IsNaN(f):
+		return "NaN", true
+	case math.IsInf(f, 1):
+		return "+Inf", true
+	case math.IsInf(f, -1):
+		return "-Inf", true
+	}
+	return "", false
+}
+
+// jsonSafe is a valueSummary with every float that is not finite replaced by its nonFinite
+// string; values without such floats are returned as they are.
+func jsonSafe(x any) any {
+	floats := func(n int, at func(int) float64) any {
+		out := make([]any, n)
+		changed := false
+		for i := range out {
+			if s, ok := nonFinite(at(i)); ok {
+				out[i], changed = s, true
+			} else {
+				out[i] = at(i)
+			}
+		}
+		if !changed {
+			return x
+		}
+		return out
+	}
+	switch v := x.(type) {
+	case float32:
+		if s, ok := nonFinite(float64(v)); ok {
+			return s
+		}
+	case float64:
+		if s, ok := nonFinite(v); ok {
+			return s
+		}
+	case []float32:
+		return floats(len(v), func(i int) float64 { return float64(v[i]) })
+	case []float64:
+		return floats(len(v), func(i int) float64 { return v[i] })
+	case []any:
+		out := make([]any, len(v))
+		for i := range v {
+			out[i] = jsonSafe(v[i])
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, e := range v {
+			out[k] = jsonSafe(e)
+		}
+		return out
+	}
+	return x
+}
+
+// textValue is a valueSummary as inspect's text table shows it: JSON, except that floats that
+// are not finite are written bare (NaN, +Inf, -Inf).
+func textValue(x any) string {
+	join := func(open, close string, n int, at func(int) string) string {
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = at(i)
+		}
+		return open + strings.Join(parts, ",") + close
+	}
+	switch v := x.(type) {
+	case float32:
+		if s, ok := nonFinite(float64(v)); ok {
+			return s
+		}
+	case float64:
+		if s, ok := nonFinite(v); ok {
+			return s
+		}
+	case []float32:
+		return join("[", "]", len(v), func(i int) string { return textValue(v[i]) })
+	case []float64:
+		return join("[", "]", len(v), func(i int) string { return textValue(v[i]) })
+	case []any:
+		return join("[", "]", len(v), func(i int) string { return textValue(v[i]) })
+	case map[string]any: // {"head": [...], "len": n}: keys sorted, as json.Marshal writes them
+		keys := slices.Sorted(maps.Keys(v))
+		return join("{", "}", len(keys), func(i int) string { return textValue(keys[i]) + ":" + textValue(v[keys[i]]) })
+	}
+	b, err := json.Marshal(x)
+	if err != nil {
+		return fmt.Sprint(x)
+	}
+	return string(b)
 }
 
 // inspectGGML prints a whisper.cpp model file's header, filter bank and vocabulary sizes and its

@@ -10,7 +10,13 @@
 //	parley transcribe -m WHISPER_MODEL [--beam N] [--language L] [--output-format F] [--json] FILE...
 //	parley convert -o OUT [--type q8_0] [--format gguf|ggml] WHISPER_MODEL.bin
 //
-// Every command takes --backend go|cpu|auto (or $PARLEY_BACKEND) and --help.
+// Every command takes --help. The commands that run a model (generate, bench, serve, transcribe)
+// also take --backend go|cpu|auto (or $PARLEY_BACKEND) and -t THREADS; tokenize, inspect, synth
+// and convert only read or write files and take neither.
+//
+// Exit status: 0 on success, 2 for a command-line mistake (an unknown flag, command, backend or
+// language, a value out of range), 1 for a failure while running (a missing or corrupt file, a
+// backend that does not start).
 package main
 
 import (
@@ -89,20 +95,27 @@ func usage(w io.Writer) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	width := 0
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-9s %s\n", n, commands[n].summary)
+		width = max(width, len(n))
+	}
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun 'parley COMMAND --help' for a command's flags.")
 }
 
 // newFlags makes a flag set whose errors are returned (not printed and exited on) and whose
-// usage names the command.
+// usage names the command. On a mistake it prints the usage; the error itself is printed once,
+// by run, with the command's name.
 func newFlags(e *env, name, synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs.SetOutput(io.Discard) // flag would print the error line too
 	fs.Usage = func() {
 		fmt.Fprintf(e.stderr, "usage: parley %s %s\n\nflags:\n", name, synopsis)
+		fs.SetOutput(e.stderr) // PrintDefaults writes to the flag set's output
 		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
 	}
 	return fs
 }

@@ -2,16 +2,20 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/parleyhq/parley/runtime/models/llama"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
+// synthTypes are the weight types llama.Synth writes.
+var synthTypes = []string{"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"}
+
 func runSynth(e *env, args []string) error {
 	fs := newFlags(e, "synth", "--shape 15M|110M|1B --type TYPE -o FILE [--seed N]")
 	shape := fs.String("shape", "15M", "model shape: "+strings.Join(llama.ShapeNames(), ", "))
-	typ := fs.String("type", "f32", "weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k")
+	typ := fs.String("type", "f32", "weight type: "+strings.Join(synthTypes, ", "))
 	out := fs.String("o", "", "output file (required)")
 	seed := fs.Uint64("seed", 1, "random seed")
 	pos, err := parse(fs, args)
@@ -28,9 +32,12 @@ func runSynth(e *env, args []string) error {
 	if !ok {
 		return usagef("unknown shape %q (have %s)", *shape, strings.Join(llama.ShapeNames(), ", "))
 	}
+	if !slices.Contains(synthTypes, strings.ToLower(*typ)) {
+		return usagef("--type %q: want one of %s", *typ, strings.Join(synthTypes, ", "))
+	}
 	dt, err := tensor.ParseDType(*typ)
 	if err != nil {
-		return usageError{err}
+		return err
 	}
 	w, err := llama.Synth(s, dt, *seed)
 	if err != nil {

@@ -35,6 +35,9 @@ func runTokenize(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := notWhisper(path); err != nil {
+		return err
+	}
 	f, err := gguf.Open(path)
 	if err != nil {
 		return err

@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 
 	"github.com/parleyhq/parley/runtime/audio"
 	"github.com/parleyhq/parley/runtime/models/whisper"
+	wtok "github.com/parleyhq/parley/runtime/tokenizer/whisper"
 )
 
 // runTranscribe transcribes audio files with a Whisper model.
@@ -50,7 +52,12 @@ func runTranscribe(e *env, args []string) error {
 		p.TemperatureInc = 0
 	}
 	if err := p.Validate(); err != nil {
-		return usageError{err}
+		return usageError{withoutHTTP(err)}
+	}
+	if l := p.Language; l != "" && l != "auto" {
+		if _, ok := wtok.LanguageIndex(l); !ok {
+			return usagef("--language %q: unknown language; want a code such as en, de or zh, an English name such as german, or auto", l)
+		}
 	}
 	m, be, err := openWhisper(e, bf, *model)
 	if err != nil {
@@ -63,6 +70,16 @@ func runTranscribe(e *env, args []string) error {
 		return err
 	}
 	defer eng.Close()
+	// What the model cannot do is a mistake in the command line too: say so before any file.
+	if _, _, err := eng.ResolveLanguage(p.Language); err != nil {
+		if !m.Multilingual() {
+			return usagef("--language %q: %s is an English-only model; leave out --language (or give en), or use a multilingual model", p.Language, *model)
+		}
+		return usagef("--language %q: %s does not know this language", p.Language, *model)
+	}
+	if p.Translate && !m.Multilingual() {
+		return usagef("--translate: %s is an English-only model and cannot translate; use a multilingual model", *model)
+	}
 	for _, path := range pos {
 		data, err := os.ReadFile(path)
 		if err != nil {
@@ -81,6 +98,19 @@ func runTranscribe(e *env, args []string) error {
 		}
 	}
 	return nil
+}
+
+// withoutHTTP is a parameter error from the whisper package without its HTTP wording ("bad
+// request: "), which serve answers with and the command line has no use for.
+func withoutHTTP(err error) error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok && errors.Is(err, whisper.ErrBadRequest) {
+		for _, e := range j.Unwrap() {
+			if e != whisper.ErrBadRequest {
+				return e
+			}
+		}
+	}
+	return err
 }
 
 func printTranscript(e *env, res *whisper.Result, format string, asJSON bool) error {
