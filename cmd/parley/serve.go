@@ -154,13 +154,14 @@ func runServe(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	var origins []string
+	for _, o := range strings.Split(*cors, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			origins = append(origins, o)
+		}
+	}
 	var handler atomic.Pointer[http.Handler]
-	loading := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Retry-After", "5")
-		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprint(w, `{"status":"loading","error":{"message":"models are loading","type":"server_error","param":null,"code":"loading"}}`)
-	}))
+	loading := server.Loading(server.Config{AllowedOrigins: origins, Logger: logger})
 	handler.Store(&loading)
 	hs := &http.Server{
 		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }),
@@ -278,12 +279,6 @@ func runServe(e *env, args []string) error {
 		scheds = append(scheds, s)
 		served = append(served, &server.Model{Name: sp.name, Engine: eng, Sched: s, Ctx: n})
 		logger.Info("model loaded", "model", sp.name, "path", sp.path, "arch", m.Arch, "ctx", n, "kv_slots", c.Pool().Slots(), "parallel", *parallel, "took", time.Since(t0).Round(time.Millisecond))
-	}
-	var origins []string
-	for _, o := range strings.Split(*cors, ",") {
-		if o = strings.TrimSpace(o); o != "" {
-			origins = append(origins, o)
-		}
 	}
 	srv, err := server.New(server.Config{APIKey: *apiKey, AllowedOrigins: origins, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout, RequestTimeout: *timeout, Logger: logger, Steps: steps,
 		SpeechModels: speechModels, MaxAudioBytes: *maxAudio, MaxAudioDuration: *maxAudioDur, Stream: server.StreamConfig{MaxSessions: *maxStreams}}, served)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -363,5 +364,38 @@ func TestBodyTimeout(t *testing.T) {
 	}
 	if d := time.Since(t0); d < 2*h.s.cfg.BodyTimeout {
 		t.Fatalf("the stream took %v, not longer than the body's deadline: this tested nothing", d)
+	}
+}
+
+// TestLoading: while the models load, every request is answered 503 with Retry-After, with the
+// request id and the CORS headers a browser needs to read that answer; a preflight is answered
+// as the server will answer it.
+func TestLoading(t *testing.T) {
+	srv := httptest.NewServer(Loading(Config{AllowedOrigins: []string{"http://ok.example"}}))
+	defer srv.Close()
+	for _, c := range []struct{ method, path string }{{"GET", "/health"}, {"POST", "/v1/completions"}, {"GET", "/v1/models"}} {
+		req, _ := http.NewRequest(c.method, srv.URL+c.path, strings.NewReader(`{}`))
+		req.Header.Set("Origin", "http://ok.example")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(b), `"code":"loading"`) ||
+			resp.Header.Get("Access-Control-Allow-Origin") != "http://ok.example" || resp.Header.Get("X-Request-Id") == "" {
+			t.Errorf("%s %s: %d %v %s", c.method, c.path, resp.StatusCode, resp.Header, b)
+		}
+	}
+	req, _ := http.NewRequest("OPTIONS", srv.URL+"/v1/chat/completions", nil)
+	req.Header.Set("Origin", "http://ok.example")
+	req.Header.Set("Access-Control-Request-Method", "POST")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent || resp.Header.Get("Access-Control-Allow-Methods") == "" {
+		t.Errorf("preflight: %d %v", resp.StatusCode, resp.Header)
 	}
 }

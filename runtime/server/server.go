@@ -76,6 +76,18 @@ type Config struct {
 	Stream StreamConfig
 }
 
+// Loading is the handler to serve while the models load (New needs them): every request is
+// answered 503 with Retry-After, GET /health too, with the request id, CORS headers (cfg's
+// AllowedOrigins; a preflight is answered as the server will) and a log line (cfg's Logger) as
+// the server gives them.
+func Loading(cfg Config) http.Handler {
+	s := &Server{cfg: cfg, log: cfg.Logger, loading: true}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	return http.HandlerFunc(s.serve)
+}
+
 // Server serves the API. Build it with New; it is safe for concurrent use.
 type Server struct {
 	cfg     Config
@@ -87,6 +99,7 @@ type Server struct {
 	speechN map[string]*speechServed
 	streams atomic.Int64 // open /v1/audio/stream sessions
 	lives   liveSet      // the same sessions, for Shutdown
+	loading bool         // Loading's stand-in: every request but a preflight is answered 503
 	ready   atomic.Bool
 	metrics *metrics
 	start   time.Time
@@ -314,8 +327,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		ep := endpointLabel(r.URL.Path)
 		d := time.Since(ri.start)
-		s.metrics.requests.WithLabelValues(ep, strconv.Itoa(rec.status)).Inc()
-		s.metrics.duration.WithLabelValues(ep).Observe(d.Seconds())
+		if s.metrics != nil {
+			s.metrics.requests.WithLabelValues(ep, strconv.Itoa(rec.status)).Inc()
+			s.metrics.duration.WithLabelValues(ep).Observe(d.Seconds())
+		}
 		ri.log.Info("request", "method", r.Method, "path", r.URL.Path, "status", rec.status, "bytes", rec.bytes, "duration", d)
 	}()
 	s.route(rec, r)
@@ -342,6 +357,13 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
+	}
+	if s.loading {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "5")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, `{"status":"loading","error":{"message":"models are loading","type":"server_error","param":null,"code":"loading"}}`+"\n")
+		return
 	}
 	if s.keyHash != nil && r.URL.Path != "/health" && !s.authorized(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="parley"`)
