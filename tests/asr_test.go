@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -239,5 +240,53 @@ func TestServeASR(t *testing.T) {
 	code, body, _ := postJSON(t, srv.base+"/v1/completions", `{"model":"stories","prompt":"Once","max_tokens":4}`)
 	if code != 200 {
 		t.Errorf("completion beside the speech model: %d %s", code, body)
+	}
+}
+
+// TestServeASRBeam: --asr-beam sets the served transcriptions' beam search: a lone
+// transcription's decoder steps at temperature 0 then carry five sequences
+// (parley_step_batch_sequences), one without it; --asr-best-of 1 keeps the fallback's steps at
+// one. (Random weights give the same text either way, so the text cannot tell.)
+func TestServeASRBeam(t *testing.T) {
+	whisperModel := sharedtest.WhisperRandomModel(t, "tiny.en")
+	wav, err := os.ReadFile(sharedtest.Path(t, "data/asr/wav/psx-cards-001.wav"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, beam := range []string{"1", "5"} {
+		srv := startServer(t, "--backend", asrBackend(), "-m", "whisper="+whisperModel, "--asr-beam", beam, "--asr-best-of", "1")
+		var b bytes.Buffer
+		mw := multipart.NewWriter(&b)
+		mw.WriteField("model", "whisper")
+		fw, _ := mw.CreateFormFile("file", "a.wav")
+		fw.Write(wav)
+		mw.Close()
+		resp, err := http.Post(srv.base+"/v1/audio/transcriptions", mw.FormDataContentType(), &b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("--asr-beam %s: status %d", beam, resp.StatusCode)
+		}
+		resp, err = http.Get(srv.base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var sum, count float64
+		for _, line := range strings.Split(string(m), "\n") {
+			if v, ok := strings.CutPrefix(line, `parley_step_batch_sequences_sum{model="whisper"} `); ok {
+				sum, _ = strconv.ParseFloat(v, 64)
+			}
+			if v, ok := strings.CutPrefix(line, `parley_step_batch_sequences_count{model="whisper"} `); ok {
+				count, _ = strconv.ParseFloat(v, 64)
+			}
+		}
+		if count == 0 || (beam == "1") != (sum == count) {
+			t.Errorf("--asr-beam %s: %v sequences over %v steps", beam, sum, count)
+		}
 	}
 }

@@ -24,6 +24,9 @@ func TestCLILimits(t *testing.T) {
 		{"generate", "-m", model, "-p", "Hi", "-c", "-5"},
 		{"generate", "-m", model, "-p", "Hi", "-c", "9223372036854775807"},
 		{"bench", "-m", sharedtest.WhisperRandomModel(t, "tiny.en"), "-n", "1000"}, // 448 positions
+		{"serve", "-m", sharedtest.WhisperRandomModel(t, "tiny.en"), "--asr-beam", "0"},
+		{"serve", "-m", sharedtest.WhisperRandomModel(t, "tiny.en"), "--asr-beam", "2", "--asr-best-of", "0"},
+		{"generate", "-m", model, "-p", "Hi", "-t", "-1"},
 	} {
 		res := parley(t, "", args...)
 		if res.code != 2 || strings.Contains(res.stderr, "goroutine") || !strings.Contains(res.stderr, "parley "+args[0]+":") {
@@ -68,5 +71,16 @@ func TestGenerateInterrupted(t *testing.T) {
 		} else if s := errb.String(); !strings.Contains(s, "stop: cancelled") || strings.Contains(s, "Inf") || out.Len() < 20 {
 			t.Fatalf("text after the interrupt: %q\n%s", out.String(), s)
 		}
+	}
+}
+
+// TestThreadsFromEnvironment: -t defaults to $PARLEY_THREADS, as the other flags to theirs.
+func TestThreadsFromEnvironment(t *testing.T) {
+	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
+	cmd := exec.Command(parleyBin, "generate", "-m", model, "-p", "Hi", "-n", "2")
+	cmd.Env = append(cmd.Environ(), "PARLEY_THREADS=-3")
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "-t -3") {
+		t.Fatalf("PARLEY_THREADS=-3: %v %s", err, out)
 	}
 }

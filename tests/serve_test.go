@@ -692,6 +692,9 @@ func TestServeDownloadsHFModel(t *testing.T) {
 		if status != 200 {
 			t.Fatalf("round %d: %d %s", round, status, b)
 		}
+		if log := srv.stderr.String(); strings.Contains(log, "\r") { // not a terminal: no progress bar in the log
+			t.Fatalf("round %d: a progress bar in the log:\n%q", round, log)
+		}
 		_ = srv.cmd.Process.Kill()
 	}
 	if hits.Load() != 1 {
