@@ -270,7 +270,8 @@ func (p pcmLayout) mix(dst []float32, src []byte) {
 				}
 				sum += v
 			}
-			dst[i] = float32(sum / fch)
+			// A double beyond float32's range would become ±Inf: it is held at the range's end.
+			dst[i] = float32(max(-math.MaxFloat32, min(math.MaxFloat32, sum/fch)))
 		}
 	case kindALaw, kindMuLaw:
 		tab := &g711.alaw

@@ -426,3 +426,22 @@ func TestMaxDuration(t *testing.T) {
 		t.Error("negative limit accepted")
 	}
 }
+
+// TestFloat64Overflow: a double sample beyond float32's range (legal in a WAV of doubles) is held
+// at the range's end; it must not become ±Inf, which the resampler would spread and the model
+// could not take.
+func TestFloat64Overflow(t *testing.T) {
+	s := wavSpec{form: "RIFF", tag: waveFloat, channels: 1, rate: 44100, width: 8}
+	pay := make([]byte, 8*44100)
+	binary.LittleEndian.PutUint64(pay[8*1000:], math.Float64bits(1e39))
+	binary.LittleEndian.PutUint64(pay[8*2000:], math.Float64bits(-1e300))
+	samples, _, err := Decode(buildWAV(s, pay))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range samples {
+		if math.IsInf(float64(v), 0) || math.IsNaN(float64(v)) {
+			t.Fatalf("sample %d is %v", i, v)
+		}
+	}
+}

@@ -15,6 +15,10 @@ const (
 	// MaxTopLogprobs is the most alternatives a request may ask log-probabilities for
 	// (the OpenAI API limit).
 	MaxTopLogprobs = 20
+	// MaxPenalty bounds the penalties: presence and frequency penalties lie in [-MaxPenalty,
+	// MaxPenalty], the repetition penalty in [1/MaxPenalty, MaxPenalty]. Beyond, a penalised
+	// logit can leave float32's range, and every draw would fail.
+	MaxPenalty = 100
 )
 
 // Params configures a Sampler. The zero value is not valid (TopP and RepeatPenalty must be
@@ -92,17 +96,19 @@ func (p Params) Validate(vocabSize int) error {
 	if err := finite("repeat_penalty", p.RepeatPenalty); err != nil {
 		return err
 	}
-	if !(p.RepeatPenalty > 0) {
-		return fmt.Errorf("decode: repeat_penalty %v must be positive (1 turns it off)", p.RepeatPenalty)
+	if !(p.RepeatPenalty >= 1.0/MaxPenalty && p.RepeatPenalty <= MaxPenalty) {
+		return fmt.Errorf("decode: repeat_penalty %v outside [%v, %v] (1 turns it off)", p.RepeatPenalty, 1.0/MaxPenalty, MaxPenalty)
 	}
 	if p.RepeatLastN < 0 || p.RepeatLastN > MaxRepeatLastN {
 		return fmt.Errorf("decode: repeat_last_n %d outside [0, %d]", p.RepeatLastN, MaxRepeatLastN)
 	}
-	if err := finite("presence_penalty", p.PresencePenalty); err != nil {
-		return err
-	}
-	if err := finite("frequency_penalty", p.FrequencyPenalty); err != nil {
-		return err
+	for _, q := range []struct {
+		name string
+		v    float32
+	}{{"presence_penalty", p.PresencePenalty}, {"frequency_penalty", p.FrequencyPenalty}} {
+		if !(q.v >= -MaxPenalty && q.v <= MaxPenalty) { // NaN fails too
+			return fmt.Errorf("decode: %s %v outside [%v, %v] (0 turns it off)", q.name, q.v, -MaxPenalty, MaxPenalty)
+		}
 	}
 	for id, v := range p.LogitBias {
 		if id < 0 || int(id) >= vocabSize {

@@ -140,9 +140,14 @@ func (s *Seq) Truncate(n int) {
 	s.blocks = s.blocks[:keep]
 }
 
-// Release returns all of the sequence's blocks to the pool. The sequence is empty afterwards and
-// may be reused.
-func (s *Seq) Release() { s.Truncate(0) }
+// Release returns all of the sequence's blocks to the pool, those reserved but not yet advanced
+// into too. The sequence is empty afterwards and may be reused.
+func (s *Seq) Release() {
+	for _, b := range s.blocks {
+		s.pool.drop(b)
+	}
+	s.blocks, s.n = s.blocks[:0], 0
+}
 
 // Shared reports whether the block holding position pos is also held by another sequence, in
 // which case writing that position requires copying the block first.

@@ -179,3 +179,33 @@ func TestFeed(t *testing.T) {
 		t.Fatal("two token lists for three sequences: no error")
 	}
 }
+
+// TestReleaseReserved: Release returns blocks that were reserved but never advanced into (a
+// sequence whose first step failed or was cancelled) as well as the used ones.
+func TestReleaseReserved(t *testing.T) {
+	p, err := NewPool(4, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := p.NewSeq(0)
+	if err := s.Reserve(40); err != nil {
+		t.Fatal(err)
+	}
+	s.Release()
+	if p.FreeBlocks() != 4 {
+		t.Fatalf("%d of 4 blocks free after releasing a reservation", p.FreeBlocks())
+	}
+	if err := s.Reserve(20); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Advance(20); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reserve(30); err != nil { // 50 positions: a third block
+		t.Fatal(err)
+	}
+	s.Release()
+	if p.FreeBlocks() != 4 || s.Len() != 0 {
+		t.Fatalf("%d of 4 blocks free, length %d after Release", p.FreeBlocks(), s.Len())
+	}
+}

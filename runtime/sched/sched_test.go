@@ -464,3 +464,23 @@ func TestStreamMemory(t *testing.T) {
 	for range st.Events() {
 	}
 }
+
+// TestFirstStepErrorReleases: a request whose very first step fails (its blocks reserved, none
+// yet written) gives every block back.
+func TestFirstStepErrorReleases(t *testing.T) {
+	m := newFake(t, 16, 4, 16, 2)
+	h := newHarness(t, m, Config{})
+	m.hook = func(call int) {
+		if call == 1 {
+			m.fail = errBoom
+		}
+	}
+	st := h.submit(t, &Request{Prompt: prompt(1, 6), MaxTokens: 20, Sampling: greedy()})
+	h.run()
+	if r := drain(t, st, 1)[0]; r.reason != ReasonError {
+		t.Fatalf("reason %q", r.reason)
+	}
+	if free := m.pool.FreeBlocks(); free != m.pool.Blocks() {
+		t.Fatalf("%d of %d blocks free after the failed request", free, m.pool.Blocks())
+	}
+}

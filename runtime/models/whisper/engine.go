@@ -227,6 +227,11 @@ func (e *Engine) submit(ctx context.Context, samples []float32, p Params, onSegm
 	if detect {
 		p.Language = ""
 	}
+	for i, v := range samples {
+		if v-v != 0 { // NaN or ±Inf
+			return nil, fmt.Errorf("whisper: %w: sample %d is %v", ErrBadRequest, i, v)
+		}
+	}
 	j := &job{ctx: ctx, p: p, onSegment: onSegment, done: make(chan struct{}), lang: -1, detectOnly: detect}
 	if err := e.prepare(j, samples); err != nil {
 		return nil, err

@@ -2,6 +2,8 @@ package whisper
 
 import (
 	"context"
+	"errors"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -116,6 +118,23 @@ func TestEmitStartAfterEnd(t *testing.T) {
 			if tk.T1 < tk.T0 || tk.T0 < s.Start || tk.T1 > s.End || (i > 0 && tk.T0 < s.Tokens[i-1].T1) {
 				t.Errorf("token %d times [%.2f, %.2f] in [%.2f, %.2f]", i, tk.T0, tk.T1, s.Start, s.End)
 			}
+		}
+	}
+}
+
+// TestNonFiniteSamples: a NaN or infinite sample is the caller's mistake (ErrBadRequest), not a
+// failure of the model's arithmetic.
+func TestNonFiniteSamples(t *testing.T) {
+	e, err := NewEngine(testModel(t, "tiny.en"), EngineConfig{MaxActive: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for _, v := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
+		s := make([]float32, 2*SampleRate)
+		s[1234] = v
+		if _, err := e.Transcribe(context.Background(), s, DefaultParams(), nil); !errors.Is(err, ErrBadRequest) {
+			t.Errorf("a sample of %v: %v, want ErrBadRequest", v, err)
 		}
 	}
 }
