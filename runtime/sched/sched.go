@@ -184,6 +184,7 @@ type Stream struct {
 	s       *Scheduler
 	usage   Usage
 	stopCtx func() bool
+	timer   *time.Timer // wakes the loop at the request's deadline, which it may otherwise sleep through
 }
 
 // put queues ev; last ends the stream after it.
@@ -515,9 +516,15 @@ func (s *Scheduler) Submit(ctx context.Context, r *Request) (*Stream, error) {
 			}
 		})
 	}
+	if !r.Deadline.IsZero() {
+		st.timer = time.AfterFunc(time.Until(r.Deadline), s.wakeup)
+	}
 	if err := s.loop.Enqueue(q); err != nil {
 		if st.stopCtx != nil {
 			st.stopCtx()
+		}
+		if st.timer != nil {
+			st.timer.Stop()
 		}
 		return nil, err
 	}
@@ -915,6 +922,9 @@ func (s *Scheduler) closeSeq(q *seqState, ev Event) {
 	}
 	if r.st.stopCtx != nil {
 		r.st.stopCtx()
+	}
+	if r.st.timer != nil {
+		r.st.timer.Stop()
 	}
 	r.st.end()
 }

@@ -484,3 +484,32 @@ func TestFirstStepErrorReleases(t *testing.T) {
 		t.Fatalf("%d of %d blocks free after the failed request", free, m.pool.Blocks())
 	}
 }
+
+// TestQueuedDeadlineWhileIdle: a request waiting for blocks held elsewhere, with nothing else to
+// step, times out at its deadline: the loop, asleep with nothing to do, is woken for it.
+func TestQueuedDeadlineWhileIdle(t *testing.T) {
+	m := newFake(t, 4, 4, 16, 2)
+	h := newHarness(t, m, Config{})
+	held := m.pool.NewSeq(0)
+	if err := held.Reserve(12); err != nil { // 3 of 4 blocks, as if another user held them
+		t.Fatal(err)
+	}
+	defer func() { // the pool is the loop's until it stops
+		h.s.Close()
+		held.Release()
+	}()
+	h.run()
+	st := h.submit(t, &Request{Prompt: prompt(1, 6), MaxTokens: 6, Deadline: time.Now().Add(100 * time.Millisecond), Sampling: greedy()})
+	done := make(chan []seqResult, 1)
+	go func() { done <- drain(t, st, 1) }()
+	select {
+	case r := <-done:
+		if r[0].reason != ReasonTimeout {
+			t.Fatalf("reason %q", r[0].reason)
+		}
+	case <-time.After(10 * time.Second):
+		st.Cancel()
+		<-done
+		t.Fatal("the queued request outlived its deadline by 10 s")
+	}
+}
