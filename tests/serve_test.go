@@ -566,15 +566,7 @@ func TestServeGracefulShutdown(t *testing.T) {
 	if n := bytes.Count(rest, []byte("data: ")); n < 50 {
 		t.Fatalf("only %d chunks arrived after SIGTERM: the stream had ended before it, so this tested nothing", n)
 	}
-	select {
-	case err := <-srv.done:
-		if err != nil {
-			t.Fatalf("server exit: %v\n%s", err, srv.stderr.String())
-		}
-		srv.done <- nil
-	case <-time.After(20 * time.Second):
-		t.Fatal("server did not exit after SIGTERM")
-	}
+	waitExit(t, srv)
 }
 
 // TestServeShutdownPastGrace: streams still running or queued when the grace period
@@ -645,12 +637,18 @@ func TestServeShutdownPastGrace(t *testing.T) {
 	if cut == 0 {
 		t.Fatal("every stream finished within the grace period, so this tested nothing")
 	}
+	waitExit(t, srv)
+}
+
+// waitExit waits for srv, signalled to stop, to exit with status 0.
+func waitExit(t *testing.T, srv *serverProc) {
+	t.Helper()
 	select {
 	case err := <-srv.done:
 		if err != nil {
 			t.Fatalf("server exit: %v\n%s", err, srv.stderr.String())
 		}
-		srv.done <- nil
+		srv.done <- nil // for the cleanup's wait
 	case <-time.After(20 * time.Second):
 		t.Fatal("server did not exit after SIGTERM")
 	}
