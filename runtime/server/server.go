@@ -415,10 +415,13 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 }
 
 // deadlineBody is a request body that must arrive whole by a deadline, set on the connection's
-// reads; once the body has been read to its end (or failed) the deadline is lifted, so that it
-// does not end the connection under a long response.
+// reads. Once the body has been read to its end (or failed otherwise) the deadline is lifted, so
+// that it does not end the connection under a long response. Past the deadline it stays, and the
+// answer closes the connection: net/http would otherwise read what is left of the body before
+// answering, waiting on the very client that stalled.
 type deadlineBody struct {
 	io.ReadCloser
+	w      http.ResponseWriter
 	rc     *http.ResponseController
 	lifted bool
 }
@@ -428,12 +431,16 @@ func newDeadlineBody(w http.ResponseWriter, body io.ReadCloser, d time.Duration)
 	if rc.SetReadDeadline(time.Now().Add(d)) != nil {
 		return body // a writer that cannot (a test's recorder)
 	}
-	return &deadlineBody{ReadCloser: body, rc: rc}
+	return &deadlineBody{ReadCloser: body, w: w, rc: rc}
 }
 
 func (b *deadlineBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if err != nil {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		b.lifted = true // for good: the connection ends with the answer
+		b.w.Header().Set("Connection", "close")
+	case err != nil:
 		b.lift()
 	}
 	return n, err
