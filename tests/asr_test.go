@@ -59,20 +59,7 @@ func TestServeASR(t *testing.T) {
 			t.Fatal(err)
 		}
 		post := func(format string, model ...string) (int, string, string) {
-			var b bytes.Buffer
-			mw := multipart.NewWriter(&b)
-			mw.WriteField("model", append(model, "whisper")[0])
-			mw.WriteField("response_format", format)
-			fw, _ := mw.CreateFormFile("file", "a.wav")
-			fw.Write(wav)
-			mw.Close()
-			resp, err := http.Post(srv.base+"/v1/audio/transcriptions", mw.FormDataContentType(), &b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			body, _ := io.ReadAll(resp.Body)
-			return resp.StatusCode, resp.Header.Get("Content-Type"), string(body)
+			return postTranscription(t, srv.base, wav, "model", append(model, "whisper")[0], "response_format", format)
 		}
 		code, ct, body := post("text")
 		if code != 200 || !strings.HasPrefix(ct, "text/plain") || body != want+"\n" {
@@ -255,22 +242,10 @@ func TestServeASRBeam(t *testing.T) {
 	}
 	for _, beam := range []string{"1", "5"} {
 		srv := startServer(t, "--backend", asrBackend(), "-m", "whisper="+whisperModel, "--asr-beam", beam, "--asr-best-of", "1")
-		var b bytes.Buffer
-		mw := multipart.NewWriter(&b)
-		mw.WriteField("model", "whisper")
-		fw, _ := mw.CreateFormFile("file", "a.wav")
-		fw.Write(wav)
-		mw.Close()
-		resp, err := http.Post(srv.base+"/v1/audio/transcriptions", mw.FormDataContentType(), &b)
-		if err != nil {
-			t.Fatal(err)
+		if code, _, body := postTranscription(t, srv.base, wav, "model", "whisper"); code != 200 {
+			t.Fatalf("--asr-beam %s: status %d %s", beam, code, body)
 		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("--asr-beam %s: status %d", beam, resp.StatusCode)
-		}
-		resp, err = http.Get(srv.base + "/metrics")
+		resp, err := http.Get(srv.base + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -289,4 +264,25 @@ func TestServeASRBeam(t *testing.T) {
 			t.Errorf("--asr-beam %s: %v sequences over %v steps", beam, sum, count)
 		}
 	}
+}
+
+// postTranscription posts wav as "a.wav" with the form fields given as name, value pairs to
+// base's /v1/audio/transcriptions and returns the status, content type and body.
+func postTranscription(t *testing.T, base string, wav []byte, fields ...string) (int, string, string) {
+	t.Helper()
+	var b bytes.Buffer
+	mw := multipart.NewWriter(&b)
+	for i := 0; i+1 < len(fields); i += 2 {
+		mw.WriteField(fields[i], fields[i+1])
+	}
+	fw, _ := mw.CreateFormFile("file", "a.wav")
+	fw.Write(wav)
+	mw.Close()
+	resp, err := http.Post(base+"/v1/audio/transcriptions", mw.FormDataContentType(), &b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get("Content-Type"), string(body)
 }
