@@ -15,6 +15,8 @@ const (
 	StopEOS    StopReason = "eos"    // an end-of-generation token was produced
 	StopString StopReason = "stop"   // a stop string appeared in the text
 	StopLength StopReason = "length" // the token limit was reached
+	// StopCancelled: the caller ended generation (a cancelled request or context).
+	StopCancelled StopReason = "cancelled"
 )
 
 // Limits on stop strings, which bound the work done per token (about the square of the

@@ -103,16 +103,13 @@ type Result struct {
 	GenTime    time.Duration // from the first token's logits to the end
 }
 
-// ReasonCancelled is the Result.Reason of a generation that ctx ended.
-const ReasonCancelled decode.StopReason = "cancelled"
-
 // ErrPromptTooLong is returned when the prompt does not fit the context.
 var ErrPromptTooLong = errors.New("prompt does not fit the context")
 
 // Generate runs req on c (which must have no other sequence in flight) and calls emit, if not
 // nil, for every generated token. It stops at an end-of-generation token (unless IgnoreEOS), a
 // stop string, MaxTokens, a full context, or when ctx is done (returning ctx.Err() with the
-// partial result: Reason ReasonCancelled, its text including what a possible stop string held
+// partial result: Reason decode.StopCancelled, its text including what a possible stop string held
 // back, its times so far).
 func (e *Engine) Generate(ctx context.Context, c *llama.Context, req Request, emit func(*Token) error) (*Result, error) {
 	m := c.Model()
@@ -210,7 +207,7 @@ func (e *Engine) Generate(ctx context.Context, c *llama.Context, req Request, em
 	chunk := c.Config().MaxTokens
 	for p := req.Prompt; len(p) > 0; {
 		if err := ctx.Err(); err != nil {
-			res.PromptTime, res.Reason = time.Since(start), ReasonCancelled
+			res.PromptTime, res.Reason = time.Since(start), decode.StopCancelled
 			return res, err
 		}
 		n := min(chunk, len(p))
@@ -268,7 +265,7 @@ func (e *Engine) Generate(ctx context.Context, c *llama.Context, req Request, em
 				tok.ID, tok.Top = -1, nil
 				emit(tok)
 			}
-			res.Text, res.Reason, res.GenTime = string(append(text, tok.Text...)), ReasonCancelled, time.Since(start)
+			res.Text, res.Reason, res.GenTime = string(append(text, tok.Text...)), decode.StopCancelled, time.Since(start)
 			return res, err
 		}
 		if err := step([]int32{id}, true); err != nil {

@@ -119,7 +119,7 @@ type Request struct {
 
 // Reasons beyond decode's stop reasons.
 const (
-	ReasonCancelled decode.StopReason = "cancelled"
+	ReasonCancelled                   = decode.StopCancelled
 	ReasonTimeout   decode.StopReason = "timeout"
 	ReasonError     decode.StopReason = "error"
 )
