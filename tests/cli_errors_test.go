@@ -89,6 +89,10 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"generate unknown backend", []string{"generate", "--backend", "foo", "-m", model, "-p", "x"}, 2, `--backend "foo": unknown backend`, nil},
 		{"bench unknown backend", []string{"bench", "--backend", "foo", "-m", model}, 2, `--backend "foo": unknown backend`, nil},
 		{"transcribe unknown backend", []string{"transcribe", "--backend", "foo", "-m", filepath.Join(dir, "none.bin"), "a.wav"}, 2, `--backend "foo": unknown backend`, nil},
+		{"serve unknown backend", []string{"serve", "--backend", "foo", "-m", model, "--port", "0"}, 2, `--backend "foo": unknown backend`, nil},
+	}
+	if buildTags != "cuda" { // a backend of Parley's that this build lacks: how to build it in
+		cases = append(cases, cliCase{"backend not in this build", []string{"generate", "--backend", "cuda", "-m", model, "-p", "x"}, 2, `--backend "cuda": not in this build (build the CUDA library`, nil})
 	}
 	if buildTags == "nocgo" { // the cpu backend is known but cannot start: a failure, not a mistake
 		cases = append(cases, cliCase{"backend that cannot start", []string{"generate", "--backend", "cpu", "-m", model, "-p", "x"}, 1, "backend cpu", nil})

@@ -67,6 +67,9 @@ func (bf backendFlags) check() error {
 	if *bf.name == "" {
 		from = "$" + backend.EnvVar
 	}
+	if why := backend.NotBuilt(name); why != "" {
+		return usagef("%s %q: %s", from, name, why)
+	}
 	return usagef("%s %q: unknown backend (have %s)", from, name, strings.Join(append(backend.Names(), "auto"), ", "))
 }
 

@@ -149,6 +149,10 @@ func runServe(e *env, args []string) error {
 		specs = append(specs, spec{name, path})
 	}
 
+	if err := bf.check(); err != nil {
+		return err
+	}
+
 	// Listen first, so that /health answers 503 while the models load.
 	ln, err := net.Listen("tcp", net.JoinHostPort(*host, strconv.Itoa(*port)))
 	if err != nil {

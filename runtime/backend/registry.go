@@ -89,6 +89,9 @@ func New(name string, opts Options) (b Backend, notes []string, err error) {
 	e, ok := registry[name]
 	mu.Unlock()
 	if !ok {
+		if why := NotBuilt(name); why != "" {
+			return nil, nil, fmt.Errorf("backend %s: %s", name, why)
+		}
 		return nil, nil, fmt.Errorf("unknown backend %q (have %s)", name, strings.Join(Names(), ", "))
 	}
 	b, err = e.factory(opts)
@@ -96,4 +99,16 @@ func New(name string, opts Options) (b Backend, notes []string, err error) {
 		return nil, nil, fmt.Errorf("backend %s: %w", name, err)
 	}
 	return b, nil, nil
+}
+
+// NotBuilt says why name, a backend Parley has but this build was compiled without, is absent
+// and how to build it in; "" when name is registered or is no backend of Parley's.
+func NotBuilt(name string) string {
+	mu.Lock()
+	_, ok := registry[name]
+	mu.Unlock()
+	if ok || name != "cuda" {
+		return ""
+	}
+	return "not in this build (build the CUDA library with scripts/cuda-build, then go build -tags cuda; cgo is needed)"
 }
