@@ -128,7 +128,8 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		info(r.Context()).log.Error("chat template failed", "model", m.Name, "err", err)
-		writeError(w, internalError())
+		writeError(w, &apiError{Status: http.StatusInternalServerError, Type: typeServer, Code: strptr("chat_template_failed"),
+			Message: fmt.Sprintf("The chat template of model '%s' failed on these messages (%v); use /v1/completions with a prompt of your own.", m.Name, err)})
 		return
 	}
 	if m.addBOS && m.bosText != "" {

@@ -4,25 +4,20 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/nikolalohinski/gonja/v2/builtins"
-	"github.com/nikolalohinski/gonja/v2/config"
-	"github.com/nikolalohinski/gonja/v2/exec"
-	"github.com/nikolalohinski/gonja/v2/loaders"
+	"github.com/ardanlabs/jinja"
 )
 
-// templateRoot names the chat template inside its loader; no other name resolves, so a template
-// cannot include, import or extend anything (in particular not files on disk).
-const templateRoot = "/chat_template"
-
-// chatTemplate is a parsed tokenizer.chat_template (Jinja, as Hugging Face renders it).
+// chatTemplate is a parsed tokenizer.chat_template: Jinja, rendered as Hugging Face's
+// apply_chat_template renders it (trim_blocks and lstrip_blocks on, one newline at the end of
+// the source dropped, loop controls, raise_exception and strftime_now; tools and documents
+// defined as none). A compiled template is safe for concurrent renders.
 type chatTemplate struct {
-	mu  sync.Mutex // the template engine's evaluation state is not documented as safe to share
-	tpl *exec.Template
-	bos string // text of the BOS and EOS tokens, as the template variables bos_token/eos_token
-	eos string
+	tpl       *jinja.Template
+	bos       jinja.Value // text of the BOS and EOS tokens, as the template variables bos_token/eos_token
+	eos       jinja.Value
+	developer bool // the template handles the developer role itself
 }
 
 // templateError is raised by a template's raise_exception: the conversation is one the template
@@ -37,71 +32,85 @@ type message struct {
 	Content string
 }
 
-// parseChatTemplate parses src with Hugging Face's settings (trim_blocks and lstrip_blocks on,
-// loop controls available) and the globals HF templates rely on: raise_exception and
-// strftime_now, with bos_token and eos_token supplied per render.
-func parseChatTemplate(src, bos, eos string) (*chatTemplate, error) {
-	loader, err := loaders.NewMemoryLoader(map[string]string{templateRoot: src})
+var (
+	raiseException = jinja.NewCallable("raise_exception", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		msg := "the chat template raised an exception"
+		if len(args) > 0 && args[0].IsString() {
+			msg = args[0].AsString()
+		} else if len(args) > 0 {
+			msg = args[0].String()
+		}
+		return jinja.Undefined(), &templateError{msg: msg}
+	})
+	strftimeNow = jinja.NewCallable("strftime_now", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		if len(args) != 1 || !args[0].IsString() {
+			return jinja.Undefined(), errors.New("strftime_now takes one format string")
+		}
+		return jinja.NewString(strftime(time.Now(), args[0].AsString())), nil
+	})
+)
+
+// parseChatTemplate compiles src. The template engine cannot read files or anything outside the
+// variables it is given.
+func parseChatTemplate(src, bos, eos string) (t *chatTemplate, err error) {
+	defer func() {
+		if r := recover(); r != nil { // the engine's own defect, not the server's
+			t, err = nil, fmt.Errorf("chat template: %v", r)
+		}
+	}()
+	// Jinja drops a single newline at the end of a template (keep_trailing_newline off).
+	if strings.HasSuffix(src, "\r\n") {
+		src = src[:len(src)-2]
+	} else {
+		src = strings.TrimSuffix(src, "\n")
+	}
+	tpl, err := jinja.Compile(src)
 	if err != nil {
 		return nil, err
 	}
-	cfg := config.New()
-	cfg.TrimBlocks = true
-	cfg.LeftStripBlocks = true
-	globals := exec.EmptyContext().
-		Update(builtins.GlobalFunctions).
-		Update(builtins.GlobalVariables).
-		Update(exec.NewContext(map[string]any{
-			"raise_exception": func(msg string) (string, error) {
-				return "", errors.New(templateErrorMarker + msg)
-			},
-			"strftime_now": func(format string) string {
-				return strftime(time.Now(), format)
-			},
-		}))
-	env := &exec.Environment{
-		Context:           globals,
-		Filters:           builtins.Filters,
-		Tests:             builtins.Tests,
-		ControlStructures: builtins.ControlStructures,
-		Methods:           builtins.Methods,
-	}
-	tpl, err := exec.NewTemplate(templateRoot, cfg, loader, env)
-	if err != nil {
-		return nil, err
-	}
-	return &chatTemplate{tpl: tpl, bos: bos, eos: eos}, nil
+	return &chatTemplate{tpl: tpl, bos: jinja.NewString(bos), eos: jinja.NewString(eos), developer: strings.Contains(src, "developer")}, nil
 }
 
 // render applies the template to msgs with add_generation_prompt set. A raise_exception in the
-// template is returned as a *templateError.
-func (t *chatTemplate) render(msgs []message) (string, error) {
-	list := make([]any, len(msgs))
+// template is returned as a *templateError. A developer message goes to a template that does not
+// name that role as a system message (OpenAI's newer name for it).
+func (t *chatTemplate) render(msgs []message) (out string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = "", fmt.Errorf("chat template: %v", r)
+		}
+	}()
+	list := make([]jinja.Value, len(msgs))
 	for i, m := range msgs {
-		list[i] = map[string]any{"role": m.Role, "content": m.Content}
+		role := m.Role
+		if role == "developer" && !t.developer {
+			role = "system"
+		}
+		v := jinja.NewDict()
+		d := v.AsDict()
+		d.Set("role", jinja.NewString(role))
+		d.Set("content", jinja.NewString(m.Content))
+		list[i] = v
 	}
-	data := exec.NewContext(map[string]any{
-		"messages":              list,
-		"add_generation_prompt": true,
+	out, err = t.tpl.RenderValues(map[string]jinja.Value{
+		"messages":              jinja.NewList(list),
+		"add_generation_prompt": jinja.NewBool(true),
 		"bos_token":             t.bos,
 		"eos_token":             t.eos,
+		"tools":                 jinja.None(),
+		"documents":             jinja.None(),
+		"raise_exception":       raiseException,
+		"strftime_now":          strftimeNow,
 	})
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	out, err := t.tpl.ExecuteToString(data)
 	if err != nil {
-		// The engine flattens the error chain into text; recover the template's own message.
-		if i := strings.Index(err.Error(), templateErrorMarker); i >= 0 {
-			return "", &templateError{msg: err.Error()[i+len(templateErrorMarker):]}
+		var te *templateError
+		if errors.As(err, &te) {
+			return "", te
 		}
 		return "", fmt.Errorf("chat template: %w", err)
 	}
 	return out, nil
 }
-
-// templateErrorMarker prefixes the message of raise_exception so that it can be found in the
-// engine's error text.
-const templateErrorMarker = "\x00raise_exception: "
 
 // strftime formats t with the C strftime directives chat templates use (%d %b %Y and friends).
 func strftime(t time.Time, f string) string {
