@@ -42,6 +42,43 @@ var (
 		}
 		return jinja.Undefined(), &templateError{msg: msg}
 	})
+	// rangeFn is Python's range, refusing more than maxRange items instead of taking the memory
+	// (a template is part of a model file, not of the request).
+	rangeFn = jinja.NewCallable("range", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		var a [3]int64
+		for i, v := range args {
+			if i >= 3 || !v.IsInt() {
+				return jinja.Undefined(), errors.New("range takes one to three integers")
+			}
+			a[i] = v.AsInt()
+		}
+		start, stop, step := int64(0), a[0], int64(1)
+		switch len(args) {
+		case 0:
+			return jinja.Undefined(), errors.New("range takes one to three integers")
+		case 2:
+			start, stop = a[0], a[1]
+		case 3:
+			start, stop, step = a[0], a[1], a[2]
+		}
+		if step == 0 {
+			return jinja.Undefined(), errors.New("range: step must not be zero")
+		}
+		n := int64(0)
+		if step > 0 && stop > start {
+			n = (stop - start + step - 1) / step
+		} else if step < 0 && stop < start {
+			n = (start - stop - step - 1) / -step
+		}
+		if n > maxRange || n < 0 {
+			return jinja.Undefined(), fmt.Errorf("range of %d items: more than %d", n, maxRange)
+		}
+		items := make([]jinja.Value, n)
+		for i := range items {
+			items[i] = jinja.NewInt(start + int64(i)*step)
+		}
+		return jinja.NewList(items), nil
+	})
 	strftimeNow = jinja.NewCallable("strftime_now", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 		if len(args) != 1 || !args[0].IsString() {
 			return jinja.Undefined(), errors.New("strftime_now takes one format string")
@@ -49,6 +86,9 @@ var (
 		return jinja.NewString(strftime(time.Now(), args[0].AsString())), nil
 	})
 )
+
+// maxRange bounds the items of one range() in a template.
+const maxRange = 1 << 20
 
 // parseChatTemplate compiles src. The template engine cannot read files or anything outside the
 // variables it is given.
@@ -101,6 +141,7 @@ func (t *chatTemplate) render(msgs []message) (out string, err error) {
 		"documents":             jinja.None(),
 		"raise_exception":       raiseException,
 		"strftime_now":          strftimeNow,
+		"range":                 rangeFn,
 	})
 	if err != nil {
 		var te *templateError

@@ -156,6 +156,7 @@ func TestChatTemplateRender(t *testing.T) {
 		{"{% for m in messages %}{{ m.role }}:{{ m['content'] }};{% endfor %}", []message{dev, user}, "system:be brief;user:hi;"},
 		{"{% for m in messages %}{{ m.role }};{% endfor %}{# developer is a role of its own here #}", []message{dev, user}, "developer;user;"},
 		{"{{ messages | tojson }}", []message{user}, `[{"role": "user", "content": "hi"}]`},
+		{"{% for i in range(3) %}{{ i }}{% endfor %}|{{ range(1, 7, 2)|list }}|{{ range(5, 0, -2)|list }}|{{ range(0)|list }}|{{ range(3, 1)|list }}", nil, "012|[1, 3, 5]|[5, 3, 1]|[]|[]"},
 		{"a\n", nil, "a"},
 		{"a\n\n", nil, "a\n"},
 		{"a\r\n", nil, "a"},
@@ -173,6 +174,10 @@ func TestChatTemplateRender(t *testing.T) {
 	// A selectattr with the test left out panics inside the engine: an error, not a crash.
 	if out, err := render("{{ messages | selectattr('missing') | list | length }}", user); err == nil || errors.As(err, &te) {
 		t.Errorf("engine failure: %q, %v", out, err)
+	}
+	// A template cannot make the server allocate without bound through range.
+	if out, err := render("{% for i in range(10000000000) %}{% endfor %}", user); err == nil {
+		t.Errorf("range(1e10): %q", out)
 	}
 	if _, err := parseChatTemplate("{% for %}", "", ""); err == nil {
 		t.Error("a template that does not parse was accepted")
