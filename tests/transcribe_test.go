@@ -135,6 +135,129 @@ func TestTranscribeFormatsAndBadInput(t *testing.T) {
 	}
 }
 
+// TestTranscribeSeveralFiles: with several FILEs, a file that fails is reported and the others
+// are still transcribed (exit 1 at the end); text output names each file head(1)'s way, --json
+// is JSON Lines with a "file" member, srt and vtt need --output-dir, which writes one file a FILE
+// and never over an input. One FILE prints as it always has, its JSON times to the millisecond.
+func TestTranscribeSeveralFiles(t *testing.T) {
+	model := sharedtest.WhisperRandomModel(t, "tiny.en")
+	dir := t.TempDir()
+	cp := func(src, dst string) string {
+		b, err := os.ReadFile(sharedtest.Path(t, "data/asr/wav/"+src+".wav"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, dst)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	a, b := cp("psx-cards-001", "a.wav"), cp("ljs-LJ001-0001", "b.flac.wav")
+	missing := filepath.Join(dir, "missing.wav")
+	run := func(args ...string) result {
+		t.Helper()
+		return parley(t, "", append([]string{"transcribe", "-m", model, "--language", "en", "--no-fallback"}, args...)...)
+	}
+	one := map[string]map[string]string{} // file, format: the output of transcribing it alone
+	for _, f := range []string{a, b} {
+		one[f] = map[string]string{}
+		for _, format := range []string{"txt", "srt", "json"} {
+			res := run("--output-format", format, f)
+			if res.code != 0 || res.stdout == "" || res.stderr != "" {
+				t.Fatalf("%s alone as %s: exit %d, %q, stderr %s", f, format, res.code, res.stdout, res.stderr)
+			}
+			one[f][format] = res.stdout
+		}
+		js := one[f]["json"]
+		if strings.Contains(js, `"file"`) || strings.Count(js, "\n") != 1 {
+			t.Errorf("%s alone as json: %s", f, js)
+		}
+		// Times in whole milliseconds (interpolated token times are not, unrounded).
+		if m := regexp.MustCompile(`"(start|end|t0|t1)":-?\d+\.\d{4,}`).FindString(js); m != "" {
+			t.Errorf("%s as json: %s is not to the millisecond", f, m)
+		}
+	}
+	if !strings.HasPrefix(one[b]["srt"], "1\n") || strings.Count(one[b]["srt"], " --> ") < 2 {
+		t.Fatalf("the test wants a file of several segments: %q", one[b]["srt"])
+	}
+
+	t.Run("text", func(t *testing.T) {
+		res := run(a, missing, b)
+		want := "==> " + a + " <==\n" + one[a]["txt"] + "\n==> " + b + " <==\n" + one[b]["txt"]
+		if res.code != 1 || res.stdout != want {
+			t.Errorf("exit %d, output %q; want 1, %q", res.code, res.stdout, want)
+		}
+		if !strings.Contains(res.stderr, "parley transcribe: "+missing+": no such file") || strings.Count(res.stderr, "\n") != 2 {
+			t.Errorf("stderr %q: want the missing file, and a summary", res.stderr)
+		}
+	})
+	t.Run("json lines", func(t *testing.T) {
+		res := run("--json", a, b)
+		lines := strings.Split(strings.TrimSuffix(res.stdout, "\n"), "\n")
+		if res.code != 0 || len(lines) != 2 {
+			t.Fatalf("exit %d, %d lines: %s %s", res.code, len(lines), res.stdout, res.stderr)
+		}
+		for i, f := range []string{a, b} {
+			var got, alone map[string]any
+			if err := json.Unmarshal([]byte(lines[i]), &got); err != nil {
+				t.Fatalf("line %d: %v", i+1, err)
+			}
+			json.Unmarshal([]byte(one[f]["json"]), &alone)
+			if got["file"] != f || got["text"] != alone["text"] || len(got) != len(alone)+1 {
+				t.Errorf("line %d: file %v, text %v; want %s, %v", i+1, got["file"], got["text"], f, alone["text"])
+			}
+		}
+	})
+	t.Run("subtitles need --output-dir", func(t *testing.T) {
+		for _, format := range []string{"srt", "vtt"} {
+			if res := run("--output-format", format, a, b); res.code != 2 || res.stdout != "" || !strings.Contains(res.stderr, "--output-dir") {
+				t.Errorf("%s: exit %d, stdout %q, stderr %q; want 2 and a word on --output-dir", format, res.code, res.stdout, res.stderr)
+			}
+		}
+	})
+	t.Run("output-dir", func(t *testing.T) {
+		out := filepath.Join(dir, "out", "sub") // made as needed
+		res := run("--output-format", "srt", "--output-dir", out, a, missing, b)
+		if res.code != 1 || res.stdout != "" || !strings.Contains(res.stderr, missing) {
+			t.Errorf("exit %d, stdout %q, stderr %q", res.code, res.stdout, res.stderr)
+		}
+		for name, want := range map[string]string{"a.srt": one[a]["srt"], "b.flac.srt": one[b]["srt"]} {
+			if got, err := os.ReadFile(filepath.Join(out, name)); err != nil || string(got) != want {
+				t.Errorf("%s: %q (%v), want %q", name, got, err, want)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(out, "missing.srt")); err == nil {
+			t.Error("an output for the missing file")
+		}
+		if res := run("--json", "--output-dir", out, a); res.code != 0 {
+			t.Errorf("--json: exit %d %s", res.code, res.stderr)
+		} else if got, _ := os.ReadFile(filepath.Join(out, "a.json")); string(got) != one[a]["json"] {
+			t.Errorf("a.json %q, want %q", got, one[a]["json"])
+		}
+	})
+	t.Run("output-dir refuses", func(t *testing.T) {
+		clip := cp("psx-cards-001", "clips/clip.txt") // audio under a name the text output would take
+		before, _ := os.ReadFile(clip)
+		res := run("--output-dir", filepath.Dir(clip), a, clip)
+		after, _ := os.ReadFile(clip)
+		if res.code != 2 || !strings.Contains(res.stderr, "overwrite") || string(after) != string(before) {
+			t.Errorf("output onto an input: exit %d, stderr %q", res.code, res.stderr)
+		}
+		twin := cp("psx-cards-001", "other/a.wav")
+		if res := run("--output-dir", filepath.Join(dir, "twins"), a, twin); res.code != 2 || !strings.Contains(res.stderr, "both") {
+			t.Errorf("two inputs of one name: exit %d, stderr %q", res.code, res.stderr)
+		}
+	})
+	t.Run("help", func(t *testing.T) {
+		res := parley(t, "", "transcribe", "-h")
+		if res.code != 0 || !strings.Contains(res.stderr, "-output-dir DIR") || !strings.Contains(res.stderr, `"==> FILE <=="`) {
+			t.Errorf("exit %d, help %s", res.code, res.stderr)
+		}
+	})
+}
+
 // TestConvertToGGUF: `parley convert` writes the whisper.cpp model as GGUF, `parley inspect`
 // reads it, and transcribing with the GGUF file prints exactly what the ggml file gives.
 func TestConvertToGGUF(t *testing.T) {

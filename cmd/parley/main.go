@@ -7,7 +7,7 @@
 //	parley inspect MODEL (GGUF or whisper.cpp ggml)
 //	parley bench -m MODEL [-p 512] [-n 128] [-t THREADS] [--json]   (or a Whisper model [--audio FILE])
 //	parley synth --shape 15M|110M|1B --type f32|f16|q8_0|q4_0|q4_k|... -o FILE
-//	parley transcribe -m WHISPER_MODEL [--beam N] [--language L] [--output-format F] [--json] FILE...
+//	parley transcribe -m WHISPER_MODEL [--beam N] [--language L] [--output-format F] [--json] [--output-dir DIR] FILE...
 //	parley convert -o OUT [--type q8_0] [--format gguf|ggml] WHISPER_MODEL.bin
 //
 // Every command takes --help. The commands that run a model (generate, bench, serve, transcribe)

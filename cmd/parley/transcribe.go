@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/parleyhq/parley/runtime/audio"
@@ -13,9 +14,24 @@ import (
 	wtok "github.com/parleyhq/parley/runtime/tokenizer/whisper"
 )
 
+// transcribeHelp follows the flags in `parley transcribe -h`.
+const transcribeHelp = `
+Each FILE's transcript goes to standard output. With several FILEs, text is printed after a
+line "==> FILE <==" for each, and --json prints one JSON object a line (JSON Lines) with a
+"file" member; srt and vtt need --output-dir. --output-dir DIR writes each FILE's transcript to
+DIR/NAME.txt, .srt, .vtt or .json instead (NAME: FILE's name without its extension), creating
+DIR; it never overwrites an input. A FILE that cannot be read or transcribed is reported on
+standard error and the others are transcribed; the exit status is then 1.
+`
+
 // runTranscribe transcribes audio files with a Whisper model.
 func runTranscribe(e *env, args []string) error {
 	fs := newFlags(e, "transcribe", "-m MODEL [flags] FILE...")
+	flagsUsage := fs.Usage
+	fs.Usage = func() {
+		flagsUsage()
+		fmt.Fprint(e.stderr, transcribeHelp)
+	}
 	bf := addBackendFlags(fs)
 	model := fs.String("m", "", "Whisper model file (whisper.cpp ggml, or GGUF), or hf://owner/repo[@rev]/file")
 	def := whisper.DefaultParams()
@@ -30,6 +46,7 @@ func runTranscribe(e *env, args []string) error {
 	prompt := fs.String("prompt", "", "initial prompt")
 	format := fs.String("output-format", "txt", "output format: txt, srt, vtt, json")
 	asJSON := fs.Bool("json", false, `print {"text", "segments", "tokens":[{"id","p","plog"}]} per file`)
+	outDir := fs.String("output-dir", "", "write each FILE's transcript to `DIR`/NAME.txt (.srt, .vtt, .json), NAME being FILE's name without its extension")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -44,6 +61,20 @@ func runTranscribe(e *env, args []string) error {
 	case "txt", "srt", "vtt", "json":
 	default:
 		return usagef("--output-format %q: want txt, srt, vtt or json", *format)
+	}
+	kind := *format
+	if *asJSON {
+		kind = "json"
+	}
+	several := len(pos) > 1
+	if several && *outDir == "" && (kind == "srt" || kind == "vtt") {
+		return usagef("--output-format %s with several files would run their subtitles together: give --output-dir DIR to write one file each", kind)
+	}
+	var outs []string
+	if *outDir != "" {
+		if outs, err = outputPaths(*outDir, pos, kind); err != nil {
+			return err
+		}
 	}
 	p := def
 	p.BeamSize, p.BestOf, p.Language, p.Translate, p.NoTimestamps = *beam, *bestOf, *lang, *translate, *noTS
@@ -80,24 +111,109 @@ func runTranscribe(e *env, args []string) error {
 	if p.Translate && !m.Multilingual() {
 		return usagef("--translate: %s is an English-only model and cannot translate; use a multilingual model", *model)
 	}
-	for _, path := range pos {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		samples, _, err := audio.Decode(data)
-		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		res, err := eng.Transcribe(context.Background(), samples, p, nil)
-		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		if err := printTranscript(e, res, *format, *asJSON); err != nil {
+	if *outDir != "" {
+		if err := os.MkdirAll(*outDir, 0o755); err != nil {
 			return err
 		}
 	}
+	failed, printed := 0, 0
+	for i, path := range pos {
+		err := func() error {
+			res, err := transcribeFile(eng, path, p)
+			if err != nil {
+				return err
+			}
+			file := ""
+			if several && kind == "json" && outs == nil {
+				file = path
+			}
+			out, err := renderTranscript(res, kind, file)
+			if err != nil {
+				return err
+			}
+			if outs != nil {
+				return os.WriteFile(outs[i], out, 0o644)
+			}
+			if several && kind == "txt" {
+				sep := ""
+				if printed > 0 {
+					sep = "\n"
+				}
+				out = append([]byte(fmt.Sprintf("%s==> %s <==\n", sep, path)), out...)
+			}
+			printed++
+			_, err = e.stdout.Write(out)
+			return err
+		}()
+		if err == nil {
+			continue
+		}
+		var pe *os.PathError
+		if errors.As(err, &pe) && pe.Path == path {
+			err = pe.Err // "FILE: no such file or directory", not "FILE: open FILE: ..."
+		}
+		if !several {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		fmt.Fprintf(e.stderr, "parley transcribe: %s: %v\n", path, err)
+		failed++
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d files failed", failed, len(pos))
+	}
 	return nil
+}
+
+// transcribeFile reads, decodes and transcribes the audio file at path.
+func transcribeFile(eng *whisper.Engine, path string, p whisper.Params) (*whisper.Result, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	samples, _, err := audio.Decode(data)
+	if err != nil {
+		return nil, err
+	}
+	return eng.Transcribe(context.Background(), samples, p, nil)
+}
+
+// outputPaths are the files --output-dir dir writes the transcripts of inputs to, in format kind
+// (txt, srt, vtt or json, also their extension). Two inputs of one name, and an output that
+// is an input, are command-line mistakes.
+func outputPaths(dir string, inputs []string, kind string) ([]string, error) {
+	outs := make([]string, len(inputs))
+	from := map[string]string{}
+	for i, in := range inputs {
+		base := filepath.Base(in)
+		name := strings.TrimSuffix(base, filepath.Ext(base))
+		if name == "" { // ".wav"
+			name = base
+		}
+		outs[i] = filepath.Join(dir, name+"."+kind)
+		if prev, ok := from[outs[i]]; ok {
+			return nil, usagef("--output-dir: %s and %s would both be written to %s; rename one, or transcribe them separately", prev, in, outs[i])
+		}
+		from[outs[i]] = in
+		for _, other := range inputs {
+			if sameFile(outs[i], other) {
+				return nil, usagef("--output-dir: the transcript of %s would overwrite the input %s; give another directory", in, other)
+			}
+		}
+	}
+	return outs, nil
+}
+
+// sameFile reports whether paths a and b name one file: the same path, or (where both exist)
+// links to one file.
+func sameFile(a, b string) bool {
+	aa, err1 := filepath.Abs(a)
+	bb, err2 := filepath.Abs(b)
+	if err1 == nil && err2 == nil && aa == bb {
+		return true
+	}
+	sa, err1 := os.Stat(a)
+	sb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
 }
 
 // withoutHTTP is a parameter error from the whisper package without its HTTP wording ("bad
@@ -113,35 +229,35 @@ func withoutHTTP(err error) error {
 	return err
 }
 
-func printTranscript(e *env, res *whisper.Result, format string, asJSON bool) error {
-	if asJSON || format == "json" {
+// renderTranscript is res in format kind (txt, srt, vtt or json); file, if not empty, is the
+// "file" member of the JSON. Times in JSON are to the millisecond (whisper.RoundTime).
+func renderTranscript(res *whisper.Result, kind, file string) ([]byte, error) {
+	switch kind {
+	case "srt":
+		return []byte(res.SRT()), nil
+	case "vtt":
+		return []byte(res.VTT()), nil
+	case "json":
 		type tok struct {
 			ID   int32   `json:"id"`
 			P    float32 `json:"p"`
 			PLog float32 `json:"plog"`
 		}
 		out := struct {
+			File     string            `json:"file,omitempty"`
 			Text     string            `json:"text"`
 			Language string            `json:"language"`
 			Segments []whisper.Segment `json:"segments"`
 			Tokens   []tok             `json:"tokens"`
-		}{Text: res.Text, Language: res.Language, Segments: res.Segments, Tokens: []tok{}}
-		for _, s := range res.Segments {
+		}{File: file, Text: res.Text, Language: res.Language, Segments: make([]whisper.Segment, len(res.Segments)), Tokens: []tok{}}
+		for i, s := range res.Segments {
+			out.Segments[i] = s.Rounded()
 			for _, t := range s.Tokens {
 				out.Tokens = append(out.Tokens, tok{t.ID, t.P, t.PLog})
 			}
 		}
-		enc := json.NewEncoder(e.stdout)
-		return enc.Encode(out)
+		b, err := json.Marshal(out)
+		return append(b, '\n'), err
 	}
-	switch format {
-	case "srt":
-		_, err := fmt.Fprint(e.stdout, res.SRT())
-		return err
-	case "vtt":
-		_, err := fmt.Fprint(e.stdout, res.VTT())
-		return err
-	}
-	_, err := fmt.Fprintln(e.stdout, strings.TrimSpace(res.Text))
-	return err
+	return []byte(strings.TrimSpace(res.Text) + "\n"), nil
 }

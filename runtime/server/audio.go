@@ -190,10 +190,13 @@ func (s *Server) audio(w http.ResponseWriter, r *http.Request, translate bool) {
 		}
 	}
 	s.metrics.audioSec.WithLabelValues(m.Name, kind).Add(res.Duration)
-	if res.Language == "" && !m.Engine.Model().Multilingual() {
+	if res.Language == "" {
+		// The engine names the language of all audio it is given, detecting it also where it
+		// decodes nothing; audio of no samples is not given to it, and the decoder's language
+		// would have been English, as it is for English-only models (whisper.cpp's default).
 		res.Language = "en"
 	}
-	writeTranscript(w, req, res, translate, m)
+	writeTranscript(w, req, res, translate, m.Engine.Vocab().IsSpecial)
 }
 
 // transcribeError maps an engine error to the client's answer; nil: an internal error.
@@ -358,7 +361,9 @@ type verboseJSON struct {
 	Usage    audioUsage `json:"usage"`
 }
 
-func writeTranscript(w http.ResponseWriter, req *audioRequest, res *whisper.Result, translate bool, m *speechServed) {
+// writeTranscript answers with res in the requested format; isSpecial tells the model's tokens
+// that are not text. Times are written to the millisecond (whisper.RoundTime).
+func writeTranscript(w http.ResponseWriter, req *audioRequest, res *whisper.Result, translate bool, isSpecial func(int32) bool) {
 	text := strings.TrimSpace(res.Text)
 	usage := audioUsage{Type: "duration", Seconds: int(math.Ceil(res.Duration))}
 	switch req.format {
@@ -374,9 +379,12 @@ func writeTranscript(w http.ResponseWriter, req *audioRequest, res *whisper.Resu
 	case "vtt":
 		writeText(w, res.VTT())
 	case "verbose_json":
-		v := verboseJSON{Task: "transcribe", Language: wtok.LanguageName(res.Language), Duration: res.Duration, Text: text, Usage: usage}
+		v := verboseJSON{Task: "transcribe", Language: wtok.LanguageName(res.Language), Duration: whisper.RoundTime(res.Duration), Text: text, Usage: usage}
+		lang := res.Language
 		if translate {
-			v.Task = "translate"
+			// OpenAI's translations name the language of their text, always English, not the
+			// language detected in the audio.
+			v.Task, v.Language, lang = "translate", "english", "en"
 		}
 		if req.segments {
 			segs := make([]segmentJSON, len(res.Segments))
@@ -387,15 +395,18 @@ func writeTranscript(w http.ResponseWriter, req *audioRequest, res *whisper.Resu
 				}
 				// Seek is the segment's start in 10 ms frames: the engine does not report the
 				// window a segment was decoded in.
-				segs[i] = segmentJSON{ID: sg.ID, Seek: int(sg.Start * 100), Start: sg.Start, End: sg.End, Text: sg.Text, Tokens: ids,
+				segs[i] = segmentJSON{ID: sg.ID, Seek: int(math.Round(sg.Start * 100)), Start: whisper.RoundTime(sg.Start), End: whisper.RoundTime(sg.End), Text: sg.Text, Tokens: ids,
 					Temperature: sg.Temperature, AvgLogprob: sg.AvgLogprob, CompressionRatio: sg.CompressionRatio, NoSpeechProb: sg.NoSpeechProb}
 			}
 			v.Segments = segs
 		}
 		if req.words {
-			words := speech.Words(res.Segments, m.Engine.Vocab().IsSpecial)
+			words := speech.Words(res.Segments, isSpecial, lang)
 			if words == nil {
 				words = []speech.Word{}
+			}
+			for i := range words {
+				words[i] = words[i].Rounded()
 			}
 			v.Words = words
 		}

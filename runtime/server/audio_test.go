@@ -23,6 +23,7 @@ import (
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/models/whisper"
 	"github.com/parleyhq/parley/runtime/speech"
+	wtok "github.com/parleyhq/parley/runtime/tokenizer/whisper"
 )
 
 // asrParams keep the random-weight model's transcriptions short: no temperature fallback and at
@@ -220,7 +221,7 @@ func TestTranscriptionMatchesEngine(t *testing.T) {
 	}
 	for i, sg := range vj.Segments {
 		w := want.Segments[i]
-		if sg.Text != w.Text || sg.Start != w.Start || sg.End != w.End || len(sg.Tokens) != len(w.Tokens) || sg.AvgLogprob != w.AvgLogprob {
+		if sg.Text != w.Text || sg.Start != whisper.RoundTime(w.Start) || sg.End != whisper.RoundTime(w.End) || len(sg.Tokens) != len(w.Tokens) || sg.AvgLogprob != w.AvgLogprob {
 			t.Errorf("segment %d: %+v, want %+v", i, sg, w)
 		}
 	}
@@ -231,7 +232,11 @@ func TestTranscriptionMatchesEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantWords := speech.Words(aligned.Segments, h.eng.Vocab().IsSpecial)
+	wantWords := speech.Words(aligned.Segments, h.eng.Vocab().IsSpecial, "en")
+	for i, w := range wantWords {
+		w = w.Rounded()
+		wantWords[i] = speech.Word{Word: w.Word, Start: w.Start, End: w.End} // as JSON has it
+	}
 	if fmt.Sprint(vj.Words) != fmt.Sprint(wantWords) {
 		t.Errorf("words %v, want %v", vj.Words, wantWords)
 	}
@@ -261,6 +266,126 @@ func TestTranscriptionMatchesEngine(t *testing.T) {
 		if !strings.Contains(string(mb), want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+}
+
+var asrMulti struct {
+	once sync.Once
+	eng  *whisper.Engine
+	err  error
+}
+
+// multilingualEngine is one engine over the random-weight multilingual tiny model, shared by
+// this package's tests.
+func multilingualEngine(t testing.TB) *whisper.Engine {
+	t.Helper()
+	path := sharedtest.WhisperRandomModel(t, "tiny")
+	asrMulti.once.Do(func() {
+		be, _, err := backend.New(backend.Choose(""), backend.Options{Threads: 2})
+		if err != nil {
+			asrMulti.err = err
+			return
+		}
+		m, err := whisper.Open(be, path)
+		if err != nil {
+			asrMulti.err = err
+			return
+		}
+		asrMulti.eng, asrMulti.err = whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 2, MaxQueue: 4})
+	})
+	if asrMulti.err != nil {
+		t.Fatal(asrMulti.err)
+	}
+	return asrMulti.eng
+}
+
+// TestTranscriptionLanguageMultilingual: verbose_json always names a language. A translation
+// names English, the language of its text, as OpenAI's does, not the one detected in the audio;
+// a transcription of silence, which the model does not decode, names the language detected in
+// it (the model's guess for the same audio through /v1/audio/translations' detection).
+func TestTranscriptionLanguageMultilingual(t *testing.T) {
+	eng := multilingualEngine(t)
+	p := asrParams()
+	s, err := New(Config{SpeechModels: []*SpeechModel{{Name: "whisper-multi", Engine: eng, Params: &p}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetReady(true)
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	verbose := func(path string, pcm []float32, fs ...field) verboseJSON {
+		t.Helper()
+		ct, body := form(wavBytes(pcm), "audio/wav", append([]field{{"model", "whisper-multi"}, {"response_format", "verbose_json"}}, fs...)...)
+		code, b, _ := post(t, srv.URL+path, ct, body)
+		var v verboseJSON
+		if code != 200 || json.Unmarshal(b, &v) != nil {
+			t.Fatalf("%s: %d %s", path, code, b)
+		}
+		return v
+	}
+	voice := jfk(t, 2)
+	probs, err := eng.DetectLanguage(context.Background(), voice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	detected := probs[0]
+	for _, lp := range probs {
+		if lp.P > detected.P {
+			detected = lp
+		}
+	}
+	t.Logf("the random-weight model hears %s in jfk.wav", detected.Code)
+	if v := verbose("/v1/audio/translations", voice); v.Task != "translate" || v.Language != "english" {
+		t.Errorf("translation: task %q, language %q; want translate, english", v.Task, v.Language)
+	}
+	if v := verbose("/v1/audio/transcriptions", voice); v.Language == "" || v.Language != wtok.LanguageName(detected.Code) {
+		t.Errorf("transcription: language %q, want %q", v.Language, wtok.LanguageName(detected.Code))
+	}
+	zeros := make([]float32, 10*16000)
+	probs, err = eng.DetectLanguage(context.Background(), zeros)
+	if err != nil {
+		t.Fatal(err)
+	}
+	detected = probs[0]
+	for _, lp := range probs {
+		if lp.P > detected.P {
+			detected = lp
+		}
+	}
+	v := verbose("/v1/audio/transcriptions", zeros)
+	if v.Language == "" || v.Language != wtok.LanguageName(detected.Code) || v.Text != "" || v.Duration != 10 {
+		t.Errorf("10 s of silence: language %q, text %q over %v s; want %q, no text, 10 s", v.Language, v.Text, v.Duration, wtok.LanguageName(detected.Code))
+	}
+	if v := verbose("/v1/audio/transcriptions", zeros, field{"language", "de"}); v.Language != "german" {
+		t.Errorf("10 s of silence in German: language %q", v.Language)
+	}
+	if v := verbose("/v1/audio/transcriptions", nil); v.Language == "" {
+		t.Errorf("no samples: no language")
+	}
+}
+
+// TestTranscriptTimesRounded: verbose_json writes segment and word times (and the duration) to
+// the millisecond, not as float64 sums print.
+func TestTranscriptTimesRounded(t *testing.T) {
+	a, b := 0.1, 0.2
+	start, mid, end := a+b, 0.7600000000000001, 59.040000000000006 // 0.30000000000000004 and an ulp over 0.76 and 59.04
+	res := &whisper.Result{Text: " Hi there", Language: "en", Duration: end, Segments: []whisper.Segment{{
+		Start: start, End: end, Text: " Hi there", Tokens: []whisper.Token{
+			{ID: 50400, T0: start, T1: start}, {ID: 1, Text: " Hi", T0: start, T1: mid}, {ID: 2, Text: " there", T0: mid, T1: end}}}}}
+	w := httptest.NewRecorder()
+	req := &audioRequest{format: "verbose_json", words: true, segments: true}
+	writeTranscript(w, req, res, false, func(id int32) bool { return id >= 50257 })
+	body := w.Body.String()
+	if m := regexp.MustCompile(`\d\.\d{4,}`).FindString(body); m != "" {
+		t.Errorf("a time of more than three decimals, %s, in %s", m, body)
+	}
+	for _, want := range []string{`"duration":59.04`, `"start":0.3,"end":59.04`, `{"word":"Hi","start":0.3,"end":0.76}`, `{"word":"there","start":0.76,"end":59.04}`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("verbose_json lacks %s: %s", want, body)
+		}
+	}
+	if res.Segments[0].Start != start || res.Segments[0].Tokens[1].T1 != mid {
+		t.Error("writing the transcript changed it")
 	}
 }
 

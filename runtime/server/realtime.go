@@ -473,6 +473,20 @@ func (lv *live) work(ctx context.Context) {
 	}
 }
 
+// wireEvent is ev as it is sent: its times to the millisecond (whisper.RoundTime).
+func wireEvent(ev speech.Event) speech.Event {
+	ev.Start, ev.End = whisper.RoundTime(ev.Start), whisper.RoundTime(ev.End)
+	if ev.Segments != nil {
+		segs := make([]speech.Segment, len(ev.Segments))
+		for i, sg := range ev.Segments {
+			sg.Start, sg.End = whisper.RoundTime(sg.Start), whisper.RoundTime(sg.End)
+			segs[i] = sg
+		}
+		ev.Segments = segs
+	}
+	return ev
+}
+
 func (lv *live) write(ctx context.Context, pcm []float32) bool {
 	if len(pcm) == 0 {
 		return true
@@ -485,7 +499,7 @@ func (lv *live) write(ctx context.Context, pcm []float32) bool {
 // emit sends events, then ends the session on err; false when the session is over.
 func (lv *live) emit(ctx context.Context, evs []speech.Event, err error) bool {
 	for _, ev := range evs {
-		if lv.send(ctx, ev) != nil {
+		if lv.send(ctx, wireEvent(ev)) != nil {
 			return false
 		}
 	}

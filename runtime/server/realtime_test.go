@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/parleyhq/parley/runtime/speech"
 )
 
 func pcmBytes(samples []float32) []byte {
@@ -140,7 +142,16 @@ func TestStream(t *testing.T) {
 	}
 	var partial, final int
 	last := 0.0
+	ms := func(v float64) bool { return v == math.Round(v*1000)/1000 }
 	for _, e := range evs[1:] {
+		if !ms(e.Start) || !ms(e.End) {
+			t.Errorf("%s times %v-%v not to the millisecond", e.Type, e.Start, e.End)
+		}
+		for _, sg := range e.Segments {
+			if !ms(sg.Start) || !ms(sg.End) {
+				t.Errorf("segment times %v-%v not to the millisecond", sg.Start, sg.End)
+			}
+		}
 		switch e.Type {
 		case "partial":
 			partial++
@@ -162,6 +173,28 @@ func TestStream(t *testing.T) {
 		t.Errorf("%d partials, %d finals; want both", partial, final)
 	}
 	waitStreams(t, h, base)
+}
+
+// TestWireEventRounded: events go out with their times to the millisecond, not as float64 sums
+// print; the session's own event is not changed.
+func TestWireEventRounded(t *testing.T) {
+	a, b := 0.1, 0.2
+	ev := speech.Event{Type: "final", Text: "hi there", Start: a + b, End: 59.040000000000006,
+		Segments: []speech.Segment{{Text: "hi", Start: a + b, End: 0.7600000000000001}, {Text: "there", Start: 0.7600000000000001, End: 59.040000000000006}}}
+	got, err := json.Marshal(wireEvent(ev))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"type":"final","text":"hi there","start":0.3,"end":59.04,"segments":[{"text":"hi","start":0.3,"end":0.76},{"text":"there","start":0.76,"end":59.04}]}`
+	if string(got) != want {
+		t.Errorf("sent %s\nwant %s", got, want)
+	}
+	if ev.Start != a+b || ev.Segments[0].End != 0.7600000000000001 {
+		t.Error("wireEvent changed the session's event")
+	}
+	if got, _ := json.Marshal(wireEvent(speech.Event{Type: "partial", Text: "x", Start: a + b, End: a + b})); string(got) != `{"type":"partial","text":"x","start":0.3,"end":0.3}` {
+		t.Errorf("partial sent as %s", got)
+	}
 }
 
 // TestStreamBadInput: garbage gets an error event and the matching close code; a stalled client

@@ -276,7 +276,11 @@ func (s *Session) transcribe(ctx context.Context, n int) ([]Word, error) {
 	s.step = max(samples(s.cfg.Step), samples(busy), frameSamples)
 	off := float64(s.bufStart) / SampleRate
 	end := off + float64(n)/SampleRate
-	ws := Words(res.Segments, s.cfg.IsSpecial)
+	lang := res.Language // detected when the session's language is not set
+	if lang == "" {
+		lang = s.cfg.Params.Language
+	}
+	ws := Words(res.Segments, s.cfg.IsSpecial, lang)
 	for i := range ws {
 		w := &ws[i]
 		w.Start = min(max(off+w.Start, off), end)
@@ -334,7 +338,9 @@ func (s *Session) finalize(ctx context.Context, skip int) ([]Event, error) {
 	return evs, nil
 }
 
-// final makes a final event of ws and carries its text into the prompt.
+// final makes a final event of ws and carries its text into the prompt. Its text is the words
+// as the transcript spells them (joinWords), as the offline transcription has them; each
+// segment's text is its words', trimmed.
 func (s *Session) final(ws []Word) Event {
 	ev := Event{Type: "final", Text: joinWords(ws), Segments: []Segment{}}
 	if len(ws) == 0 {
@@ -351,7 +357,7 @@ func (s *Session) final(ws []Word) Event {
 		ev.Segments = append(ev.Segments, Segment{Text: joinWords(ws[i:j]), Start: ws[i].Start, End: ws[j-1].End})
 		i = j
 	}
-	s.prompt = promptTail(strings.TrimSpace(s.prompt+" "+ev.Text), s.cfg.PromptBytes)
+	s.prompt = promptTail(strings.TrimSpace(s.prompt+spell(ws)), s.cfg.PromptBytes)
 	return ev
 }
 

@@ -303,19 +303,159 @@ func TestTranscriberError(t *testing.T) {
 	}
 }
 
+// wordsString shows words with the white space before each and their times.
+func wordsString(ws []Word) string {
+	var b strings.Builder
+	for _, w := range ws {
+		fmt.Fprintf(&b, "[%q %q %g-%g s%d]", w.pre, w.Word, w.Start, w.End, w.seg)
+	}
+	return b.String()
+}
+
 func TestWords(t *testing.T) {
 	segs := []whisper.Segment{
 		{Tokens: []whisper.Token{{ID: 50364, Text: "[_TT_0]"}, {ID: 1, Text: " Hel", T0: 0, T1: 0.2}, {ID: 2, Text: "lo", T0: 0.2, T1: 0.3},
 			{ID: 3, Text: ",", T0: 0.3, T1: 0.35}, {ID: 4, Text: " world", T0: 0.35, T1: 0.8}, {ID: 50400, Text: "[_TT_40]"}}},
 		{Tokens: []whisper.Token{{ID: 5, Text: "Again", T0: 1, T1: 1.5}}},
 	}
-	ws := Words(segs, func(id int32) bool { return id >= 50257 })
-	want := []Word{{"Hello,", 0, 0.35, 0}, {"world", 0.35, 0.8, 0}, {"Again", 1, 1.5, 1}}
-	if fmt.Sprint(ws) != fmt.Sprint(want) {
-		t.Errorf("Words = %v, want %v", ws, want)
+	ws := Words(segs, func(id int32) bool { return id >= 50257 }, "en")
+	want := []Word{{"Hello,", 0, 0.35, 0, " "}, {"world", 0.35, 0.8, 0, " "}, {"Again", 1, 1.5, 1, ""}}
+	if wordsString(ws) != wordsString(want) {
+		t.Errorf("Words = %s, want %s", wordsString(ws), wordsString(want))
+	}
+	if got := joinWords(ws); got != "Hello, worldAgain" {
+		t.Errorf("joinWords = %q, want the segments' text as it is", got)
 	}
 	if commonPrefix(ws, []Word{{Word: "hello"}, {Word: "World!"}, {Word: "x"}}) != 2 {
 		t.Error("commonPrefix ignores case and punctuation")
+	}
+}
+
+// TestWordsByCharacter: in Chinese, Japanese, Thai, Lao, Burmese and Cantonese every whole
+// character is a word, as OpenAI's split_tokens_on_unicode makes them (a token holding part of a
+// character joins the next; a token of two characters stays one word), with its punctuation
+// joined to the word before it; other languages keep splitting at spaces.
+func TestWordsByCharacter(t *testing.T) {
+	seg := whisper.Segment{Tokens: []whisper.Token{
+		{ID: 50364, Text: "[_TT_0]"},
+		{ID: 1, Text: "\xe4\xbd", T0: 0, T1: 0.1}, // the first two bytes of 你
+		{ID: 2, Text: "\xa0", T0: 0.1, T1: 0.2},   // ... and its last
+		{ID: 3, Text: "好", T0: 0.2, T1: 0.4},
+		{ID: 4, Text: "，", T0: 0.4, T1: 0.5},
+		{ID: 5, Text: "世界", T0: 0.5, T1: 0.9},
+		{ID: 6, Text: "。", T0: 0.9, T1: 1},
+		{ID: 50414, Text: "[_TT_50]"},
+	}}
+	special := func(id int32) bool { return id >= 50257 }
+	want := []Word{{"你", 0, 0.2, 0, ""}, {"好，", 0.2, 0.5, 0, ""}, {"世界。", 0.5, 1, 0, ""}}
+	for _, lang := range []string{"zh", "ja", "yue"} {
+		if ws := Words([]whisper.Segment{seg}, special, lang); wordsString(ws) != wordsString(want) {
+			t.Errorf("%s: Words = %s, want %s", lang, wordsString(ws), wordsString(want))
+		} else if got := joinWords(ws); got != "你好，世界。" {
+			t.Errorf("%s: joinWords = %q", lang, got)
+		}
+	}
+	ja := whisper.Segment{Tokens: []whisper.Token{{ID: 1, Text: "こん", T0: 0, T1: 0.2}, {ID: 2, Text: "にち", T0: 0.2, T1: 0.4},
+		{ID: 3, Text: "は", T0: 0.4, T1: 0.5}, {ID: 4, Text: " (", T0: 0.5, T1: 0.6}, {ID: 5, Text: "東", T0: 0.6, T1: 0.8}, {ID: 6, Text: ")", T0: 0.8, T1: 0.9}}}
+	want = []Word{{"こん", 0, 0.2, 0, ""}, {"にち", 0.2, 0.4, 0, ""}, {"は", 0.4, 0.5, 0, ""}, {"(東)", 0.5, 0.9, 0, " "}}
+	if ws := Words([]whisper.Segment{ja}, nil, "ja"); wordsString(ws) != wordsString(want) {
+		t.Errorf("ja: Words = %s, want %s", wordsString(ws), wordsString(want))
+	}
+	th := whisper.Segment{Tokens: []whisper.Token{{ID: 1, Text: "สวัส", T0: 0, T1: 0.3}, {ID: 2, Text: "ดี", T0: 0.3, T1: 0.5}}}
+	if ws := Words([]whisper.Segment{th}, nil, "th"); len(ws) != 2 {
+		t.Errorf("th: Words = %s, want a word a token", wordsString(ws))
+	}
+	// Other languages: a word a space.
+	if ws := Words([]whisper.Segment{seg}, special, "en"); len(ws) != 1 || ws[0].Word != "你好，世界。" {
+		t.Errorf("en: Words = %s, want one word", wordsString(ws))
+	}
+}
+
+// scripted is a transcriber that answers its calls with the segments of texts in turn (the last
+// again once they run out), in the language lang. Each text is a segment of tokens separated by
+// "|"; the tokens share the audio given evenly.
+func scripted(lang string, texts ...[]string) (Transcriber, *[]string) {
+	var prompts []string
+	n := 0
+	return transcriberFunc(func(ctx context.Context, pcm []float32, p whisper.Params) (*whisper.Result, error) {
+		prompts = append(prompts, p.InitialPrompt)
+		segs := texts[min(n, len(texts)-1)]
+		n++
+		res := &whisper.Result{Language: lang, Duration: float64(len(pcm)) / SampleRate}
+		var all []string
+		for _, s := range segs {
+			all = append(all, strings.Split(s, "|")...)
+		}
+		step, k := res.Duration/float64(len(all)), 0
+		for _, s := range segs {
+			seg := whisper.Segment{Text: strings.ReplaceAll(s, "|", "")}
+			for _, tok := range strings.Split(s, "|") {
+				seg.Tokens = append(seg.Tokens, whisper.Token{ID: int32(k), Text: tok, T0: float64(k) * step, T1: float64(k+1) * step})
+				k++
+			}
+			res.Segments = append(res.Segments, seg)
+			res.Text += seg.Text
+		}
+		return res, nil
+	}), &prompts
+}
+
+func tone(sec float64) []float32 {
+	pcm := make([]float32, int(sec*SampleRate))
+	for i := range pcm {
+		pcm[i] = float32(0.3 * math.Sin(float64(i)*0.05))
+	}
+	return pcm
+}
+
+// TestFinalKeepsSpacing: a final's text is the segments' text as the transcriber spells it, the
+// way the offline transcription joins them: a word cut by a segment's end is not split by a
+// space, and the next prompt carries it so.
+func TestFinalKeepsSpacing(t *testing.T) {
+	tr, prompts := scripted("en", []string{" And| so| co|ached", "oth|al| went."})
+	s, err := NewSession(tr, Config{Step: time.Minute, Silence: -1, Now: (&fakeClock{}).Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := feed(t, s, tone(2), 100)
+	ev, err := s.Commit(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs = append(evs, ev...)
+	const want = "And so coachedothal went."
+	if len(evs) != 1 || evs[0].Type != "final" || evs[0].Text != want {
+		t.Fatalf("events %+v, want one final %q", evs, want)
+	}
+	if sg := evs[0].Segments; len(sg) != 2 || sg[0].Text != "And so coached" || sg[1].Text != "othal went." {
+		t.Errorf("final segments %+v", sg)
+	}
+	s.Write(context.Background(), tone(0.5))
+	s.Commit(context.Background())
+	if p := (*prompts)[len(*prompts)-1]; p != want {
+		t.Errorf("prompt after the final %q, want %q", p, want)
+	}
+}
+
+// TestSessionByCharacter: the language the transcriber names reaches the word split, so Chinese
+// text is settled character by character as two hypotheses agree, not a segment at a time.
+func TestSessionByCharacter(t *testing.T) {
+	tr, _ := scripted("zh", []string{"你|好"}, []string{"你|好|世|界"})
+	s, err := NewSession(tr, Config{Silence: -1, Now: (&fakeClock{}).Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := feed(t, s, tone(2), 100)
+	var final, partial []string
+	for _, e := range evs {
+		if e.Type == "final" {
+			final = append(final, e.Text)
+		} else {
+			partial = append(partial, e.Text)
+		}
+	}
+	if fmt.Sprint(final) != "[你好]" || len(partial) == 0 || partial[0] != "你好" {
+		t.Errorf("finals %q, partials %q; want the final 你好 after the partial 你好", final, partial)
 	}
 }
 

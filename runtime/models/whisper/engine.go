@@ -314,6 +314,12 @@ func (e *Engine) prepare(j *job, samples []float32) error {
 	if !j.detectOnly {
 		j.gateSilence(samples)
 	}
+	// A transcription that decodes no window (silent, or too short) still names its language,
+	// as OpenAI's always does: a multilingual model detects it on the first window (padded as
+	// every window is), and decodes nothing.
+	if j.ph == phDone && j.lang < 0 && m.Multilingual() && !j.detectOnly && len(samples) > 0 {
+		j.seek, j.ph, j.langOnly = 0, phEncode, true
+	}
 	return nil
 }
 
@@ -735,6 +741,10 @@ func (e *Engine) afterDetect(j *job) {
 	}
 	j.lang = best
 	j.langCode = e.tok.LangCode(best)
+	if j.langOnly {
+		j.ph = phDone
+		return
+	}
 	if j.detectOnly {
 		// whisper_lang_auto_detect: a softmax over the 100 language slots after
 		// <|startoftranscript|> (in models that know 99 languages the last slot is another

@@ -2,8 +2,25 @@ package whisper
 
 import (
 	"fmt"
+	"math"
 	"strings"
 )
+
+// RoundTime rounds seconds to milliseconds, the precision every time is written with (JSON of
+// segments, tokens and words, as SRT and WebVTT have it): sums of float64 seconds otherwise print
+// as 0.30000000000000004.
+func RoundTime(sec float64) float64 { return math.Round(sec*1000) / 1000 }
+
+// Rounded returns s with its times and its tokens' times rounded to milliseconds (RoundTime),
+// for output; s's tokens are not changed.
+func (s Segment) Rounded() Segment {
+	s.Start, s.End = RoundTime(s.Start), RoundTime(s.End)
+	s.Tokens = append([]Token(nil), s.Tokens...)
+	for i := range s.Tokens {
+		s.Tokens[i].T0, s.Tokens[i].T1 = RoundTime(s.Tokens[i].T0), RoundTime(s.Tokens[i].T1)
+	}
+	return s
+}
 
 // SRT renders the segments as SubRip subtitles.
 func (r *Result) SRT() string {

@@ -116,6 +116,7 @@ type job struct {
 	admitted  atomic.Bool // taken from the queue by the loop
 
 	detectOnly bool // stop after language detection
+	langOnly   bool // nothing to decode: detect the language on the first window, then stop
 	langProbs  []LangProb
 }
 
@@ -446,6 +447,12 @@ func (e *Engine) emit(j *job, bh *hyp) {
 		avg += float64(t.plog) / float64(len(toks))
 	}
 	beg := e.tok.TimestampBegin
+	// OpenAI reports the window's compression ratio, the one the fallback judged, on each of its
+	// segments (transcribe.py's compression_ratio of the window's DecodingResult).
+	ratio := 0.0
+	if len(toks) > 0 && !noSpeech {
+		ratio = e.compressionRatio(e.text(toks))
+	}
 	// With word timing, starts[i] is the audio frame (20 ms, from the window's start) at which
 	// the window's i-th text token begins; starts[i+1] is where it ends.
 	var starts []int
@@ -472,11 +479,11 @@ func (e *Engine) emit(j *job, bh *hyp) {
 		t0 = min(t0, t1)
 		end := float64(j.nSamples) / SampleRate
 		seg := Segment{ID: len(j.segments), Start: min(float64(t0)/100, end), End: min(float64(t1)/100, end), Text: text,
-			Temperature: temp, AvgLogprob: avg, CompressionRatio: e.compressionRatio(text), NoSpeechProb: j.noSpeech}
+			Temperature: temp, AvgLogprob: avg, CompressionRatio: ratio, NoSpeechProb: j.noSpeech}
 		for _, t := range ts {
 			seg.Tokens = append(seg.Tokens, Token{ID: t.id, Text: string(e.tok.Piece(t.id)), P: t.p, PLog: t.plog})
 		}
-		interpolate(&seg)
+		interpolate(&seg, e.tok.EOT)
 		if starts != nil {
 			for i, t := range ts {
 				if t.id >= e.tok.EOT {
@@ -560,20 +567,33 @@ func (e *Engine) alignWindow(j *job, toks []tokData, seekDelta int) []int {
 	return starts
 }
 
-// interpolate spreads a segment's time over its text tokens in proportion to their byte length.
-func interpolate(s *Segment) {
+// interpolate spreads a segment's time over its text tokens (ids below eot) in proportion to
+// their byte length. The other tokens (timestamps) take no time: they sit at the segment's start
+// before its first text token, and where the text before them ends after it (at the segment's
+// end after the last).
+func interpolate(s *Segment, eot int32) {
 	total := 0
 	for _, t := range s.Tokens {
-		total += len(t.Text)
-	}
-	at := s.Start
-	for i := range s.Tokens {
-		w := 0.0
-		if total > 0 {
-			w = float64(len(s.Tokens[i].Text)) / float64(total) * (s.End - s.Start)
+		if t.ID < eot {
+			total += len(t.Text)
 		}
-		s.Tokens[i].T0, s.Tokens[i].T1 = at, at+w
-		at += w
+	}
+	at, done := s.Start, 0
+	for i := range s.Tokens {
+		t := &s.Tokens[i]
+		if t.ID >= eot {
+			t.T0, t.T1 = at, at
+			continue
+		}
+		done += len(t.Text)
+		end := s.End // the last text token ends exactly at the segment's end
+		if total == 0 {
+			end = at
+		} else if done < total {
+			end = s.Start + float64(done)/float64(total)*(s.End-s.Start)
+		}
+		t.T0, t.T1 = at, end
+		at = end
 	}
 }
 

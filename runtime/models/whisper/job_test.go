@@ -138,3 +138,131 @@ func TestNonFiniteSamples(t *testing.T) {
 		}
 	}
 }
+
+// windowTokens is a window's result as emit takes it: text, then a timestamp token (at ts, in
+// 20 ms steps), for each of texts in turn; every text token's most probable timestamp is beg.
+func windowTokens(e *Engine, texts []string, ts []int32) []tokData {
+	beg := e.tok.TimestampBegin
+	toks := []tokData{{id: beg, tid: beg}}
+	for i, text := range texts {
+		if i > 0 { // the next segment begins where the last ended
+			toks = append(toks, tokData{id: beg + ts[i-1], tid: beg + ts[i-1]})
+		}
+		for _, id := range e.tok.Encode(text) {
+			toks = append(toks, tokData{id: id, tid: beg})
+		}
+		toks = append(toks, tokData{id: beg + ts[i], tid: beg + ts[i]})
+	}
+	return toks
+}
+
+// TestInterpolateTextTokens: a segment's time is shared out over its text tokens alone: they
+// cover the segment from start to end, in proportion to their bytes, and its timestamp tokens
+// (whose pieces, "[_TT_50]", are not speech) take no time, at its start or end.
+func TestInterpolateTextTokens(t *testing.T) {
+	e := manualEngine(t, testModel(t, "tiny.en"), EngineConfig{MaxActive: 1})
+	defer func() { e.dec.Close(); e.enc.Close() }()
+	j := &job{p: DefaultParams(), temps: []float32{0}, nSamples: 10 * SampleRate, seekEnd: 1000}
+	e.emit(j, &hyp{tokens: windowTokens(e, []string{" Hello world", " Good night"}, []int32{50, 100}), seekDelta: 1000})
+	if len(j.segments) != 2 {
+		t.Fatalf("%d segments, want 2", len(j.segments))
+	}
+	for _, s := range j.segments {
+		bytes, nText := 0, 0
+		for _, tk := range s.Tokens {
+			if tk.ID < e.tok.EOT {
+				bytes += len(tk.Text)
+			}
+		}
+		at := s.Start
+		for i, tk := range s.Tokens {
+			if tk.ID >= e.tok.EOT {
+				if tk.T0 != tk.T1 || (tk.T0 != s.Start && tk.T0 != s.End) || (nText > 0 && tk.T0 != s.End) {
+					t.Errorf("segment %q: special token %d (%q) at %v-%v, want no time at the segment's start %v or end %v", s.Text, i, tk.Text, tk.T0, tk.T1, s.Start, s.End)
+				}
+				continue
+			}
+			nText++
+			want := float64(len(tk.Text)) / float64(bytes) * (s.End - s.Start)
+			if math.Abs(tk.T0-at) > 1e-9 || math.Abs(tk.T1-tk.T0-want) > 1e-9 {
+				t.Errorf("segment %q [%v, %v]: token %q at %v-%v, want %v long from %v", s.Text, s.Start, s.End, tk.Text, tk.T0, tk.T1, want, at)
+			}
+			at = tk.T1
+		}
+		if at != s.End || nText == 0 {
+			t.Errorf("segment %q [%v, %v]: its text ends at %v", s.Text, s.Start, s.End, at)
+		}
+	}
+}
+
+// TestWindowCompressionRatio: every segment of a window reports the window's compression ratio,
+// the one the fallback judged, as OpenAI's verbose_json does, not one of its own text.
+func TestWindowCompressionRatio(t *testing.T) {
+	e := manualEngine(t, testModel(t, "tiny.en"), EngineConfig{MaxActive: 1})
+	defer func() { e.dec.Close(); e.enc.Close() }()
+	j := &job{p: DefaultParams(), temps: []float32{0}, nSamples: 10 * SampleRate, seekEnd: 1000}
+	texts := []string{" The quick brown fox.", " Again and again and again and again and again and again."}
+	e.emit(j, &hyp{tokens: windowTokens(e, texts, []int32{100, 300}), seekDelta: 1000})
+	want := e.compressionRatio(texts[0] + texts[1])
+	if len(j.segments) != 2 || e.compressionRatio(texts[0]) == e.compressionRatio(texts[1]) {
+		t.Fatalf("%d segments; the test wants two of different ratios", len(j.segments))
+	}
+	for _, s := range j.segments {
+		if s.CompressionRatio != want {
+			t.Errorf("segment %q: compression ratio %v, want the window's %v", s.Text, s.CompressionRatio, want)
+		}
+	}
+}
+
+// TestSilenceLanguage: a multilingual model detects the language of audio it does not decode
+// (silence, or too short a clip), as it would for the first window of a decode, so that the
+// result always names one; a language asked for is reported as asked.
+func TestSilenceLanguage(t *testing.T) {
+	e, err := NewEngine(testModel(t, "tiny"), EngineConfig{MaxActive: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	p := DefaultParams()
+	p.TemperatureInc, p.MaxTokens = 0, 8
+	zeros := make([]float32, 10*SampleRate)
+	probs, err := e.DetectLanguage(context.Background(), zeros)
+	if err != nil {
+		t.Fatal(err)
+	}
+	best := probs[0]
+	for _, lp := range probs {
+		if lp.P > best.P {
+			best = lp
+		}
+	}
+	for _, c := range []struct {
+		name    string
+		samples []float32
+		lang    string
+		want    string
+	}{
+		{"10 s of zeros", zeros, "", best.Code},
+		{"10 s of zeros, auto", zeros, "auto", best.Code},
+		{"50 ms of sound", tone(800), "", ""},
+		{"10 s of zeros in German", zeros, "de", "de"},
+	} {
+		p.Language = c.lang
+		res, err := e.Transcribe(context.Background(), c.samples, p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Language == "" || (c.want != "" && res.Language != c.want) || len(res.Segments) != 0 {
+			t.Errorf("%s: language %q, %d segments; want %q, none", c.name, res.Language, len(res.Segments), c.want)
+		}
+	}
+}
+
+// tone is n samples of a loud sine.
+func tone(n int) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = float32(0.5 * math.Sin(float64(i)*0.3))
+	}
+	return s
+}
