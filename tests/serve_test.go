@@ -578,14 +578,15 @@ func TestServeShutdownPastGrace(t *testing.T) {
 		t.Fatalf("synth: %s", res.stderr)
 	}
 	srv := startServerEnv(t, []string{"PARLEY_SHUTDOWN_GRACE=1s"}, "-m", "stories="+model, "--backend", "go", "-t", "1", "--parallel", "1")
-	// Four requests of 250 tokens, one at a time: seconds of work against a second of grace.
+	// Four requests of 240 tokens, one at a time: seconds of work against a second of grace. (The
+	// prompt takes 13 of the model's 256 positions: a max_tokens that does not fit with it is a 400.)
 	const n = 4
 	bodies := make([]chan []byte, n)
 	for i := range bodies {
 		bodies[i] = make(chan []byte, 1)
 		go func(i int) {
 			resp, err := http.Post(srv.base+"/v1/completions", "application/json", strings.NewReader(
-				`{"model":"stories","prompt":"Once upon a time","max_tokens":250,"stream":true,"ignore_eos":true}`))
+				`{"model":"stories","prompt":"Once upon a time","max_tokens":240,"stream":true,"ignore_eos":true}`))
 			if err != nil {
 				bodies[i] <- []byte("POST: " + err.Error())
 				return

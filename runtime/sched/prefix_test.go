@@ -156,7 +156,7 @@ func TestPrefixN(t *testing.T) {
 	res, _ := runOne(t, h, &Request{Prompt: p, MaxTokens: 12, N: 3, Sampling: sp})
 	for i, r := range res {
 		spi := sp
-		spi.Seed = sp.Seed + uint64(i)
+		spi.Seed = SeqSeed(sp.Seed, i)
 		checkSeq(t, m, r, p, 12, spi)
 	}
 	st := h.s.Stats()
@@ -167,7 +167,7 @@ func TestPrefixN(t *testing.T) {
 	res, _ = runOne(t, h, &Request{Prompt: p, MaxTokens: 12, N: 2, Sampling: sp})
 	for i, r := range res {
 		spi := sp
-		spi.Seed = sp.Seed + uint64(i)
+		spi.Seed = SeqSeed(sp.Seed, i)
 		checkSeq(t, m, r, p, 12, spi)
 	}
 	if st := h.s.Stats(); st.CachedBlocks != 4 {
@@ -220,7 +220,7 @@ func TestPrefixConcurrent(t *testing.T) {
 					continue
 				}
 				spk := sp
-				spk.Seed += uint64(k)
+				spk.Seed = SeqSeed(sp.Seed, k)
 				want, wr := m.reference(t, p, maxTokens, spk)
 				if !slices.Equal(got[k], want) || reasons[k] != wr {
 					errs <- errors.New("output differs from the reference")

@@ -18,7 +18,9 @@
 // N > 1: the first sequence processes the whole prompt. When its prompt is done, the other N-1
 // sequences fork its KV blocks up to F = the last block boundary before the final prompt token
 // (kvcache.Seq.Fork shares whole blocks only) and each re-feeds prompt[F:] (1 to BlockSize
-// tokens) to get logits of its own. Sequence i samples with seed Sampling.Seed+i.
+// tokens) to get logits of its own. Sequence 0 samples with seed Sampling.Seed itself (so that a
+// one-sequence request reproduces the CLI's --seed) and sequence i > 0 with SeqSeed(Sampling.Seed,
+// i), a mix of both: the sequences of seeds s and s+1 are unrelated, not shifted copies.
 //
 // Prefix cache (Config.PrefixCache): when the prompt of a sequence has been processed, its whole
 // blocks (those holding prompt tokens only) stay in a cache keyed by their tokens and those before
@@ -482,7 +484,7 @@ func (s *Scheduler) Submit(ctx context.Context, r *Request) (*Stream, error) {
 	}
 	q.seqs = make([]*seqState, n)
 	for i := range q.seqs {
-		sp.Seed = r.Sampling.Seed + uint64(i)
+		sp.Seed = SeqSeed(r.Sampling.Seed, i)
 		smp, err := decode.NewSampler(sp, s.vocab)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -529,6 +531,20 @@ func (s *Scheduler) Submit(ctx context.Context, r *Request) (*Stream, error) {
 		return nil, err
 	}
 	return st, nil
+}
+
+// SeqSeed is the sampling seed of sequence i of a request seeded with seed: seed itself for
+// sequence 0, and for i > 0 the i-th output of SplitMix64 started at seed, so that no sequence
+// of one seed repeats a sequence of a nearby seed (as seed+i would: seed 1's sequence 1 would be
+// seed 2's sequence 0).
+func SeqSeed(seed uint64, i int) uint64 {
+	if i == 0 {
+		return seed
+	}
+	z := seed + uint64(i)*0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
 }
 
 // Close stops accepting requests, ends those queued or in flight (Reason "cancelled") and waits

@@ -320,7 +320,7 @@ func TestNShares(t *testing.T) {
 	distinct := false
 	for i, r := range res {
 		spi := sp
-		spi.Seed = sp.Seed + uint64(i)
+		spi.Seed = SeqSeed(sp.Seed, i)
 		checkSeq(t, m, r, p, 20, spi)
 		distinct = distinct || !slices.Equal(r.tokens, res[0].tokens)
 	}

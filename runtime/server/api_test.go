@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // logprobRun is one greedy generation with log-probabilities, as the client sees it.
@@ -20,6 +21,10 @@ type logprobRun struct {
 	tokens  []string
 	offsets []int // text_offset of /v1/completions; nil for chat
 }
+
+// logprobPrompt is the completion prompt of runLogprobs: ASCII, so its length in bytes is its
+// length in characters.
+const logprobPrompt = "Once upon a time"
 
 // runLogprobs generates up to 30 tokens greedily with log-probabilities from the completion or
 // the chat endpoint, streamed or not, joining the chunks of a stream. In a stream it checks that
@@ -33,7 +38,7 @@ func runLogprobs(t *testing.T, h *harness, chat, stream bool, stop []string) *lo
 		req["model"], req["logprobs"] = "stories-chat", true
 		req["messages"] = []map[string]any{{"role": "user", "content": "Tell me about a cat."}}
 	} else {
-		req["model"], req["logprobs"], req["prompt"] = "stories", 0, "Once upon a time"
+		req["model"], req["logprobs"], req["prompt"] = "stories", 0, logprobPrompt
 	}
 	if stop != nil {
 		req["stop"] = stop
@@ -82,9 +87,9 @@ func runLogprobs(t *testing.T, h *harness, chat, stream bool, stop []string) *lo
 		if err := json.Unmarshal(ch.Logprobs, &lp); err != nil {
 			t.Fatalf("%v: %s", err, c)
 		}
-		for _, o := range lp.TextOffset {
-			if o > len(run.text) {
-				t.Errorf("text_offset %d past the %d bytes of text sent: %s", o, len(run.text), c)
+		for _, o := range lp.TextOffset { // offsets count the prompt's characters too
+			if o < len(logprobPrompt) || o-len(logprobPrompt) > utf8.RuneCountInString(run.text) {
+				t.Errorf("text_offset %d outside the prompt's %d characters and the %d of text sent: %s", o, len(logprobPrompt), utf8.RuneCountInString(run.text), c)
 			}
 		}
 		run.tokens = append(run.tokens, lp.Tokens...)
@@ -131,7 +136,7 @@ func TestLogprobsStopCut(t *testing.T) {
 				break
 			}
 			wantTokens = append(wantTokens, tok)
-			wantOffsets = append(wantOffsets, end)
+			wantOffsets = append(wantOffsets, len(logprobPrompt)+end) // the text is ASCII
 			end += len(tok)
 		}
 		for _, stream := range []bool{false, true} {

@@ -33,6 +33,8 @@ func FuzzRequest(f *testing.F) {
 		`{"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]}`,
 		`{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],"logprobs":true,"top_logprobs":2}`,
 		`{"messages":[{"role":"assistant","content":null}],"max_completion_tokens":3,"presence_penalty":1,"frequency_penalty":-1}`,
+		`{"prompt":["a",[1,2]],"n":2,"best_of":2,"echo":false,"suffix":""}`,
+		`{"messages":[{"role":"user","content":"hi"}],"tools":[],"tool_choice":"auto","response_format":{"type":"text"},"modalities":["text"]}`,
 		`{"prompt":"x","max_tokens":-1}`, `{"prompt":"x","n":1e99}`, `[]`, `null`, "\xff", `{"prompt":`,
 	} {
 		f.Add([]byte(s))
@@ -66,12 +68,23 @@ func FuzzRequest(f *testing.F) {
 			checkRefusal(t, "completion body", e)
 		} else {
 			checkCommon(&c.commonRequest)
-			if p, e := parsePrompt(c.Prompt, vocab); e != nil {
+			if e := c.checkUnsupported(1); e != nil {
+				checkRefusal(t, "unsupported", e)
+			}
+			if ps, e := parsePrompt(c.Prompt, vocab); e != nil {
 				checkRefusal(t, "prompt", e)
 			} else {
-				for _, id := range p.tokens {
-					if id < 0 || id >= vocab {
-						t.Fatalf("accepted token %d outside the vocabulary", id)
+				if len(ps) == 0 {
+					t.Fatal("accepted no prompt")
+				}
+				for _, p := range ps {
+					if p.isText == (p.text == "") || p.isText == (len(p.tokens) > 0) {
+						t.Fatalf("accepted an empty prompt %+v", p)
+					}
+					for _, id := range p.tokens {
+						if id < 0 || id >= vocab {
+							t.Fatalf("accepted token %d outside the vocabulary", id)
+						}
 					}
 				}
 			}
@@ -82,6 +95,9 @@ func FuzzRequest(f *testing.F) {
 			return
 		}
 		checkCommon(&ch.commonRequest)
+		if e := ch.checkUnsupported(); e != nil {
+			checkRefusal(t, "unsupported", e)
+		}
 		msgs, e := parseMessages(ch.Messages)
 		if e != nil {
 			checkRefusal(t, "messages", e)

@@ -8,7 +8,9 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/parleyhq/parley/runtime/decode"
 	"github.com/parleyhq/parley/runtime/sched"
@@ -16,14 +18,21 @@ import (
 
 // job is one validated generation request.
 type job struct {
-	m        *served
-	g        *genParams
-	prompt   []int32
-	logprobs int // alternatives per token; -1: no logprobs
-	chat     bool
-	id       string
-	created  int64
+	m       *served
+	g       *genParams
+	prompts [][]int32 // one for chat; a completion's batch of prompts, each with g.n choices
+	// promptChars is each prompt's length in characters (the text as given, or the token ids
+	// detokenized), where the text_offset of its completions' tokens starts.
+	promptChars []int
+	logprobs    int // alternatives per token; -1: no logprobs
+	chat        bool
+	id          string
+	created     int64
 }
+
+// choices is the number of choices the response carries: g.n for each prompt, choice
+// k*g.n+i being choice i of prompt k.
+func (j *job) choices() int { return len(j.prompts) * j.g.n }
 
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	body, e := readBody(r)
@@ -46,8 +55,9 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	if g.maxTokens == 0 {
-		g.maxTokens = maxCompletion
+	if e := req.checkUnsupported(g.n); e != nil {
+		writeError(w, e)
+		return
 	}
 	lp := -1
 	if req.Logprobs != nil {
@@ -57,20 +67,32 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		}
 		lp = *req.Logprobs
 	}
-	p, e := parsePrompt(req.Prompt, m.vocab)
+	ps, e := parsePrompt(req.Prompt, m.vocab)
 	if e != nil {
 		writeError(w, e)
 		return
 	}
-	toks := p.tokens
-	if p.isText {
-		var err error
-		if toks, err = m.Engine.Tokenizer.Encode(p.text, true, true); err != nil {
-			writeError(w, invalid("prompt", "Invalid 'prompt': it could not be tokenized."))
-			return
-		}
+	if len(ps) > 1 && len(ps)*g.n > maxN {
+		writeError(w, invalid("prompt", fmt.Sprintf("Invalid 'prompt': %d prompts of %d choices each make %d choices; a request may have at most %d.", len(ps), g.n, len(ps)*g.n, maxN)))
+		return
 	}
-	s.generate(w, r, &job{m: m, g: g, prompt: toks, logprobs: lp})
+	j := &job{m: m, g: g, logprobs: lp}
+	for _, p := range ps {
+		toks, chars := p.tokens, 0
+		if p.isText {
+			var err error
+			if toks, err = m.Engine.Tokenizer.Encode(p.text, true, true); err != nil {
+				writeError(w, invalid("prompt", "Invalid 'prompt': it could not be tokenized."))
+				return
+			}
+			chars = utf8.RuneCountInString(p.text)
+		} else if lp >= 0 {
+			chars = countChars([]byte(m.Engine.Tokenizer.Decode(toks)))
+		}
+		j.prompts = append(j.prompts, toks)
+		j.promptChars = append(j.promptChars, chars)
+	}
+	s.generate(w, r, j)
 }
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
@@ -96,6 +118,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	g, e := parseCommon(&req.commonRequest, m.vocab, m.ctx, randomSeed)
 	if e != nil {
+		writeError(w, e)
+		return
+	}
+	if e := req.checkUnsupported(); e != nil {
 		writeError(w, e)
 		return
 	}
@@ -141,42 +167,65 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, invalid("messages", "Invalid 'messages': they could not be tokenized."))
 		return
 	}
-	s.generate(w, r, &job{m: m, g: g, prompt: toks, logprobs: lp, chat: true})
+	s.generate(w, r, &job{m: m, g: g, prompts: [][]int32{toks}, promptChars: []int{0}, logprobs: lp, chat: true})
 }
 
-// generate submits j and answers with the whole result or a stream.
+// generate submits j, one scheduler request per prompt, and answers with the whole result or a
+// stream.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, j *job) {
 	ri := info(r.Context())
 	m, g := j.m, j.g
-	if len(j.prompt) >= m.ctx {
-		writeError(w, invalidCode(j.promptParam(), "context_length_exceeded", fmt.Sprintf("This model's maximum context length is %d tokens. However, your prompt has %d tokens.", m.ctx, len(j.prompt))))
-		return
+	for _, p := range j.prompts {
+		if len(p) >= m.ctx {
+			writeError(w, invalidCode(j.promptParam(), "context_length_exceeded", fmt.Sprintf("This model's maximum context length is %d tokens. However, your %s has %d tokens.", m.ctx, j.promptParam(), len(p))))
+			return
+		}
 	}
 	if most := m.Sched.MaxSeqs(); g.n > most {
 		writeError(w, invalid("n", fmt.Sprintf("Invalid 'n': this model serves at most %d choices per request, but got %d.", most, g.n)))
 		return
 	}
-	maxTokens := m.ctx - len(j.prompt)
-	if g.maxTokens > 0 {
-		maxTokens = min(maxTokens, g.maxTokens)
+	reqs := make([]*sched.Request, len(j.prompts))
+	for k, p := range j.prompts {
+		room := m.ctx - len(p)
+		maxTokens := room // chat without max_tokens: the rest of the context
+		switch {
+		case g.maxTokens > room:
+			// As OpenAI: a limit given explicitly that does not fit is an error, not shortened.
+			writeError(w, invalidCode(g.maxParam, "context_length_exceeded", fmt.Sprintf(
+				"This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the %s, %d in the completion). Please reduce the length of the %s or of the completion.",
+				m.ctx, len(p)+g.maxTokens, len(p), j.promptParam(), g.maxTokens, j.promptParam())))
+			return
+		case g.maxTokens > 0:
+			maxTokens = g.maxTokens
+		case !j.chat:
+			maxTokens = min(room, maxCompletion) // completions' default of 16, shortened to fit
+		}
+		reqs[k] = &sched.Request{
+			Prompt:      p,
+			MaxTokens:   maxTokens,
+			Sampling:    g.sampling,
+			Stop:        g.stop,
+			IgnoreEOS:   g.ignoreEOS,
+			TopLogprobs: max(j.logprobs, 0),
+			Logprobs:    j.logprobs >= 0,
+			N:           g.n,
+		}
+		if s.cfg.RequestTimeout > 0 {
+			reqs[k].Deadline = ri.start.Add(s.cfg.RequestTimeout)
+		}
 	}
-	req := &sched.Request{
-		Prompt:      j.prompt,
-		MaxTokens:   maxTokens,
-		Sampling:    g.sampling,
-		Stop:        g.stop,
-		IgnoreEOS:   g.ignoreEOS,
-		TopLogprobs: max(j.logprobs, 0),
-		Logprobs:    j.logprobs >= 0,
-		N:           g.n,
-	}
-	if s.cfg.RequestTimeout > 0 {
-		req.Deadline = ri.start.Add(s.cfg.RequestTimeout)
-	}
-	st, err := m.Sched.Submit(r.Context(), req)
-	if err != nil {
-		writeError(w, s.submitError(ri, j, err))
-		return
+	sts := make([]*sched.Stream, 0, len(reqs))
+	for k, req := range reqs {
+		st, err := m.Sched.Submit(r.Context(), req)
+		if err != nil {
+			for _, st := range sts { // the request fails whole: end what was submitted of it
+				st.Cancel()
+			}
+			writeError(w, s.submitError(ri, j, k, err))
+			return
+		}
+		sts = append(sts, st)
 	}
 	j.id = ri.id
 	if ri.client {
@@ -184,19 +233,19 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, j *job) {
 	}
 	j.created = ri.start.Unix()
 	if g.stream {
-		s.stream(w, r, j, st)
+		s.stream(w, r, j, sts)
 		return
 	}
-	s.collect(w, r, j, st)
+	s.collect(w, r, j, sts)
 }
 
-func (s *Server) submitError(ri *reqInfo, j *job, err error) *apiError {
+func (s *Server) submitError(ri *reqInfo, j *job, k int, err error) *apiError {
 	param := j.promptParam()
 	switch {
 	case errors.Is(err, sched.ErrQueueFull):
 		return &apiError{Status: http.StatusTooManyRequests, Message: "The server is busy; retry shortly.", Type: typeRateLimit, Code: strptr("queue_full"), RetryAfter: 1}
 	case errors.Is(err, sched.ErrTooLong):
-		return invalidCode(param, "context_length_exceeded", fmt.Sprintf("The prompt (%d tokens) plus max_tokens does not fit this model's cache.", len(j.prompt)))
+		return invalidCode(param, "context_length_exceeded", fmt.Sprintf("The prompt (%d tokens) plus max_tokens does not fit this model's cache.", len(j.prompts[k])))
 	case errors.Is(err, sched.ErrClosed):
 		return &apiError{Status: http.StatusServiceUnavailable, Message: "The server is shutting down.", Type: typeUnavailable, RetryAfter: 5}
 	case errors.Is(err, sched.ErrInvalid):
@@ -206,18 +255,92 @@ func (s *Server) submitError(ri *reqInfo, j *job, err error) *apiError {
 	return internalError()
 }
 
-// pump passes st's events to fn until the stream closes, the client goes away (ctx) or fn
-// returns false; in the last two cases it cancels st at once and drains it. It records
-// latencies and token counts. It reports whether the stream ran to its end.
-func (s *Server) pump(ctx context.Context, j *job, st *sched.Stream, fn func(*sched.Event) bool) bool {
+// usageOfAll sums the usage of a request's streams, valid once each has ended.
+func usageOfAll(sts []*sched.Stream) sched.Usage {
+	var u sched.Usage
+	for _, st := range sts {
+		su := st.Usage()
+		u.PromptTokens += su.PromptTokens
+		u.CompletionTokens += su.CompletionTokens
+	}
+	return u
+}
+
+// tagged is an event of stream k, or its error (io.EOF at its end).
+type tagged struct {
+	k   int
+	ev  sched.Event
+	err error
+}
+
+// merge reads every stream of sts at once; next returns the next event of any (its stream's
+// index with it), io.EOF once every stream has ended, or ctx's error. stop must be called
+// before sts are read otherwise; it waits until no goroutine reads them.
+func merge(ctx context.Context, sts []*sched.Stream) (next func() (int, sched.Event, error), stop func()) {
+	if len(sts) == 1 {
+		return func() (int, sched.Event, error) {
+			ev, err := sts[0].Next(ctx)
+			return 0, ev, err
+		}, func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	ch := make(chan tagged)
+	var wg sync.WaitGroup
+	for k, st := range sts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				ev, err := st.Next(ctx)
+				select {
+				case ch <- tagged{k, ev, err}:
+				case <-ctx.Done():
+					return
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	live := len(sts)
+	next = func() (int, sched.Event, error) {
+		for {
+			var t tagged
+			select {
+			case t = <-ch:
+			case <-ctx.Done(): // the readers may have given up without a word
+				return 0, sched.Event{}, ctx.Err()
+			}
+			if t.err == io.EOF {
+				if live--; live == 0 {
+					return 0, sched.Event{}, io.EOF
+				}
+				continue
+			}
+			return t.k, t.ev, t.err
+		}
+	}
+	return next, func() {
+		cancel()
+		wg.Wait()
+	}
+}
+
+// pump passes the events of sts, the streams of j's prompts, to fn with the index of their
+// choice until every stream closes, the client goes away (ctx) or fn returns false; in the last
+// two cases it cancels every stream at once and drains them. It records latencies and token
+// counts. It reports whether the streams ran to their end.
+func (s *Server) pump(ctx context.Context, j *job, sts []*sched.Stream, fn func(choice int, ev *sched.Event) bool) bool {
 	start := info(ctx).start
-	last := make([]time.Time, j.g.n)
+	last := make([]time.Time, j.choices())
 	first := true
 	ttft := s.metrics.ttft.WithLabelValues(j.m.Name)
 	itl := s.metrics.itl.WithLabelValues(j.m.Name)
+	next, stop := merge(ctx, sts)
 	ok := true
 	for {
-		ev, err := st.Next(ctx)
+		k, ev, err := next()
 		if err == io.EOF {
 			break
 		}
@@ -225,30 +348,38 @@ func (s *Server) pump(ctx context.Context, j *job, st *sched.Stream, fn func(*sc
 			ok = false
 			break
 		}
-		if ev.Seq < 0 || ev.Seq >= len(last) {
+		if ev.Seq < 0 || ev.Seq >= j.g.n {
 			continue
 		}
+		c := k*j.g.n + ev.Seq
 		if ev.Token >= 0 {
 			now := time.Now()
 			if first {
 				ttft.Observe(now.Sub(start).Seconds())
 				first = false
-			} else if !last[ev.Seq].IsZero() {
-				itl.Observe(now.Sub(last[ev.Seq]).Seconds())
+			} else if !last[c].IsZero() {
+				itl.Observe(now.Sub(last[c]).Seconds())
 			}
-			last[ev.Seq] = now
+			last[c] = now
 		}
-		if !fn(&ev) {
+		if !fn(c, &ev) {
 			ok = false
 			break
 		}
 	}
 	if !ok {
-		st.Cancel()
-		for range st.Events() {
+		for _, st := range sts {
+			st.Cancel()
 		}
 	}
-	u := st.Usage()
+	stop()
+	if !ok {
+		for _, st := range sts {
+			for range st.Events() {
+			}
+		}
+	}
+	u := usageOfAll(sts)
 	s.metrics.prompt.WithLabelValues(j.m.Name).Add(float64(u.PromptTokens))
 	s.metrics.generated.WithLabelValues(j.m.Name).Add(float64(u.CompletionTokens))
 	return ok
@@ -264,6 +395,16 @@ func finishReason(r decode.StopReason) string {
 		return "length"
 	}
 	return ""
+}
+
+// stopReason is the stop_reason of a choice that finished for reason r: "timeout" for one cut
+// by the server's time limit (reported as finish_reason "length", as llama-server reports it),
+// nil otherwise.
+func stopReason(r decode.StopReason) *string {
+	if r == sched.ReasonTimeout {
+		return strptr("timeout")
+	}
+	return nil
 }
 
 // logprobEntry is one token's log-probabilities, in either endpoint's shape.
@@ -348,21 +489,80 @@ type completionLogprobs struct {
 	TextOffset    []int                `json:"text_offset"`
 }
 
-func (s *Server) completionLogprobs(j *job, es []logprobEntry, offset int) *completionLogprobs {
+// charOffsets counts the characters (Unicode code points) of a prompt and its completion, for
+// text_offset.
+type charOffsets struct{ n int }
+
+// isCont reports whether b continues a UTF-8 sequence (10xxxxxx).
+func isCont(b byte) bool { return b&0xc0 == 0x80 }
+
+// countChars counts the characters of b: its bytes that do not continue a UTF-8 sequence (for
+// valid UTF-8, utf8.RuneCount).
+func countChars(b []byte) int {
+	n := 0
+	for _, c := range b {
+		if !isCont(c) {
+			n++
+		}
+	}
+	return n
+}
+
+// next returns the text_offset of piece, the next token's text, and moves past it: the index of
+// the character it begins, or that it begins within when a character spans several tokens.
+func (c *charOffsets) next(piece []byte) int {
+	o := c.n
+	if len(piece) > 0 && isCont(piece[0]) && o > 0 {
+		o--
+	}
+	c.n += countChars(piece)
+	return o
+}
+
+// tokenString is a token's text as the legacy logprobs write it: as it is when it is valid UTF-8,
+// else as OpenAI writes a piece of a character, "bytes:" and its bytes escaped as Python writes
+// them ("bytes:\xe2\x80"), so that such tokens neither collide as U+FFFD nor lose their bytes.
+func tokenString(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	var sb strings.Builder
+	sb.WriteString("bytes:")
+	for _, c := range b {
+		switch {
+		case c == '\\':
+			sb.WriteString(`\\`)
+		case c == '\t':
+			sb.WriteString(`\t`)
+		case c == '\n':
+			sb.WriteString(`\n`)
+		case c == '\r':
+			sb.WriteString(`\r`)
+		case c >= 0x20 && c < 0x7f:
+			sb.WriteByte(c)
+		default:
+			fmt.Fprintf(&sb, `\x%02x`, c)
+		}
+	}
+	return sb.String()
+}
+
+// completionLogprobs writes es in the legacy shape; offs counts the characters of the choice's
+// prompt and of its text before es.
+func (s *Server) completionLogprobs(j *job, es []logprobEntry, offs *charOffsets) *completionLogprobs {
 	lp := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
 	for _, e := range es {
-		lp.Tokens = append(lp.Tokens, string(e.piece))
+		tok := tokenString(e.piece)
+		lp.Tokens = append(lp.Tokens, tok)
 		lp.TokenLogprobs = append(lp.TokenLogprobs, e.logprob)
-		var top map[string]float64
-		if j.logprobs > 0 {
-			top = make(map[string]float64, len(e.top))
-			for _, t := range e.top {
-				top[string(j.m.Engine.Tokenizer.Piece(t.ID))] = floorLogprob(t.Logprob)
-			}
+		// The logprobs most likely tokens and the sampled one, as OpenAI: up to logprobs+1.
+		top := make(map[string]float64, len(e.top)+1)
+		for _, t := range e.top {
+			top[tokenString(j.m.Engine.Tokenizer.Piece(t.ID))] = floorLogprob(t.Logprob)
 		}
+		top[tok] = e.logprob
 		lp.TopLogprobs = append(lp.TopLogprobs, top)
-		lp.TextOffset = append(lp.TextOffset, offset)
-		offset += len(e.piece)
+		lp.TextOffset = append(lp.TextOffset, offs.next(e.piece))
 	}
 	return lp
 }
@@ -380,6 +580,7 @@ type chatTokenLogprob struct {
 
 type chatLogprobs struct {
 	Content []chatTokenLogprob `json:"content"`
+	Refusal []chatTokenLogprob `json:"refusal"` // always null: no refusals are generated
 }
 
 func bytesOf(b []byte) []int {
@@ -404,8 +605,9 @@ func (s *Server) chatLogprobs(j *job, es []logprobEntry) *chatLogprobs {
 }
 
 type chatMessageJSON struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role    string  `json:"role"`
+	Content string  `json:"content"`
+	Refusal *string `json:"refusal"` // always null, as OpenAI's when the model did not refuse
 }
 
 type choiceJSON struct {
@@ -414,6 +616,7 @@ type choiceJSON struct {
 	Message      *chatMessageJSON `json:"message,omitempty"`
 	Logprobs     any              `json:"logprobs"`
 	FinishReason *string          `json:"finish_reason"`
+	StopReason   *string          `json:"stop_reason,omitempty"` // "timeout": cut by the server's time limit
 }
 
 type responseJSON struct {
@@ -440,7 +643,7 @@ func (j *job) responseID() string {
 }
 
 // collect answers with the whole result once every sequence is done.
-func (s *Server) collect(w http.ResponseWriter, r *http.Request, j *job, st *sched.Stream) {
+func (s *Server) collect(w http.ResponseWriter, r *http.Request, j *job, sts []*sched.Stream) {
 	ri := info(r.Context())
 	type seqOut struct {
 		text    []byte
@@ -449,9 +652,9 @@ func (s *Server) collect(w http.ResponseWriter, r *http.Request, j *job, st *sch
 		reason  decode.StopReason
 		err     error
 	}
-	outs := make([]seqOut, j.g.n)
-	if !s.pump(r.Context(), j, st, func(ev *sched.Event) bool {
-		o := &outs[ev.Seq]
+	outs := make([]seqOut, j.choices())
+	if !s.pump(r.Context(), j, sts, func(c int, ev *sched.Event) bool {
+		o := &outs[c]
 		o.text = append(o.text, ev.Text...)
 		o.entries = append(o.entries, o.queue.push(j, ev)...)
 		if ev.Done {
@@ -461,7 +664,7 @@ func (s *Server) collect(w http.ResponseWriter, r *http.Request, j *job, st *sch
 	}) {
 		return // the client is gone
 	}
-	resp := &responseJSON{ID: j.responseID(), Object: "text_completion", Created: j.created, Model: j.m.Name, Usage: usageOf(st.Usage())}
+	resp := &responseJSON{ID: j.responseID(), Object: "text_completion", Created: j.created, Model: j.m.Name, Usage: usageOf(usageOfAll(sts))}
 	if j.chat {
 		resp.Object = "chat.completion"
 	}
@@ -478,7 +681,7 @@ func (s *Server) collect(w http.ResponseWriter, r *http.Request, j *job, st *sch
 			}
 			return
 		}
-		c := choiceJSON{Index: i, FinishReason: &fr}
+		c := choiceJSON{Index: i, FinishReason: &fr, StopReason: stopReason(o.reason)}
 		text := string(o.text)
 		if j.chat {
 			c.Message = &chatMessageJSON{Role: "assistant", Content: text}
@@ -488,7 +691,7 @@ func (s *Server) collect(w http.ResponseWriter, r *http.Request, j *job, st *sch
 		} else {
 			c.Text = &text
 			if j.logprobs >= 0 {
-				c.Logprobs = s.completionLogprobs(j, o.entries, 0)
+				c.Logprobs = s.completionLogprobs(j, o.entries, &charOffsets{j.promptChars[i/j.g.n]})
 			}
 		}
 		resp.Choices = append(resp.Choices, c)
@@ -517,11 +720,12 @@ type chunkChoiceJSON struct {
 	Delta        *deltaJSON `json:"delta,omitempty"`
 	Logprobs     any        `json:"logprobs"`
 	FinishReason *string    `json:"finish_reason"`
+	StopReason   *string    `json:"stop_reason,omitempty"`
 }
 
 // stream answers with server-sent events: one chunk per piece of text, a final chunk per
 // choice, an optional usage chunk, then [DONE]. A failed write cancels generation at once.
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, st *sched.Stream) {
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, sts []*sched.Stream) {
 	ri := info(r.Context())
 	rc := http.NewResponseController(w)
 	h := w.Header()
@@ -561,19 +765,26 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, st *sche
 	}
 	if j.chat {
 		empty := ""
-		for i := 0; i < j.g.n; i++ {
+		for i := 0; i < j.choices(); i++ {
 			if !send(chunk(chunkChoiceJSON{Index: i, Delta: &deltaJSON{Role: "assistant", Content: &empty}})) {
-				st.Cancel()
-				for range st.Events() {
+				for _, st := range sts {
+					st.Cancel()
+				}
+				for _, st := range sts {
+					for range st.Events() {
+					}
 				}
 				return
 			}
 		}
 	}
-	queues := make([]logprobQueue, j.g.n)
-	offsets := make([]int, j.g.n)
-	textChunk := func(seq int, text string, es []logprobEntry) bool {
-		c := chunkChoiceJSON{Index: seq}
+	queues := make([]logprobQueue, j.choices())
+	offsets := make([]charOffsets, j.choices())
+	for c := range offsets {
+		offsets[c].n = j.promptChars[c/j.g.n]
+	}
+	textChunk := func(choice int, text string, es []logprobEntry) bool {
+		c := chunkChoiceJSON{Index: choice}
 		if j.chat {
 			c.Delta = &deltaJSON{Content: &text}
 			if j.logprobs >= 0 {
@@ -582,19 +793,16 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, st *sche
 		} else {
 			c.Text = &text
 			if j.logprobs >= 0 {
-				c.Logprobs = s.completionLogprobs(j, es, offsets[seq])
-				for _, e := range es {
-					offsets[seq] += len(e.piece)
-				}
+				c.Logprobs = s.completionLogprobs(j, es, &offsets[choice])
 			}
 		}
 		return send(chunk(c))
 	}
 	failed := false
-	ok := s.pump(r.Context(), j, st, func(ev *sched.Event) bool {
-		es := queues[ev.Seq].push(j, ev)
+	ok := s.pump(r.Context(), j, sts, func(choice int, ev *sched.Event) bool {
+		es := queues[choice].push(j, ev)
 		if len(ev.Text) > 0 || len(es) > 0 {
-			if !textChunk(ev.Seq, string(ev.Text), es) {
+			if !textChunk(choice, string(ev.Text), es) {
 				return false
 			}
 		}
@@ -617,7 +825,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, st *sche
 			failed = true
 			return false
 		}
-		c := chunkChoiceJSON{Index: ev.Seq, FinishReason: &fr}
+		c := chunkChoiceJSON{Index: choice, FinishReason: &fr, StopReason: stopReason(ev.Reason)}
 		if j.chat {
 			c.Delta = &deltaJSON{}
 		} else {
@@ -630,7 +838,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, st *sche
 		return // the client is gone
 	}
 	if ok && j.g.includeUsage {
-		send(&chunkJSON{ID: j.responseID(), Object: object, Created: j.created, Model: j.m.Name, Choices: []chunkChoiceJSON{}, Usage: usageOf(st.Usage())})
+		send(&chunkJSON{ID: j.responseID(), Object: object, Created: j.created, Model: j.m.Name, Choices: []chunkChoiceJSON{}, Usage: usageOf(usageOfAll(sts))})
 	}
 	if _, err := fmt.Fprint(w, "data: [DONE]\n\n"); err == nil {
 		rc.Flush()

@@ -45,6 +45,10 @@ type completionRequest struct {
 	commonRequest
 	Prompt   json.RawMessage `json:"prompt"`
 	Logprobs *int            `json:"logprobs"`
+	// Not implemented: refused when set to anything but their defaults.
+	Echo   *bool   `json:"echo"`
+	Suffix *string `json:"suffix"`
+	BestOf *int    `json:"best_of"`
 }
 
 type chatRequest struct {
@@ -52,6 +56,117 @@ type chatRequest struct {
 	Messages    json.RawMessage `json:"messages"`
 	Logprobs    *bool           `json:"logprobs"`
 	TopLogprobs *int            `json:"top_logprobs"`
+	// Not implemented: refused when set to anything but their defaults.
+	ResponseFormat json.RawMessage `json:"response_format"`
+	Tools          json.RawMessage `json:"tools"`
+	ToolChoice     json.RawMessage `json:"tool_choice"`
+	Functions      json.RawMessage `json:"functions"`
+	FunctionCall   json.RawMessage `json:"function_call"`
+	Audio          json.RawMessage `json:"audio"`
+	Modalities     json.RawMessage `json:"modalities"`
+	Prediction     json.RawMessage `json:"prediction"`
+}
+
+// unsupported is the 400 for a parameter this server does not implement, set to a value that
+// would change the answer.
+func unsupported(param, why string) *apiError {
+	return invalidCode(param, "unsupported_parameter", fmt.Sprintf("Unsupported parameter: '%s' %s is not supported by this server.", param, why))
+}
+
+func isNull(raw json.RawMessage) bool { return len(raw) == 0 || string(raw) == "null" }
+
+// checkUnsupported refuses the fields of /v1/completions that parley does not implement when
+// they ask for something; n is the request's n.
+func (c *completionRequest) checkUnsupported(n int) *apiError {
+	if c.Echo != nil && *c.Echo {
+		return unsupported("echo", "set to true")
+	}
+	if c.Suffix != nil && *c.Suffix != "" {
+		return unsupported("suffix", "(text after the completion)")
+	}
+	if c.BestOf != nil {
+		if *c.BestOf < 1 || *c.BestOf > maxN {
+			return invalid("best_of", fmt.Sprintf("Invalid 'best_of': expected a value in [1, %d], but got %d instead.", maxN, *c.BestOf))
+		}
+		if *c.BestOf != n {
+			return unsupported("best_of", fmt.Sprintf("other than n (%d, got %d)", n, *c.BestOf))
+		}
+	}
+	return nil
+}
+
+// nonEmptyArray reports whether raw, not null, is an array with elements; a value of another
+// type is a 400.
+func nonEmptyArray(param string, raw json.RawMessage) (bool, *apiError) {
+	if isNull(raw) {
+		return false, nil
+	}
+	var list []json.RawMessage
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return false, invalid(param, fmt.Sprintf("Invalid type for '%s': expected an array.", param))
+	}
+	return len(list) > 0, nil
+}
+
+// checkUnsupported refuses the fields of /v1/chat/completions that parley does not implement
+// (tools, structured output, audio, predicted outputs) when they ask for something.
+func (c *chatRequest) checkUnsupported() *apiError {
+	if !isNull(c.ResponseFormat) {
+		var rf struct {
+			Type *string `json:"type"`
+		}
+		if err := json.Unmarshal(c.ResponseFormat, &rf); err != nil {
+			return invalid("response_format", "Invalid type for 'response_format': expected an object.")
+		}
+		if rf.Type == nil {
+			return invalid("response_format.type", "Missing required parameter: 'response_format.type'.")
+		}
+		if *rf.Type != "text" {
+			return unsupported("response_format", fmt.Sprintf("of type %q", *rf.Type))
+		}
+	}
+	if yes, e := nonEmptyArray("tools", c.Tools); e != nil || yes {
+		if e == nil {
+			e = unsupported("tools", "(tool calling)")
+		}
+		return e
+	}
+	if !isNull(c.ToolChoice) {
+		var s string
+		if err := json.Unmarshal(c.ToolChoice, &s); err != nil || (s != "none" && s != "auto") {
+			return unsupported("tool_choice", "other than \"none\" or \"auto\"")
+		}
+	}
+	if yes, e := nonEmptyArray("functions", c.Functions); e != nil || yes {
+		if e == nil {
+			e = unsupported("functions", "(function calling)")
+		}
+		return e
+	}
+	if !isNull(c.FunctionCall) {
+		var s string
+		if err := json.Unmarshal(c.FunctionCall, &s); err != nil || (s != "none" && s != "auto") {
+			return unsupported("function_call", "other than \"none\" or \"auto\"")
+		}
+	}
+	if !isNull(c.Audio) {
+		return unsupported("audio", "(audio output)")
+	}
+	if !isNull(c.Modalities) {
+		var list []string
+		if err := json.Unmarshal(c.Modalities, &list); err != nil {
+			return invalid("modalities", "Invalid type for 'modalities': expected an array of strings.")
+		}
+		for _, m := range list {
+			if m != "text" {
+				return unsupported("modalities", fmt.Sprintf("with %q", m))
+			}
+		}
+	}
+	if !isNull(c.Prediction) {
+		return unsupported("prediction", "(predicted outputs)")
+	}
+	return nil
 }
 
 // decodeBody parses a JSON request body into v, turning every failure into a 400 that names the
@@ -94,7 +209,8 @@ func jsonKind(goKind string) string {
 
 // genParams is what a request asks of generation, validated.
 type genParams struct {
-	maxTokens    int // 0: not given
+	maxTokens    int    // 0: not given
+	maxParam     string // the field that gave it: max_tokens or max_completion_tokens
 	sampling     decode.Params
 	stop         []string
 	n            int
@@ -128,7 +244,7 @@ func float32In(param string, v *float64, dst *float32, lo, hi float32, openLo bo
 // parseCommon validates the shared fields against a vocabulary of vocab tokens and a context of
 // ctx positions.
 func parseCommon(c *commonRequest, vocab, ctx int, seed func() uint64) (*genParams, *apiError) {
-	g := &genParams{n: 1, stream: c.Stream, ignoreEOS: c.IgnoreEOS}
+	g := &genParams{n: 1, stream: c.Stream, ignoreEOS: c.IgnoreEOS, maxParam: "max_tokens"}
 	if c.StreamOptions != nil && c.Stream {
 		g.includeUsage = c.StreamOptions.IncludeUsage
 	}
@@ -143,7 +259,7 @@ func parseCommon(c *commonRequest, vocab, ctx int, seed func() uint64) (*genPara
 		if *mt > ctx {
 			return nil, invalid(param, fmt.Sprintf("Invalid '%s': %d is larger than the model's context of %d tokens.", param, *mt, ctx))
 		}
-		g.maxTokens = *mt
+		g.maxTokens, g.maxParam = *mt, param
 	}
 	if c.N != nil {
 		if *c.N < 1 || *c.N > maxN {
@@ -165,10 +281,7 @@ func parseCommon(c *commonRequest, vocab, ctx int, seed func() uint64) (*genPara
 	if e := float32In("top_p", c.TopP, &p.TopP, 0, 1, true); e != nil {
 		return nil, e
 	}
-	if v := c.TopK; v != nil {
-		if *v < 0 {
-			return nil, invalid("top_k", fmt.Sprintf("Invalid 'top_k': expected a value >= 0, but got %d instead.", *v))
-		}
+	if v := c.TopK; v != nil && *v > 0 { // 0 or negative (vLLM's -1): no top-k
 		p.TopK = *v
 	}
 	if e := float32In("min_p", c.MinP, &p.MinP, 0, 1, false); e != nil {
@@ -240,40 +353,61 @@ type promptInput struct {
 	isText bool
 }
 
-// parsePrompt reads prompt: a string, an array of token ids, or an array holding one of either.
-func parsePrompt(raw json.RawMessage, vocab int) (*promptInput, *apiError) {
-	if len(raw) == 0 || string(raw) == "null" {
+// parsePrompt reads prompt: a string, an array of token ids, or an array of several of either
+// (a batch: each is generated with n choices of its own).
+func parsePrompt(raw json.RawMessage, vocab int) ([]*promptInput, *apiError) {
+	if isNull(raw) {
 		return nil, invalid("prompt", "Missing required parameter: 'prompt'.")
 	}
+	if p, e, ok := parseOnePrompt(raw, vocab, "prompt"); ok {
+		if e != nil {
+			return nil, e
+		}
+		return []*promptInput{p}, nil
+	}
+	var batch []json.RawMessage
+	if err := json.Unmarshal(raw, &batch); err == nil && len(batch) > 0 {
+		out := make([]*promptInput, len(batch))
+		for i, b := range batch {
+			p, e, ok := parseOnePrompt(b, vocab, fmt.Sprintf("prompt[%d]", i))
+			if !ok {
+				return nil, invalid("prompt", fmt.Sprintf("Invalid 'prompt[%d]': expected a string or an array of token ids.", i))
+			}
+			if e != nil {
+				return nil, e
+			}
+			out[i] = p
+		}
+		return out, nil
+	}
+	return nil, invalid("prompt", "Invalid 'prompt': expected a string, an array of token ids, or an array of either.")
+}
+
+// parseOnePrompt reads raw as one prompt, a string or an array of token ids; ok is false when
+// it is neither. Errors name the parameter prompt, what the message.
+func parseOnePrompt(raw json.RawMessage, vocab int, what string) (p *promptInput, e *apiError, ok bool) {
 	var s string
 	if err := json.Unmarshal(raw, &s); err == nil {
 		if s == "" {
-			return nil, invalid("prompt", "Invalid 'prompt': the prompt must not be empty.")
+			return nil, invalid("prompt", fmt.Sprintf("Invalid '%s': the prompt must not be empty.", what)), true
 		}
-		return &promptInput{text: s, isText: true}, nil
+		return &promptInput{text: s, isText: true}, nil, true
 	}
 	var ids []int64
-	if err := json.Unmarshal(raw, &ids); err == nil {
-		if len(ids) == 0 {
-			return nil, invalid("prompt", "Invalid 'prompt': the prompt must not be empty.")
-		}
-		toks := make([]int32, len(ids))
-		for i, id := range ids {
-			if id < 0 || id >= int64(vocab) {
-				return nil, invalid("prompt", fmt.Sprintf("Invalid 'prompt': token id %d at index %d is outside the vocabulary (0 to %d).", id, i, vocab-1))
-			}
-			toks[i] = int32(id)
-		}
-		return &promptInput{tokens: toks}, nil
+	if err := json.Unmarshal(raw, &ids); err != nil {
+		return nil, nil, false
 	}
-	var batch []json.RawMessage
-	if err := json.Unmarshal(raw, &batch); err == nil && len(batch) > 0 && batch[0][0] != '{' {
-		if len(batch) != 1 {
-			return nil, invalid("prompt", "Invalid 'prompt': only one prompt per request is supported.")
-		}
-		return parsePrompt(batch[0], vocab)
+	if len(ids) == 0 {
+		return nil, invalid("prompt", fmt.Sprintf("Invalid '%s': the prompt must not be empty.", what)), true
 	}
-	return nil, invalid("prompt", "Invalid 'prompt': expected a string or an array of token ids.")
+	toks := make([]int32, len(ids))
+	for i, id := range ids {
+		if id < 0 || id >= int64(vocab) {
+			return nil, invalid("prompt", fmt.Sprintf("Invalid '%s': token id %d at index %d is outside the vocabulary (0 to %d).", what, id, i, vocab-1)), true
+		}
+		toks[i] = int32(id)
+	}
+	return &promptInput{tokens: toks}, nil, true
 }
 
 // chatMessage is one entry of messages as sent.

@@ -294,7 +294,7 @@ func TestCompletionGreedyMatchesEngine(t *testing.T) {
 		}
 	}
 
-	// n=2 with logprobs: two choices, each token with its 3 alternatives.
+	// n=2 with logprobs: two choices, each token with its 3 alternatives and itself.
 	resp, b = h.post(t, "/v1/completions", map[string]any{"model": "stories", "prompt": storyPrompt, "max_tokens": 8, "temperature": 0.8, "seed": 7, "n": 2, "logprobs": 3, "ignore_eos": true})
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode, b)
@@ -307,7 +307,7 @@ func TestCompletionGreedyMatchesEngine(t *testing.T) {
 	if err := json.Unmarshal(r.Choices[0].Logprobs, &lp); err != nil {
 		t.Fatal(err)
 	}
-	if len(lp.Tokens) != 8 || len(lp.TokenLogprobs) != 8 || len(lp.TopLogprobs) != 8 || len(lp.TopLogprobs[0]) == 0 || len(lp.TopLogprobs[0]) > 3 {
+	if len(lp.Tokens) != 8 || len(lp.TokenLogprobs) != 8 || len(lp.TopLogprobs) != 8 || len(lp.TopLogprobs[0]) == 0 || len(lp.TopLogprobs[0]) > 4 {
 		t.Errorf("logprobs: %s", r.Choices[0].Logprobs)
 	}
 	if strings.Join(lp.Tokens, "") != deref(r.Choices[0].Text) {
@@ -556,7 +556,7 @@ func TestErrors(t *testing.T) {
 		{"overflowing max_tokens", "POST", "/v1/completions", `{"model":"stories","prompt":"a","max_tokens":1e40}`, 400, "max_tokens", ""},
 		{"temperature", "POST", "/v1/completions", `{"model":"stories","prompt":"a","temperature":3}`, 400, "temperature", ""},
 		{"top_p zero", "POST", "/v1/completions", `{"model":"stories","prompt":"a","top_p":0}`, 400, "top_p", ""},
-		{"top_k", "POST", "/v1/completions", `{"model":"stories","prompt":"a","top_k":-1}`, 400, "top_k", ""},
+		{"top_k", "POST", "/v1/completions", `{"model":"stories","prompt":"a","top_k":1.5}`, 400, "top_k", ""},
 		{"min_p", "POST", "/v1/completions", `{"model":"stories","prompt":"a","min_p":1.5}`, 400, "min_p", ""},
 		{"presence_penalty", "POST", "/v1/completions", `{"model":"stories","prompt":"a","presence_penalty":9}`, 400, "presence_penalty", ""},
 		{"frequency_penalty", "POST", "/v1/completions", `{"model":"stories","prompt":"a","frequency_penalty":-9}`, 400, "frequency_penalty", ""},
