@@ -209,6 +209,10 @@ type Context struct {
 	// the local escape, an allocation per call.
 	rope C.pl_rope_cfg
 	attn C.pl_attn_cfg
+	// ff holds a copy of the RoPE frequency factors in C memory (a Go pointer inside rope
+	// would break cgo's pointer rules); ffCap floats.
+	ff    *C.float
+	ffCap int
 }
 
 // NewContext starts a context computing with threads threads (1..256), the calling one
@@ -234,6 +238,10 @@ func (c *Context) Close() error {
 	if c.c != nil {
 		C.pl_ctx_free(c.c)
 		c.c = nil
+	}
+	if c.ff != nil {
+		C.free(unsafe.Pointer(c.ff))
+		c.ff, c.ffCap = nil, 0
 	}
 	return nil
 }
@@ -572,6 +580,16 @@ func (c *Context) Rope(x []float32, n, nHead int, r Rope, pos []int32) error {
 	if err := need(op, "positions", len(pos), n); err != nil {
 		return err
 	}
+	if r.Factors != nil {
+		if len(r.Factors) != r.Dims/2 {
+			return fmt.Errorf("cpu: %s: %d frequency factors for %d pairs", op, len(r.Factors), r.Dims/2)
+		}
+		for i, f := range r.Factors {
+			if !(f > 0) || f-f != 0 {
+				return fmt.Errorf("cpu: %s: frequency factor %d is %v, want a finite value above 0", op, i, f)
+			}
+		}
+	}
 	for i, p := range pos[:n] {
 		if p < 0 {
 			return fmt.Errorf("cpu: %s: negative position %d of token %d", op, p, i)
@@ -587,6 +605,17 @@ func (c *Context) Rope(x []float32, n, nHead int, r Rope, pos []int32) error {
 	c.rope = C.pl_rope_cfg{mode: C.PL_ROPE_NORMAL, head_dim: C.int32_t(r.HeadDim), dims: C.int32_t(r.Dims), base: C.float(r.Base), freq_scale: C.float(r.FreqScale)}
 	if r.NeoX {
 		c.rope.mode = C.PL_ROPE_NEOX
+	}
+	if len(r.Factors) > 0 {
+		if c.ffCap < len(r.Factors) {
+			p := (*C.float)(C.realloc(unsafe.Pointer(c.ff), C.size_t(len(r.Factors))*4))
+			if p == nil {
+				return fmt.Errorf("cpu: %s: out of memory", op)
+			}
+			c.ff, c.ffCap = p, len(r.Factors)
+		}
+		copy(unsafe.Slice((*float32)(unsafe.Pointer(c.ff)), len(r.Factors)), r.Factors)
+		c.rope.freq_factors = c.ff
 	}
 	if st := C.pl_rope(c.c, f32p(x), C.int64_t(n), C.int64_t(nHead), &c.rope, i32p(pos)); st != C.PL_OK {
 		return statusErr(op, st)

@@ -459,3 +459,59 @@ func TestSupports(t *testing.T) {
 	}
 	t.Logf("kernels: %v (best %v)", CurrentISA(), BestISA())
 }
+
+// TestRopeTableFollowsFactors: the context reuses its angle table while positions and
+// parameters repeat; frequency factors are among those parameters, by value: new factors (or
+// none) at the same positions give what a fresh context gives.
+func TestRopeTableFollowsFactors(t *testing.T) {
+	pos := []int32{0, 5, 900}
+	x := make([]float32, 3*2*16)
+	for i := range x {
+		x[i] = float32(i%7) - 3
+	}
+	ff := make([]float32, 8)
+	for i := range ff {
+		ff[i] = 1 + float32(i)
+	}
+	rope := func(c *Context, r Rope) []float32 {
+		y := append([]float32(nil), x...)
+		if err := c.Rope(y, 3, 2, r, pos); err != nil {
+			t.Fatal(err)
+		}
+		return y
+	}
+	fresh := func(r Rope) []float32 {
+		c, err := NewContext(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return rope(c, r)
+	}
+	c, err := NewContext(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	plain := Rope{HeadDim: 16, Dims: 16, Base: 1e4, FreqScale: 1}
+	scaled := plain
+	scaled.Factors = ff
+	other := plain
+	other.Factors = append([]float32(nil), ff...)
+	other.Factors[7] = 3
+	for i, r := range []Rope{plain, scaled, other, scaled, plain} {
+		got, want := rope(c, r), fresh(r)
+		for j := range got {
+			if got[j] != want[j] {
+				t.Fatalf("call %d: element %d = %v, a fresh context gives %v", i, j, got[j], want[j])
+			}
+		}
+	}
+	if a, b := fresh(plain), fresh(scaled); a[3*16+2] == b[3*16+2] {
+		t.Error("the factors changed nothing")
+	}
+	ff[0] = 0
+	if err := c.Rope(append([]float32(nil), x...), 3, 2, scaled, pos); err == nil {
+		t.Error("a frequency factor of 0 was accepted")
+	}
+}

@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "b4c1b98eb899159cd7673c7ea09a08bb94f52b7deff7b1cc1461e230091798c7"
+const nativeSources = "293059a847d06317cfae3adaf1055a38d914d0cee3e668663512a5c6f0c88e81"

@@ -69,6 +69,8 @@ type Rope struct {
 	Dims      int
 	Base      float32
 	FreqScale float32
+	// Factors divide the angles of the Dims/2 pairs (llama.cpp's rope_freqs); nil for none.
+	Factors []float32
 }
 
 // Attn describes attention heads (grouped-query when NKVHead < NHead).

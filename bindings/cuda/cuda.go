@@ -91,6 +91,10 @@ type Context struct {
 	// allocate nothing (the address of a local passed to C would escape to the heap).
 	rope C.plc_rope_cfg
 	attn C.plc_attn_cfg
+	// ff holds a copy of the RoPE frequency factors in C memory (a Go pointer inside rope would
+	// break cgo's pointer rules); ffCap floats.
+	ff    *C.float
+	ffCap int
 	// MatMuls' matrices: device addresses, held as integers (they are not Go pointers, and
 	// cgo's checks then have no pointers to look into).
 	mmD, mmW [4]uintptr
@@ -132,6 +136,10 @@ func (c *Context) Close() error {
 	if c.c != nil {
 		C.plc_ctx_free(c.c)
 		c.c = nil
+	}
+	if c.ff != nil {
+		C.free(unsafe.Pointer(c.ff))
+		c.ff, c.ffCap = nil, 0
 	}
 	return nil
 }
@@ -762,6 +770,20 @@ func (c *Context) Rope(x Ref, n, nHead int, r RoPE, pos []int32) error {
 	c.rope = C.plc_rope_cfg{mode: C.PLC_ROPE_NORMAL, head_dim: hd, dims: dims, base: C.float(r.Base), freq_scale: C.float(r.FreqScale)}
 	if r.NeoX {
 		c.rope.mode = C.PLC_ROPE_NEOX
+	}
+	if r.Factors != nil {
+		if len(r.Factors) != r.Dims/2 {
+			return fmt.Errorf("cuda: %s: %d frequency factors for %d pairs", op, len(r.Factors), r.Dims/2)
+		}
+		if c.ffCap < len(r.Factors) {
+			p := (*C.float)(C.realloc(unsafe.Pointer(c.ff), C.size_t(len(r.Factors))*4))
+			if p == nil {
+				return fmt.Errorf("cuda: %s: out of memory", op)
+			}
+			c.ff, c.ffCap = p, len(r.Factors)
+		}
+		copy(unsafe.Slice((*float32)(unsafe.Pointer(c.ff)), len(r.Factors)), r.Factors)
+		c.rope.freq_factors = c.ff
 	}
 	return c.status(op, C.plc_rope(c.c, fp(xp), C.int64_t(n), nh, &c.rope, i32p(pos)))
 }

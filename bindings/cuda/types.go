@@ -27,6 +27,7 @@ type RoPE struct {
 	NeoX            bool
 	HeadDim, Dims   int
 	Base, FreqScale float32
+	Factors         []float32 // nil, or Dims/2 values dividing each pair's angle
 }
 
 // Seq is one sequence of an attention batch, laid out as the C plc_seq: tokens [Start,

@@ -210,6 +210,8 @@ struct pl_ctx {
     int32_t *rope_pos; /* [rope_n] */
     int64_t rope_cap, rope_n;
     pl_rope_cfg rope_cfg;
+    float *rope_ff; /* [rope_ff_n]: a copy of rope_cfg.freq_factors, compared with the next call's */
+    int64_t rope_ff_n;
     /* work counter for dynamic chunking; own cache line */
     _Alignas(64) volatile int64_t chunk;
     char pad[64 - sizeof(int64_t)];

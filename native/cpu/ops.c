@@ -258,11 +258,13 @@ typedef struct {
 } rope_job;
 
 /* rope_angles fills cs [dims] with cos, sin of each pair's angle at position p, as ggml does:
- * theta = p * theta_scale^i by repeated multiplication, turned by freq_scale. */
+ * theta = p * theta_scale^i by repeated multiplication, divided by the pair's frequency factor,
+ * turned by freq_scale. */
 static void rope_angles(const rope_job *j, int32_t p, float *cs) {
     float theta = (float)p;
+    const float *ff = j->r.freq_factors;
     for (int i = 0; i < j->r.dims / 2; i++) {
-        float t = j->r.freq_scale * theta;
+        float t = j->r.freq_scale * (ff != NULL ? theta / ff[i] : theta);
         cs[2 * i] = cosf(t);
         cs[2 * i + 1] = sinf(t);
         theta *= j->theta_scale;
@@ -310,8 +312,13 @@ static void job_rope(void *p, int ith, int nth) {
         rope_token(j, j->x + i * j->n_head * j->r.head_dim, j->tab + i * j->r.dims);
 }
 
-static int rope_same(const pl_rope_cfg *a, const pl_rope_cfg *b) {
-    return a->dims == b->dims && a->base == b->base && a->freq_scale == b->freq_scale;
+/* rope_same reports whether the angle table of ctx's last call serves r. */
+static int rope_same(const pl_ctx *ctx, const pl_rope_cfg *r) {
+    const pl_rope_cfg *a = &ctx->rope_cfg;
+    if (a->dims != r->dims || a->base != r->base || a->freq_scale != r->freq_scale) return 0;
+    if ((a->freq_factors == NULL) != (r->freq_factors == NULL)) return 0;
+    return r->freq_factors == NULL ||
+           (ctx->rope_ff_n == r->dims / 2 && memcmp(ctx->rope_ff, r->freq_factors, (size_t)(r->dims / 2) * sizeof(float)) == 0);
 }
 
 int pl_rope(pl_ctx *ctx, float *x, int64_t n, int64_t n_head, const pl_rope_cfg *r,
@@ -321,6 +328,9 @@ int pl_rope(pl_ctx *ctx, float *x, int64_t n, int64_t n_head, const pl_rope_cfg 
     if (r->head_dim <= 0 || r->dims <= 0 || r->dims > r->head_dim || r->dims % 2 != 0)
         return PL_ERR_ARG;
     if (!(r->base > 0.0f) || !isfinite(r->freq_scale)) return PL_ERR_ARG;
+    if (r->freq_factors != NULL)
+        for (int i = 0; i < r->dims / 2; i++)
+            if (!(r->freq_factors[i] > 0.0f) || isinf(r->freq_factors[i])) return PL_ERR_ARG;
     if (n == 0 || n_head == 0) return PL_OK;
     if (x == NULL || pos == NULL) return PL_ERR_ARG;
     for (int64_t i = 0; i < n; i++)
@@ -328,7 +338,7 @@ int pl_rope(pl_ctx *ctx, float *x, int64_t n, int64_t n_head, const pl_rope_cfg 
     rope_job j = {ctx, x, n, n_head, *r, powf(r->base, -2.0f / (float)r->dims), pos, NULL};
     const int big = n * n_head * r->head_dim > PLX_INLINE_ELEMS;
     /* the angle table: reused while positions and parameters repeat (every layer of a step) */
-    if (!(ctx->rope_tab != NULL && ctx->rope_n == n && rope_same(&ctx->rope_cfg, r) &&
+    if (!(ctx->rope_tab != NULL && ctx->rope_n == n && rope_same(ctx, r) &&
           memcmp(ctx->rope_pos, pos, (size_t)n * sizeof(int32_t)) == 0)) {
         if (n * r->dims > ctx->rope_cap || n > ctx->rope_cap) {
             int64_t cap = PL_MAX(n * r->dims, n);
@@ -346,6 +356,15 @@ int pl_rope(pl_ctx *ctx, float *x, int64_t n, int64_t n_head, const pl_rope_cfg 
             ctx->rope_cap = cap;
         }
         ctx->rope_n = 0; /* invalid while being filled */
+        if (r->freq_factors != NULL) {
+            if (ctx->rope_ff_n < r->dims / 2) {
+                float *ff = (float *)realloc(ctx->rope_ff, (size_t)(r->dims / 2) * sizeof(float));
+                if (ff == NULL) return PL_ERR_NOMEM;
+                ctx->rope_ff = ff;
+            }
+            memcpy(ctx->rope_ff, r->freq_factors, (size_t)(r->dims / 2) * sizeof(float));
+            ctx->rope_ff_n = r->dims / 2;
+        }
         j.tab = ctx->rope_tab;
         if (big) {
             plx_chunk_reset(ctx);

@@ -331,6 +331,7 @@ void pl_ctx_free(pl_ctx *ctx) {
     free(ctx->scratch);
     free(ctx->rope_tab);
     free(ctx->rope_pos);
+    free(ctx->rope_ff);
     free(ctx);
 }
 

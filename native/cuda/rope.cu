@@ -3,15 +3,16 @@
 #include "rope.cuh"
 
 // x [n, n_head*head_dim]; pairs per token n_head*dims/2. Pair i of a head at position p turns by
-// (p*freq_scale) * base^(-2i/dims).
+// (p*freq_scale) * base^(-2i/dims) / ff[i] (ff: NULL for none).
 __global__ void plc_rope_k(float *x, int64_t n, int n_head, int head_dim, int dims, int neox, float base, float freq_scale,
-                           const int32_t *pos) {
+                           const int32_t *pos, const float *ff) {
     const int half = dims / 2;
     const int64_t per_tok = (int64_t)n_head * half;
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n * per_tok; t += (int64_t)gridDim.x * blockDim.x) {
         const int64_t tok = t / per_tok;
         const int h = (int)((t % per_tok) / half), i = (int)(t % half);
-        const float theta = ((float)pos[tok] * freq_scale) * powf(base, -2.f * (float)i / (float)dims);
+        float theta = ((float)pos[tok] * freq_scale) * powf(base, -2.f * (float)i / (float)dims);
+        if (ff != NULL) theta /= ff[i];
         float s, c;
         sincosf(theta, &s, &c);
         float *hx = x + tok * (int64_t)n_head * head_dim + (int64_t)h * head_dim;
@@ -32,14 +33,18 @@ extern "C" int plc_rope(plc_ctx *ctx, float *x, int64_t n, int32_t n_head, const
     if (x == NULL || pos == NULL) return plc_fail_arg(ctx, "rope: null pointer");
     for (int64_t i = 0; i < n; i++)
         if (pos[i] < 0) return plc_fail_arg(ctx, "rope: negative position");
+    const int nff = r->freq_factors != NULL ? r->dims / 2 : 0;
+    for (int i = 0; i < nff; i++)
+        if (!(r->freq_factors[i] > 0.f) || isinf(r->freq_factors[i])) return plc_fail_arg(ctx, "rope: frequency factor not finite and above 0");
     PLC_ENTER(ctx);
-    const void *host[1] = {pos};
-    const size_t sizes[1] = {(size_t)n * sizeof(int32_t)};
-    void *dev[1];
-    int st = plc_meta(ctx, 1, host, sizes, dev);
+    const void *host[2] = {pos, r->freq_factors};
+    const size_t sizes[2] = {(size_t)n * sizeof(int32_t), (size_t)nff * sizeof(float)};
+    void *dev[2];
+    int st = plc_meta(ctx, nff > 0 ? 2 : 1, host, sizes, dev);
     if (st != PLC_OK) return st;
     const int64_t pairs = n * n_head * (r->dims / 2);
     plc_rope_k<<<plc_grid1d(ctx, pairs, 256), 256, 0, ctx->stream>>>(x, n, n_head, r->head_dim, r->dims, r->mode == PLC_ROPE_NEOX,
-                                                                     r->base, r->freq_scale, (const int32_t *)dev[0]);
+                                                                     r->base, r->freq_scale, (const int32_t *)dev[0],
+                                                                     nff > 0 ? (const float *)dev[1] : NULL);
     return plc_launched(ctx, "rope");
 }

@@ -48,14 +48,17 @@ const (
 
 // RoPE describes rotary position embedding for heads of HeadDim elements, of which the first
 // Dims are rotated (Dims == HeadDim for LLaMA; an even number from 2 to HeadDim). Pair i of a
-// token at position p is rotated by the angle theta = (p * FreqScale) * Base^(-2i/Dims) (with
-// llama.cpp's YaRN extensions off). Base and FreqScale are finite and above 0.
+// token at position p is rotated by the angle theta = FreqScale * (p * Base^(-2i/Dims) /
+// Factors[i]) (with llama.cpp's YaRN extensions off). Base and FreqScale are finite and above 0.
 type RoPE struct {
 	Mode      RoPEMode
 	HeadDim   int
 	Dims      int
 	Base      float32
 	FreqScale float32 // 1 for no scaling; 1/factor for linear scaling
+	// Factors, nil or Dims/2 finite values above 0, divide each pair's angle: llama.cpp's
+	// rope_freqs tensor, with which Llama 3.1 and later scale their low frequencies.
+	Factors []float32
 }
 
 // Seq is one sequence's share of a Batch: tokens [Start, Start+Count) of the batch, which are at

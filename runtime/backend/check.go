@@ -150,8 +150,15 @@ func CheckRope(x Tensor, nHead int, r RoPE, b *Batch) error {
 		return fmt.Errorf("%s: base %v, want a finite value above 0", op, r.Base)
 	case !positive(r.FreqScale):
 		return fmt.Errorf("%s: frequency scale %v, want a finite value above 0", op, r.FreqScale)
+	case r.Factors != nil && len(r.Factors) != r.Dims/2:
+		return fmt.Errorf("%s: %d frequency factors for %d rotated pairs", op, len(r.Factors), r.Dims/2)
 	case len(b.Pos) != x.Rows():
 		return fmt.Errorf("%s: %d positions for %d tokens", op, len(b.Pos), x.Rows())
+	}
+	for i, f := range r.Factors {
+		if !positive(f) {
+			return fmt.Errorf("%s: frequency factor %d is %v, want a finite value above 0", op, i, f)
+		}
 	}
 	for i, p := range b.Pos {
 		if p < 0 {

@@ -142,6 +142,12 @@ func testArgChecks(t *testing.T, b backend.Backend, _ func() (backend.Backend, e
 		{"frequency scale NaN", 4, func(r *backend.RoPE) { r.FreqScale = nan }, pos},
 		{"frequency scale +Inf", 4, func(r *backend.RoPE) { r.FreqScale = inf }, pos},
 		{"frequency scale 0", 4, func(r *backend.RoPE) { r.FreqScale = 0 }, pos},
+		{"too few frequency factors", 4, func(r *backend.RoPE) { r.Factors = []float32{1, 1, 1} }, pos},
+		{"too many frequency factors", 4, func(r *backend.RoPE) { r.Factors = []float32{1, 1, 1, 1, 1} }, pos},
+		{"frequency factor 0", 4, func(r *backend.RoPE) { r.Factors = []float32{1, 0, 1, 1} }, pos},
+		{"frequency factor NaN", 4, func(r *backend.RoPE) { r.Factors = []float32{1, 1, nan, 1} }, pos},
+		{"frequency factor +Inf", 4, func(r *backend.RoPE) { r.Factors = []float32{1, 1, 1, inf} }, pos},
+		{"negative frequency factor", 4, func(r *backend.RoPE) { r.Factors = []float32{-1, 1, 1, 1} }, pos},
 		{"len(Pos) != rows", 4, nil, &backend.Batch{Pos: []int32{0, 1}}},
 		{"negative position", 4, nil, &backend.Batch{Pos: []int32{0, -1, 2}}},
 	} {

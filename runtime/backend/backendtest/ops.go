@@ -208,7 +208,7 @@ func testSwiGLU(t *testing.T, b backend.Backend, _ func() (backend.Backend, erro
 }
 
 // ropeRef rotates x [n, nHead*r.HeadDim] as backend.RoPE documents: pair i (i < Dims/2) of a
-// token at position p is rotated by theta = p*FreqScale*Base^(-2i/Dims); pairs are
+// token at position p is rotated by theta = p*FreqScale*Base^(-2i/Dims)/Factors[i]; pairs are
 // (2i, 2i+1) in normal mode and (i, i+Dims/2) in NeoX mode; elements from Dims on are kept.
 func ropeRef(x []float32, nHead int, r backend.RoPE, pos []int32) []float64 {
 	out := make([]float64, len(x))
@@ -221,6 +221,9 @@ func ropeRef(x []float32, nHead int, r backend.RoPE, pos []int32) []float64 {
 			base := t*width + h*r.HeadDim
 			for i := 0; i < r.Dims/2; i++ {
 				theta := float64(p) * float64(r.FreqScale) * math.Pow(float64(r.Base), -2*float64(i)/float64(r.Dims))
+				if r.Factors != nil {
+					theta /= float64(r.Factors[i])
+				}
 				a, c := base+2*i, base+2*i+1
 				if r.Mode == backend.RoPENeoX {
 					a, c = base+i, base+i+r.Dims/2
@@ -239,8 +242,30 @@ func ropeRef(x []float32, nHead int, r backend.RoPE, pos []int32) []float64 {
 // float32, commonly as p*FreqScale times a running product of Base^(-2/Dims): the angle itself is
 // then off by up to about (Dims/2+2)·2^-24 relative, which at position p is an absolute error of
 // p·FreqScale·(Dims/2+2)·2^-24 radians in the worst pair, times the pair's magnitude in the
-// result; plus a few roundings of the rotation itself.
+// result; plus a few roundings of the rotation itself. Frequency factors (all at least 1 here, as
+// Llama 3.1's are) only shrink angles, and add one rounding (the division).
 func testRope(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)) {
+	// llama3Factors are the frequency factors of Llama 3.1's rope scaling (factor 8, low and
+	// high frequency factors 1 and 4, original context 8192), as llama.cpp's converter writes
+	// them into rope_freqs, for dims rotated elements of base.
+	llama3Factors := func(dims int, base float64) []float32 {
+		f := make([]float32, dims/2)
+		const factor, low, high, orig = 8.0, 1.0, 4.0, 8192.0
+		for i := range f {
+			freq := math.Pow(base, -2*float64(i)/float64(dims))
+			wavelen := 2 * math.Pi / freq
+			switch {
+			case wavelen < orig/high:
+				f[i] = 1
+			case wavelen > orig/low:
+				f[i] = factor
+			default:
+				smooth := (orig/wavelen - low) / (high - low)
+				f[i] = float32(1 / ((1-smooth)/factor + smooth))
+			}
+		}
+		return f
+	}
 	cases := []struct {
 		name  string
 		nHead int
@@ -252,6 +277,8 @@ func testRope(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)
 		{"NeoXScaled", 3, backend.RoPE{Mode: backend.RoPENeoX, HeadDim: 32, Dims: 32, Base: 500000, FreqScale: 0.5}},
 		{"NormalPartial", 3, backend.RoPE{Mode: backend.RoPENormal, HeadDim: 16, Dims: 12, Base: 10000, FreqScale: 1}},
 		{"NeoXPartial", 2, backend.RoPE{Mode: backend.RoPENeoX, HeadDim: 40, Dims: 16, Base: 10000, FreqScale: 0.5}},
+		{"NormalFactors", 3, backend.RoPE{Mode: backend.RoPENormal, HeadDim: 64, Dims: 64, Base: 500000, FreqScale: 1, Factors: llama3Factors(64, 500000)}},
+		{"NeoXFactors", 2, backend.RoPE{Mode: backend.RoPENeoX, HeadDim: 32, Dims: 32, Base: 10000, FreqScale: 0.5, Factors: llama3Factors(32, 10000)}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -275,8 +302,12 @@ func testRope(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)
 				must(t, b.Rope(x, c.nHead, c.r, bt), "Rope %s n=%d", c.name, n)
 				got := read(t, b, x)
 				want := ropeRef(xv, c.nHead, c.r, pos)
+				roundings := c.r.Dims/2 + 2
+				if c.r.Factors != nil {
+					roundings++
+				}
 				angle := func(p int32) float64 {
-					return float64(p)*float64(c.r.FreqScale)*float64(c.r.Dims/2+2)*u + 8*u
+					return float64(p)*float64(c.r.FreqScale)*float64(roundings)*u + 8*u
 				}
 				compare(t, fmt.Sprintf("Rope %s n=%d", c.name, n), width, got, want, func(i int) float64 {
 					tok, e := i/width, i%c.r.HeadDim

@@ -148,6 +148,9 @@ func (be *Backend) Rope(x backend.Tensor, nHead int, r backend.RoPE, b *backend.
 	for i, pos := range b.Pos {
 		p := float64(pos) * float64(r.FreqScale)
 		for k, f := range be.inv[:half] {
+			if r.Factors != nil {
+				f /= float64(r.Factors[k])
+			}
 			s, c := math.Sincos(p * f)
 			cs[2*k], cs[2*k+1] = c, s
 		}

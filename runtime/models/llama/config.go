@@ -9,11 +9,13 @@
 package llama
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/gguf"
+	"github.com/parleyhq/parley/runtime/tensor"
 )
 
 // Config holds a model's hyper-parameters.
@@ -137,6 +139,11 @@ func ConfigFrom(f *gguf.File) (Config, error) {
 		return Config{}, fmt.Errorf("rope scaling factor %g is out of range", 1/scale)
 	}
 	c.RoPE = backend.RoPE{Mode: a.rope, HeadDim: c.HeadDim, Dims: ropeDims, Base: float32(base), FreqScale: float32(scale)}
+	factors, err := ropeFactors(f, ropeDims)
+	if err != nil {
+		return Config{}, err
+	}
+	c.RoPE.Factors = factors
 
 	emb, ok := f.Tensor("token_embd.weight")
 	if !ok {
@@ -149,4 +156,30 @@ func ConfigFrom(f *gguf.File) (Config, error) {
 	_, hasOut := f.Tensor("output.weight")
 	c.TiedEmbed = !hasOut
 	return c, nil
+}
+
+// ropeFactors reads rope_freqs.weight, the per-pair divisors of the rotary angles with which
+// llama.cpp's converter writes Llama 3.1's frequency scaling (rope_scaling "llama3"): F32
+// [dims/2], finite and above 0. nil when the file has none.
+func ropeFactors(f *gguf.File, dims int) ([]float32, error) {
+	t, ok := f.Tensor("rope_freqs.weight")
+	if !ok {
+		return nil, nil
+	}
+	if t.DType != tensor.F32 || len(t.Shape) != 1 || t.Shape[0] != int64(dims/2) {
+		return nil, fmt.Errorf("rope_freqs.weight is %v %v, want F32 [%d]", t.DType, t.Shape, dims/2)
+	}
+	b := f.TensorData(t)
+	if len(b) != 4*(dims/2) {
+		return nil, fmt.Errorf("rope_freqs.weight lies outside the file's data")
+	}
+	out := make([]float32, dims/2)
+	for i := range out {
+		v := math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		if !(v > 0) || math.IsInf(float64(v), 0) {
+			return nil, fmt.Errorf("rope_freqs.weight[%d] = %v, want a finite value above 0", i, v)
+		}
+		out[i] = v
+	}
+	return out, nil
 }

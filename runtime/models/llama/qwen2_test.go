@@ -82,3 +82,134 @@ func TestQwen2MatchesFloat64(t *testing.T) {
 		})
 	}
 }
+
+// TestRopeFreqsMatchesFloat64: a model with rope_freqs.weight (the per-pair divisors of the
+// rotary angles with which llama.cpp writes Llama 3.1's frequency scaling) runs on every backend
+// as the float64 reference computes it; factors of 1 change nothing; a malformed tensor is
+// refused at load.
+func TestRopeFreqsMatchesFloat64(t *testing.T) {
+	w, err := llama.Synth(tinyShape, tensor.F32, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	synth := parse(t, w)
+	// Queries and keys 30 times the synthetic model's, so that attention, and with it the
+	// logits, depends strongly on the rotary angles.
+	base := rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+		if ti == nil || !strings.HasSuffix(ti.Name, "attn_q.weight") && !strings.HasSuffix(ti.Name, "attn_k.weight") {
+			return true
+		}
+		b := append([]byte(nil), synth.TensorData(ti)...)
+		for i := 0; i+4 <= len(b); i += 4 {
+			binary.LittleEndian.PutUint32(b[i:], math.Float32bits(30*math.Float32frombits(binary.LittleEndian.Uint32(b[i:]))))
+		}
+		if err := w.AddTensor(ti.Name, ti.DType, ti.Shape, b); err != nil {
+			t.Fatal(err)
+		}
+		return false
+	})
+	cfg, err := llama.ConfigFrom(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	half := cfg.RoPE.Dims / 2
+	withFreqs := func(dt tensor.DType, n int, value func(i int) float32) *gguf.File {
+		return rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+			if ti == nil {
+				b := make([]byte, 4*n)
+				for i := 0; i < n; i++ {
+					binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(value(i)))
+				}
+				if dt == tensor.F16 {
+					b = b[:2*n]
+				}
+				if err := w.AddTensor("rope_freqs.weight", dt, []int64{int64(n)}, b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return true
+		})
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	factors := make([]float32, half)
+	for i := range factors {
+		factors[i] = float32(0.5 + 3.5*rng.Float64()) // angles shrunk up to 4 times, or doubled
+	}
+	scaled := withFreqs(tensor.F32, half, func(i int) float32 { return factors[i] })
+	ones := withFreqs(tensor.F32, half, func(int) float32 { return 1 })
+	toks := []int32{1, 17, 250, 3, 99, 42, 7, 7, 7, 180, 33, 12}
+	run := func(t *testing.T, be backend.Backend, f *gguf.File) [][]float32 {
+		m, err := llama.Load(f, be)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		c, err := m.NewContext(llama.ContextConfig{MaxTokens: 4, MaxSeqs: 1, KVSlots: 32, KVType: tensor.F32})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		seq := c.Pool().NewSeq(32)
+		var bb kvcache.BatchBuilder
+		var out [][]float32
+		for _, tk := range toks {
+			logits := make([]float32, m.Vocab)
+			_ = seq.Reserve(1)
+			bb.Reset()
+			_ = bb.Add(seq, 1)
+			if err := c.Forward([]int32{tk}, bb.Batch(), []int32{0}, logits); err != nil {
+				t.Fatal(err)
+			}
+			_ = seq.Advance(1)
+			out = append(out, logits)
+		}
+		return out
+	}
+	for _, be := range backendsUnderTest(t) {
+		t.Run(be.Name(), func(t *testing.T) {
+			ref := newRef64(t, scaled)
+			if len(ref.c.RoPE.Factors) != half {
+				t.Fatalf("factors %v", ref.c.RoPE.Factors)
+			}
+			got := run(t, be, scaled)
+			moved, worst := 0.0, 0.0
+			plain := run(t, be, base)
+			for i, tk := range toks {
+				want := ref.step(tk)
+				for j := range want {
+					worst = math.Max(worst, math.Abs(float64(got[i][j])-want[j]))
+					moved = math.Max(moved, math.Abs(float64(got[i][j]-plain[i][j])))
+				}
+			}
+			// 1e-3, as for qwen2 (F32 here is within 1e-6 of float64; the bound leaves room for a
+			// GPU's TF32 products); the factors themselves move logits by about 0.5.
+			if worst > 1e-3 || math.IsNaN(worst) {
+				t.Errorf("logits differ from the float64 reference by up to %v", worst)
+			}
+			if moved < 0.1 {
+				t.Errorf("the factors moved no logit by more than %v", moved)
+			}
+			for i, row := range run(t, be, ones) {
+				for j, v := range row {
+					if v != plain[i][j] {
+						t.Fatalf("factors of 1: position %d logit %d = %v, without factors %v", i, j, v, plain[i][j])
+					}
+				}
+			}
+		})
+	}
+	for _, c := range []struct {
+		name string
+		f    *gguf.File
+	}{
+		{"F16", withFreqs(tensor.F16, half, func(int) float32 { return 1 })},
+		{"too short", withFreqs(tensor.F32, half-1, func(int) float32 { return 1 })},
+		{"zero", withFreqs(tensor.F32, half, func(i int) float32 { return float32(i % 2) })},
+		{"NaN", withFreqs(tensor.F32, half, func(int) float32 { return float32(math.NaN()) })},
+		{"negative", withFreqs(tensor.F32, half, func(int) float32 { return -2 })},
+	} {
+		if _, err := llama.ConfigFrom(c.f); err == nil || !strings.Contains(err.Error(), "rope_freqs") {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+}

@@ -89,6 +89,9 @@ func (r *ref64) rope(x []float64, heads, pos int) {
 		v := x[h*hd : (h+1)*hd]
 		for i := 0; i < dims/2; i++ {
 			theta := float64(pos) * float64(r.c.RoPE.FreqScale) * math.Pow(float64(r.c.RoPE.Base), -2*float64(i)/float64(dims))
+			if r.c.RoPE.Factors != nil {
+				theta /= float64(r.c.RoPE.Factors[i])
+			}
 			cs, sn := math.Cos(theta), math.Sin(theta)
 			a, b := 2*i, 2*i+1
 			if r.c.RoPE.Mode == 1 {
