@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "e79e793faac76bdee9aebb9ddf24ae74cd08490d09db3194a6830e3e774c6190"
+const nativeSources = "2ae115abd55b0930401c5af07aa0140ad82a51c3a3438686245b9dd8f122f58b"
