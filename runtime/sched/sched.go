@@ -29,6 +29,16 @@
 // prefixes starting at position 0 are shared, since positions are absolute. Blocks that no
 // running sequence holds are evicted, least recently used first, when admission needs them, and
 // admission counts them as free, so the cache never makes a request wait.
+//
+// Prompt log-probabilities (Request.PromptLogprobs): sequence 0 of such a request reports, for
+// every prompt token after the first, its log-probability given the tokens before it, read from
+// the logits at the position before it (Event.Prompt). Its prompt chunks therefore need a logits
+// row for every token fed, the prompt's last excepted (whose row is the usual sampling row, or
+// none when MaxTokens is 0: scoring only). Rows are few (Model.MaxSeqs per step), so such a
+// chunk is cut to the rows no other sequence of the step may need: every active sequence keeps
+// one row of its own, and the rest are shared in turn by the scoring sequences, so a scoring
+// sequence still feeds at least one token a step. It takes nothing from the prefix cache, since
+// every position's logits have to be computed, but inserts its blocks as any other does.
 package sched
 
 import (
@@ -109,7 +119,7 @@ type Config struct {
 // Request is one generation of N sequences sharing a prompt.
 type Request struct {
 	Prompt      []int32 // token ids, BOS included if wanted (copied by Submit)
-	MaxTokens   int     // > 0; tokens generated per sequence at most
+	MaxTokens   int     // > 0 (or 0 with PromptLogprobs and N 1: score the prompt only); tokens generated per sequence at most
 	Sampling    decode.Params
 	Stop        []string
 	IgnoreEOS   bool
@@ -117,6 +127,11 @@ type Request struct {
 	Logprobs    bool // report Event.Logprob even when TopLogprobs is 0
 	N           int  // sequences sharing the prompt (0 means 1); their prompt KV blocks are shared
 	Deadline    time.Time
+
+	// PromptLogprobs reports the log-probability of every prompt token after the first given
+	// those before it (with TopLogprobs alternatives), as events of sequence 0 with Prompt set,
+	// in prompt order, before any generated token's event. See the package comment.
+	PromptLogprobs bool
 }
 
 // Reasons beyond decode's stop reasons.
@@ -129,6 +144,7 @@ const (
 // Event is one piece of a sequence's output.
 type Event struct {
 	Seq     int                   // which of the N sequences
+	Prompt  bool                  // Token is a prompt token, scored (Request.PromptLogprobs): no Text, never Done
 	Token   int32                 // -1 for a final text flush
 	Text    []byte                // text safe to show now (owned by the receiver)
 	Logprob float64               // when Request.Logprobs or TopLogprobs > 0
@@ -272,9 +288,10 @@ type request struct {
 	maxTokens int
 	topN      int
 	logprobs  bool
+	scores    bool // reports prompt log-probabilities (Request.PromptLogprobs)
 	deadline  time.Time
 	n         int
-	length    int // positions each sequence needs: prompt + maxTokens - 1
+	length    int // positions each sequence needs: prompt + maxTokens - 1 (prompt when maxTokens is 0)
 	fork      int // F: positions the other sequences share with the first
 	blocks    int // blocks the whole request takes
 	childOwn  int // blocks each forked sequence takes of its own
@@ -292,6 +309,7 @@ type seqState struct {
 	last     int32        // token to feed next when decoding
 	decoding bool
 	done     bool
+	scores   bool // reports the log-probabilities of its prompt tokens (sequence 0 of a scoring request)
 	nfeed    int  // tokens in the current batch
 	pick     bool // its tokens are the argmax of its logits, found by the model (Picker)
 	draw     bool // its tokens are drawn by the model (Drawer)
@@ -341,6 +359,16 @@ type Scheduler struct {
 	ids      []int32        // the tokens found for pick
 	where    []int32        // for rows[i]: its row of logits (>= 0), or -1-k for ids[k]
 	cache    *prefixCache   // nil when Config.PrefixCache is off
+	maxRows  int            // most logit rows one step returns: Model.MaxSeqs and the logits buffer
+
+	// Scoring rows of the step (Request.PromptLogprobs): batch row scoreOut[i] of sequence
+	// scoreSeq[i] gives the log-probability of its prompt token scoreTok[i]; its logits follow
+	// those of the sampling rows in lout.
+	scoreOut  []int32
+	scoreSeq  []*seqState
+	scoreTok  []int32
+	scoreBase int // the first scoring row's index in lout
+	nscoring  int // scoring sequences in the step's batch
 
 	promptTok, genTok, hitTok         atomic.Uint64
 	nActive, usedBlocks, cachedBlocks atomic.Int32
@@ -394,6 +422,10 @@ func New(m Model, t Text, cfg Config) (*Scheduler, error) {
 		ids:    make([]int32, cfg.MaxActive),
 		where:  make([]int32, 0, cfg.MaxActive),
 	}
+	s.maxRows = min(m.MaxSeqs(), len(s.logits)/vocab)
+	s.scoreOut = make([]int32, 0, s.maxRows)
+	s.scoreSeq = make([]*seqState, 0, s.maxRows)
+	s.scoreTok = make([]int32, 0, s.maxRows)
 	s.picker, _ = m.(Picker)
 	if d, ok := m.(Drawer); ok && d.DrawsWhereLogitsAre() {
 		s.drawer = d
@@ -449,8 +481,10 @@ func (s *Scheduler) Submit(ctx context.Context, r *Request) (*Stream, error) {
 	switch {
 	case p == 0:
 		return nil, fmt.Errorf("%w: empty prompt", ErrInvalid)
-	case r.MaxTokens <= 0:
+	case r.MaxTokens < 0 || (r.MaxTokens == 0 && !r.PromptLogprobs):
 		return nil, fmt.Errorf("%w: token limit %d, want > 0", ErrInvalid, r.MaxTokens)
+	case r.MaxTokens == 0 && n != 1:
+		return nil, fmt.Errorf("%w: %d sequences scoring the prompt only (token limit 0), want 1", ErrInvalid, n)
 	case n < 0 || n > s.cfg.MaxActive:
 		return nil, fmt.Errorf("%w: %d sequences, want 1..%d", ErrInvalid, r.N, s.cfg.MaxActive)
 	case r.TopLogprobs < 0 || r.TopLogprobs > decode.MaxTopLogprobs:
@@ -466,7 +500,8 @@ func (s *Scheduler) Submit(ctx context.Context, r *Request) (*Stream, error) {
 		return nil, fmt.Errorf("%w: %d prompt tokens and %d to generate, cache of %d positions", ErrTooLong, p, r.MaxTokens, slots)
 	}
 	q := &request{prompt: append([]int32(nil), r.Prompt...), maxTokens: r.MaxTokens, topN: r.TopLogprobs,
-		logprobs: r.Logprobs || r.TopLogprobs > 0, deadline: r.Deadline, n: n, length: p + r.MaxTokens - 1}
+		logprobs: r.Logprobs || r.TopLogprobs > 0, scores: r.PromptLogprobs, deadline: r.Deadline, n: n,
+		length: p + max(r.MaxTokens-1, 0)}
 	q.blocks = s.pool.BlocksFor(q.length)
 	if n > 1 {
 		q.fork = (p - 1) / s.bs * s.bs
@@ -498,8 +533,9 @@ func (s *Scheduler) Submit(ctx context.Context, r *Request) (*Stream, error) {
 		}
 		_, drawable := smp.Drawable()
 		q.seqs[i] = &seqState{r: q, idx: i, sampler: smp, stopper: stp, topBuf: make([]decode.TokenLogprob, 0, r.TopLogprobs),
-			pick: s.picker != nil && smp.ArgmaxOnly() && !q.logprobs,
-			draw: s.drawer != nil && drawable && !q.logprobs}
+			scores: r.PromptLogprobs && i == 0,
+			pick:   s.picker != nil && smp.ArgmaxOnly() && !q.logprobs,
+			draw:   s.drawer != nil && drawable && !q.logprobs}
 	}
 	st := &Stream{s: s, ready: make(chan struct{}, 1)}
 	st.usage.PromptTokens = p
@@ -619,6 +655,8 @@ func (s *Scheduler) step() (seqs, tokens int, busy bool) {
 		}
 	}
 	budget := s.cfg.StepTokens - len(s.toks)
+	s.scoreOut, s.scoreSeq, s.scoreTok, s.nscoring = s.scoreOut[:0], s.scoreSeq[:0], s.scoreTok[:0], 0
+	spare := s.maxRows - len(s.active) // logit rows beyond one for every active sequence
 	for _, q := range s.active {
 		if budget == 0 {
 			break
@@ -627,9 +665,16 @@ func (s *Scheduler) step() (seqs, tokens int, busy bool) {
 			continue
 		}
 		k := min(budget, len(q.feed))
+		if q.scores {
+			// A row for every token fed (the prompt's last one's is its sampling row, if any):
+			// its own and the spare ones left.
+			k = min(k, 1+max(spare, 0))
+			spare -= k - 1
+			s.scoreChunk(q, k)
+		}
 		s.add(q, k)
 		s.toks = append(s.toks, q.feed[:k]...)
-		if k == len(q.feed) {
+		if k == len(q.feed) && q.r.maxTokens > 0 {
 			s.out = append(s.out, int32(len(s.toks)-1))
 			s.rows = append(s.rows, q)
 		}
@@ -656,6 +701,9 @@ func (s *Scheduler) step() (seqs, tokens int, busy bool) {
 			q.feed = q.feed[q.nfeed:]
 			s.promptTok.Add(uint64(q.nfeed))
 		}
+	}
+	if s.nscoring > 0 {
+		s.scored()
 	}
 	for i, q := range s.rows {
 		if q.done {
@@ -700,6 +748,8 @@ func (s *Scheduler) forward() error {
 			s.lout = append(s.lout, s.out[i])
 		}
 	}
+	s.scoreBase = len(s.lout)
+	s.lout = append(s.lout, s.scoreOut...)
 	logits := s.logits[:len(s.lout)*s.vocab]
 	switch {
 	case len(s.pick) == 0:
@@ -708,6 +758,55 @@ func (s *Scheduler) forward() error {
 		return s.picker.ForwardPick(s.toks, s.bb.Batch(), s.lout, logits, s.pick, s.ids[:len(s.pick)])
 	}
 	return s.drawer.ForwardDraw(s.toks, s.bb.Batch(), s.lout, logits, s.pick, s.draws, s.ids[:len(s.pick)])
+}
+
+// scoreChunk lists the scoring rows of the next k prompt tokens of q, a scoring sequence, about to
+// be added to the batch: the row of each position but the prompt's last gives the
+// log-probability of the prompt token after it.
+func (s *Scheduler) scoreChunk(q *seqState, k int) {
+	s.nscoring++
+	p := len(q.r.prompt)
+	at := p - len(q.feed) // the prompt index of the chunk's first token
+	for j := range min(k, p-1-at) {
+		s.scoreOut = append(s.scoreOut, int32(len(s.toks)+j))
+		s.scoreSeq = append(s.scoreSeq, q)
+		s.scoreTok = append(s.scoreTok, int32(at+j+1))
+	}
+}
+
+// scored emits the prompt log-probabilities of the step's scoring rows, and ends the scoring
+// sequences that generate nothing (MaxTokens 0) whose prompt is done.
+func (s *Scheduler) scored() {
+	for i, q := range s.scoreSeq {
+		if q.done {
+			continue
+		}
+		w := s.scoreBase + i
+		s.emitPrompt(q, q.r.prompt[s.scoreTok[i]], s.logits[w*s.vocab:(w+1)*s.vocab])
+	}
+	for _, q := range s.part {
+		if !q.scores || q.done || q.decoding || len(q.feed) > 0 || q.r.maxTokens > 0 {
+			continue
+		}
+		if s.cache != nil {
+			q.pin = s.cache.insert(q.pin, q.r.prompt, q.kv)
+		}
+		s.endSeq(q, decode.StopLength, nil)
+	}
+}
+
+// emitPrompt emits the log-probability of prompt token id of q under the logits ([vocab]) of the
+// position before it.
+func (s *Scheduler) emitPrompt(q *seqState, id int32, lg []float32) {
+	r := q.r
+	ev := Event{Seq: q.idx, Prompt: true, Token: id}
+	if r.topN > 0 {
+		ev.Logprob, q.topBuf = decode.Logprobs(lg, id, r.topN, q.topBuf[:0])
+		ev.Top = q.copyTop(q.topBuf)
+	} else {
+		ev.Logprob = decode.Logprob(lg, id)
+	}
+	r.st.put(ev, false)
 }
 
 // add puts k tokens of q into the batch being built; room was reserved at admission.
@@ -772,7 +871,9 @@ func (s *Scheduler) admit(r *request) bool {
 	shared := 0 // blocks taken from the cache
 	avail := s.pool.FreeBlocks() - s.promised
 	if s.cache != nil {
-		hit, shared = s.cache.match(r.prompt)
+		if !r.scores { // a scoring sequence computes every position itself
+			hit, shared = s.cache.match(r.prompt)
+		}
 		avail += s.cache.idle - idleOn(hit)
 	}
 	need := r.blocks - shared

@@ -40,7 +40,6 @@ func TestUnsupportedParameters(t *testing.T) {
 	const comp = `{"model":"stories","prompt":"Once","max_tokens":2,`
 	const chat = `{"model":"stories-chat","messages":[{"role":"user","content":"hi"}],"max_tokens":2,`
 	refused := []struct{ path, fields, param string }{
-		{"/v1/completions", `"echo":true`, "echo"},
 		{"/v1/completions", `"suffix":" the end."`, "suffix"},
 		{"/v1/completions", `"best_of":3`, "best_of"},
 		{"/v1/completions", `"best_of":3,"n":2`, "best_of"},
@@ -70,6 +69,7 @@ func TestUnsupportedParameters(t *testing.T) {
 	}
 	accepted := []struct{ path, fields string }{
 		{"/v1/completions", `"echo":false,"suffix":null,"best_of":null`},
+		{"/v1/completions", `"echo":true,"suffix":null,"best_of":null`},
 		{"/v1/completions", `"suffix":"","best_of":1`},
 		{"/v1/completions", `"best_of":2,"n":2`},
 		{"/v1/completions", `"user":"u","metadata":{"a":"b"},"store":false,"service_tier":"auto","stream_options":null`},

@@ -28,6 +28,57 @@ type job struct {
 	chat        bool
 	id          string
 	created     int64
+
+	// echo: each completion choice begins with its prompt (and its logprobs with the prompt's
+	// tokens'), echoes[k] saying how prompt k is echoed. The scheduler reports the prompt's
+	// log-probabilities (sched.Request.PromptLogprobs) to sequence 0; pump hands them to every
+	// choice of the prompt.
+	echo   bool
+	echoes []echoPrompt
+	// replicate: each prompt runs as one scheduler sequence whose events pump hands to all g.n
+	// choices (echo with max_tokens 0: nothing is sampled, so the choices are all the same).
+	replicate bool
+}
+
+// echoPrompt is how a prompt is echoed.
+type echoPrompt struct {
+	text string // the prompt as given, or its token ids detokenized
+	// lead counts the prompt tokens not reported: 1 for the BOS the tokenizer added to a text
+	// prompt (the next token's log-probability is given it), else 0, when the first token
+	// reported has no token before it and is reported with null log-probabilities.
+	lead int
+	// The detokenizer drops the first strip bytes of the piece of prompt token stripAt (-1:
+	// none), SentencePiece's space before the text; text_offset counts without them.
+	stripAt, strip int
+}
+
+// newEchoPrompt describes how prompt toks, whose text is text, is echoed; lead as echoPrompt's.
+func newEchoPrompt(m *served, toks []int32, text string, lead int) echoPrompt {
+	e := echoPrompt{text: text, lead: lead, stripAt: -1}
+	tk := m.Engine.Tokenizer
+	for i := lead; i < len(toks); i++ {
+		if p := tk.Piece(toks[i]); len(p) > 0 {
+			e.stripAt, e.strip = i, max(len(p)-len(tk.Decode(toks[i:i+1])), 0)
+			break
+		}
+	}
+	return e
+}
+
+// echoEntries are the logprobs entries of the echo of prompt k: those of its tokens the
+// scheduler scored (es, from prompt token 1 on), preceded, when the first token is reported,
+// by that token with null log-probabilities.
+func (j *job) echoEntries(k int, es []logprobEntry) []logprobEntry {
+	e := &j.echoes[k]
+	out := make([]logprobEntry, 0, len(es)+1)
+	if e.lead == 0 {
+		out = append(out, logprobEntry{piece: j.m.Engine.Tokenizer.Piece(j.prompts[k][0]), null: true})
+	}
+	out = append(out, es...)
+	if i := e.stripAt - e.lead; e.stripAt >= 0 && i < len(out) {
+		out[i].skip = min(e.strip, len(out[i].piece))
+	}
+	return out
 }
 
 // choices is the number of choices the response carries: g.n for each prompt, choice
@@ -50,7 +101,12 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	g, e := parseCommon(&req.commonRequest, m.vocab, m.ctx, randomSeed)
+	echo := req.Echo != nil && *req.Echo
+	minTokens := 1
+	if echo {
+		minTokens = 0 // the prompt alone: score it
+	}
+	g, e := parseGen(&req.commonRequest, m.vocab, m.ctx, minTokens, randomSeed)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -76,9 +132,9 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, invalid("prompt", fmt.Sprintf("Invalid 'prompt': %d prompts of %d choices each make %d choices; a request may have at most %d.", len(ps), g.n, len(ps)*g.n, maxN)))
 		return
 	}
-	j := &job{m: m, g: g, logprobs: lp}
+	j := &job{m: m, g: g, logprobs: lp, echo: echo}
 	for _, p := range ps {
-		toks, chars := p.tokens, 0
+		toks, chars, text, lead := p.tokens, 0, p.text, 0
 		if p.isText {
 			var err error
 			if toks, err = m.Engine.Tokenizer.Encode(p.text, true, true); err != nil {
@@ -86,11 +142,18 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			chars = utf8.RuneCountInString(p.text)
-		} else if lp >= 0 {
-			chars = countChars([]byte(m.Engine.Tokenizer.Decode(toks)))
+			if v := m.Engine.Tokenizer.Vocab(); v.AddBOS && len(toks) > 0 && toks[0] == v.BOS {
+				lead = 1 // the tokenizer's
+			}
+		} else if lp >= 0 || echo {
+			text = m.Engine.Tokenizer.Decode(toks)
+			chars = countChars([]byte(text))
 		}
 		j.prompts = append(j.prompts, toks)
 		j.promptChars = append(j.promptChars, chars)
+		if echo {
+			j.echoes = append(j.echoes, newEchoPrompt(m, toks, text, lead))
+		}
 	}
 	s.generate(w, r, j)
 }
@@ -176,7 +239,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, j *job) {
 	ri := info(r.Context())
 	m, g := j.m, j.g
 	for _, p := range j.prompts {
-		if len(p) >= m.ctx {
+		if len(p) >= m.ctx && !(g.scoreOnly && len(p) == m.ctx) {
 			writeError(w, invalidCode(j.promptParam(), "context_length_exceeded", fmt.Sprintf("This model's maximum context length is %d tokens. However, your %s has %d tokens.", m.ctx, j.promptParam(), len(p))))
 			return
 		}
@@ -189,7 +252,13 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, j *job) {
 	for k, p := range j.prompts {
 		room := m.ctx - len(p)
 		maxTokens := room // chat without max_tokens: the rest of the context
+		n := g.n
 		switch {
+		case g.scoreOnly:
+			maxTokens = 0
+			if n > 1 {
+				n, j.replicate = 1, true
+			}
 		case g.maxTokens > room:
 			// As OpenAI: a limit given explicitly that does not fit is an error, not shortened.
 			writeError(w, invalidCode(g.maxParam, "context_length_exceeded", fmt.Sprintf(
@@ -209,7 +278,10 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, j *job) {
 			IgnoreEOS:   g.ignoreEOS,
 			TopLogprobs: max(j.logprobs, 0),
 			Logprobs:    j.logprobs >= 0,
-			N:           g.n,
+			N:           n,
+			// The prompt's log-probabilities for echo's logprobs; a request that generates
+			// nothing must ask for them (and pays for them).
+			PromptLogprobs: j.echo && (j.logprobs >= 0 || g.scoreOnly),
 		}
 		if s.cfg.RequestTimeout > 0 {
 			reqs[k].Deadline = ri.start.Add(s.cfg.RequestTimeout)
@@ -351,6 +423,19 @@ func (s *Server) pump(ctx context.Context, j *job, sts []*sched.Stream, fn func(
 		if ev.Seq < 0 || ev.Seq >= j.g.n {
 			continue
 		}
+		if ev.Prompt || j.replicate {
+			// The prompt's, or the one sequence's: every choice of the prompt has it.
+			for i := range j.g.n {
+				if !fn(k*j.g.n+i, &ev) {
+					ok = false
+					break
+				}
+			}
+			if !ok {
+				break
+			}
+			continue
+		}
 		c := k*j.g.n + ev.Seq
 		if ev.Token >= 0 {
 			now := time.Now()
@@ -412,7 +497,9 @@ type logprobEntry struct {
 	piece   []byte
 	logprob float64
 	top     []decode.TokenLogprob
-	end     int // bytes of the sequence's text up to the end of piece
+	end     int  // bytes of the sequence's text up to the end of piece
+	null    bool // an echoed prompt's first token, which has no token before it: no log-probabilities
+	skip    int  // bytes of piece the text does not hold (an echoed prompt's space prefix)
 }
 
 // logprobQueue holds one sequence's log-probabilities until the text of their tokens is
@@ -485,8 +572,30 @@ func usageOf(u sched.Usage) *usageJSON {
 type completionLogprobs struct {
 	Tokens        []string             `json:"tokens"`
 	TokenLogprobs []float64            `json:"token_logprobs"`
-	TopLogprobs   []map[string]float64 `json:"top_logprobs"`
+	TopLogprobs   []map[string]float64 `json:"top_logprobs"` // nil (null) where nulls says
 	TextOffset    []int                `json:"text_offset"`
+	nulls         []int                // the tokens whose token_logprobs are null (an echoed prompt's first)
+}
+
+// MarshalJSON writes lp with null token_logprobs at lp.nulls.
+func (lp *completionLogprobs) MarshalJSON() ([]byte, error) {
+	type plain completionLogprobs
+	if len(lp.nulls) == 0 {
+		return json.Marshal((*plain)(lp))
+	}
+	tl := make([]*float64, len(lp.TokenLogprobs))
+	for i := range tl {
+		tl[i] = &lp.TokenLogprobs[i]
+	}
+	for _, i := range lp.nulls {
+		tl[i] = nil
+	}
+	return json.Marshal(struct {
+		Tokens        []string             `json:"tokens"`
+		TokenLogprobs []*float64           `json:"token_logprobs"`
+		TopLogprobs   []map[string]float64 `json:"top_logprobs"`
+		TextOffset    []int                `json:"text_offset"`
+	}{lp.Tokens, tl, lp.TopLogprobs, lp.TextOffset})
 }
 
 // charOffsets counts the characters (Unicode code points) of a prompt and its completion, for
@@ -551,9 +660,31 @@ func tokenString(b []byte) string {
 // prompt and of its text before es.
 func (s *Server) completionLogprobs(j *job, es []logprobEntry, offs *charOffsets) *completionLogprobs {
 	lp := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
+	s.appendLogprobs(lp, j, es, offs)
+	return lp
+}
+
+// echoLogprobs writes the logprobs of choice c of an echoing job: those of its prompt's tokens
+// (es: their entries, from echoEntries), with text_offset from 0, then those of its completion
+// (gen), from the prompt's length in characters on.
+func (s *Server) echoLogprobs(j *job, c int, es, gen []logprobEntry) *completionLogprobs {
+	lp := s.completionLogprobs(j, es, &charOffsets{})
+	s.appendLogprobs(lp, j, gen, &charOffsets{j.promptChars[c/j.g.n]})
+	return lp
+}
+
+// appendLogprobs appends es to lp; offs as completionLogprobs'.
+func (s *Server) appendLogprobs(lp *completionLogprobs, j *job, es []logprobEntry, offs *charOffsets) {
 	for _, e := range es {
 		tok := tokenString(e.piece)
 		lp.Tokens = append(lp.Tokens, tok)
+		lp.TextOffset = append(lp.TextOffset, offs.next(e.piece[e.skip:]))
+		if e.null {
+			lp.nulls = append(lp.nulls, len(lp.TokenLogprobs))
+			lp.TokenLogprobs = append(lp.TokenLogprobs, 0)
+			lp.TopLogprobs = append(lp.TopLogprobs, nil)
+			continue
+		}
 		lp.TokenLogprobs = append(lp.TokenLogprobs, e.logprob)
 		// The logprobs most likely tokens and the sampled one, as OpenAI: up to logprobs+1.
 		top := make(map[string]float64, len(e.top)+1)
@@ -562,9 +693,7 @@ func (s *Server) completionLogprobs(j *job, es []logprobEntry, offs *charOffsets
 		}
 		top[tok] = e.logprob
 		lp.TopLogprobs = append(lp.TopLogprobs, top)
-		lp.TextOffset = append(lp.TextOffset, offs.next(e.piece))
 	}
-	return lp
 }
 
 type chatTopLogprob struct {
@@ -648,6 +777,7 @@ func (s *Server) collect(w http.ResponseWriter, r *http.Request, j *job, sts []*
 	type seqOut struct {
 		text    []byte
 		entries []logprobEntry
+		prompt  []logprobEntry // the echoed prompt's scored tokens
 		queue   logprobQueue
 		reason  decode.StopReason
 		err     error
@@ -655,6 +785,12 @@ func (s *Server) collect(w http.ResponseWriter, r *http.Request, j *job, sts []*
 	outs := make([]seqOut, j.choices())
 	if !s.pump(r.Context(), j, sts, func(c int, ev *sched.Event) bool {
 		o := &outs[c]
+		if ev.Prompt {
+			if j.logprobs >= 0 {
+				o.prompt = append(o.prompt, j.entry(ev))
+			}
+			return true
+		}
 		o.text = append(o.text, ev.Text...)
 		o.entries = append(o.entries, o.queue.push(j, ev)...)
 		if ev.Done {
@@ -689,10 +825,16 @@ func (s *Server) collect(w http.ResponseWriter, r *http.Request, j *job, sts []*
 				c.Logprobs = s.chatLogprobs(j, o.entries)
 			}
 		} else {
-			c.Text = &text
-			if j.logprobs >= 0 {
+			switch {
+			case j.echo:
+				text = j.echoes[i/j.g.n].text + text
+				if j.logprobs >= 0 {
+					c.Logprobs = s.echoLogprobs(j, i, j.echoEntries(i/j.g.n, o.prompt), o.entries)
+				}
+			case j.logprobs >= 0:
 				c.Logprobs = s.completionLogprobs(j, o.entries, &charOffsets{j.promptChars[i/j.g.n]})
 			}
+			c.Text = &text
 		}
 		resp.Choices = append(resp.Choices, c)
 	}
@@ -798,8 +940,34 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, sts []*s
 		}
 		return send(chunk(c))
 	}
+	// An echoing choice's first chunk is its prompt, sent with its first event of another kind
+	// than the prompt's log-probabilities (which come first).
+	var prompts [][]logprobEntry
+	var echoed []bool
+	if j.echo {
+		prompts, echoed = make([][]logprobEntry, j.choices()), make([]bool, j.choices())
+	}
 	failed := false
 	ok := s.pump(r.Context(), j, sts, func(choice int, ev *sched.Event) bool {
+		if ev.Prompt {
+			if j.echo && j.logprobs >= 0 {
+				prompts[choice] = append(prompts[choice], j.entry(ev))
+			}
+			return true
+		}
+		if j.echo && !echoed[choice] && !(ev.Done && finishReason(ev.Reason) == "") {
+			echoed[choice] = true
+			k := choice / j.g.n
+			text := j.echoes[k].text
+			c := chunkChoiceJSON{Index: choice, Text: &text}
+			if j.logprobs >= 0 {
+				c.Logprobs = s.completionLogprobs(j, j.echoEntries(k, prompts[choice]), &charOffsets{})
+				prompts[choice] = nil
+			}
+			if !send(chunk(c)) {
+				return false
+			}
+		}
 		es := queues[choice].push(j, ev)
 		if len(ev.Text) > 0 || len(es) > 0 {
 			if !textChunk(choice, string(ev.Text), es) {

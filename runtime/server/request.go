@@ -45,8 +45,8 @@ type completionRequest struct {
 	commonRequest
 	Prompt   json.RawMessage `json:"prompt"`
 	Logprobs *int            `json:"logprobs"`
+	Echo     *bool           `json:"echo"` // the prompt before the completion, with its logprobs
 	// Not implemented: refused when set to anything but their defaults.
-	Echo   *bool   `json:"echo"`
 	Suffix *string `json:"suffix"`
 	BestOf *int    `json:"best_of"`
 }
@@ -78,9 +78,6 @@ func isNull(raw json.RawMessage) bool { return len(raw) == 0 || string(raw) == "
 // checkUnsupported refuses the fields of /v1/completions that parley does not implement when
 // they ask for something; n is the request's n.
 func (c *completionRequest) checkUnsupported(n int) *apiError {
-	if c.Echo != nil && *c.Echo {
-		return unsupported("echo", "set to true")
-	}
 	if c.Suffix != nil && *c.Suffix != "" {
 		return unsupported("suffix", "(text after the completion)")
 	}
@@ -209,7 +206,8 @@ func jsonKind(goKind string) string {
 
 // genParams is what a request asks of generation, validated.
 type genParams struct {
-	maxTokens    int    // 0: not given
+	maxTokens    int    // 0: not given (or given as 0: see scoreOnly)
+	scoreOnly    bool   // max_tokens 0 (allowed with echo only): the prompt, nothing generated
 	maxParam     string // the field that gave it: max_tokens or max_completion_tokens
 	sampling     decode.Params
 	stop         []string
@@ -244,6 +242,12 @@ func float32In(param string, v *float64, dst *float32, lo, hi float32, openLo bo
 // parseCommon validates the shared fields against a vocabulary of vocab tokens and a context of
 // ctx positions.
 func parseCommon(c *commonRequest, vocab, ctx int, seed func() uint64) (*genParams, *apiError) {
+	return parseGen(c, vocab, ctx, 1, seed)
+}
+
+// parseGen is parseCommon with max_tokens (or max_completion_tokens) allowed from minTokens on:
+// 1, or 0 for a completion that echoes its prompt (scoreOnly when it is 0).
+func parseGen(c *commonRequest, vocab, ctx, minTokens int, seed func() uint64) (*genParams, *apiError) {
 	g := &genParams{n: 1, stream: c.Stream, ignoreEOS: c.IgnoreEOS, maxParam: "max_tokens"}
 	if c.StreamOptions != nil && c.Stream {
 		g.includeUsage = c.StreamOptions.IncludeUsage
@@ -253,9 +257,10 @@ func parseCommon(c *commonRequest, vocab, ctx int, seed func() uint64) (*genPara
 		mt, param = c.MaxCompletionTokens, "max_completion_tokens"
 	}
 	if mt != nil {
-		if *mt < 1 {
-			return nil, invalid(param, fmt.Sprintf("Invalid '%s': integer below minimum value. Expected a value >= 1, but got %d instead.", param, *mt))
+		if *mt < minTokens {
+			return nil, invalid(param, fmt.Sprintf("Invalid '%s': integer below minimum value. Expected a value >= %d, but got %d instead.", param, minTokens, *mt))
 		}
+		g.scoreOnly = *mt == 0
 		if *mt > ctx {
 			return nil, invalid(param, fmt.Sprintf("Invalid '%s': %d is larger than the model's context of %d tokens.", param, *mt, ctx))
 		}
