@@ -53,7 +53,7 @@ func runServe(e *env, args []string) error {
 	port := fs.Int("port", envInt("PARLEY_PORT", 8080), "port to listen on (0: any free port, printed at start)")
 	ctxLen := fs.Int("ctx", envInt("PARLEY_CTX", 0), "positions per sequence (0: the model's training context)")
 	parallel := fs.Int("parallel", envInt("PARLEY_PARALLEL", 8), "most sequences decoded together per model")
-	kvMiB := fs.Int("kv-mem", envInt("PARLEY_KV_MEM", 0), "KV-cache memory budget per model in MiB (0: ctx × parallel positions)")
+	kvMiB := fs.Int("kv-mem", envInt("PARLEY_KV_MEM", 0), "KV-cache memory budget per model in MiB (0: ctx × parallel positions, cut to fit half the memory available, three quarters of a GPU's)")
 	step := fs.Int("step-tokens", envInt("PARLEY_STEP_TOKENS", 512), "token budget of one batched step (decode tokens plus prompt chunks)")
 	queue := fs.Int("queue", envInt("PARLEY_QUEUE", 64), "waiting requests per model beyond which requests get 429")
 	apiKey := fs.String("api-key", envDefault("PARLEY_API_KEY", ""), "require this bearer token")
@@ -254,18 +254,28 @@ func runServe(e *env, args []string) error {
 		}
 		closers = append(closers, func() { eng.Close() })
 		m := eng.Model
-		n := *ctxLen
-		if n == 0 || n > m.Context {
-			n = m.Context
+		perPos := int64(m.Layers) * int64(m.KVHeads*m.HeadDim) * 2 * int64(kv.TypeSize())
+		var budget int64
+		if *kvMiB == 0 {
+			budget = kvBudget(be) / int64(len(specs)) // shared by the models served
 		}
-		slots := n * *parallel
-		if *kvMiB > 0 {
-			perPos := int64(m.Layers) * int64(m.KVHeads*m.HeadDim) * 2 * int64(kv.TypeSize())
-			slots = int(int64(*kvMiB) << 20 / perPos)
-			if slots < n {
-				hs.Close()
-				return fmt.Errorf("%s: --kv-mem %d MiB holds %d positions, less than one sequence of %d", sp.name, *kvMiB, slots, n)
-			}
+		plan := planKV(*ctxLen, *kvMiB, *parallel, m.Context, perPos, budget)
+		n, slots := plan.ctx, plan.slots
+		if *kvMiB > 0 && slots < n {
+			hs.Close()
+			return fmt.Errorf("%s: --kv-mem %d MiB holds %d positions, less than one sequence of %d", sp.name, *kvMiB, slots, n)
+		}
+		if plan.capped && n < min(m.Context, minCutCtx) {
+			hs.Close()
+			return fmt.Errorf("%s: %d MiB of memory for the KV cache hold only %d positions; give --kv-mem (MiB) or a smaller --ctx or --parallel", sp.name, budget>>20, n)
+		}
+		if plan.capped {
+			logger.Warn("KV cache cut to fit memory; --ctx and --kv-mem choose", "model", sp.name, "trained_ctx", m.Context, "ctx", n,
+				"kv_slots", slots, "wanted_slots", int64(n)*int64(*parallel), "budget_mib", budget>>20)
+		}
+		if plan.tight {
+			logger.Warn("one sequence of --ctx needs more than the KV memory budget", "model", sp.name, "ctx", n,
+				"needs_mib", int64(n)*perPos>>20, "budget_mib", budget>>20)
 		}
 		c, err := m.NewContext(llama.ContextConfig{MaxTokens: *step, MaxSeqs: *parallel, KVSlots: slots, KVType: kv})
 		if err != nil {

@@ -304,3 +304,9 @@ type Options struct {
 	// Threads is the number of CPU threads to compute with; 0 means one per core.
 	Threads int
 }
+
+// MemoryReporter is a Backend whose buffers live in memory of its own (a GPU's) and that can say
+// how much of it is free now, in bytes. Backends that compute in host memory are not one.
+type MemoryReporter interface {
+	FreeMemory() (int64, error)
+}

@@ -168,6 +168,12 @@ func (b *Backend) Discard() { b.ctx.GraphAbort() }
 // GraphStats returns the backend's graph counters.
 func (b *Backend) GraphStats() (bcuda.GraphStats, error) { return b.ctx.GraphStats() }
 
+// FreeMemory returns the device's free memory in bytes (backend.MemoryReporter).
+func (b *Backend) FreeMemory() (int64, error) {
+	free, _, err := b.ctx.MemInfo()
+	return free, err
+}
+
 // Name returns "cuda".
 func (b *Backend) Name() string { return "cuda" }
 
