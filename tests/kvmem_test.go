@@ -18,31 +18,7 @@ import (
 // context (one sequence fits), and serves.
 func TestServeKVFitsMemory(t *testing.T) {
 	avail := memAvailable(t)
-	dir := t.TempDir()
-	small := filepath.Join(dir, "s.gguf")
-	if res := parley(t, "", "synth", "--shape", "15M", "--type", "q8_0", "-o", small); res.code != 0 {
-		t.Fatalf("synth: %s", res.stderr)
-	}
-	f, err := gguf.Open(small)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	w := gguf.NewWriter()
-	for _, kv := range f.KVs {
-		w.Set(kv.Key, kv.Value)
-	}
-	w.SetUint32("llama.context_length", 131072)
-	for i := range f.Tensors {
-		ti := &f.Tensors[i]
-		if err := w.AddTensor(ti.Name, ti.DType, ti.Shape, f.TensorData(ti)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	long := filepath.Join(dir, "long.gguf")
-	if err := w.WriteFile(long); err != nil {
-		t.Fatal(err)
-	}
+	long := synthContext(t, 131072)
 	const perPos = 6 * 288 * 2 * 2 // layers × width × (k, v) × F16
 	want := int64(131072) * 64 * perPos
 	srv := startServer(t, "-m", "long="+long, "--parallel", "64", "-t", "2")
@@ -85,4 +61,55 @@ func memAvailable(t *testing.T) int64 {
 	}
 	t.Skip("no MemAvailable in /proc/meminfo")
 	return 0
+}
+
+// synthContext writes a 15M-shape Q8_0 model whose metadata says it was trained on ctx positions.
+func synthContext(t *testing.T, ctx uint32) string {
+	t.Helper()
+	dir := t.TempDir()
+	small := filepath.Join(dir, "s.gguf")
+	if res := parley(t, "", "synth", "--shape", "15M", "--type", "q8_0", "-o", small); res.code != 0 {
+		t.Fatalf("synth: %s", res.stderr)
+	}
+	f, err := gguf.Open(small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w := gguf.NewWriter()
+	for _, kv := range f.KVs {
+		w.Set(kv.Key, kv.Value)
+	}
+	w.SetUint32("llama.context_length", ctx)
+	for i := range f.Tensors {
+		ti := &f.Tensors[i]
+		if err := w.AddTensor(ti.Name, ti.DType, ti.Shape, f.TensorData(ti)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long := filepath.Join(dir, "long.gguf")
+	if err := w.WriteFile(long); err != nil {
+		t.Fatal(err)
+	}
+	return long
+}
+
+// TestGenerateContextFitsMemory: generate without -c on a model trained on 2^24 positions (116
+// GB of the 15M shape's cache) cuts its context to what half the memory available holds, says
+// so on stderr, and generates; with -c it takes what it is given.
+func TestGenerateContextFitsMemory(t *testing.T) {
+	avail := memAvailable(t)
+	const perPos = 6 * 288 * 2 * 2
+	if int64(1<<24)*perPos <= avail/2 {
+		t.Skipf("%d MiB available: the whole context fits here", avail>>20)
+	}
+	model := synthContext(t, 1<<24)
+	res := parley(t, "", "generate", "-m", model, "-p", "Once upon a time", "-n", "8")
+	if res.code != 0 || !strings.Contains(res.stderr, "context cut from the model's 16777216 positions") {
+		t.Errorf("exit %d, stderr %s", res.code, res.stderr)
+	}
+	res = parley(t, "", "generate", "-m", model, "-p", "Once upon a time", "-n", "8", "-c", "64")
+	if res.code != 0 || strings.Contains(res.stderr, "context cut") {
+		t.Errorf("-c 64: exit %d, stderr %s", res.code, res.stderr)
+	}
 }

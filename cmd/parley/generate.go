@@ -90,7 +90,14 @@ func runGenerate(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	c, err := eng.NewContext(engine.ContextOptions{Ctx: *ctxLen, KVType: kv})
+	// Without -c, the model's training context, cut (with a note) to what the memory holds.
+	m := eng.Model
+	perPos := int64(m.Layers) * int64(m.KVHeads*m.HeadDim) * 2 * int64(kv.TypeSize())
+	plan := planKV(*ctxLen, 0, 1, m.Context, perPos, kvBudget(be))
+	if plan.capped && *ctxLen == 0 {
+		fmt.Fprintf(e.stderr, "parley generate: context cut from the model's %d positions to %d, what half the memory available holds; -c chooses\n", m.Context, plan.ctx)
+	}
+	c, err := eng.NewContext(engine.ContextOptions{Ctx: plan.ctx, KVType: kv})
 	if err != nil {
 		return err
 	}
