@@ -90,14 +90,19 @@ func runGenerate(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	// Without -c, the model's training context, cut (with a note) to what the memory holds.
-	m := eng.Model
-	perPos := int64(m.Layers) * int64(m.KVHeads*m.HeadDim) * 2 * int64(kv.TypeSize())
-	plan := planKV(*ctxLen, 0, 1, m.Context, perPos, kvBudget(be))
-	if plan.capped && *ctxLen == 0 {
-		fmt.Fprintf(e.stderr, "parley generate: context cut from the model's %d positions to %d, what half the memory available holds; -c chooses\n", m.Context, plan.ctx)
+	// -c as given (past the training context too, as llama.cpp allows); without it, the model's
+	// training context, cut (with a note) to what the memory holds.
+	ctxN := *ctxLen
+	if ctxN == 0 {
+		m := eng.Model
+		perPos := int64(m.Layers) * int64(m.KVHeads*m.HeadDim) * 2 * int64(kv.TypeSize())
+		plan := planKV(0, 0, 1, m.Context, perPos, kvBudget(be))
+		if plan.capped {
+			fmt.Fprintf(e.stderr, "parley generate: context cut from the model's %d positions to %d, what half the memory available holds; -c chooses\n", m.Context, plan.ctx)
+		}
+		ctxN = plan.ctx
 	}
-	c, err := eng.NewContext(engine.ContextOptions{Ctx: plan.ctx, KVType: kv})
+	c, err := eng.NewContext(engine.ContextOptions{Ctx: ctxN, KVType: kv})
 	if err != nil {
 		return err
 	}
