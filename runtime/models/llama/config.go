@@ -122,18 +122,22 @@ func ConfigFrom(f *gguf.File) (Config, error) {
 		}
 		base = v
 	}
+	// As llama.cpp reads them: the type defaults to linear; the factor is rope.scaling.factor,
+	// else the older rope.scale_linear, and whatever the type, positions are divided by it.
 	scale := 1.0
-	if typ, ok := f.String(p + "rope.scaling.type"); ok && typ != "none" {
-		factor, ok := f.Float(p + "rope.scaling.factor")
-		switch {
-		case typ != "linear":
-			return Config{}, fmt.Errorf("rope scaling %q is not supported (only linear)", typ)
-		case !ok || !(factor > 0):
-			return Config{}, fmt.Errorf("linear rope scaling without a valid factor")
-		}
+	typ, hasType := f.String(p + "rope.scaling.type")
+	if hasType && typ != "none" && typ != "linear" {
+		return Config{}, fmt.Errorf("rope scaling %q is not supported (only linear)", typ)
+	}
+	factor, ok := f.Float(p + "rope.scaling.factor")
+	if !ok {
+		factor, ok = f.Float(p + "rope.scale_linear")
+	}
+	switch {
+	case ok && factor > 0:
 		scale = 1 / factor
-	} else if factor, ok := f.Float(p + "rope.scale_linear"); ok && factor > 0 {
-		scale = 1 / factor
+	case ok && factor != 0 || hasType && typ == "linear" && !ok:
+		return Config{}, fmt.Errorf("linear rope scaling without a valid factor")
 	}
 	if fs := float32(scale); !(fs > 0) || math.IsInf(float64(fs), 0) {
 		return Config{}, fmt.Errorf("rope scaling factor %g is out of range", 1/scale)

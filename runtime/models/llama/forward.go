@@ -333,7 +333,10 @@ func (c *Context) ops(tokens []int32, b *backend.Batch, vs *tokViews, ov *outVie
 	if err := be.RMSNorm(ov.h, ov.h, m.outNorm, m.NormEps); err != nil {
 		return err
 	}
-	return be.MatMul(ov.logits, ov.h, m.output)
+	if err := be.MatMul(ov.logits, ov.h, m.output); err != nil {
+		return err
+	}
+	return addBias(be, ov.logits, m.outBias)
 }
 
 // layer runs one transformer block on the residual stream vs.x in place:
@@ -348,8 +351,8 @@ func (c *Context) layer(li int, l *layer, vs *tokViews, b *backend.Batch) error 
 	if err := backend.MatMuls(be, vs.qkv[:], vs.xn, l.qkv[:]); err != nil {
 		return err
 	}
-	if l.bq != nil {
-		for _, p := range []struct{ dst, bias backend.Tensor }{{vs.q, l.bq}, {vs.k, l.bk}, {vs.v, l.bv}} {
+	for _, p := range [3]struct{ dst, bias backend.Tensor }{{vs.q, l.bq}, {vs.k, l.bk}, {vs.v, l.bv}} {
+		if p.bias != nil {
 			if err := be.AddRows(p.dst, p.dst, p.bias); err != nil {
 				return err
 			}
@@ -370,6 +373,9 @@ func (c *Context) layer(li int, l *layer, vs *tokViews, b *backend.Batch) error 
 	if err := be.MatMul(vs.xn, vs.att, l.wo); err != nil {
 		return err
 	}
+	if err := addBias(be, vs.xn, l.bo); err != nil {
+		return err
+	}
 	if err := be.AddRows(vs.x, vs.x, vs.xn); err != nil {
 		return err
 	}
@@ -379,11 +385,28 @@ func (c *Context) layer(li int, l *layer, vs *tokViews, b *backend.Batch) error 
 	if err := backend.MatMuls(be, vs.gateUp[:], vs.xn, l.gateUp[:]); err != nil {
 		return err
 	}
+	if err := addBias(be, vs.gate, l.bGate); err != nil {
+		return err
+	}
+	if err := addBias(be, vs.up, l.bUp); err != nil {
+		return err
+	}
 	if err := be.SwiGLU(vs.gate, vs.gate, vs.up); err != nil {
 		return err
 	}
 	if err := be.MatMul(vs.xn, vs.gate, l.wDown); err != nil {
 		return err
 	}
+	if err := addBias(be, vs.xn, l.bDown); err != nil {
+		return err
+	}
 	return be.AddRows(vs.x, vs.x, vs.xn)
+}
+
+// addBias adds bias ([1, cols]) to every row of x; nothing when bias is nil.
+func addBias(be backend.Backend, x, bias backend.Tensor) error {
+	if bias == nil {
+		return nil
+	}
+	return be.AddRows(x, x, bias)
 }

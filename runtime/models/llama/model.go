@@ -17,7 +17,9 @@ type Model struct {
 	tokEmbd backend.Tensor // [vocab, dim]
 	outNorm backend.Tensor // [1, dim]
 	output  backend.Tensor // [vocab, dim]; tokEmbd when tied
+	outBias backend.Tensor // [1, vocab] output.bias, where the file has one; nil otherwise
 	layers  []layer
+	used    map[string]bool // the file's tensors Load bound (or read: rope_freqs.weight)
 	owned   []backend.Tensor
 	data    map[backend.Tensor][]byte // each loaded tensor's bytes in the file
 }
@@ -26,11 +28,14 @@ type layer struct {
 	attnNorm   backend.Tensor // [1, dim]
 	wq         backend.Tensor // [heads*headDim, dim]
 	wk, wv     backend.Tensor // [kvHeads*headDim, dim]
-	bq, bk, bv backend.Tensor // [1, ...] biases (qwen2); nil otherwise
+	bq, bk, bv backend.Tensor // [1, ...] biases (qwen2; llama files may have them too); nil otherwise
 	wo         backend.Tensor // [dim, heads*headDim]
+	bo         backend.Tensor // [1, dim] attn_output.bias, or nil
 	ffnNorm    backend.Tensor // [1, dim]
 	wGate, wUp backend.Tensor // [ffn, dim]
 	wDown      backend.Tensor // [dim, ffn]
+	bGate, bUp backend.Tensor // [1, ffn] ffn_gate.bias, ffn_up.bias, or nil
+	bDown      backend.Tensor // [1, dim] ffn_down.bias, or nil
 
 	qkv    [3]backend.Tensor // wq, wk, wv: multiplied by one x in one call (backend.MatMuls)
 	gateUp [2]backend.Tensor // wGate, wUp: likewise
@@ -43,7 +48,7 @@ func Load(f *gguf.File, be backend.Backend) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{Config: c, be: be, layers: make([]layer, c.Layers), data: map[backend.Tensor][]byte{}}
+	m := &Model{Config: c, be: be, layers: make([]layer, c.Layers), data: map[backend.Tensor][]byte{}, used: map[string]bool{"rope_freqs.weight": true}}
 	ok := false
 	defer func() {
 		if !ok {
@@ -60,6 +65,9 @@ func Load(f *gguf.File, be backend.Backend) (*Model, error) {
 	if c.TiedEmbed {
 		m.output = m.tokEmbd
 	} else if m.output, err = m.load(f, "output.weight", c.Vocab, c.Dim, false); err != nil {
+		return nil, err
+	}
+	if m.outBias, err = m.optional(f, "output.bias", c.Vocab); err != nil {
 		return nil, err
 	}
 	for i := range m.layers {
@@ -87,16 +95,34 @@ func Load(f *gguf.File, be backend.Backend) (*Model, error) {
 		}
 		l.qkv = [3]backend.Tensor{l.wq, l.wk, l.wv}
 		l.gateUp = [2]backend.Tensor{l.wGate, l.wUp}
-		if c.QKVBias {
-			for _, w := range []struct {
-				dst  *backend.Tensor
-				name string
-				n    int
-			}{{&l.bq, "attn_q.bias", qDim}, {&l.bk, "attn_k.bias", kvDim}, {&l.bv, "attn_v.bias", kvDim}} {
-				if *w.dst, err = m.load(f, name(w.name), 1, w.n, true); err != nil {
-					return nil, err
-				}
+		// Biases: qwen2's query, key and value biases are required; every other bias is
+		// optional, as llama.cpp reads them (Hugging Face Llama checkpoints with attention_bias
+		// or mlp_bias).
+		for _, w := range []struct {
+			dst      *backend.Tensor
+			name     string
+			n        int
+			required bool
+		}{
+			{&l.bq, "attn_q.bias", qDim, c.QKVBias}, {&l.bk, "attn_k.bias", kvDim, c.QKVBias}, {&l.bv, "attn_v.bias", kvDim, c.QKVBias},
+			{&l.bo, "attn_output.bias", c.Dim, false},
+			{&l.bGate, "ffn_gate.bias", c.FFN, false}, {&l.bUp, "ffn_up.bias", c.FFN, false}, {&l.bDown, "ffn_down.bias", c.Dim, false},
+		} {
+			if w.required {
+				*w.dst, err = m.load(f, name(w.name), 1, w.n, true)
+			} else {
+				*w.dst, err = m.optional(f, name(w.name), w.n)
 			}
+			if err != nil {
+				return nil, err
+			}
+		}
+	}
+	// A tensor the model does not use means a layout this package does not know: running
+	// without it would compute something else than the file's model, silently.
+	for i := range f.Tensors {
+		if n := f.Tensors[i].Name; !m.used[n] {
+			return nil, fmt.Errorf("tensor %s is not part of the %s architecture as Parley runs it", n, c.Arch)
 		}
 	}
 	if err := m.repack(f); err != nil {
@@ -129,6 +155,14 @@ func (m *Model) repack(f *gguf.File) error {
 	return nil
 }
 
+// optional binds the vector (a bias) name of n elements when f has it, and returns nil when not.
+func (m *Model) optional(f *gguf.File, name string, n int) (backend.Tensor, error) {
+	if _, ok := f.Tensor(name); !ok {
+		return nil, nil
+	}
+	return m.load(f, name, 1, n, true)
+}
+
 // load binds one tensor, checking its shape ([cols, rows] in ggml order, or [cols] for vectors)
 // and dtype. Vectors (norm weights, biases) must be F32, as llama.cpp writes them.
 func (m *Model) load(f *gguf.File, name string, rows, cols int, vector bool) (backend.Tensor, error) {
@@ -136,6 +170,7 @@ func (m *Model) load(f *gguf.File, name string, rows, cols int, vector bool) (ba
 	if !ok {
 		return nil, fmt.Errorf("model lacks tensor %s", name)
 	}
+	m.used[name] = true
 	if !ti.DType.Supported() {
 		return nil, fmt.Errorf("tensor %s has dtype %v, which Parley cannot compute with", name, ti.DType)
 	}

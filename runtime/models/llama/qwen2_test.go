@@ -2,11 +2,13 @@ package llama_test
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/sharedtest"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/kvcache"
@@ -210,6 +212,151 @@ func TestRopeFreqsMatchesFloat64(t *testing.T) {
 	} {
 		if _, err := llama.ConfigFrom(c.f); err == nil || !strings.Contains(err.Error(), "rope_freqs") {
 			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+}
+
+// TestLlamaBiasesMatchFloat64: a llama file with every optional bias llama.cpp reads (query,
+// key, value and output projections, the feed-forward's gate, up and down, the output matrix)
+// runs on every backend as the float64 reference computes it; a tensor the architecture does not
+// have is refused at load instead of being left out.
+func TestLlamaBiasesMatchFloat64(t *testing.T) {
+	w, err := llama.Synth(tinyShape, tensor.F32, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	synth := parse(t, w)
+	cfg, err := llama.ConfigFrom(synth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(9, 10))
+	vec := func(n int) []byte {
+		b := make([]byte, 4*n)
+		for i := 0; i < n; i++ {
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(rng.NormFloat64()*0.5)))
+		}
+		return b
+	}
+	qDim, kvDim := cfg.Heads*cfg.HeadDim, cfg.KVHeads*cfg.HeadDim
+	biased := rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+		if ti == nil {
+			if err := w.AddTensor("output.bias", tensor.F32, []int64{int64(cfg.Vocab)}, vec(cfg.Vocab)); err != nil {
+				t.Fatal(err)
+			}
+			return true
+		}
+		var l int
+		if _, err := fmt.Sscanf(ti.Name, "blk.%d.", &l); err != nil || !strings.HasSuffix(ti.Name, "attn_norm.weight") {
+			return true
+		}
+		for _, b := range []struct {
+			name string
+			n    int
+		}{{"attn_q", qDim}, {"attn_k", kvDim}, {"attn_v", kvDim}, {"attn_output", cfg.Dim}, {"ffn_gate", cfg.FFN}, {"ffn_up", cfg.FFN}, {"ffn_down", cfg.Dim}} {
+			if err := w.AddTensor(fmt.Sprintf("blk.%d.%s.bias", l, b.name), tensor.F32, []int64{int64(b.n)}, vec(b.n)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return true
+	})
+	toks := []int32{1, 17, 250, 3, 99, 42, 7, 7}
+	for _, be := range backendsUnderTest(t) {
+		t.Run(be.Name(), func(t *testing.T) {
+			m, err := llama.Load(biased, be)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			c, err := m.NewContext(llama.ContextConfig{MaxTokens: 4, MaxSeqs: 1, KVSlots: 32, KVType: tensor.F32})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ref, plain := newRef64(t, biased), newRef64(t, synth)
+			seq := c.Pool().NewSeq(32)
+			var bb kvcache.BatchBuilder
+			logits := make([]float32, m.Vocab)
+			moved := 0.0
+			for i, tk := range toks {
+				want, without := ref.step(tk), plain.step(tk)
+				_ = seq.Reserve(1)
+				bb.Reset()
+				_ = bb.Add(seq, 1)
+				if err := c.Forward([]int32{tk}, bb.Batch(), []int32{0}, logits); err != nil {
+					t.Fatal(err)
+				}
+				_ = seq.Advance(1)
+				for j := range want {
+					if d := math.Abs(float64(logits[j]) - want[j]); d > 1e-3 || math.IsNaN(d) {
+						t.Fatalf("position %d: logit %d = %v, float64 reference %v", i, j, logits[j], want[j])
+					}
+					moved = math.Max(moved, math.Abs(want[j]-without[j]))
+				}
+			}
+			if moved < 0.1 {
+				t.Errorf("the biases moved no logit by more than %v", moved)
+			}
+		})
+	}
+	stray := rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+		if ti == nil {
+			_ = w.AddTensor("blk.0.attn_q_norm.weight", tensor.F32, []int64{int64(cfg.HeadDim)}, vec(cfg.HeadDim))
+		}
+		return true
+	})
+	if m, err := llama.Load(stray, sharedtest.Backend(t, "go", 1)); err == nil || !strings.Contains(err.Error(), "blk.0.attn_q_norm.weight") {
+		if m != nil {
+			m.Close()
+		}
+		t.Errorf("a tensor the architecture lacks: %v", err)
+	}
+}
+
+// TestRopeScalingFactor: as llama.cpp reads it, rope.scaling.factor divides positions whether or
+// not rope.scaling.type says linear (the type defaults to linear), the older rope.scale_linear
+// when the factor is absent; a type other than linear or none is refused.
+func TestRopeScalingFactor(t *testing.T) {
+	w, err := llama.Synth(tinyShape, tensor.F32, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	synth := parse(t, w)
+	with := func(kv map[string]gguf.Value) *gguf.File {
+		return rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+			if ti == nil {
+				for k, v := range kv {
+					w.Set(k, v)
+				}
+			}
+			return true
+		})
+	}
+	f32 := func(v float32) gguf.Value { return gguf.Value{Type: gguf.Float32, V: v} }
+	str := func(s string) gguf.Value { return gguf.Value{Type: gguf.String, V: s} }
+	for _, c := range []struct {
+		name  string
+		kv    map[string]gguf.Value
+		scale float32
+		err   string
+	}{
+		{"none given", nil, 1, ""},
+		{"factor without a type", map[string]gguf.Value{"llama.rope.scaling.factor": f32(4)}, 0.25, ""},
+		{"linear", map[string]gguf.Value{"llama.rope.scaling.type": str("linear"), "llama.rope.scaling.factor": f32(2)}, 0.5, ""},
+		{"type none with a factor", map[string]gguf.Value{"llama.rope.scaling.type": str("none"), "llama.rope.scaling.factor": f32(8)}, 0.125, ""},
+		{"old key", map[string]gguf.Value{"llama.rope.scale_linear": f32(4)}, 0.25, ""},
+		{"factor 0", map[string]gguf.Value{"llama.rope.scaling.factor": f32(0)}, 1, ""},
+		{"yarn", map[string]gguf.Value{"llama.rope.scaling.type": str("yarn"), "llama.rope.scaling.factor": f32(4)}, 0, "not supported"},
+		{"negative factor", map[string]gguf.Value{"llama.rope.scaling.factor": f32(-2)}, 0, "valid factor"},
+	} {
+		cfg, err := llama.ConfigFrom(with(c.kv))
+		switch {
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("%s: %v, want an error about %q", c.name, err, c.err)
+		case c.err == "" && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.err == "" && cfg.RoPE.FreqScale != c.scale:
+			t.Errorf("%s: frequency scale %v, want %v", c.name, cfg.RoPE.FreqScale, c.scale)
 		}
 	}
 }

@@ -169,22 +169,37 @@ func (r *ref64) step(tok int32) []float64 {
 			}
 		}
 		o := r.matvec(p+"attn_output.weight", att, c.Dim)
+		r.bias(o, p+"attn_output.bias")
 		for i := range x {
 			x[i] += o[i]
 		}
 		xn = r.rmsnorm(x, p+"ffn_norm.weight")
 		g := r.matvec(p+"ffn_gate.weight", xn, c.FFN)
 		u := r.matvec(p+"ffn_up.weight", xn, c.FFN)
+		r.bias(g, p+"ffn_gate.bias")
+		r.bias(u, p+"ffn_up.bias")
 		for i := range g {
 			g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
 		}
 		d := r.matvec(p+"ffn_down.weight", g, c.Dim)
+		r.bias(d, p+"ffn_down.bias")
 		for i := range x {
 			x[i] += d[i]
 		}
 	}
 	x = r.rmsnorm(x, "output_norm.weight")
-	return r.matvec("output.weight", x, c.Vocab)
+	out := r.matvec("output.weight", x, c.Vocab)
+	r.bias(out, "output.bias")
+	return out
+}
+
+// bias adds the bias named name to x, when the model has one.
+func (r *ref64) bias(x []float64, name string) {
+	if b, ok := r.w[name]; ok {
+		for i := range x {
+			x[i] += b[i]
+		}
+	}
 }
 
 // roundTrip converts x to the dot-product type of weights of type dt and back.
