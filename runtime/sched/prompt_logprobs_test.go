@@ -3,7 +3,9 @@ package sched
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/parleyhq/parley/runtime/decode"
@@ -331,13 +333,26 @@ func TestPromptLogprobsCancel(t *testing.T) {
 		t.Fatalf("cancelled after 3 steps of 2 rows: %d prompt events, reason %s", len(res.prompt), res.seqs[0].reason)
 	}
 	checkPromptEvents(t, res.prompt, m.promptRef(p, 0)[:6])
-	m.hook = nil
+	// The context is cancelled during the request's first step, and that step waits until the
+	// stream has seen it (context.AfterFunc runs on a goroutine of its own), so that the request
+	// cannot finish first.
 	ctx, cancel := context.WithCancel(context.Background())
+	submitted := make(chan *Stream, 1)
+	var once sync.Once
+	m.hook = func(int) {
+		once.Do(func() {
+			st := <-submitted
+			cancel()
+			for st.cause.Load() == 0 {
+				runtime.Gosched()
+			}
+		})
+	}
 	st, err := h.s.Submit(ctx, &Request{Prompt: p, Sampling: greedy(), PromptLogprobs: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cancel()
+	submitted <- st
 	if res := drainScored(t, st, 1); res.seqs[0].reason != ReasonCancelled {
 		t.Fatalf("context cancelled: %s", res.seqs[0].reason)
 	}
