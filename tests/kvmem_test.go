@@ -71,26 +71,8 @@ func synthContext(t *testing.T, ctx uint32) string {
 	if res := parley(t, "", "synth", "--shape", "15M", "--type", "q8_0", "-o", small); res.code != 0 {
 		t.Fatalf("synth: %s", res.stderr)
 	}
-	f, err := gguf.Open(small)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	w := gguf.NewWriter()
-	for _, kv := range f.KVs {
-		w.Set(kv.Key, kv.Value)
-	}
-	w.SetUint32("llama.context_length", ctx)
-	for i := range f.Tensors {
-		ti := &f.Tensors[i]
-		if err := w.AddTensor(ti.Name, ti.DType, ti.Shape, f.TensorData(ti)); err != nil {
-			t.Fatal(err)
-		}
-	}
 	long := filepath.Join(dir, "long.gguf")
-	if err := w.WriteFile(long); err != nil {
-		t.Fatal(err)
-	}
+	rewriteGGUF(t, small, long, func(w *gguf.Writer) { w.SetUint32("llama.context_length", ctx) })
 	return long
 }
 

@@ -33,6 +33,12 @@ const chatTemplate = `{% for m in messages %}{{ '<|' + m['role'] + '|>' + m['con
 // withChatTemplate writes a copy of the model at src with tokenizer.chat_template set.
 func withChatTemplate(t *testing.T, src, dst string) {
 	t.Helper()
+	rewriteGGUF(t, src, dst, func(w *gguf.Writer) { w.SetString("tokenizer.chat_template", chatTemplate) })
+}
+
+// rewriteGGUF writes a copy of the GGUF file at src to dst, its metadata changed by edit.
+func rewriteGGUF(t *testing.T, src, dst string, edit func(w *gguf.Writer)) {
+	t.Helper()
 	f, err := gguf.Open(src)
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +48,7 @@ func withChatTemplate(t *testing.T, src, dst string) {
 	for _, kv := range f.KVs {
 		w.Set(kv.Key, kv.Value)
 	}
-	w.SetString("tokenizer.chat_template", chatTemplate)
+	edit(w)
 	for i := range f.Tensors {
 		ti := &f.Tensors[i]
 		if err := w.AddTensor(ti.Name, ti.DType, ti.Shape, f.TensorData(ti)); err != nil {

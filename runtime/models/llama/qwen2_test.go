@@ -49,32 +49,13 @@ func TestQwen2MatchesFloat64(t *testing.T) {
 	toks := []int32{1, 17, 250, 3, 99, 42, 7, 7, 7, 180}
 	for _, be := range backendsUnderTest(t) {
 		t.Run(be.Name(), func(t *testing.T) {
-			m, err := llama.Load(f, be)
-			if err != nil {
-				t.Fatal(err)
+			cfg, err := llama.ConfigFrom(f)
+			if err != nil || cfg.RoPE.Mode != backend.RoPENeoX || !cfg.QKVBias || cfg.RoPE.Base != 1e6 {
+				t.Fatalf("qwen2 config %+v, %v", cfg, err)
 			}
-			defer m.Close()
-			if m.RoPE.Mode != backend.RoPENeoX || !m.QKVBias || m.RoPE.Base != 1e6 {
-				t.Fatalf("qwen2 config %+v", m.Config)
-			}
-			c, err := m.NewContext(llama.ContextConfig{MaxTokens: 4, MaxSeqs: 1, KVSlots: 32, KVType: tensor.F32})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
 			ref := newRef64(t, f)
-			seq := c.Pool().NewSeq(32)
-			var bb kvcache.BatchBuilder
-			logits := make([]float32, m.Vocab)
-			for i, tk := range toks {
-				want := ref.step(tk)
-				_ = seq.Reserve(1)
-				bb.Reset()
-				_ = bb.Add(seq, 1)
-				if err := c.Forward([]int32{tk}, bb.Batch(), []int32{0}, logits); err != nil {
-					t.Fatal(err)
-				}
-				_ = seq.Advance(1)
+			for i, logits := range oneByOne(t, be, f, toks) {
+				want := ref.step(toks[i])
 				for j := range want {
 					if d := math.Abs(float64(logits[j]) - want[j]); d > 1e-3 {
 						t.Fatalf("position %d: logit %d = %v, float64 reference %v", i, j, logits[j], want[j])
@@ -83,6 +64,37 @@ func TestQwen2MatchesFloat64(t *testing.T) {
 			}
 		})
 	}
+}
+
+// oneByOne loads f on be and feeds toks one at a time to one sequence (F32 cache), returning
+// the logits after each.
+func oneByOne(t *testing.T, be backend.Backend, f *gguf.File, toks []int32) [][]float32 {
+	t.Helper()
+	m, err := llama.Load(f, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	c, err := m.NewContext(llama.ContextConfig{MaxTokens: 4, MaxSeqs: 1, KVSlots: 32, KVType: tensor.F32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	seq := c.Pool().NewSeq(32)
+	var bb kvcache.BatchBuilder
+	var out [][]float32
+	for _, tk := range toks {
+		logits := make([]float32, m.Vocab)
+		_ = seq.Reserve(1)
+		bb.Reset()
+		_ = bb.Add(seq, 1)
+		if err := c.Forward([]int32{tk}, bb.Batch(), []int32{0}, logits); err != nil {
+			t.Fatal(err)
+		}
+		_ = seq.Advance(1)
+		out = append(out, logits)
+	}
+	return out
 }
 
 // TestRopeFreqsMatchesFloat64: a model with rope_freqs.weight (the per-pair divisors of the
@@ -140,42 +152,15 @@ func TestRopeFreqsMatchesFloat64(t *testing.T) {
 	scaled := withFreqs(tensor.F32, half, func(i int) float32 { return factors[i] })
 	ones := withFreqs(tensor.F32, half, func(int) float32 { return 1 })
 	toks := []int32{1, 17, 250, 3, 99, 42, 7, 7, 7, 180, 33, 12}
-	run := func(t *testing.T, be backend.Backend, f *gguf.File) [][]float32 {
-		m, err := llama.Load(f, be)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Close()
-		c, err := m.NewContext(llama.ContextConfig{MaxTokens: 4, MaxSeqs: 1, KVSlots: 32, KVType: tensor.F32})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		seq := c.Pool().NewSeq(32)
-		var bb kvcache.BatchBuilder
-		var out [][]float32
-		for _, tk := range toks {
-			logits := make([]float32, m.Vocab)
-			_ = seq.Reserve(1)
-			bb.Reset()
-			_ = bb.Add(seq, 1)
-			if err := c.Forward([]int32{tk}, bb.Batch(), []int32{0}, logits); err != nil {
-				t.Fatal(err)
-			}
-			_ = seq.Advance(1)
-			out = append(out, logits)
-		}
-		return out
-	}
 	for _, be := range backendsUnderTest(t) {
 		t.Run(be.Name(), func(t *testing.T) {
 			ref := newRef64(t, scaled)
 			if len(ref.c.RoPE.Factors) != half {
 				t.Fatalf("factors %v", ref.c.RoPE.Factors)
 			}
-			got := run(t, be, scaled)
+			got := oneByOne(t, be, scaled, toks)
 			moved, worst := 0.0, 0.0
-			plain := run(t, be, base)
+			plain := oneByOne(t, be, base, toks)
 			for i, tk := range toks {
 				want := ref.step(tk)
 				for j := range want {
@@ -191,7 +176,7 @@ func TestRopeFreqsMatchesFloat64(t *testing.T) {
 			if moved < 0.1 {
 				t.Errorf("the factors moved no logit by more than %v", moved)
 			}
-			for i, row := range run(t, be, ones) {
+			for i, row := range oneByOne(t, be, ones, toks) {
 				for j, v := range row {
 					if v != plain[i][j] {
 						t.Fatalf("factors of 1: position %d logit %d = %v, without factors %v", i, j, v, plain[i][j])
@@ -263,30 +248,10 @@ func TestLlamaBiasesMatchFloat64(t *testing.T) {
 	toks := []int32{1, 17, 250, 3, 99, 42, 7, 7}
 	for _, be := range backendsUnderTest(t) {
 		t.Run(be.Name(), func(t *testing.T) {
-			m, err := llama.Load(biased, be)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
-			c, err := m.NewContext(llama.ContextConfig{MaxTokens: 4, MaxSeqs: 1, KVSlots: 32, KVType: tensor.F32})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
 			ref, plain := newRef64(t, biased), newRef64(t, synth)
-			seq := c.Pool().NewSeq(32)
-			var bb kvcache.BatchBuilder
-			logits := make([]float32, m.Vocab)
 			moved := 0.0
-			for i, tk := range toks {
-				want, without := ref.step(tk), plain.step(tk)
-				_ = seq.Reserve(1)
-				bb.Reset()
-				_ = bb.Add(seq, 1)
-				if err := c.Forward([]int32{tk}, bb.Batch(), []int32{0}, logits); err != nil {
-					t.Fatal(err)
-				}
-				_ = seq.Advance(1)
+			for i, logits := range oneByOne(t, be, biased, toks) {
+				want, without := ref.step(toks[i]), plain.step(toks[i])
 				for j := range want {
 					if d := math.Abs(float64(logits[j]) - want[j]); d > 1e-3 || math.IsNaN(d) {
 						t.Fatalf("position %d: logit %d = %v, float64 reference %v", i, j, logits[j], want[j])
