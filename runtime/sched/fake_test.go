@@ -258,12 +258,28 @@ type seqResult struct {
 // drain reads st to the end and checks the event protocol: one Done per sequence, last.
 func drain(t *testing.T, st *Stream, n int) []seqResult {
 	t.Helper()
+	return drainWith(t, st, n, nil)
+}
+
+// drainWith is drain, handing prompt events (Request.PromptLogprobs) to prompt with whether an
+// event of another kind came before; without prompt, a prompt event is a failure.
+func drainWith(t *testing.T, st *Stream, n int, prompt func(ev Event, afterOther bool)) []seqResult {
+	t.Helper()
 	res := make([]seqResult, n)
 	done := make([]bool, n)
+	other := false
 	for ev := range st.Events() {
 		if ev.Seq < 0 || ev.Seq >= n {
 			t.Fatalf("event for sequence %d of %d", ev.Seq, n)
 		}
+		if ev.Prompt {
+			if prompt == nil {
+				t.Fatalf("prompt event %+v from a request that did not ask for them", ev)
+			}
+			prompt(ev, other)
+			continue
+		}
+		other = true
 		r := &res[ev.Seq]
 		if done[ev.Seq] {
 			t.Fatalf("sequence %d: event after Done", ev.Seq)

@@ -43,37 +43,12 @@ type scoredResult struct {
 func drainScored(t *testing.T, st *Stream, n int) scoredResult {
 	t.Helper()
 	var res scoredResult
-	res.seqs = make([]seqResult, n)
-	done := make([]bool, n)
-	other := false
-	for ev := range st.Events() {
-		if ev.Prompt {
-			if ev.Seq != 0 || other || ev.Done || len(ev.Text) > 0 {
-				t.Fatalf("prompt event %+v (after another event: %v)", ev, other)
-			}
-			res.prompt = append(res.prompt, ev)
-			continue
+	res.seqs = drainWith(t, st, n, func(ev Event, afterOther bool) {
+		if ev.Seq != 0 || afterOther || ev.Done || len(ev.Text) > 0 {
+			t.Fatalf("prompt event %+v (after another event: %v)", ev, afterOther)
 		}
-		other = true
-		r := &res.seqs[ev.Seq]
-		if done[ev.Seq] {
-			t.Fatalf("sequence %d: event after Done", ev.Seq)
-		}
-		r.events++
-		if ev.Token >= 0 {
-			r.tokens = append(r.tokens, ev.Token)
-		}
-		r.text += string(ev.Text)
-		if ev.Done {
-			done[ev.Seq] = true
-			r.reason, r.err = ev.Reason, ev.Err
-		}
-	}
-	for i, d := range done {
-		if !d {
-			t.Fatalf("sequence %d: stream closed without Done", i)
-		}
-	}
+		res.prompt = append(res.prompt, ev)
+	})
 	return res
 }
 
