@@ -102,14 +102,7 @@ type choiceOut struct {
 // and returns them with the usage; stop_reason comes from the raw JSON.
 func assemble(t *testing.T, b []byte, stream bool) (map[int]*choiceOut, *usageJSON) {
 	t.Helper()
-	chunks := []string{string(b)}
-	if stream {
-		chunks = sse(t, strings.NewReader(string(b)))
-		if len(chunks) == 0 || chunks[len(chunks)-1] != "[DONE]" {
-			t.Fatalf("stream %q", chunks)
-		}
-		chunks = chunks[:len(chunks)-1]
-	}
+	chunks := responseChunks(t, b, stream)
 	out := map[int]*choiceOut{}
 	var usage *usageJSON
 	for _, c := range chunks {

@@ -47,14 +47,7 @@ func runLogprobs(t *testing.T, h *harness, chat, stream bool, stop []string) *lo
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode, b)
 	}
-	chunks := []string{string(b)}
-	if stream {
-		chunks = sse(t, strings.NewReader(string(b)))
-		if len(chunks) == 0 || chunks[len(chunks)-1] != "[DONE]" {
-			t.Fatalf("stream %q", chunks)
-		}
-		chunks = chunks[:len(chunks)-1]
-	}
+	chunks := responseChunks(t, b, stream)
 	run := &logprobRun{tokens: []string{}}
 	for _, c := range chunks {
 		r := decodeResp(t, []byte(c))

@@ -46,14 +46,7 @@ func echoPost(t *testing.T, h *harness, body map[string]any) ([]*echoChoice, *ec
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode, b)
 	}
-	chunks := []string{string(b)}
-	if stream {
-		chunks = sse(t, strings.NewReader(string(b)))
-		if len(chunks) == 0 || chunks[len(chunks)-1] != "[DONE]" {
-			t.Fatalf("stream %q", chunks)
-		}
-		chunks = chunks[:len(chunks)-1]
-	}
+	chunks := responseChunks(t, b, stream)
 	var out []*echoChoice
 	var usage *echoUsage
 	for _, c := range chunks {

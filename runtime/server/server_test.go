@@ -186,6 +186,20 @@ func (h *harness) post(t *testing.T, path string, body any) (*http.Response, []b
 	return h.do(t, "POST", path, string(b))
 }
 
+// responseChunks returns a response's JSON documents: the body, or the data of each event of a
+// stream, checked to end with [DONE] (left out).
+func responseChunks(t *testing.T, b []byte, stream bool) []string {
+	t.Helper()
+	if !stream {
+		return []string{string(b)}
+	}
+	chunks := sse(t, strings.NewReader(string(b)))
+	if len(chunks) == 0 || chunks[len(chunks)-1] != "[DONE]" {
+		t.Fatalf("stream %q", chunks)
+	}
+	return chunks[:len(chunks)-1]
+}
+
 // reference runs the engine's single-sequence generation: the text the server must match.
 func reference(t *testing.T, e *engine.Engine, prompt []int32, maxTokens int) *engine.Result {
 	t.Helper()
