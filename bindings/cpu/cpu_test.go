@@ -464,6 +464,9 @@ func TestSupports(t *testing.T) {
 // parameters repeat; frequency factors are among those parameters, by value: new factors (or
 // none) at the same positions give what a fresh context gives.
 func TestRopeTableFollowsFactors(t *testing.T) {
+	if !Available() {
+		t.Skip(ErrNotBuilt)
+	}
 	pos := []int32{0, 5, 900}
 	x := make([]float32, 3*2*16)
 	for i := range x {
