@@ -95,7 +95,7 @@ func runGenerate(e *env, args []string) error {
 	ctxN := *ctxLen
 	if ctxN == 0 {
 		m := eng.Model
-		perPos := int64(m.Layers) * int64(m.KVHeads*m.HeadDim) * 2 * int64(kv.TypeSize())
+		perPos := kvBytesPerPos(m, kv)
 		plan := planKV(0, 0, 1, m.Context, perPos, kvBudget(be))
 		if plan.capped {
 			fmt.Fprintf(e.stderr, "parley generate: context cut from the model's %d positions to %d, what half the memory available holds; -c chooses\n", m.Context, plan.ctx)

@@ -7,7 +7,15 @@ import (
 	"strconv"
 
 	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/models/llama"
+	"github.com/parleyhq/parley/runtime/tensor"
 )
+
+// kvBytesPerPos is the KV cache a position of m takes with elements of kv: keys and values of
+// every layer.
+func kvBytesPerPos(m *llama.Model, kv tensor.DType) int64 {
+	return int64(m.Layers) * int64(m.KVHeads*m.HeadDim) * 2 * int64(kv.TypeSize())
+}
 
 // minCutCtx is the least context a model's default may be cut to before serve refuses to start.
 const minCutCtx = 256

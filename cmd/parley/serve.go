@@ -254,7 +254,7 @@ func runServe(e *env, args []string) error {
 		}
 		closers = append(closers, func() { eng.Close() })
 		m := eng.Model
-		perPos := int64(m.Layers) * int64(m.KVHeads*m.HeadDim) * 2 * int64(kv.TypeSize())
+		perPos := kvBytesPerPos(m, kv)
 		var budget int64
 		if *kvMiB == 0 {
 			budget = kvBudget(be) / int64(len(specs)) // shared by the models served

@@ -18,17 +18,7 @@ import (
 // checks that each produces exactly the tokens and text engine.Generate produces for its prompt
 // alone. The step budget (8 tokens) forces the prompts to be chunked and mixed with decode tokens.
 func TestMatchesEngine(t *testing.T) {
-	path := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
-	be, _, err := backend.New("go", backend.Options{Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer be.Close()
-	e, err := engine.Open(path, be)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := openStories(t)
 	texts := []string{"Once upon a time", "The little dog", "Lily wanted to play with her friend", "One day, a big"}
 	const maxTokens = 24
 	type want struct {
@@ -134,17 +124,7 @@ func TestMatchesEngine(t *testing.T) {
 // earlier one (and the earlier one again, alongside it) takes those tokens' KV blocks from the
 // cache and still produces exactly engine.Generate's tokens and text.
 func TestPrefixMatchesEngine(t *testing.T) {
-	path := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
-	be, _, err := backend.New("go", backend.Options{Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer be.Close()
-	e, err := engine.Open(path, be)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := openStories(t)
 	a, err := e.Tokenizer.Encode("Once upon a time, there was a little girl named Lily. She loved to play outside", true, false)
 	if err != nil {
 		t.Fatal(err)
@@ -230,4 +210,22 @@ func TestPrefixMatchesEngine(t *testing.T) {
 	if c.Pool().FreeBlocks() != c.Pool().Blocks() {
 		t.Fatalf("%d of %d blocks free after Close", c.Pool().FreeBlocks(), c.Pool().Blocks())
 	}
+}
+
+// openStories opens the shared stories260K F32 model on a one-thread pure-Go backend, both closed
+// when t ends.
+func openStories(t *testing.T) *engine.Engine {
+	t.Helper()
+	path := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
+	be, _, err := backend.New("go", backend.Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { be.Close() })
+	e, err := engine.Open(path, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
 }

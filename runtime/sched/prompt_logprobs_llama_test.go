@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parleyhq/parley/internal/sharedtest"
-	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/decode"
 	"github.com/parleyhq/parley/runtime/engine"
 	"github.com/parleyhq/parley/runtime/kvcache"
@@ -57,17 +55,7 @@ func oneByOne(t *testing.T, e *engine.Engine, prompt []int32, top int) []sched.E
 // row the same arithmetic in any batch), fed a token a step beside others or four a step alone,
 // that the generated tokens are engine.Generate's, and that MaxTokens 0 scores the prompt alone.
 func TestPromptLogprobsMatchForward(t *testing.T) {
-	path := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
-	be, _, err := backend.New("go", backend.Options{Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer be.Close()
-	e, err := engine.Open(path, be)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := openStories(t)
 	p, err := e.Tokenizer.Encode("Once upon a time, there was a little girl named Lily. She loved to play outside", true, false)
 	if err != nil {
 		t.Fatal(err)
