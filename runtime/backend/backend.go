@@ -144,7 +144,9 @@ type Backend interface {
 	// AddRows: dst[i,:] = a[i,:] + b[i,:], or b[0,:] when b has one row (a bias). dst may be a.
 	AddRows(dst, a, b Tensor) error
 	// RMSNorm: dst[i,:] = x[i,:] / sqrt(mean(x[i,:]^2) + eps) * w[0,:]. w [1, d] F32; eps finite
-	// and above 0. dst may be x.
+	// and above 0. dst may be x. A w of g columns, g dividing d, normalises each group of g
+	// consecutive elements of a row on its own (x [n, h*g] as [n*h, g]: Qwen3's per-head norm of
+	// queries and keys).
 	RMSNorm(dst, x, w Tensor, eps float32) error
 	// SwiGLU: dst = silu(gate) * up elementwise, silu(g) = g/(1+exp(-g)). dst may be gate.
 	SwiGLU(dst, gate, up Tensor) error

@@ -108,13 +108,14 @@ func CheckAddRows(dst, a, b Tensor) error {
 	return nil
 }
 
-// CheckRMSNorm: dst like x, w [1, cols of x], eps finite and above 0.
+// CheckRMSNorm: dst like x, w [1, cols of x] or [1, g] with g dividing them (groups of g
+// normalised apart), eps finite and above 0.
 func CheckRMSNorm(dst, x, w Tensor, eps float32) error {
 	const op = "rms norm"
 	if dst.Rows() != x.Rows() || dst.Cols() != x.Cols() {
 		return shapeErr(op, "dst", dst, x.Rows(), x.Cols())
 	}
-	if w.Rows() != 1 || w.Cols() != x.Cols() {
+	if w.Rows() != 1 || w.Cols() != x.Cols() && (w.Cols() <= 0 || x.Cols()%w.Cols() != 0) {
 		return shapeErr(op, "w", w, 1, x.Cols())
 	}
 	return checkEps(op, eps)

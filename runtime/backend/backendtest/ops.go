@@ -172,6 +172,27 @@ func testRMSNorm(t *testing.T, b backend.Backend, _ func() (backend.Backend, err
 			}
 		}
 	}
+	// w narrower than x: each group of w's width normalised apart (per-head norms), the
+	// reference being the plain norm of x as [n*h, g].
+	for _, c := range []struct{ n, h, g int }{{1, 1, 7}, {3, 16, 128}, {17, 6, 48}, {5, 4, 33}} {
+		name := fmt.Sprintf("RMSNorm grouped n=%d h=%d g=%d", c.n, c.h, c.g)
+		r := rng(name)
+		d := c.h * c.g
+		xv, wv := randVec(r, c.n*d, 1), randVec(r, c.g, 1)
+		x, w := alloc(t, b, c.n, d, xv), alloc(t, b, 1, c.g, wv)
+		dst, g := output(t, b, c.n, d)
+		must(t, b.RMSNorm(dst, x, w, 1e-6), "%s", name)
+		want := rmsRef(xv, wv, c.n*c.h, c.g, 1e-6)
+		rel := float64(c.g/2+4) * u
+		compare(t, name, d, read(t, b, dst), want, func(i int) float64 { return math.Abs(want[i])*rel + 1e-30 })
+		g.check(t)
+		in := alloc(t, b, c.n, d, xv) // in place
+		must(t, b.RMSNorm(in, in, w, 1e-6), "%s in place", name)
+		compare(t, name+" in place", d, read(t, b, in), want, func(i int) float64 { return math.Abs(want[i])*rel + 1e-30 })
+	}
+	if x, w := alloc(t, b, 2, 12, nil), alloc(t, b, 1, 5, nil); b.RMSNorm(x, x, w, 1e-5) == nil {
+		t.Errorf("RMSNorm with w of 5 columns over rows of 12: no error")
+	}
 }
 
 // swigluRef is silu(g)*u in float64.

@@ -496,7 +496,11 @@ func (b *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) error {
 	if d == wt {
 		return fmt.Errorf("cpu: %s: dst is the weight", op)
 	}
-	return b.ctx.RMSNorm(d.f32, xt.f32, wt.f32, xt.rows, xt.cols, eps)
+	if xt.cols == 0 {
+		return nil
+	}
+	// rows of x in groups of w's width: [n, h*g] as [n*h, g]
+	return b.ctx.RMSNorm(d.f32, xt.f32, wt.f32, xt.rows*(xt.cols/wt.cols), wt.cols, eps)
 }
 
 // SwiGLU: dst = silu(gate) * up elementwise. dst may be gate (or up).

@@ -551,7 +551,11 @@ func (b *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) error {
 	if overlaps(d, wt) || (overlaps(d, xt) && !same(d, xt)) {
 		return fmt.Errorf("cuda: %s: dst overlaps the weight or part of x", op)
 	}
-	return b.ctx.RMSNorm(d.ref(), xt.ref(), wt.ref(), xt.rows, xt.cols, eps)
+	if xt.cols == 0 {
+		return nil
+	}
+	// rows of x in groups of w's width: [n, h*g] as [n*h, g]
+	return b.ctx.RMSNorm(d.ref(), xt.ref(), wt.ref(), xt.rows*(xt.cols/wt.cols), wt.cols, eps)
 }
 
 // SwiGLU: dst = silu(gate) * up elementwise. dst may be gate (or up).

@@ -65,12 +65,12 @@ func (be *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) error {
 	if err := backend.CheckRMSNorm(d, xt, wt, eps); err != nil {
 		return fmt.Errorf("purego: %w", err)
 	}
-	c := xt.cols
-	if c == 0 {
+	c := wt.cols // rows of x are normalised in groups of w's width
+	if xt.cols == 0 {
 		return nil
 	}
 	wr := wt.f32[:c]
-	for i := 0; i < xt.rows; i++ {
+	for i := 0; i < xt.rows*(xt.cols/c); i++ {
 		xr, dr := xt.f32[i*c:(i+1)*c], d.f32[i*c:(i+1)*c]
 		var s0, s1, s2, s3 float64
 		e := 0

@@ -1,11 +1,13 @@
 // Package llama implements the LLaMA family of decoder-only transformers (Llama 2/3, Mistral's
-// layout, and relatives such as Qwen2 whose only difference is a bias on the query, key and value
-// projections): hyper-parameters and weights bound from a GGUF file, and a batched forward step
+// layout, and relatives: Qwen2, whose only difference is a bias on the query, key and value
+// projections, and Qwen3, whose queries and keys are RMS-normalised per head before the
+// rotation): hyper-parameters and weights bound from a GGUF file, and a batched forward step
 // over a shared block KV cache, written once against backend.Backend.
 //
 // The computation follows llama.cpp's graph for LLM_ARCH_LLAMA and LLM_ARCH_QWEN2 (src/llama-model.cpp,
-// llm_build_llama / llm_build_qwen2 at commit c392e5094deaf2d1a7c18683214f007fad3fe42b): RMSNorm,
-// rotary position embedding, grouped-query attention, SwiGLU feed-forward, tied or separate output.
+// llm_build_llama / llm_build_qwen2 at commit c392e5094deaf2d1a7c18683214f007fad3fe42b) and
+// LLM_ARCH_QWEN3 (llm_build_qwen3, added later): RMSNorm, rotary position embedding,
+// grouped-query attention, SwiGLU feed-forward, tied or separate output.
 package llama
 
 import (
@@ -32,6 +34,7 @@ type Config struct {
 	NormEps   float32
 	RoPE      backend.RoPE
 	QKVBias   bool
+	QKNorm    bool // queries and keys RMS-normalised per head before RoPE (qwen3)
 	TiedEmbed bool // output projection shares token_embd.weight
 }
 
@@ -39,10 +42,12 @@ type Config struct {
 var arches = map[string]struct {
 	rope    backend.RoPEMode
 	qkvBias bool
+	qkNorm  bool
 }{
-	"llama":   {backend.RoPENormal, false},
-	"mistral": {backend.RoPENormal, false},
-	"qwen2":   {backend.RoPENeoX, true},
+	"llama":   {backend.RoPENormal, false, false},
+	"mistral": {backend.RoPENormal, false, false},
+	"qwen2":   {backend.RoPENeoX, true, false},
+	"qwen3":   {backend.RoPENeoX, false, true},
 }
 
 // Supported reports whether arch is an architecture this package runs.
@@ -56,9 +61,9 @@ func ConfigFrom(f *gguf.File) (Config, error) {
 		if arch == "" {
 			return Config{}, fmt.Errorf("model has no general.architecture")
 		}
-		return Config{}, fmt.Errorf("unsupported model architecture %q (supported: llama, mistral, qwen2)", arch)
+		return Config{}, fmt.Errorf("unsupported model architecture %q (supported: llama, mistral, qwen2, qwen3)", arch)
 	}
-	c := Config{Arch: arch, QKVBias: a.qkvBias}
+	c := Config{Arch: arch, QKVBias: a.qkvBias, QKNorm: a.qkNorm}
 	p := arch + "."
 	req := func(key string, dst *int) error {
 		v, ok := f.Int(p + key)
@@ -94,6 +99,13 @@ func ConfigFrom(f *gguf.File) (Config, error) {
 	}
 	if err := opt("attention.key_length", &c.HeadDim, c.Dim/c.Heads); err != nil {
 		return Config{}, err
+	}
+	valueDim := c.HeadDim
+	if err := opt("attention.value_length", &valueDim, c.HeadDim); err != nil {
+		return Config{}, err
+	}
+	if valueDim != c.HeadDim {
+		return Config{}, fmt.Errorf("value heads of %d elements differ from key heads of %d, which Parley does not run", valueDim, c.HeadDim)
 	}
 	if c.KVHeads > c.Heads || c.Heads%c.KVHeads != 0 {
 		return Config{}, fmt.Errorf("%d query heads cannot share %d key/value heads", c.Heads, c.KVHeads)

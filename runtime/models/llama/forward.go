@@ -343,6 +343,9 @@ func (c *Context) ops(tokens []int32, b *backend.Batch, vs *tokViews, ov *outVie
 //
 //	x += Wo · attention(rope(Wq·norm(x)), rope(Wk·norm(x)), Wv·norm(x))
 //	x += Wdown · (silu(Wgate·norm(x)) * Wup·norm(x))
+//
+// with the biases a file has added after their products, and for qwen3 each head of the queries
+// and keys RMS-normalised (its own weights) before the rotation.
 func (c *Context) layer(li int, l *layer, vs *tokViews, b *backend.Batch) error {
 	m, be := c.m, c.m.be
 	if err := be.RMSNorm(vs.xn, vs.x, l.attnNorm, m.NormEps); err != nil {
@@ -356,6 +359,14 @@ func (c *Context) layer(li int, l *layer, vs *tokViews, b *backend.Batch) error 
 			if err := be.AddRows(p.dst, p.dst, p.bias); err != nil {
 				return err
 			}
+		}
+	}
+	if l.qNorm != nil { // per head: [n, heads*headDim] in groups of headDim
+		if err := be.RMSNorm(vs.q, vs.q, l.qNorm, m.NormEps); err != nil {
+			return err
+		}
+		if err := be.RMSNorm(vs.k, vs.k, l.kNorm, m.NormEps); err != nil {
+			return err
 		}
 	}
 	if err := be.Rope(vs.q, m.Heads, m.RoPE, b); err != nil {

@@ -29,6 +29,8 @@ type layer struct {
 	wq         backend.Tensor // [heads*headDim, dim]
 	wk, wv     backend.Tensor // [kvHeads*headDim, dim]
 	bq, bk, bv backend.Tensor // [1, ...] biases (qwen2; llama files may have them too); nil otherwise
+	qNorm      backend.Tensor // [1, headDim] attn_q_norm.weight (qwen3), or nil
+	kNorm      backend.Tensor // [1, headDim] attn_k_norm.weight (qwen3), or nil
 	wo         backend.Tensor // [dim, heads*headDim]
 	bo         backend.Tensor // [1, dim] attn_output.bias, or nil
 	ffnNorm    backend.Tensor // [1, dim]
@@ -90,6 +92,14 @@ func Load(f *gguf.File, be backend.Backend) (*Model, error) {
 			{&l.wDown, "ffn_down.weight", c.Dim, c.FFN, false},
 		} {
 			if *w.dst, err = m.load(f, name(w.name), w.rows, w.cols, w.norm); err != nil {
+				return nil, err
+			}
+		}
+		if c.QKNorm {
+			if l.qNorm, err = m.load(f, name("attn_q_norm.weight"), 1, c.HeadDim, true); err != nil {
+				return nil, err
+			}
+			if l.kNorm, err = m.load(f, name("attn_k_norm.weight"), 1, c.HeadDim, true); err != nil {
 				return nil, err
 			}
 		}

@@ -51,8 +51,11 @@ type refGen struct {
 //     flips fall; two of Parley's backends agree with each other to 4e-6 until the first flip and
 //     to 3e-3 after it; Q4_0 agrees to 1e-6). F16 and Q8_0 weights
 //     stay further off (medians about 1.5e-3 and 8e-3) although a float64 implementation that
-//     converts activations as described shows the same spread: llama.cpp's kernels for these two
-//     types at the reference commit must round somewhere we have not identified;
+//     converts activations as described shows the same spread. For Q8_0 the kernels round in
+//     different places: llama.cpp's x86 dot product (ggml_vec_dot_q8_0_q8_0) keeps eight F32
+//     partial sums across the blocks, one per four-element lane, and adds them at the end, where
+//     Parley adds each block's exact integer sum once, scaled (see native/cpu/packed.c); F16's
+//     we have not traced;
 //   - max: single flips reach about 3e-2 (F32, F16) and 0.4 (Q8_0, Q4_0, whose activation
 //     steps are coarser).
 //

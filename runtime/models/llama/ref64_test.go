@@ -124,6 +124,14 @@ func (r *ref64) step(tok int32) []float64 {
 				}
 			}
 		}
+		if c.QKNorm { // per head, before the rotation
+			for h := 0; h < c.Heads; h++ {
+				copy(q[h*c.HeadDim:], r.rmsnorm(q[h*c.HeadDim:(h+1)*c.HeadDim], p+"attn_q_norm.weight"))
+			}
+			for h := 0; h < c.KVHeads; h++ {
+				copy(k[h*c.HeadDim:], r.rmsnorm(k[h*c.HeadDim:(h+1)*c.HeadDim], p+"attn_k_norm.weight"))
+			}
+		}
 		r.rope(q, c.Heads, pos)
 		r.rope(k, c.KVHeads, pos)
 		if r.kvRound != nil {
