@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "293059a847d06317cfae3adaf1055a38d914d0cee3e668663512a5c6f0c88e81"
+const nativeSources = "6710268a7b90a21f479b96a53744effc4596c12445e0c70f9e531f1425588828"

@@ -45,7 +45,7 @@ func TestArgumentChecks(t *testing.T) {
 		{"MatMul x past its buffer", c.MatMul(dst, Ref{Buf: b[0], Off: 4}, n, k, w, tensor.F32, m)},
 		{"MatMul negative offset", c.MatMul(dst, Ref{Buf: b[0], Off: -4}, n, k, w, tensor.F32, m)},
 		{"MatMul Q8_0 with k not a multiple of 32", c.MatMul(dst, x, n, 33, w, tensor.Q8_0, m)},
-		{"MatMul unsupported weights", c.MatMul(dst, x, n, 256, w, tensor.Q2_K, m)},
+		{"MatMul unsupported weights", c.MatMul(dst, x, n, 256, w, tensor.IQ2_XXS, m)},
 		{"MatMul buffer of another context", c.MatMul(dst, Ref{Buf: ob[0]}, n, k, w, tensor.F32, m)},
 		{"MatMul closed buffer", c.MatMul(dst, Ref{Buf: closed}, n, k, w, tensor.F32, m)},
 		{"MatMuls five matrices", c.MatMuls(make([]Ref, 5), x, n, k, make([]Ref, 5), tensor.F16, make([]int, 5))},
@@ -89,8 +89,8 @@ func TestArgumentChecks(t *testing.T) {
 			t.Errorf("%s: reached C: %v", tc.name, tc.err)
 		}
 	}
-	if err := c.GetRows(dst, w, tensor.Q2_K, m, 256, nil); !errors.Is(err, backend.ErrUnsupported) {
-		t.Errorf("GetRows of Q2_K: %v, want ErrUnsupported", err)
+	if err := c.GetRows(dst, w, tensor.IQ2_XXS, m, 256, nil); !errors.Is(err, backend.ErrUnsupported) {
+		t.Errorf("GetRows of IQ2_XXS: %v, want ErrUnsupported", err)
 	}
 
 	good := []struct {

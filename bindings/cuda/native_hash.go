@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "2ae115abd55b0930401c5af07aa0140ad82a51c3a3438686245b9dd8f122f58b"
+const nativeSources = "4bc4dd9c4147550e1dd142a59e48186f38fa14886e8583183149a3a346793696"

@@ -144,15 +144,16 @@ void plx_dequant_row(int dtype, const void *src, float *dst, int64_t n);
  * lane's code sum).
  *
  * A weight row is unpacked (into a panel) as 3*kp bytes: uint8 codes u [kp], the float scale of
- * each lane dw [kp/4] (Q4_K/Q5_K: d*scale of the sub-block, Q6_K: d*scale of the 16-element
- * group), and for types with minimums the float minimum term mn [kp/4] (Q4_1/Q5_1: m; Q4_K/Q5_K:
- * -dmin*min of the sub-block). Then
+ * each lane dw [kp/4] (Q4_K/Q5_K: d*scale of the sub-block; Q2_K, Q3_K, Q6_K: d*scale of the
+ * 16-element group, Q3_K's scale less 32), and for types with minimums the float minimum term
+ * mn [kp/4] (Q4_1/Q5_1: m; Q4_K/Q5_K: -dmin*min of the sub-block; Q2_K: -dmin*min of the
+ * 16-element group). Then
  *     w . x = sum_l dw[l]*dx[l]*(sum_t u[4l+t]*q[4l+t] + bias[l]) + sum_l mn[l]*aux[l]
  * with every integer part exact, as ggml's kernels decompose it.
  *
- * Offsets: Q4_0 8, Q5_0 16, Q6_K 32, Q8_0 128 (codes stored as w+128, AVX-512 only); Q4_1,
- * Q5_1, Q4_K, Q5_K have minimums instead. Below AVX-512 Q8_0 codes are stored signed (no
- * offset): the 16-bit pair sums of vpmaddubsw would saturate on w+128, so the AVX2 kernel
+ * Offsets: Q3_K 4, Q4_0 8, Q5_0 16, Q6_K 32, Q8_0 128 (codes stored as w+128, AVX-512 only);
+ * Q4_1, Q5_1, Q2_K, Q4_K, Q5_K have minimums instead. Below AVX-512 Q8_0 codes are stored signed
+ * (no offset): the 16-bit pair sums of vpmaddubsw would saturate on w+128, so the AVX2 kernel
  * applies the sign trick instead.
  */
 typedef struct {
@@ -162,6 +163,28 @@ typedef struct {
     int has_min;  /* type has per-block minimums */
     int signed_u; /* codes are signed bytes (Q8_0 on AVX2) */
 } plx_qinfo;
+
+/* plx_type_has_min reports whether weights of quantised type t carry minimums (value =
+ * scale*code - min) rather than a code offset; constant-folded for a constant t. */
+static inline int plx_type_has_min(int t) {
+    return t == PL_Q4_1 || t == PL_Q5_1 || t == PL_Q2_K || t == PL_Q4_K || t == PL_Q5_K;
+}
+
+/* plx_q3k_scales unpacks the twelve bytes of a Q3_K super-block's scales into its sixteen 6-bit
+ * scales less 32 (-32..31), as ggml does: the low four bits of scale s are nibble s/8 of byte
+ * s%8, the high two bits are bits 2*(s/4)..2*(s/4)+1 of byte 8 + s%4. */
+static inline void plx_q3k_scales(const uint8_t *p, int8_t sc[16]) {
+    const uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f;
+    uint32_t a[4];
+    memcpy(a, p, 12);
+    const uint32_t tmp = a[2];
+    a[2] = ((a[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
+    a[3] = ((a[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
+    a[0] = (a[0] & kmask2) | (((tmp >> 0) & kmask1) << 4);
+    a[1] = (a[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
+    const uint8_t *b = (const uint8_t *)a;
+    for (int s = 0; s < 16; s++) sc[s] = (int8_t)(b[s] - 32);
+}
 
 /* plx_qinfo_for fills qi for weights of wtype under ISA isa; returns 0 if wtype is not a
  * quantised type the integer kernels handle. */

@@ -212,7 +212,7 @@ QK_AVX512(qk_avx512_min_4, AVX512_RM, 4, 1)
 __attribute__((always_inline)) PL_TARGET_AVX512 static inline void
 gemv512n_t(const int T, const int RN, const uint8_t *w, size_t wrow, int64_t nrows, int64_t k,
            const uint8_t *act, int64_t as, float *out, int64_t ldo) {
-    const int has_min = T == PL_Q4_1 || T == PL_Q5_1 || T == PL_Q4_K || T == PL_Q5_K;
+    const int has_min = plx_type_has_min(T);
     const int64_t kp = plx_kpad(k);
     const int64_t span = (int64_t)wrow * 64 / k;
     const __m512i zero = _mm512_setzero_si512();
@@ -263,6 +263,8 @@ GEMV512N_ALL(PL_Q4_1, q4_1)
 GEMV512N_ALL(PL_Q5_0, q5_0)
 GEMV512N_ALL(PL_Q5_1, q5_1)
 GEMV512N_ALL(PL_Q8_0, q8_0)
+GEMV512N_ALL(PL_Q2_K, q2_k)
+GEMV512N_ALL(PL_Q3_K, q3_k)
 GEMV512N_ALL(PL_Q4_K, q4_k)
 GEMV512N_ALL(PL_Q5_K, q5_k)
 GEMV512N_ALL(PL_Q6_K, q6_k)
@@ -278,6 +280,8 @@ GEMV512(gemv512_q4_1, PL_Q4_1)
 GEMV512(gemv512_q5_0, PL_Q5_0)
 GEMV512(gemv512_q5_1, PL_Q5_1)
 GEMV512(gemv512_q8_0, PL_Q8_0)
+GEMV512(gemv512_q2_k, PL_Q2_K)
+GEMV512(gemv512_q3_k, PL_Q3_K)
 GEMV512(gemv512_q4_k, PL_Q4_K)
 GEMV512(gemv512_q5_k, PL_Q5_K)
 GEMV512(gemv512_q6_k, PL_Q6_K)
@@ -291,7 +295,7 @@ GEMV512(gemv512_q6_k, PL_Q6_K)
 __attribute__((always_inline)) PL_TARGET_AVX2 static inline void
 gemv256_t(const int T, const int RN, const uint8_t *w, size_t wrow, int64_t nrows, int64_t k,
           const uint8_t *act, int64_t as, float *out, int64_t ldo) {
-    const int has_min = T == PL_Q4_1 || T == PL_Q5_1 || T == PL_Q4_K || T == PL_Q5_K;
+    const int has_min = plx_type_has_min(T);
     const int64_t kp = plx_kpad(k);
     const int64_t span = (int64_t)wrow * 32 / k; /* bytes of weights a unit covers */
     const __m256i ones = _mm256_set1_epi16(1);
@@ -343,6 +347,8 @@ GEMV256(gemv256_q4_1, PL_Q4_1)
 GEMV256(gemv256_q5_0, PL_Q5_0)
 GEMV256(gemv256_q5_1, PL_Q5_1)
 GEMV256(gemv256_q8_0, PL_Q8_0)
+GEMV256(gemv256_q2_k, PL_Q2_K)
+GEMV256(gemv256_q3_k, PL_Q3_K)
 GEMV256(gemv256_q4_k, PL_Q4_K)
 GEMV256(gemv256_q5_k, PL_Q5_K)
 GEMV256(gemv256_q6_k, PL_Q6_K)
@@ -351,6 +357,8 @@ GEMV256N_ALL(PL_Q4_1, q4_1)
 GEMV256N_ALL(PL_Q5_0, q5_0)
 GEMV256N_ALL(PL_Q5_1, q5_1)
 GEMV256N_ALL(PL_Q8_0, q8_0)
+GEMV256N_ALL(PL_Q2_K, q2_k)
+GEMV256N_ALL(PL_Q3_K, q3_k)
 GEMV256N_ALL(PL_Q4_K, q4_k)
 GEMV256N_ALL(PL_Q5_K, q5_k)
 GEMV256N_ALL(PL_Q6_K, q6_k)
@@ -370,6 +378,8 @@ typedef void (*plx_gemv_fn)(const uint8_t *w, size_t wrow, int64_t nrows, int64_
     case PL_Q5_0: F(q5_0);                                                                       \
     case PL_Q5_1: F(q5_1);                                                                       \
     case PL_Q8_0: F(q8_0);                                                                       \
+    case PL_Q2_K: F(q2_k);                                                                       \
+    case PL_Q3_K: F(q3_k);                                                                       \
     case PL_Q4_K: F(q4_k);                                                                       \
     case PL_Q5_K: F(q5_k);                                                                       \
     case PL_Q6_K: F(q6_k);                                                                       \

@@ -83,6 +83,46 @@ static void dq_q8_1(const uint8_t *b, float *y) {
     for (int j = 0; j < 32; j++) y[j] = (int8_t)b[4 + j] * d;
 }
 
+/* Q2_K: 2-bit codes, a 4-bit scale (low nibble) and a 4-bit minimum (high nibble) per 16
+ * elements, times the F16 d and dmin. Codes: bits 2r..2r+1 of byte l of each 32-byte half of qs
+ * hold element 32r+l of that half's 128. */
+static void dq_q2_k(const uint8_t *b, float *y) {
+    float d = rdh(b + 80), dmin = rdh(b + 82);
+    const uint8_t *sc = b, *q = b + 16;
+    for (int n = 0; n < QKK; n += 128, q += 32) {
+        for (int shift = 0; shift < 8; shift += 2) {
+            uint8_t s = *sc++;
+            float dl = d * (s & 0xF), ml = dmin * (s >> 4);
+            for (int l = 0; l < 16; l++) *y++ = dl * (float)((q[l] >> shift) & 3) - ml;
+            s = *sc++;
+            dl = d * (s & 0xF);
+            ml = dmin * (s >> 4);
+            for (int l = 0; l < 16; l++) *y++ = dl * (float)((q[l + 16] >> shift) & 3) - ml;
+        }
+    }
+}
+
+/* Q3_K: 3-bit codes, the low two bits laid out as Q2_K's, the third in hmask (bit 4h+r of byte l
+ * for element 32r+l of half h); the value is the code less 4 (ggml subtracts 4 where the hmask
+ * bit is clear), times d and the group's 6-bit scale less 32. */
+static void dq_q3_k(const uint8_t *b, float *y) {
+    float d = rdh(b + 108);
+    const uint8_t *hm = b, *q = b + 32;
+    int8_t sc[16];
+    plx_q3k_scales(b + 96, sc);
+    int is = 0;
+    uint8_t m = 1;
+    for (int n = 0; n < QKK; n += 128, q += 32) {
+        for (int shift = 0; shift < 8; shift += 2, m <<= 1) {
+            float dl = d * sc[is++];
+            for (int l = 0; l < 16; l++) *y++ = dl * (((q[l] >> shift) & 3) - (hm[l] & m ? 0 : 4));
+            dl = d * sc[is++];
+            for (int l = 0; l < 16; l++)
+                *y++ = dl * (((q[l + 16] >> shift) & 3) - (hm[l + 16] & m ? 0 : 4));
+        }
+    }
+}
+
 static void dq_q4_k(const uint8_t *b, float *y) {
     float d = rdh(b), dmin = rdh(b + 2);
     const uint8_t *sc = b + 4, *q = b + 16;
@@ -185,6 +225,8 @@ void plx_dequant_row(int dtype, const void *src, float *dst, int64_t n) {
     case PL_Q5_1: f = dq_q5_1; break;
     case PL_Q8_0: f = dq_q8_0; break;
     case PL_Q8_1: f = dq_q8_1; break;
+    case PL_Q2_K: f = dq_q2_k; break;
+    case PL_Q3_K: f = dq_q3_k; break;
     case PL_Q4_K: f = dq_q4_k; break;
     case PL_Q5_K: f = dq_q5_k; break;
     case PL_Q6_K: f = dq_q6_k; break;
@@ -464,6 +506,8 @@ int plx_qinfo_for(int wtype, int isa, plx_qinfo *qi) {
         break;
     case PL_Q4_1: qi->vtype = PL_Q8_1; qi->has_min = 1; break;
     case PL_Q5_1: qi->vtype = PL_Q8_1; qi->has_min = 1; break;
+    case PL_Q2_K: qi->vtype = PL_Q8_K; qi->has_min = 1; break;
+    case PL_Q3_K: qi->vtype = PL_Q8_K; qi->off = 4; break;
     case PL_Q4_K: qi->vtype = PL_Q8_K; qi->has_min = 1; break;
     case PL_Q5_K: qi->vtype = PL_Q8_K; qi->has_min = 1; break;
     case PL_Q6_K: qi->vtype = PL_Q8_K; qi->off = 32; break;
@@ -599,6 +643,44 @@ static void up_q8_0(const uint8_t *b, uint8_t *u, float *dw, float *mn, int isa)
     for (int l = 0; l < 8; l++) dw[l] = d;
 }
 
+/* Q2_K: codes 0..3 in element order; per lane d*scale and -dmin*min of its 16-element group. */
+static void up_q2_k(const uint8_t *b, uint8_t *u, float *dw, float *mn, int isa) {
+    (void)isa;
+    float d = rdh(b + 80), dmin = rdh(b + 82);
+    const uint8_t *q = b + 16;
+    for (int h = 0; h < 2; h++, q += 32, u += 128) {
+        for (int r = 0; r < 4; r++) {
+            for (int l = 0; l < 32; l++) u[32 * r + l] = (q[l] >> (2 * r)) & 3;
+        }
+    }
+    for (int s = 0; s < 16; s++) {
+        for (int l = 0; l < 4; l++) {
+            dw[s * 4 + l] = d * (float)(b[s] & 0xF);
+            mn[s * 4 + l] = -dmin * (float)(b[s] >> 4);
+        }
+    }
+}
+
+/* Q3_K: codes 0..7 (the value is the code less 4, removed through the activation bias); per lane
+ * d*(scale-32) of its 16-element group. */
+static void up_q3_k(const uint8_t *b, uint8_t *u, float *dw, float *mn, int isa) {
+    (void)mn;
+    (void)isa;
+    const uint8_t *hm = b, *q = b + 32;
+    for (int h = 0; h < 2; h++, q += 32, u += 128) {
+        for (int r = 0; r < 4; r++) {
+            for (int l = 0; l < 32; l++)
+                u[32 * r + l] = (uint8_t)(((q[l] >> (2 * r)) & 3) | (((hm[l] >> (4 * h + r)) & 1) << 2));
+        }
+    }
+    int8_t sc[16];
+    plx_q3k_scales(b + 96, sc);
+    float d = rdh(b + 108);
+    for (int s = 0; s < 16; s++) {
+        for (int l = 0; l < 4; l++) dw[s * 4 + l] = d * (float)sc[s];
+    }
+}
+
 static void up_q4_k(const uint8_t *b, uint8_t *u, float *dw, float *mn, int isa) {
     (void)isa;
     float d = rdh(b), dmin = rdh(b + 2);
@@ -667,6 +749,8 @@ static plx_up_fn up_scalar_for(int wtype) {
     case PL_Q5_0: return up_q5_0;
     case PL_Q5_1: return up_q5_1;
     case PL_Q8_0: return up_q8_0;
+    case PL_Q2_K: return up_q2_k;
+    case PL_Q3_K: return up_q3_k;
     case PL_Q4_K: return up_q4_k;
     case PL_Q5_K: return up_q5_k;
     case PL_Q6_K: return up_q6_k;
@@ -691,7 +775,7 @@ unpack512_t(const int T, const uint8_t *row, int64_t k, uint8_t *u, float *dw, f
     PLX_FOR_UNITS(T, row, k, ui, o, {
         _mm512_store_si512((__m512i *)(u + 64 * ui), o.u);
         _mm512_store_ps(dw + 16 * ui, o.dw);
-        if (T == PL_Q4_1 || T == PL_Q5_1 || T == PL_Q4_K || T == PL_Q5_K)
+        if (plx_type_has_min(T))
             _mm512_store_ps(mn + 16 * ui, o.mn);
     });
 }
@@ -701,7 +785,7 @@ unpack256_t(const int T, const uint8_t *row, int64_t k, uint8_t *u, float *dw, f
     PLX_FOR_UNITS8(T, row, k, ui, o, {
         _mm256_store_si256((__m256i *)(u + 32 * ui), o.u);
         _mm256_store_ps(dw + 8 * ui, o.dw);
-        if (T == PL_Q4_1 || T == PL_Q5_1 || T == PL_Q4_K || T == PL_Q5_K)
+        if (plx_type_has_min(T))
             _mm256_store_ps(mn + 8 * ui, o.mn);
     });
 }
@@ -714,6 +798,8 @@ PL_TARGET_AVX2 static void unpack_avx2(const plx_qinfo *qi, const uint8_t *row, 
     case PL_Q5_0: unpack256_t(PL_Q5_0, row, k, u, dw, mn); break;
     case PL_Q5_1: unpack256_t(PL_Q5_1, row, k, u, dw, mn); break;
     case PL_Q8_0: unpack256_t(PL_Q8_0, row, k, u, dw, mn); break;
+    case PL_Q2_K: unpack256_t(PL_Q2_K, row, k, u, dw, mn); break;
+    case PL_Q3_K: unpack256_t(PL_Q3_K, row, k, u, dw, mn); break;
     case PL_Q4_K: unpack256_t(PL_Q4_K, row, k, u, dw, mn); break;
     case PL_Q5_K: unpack256_t(PL_Q5_K, row, k, u, dw, mn); break;
     case PL_Q6_K: unpack256_t(PL_Q6_K, row, k, u, dw, mn); break;
@@ -728,6 +814,8 @@ PL_TARGET_AVX512 static void unpack_avx512(const plx_qinfo *qi, const uint8_t *r
     case PL_Q5_0: unpack512_t(PL_Q5_0, row, k, u, dw, mn); break;
     case PL_Q5_1: unpack512_t(PL_Q5_1, row, k, u, dw, mn); break;
     case PL_Q8_0: unpack512_t(PL_Q8_0, row, k, u, dw, mn); break;
+    case PL_Q2_K: unpack512_t(PL_Q2_K, row, k, u, dw, mn); break;
+    case PL_Q3_K: unpack512_t(PL_Q3_K, row, k, u, dw, mn); break;
     case PL_Q4_K: unpack512_t(PL_Q4_K, row, k, u, dw, mn); break;
     case PL_Q5_K: unpack512_t(PL_Q5_K, row, k, u, dw, mn); break;
     case PL_Q6_K: unpack512_t(PL_Q6_K, row, k, u, dw, mn); break;

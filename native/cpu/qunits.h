@@ -6,7 +6,8 @@
  *
  * A unit of a 32-element block type is two consecutive blocks (the second absent at the end of
  * a row of k = 32 mod 64 elements: two = 0). A unit of a 256-element super-block type is a
- * quarter super-block; its scales come from a per-super-block vector S prepared once.
+ * quarter super-block; its scales come from a per-super-block vector S prepared once (and its
+ * minimums, for Q2_K, from a second one, M).
  */
 #ifndef PARLEY_CPU_QUNITS_H
 #define PARLEY_CPU_QUNITS_H
@@ -140,6 +141,13 @@ PL_TARGET_AVX512 static inline void plx_unit_q5_k(const uint8_t *blk, int j, __m
     o->mn = _mm512_permutexvar_ps(plx_k45_idx(j, 1), S);
 }
 
+/* Lane index vector of quarter j for types with a scale per 16 elements (Q2_K, Q3_K, Q6_K):
+ * lanes 4g..4g+3 take entry 4j+g of S. */
+PL_TARGET_AVX512 static inline __m512i plx_k16_idx(int j) {
+    return _mm512_add_epi32(_mm512_set1_epi32(4 * j),
+                            _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+}
+
 /* Q6_K: S = d*sc_0..15 of the super-block at blk. */
 PL_TARGET_AVX512 static inline __m512 plx_sb_q6_k(const uint8_t *blk) {
     __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 192))));
@@ -158,9 +166,52 @@ PL_TARGET_AVX512 static inline void plx_unit_q6_k(const uint8_t *blk, int j, __m
     hh = _mm512_mask_srli_epi16(hh, 0xFFFF0000u, hh, 2);
     hh = _mm512_slli_epi16(_mm512_and_si512(hh, _mm512_set1_epi8(3)), 4);
     o->u = _mm512_or_si512(_mm512_and_si512(l, _mm512_set1_epi8(0x0F)), hh);
-    __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(4 * j),
-                                   _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
-    o->dw = _mm512_permutexvar_ps(idx, S);
+    o->dw = _mm512_permutexvar_ps(plx_k16_idx(j), S);
+    o->mn = _mm512_setzero_ps();
+}
+
+/* Q2_K: *S = d*scale_0..15 and *M = -dmin*min_0..15 of the super-block at blk. */
+PL_TARGET_AVX512 static inline void plx_sb_q2_k(const uint8_t *blk, __m512 *S, __m512 *M) {
+    __m128i v = _mm_loadu_si128((const __m128i *)blk);
+    __m128i lo = _mm_and_si128(v, _mm_set1_epi8(0x0F));
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F));
+    *S = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo)), _mm512_set1_ps(_cvtsh_ss(plx_rd16(blk + 80))));
+    *M = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)), _mm512_set1_ps(-_cvtsh_ss(plx_rd16(blk + 82))));
+}
+
+/* The 2-bit codes of quarter j (elements 64j..64j+63) of the qs array at q: half h = j/2, bit
+ * pairs 2j%4 (first 32) and 2j%4+1 (last 32) of its 32 bytes. */
+PL_TARGET_AVX512 static inline __m512i plx_q2bits(const uint8_t *q, int j) {
+    __m512i z = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(q + 32 * (j >> 1))));
+    if (j & 1) z = _mm512_srli_epi16(z, 4);
+    z = _mm512_mask_srli_epi16(z, 0xFFFF0000u, z, 2);
+    return _mm512_and_si512(z, _mm512_set1_epi8(3));
+}
+
+PL_TARGET_AVX512 static inline void plx_unit_q2_k(const uint8_t *blk, int j, __m512 S, __m512 M, plx_unit *o) {
+    o->u = plx_q2bits(blk + 16, j);
+    o->dw = _mm512_permutexvar_ps(plx_k16_idx(j), S);
+    o->mn = _mm512_permutexvar_ps(plx_k16_idx(j), M);
+}
+
+/* Q3_K: S = d*(scale_0..15 - 32) of the super-block at blk. */
+PL_TARGET_AVX512 static inline __m512 plx_sb_q3_k(const uint8_t *blk) {
+    int8_t sc[16];
+    plx_q3k_scales(blk + 96, sc);
+    __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)sc)));
+    return _mm512_mul_ps(v, _mm512_set1_ps(_cvtsh_ss(plx_rd16(blk + 108))));
+}
+
+/* Quarter j: the low two bits as Q2_K's, the third from hmask bits 2j (first 32 elements) and
+ * 2j+1 (last 32). */
+PL_TARGET_AVX512 static inline void plx_unit_q3_k(const uint8_t *blk, int j, __m512 S, plx_unit *o) {
+    __m512i z = plx_q2bits(blk + 32, j);
+    __m256i hm = _mm256_loadu_si256((const __m256i *)blk);
+    __mmask32 h0 = _mm256_test_epi8_mask(hm, _mm256_set1_epi8((char)(1 << (2 * j))));
+    __mmask32 h1 = _mm256_test_epi8_mask(hm, _mm256_set1_epi8((char)(2 << (2 * j))));
+    __mmask64 h = (__mmask64)h0 | (__mmask64)h1 << 32;
+    o->u = _mm512_mask_add_epi8(z, h, z, _mm512_set1_epi8(4));
+    o->dw = _mm512_permutexvar_ps(plx_k16_idx(j), S);
     o->mn = _mm512_setzero_ps();
 }
 
@@ -172,11 +223,18 @@ static inline int plx_ts(int t) {
     case PL_Q5_0: return 22;
     case PL_Q5_1: return 24;
     case PL_Q8_0: return 34;
+    case PL_Q2_K: return 84;
+    case PL_Q3_K: return 110;
     case PL_Q4_K: return 144;
     case PL_Q5_K: return 176;
     case PL_Q6_K: return 210;
     }
     return 0;
+}
+
+/* plx_kq reports whether t is a 256-element super-block type (constant-folded likewise). */
+static inline int plx_kq(int t) {
+    return t == PL_Q2_K || t == PL_Q3_K || t == PL_Q4_K || t == PL_Q5_K || t == PL_Q6_K;
 }
 
 /* ---- AVX2: units of 32 elements (one block, or one 32-element sub-block of a super-block),
@@ -282,6 +340,65 @@ PL_TARGET_AVX2 static inline void plx_unit8_q6_k(const uint8_t *blk, int j, cons
     o->mn = _mm256_setzero_ps();
 }
 
+/* Types with a scale per 16 elements keep a super-block's sixteen scales in two vectors, groups
+ * 0-7 and 8-15. plx_pair8 returns the lanes of 32-element unit j (0..7): [s[2j] x4, s[2j+1] x4]. */
+PL_TARGET_AVX2 static inline __m256 plx_pair8(const __m256 s[2], int j) {
+    const __m256i idx = _mm256_add_epi32(_mm256_set1_epi32(2 * (j & 3)), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+    return _mm256_permutevar8x32_ps(s[j >> 2], idx);
+}
+
+/* [f(b[0..7]), f(b[8..15])] * m for sixteen bytes b: as unsigned or signed integers. */
+PL_TARGET_AVX2 static inline void plx_bytes16_ps(__m128i b, int sgn, __m256 m, __m256 o[2]) {
+    __m128i hi = _mm_unpackhi_epi64(b, b);
+    __m256i v0 = sgn ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+    __m256i v1 = sgn ? _mm256_cvtepi8_epi32(hi) : _mm256_cvtepu8_epi32(hi);
+    o[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(v0), m);
+    o[1] = _mm256_mul_ps(_mm256_cvtepi32_ps(v1), m);
+}
+
+/* The 2-bit codes of 32-element unit j (0..7) of the qs array at q (Q2_K, Q3_K): bit pair j%4 of
+ * the 32 bytes of half j/4. */
+PL_TARGET_AVX2 static inline __m256i plx_q2bits8(const uint8_t *q, int j) {
+    __m256i z = _mm256_loadu_si256((const __m256i *)(q + 32 * (j >> 2)));
+    z = _mm256_srl_epi16(z, _mm_cvtsi32_si128(2 * (j & 3)));
+    return _mm256_and_si256(z, _mm256_set1_epi8(3));
+}
+
+/* Q2_K super-block scales (see plx_pair8): sc = d*scale, mn = -dmin*min of each 16 elements. */
+PL_TARGET_AVX2 static inline void plx_sb8_q2_k(const uint8_t *blk, __m256 sc[2], __m256 mn[2]) {
+    __m128i v = _mm_loadu_si128((const __m128i *)blk);
+    __m128i lo = _mm_and_si128(v, _mm_set1_epi8(0x0F));
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F));
+    plx_bytes16_ps(lo, 0, _mm256_set1_ps(plx_h2f(blk + 80)), sc);
+    plx_bytes16_ps(hi, 0, _mm256_set1_ps(-plx_h2f(blk + 82)), mn);
+}
+
+/* 32-element unit j (0..7) of a Q2_K super-block. */
+PL_TARGET_AVX2 static inline void plx_unit8_q2_k(const uint8_t *blk, int j, const __m256 sc[2], const __m256 mn[2], plx_unit8 *o) {
+    o->u = plx_q2bits8(blk + 16, j);
+    o->dw = plx_pair8(sc, j);
+    o->mn = plx_pair8(mn, j);
+}
+
+/* Q3_K super-block scales (see plx_pair8): d*(scale-32) of each 16 elements. */
+PL_TARGET_AVX2 static inline void plx_sb8_q3_k(const uint8_t *blk, __m256 dsc[2]) {
+    int8_t sc[16];
+    plx_q3k_scales(blk + 96, sc);
+    plx_bytes16_ps(_mm_loadu_si128((const __m128i *)sc), 1, _mm256_set1_ps(plx_h2f(blk + 108)), dsc);
+}
+
+/* 32-element unit j (0..7) of a Q3_K super-block: the low two bits as Q2_K's, the third from bit
+ * j of the 32 hmask bytes. */
+PL_TARGET_AVX2 static inline void plx_unit8_q3_k(const uint8_t *blk, int j, const __m256 dsc[2], plx_unit8 *o) {
+    __m256i q = plx_q2bits8(blk + 32, j);
+    __m256i hm = _mm256_loadu_si256((const __m256i *)blk);
+    /* bit j to bit 2 (16-bit shifts: the mask drops the other byte's bits) */
+    __m256i hb = j >= 2 ? _mm256_srli_epi16(hm, j - 2) : _mm256_slli_epi16(hm, 2 - j);
+    o->u = _mm256_or_si256(q, _mm256_and_si256(hb, _mm256_set1_epi8(4)));
+    o->dw = plx_pair8(dsc, j);
+    o->mn = _mm256_setzero_ps();
+}
+
 /* PLX_FOR_UNITS8 runs BODY for each 32-element unit of a weight row (as PLX_FOR_UNITS). */
 #define PLX_FOR_UNITS8(T, row, k, UI, O, BODY)                                              \
     do {                                                                                    \
@@ -294,6 +411,28 @@ PL_TARGET_AVX2 static inline void plx_unit8_q6_k(const uint8_t *blk, int j, cons
                 for (int j_ = 0; j_ < 8; j_++) {                                            \
                     const int64_t UI = sb_ * 8 + j_;                                        \
                     plx_unit8_k45(T, blk_, j_, sc_, mn_, &O);                               \
+                    BODY                                                                    \
+                }                                                                           \
+            }                                                                               \
+        } else if ((T) == PL_Q2_K) {                                                        \
+            __m256 sc_[2], mn_[2];                                                          \
+            for (int64_t sb_ = 0; sb_ < (k) / 256; sb_++) {                                 \
+                const uint8_t *blk_ = (row) + sb_ * 84;                                     \
+                plx_sb8_q2_k(blk_, sc_, mn_);                                               \
+                for (int j_ = 0; j_ < 8; j_++) {                                            \
+                    const int64_t UI = sb_ * 8 + j_;                                        \
+                    plx_unit8_q2_k(blk_, j_, sc_, mn_, &O);                                 \
+                    BODY                                                                    \
+                }                                                                           \
+            }                                                                               \
+        } else if ((T) == PL_Q3_K) {                                                        \
+            __m256 ds_[2];                                                                  \
+            for (int64_t sb_ = 0; sb_ < (k) / 256; sb_++) {                                 \
+                const uint8_t *blk_ = (row) + sb_ * 110;                                    \
+                plx_sb8_q3_k(blk_, ds_);                                                    \
+                for (int j_ = 0; j_ < 8; j_++) {                                            \
+                    const int64_t UI = sb_ * 8 + j_;                                        \
+                    plx_unit8_q3_k(blk_, j_, ds_, &O);                                      \
                     BODY                                                                    \
                 }                                                                           \
             }                                                                               \
@@ -332,13 +471,19 @@ PL_TARGET_AVX2 static inline void plx_unit8_q6_k(const uint8_t *blk, int j, cons
 #define PLX_FOR_UNITS(T, row, k, UI, O, BODY)                                              \
     do {                                                                                   \
         plx_unit O;                                                                        \
-        if ((T) == PL_Q4_K || (T) == PL_Q5_K || (T) == PL_Q6_K) {                          \
+        if (plx_kq(T)) {                                                                   \
             for (int64_t sb_ = 0; sb_ < (k) / 256; sb_++) {                                \
                 const uint8_t *blk_ = (row) + sb_ * plx_ts(T);                             \
-                const __m512 S_ = (T) == PL_Q6_K ? plx_sb_q6_k(blk_) : plx_sb_k45(blk_);   \
+                __m512 S_, M_ = _mm512_setzero_ps(); /* M_: Q2_K's minimums */             \
+                if ((T) == PL_Q2_K) plx_sb_q2_k(blk_, &S_, &M_);                           \
+                else if ((T) == PL_Q3_K) S_ = plx_sb_q3_k(blk_);                           \
+                else if ((T) == PL_Q6_K) S_ = plx_sb_q6_k(blk_);                           \
+                else S_ = plx_sb_k45(blk_);                                                \
                 for (int j_ = 0; j_ < 4; j_++) {                                           \
                     const int64_t UI = sb_ * 4 + j_;                                       \
-                    if ((T) == PL_Q4_K) plx_unit_q4_k(blk_, j_, S_, &O);                   \
+                    if ((T) == PL_Q2_K) plx_unit_q2_k(blk_, j_, S_, M_, &O);               \
+                    else if ((T) == PL_Q3_K) plx_unit_q3_k(blk_, j_, S_, &O);              \
+                    else if ((T) == PL_Q4_K) plx_unit_q4_k(blk_, j_, S_, &O);              \
                     else if ((T) == PL_Q5_K) plx_unit_q5_k(blk_, j_, S_, &O);              \
                     else plx_unit_q6_k(blk_, j_, S_, &O);                                  \
                     BODY                                                                   \

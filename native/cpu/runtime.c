@@ -76,7 +76,7 @@ int plx_block_size(int dtype) {
     switch (dtype) {
     case PL_F32: case PL_F16: case PL_BF16: return 1;
     case PL_Q4_0: case PL_Q4_1: case PL_Q5_0: case PL_Q5_1: case PL_Q8_0: case PL_Q8_1: return 32;
-    case PL_Q4_K: case PL_Q5_K: case PL_Q6_K: case PL_Q8_K: return 256;
+    case PL_Q2_K: case PL_Q3_K: case PL_Q4_K: case PL_Q5_K: case PL_Q6_K: case PL_Q8_K: return 256;
     }
     return 0;
 }
@@ -91,6 +91,8 @@ int plx_type_size(int dtype) {
     case PL_Q5_1: return 24;
     case PL_Q8_0: return 34;
     case PL_Q8_1: return 36;
+    case PL_Q2_K: return 84;
+    case PL_Q3_K: return 110;
     case PL_Q4_K: return 144;
     case PL_Q5_K: return 176;
     case PL_Q6_K: return 210;
@@ -111,7 +113,7 @@ int pl_vec_dot_type(int dtype) {
     case PL_F32: case PL_F16: case PL_BF16: return dtype;
     case PL_Q4_0: case PL_Q5_0: case PL_Q8_0: return PL_Q8_0;
     case PL_Q4_1: case PL_Q5_1: return PL_Q8_1;
-    case PL_Q4_K: case PL_Q5_K: case PL_Q6_K: return PL_Q8_K;
+    case PL_Q2_K: case PL_Q3_K: case PL_Q4_K: case PL_Q5_K: case PL_Q6_K: return PL_Q8_K;
     }
     return PL_ERR_UNSUPPORTED;
 }

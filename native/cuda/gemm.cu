@@ -21,7 +21,7 @@ int plc_matmul_supports(int dt) {
     switch (dt) {
     case PLC_F32: case PLC_F16: case PLC_BF16:
     case PLC_Q4_0: case PLC_Q4_1: case PLC_Q5_0: case PLC_Q5_1: case PLC_Q8_0:
-    case PLC_Q4_K: case PLC_Q5_K: case PLC_Q6_K:
+    case PLC_Q2_K: case PLC_Q3_K: case PLC_Q4_K: case PLC_Q5_K: case PLC_Q6_K:
         return 1;
     }
     return 0;
@@ -157,10 +157,11 @@ __global__ void __launch_bounds__(128)
 // (quantize_row_q8_K_ref, which its x86 build uses and the CPU backends follow): per 256
 // elements the one of largest magnitude (the first on ties) maps to -127, iscale = -127/max,
 // codes min(127, round-half-even(iscale * x)), d = 1/iscale kept as float. One warp per block of
-// 256, eight elements a lane: xq [n, k] codes, xd [n, k/256] scales, xs [n, k/32] each 32's
-// scale times its code sum (what the weights' minimum multiplies); or, with ld > 0, the layout of
-// plc_mmq: codes [k/32, ld, 32], each 32's in the order of plc_mmq_pos, xd [k/256, ld],
-// xs [k/32, ld].
+// 256, eight elements a lane: xq [n, k] codes, xd [n, k/256] scales, xs [n, k/G] each G
+// elements' scale times their code sum (what the weights' minimum multiplies: G = 32, or 16 for
+// the weights whose minimums are per 16, plc_kmin16); or, with ld > 0, the layout of plc_mmq:
+// codes [k/32, ld, 32], each 32's in the order of plc_mmq_pos, xd [k/256, ld], xs [k/G, ld].
+template <int G>
 __global__ void __launch_bounds__(128)
     plc_quant_q8k(int8_t *xq, float *xd, float *xs, const float *x, int64_t nblocks, int64_t nsup, int64_t ld) {
     const int lane = threadIdx.x % PLC_WARP;
@@ -204,20 +205,21 @@ __global__ void __launch_bounds__(128)
     } else {
         *reinterpret_cast<uint2 *>(xq + b * 256 + lane * 8) = make_uint2(w[0], w[1]);
     }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);  // the four lanes of a 32
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    constexpr int lanes = G / 8, groups = 256 / G;  // lanes a sum covers, sums a block
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);     // the two lanes of a 16
+    if constexpr (lanes == 4) sum += __shfl_xor_sync(0xffffffffu, sum, 2);  // the four of a 32
     const float dk = amax != 0.f ? 1.f / iscale : 0.f;
     const int64_t row = b / nsup, sup = b % nsup;
     if (lane == 0) xd[ld > 0 ? sup * ld + row : b] = dk;
-    if (lane % 4 == 0) xs[ld > 0 ? (sup * 8 + lane / 4) * ld + row : b * 8 + lane / 4] = dk * (float)sum;
+    if (lane % lanes == 0) xs[ld > 0 ? (sup * groups + lane / lanes) * ld + row : b * groups + lane / lanes] = dk * (float)sum;
 }
 
 // Matrix-vector kernel for the quantised block types against quantised activations, as ggml's
 // vec_dot functions compute it: per chunk of 32 the integer dot product of the codes (dp4a).
 // Legacy types (activations from plc_quant_q8): times d_w * d_x, plus m_w * s_x for Q4_1 and
 // Q5_1. K-quants (activations from plc_quant_q8k): the two halves' products times their scales,
-// times the activations' scale, minus m_w times xs. The chunks' results summed in F32. One warp
-// per weight row; n <= NR activation rows. dst [n, m].
+// times the activations' scale, minus m_w times xs (Q2_K: each half's minimum times its own xs).
+// The chunks' results summed in F32. One warp per weight row; n <= NR activation rows. dst [n, m].
 template <int DT, int NR>
 __global__ void __launch_bounds__(128)
     plc_gemv_q8(plc_segs segs, const int8_t *xq, const float *xd, const float *xs, int n, int64_t k, int64_t rowbytes) {
@@ -235,8 +237,8 @@ __global__ void __launch_bounds__(128)
     for (int r = 0; r < NR; r++) acc[r] = 0.f;
     for (int64_t c = lane; c < nch; c += PLC_WARP) {
         uint32_t qw[8];
-        float d, d1, mn;
-        if constexpr (plc_kquant<DT>::value) plc_kint32<DT>(wr, c, qw, d, d1, mn);
+        float d, d1, mn, mn1;
+        if constexpr (plc_kquant<DT>::value) plc_kint32<DT>(wr, c, qw, d, d1, mn, mn1);
         else plc_qint32<DT>(wr, c, qw, d, mn);
 #pragma unroll
         for (int r = 0; r < NR; r++) {
@@ -251,7 +253,10 @@ __global__ void __launch_bounds__(128)
                 hi = __dp4a((int)qw[5], (int)b.y, hi);
                 hi = __dp4a((int)qw[6], (int)b.z, hi);
                 hi = __dp4a((int)qw[7], (int)b.w, hi);
-                if constexpr (plc_kquant<DT>::value) {
+                if constexpr (plc_kmin16<DT>::value) {
+                    const float *s = xs + r * 2 * nch + 2 * c;
+                    acc[r] += xd[r * (nch / 8) + c / 8] * (d * (float)lo + d1 * (float)hi) - (mn * s[0] + mn1 * s[1]);
+                } else if constexpr (plc_kquant<DT>::value) {
                     acc[r] += xd[r * (nch / 8) + c / 8] * (d * (float)lo + d1 * (float)hi) - mn * xs[r * nch + c];
                 } else {
                     float v = d * xd[r * nch + c] * (float)(lo + hi);
@@ -359,21 +364,23 @@ static void plc_launch_gemv_q8(plc_ctx *ctx, const plc_segs &segs, const int8_t 
 
 // plc_quant_acts quantises the n rows of x for products with weights of type DT, into
 // scratch: to Q8_0/Q8_1 blocks of 32 for the legacy types, to Q8_K blocks of 256 for the
-// K-quants (xq [n, k] codes; xd, xs as plc_quant_q8 and plc_quant_q8k write them, in plc_mmq's
-// layout with scales [k/32 or k/256, ld] where ld > 0).
+// K-quants (xq [n, k] codes; xd, xs as plc_quant_q8 and plc_quant_q8k write them, xs per 16
+// elements for Q2_K; in plc_mmq's layout where ld > 0).
 template <int DT>
 static int plc_quant_acts(plc_ctx *ctx, const float *x, int64_t n, int64_t k, int64_t ld, int8_t **xq, float **xd, float **xs) {
-    const int64_t nb = n * (k / 32);
-    const size_t qbytes = plc_round_up((size_t)((ld > 0 ? ld : n) * k), 256),
-                 fbytes = plc_round_up((size_t)((ld > 0 ? ld : n) * (k / 32)) * sizeof(float), 256);
+    constexpr int g = plc_kmin16<DT>::value ? 16 : 32;  // elements an xs sum covers
+    const int64_t nb = n * (k / 32), rows = ld > 0 ? ld : n;
+    const size_t qbytes = plc_round_up((size_t)(rows * k), 256),
+                 dbytes = plc_round_up((size_t)(rows * (k / 32)) * sizeof(float), 256),
+                 sbytes = plc_round_up((size_t)(rows * (k / g)) * sizeof(float), 256);
     void *work;
-    int st = plc_work(ctx, qbytes + 2 * fbytes, &work);
+    int st = plc_work(ctx, qbytes + dbytes + sbytes, &work);
     if (st != PLC_OK) return st;
     *xq = (int8_t *)work;
     *xd = (float *)((char *)work + qbytes);
-    *xs = (float *)((char *)work + qbytes + fbytes);
+    *xs = (float *)((char *)work + qbytes + dbytes);
     if constexpr (plc_kquant<DT>::value)
-        plc_quant_q8k<<<(unsigned)((nb / 8 + 3) / 4), 128, 0, ctx->stream>>>(*xq, *xd, *xs, x, nb / 8, k / 256, ld);
+        plc_quant_q8k<g><<<(unsigned)((nb / 8 + 3) / 4), 128, 0, ctx->stream>>>(*xq, *xd, *xs, x, nb / 8, k / 256, ld);
     else
         plc_quant_q8<<<(unsigned)((nb + 3) / 4), 128, 0, ctx->stream>>>(*xq, *xd, *xs, x, nb, k / 32, ld);
     return plc_launched(ctx, "matmul: quantising activations");
@@ -411,10 +418,10 @@ static int plc_gemv_q_segs(plc_ctx *ctx, const plc_segs &segs, const float *x, i
 // fragments are read. The activations are quantised for it in a layout of its own: codes by
 // chunk, [k/32, ld, 32], so that a fragment's eight rows are one 256-byte run, each 32
 // reordered (plc_mmq_pos) so that a lane's two B registers, elements 4t.. and 16+4t.., are one
-// 8-byte read; and the scales by chunk, [k/32, ld] with ld a multiple of 8, so that the scales
-// of a lane's two result columns are one 8-byte read, four lanes' one sector. The weights'
-// codes go to the rows of codes in the same order (rows 8 words apart: the fragments' 8-byte
-// reads meet in no bank, the 16-byte stores in pairs).
+// 8-byte read; and the scales by chunk, [k/32, ld] with ld a multiple of 8 (Q2_K's sums by half
+// chunk, [k/16, ld]), so that the scales of a lane's two result columns are one 8-byte read,
+// four lanes' one sector. The weights' codes go to the rows of codes in the same order (rows 8
+// words apart: the fragments' 8-byte reads meet in no bank, the 16-byte stores in pairs).
 
 // c += a b for a 16x32 A (four registers of four s8), a 32x8 B (two), s32 c.
 __device__ __forceinline__ void plc_mma_s8_k32(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
@@ -488,10 +495,10 @@ template <int DT>
 __global__ void __launch_bounds__(PLC_MMQ_WARPS * PLC_WARP)
     plc_mmq(const uint8_t *w, int64_t rowbytes, int64_t m, const int8_t *xq, const float *xd, const float *xs, int64_t ld,
             int64_t n, int64_t k, float *dst, int wide) {
-    constexpr bool kq = plc_kquant<DT>::value, minimum = DT == PLC_Q4_1 || DT == PLC_Q5_1;
+    constexpr bool kq = plc_kquant<DT>::value, minimum = DT == PLC_Q4_1 || DT == PLC_Q5_1, min16 = plc_kmin16<DT>::value;
     constexpr int seg = plc_mmq_seg<DT>::bytes, stride = plc_mmq_seg<DT>::stride;
     __shared__ __align__(16) uint32_t sq[PLC_MMQ_WARPS][PLC_MMQ_WROWS * PLC_MMQ_STRIDE];
-    __shared__ float4 ss[PLC_MMQ_WARPS][PLC_MMQ_WROWS];  // d0, d1, m of each row's chunk
+    __shared__ float4 ss[PLC_MMQ_WARPS][PLC_MMQ_WROWS];  // d0, d1, m0, m1 of each row's chunk
     __shared__ uint32_t sraw[PLC_MMQ_WARPS][PLC_MMQ_WROWS * stride];  // each row's segment as stored
     const int warp = threadIdx.x / PLC_WARP, lane = threadIdx.x % PLC_WARP, g = lane / 4, t = lane % 4;
     const int64_t row0 = ((int64_t)blockIdx.x * PLC_MMQ_WARPS + warp) * PLC_MMQ_WROWS;
@@ -555,19 +562,20 @@ __global__ void __launch_bounds__(PLC_MMQ_WARPS * PLC_WARP)
             __syncwarp();
         }
         uint32_t q[8];
-        float d0, d1, mn;
+        float d0, d1, mn, mn1;
         if constexpr (kq) {
-            plc_kint32<DT>(wr, cs, q, d0, d1, mn);
+            plc_kint32<DT>(wr, cs, q, d0, d1, mn, mn1);
         } else {
             plc_qint32<DT>(wr, cs, q, d0, mn);
             d1 = d0;
+            mn1 = 0.f;
         }
         __syncwarp();  // every lane has read the last chunk's codes
         // the codes in the order of plc_mmq_pos: a lane's two A registers of a row are one word pair
         uint4 *o = reinterpret_cast<uint4 *>(sw + lane * PLC_MMQ_STRIDE);
         o[0] = make_uint4(q[0], q[4], q[1], q[5]);
         o[1] = make_uint4(q[2], q[6], q[3], q[7]);
-        ss[warp][lane] = make_float4(d0, d1, mn, 0.f);
+        ss[warp][lane] = make_float4(d0, d1, mn, mn1);
         __syncwarp();
         uint32_t a[2][4];
         float4 sc[2][2];  // the scales of rows g and g + 8 of each tile
@@ -593,13 +601,19 @@ __global__ void __launch_bounds__(PLC_MMQ_WARPS * PLC_WARP)
             const uint32_t b0 = b.x, b1 = b.y;
             // the activations' scales for this lane's result columns nt*8 + 2t and + 1, side by
             // side in the scales' [chunk, ld] layout (ld even: the second is there, past n or not)
-            float2 sx = make_float2(0.f, 0.f), smv = make_float2(0.f, 0.f);
+            // (Q2_K: the sums of the chunk's two halves, smv and smv1)
+            float2 sx = make_float2(0.f, 0.f), smv = make_float2(0.f, 0.f), smv1 = make_float2(0.f, 0.f);
             if (nt * 8 + 2 * t < ncols) {
                 const int64_t at = col0 + nt * 8 + 2 * t;
                 sx = *reinterpret_cast<const float2 *>(xd + (kq ? c / 8 : c) * ld + at);
-                if (kq || minimum) smv = *reinterpret_cast<const float2 *>(xs + c * ld + at);
+                if constexpr (min16) {
+                    smv = *reinterpret_cast<const float2 *>(xs + 2 * c * ld + at);
+                    smv1 = *reinterpret_cast<const float2 *>(xs + (2 * c + 1) * ld + at);
+                } else if (kq || minimum) {
+                    smv = *reinterpret_cast<const float2 *>(xs + c * ld + at);
+                }
             }
-            const float sxs[2] = {sx.x, sx.y}, sm[2] = {smv.x, smv.y};
+            const float sxs[2] = {sx.x, sx.y}, sm[2] = {smv.x, smv.y}, sm1[2] = {smv1.x, smv1.y};
 #pragma unroll
             for (int mt = 0; mt < 2; mt++) {
                 if constexpr (kq) {
@@ -610,7 +624,9 @@ __global__ void __launch_bounds__(PLC_MMQ_WARPS * PLC_WARP)
                     for (int i = 0; i < 4; i++) {
                         const float4 r = sc[mt][i / 2];
                         // |lo|, |hi| <= 16 * 127 * 63 < 2^22
-                        acc[mt][nt][i] += sxs[i % 2] * (r.x * plc_s32_to_f32(lo[i]) + r.y * plc_s32_to_f32(hi[i])) - r.z * sm[i % 2];
+                        const float p = r.x * plc_s32_to_f32(lo[i]) + r.y * plc_s32_to_f32(hi[i]);
+                        if constexpr (min16) acc[mt][nt][i] += sxs[i % 2] * p - (r.z * sm[i % 2] + r.w * sm1[i % 2]);
+                        else acc[mt][nt][i] += sxs[i % 2] * p - r.z * sm[i % 2];
                     }
                 } else {
                     int s4[4] = {0, 0, 0, 0};

@@ -14,6 +14,8 @@ template <> struct plc_qtype<PLC_Q4_1> { static constexpr int bytes = 20, chunks
 template <> struct plc_qtype<PLC_Q5_0> { static constexpr int bytes = 22, chunks = 1; };
 template <> struct plc_qtype<PLC_Q5_1> { static constexpr int bytes = 24, chunks = 1; };
 template <> struct plc_qtype<PLC_Q8_0> { static constexpr int bytes = 34, chunks = 1; };
+template <> struct plc_qtype<PLC_Q2_K> { static constexpr int bytes = 84, chunks = 8; };
+template <> struct plc_qtype<PLC_Q3_K> { static constexpr int bytes = 110, chunks = 8; };
 template <> struct plc_qtype<PLC_Q4_K> { static constexpr int bytes = 144, chunks = 8; };
 template <> struct plc_qtype<PLC_Q5_K> { static constexpr int bytes = 176, chunks = 8; };
 template <> struct plc_qtype<PLC_Q6_K> { static constexpr int bytes = 210, chunks = 8; };
@@ -158,6 +160,68 @@ template <> __device__ __forceinline__ void plc_qint32<PLC_Q8_0>(const uint8_t *
     for (int w = 0; w < 8; w++) q[w] = plc_u32_at(x + 2 + 4 * w);
 }
 
+// Q2_K: scales[16] (low nibble a scale, high nibble a minimum), qs[64], d, dmin (F16). Half
+// h = s/4 of the block covers 128 elements; chunk g = s%4 of the half takes its two-bit codes
+// from qs[32h + l] >> 2g, and the scale and minimum of its elements 0..15 from scales[2s], of
+// 16..31 from scales[2s + 1]. An element is d*scale*code - dmin*minimum.
+struct plc_q2k_chunk {
+    float d, dmin;
+    const uint8_t *qs, *sc;
+    int shift;
+    // code returns element l's two bits.
+    __device__ __forceinline__ int code(int l) const { return (qs[l] >> shift) & 3; }
+};
+__device__ __forceinline__ plc_q2k_chunk plc_q2k_at(const uint8_t *row, int64_t c) {
+    const uint8_t *x = row + (c >> 3) * 84;
+    const int s = (int)(c & 7);
+    return plc_q2k_chunk{plc_f16_at(x + 80), plc_f16_at(x + 82), x + 16 + 32 * (s >> 2), x + 2 * s, 2 * (s & 3)};
+}
+template <> __device__ __forceinline__ void plc_deq32<PLC_Q2_K>(const uint8_t *row, int64_t c, float *y) {
+    const plc_q2k_chunk k = plc_q2k_at(row, c);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const float dl = k.d * (float)(k.sc[h] & 0xF), ml = k.dmin * (float)(k.sc[h] >> 4);
+#pragma unroll
+        for (int l = 16 * h; l < 16 * h + 16; l++) y[l] = dl * (float)k.code(l) - ml;
+    }
+}
+
+// Q3_K: hmask[32], qs[64], scales[12] (sixteen 6-bit scales, packed), d (F16). Half h = s/4 of
+// the block covers 128 elements; chunk g = s%4 of the half takes the low two bits of its codes
+// from qs[32h + l] >> 2g and the high bit from bit s of hmask[l]: a code is those two bits, less
+// 4 where the high bit is clear. Its elements 0..15 take scale 2s, 16..31 scale 2s + 1, each
+// stored as its value plus 32. An element is d*scale*code.
+//
+// plc_q3k_scale returns scale i (0..15) of a Q3_K block from its 12 packed bytes q: the low four
+// bits are the low (i < 8) or high nibble of q[i%8], the high two bits are bits 2(i/4).. of
+// q[8 + i%4]; less 32.
+__device__ __forceinline__ int plc_q3k_scale(const uint8_t *q, int i) {
+    return (((q[i & 7] >> (4 * (i >> 3))) & 0xF) | (((q[8 + (i & 3)] >> (2 * (i >> 2))) & 3) << 4)) - 32;
+}
+struct plc_q3k_chunk {
+    float d;
+    const uint8_t *qs, *hm;
+    int shift, hbit;
+    int sc[2];  // the scales of elements 0..15 and 16..31
+    // code returns element l's code, -4..3.
+    __device__ __forceinline__ int code(int l) const { return ((qs[l] >> shift) & 3) - (((hm[l] >> hbit) & 1) ? 0 : 4); }
+};
+__device__ __forceinline__ plc_q3k_chunk plc_q3k_at(const uint8_t *row, int64_t c) {
+    const uint8_t *x = row + (c >> 3) * 110;
+    const int s = (int)(c & 7);
+    return plc_q3k_chunk{plc_f16_at(x + 108), x + 32 + 32 * (s >> 2), x, 2 * (s & 3), s,
+                         {plc_q3k_scale(x + 96, 2 * s), plc_q3k_scale(x + 96, 2 * s + 1)}};
+}
+template <> __device__ __forceinline__ void plc_deq32<PLC_Q3_K>(const uint8_t *row, int64_t c, float *y) {
+    const plc_q3k_chunk k = plc_q3k_at(row, c);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const float dl = k.d * (float)k.sc[h];
+#pragma unroll
+        for (int l = 16 * h; l < 16 * h + 16; l++) y[l] = dl * (float)k.code(l);
+    }
+}
+
 // Q4_K: d, dmin (F16), scales[12], qs[128]. Chunk s (0..7) of a block uses qs[32*(s/2) ..],
 // the low nibbles for even s and the high ones for odd s.
 template <> __device__ __forceinline__ void plc_deq32<PLC_Q4_K>(const uint8_t *row, int64_t c, float *y) {
@@ -217,17 +281,25 @@ template <> __device__ __forceinline__ void plc_deq32<PLC_Q6_K>(const uint8_t *r
     for (int l = 0; l < 32; l++) y[l] = k.d * (float)k.sc[l >> 4] * (float)k.code(l);
 }
 
-// The K-quant types (Q4_K, Q5_K, Q6_K) as integers, for products with activations quantised to
-// Q8_K as ggml's x86 vec_dot functions take them: plc_kint32<DT>(row, c, q, d0, d1, m) writes
-// the 32 codes of chunk c (Q4_K: nibble; Q5_K: five bits; Q6_K: six bits - 32) as bytes into
-// q[0..7], the scales of its elements 0..15 (d0) and 16..31 (d1), and its minimum m (Q4_K, Q5_K;
-// else 0). An element is d*code - m with d = d0 or d1.
+// The K-quant types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) as integers, for products with activations
+// quantised to Q8_K as ggml's x86 vec_dot functions take them: plc_kint32<DT>(row, c, q, d0, d1,
+// m0, m1) writes the 32 codes of chunk c (Q2_K: two bits; Q3_K: three bits - 4 where the high bit
+// is clear; Q4_K: nibble; Q5_K: five bits; Q6_K: six bits - 32) as bytes into q[0..7], the
+// scales of its elements 0..15 (d0) and 16..31 (d1), and their minimums m0 and m1 (Q2_K: one
+// each; Q4_K, Q5_K: one for the chunk, m0 = m1; else 0). An element is d*code - m with d = d0 or
+// d1 and m = m0 or m1. plc_kmin16<DT> marks the types whose minimums differ between the halves
+// (Q2_K), for which the activations' code sums are kept per 16 elements instead of per 32.
 template <int DT> struct plc_kquant { static constexpr bool value = false; };
+template <> struct plc_kquant<PLC_Q2_K> { static constexpr bool value = true; };
+template <> struct plc_kquant<PLC_Q3_K> { static constexpr bool value = true; };
 template <> struct plc_kquant<PLC_Q4_K> { static constexpr bool value = true; };
 template <> struct plc_kquant<PLC_Q5_K> { static constexpr bool value = true; };
 template <> struct plc_kquant<PLC_Q6_K> { static constexpr bool value = true; };
+template <int DT> struct plc_kmin16 { static constexpr bool value = false; };
+template <> struct plc_kmin16<PLC_Q2_K> { static constexpr bool value = true; };
 
-template <int DT> __device__ void plc_kint32(const uint8_t *row, int64_t c, uint32_t *q, float &d0, float &d1, float &m);
+template <int DT>
+__device__ void plc_kint32(const uint8_t *row, int64_t c, uint32_t *q, float &d0, float &d1, float &m0, float &m1);
 
 // plc_codes32 packs 32 codes of 4 bits at shift of qs[0..31] (and a fifth bit, bit hbit of
 // qh[0..31], when qh is not null) into q[0..7].
@@ -247,35 +319,54 @@ __device__ __forceinline__ void plc_codes32(const uint8_t *qs, int shift, const 
 // plc_kint32_k45 is plc_kint32 for chunk s of a Q4_K (qh null) or Q5_K block x, the low four
 // bits of whose codes are in qs.
 __device__ __forceinline__ void plc_kint32_k45(const uint8_t *x, int s, const uint8_t *qs, const uint8_t *qh, uint32_t *q,
-                                               float &d0, float &d1, float &m) {
+                                               float &d0, float &d1, float &m0, float &m1) {
     int sc, mn;
     plc_scale_min_k4(s, x + 4, sc, mn);
     d0 = d1 = plc_f16_at(x) * (float)sc;
-    m = plc_f16_at(x + 2) * (float)mn;
+    m0 = m1 = plc_f16_at(x + 2) * (float)mn;
     plc_codes32(qs + 32 * (s >> 1), (s & 1) * 4, qh, s, q);
 }
+template <> __device__ __forceinline__ void plc_kint32<PLC_Q2_K>(const uint8_t *row, int64_t c, uint32_t *q, float &d0, float &d1,
+                                                                 float &m0, float &m1) {
+    const plc_q2k_chunk k = plc_q2k_at(row, c);
+    d0 = k.d * (float)(k.sc[0] & 0xF);
+    d1 = k.d * (float)(k.sc[1] & 0xF);
+    m0 = k.dmin * (float)(k.sc[0] >> 4);
+    m1 = k.dmin * (float)(k.sc[1] >> 4);
+#pragma unroll
+    for (int w = 0; w < 8; w++) q[w] = plc_pack4(k.code(4 * w), k.code(4 * w + 1), k.code(4 * w + 2), k.code(4 * w + 3));
+}
+template <> __device__ __forceinline__ void plc_kint32<PLC_Q3_K>(const uint8_t *row, int64_t c, uint32_t *q, float &d0, float &d1,
+                                                                 float &m0, float &m1) {
+    const plc_q3k_chunk k = plc_q3k_at(row, c);
+    d0 = k.d * (float)k.sc[0];
+    d1 = k.d * (float)k.sc[1];
+    m0 = m1 = 0.f;
+#pragma unroll
+    for (int w = 0; w < 8; w++) q[w] = plc_pack4(k.code(4 * w), k.code(4 * w + 1), k.code(4 * w + 2), k.code(4 * w + 3));
+}
 template <> __device__ __forceinline__ void plc_kint32<PLC_Q4_K>(const uint8_t *row, int64_t c, uint32_t *q, float &d0, float &d1,
-                                                                 float &m) {
+                                                                 float &m0, float &m1) {
     const uint8_t *x = row + (c >> 3) * 144;
-    plc_kint32_k45(x, (int)(c & 7), x + 16, NULL, q, d0, d1, m);
+    plc_kint32_k45(x, (int)(c & 7), x + 16, NULL, q, d0, d1, m0, m1);
 }
 template <> __device__ __forceinline__ void plc_kint32<PLC_Q5_K>(const uint8_t *row, int64_t c, uint32_t *q, float &d0, float &d1,
-                                                                 float &m) {
+                                                                 float &m0, float &m1) {
     const uint8_t *x = row + (c >> 3) * 176;
-    plc_kint32_k45(x, (int)(c & 7), x + 48, x + 16, q, d0, d1, m);
+    plc_kint32_k45(x, (int)(c & 7), x + 48, x + 16, q, d0, d1, m0, m1);
 }
 template <> __device__ __forceinline__ void plc_kint32<PLC_Q6_K>(const uint8_t *row, int64_t c, uint32_t *q, float &d0, float &d1,
-                                                                 float &m) {
+                                                                 float &m0, float &m1) {
     const plc_q6k_chunk k = plc_q6k_at(row, c);
     d0 = k.d * (float)k.sc[0];
     d1 = k.d * (float)k.sc[1];
-    m = 0.f;
+    m0 = m1 = 0.f;
 #pragma unroll
     for (int w = 0; w < 8; w++) q[w] = plc_pack4(k.code(4 * w), k.code(4 * w + 1), k.code(4 * w + 2), k.code(4 * w + 3));
 }
 
 // PLC_FOR_QTYPES(X) expands X(DT) for every quantised type.
 #define PLC_FOR_QTYPES(X) X(PLC_Q4_0) X(PLC_Q4_1) X(PLC_Q5_0) X(PLC_Q5_1) X(PLC_Q8_0) \
-    X(PLC_Q4_K) X(PLC_Q5_K) X(PLC_Q6_K)
+    X(PLC_Q2_K) X(PLC_Q3_K) X(PLC_Q4_K) X(PLC_Q5_K) X(PLC_Q6_K)
 
 #endif

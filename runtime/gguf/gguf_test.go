@@ -130,7 +130,7 @@ func makeTensors(r *rand.Rand) []testTensor {
 		mk("w.f16", tensor.F16, 7),
 		mk("w.q4_0", tensor.Q4_0, 64, 2, 1),
 		mk("w.q8_0", tensor.Q8_0, 32, 3),
-		mk("w.q2_k", tensor.Q2_K, 256, 1), // known, not supported: still readable
+		mk("w.iq2_xxs", tensor.IQ2_XXS, 256, 1), // known, not supported: still readable
 		mk("w.4d", tensor.BF16, 2, 3, 1, 2),
 		mk("w.zero", tensor.F32, 0, 4), // zero elements, zero bytes
 		mk("w.last", tensor.I8, 3),

@@ -39,6 +39,8 @@ var (
 	dotQ5_0Impl = dotQ5_0Go
 	dotQ5_1Impl = dotQ5_1Go
 	dotQ5_KImpl = dotQ5_KGo
+	dotQ2_KImpl = dotQ2_KGo
+	dotQ3_KImpl = dotQ3_KGo
 
 	dot4Q8_0Impl = dot4Q8_0Go
 	dot4Q4_0Impl = dot4Q4_0Go
@@ -165,6 +167,22 @@ func dotQ8_0(n int, w, x []byte) float32 {
 		return nan32
 	}
 	return dotQ8_0Impl(nb, w, x)
+}
+
+func dotQ2_K(n int, w, x []byte) float32 {
+	nb, ok := rowBlocks(n, qkK, q2_KBytes, q8_KBytes, w, x)
+	if !ok {
+		return nan32
+	}
+	return dotQ2_KImpl(nb, w, x)
+}
+
+func dotQ3_K(n int, w, x []byte) float32 {
+	nb, ok := rowBlocks(n, qkK, q3_KBytes, q8_KBytes, w, x)
+	if !ok {
+		return nan32
+	}
+	return dotQ3_KImpl(nb, w, x)
 }
 
 func dotQ4_K(n int, w, x []byte) float32 {
@@ -429,6 +447,75 @@ func dotQ6_KGo(nb int, w, x []byte) float32 {
 			}
 		}
 		sum += f16at(wb[208:]) * f32at(xb[0:]) * float32(sq-32*soff)
+	}
+	return sum
+}
+
+// dotQ2_KGo follows ggml's scalar ggml_vec_dot_q2_K_q8_K: per super-block, the integer dot of
+// each 16-element sub-block weighted by its 4-bit scale, the minimum term from the Q8_K group
+// sums weighted by the 4-bit mins, then d_y*d*isum - d_y*dmin*summs in float32.
+func dotQ2_KGo(nb int, w, x []byte) float32 {
+	var sum float32
+	for b := 0; b < nb; b++ {
+		wb := (*[q2_KBytes]byte)(w[b*q2_KBytes:])
+		xb := (*[q8_KBytes]byte)(x[b*q8_KBytes:])
+		sc := (*[16]byte)(wb[0:])
+		g := (*[32]byte)(xb[260:])
+		var isum, summs int32
+		for j := 0; j < 16; j++ {
+			summs += int32(sc[j]>>4) * bsumAt(g[2*j:])
+		}
+		for h := 0; h < 2; h++ {
+			q := (*[32]byte)(wb[16+32*h:])
+			a0, a1, a2, a3 := le64(q[0:]), le64(q[8:]), le64(q[16:]), le64(q[24:])
+			y := (*[128]byte)(xb[4+128*h:])
+			s := (*[8]byte)(sc[8*h:])
+			// Quarter r of this half is bits 2r..2r+1 of the 32 bytes: its first 16 elements
+			// come from bytes 0-15, the next 16 from bytes 16-31, each group with its own scale.
+			for r := 0; r < 4; r++ {
+				sh := uint(2 * r)
+				lo := dotLanes16(a0>>sh&lanes03, a1>>sh&lanes03, (*[16]byte)(y[32*r:]))
+				hi := dotLanes16(a2>>sh&lanes03, a3>>sh&lanes03, (*[16]byte)(y[32*r+16:]))
+				isum += int32(s[2*r]&0xf)*lo + int32(s[2*r+1]&0xf)*hi
+			}
+		}
+		dy := f32at(xb[0:])
+		sum += f16at(wb[80:])*dy*float32(isum) - f16at(wb[82:])*dy*float32(summs)
+	}
+	return sum
+}
+
+// dotQ3_KGo follows ggml's scalar ggml_vec_dot_q3_K_q8_K: per super-block, the integer dot of
+// each 16-element sub-block's 3-bit codes with the activations, less 4 times the group sum
+// (the code offset), weighted by the signed 6-bit scale, then one float32 scale d_y*d. The
+// integer sum stays below 2^23 in magnitude (16 groups of 16 times 32*4*127), so its float32
+// conversion is exact.
+func dotQ3_KGo(nb int, w, x []byte) float32 {
+	var sum float32
+	for b := 0; b < nb; b++ {
+		wb := (*[q3_KBytes]byte)(w[b*q3_KBytes:])
+		xb := (*[q8_KBytes]byte)(x[b*q8_KBytes:])
+		sc := unpackScalesK3((*[12]byte)(wb[96:]))
+		hm := (*[32]byte)(wb[0:])
+		e0, e1, e2, e3 := le64(hm[0:]), le64(hm[8:]), le64(hm[16:]), le64(hm[24:])
+		g := (*[32]byte)(xb[260:])
+		var isum int32
+		for h := 0; h < 2; h++ {
+			q := (*[32]byte)(wb[32+32*h:])
+			a0, a1, a2, a3 := le64(q[0:]), le64(q[8:]), le64(q[16:]), le64(q[24:])
+			y := (*[128]byte)(xb[4+128*h:])
+			// Codes 0..7: the low two bits from qs, the third from bit 4h+r of hmask.
+			for r := 0; r < 4; r++ {
+				sh, hb := uint(2*r), uint(4*h+r)
+				lo := dotLanes16(a0>>sh&lanes03|(e0>>hb&lanes01)<<2, a1>>sh&lanes03|(e1>>hb&lanes01)<<2,
+					(*[16]byte)(y[32*r:]))
+				hi := dotLanes16(a2>>sh&lanes03|(e2>>hb&lanes01)<<2, a3>>sh&lanes03|(e3>>hb&lanes01)<<2,
+					(*[16]byte)(y[32*r+16:]))
+				j := 8*h + 2*r
+				isum += sc[j]*(lo-4*bsumAt(g[2*j:])) + sc[j+1]*(hi-4*bsumAt(g[2*j+2:]))
+			}
+		}
+		sum += f16at(wb[108:]) * f32at(xb[0:]) * float32(isum)
 	}
 	return sum
 }

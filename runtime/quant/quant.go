@@ -1,13 +1,14 @@
 // Package quant owns Parley's element formats at the byte level: conversion between float32 and
-// every supported ggml block format (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q4_K,
-// Q5_K, Q6_K, Q8_K), and the per-format dot-product kernels that CPU matrix-vector products use.
+// every supported ggml block format (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K,
+// Q3_K, Q4_K, Q5_K, Q6_K, Q8_K), and the per-format dot-product kernels that CPU matrix-vector
+// products use.
 //
 // Block layouts are bit-compatible with ggml's (ggml-common.h), and Quantize rounds exactly as
 // ggml's reference quantizers (quantize_row_*_ref) do with every float operation rounded on its
 // own. A ggml built with fused multiply-add contraction (the default with -march=native on FMA
-// machines) may pick a different scale for a few Q4_K/Q5_K/Q6_K blocks, as its search for the
-// best scale then compares slightly different error sums; the other formats do not search and
-// agree either way.
+// machines) may pick a different scale for a few Q2_K/Q3_K/Q4_K/Q5_K/Q6_K blocks, as its search
+// for the best scale then compares slightly different error sums; the other formats do not
+// search and agree either way.
 //
 // Dot kernels use AVX2, FMA and F16C assembly on amd64 CPUs that have them (checked once at
 // start-up; build tag noasm forces the Go kernels), and portable Go elsewhere. Everything here
@@ -34,7 +35,8 @@ func rowBytes(op string, dt tensor.DType, n int) (int, error) {
 }
 
 // Dequantize converts len(dst) elements stored as dt in src (exactly dt.RowSize(len(dst)) bytes)
-// to float32. Supports F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q4_K, Q5_K, Q6_K, Q8_K.
+// to float32. Supports F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K,
+// Q6_K, Q8_K.
 func Dequantize(dt tensor.DType, src []byte, dst []float32) error {
 	f, ok := dequantizers[dt]
 	if !ok {
@@ -72,7 +74,7 @@ func Quantize(dt tensor.DType, src []float32, dst []byte) error {
 
 // VecDotType is the type activations are converted to before a dot product with weights of dt,
 // as in llama.cpp's CPU backend: F32->F32, F16->F16, BF16->BF16, Q4_0/Q5_0/Q8_0->Q8_0,
-// Q4_1/Q5_1->Q8_1, Q4_K/Q5_K/Q6_K->Q8_K.
+// Q4_1/Q5_1->Q8_1, Q2_K/Q3_K/Q4_K/Q5_K/Q6_K->Q8_K.
 func VecDotType(dt tensor.DType) (tensor.DType, error) {
 	switch dt {
 	case tensor.F32, tensor.F16, tensor.BF16:
@@ -81,7 +83,7 @@ func VecDotType(dt tensor.DType) (tensor.DType, error) {
 		return tensor.Q8_0, nil
 	case tensor.Q4_1, tensor.Q5_1:
 		return tensor.Q8_1, nil
-	case tensor.Q4_K, tensor.Q5_K, tensor.Q6_K:
+	case tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K:
 		return tensor.Q8_K, nil
 	}
 	return 0, fmt.Errorf("quant: no dot product for dtype %v", dt)
@@ -128,6 +130,7 @@ var (
 		tensor.Q4_0: dequantQ4_0, tensor.Q4_1: dequantQ4_1,
 		tensor.Q5_0: dequantQ5_0, tensor.Q5_1: dequantQ5_1,
 		tensor.Q8_0: dequantQ8_0, tensor.Q8_1: dequantQ8_1,
+		tensor.Q2_K: dequantQ2_K, tensor.Q3_K: dequantQ3_K,
 		tensor.Q4_K: dequantQ4_K, tensor.Q5_K: dequantQ5_K,
 		tensor.Q6_K: dequantQ6_K, tensor.Q8_K: dequantQ8_K,
 	}
@@ -136,6 +139,7 @@ var (
 		tensor.Q4_0: quantQ4_0, tensor.Q4_1: quantQ4_1,
 		tensor.Q5_0: quantQ5_0, tensor.Q5_1: quantQ5_1,
 		tensor.Q8_0: quantQ8_0, tensor.Q8_1: quantQ8_1,
+		tensor.Q2_K: quantQ2_K, tensor.Q3_K: quantQ3_K,
 		tensor.Q4_K: quantQ4_K, tensor.Q5_K: quantQ5_K,
 		tensor.Q6_K: quantQ6_K, tensor.Q8_K: quantQ8_K,
 	}
@@ -147,6 +151,7 @@ var (
 		tensor.Q4_0: dotQ4_0, tensor.Q4_1: dotQ4_1,
 		tensor.Q5_0: dotQ5_0, tensor.Q5_1: dotQ5_1,
 		tensor.Q8_0: dotQ8_0,
+		tensor.Q2_K: dotQ2_K, tensor.Q3_K: dotQ3_K,
 		tensor.Q4_K: dotQ4_K, tensor.Q5_K: dotQ5_K, tensor.Q6_K: dotQ6_K,
 	}
 )

@@ -77,6 +77,28 @@ func refDecode(dt tensor.DType, src []byte, n int) (scaled, offset []float64) {
 			}
 			scaled[e] = refHalf(u16at(b, 0)) * float64(sc) * float64(q)
 			offset[e] = -refHalf(u16at(b, 2)) * float64(m)
+		case tensor.Q2_K, tensor.Q3_K:
+			// Element j is bits 2r..2r+1 of byte l of half h's 32 qs bytes, with
+			// j = 128h + 32r + l; sub-block j/16 has its own scale.
+			h, r, l, s := j/128, j%128/32, j%32, j/16
+			if dt == tensor.Q2_K {
+				q := int(b[16+32*h+l]>>(2*r)) & 3
+				scaled[e] = refHalf(u16at(b, 80)) * float64(b[s]&15) * float64(q)
+				offset[e] = -refHalf(u16at(b, 82)) * float64(b[s]>>4)
+				break
+			}
+			// Q3_K: the third bit is bit j/32 of hmask[j%32], set meaning no -4; the 6-bit
+			// scale is a low nibble of byte s (s<8) or a high nibble of byte s-8, with two high
+			// bits from byte 8+s%4 at bit 2*(s/4), all in the 12 bytes from offset 96.
+			q := int(b[32+32*h+l]>>(2*r))&3 + 4*(int(b[l]>>(j/32))&1) - 4
+			var sc byte
+			if s < 8 {
+				sc = b[96+s] & 15
+			} else {
+				sc = b[96+s-8] >> 4
+			}
+			sc |= (b[104+s%4] >> (2 * (s / 4)) & 3) << 4
+			scaled[e] = refHalf(u16at(b, 108)) * float64(int(sc)-32) * float64(q)
 		case tensor.Q6_K:
 			h, r := j/128, j%128
 			qt, l := r/32, r%32
@@ -158,6 +180,11 @@ func randBlocks(r *rand.Rand, dt tensor.DType, nb int) []byte {
 		case tensor.Q4_K, tensor.Q5_K:
 			binary.LittleEndian.PutUint16(y, randHalf(r, 5, 10, false))
 			binary.LittleEndian.PutUint16(y[2:], randHalf(r, 5, 10, false))
+		case tensor.Q2_K:
+			binary.LittleEndian.PutUint16(y[80:], randHalf(r, 5, 10, false))
+			binary.LittleEndian.PutUint16(y[82:], randHalf(r, 5, 10, false))
+		case tensor.Q3_K:
+			binary.LittleEndian.PutUint16(y[108:], randHalf(r, 3, 8, true))
 		case tensor.Q6_K:
 			binary.LittleEndian.PutUint16(y[208:], randHalf(r, 3, 8, true))
 		case tensor.Q8_K:
@@ -191,10 +218,11 @@ func randFloats(r *rand.Rand, n int, scale float64) []float32 {
 
 var allTypes = []tensor.DType{
 	tensor.F32, tensor.F16, tensor.BF16, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1,
-	tensor.Q8_0, tensor.Q8_1, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K, tensor.Q8_K,
+	tensor.Q8_0, tensor.Q8_1, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K,
+	tensor.Q8_K,
 }
 
 var dotTypes = []tensor.DType{
 	tensor.F32, tensor.F16, tensor.BF16, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1,
-	tensor.Q8_0, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K,
+	tensor.Q8_0, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K,
 }

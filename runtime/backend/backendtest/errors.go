@@ -60,7 +60,7 @@ func testErrors(t *testing.T, b backend.Backend, newBackend func() (backend.Back
 		mustFail(t, "Load Q8_0 with cols not a multiple of 32", func() error { _, err := b.Load(tensor.Q8_0, 1, 33, make([]byte, 68)); return err })
 		mustFail(t, "Load negative rows", func() error { _, err := b.Load(tensor.F32, -1, k, nil); return err })
 		mustFail(t, "Load negative cols", func() error { _, err := b.Load(tensor.F32, 1, -4, nil); return err })
-		mustFail(t, "Load Q2_K (unsupported)", func() error { _, err := b.Load(tensor.Q2_K, 1, 256, make([]byte, 84)); return err })
+		mustFail(t, "Load IQ2_XXS (unsupported)", func() error { _, err := b.Load(tensor.IQ2_XXS, 1, 256, make([]byte, 66)); return err })
 		mustFail(t, "Load unknown dtype", func() error { _, err := b.Load(tensor.DType(99), 1, 1, make([]byte, 4)); return err })
 		mustFail(t, "Load with a size that overflows", func() error { _, err := b.Load(tensor.F32, math.MaxInt/2, 16, nil); return err })
 	})

@@ -60,6 +60,17 @@ var matmulBounds = map[tensor.DType]convBound{
 	tensor.Q4_K: {block: 256, scaleRel: 0x1p-20},
 	tensor.Q5_K: {block: 256, scaleRel: 0x1p-20},
 	tensor.Q6_K: {block: 256, scaleRel: 0x1p-20},
+	// Q2_K has minimums like Q4_K: a block's dot is d_y*d*Σsc·q·y - d_y*dmin*Σm·bsum, two
+	// float32 terms with about four roundings each (the activation scale, the product of the
+	// two scales, its product with the exact integer sum, and the subtraction). Each term is
+	// at most Σ(|w'| + 2·dmin·m)·|x'|, and dmin·m is at most max|w'| whenever a sub-block holds
+	// a level 0 (as the fitted minimum makes it for these inputs), so the two together are at
+	// most 3·max|w'|·Σ|x'| and their error 4·3·2^-24 < 2^-20 of that.
+	tensor.Q2_K: {block: 256, scaleRel: 0x1p-20},
+	// Q3_K has signed scales and a code offset (-4) that stay inside the integer sum, like
+	// Q6_K's -32: one float32 term d_y*d*Σsc·(q-4)·y with |Σ| below 2^23, so about three
+	// roundings of at most max|w'|·Σ|x'| each: 3·2^-24 < 2^-20.
+	tensor.Q3_K: {block: 256, scaleRel: 0x1p-20},
 }
 
 // matmulRef returns x·wᵀ in float64 for x [n, k] and dequantised w [m, k], and for each output

@@ -40,7 +40,7 @@ func TestQuantizedMatchesCPU(t *testing.T) {
 		{"mmq", 37, 9, 512}, {"mmq", 37, 70, 512}, {"mmq", 150, 24, 512}, {"mmq", 40, 17, 768}, {"mmq", 40, 17, 288},
 	}
 	r := rand.New(rand.NewPCG(5, 6))
-	for _, dt := range []tensor.DType{tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q8_0, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K} {
+	for _, dt := range []tensor.DType{tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q8_0, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K} {
 		for _, tc := range cases {
 			m, n, k := tc.m, tc.n, tc.k
 			if _, err := dt.RowSize(int64(k)); err != nil {

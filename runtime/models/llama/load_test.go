@@ -85,12 +85,12 @@ func TestLoadRejectsBadModels(t *testing.T) {
 		}, "blk.0.attn_k.weight has shape [64 64]"},
 		{"unsupported dtype", func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 			if ti != nil && ti.Name == "blk.0.ffn_up.weight" {
-				n := 96 * 64 / 256 * tensor.Q2_K.TypeSize()
-				_ = w.AddTensor(ti.Name, tensor.Q2_K, []int64{256, 24}, make([]byte, n))
+				n := 96 * 64 / 256 * tensor.IQ2_XXS.TypeSize()
+				_ = w.AddTensor(ti.Name, tensor.IQ2_XXS, []int64{256, 24}, make([]byte, n))
 				return false
 			}
 			return true
-		}, "Q2_K"},
+		}, "IQ2_XXS"},
 		{"heads", func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 			if ti == nil {
 				w.SetUint32("llama.attention.head_count_kv", 3)

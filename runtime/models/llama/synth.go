@@ -41,7 +41,10 @@ func ShapeNames() []string {
 
 // synthTypes maps a requested file type to the type of 2-D weights; where a row's length is not
 // a multiple of the type's block size the fallback is used, as llama.cpp's quantiser does.
+// llama.cpp falls back from Q2_K and Q3_K to IQ4_NL, which Parley cannot compute; Q4_0 takes
+// its place, with the same block size and the same bytes per element.
 var synthFallback = map[tensor.DType]tensor.DType{
+	tensor.Q2_K: tensor.Q4_0, tensor.Q3_K: tensor.Q4_0,
 	tensor.Q4_K: tensor.Q5_0, tensor.Q5_K: tensor.Q5_1, tensor.Q6_K: tensor.Q8_0,
 }
 
@@ -66,7 +69,7 @@ func SynthFile(s Shape, dt tensor.DType, seed uint64) (*gguf.File, error) {
 func Synth(s Shape, dt tensor.DType, seed uint64) (*gguf.Writer, error) {
 	switch dt {
 	case tensor.F32, tensor.F16, tensor.BF16, tensor.Q8_0, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0,
-		tensor.Q5_1, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K:
+		tensor.Q5_1, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K:
 	default:
 		return nil, fmt.Errorf("synth: unsupported type %v", dt)
 	}
@@ -135,7 +138,8 @@ func Synth(s Shape, dt tensor.DType, seed uint64) (*gguf.Writer, error) {
 		return w.AddTensor(name, typ, shape, data)
 	}
 	outType := dt
-	if dt == tensor.Q4_0 || dt == tensor.Q4_1 || dt == tensor.Q5_0 || dt == tensor.Q5_1 || dt == tensor.Q4_K || dt == tensor.Q5_K {
+	switch dt {
+	case tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K:
 		outType = tensor.Q6_K
 	}
 	hd := s.Dim / s.Heads
@@ -190,6 +194,10 @@ func fileType(dt tensor.DType) uint32 {
 		return 8
 	case tensor.Q5_1:
 		return 9
+	case tensor.Q2_K:
+		return 10
+	case tensor.Q3_K:
+		return 12 // Q3_K_M
 	case tensor.Q4_K:
 		return 15 // Q4_K_M
 	case tensor.Q5_K:
