@@ -300,8 +300,9 @@ func (c *Context) MatMul(dst, x []float32, n, k int, w []byte, wt tensor.DType, 
 
 // PackedSize returns the bytes PackWeights writes for m rows of k elements of wt, and whether the
 // interleaved layout serves wt at the current instruction-set level (the quantised weight types
-// but Q2_K and Q3_K, with AVX-512 VNNI or AVX2). The layout takes as many bytes as the rows (Q4_K and Q5_K: 4 more a row every
-// 256 elements), up to a last group padded to sixteen rows.
+// but Q2_K, Q3_K, IQ4_NL and IQ4_XS, with AVX-512 VNNI or AVX2). The layout takes as many bytes
+// as the rows (Q4_K and Q5_K: 4 more a row every 256 elements), up to a last group padded to
+// sixteen rows.
 // Shapes whose rows are not whole blocks of wt report false too.
 func PackedSize(wt tensor.DType, m, k int) (int, bool) {
 	if m < 0 || k <= 0 || !PackedAvailable(wt) {

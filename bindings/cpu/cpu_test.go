@@ -199,7 +199,7 @@ func TestDequantizeRowMatchesQuant(t *testing.T) {
 		r := rand.New(rand.NewPCG(7, 8))
 		for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16, tensor.Q4_0, tensor.Q4_1,
 			tensor.Q5_0, tensor.Q5_1, tensor.Q8_0, tensor.Q8_1, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K,
-			tensor.Q6_K, tensor.Q8_K} {
+			tensor.Q6_K, tensor.Q8_K, tensor.IQ4_NL, tensor.IQ4_XS} {
 			k := 512
 			x := make([]float32, k)
 			for i := range x {
@@ -310,7 +310,7 @@ func TestErrors(t *testing.T) {
 		{"MatMul short x", c.MatMul(f[:4], f[:31], 1, 32, w, tensor.Q8_0, 4)},
 		{"MatMul short w", c.MatMul(f[:4], f[:32], 1, 32, w[:100], tensor.Q8_0, 4)},
 		{"MatMul k not a block multiple", c.MatMul(f[:4], f[:33], 1, 33, w, tensor.Q8_0, 4)},
-		{"MatMul unsupported type", c.MatMul(f[:4], f[:32], 1, 32, w[:4*18], tensor.IQ4_NL, 4)},
+		{"MatMul unsupported type", c.MatMul(f[:4], f[:32], 1, 32, w[:4*17], tensor.MXFP4, 4)},
 		{"MatMul dst overlaps x", c.MatMul(f[:4], f[:32], 1, 32, w, tensor.Q8_0, 4)},
 		{"PackWeights short w", c.PackWeights(make([]byte, 16*34), w[:100], tensor.Q8_0, 4, 32)},
 		{"PackWeights short dst", c.PackWeights(make([]byte, 16*34-1), w, tensor.Q8_0, 4, 32)},
@@ -370,7 +370,7 @@ func TestErrors(t *testing.T) {
 			t.Errorf("%s: no error", cs.name)
 		}
 	}
-	if err := c.MatMul(f[:4], f[:32], 1, 32, w[:4*18], tensor.IQ4_NL, 4); !errors.Is(err, backend.ErrUnsupported) {
+	if err := c.MatMul(f[:4], f[:32], 1, 32, w[:4*17], tensor.MXFP4, 4); !errors.Is(err, backend.ErrUnsupported) {
 		t.Errorf("unsupported weight type: %v does not wrap ErrUnsupported", err)
 	}
 	// A shape error is not a missing kernel: callers fall back only for the latter.
@@ -438,12 +438,13 @@ func TestSupports(t *testing.T) {
 		t.Skip(ErrNotBuilt)
 	}
 	for _, dt := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0,
-		tensor.Q5_1, tensor.Q8_0, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K} {
+		tensor.Q5_1, tensor.Q8_0, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K, tensor.IQ4_NL,
+		tensor.IQ4_XS} {
 		if !Supports(OpMatMul, dt) || !Supports(OpGetRows, dt) {
 			t.Errorf("%v: matmul/get rows not supported", dt)
 		}
 	}
-	for _, dt := range []tensor.DType{tensor.Q8_1, tensor.Q8_K, tensor.IQ2_XXS, tensor.IQ4_NL, tensor.DType(99)} {
+	for _, dt := range []tensor.DType{tensor.Q8_1, tensor.Q8_K, tensor.IQ2_XXS, tensor.MXFP4, tensor.DType(99)} {
 		if Supports(OpMatMul, dt) {
 			t.Errorf("%v: matmul claimed", dt)
 		}

@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "6710268a7b90a21f479b96a53744effc4596c12445e0c70f9e531f1425588828"
+const nativeSources = "6742fbfdd6fd65aed0d16da15b793365197a79932177f4a4590bdf4de3861843"

@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "4bc4dd9c4147550e1dd142a59e48186f38fa14886e8583183149a3a346793696"
+const nativeSources = "b6e8df4ef17dfd0aa553693078e446b5d5654c64346e465f5a51d42b275ba903"

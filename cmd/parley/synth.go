@@ -10,7 +10,7 @@ import (
 )
 
 // synthTypes are the weight types llama.Synth writes.
-var synthTypes = []string{"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"}
+var synthTypes = []string{"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs"}
 
 func runSynth(e *env, args []string) error {
 	fs := newFlags(e, "synth", "--shape 15M|110M|1B --type TYPE -o FILE [--seed N]")

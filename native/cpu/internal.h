@@ -145,29 +145,54 @@ void plx_dequant_row(int dtype, const void *src, float *dst, int64_t n);
  *
  * A weight row is unpacked (into a panel) as 3*kp bytes: uint8 codes u [kp], the float scale of
  * each lane dw [kp/4] (Q4_K/Q5_K: d*scale of the sub-block; Q2_K, Q3_K, Q6_K: d*scale of the
- * 16-element group, Q3_K's scale less 32), and for types with minimums the float minimum term
- * mn [kp/4] (Q4_1/Q5_1: m; Q4_K/Q5_K: -dmin*min of the sub-block; Q2_K: -dmin*min of the
- * 16-element group). Then
+ * 16-element group, Q3_K's scale less 32; IQ4_XS: d*(scale-32) of the 32-element sub-block),
+ * and for types with minimums the float minimum term mn [kp/4] (Q4_1/Q5_1: m; Q4_K/Q5_K:
+ * -dmin*min of the sub-block; Q2_K: -dmin*min of the 16-element group). Then
  *     w . x = sum_l dw[l]*dx[l]*(sum_t u[4l+t]*q[4l+t] + bias[l]) + sum_l mn[l]*aux[l]
  * with every integer part exact, as ggml's kernels decompose it.
  *
  * Offsets: Q3_K 4, Q4_0 8, Q5_0 16, Q6_K 32, Q8_0 128 (codes stored as w+128, AVX-512 only);
  * Q4_1, Q5_1, Q2_K, Q4_K, Q5_K have minimums instead. Below AVX-512 Q8_0 codes are stored signed
  * (no offset): the 16-bit pair sums of vpmaddubsw would saturate on w+128, so the AVX2 kernel
- * applies the sign trick instead.
+ * applies the sign trick instead. IQ4_NL and IQ4_XS weights are signed bytes too, once each
+ * 4-bit index is looked up in plx_iq4nl_values, and are handled as Q8_0's codes: stored as
+ * value+128 (1..241) with offset 128 on AVX-512, signed below it (plx_type_signed).
  */
 typedef struct {
     int wtype;    /* weight type */
     int vtype;    /* activation dot type: PL_Q8_0, PL_Q8_1 or PL_Q8_K */
     int off;      /* code offset, 0 when has_min */
     int has_min;  /* type has per-block minimums */
-    int signed_u; /* codes are signed bytes (Q8_0 on AVX2) */
+    int signed_u; /* codes are signed bytes (Q8_0, IQ4_NL, IQ4_XS below AVX-512) */
 } plx_qinfo;
 
 /* plx_type_has_min reports whether weights of quantised type t carry minimums (value =
  * scale*code - min) rather than a code offset; constant-folded for a constant t. */
 static inline int plx_type_has_min(int t) {
     return t == PL_Q4_1 || t == PL_Q5_1 || t == PL_Q2_K || t == PL_Q4_K || t == PL_Q5_K;
+}
+
+/* plx_type_signed reports whether the weights of quantised type t are signed bytes (Q8_0's codes,
+ * IQ4_NL's and IQ4_XS's table values): stored as such below AVX-512, where the kernels multiply
+ * them with the sign trick, and plus 128 on AVX-512 (constant-folded likewise). */
+static inline int plx_type_signed(int t) { return t == PL_Q8_0 || t == PL_IQ4_NL || t == PL_IQ4_XS; }
+
+/* plx_iq4nl_values is the table of IQ4_NL and IQ4_XS: a 4-bit index stands for the value of its
+ * entry (ggml's kvalues_iq4nl), times the block's or sub-block's scale. */
+static const int8_t plx_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+
+/* plx_iq4xs_scales unpacks the eight 6-bit sub-block scales of an IQ4_XS super-block at blk, less
+ * 32 (-32..31): the low four bits of scale ib are bits 4*ib..4*ib+3 of the little-endian 32-bit
+ * scales_l at byte 4 (nibble ib%2 of byte ib/2), the high two bits 2*ib..2*ib+1 of the 16-bit
+ * scales_h at byte 2. */
+static inline void plx_iq4xs_scales(const uint8_t *blk, int8_t sc[8]) {
+    const uint32_t sh = (uint32_t)blk[2] | (uint32_t)blk[3] << 8;
+    const uint32_t sl = (uint32_t)blk[4] | (uint32_t)blk[5] << 8 | (uint32_t)blk[6] << 16 | (uint32_t)blk[7] << 24;
+    for (int ib = 0; ib < 8; ib++) {
+        const int ls = (int)(((sl >> 4 * ib) & 15) | ((sh >> 2 * ib) & 3) << 4);
+        sc[ib] = (int8_t)(ls - 32);
+    }
 }
 
 /* plx_q3k_scales unpacks the twelve bytes of a Q3_K super-block's scales into its sixteen 6-bit

@@ -242,9 +242,6 @@ gemv512n_t(const int T, const int RN, const uint8_t *w, size_t wrow, int64_t nro
     }
 }
 
-typedef void (*plx_gemvn_fn)(const uint8_t *w, size_t wrow, int64_t nrows, int64_t k,
-                             const uint8_t *act, int64_t as, float *out, int64_t ldo);
-
 #define GEMV512N(NAME, T, RN)                                                                    \
     PL_TARGET_AVX512 static void NAME(const uint8_t *w, size_t wrow, int64_t nrows, int64_t k,   \
                                       const uint8_t *act, int64_t as, float *out, int64_t ldo) { \
@@ -268,6 +265,8 @@ GEMV512N_ALL(PL_Q3_K, q3_k)
 GEMV512N_ALL(PL_Q4_K, q4_k)
 GEMV512N_ALL(PL_Q5_K, q5_k)
 GEMV512N_ALL(PL_Q6_K, q6_k)
+GEMV512N_ALL(PL_IQ4_NL, iq4_nl)
+GEMV512N_ALL(PL_IQ4_XS, iq4_xs)
 
 /* One activation row: the same kernel (weights streamed exactly once, nothing stored). */
 #define GEMV512(NAME, T)                                                                         \
@@ -285,6 +284,8 @@ GEMV512(gemv512_q3_k, PL_Q3_K)
 GEMV512(gemv512_q4_k, PL_Q4_K)
 GEMV512(gemv512_q5_k, PL_Q5_K)
 GEMV512(gemv512_q6_k, PL_Q6_K)
+GEMV512(gemv512_iq4_nl, PL_IQ4_NL)
+GEMV512(gemv512_iq4_xs, PL_IQ4_XS)
 
 /* ---------------------------------------------------------------- AVX2 fused matrix-vector */
 
@@ -306,13 +307,14 @@ gemv256_t(const int T, const int RN, const uint8_t *w, size_t wrow, int64_t nrow
         for (int j = 0; j < RN; j++) acc[j] = accm[j] = _mm256_setzero_ps();
         PLX_FOR_UNITS8(T, row, k, ui, o, {
             _mm_prefetch((const char *)row + PLX_GEMVN_PREFETCH + ui * span, _MM_HINT_T0);
-            const __m256i wa = T == PL_Q8_0 ? _mm256_sign_epi8(o.u, o.u) : o.u;
+            /* signed weights (Q8_0, IQ4_NL, IQ4_XS): |w| times x with w's sign */
+            const __m256i wa = plx_type_signed(T) ? _mm256_sign_epi8(o.u, o.u) : o.u;
 #pragma GCC unroll 4
             for (int j = 0; j < RN; j++) {
                 const uint8_t *a = act + j * as + 32 * ui;
                 __m256i xv = _mm256_load_si256((const __m256i *)a);
                 __m256i d;
-                if (T == PL_Q8_0) {
+                if (plx_type_signed(T)) {
                     d = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(xv, o.u)), ones);
                 } else {
                     d = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, xv), ones);
@@ -352,6 +354,8 @@ GEMV256(gemv256_q3_k, PL_Q3_K)
 GEMV256(gemv256_q4_k, PL_Q4_K)
 GEMV256(gemv256_q5_k, PL_Q5_K)
 GEMV256(gemv256_q6_k, PL_Q6_K)
+GEMV256(gemv256_iq4_nl, PL_IQ4_NL)
+GEMV256(gemv256_iq4_xs, PL_IQ4_XS)
 GEMV256N_ALL(PL_Q4_0, q4_0)
 GEMV256N_ALL(PL_Q4_1, q4_1)
 GEMV256N_ALL(PL_Q5_0, q5_0)
@@ -362,7 +366,14 @@ GEMV256N_ALL(PL_Q3_K, q3_k)
 GEMV256N_ALL(PL_Q4_K, q4_k)
 GEMV256N_ALL(PL_Q5_K, q5_k)
 GEMV256N_ALL(PL_Q6_K, q6_k)
+GEMV256N_ALL(PL_IQ4_NL, iq4_nl)
+GEMV256N_ALL(PL_IQ4_XS, iq4_xs)
 #endif
+
+/* plx_gemvn_fn: a fused kernel for several activation rows (none without x86 SIMD, but the
+ * type is part of mm_job everywhere). */
+typedef void (*plx_gemvn_fn)(const uint8_t *w, size_t wrow, int64_t nrows, int64_t k,
+                             const uint8_t *act, int64_t as, float *out, int64_t ldo);
 
 typedef void (*plx_gemv_fn)(const uint8_t *w, size_t wrow, int64_t nrows, int64_t k,
                             const uint8_t *act, float *out);
@@ -383,6 +394,8 @@ typedef void (*plx_gemv_fn)(const uint8_t *w, size_t wrow, int64_t nrows, int64_
     case PL_Q4_K: F(q4_k);                                                                       \
     case PL_Q5_K: F(q5_k);                                                                       \
     case PL_Q6_K: F(q6_k);                                                                       \
+    case PL_IQ4_NL: F(iq4_nl);                                                                   \
+    case PL_IQ4_XS: F(iq4_xs);                                                                   \
     }
 
 static plx_gemv_fn plx_gemv_pick(int wtype) {

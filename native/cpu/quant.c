@@ -185,6 +185,32 @@ static void dq_q8_k(const uint8_t *b, float *y) {
     for (int j = 0; j < QKK; j++) y[j] = d * (int8_t)b[4 + j];
 }
 
+/* IQ4_NL: 4-bit indices into plx_iq4nl_values (low nibbles the first 16 elements, high nibbles
+ * the last 16), times the F16 d. */
+static void dq_iq4_nl(const uint8_t *b, float *y) {
+    float d = rdh(b);
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * plx_iq4nl_values[b[2 + j] & 0xF];
+        y[j + 16] = d * plx_iq4nl_values[b[2 + j] >> 4];
+    }
+}
+
+/* IQ4_XS: eight 32-element sub-blocks laid out as IQ4_NL's blocks, each scaled by d times its
+ * 6-bit scale less 32. */
+static void dq_iq4_xs(const uint8_t *b, float *y) {
+    float d = rdh(b);
+    int8_t sc[8];
+    plx_iq4xs_scales(b, sc);
+    const uint8_t *q = b + 8;
+    for (int ib = 0; ib < 8; ib++, q += 16, y += 32) {
+        float dl = d * sc[ib];
+        for (int j = 0; j < 16; j++) {
+            y[j] = dl * plx_iq4nl_values[q[j] & 0xF];
+            y[j + 16] = dl * plx_iq4nl_values[q[j] >> 4];
+        }
+    }
+}
+
 #if PL_X86
 PL_TARGET_AVX2 static void dq_f16_avx2(const uint16_t *s, float *y, int64_t n) {
     int64_t i = 0;
@@ -231,6 +257,8 @@ void plx_dequant_row(int dtype, const void *src, float *dst, int64_t n) {
     case PL_Q5_K: f = dq_q5_k; break;
     case PL_Q6_K: f = dq_q6_k; break;
     case PL_Q8_K: f = dq_q8_k; break;
+    case PL_IQ4_NL: f = dq_iq4_nl; break;
+    case PL_IQ4_XS: f = dq_iq4_xs; break;
     default: return;
     }
     int bs = plx_block_size(dtype), ts = plx_type_size(dtype);
@@ -496,14 +524,7 @@ int plx_qinfo_for(int wtype, int isa, plx_qinfo *qi) {
     switch (wtype) {
     case PL_Q4_0: qi->vtype = PL_Q8_0; qi->off = 8; break;
     case PL_Q5_0: qi->vtype = PL_Q8_0; qi->off = 16; break;
-    case PL_Q8_0:
-        qi->vtype = PL_Q8_0;
-        if (isa >= PL_ISA_AVX512) {
-            qi->off = 128;
-        } else {
-            qi->signed_u = 1;
-        }
-        break;
+    case PL_Q8_0: qi->vtype = PL_Q8_0; break;
     case PL_Q4_1: qi->vtype = PL_Q8_1; qi->has_min = 1; break;
     case PL_Q5_1: qi->vtype = PL_Q8_1; qi->has_min = 1; break;
     case PL_Q2_K: qi->vtype = PL_Q8_K; qi->has_min = 1; break;
@@ -511,7 +532,13 @@ int plx_qinfo_for(int wtype, int isa, plx_qinfo *qi) {
     case PL_Q4_K: qi->vtype = PL_Q8_K; qi->has_min = 1; break;
     case PL_Q5_K: qi->vtype = PL_Q8_K; qi->has_min = 1; break;
     case PL_Q6_K: qi->vtype = PL_Q8_K; qi->off = 32; break;
+    case PL_IQ4_NL: qi->vtype = PL_Q8_0; break;
+    case PL_IQ4_XS: qi->vtype = PL_Q8_K; break;
     default: return 0;
+    }
+    if (plx_type_signed(wtype)) { /* Q8_0, IQ4_NL, IQ4_XS: see internal.h */
+        if (isa >= PL_ISA_AVX512) qi->off = 128;
+        else qi->signed_u = 1;
     }
     return 1;
 }
@@ -681,6 +708,35 @@ static void up_q3_k(const uint8_t *b, uint8_t *u, float *dw, float *mn, int isa)
     }
 }
 
+/* IQ4_NL: the table values in element order, plus 128 on AVX-512 (as Q8_0's codes); per lane d. */
+static void up_iq4_nl(const uint8_t *b, uint8_t *u, float *dw, float *mn, int isa) {
+    (void)mn;
+    const uint8_t x = isa >= PL_ISA_AVX512 ? 0x80 : 0;
+    for (int j = 0; j < 16; j++) {
+        u[j] = (uint8_t)plx_iq4nl_values[b[2 + j] & 0xF] ^ x;
+        u[j + 16] = (uint8_t)plx_iq4nl_values[b[2 + j] >> 4] ^ x;
+    }
+    float d = rdh(b);
+    for (int l = 0; l < 8; l++) dw[l] = d;
+}
+
+/* IQ4_XS: each sub-block as an IQ4_NL block; per lane d*(scale-32) of its sub-block. */
+static void up_iq4_xs(const uint8_t *b, uint8_t *u, float *dw, float *mn, int isa) {
+    (void)mn;
+    const uint8_t x = isa >= PL_ISA_AVX512 ? 0x80 : 0;
+    const uint8_t *q = b + 8;
+    int8_t sc[8];
+    plx_iq4xs_scales(b, sc);
+    float d = rdh(b);
+    for (int ib = 0; ib < 8; ib++, q += 16, u += 32) {
+        for (int j = 0; j < 16; j++) {
+            u[j] = (uint8_t)plx_iq4nl_values[q[j] & 0xF] ^ x;
+            u[j + 16] = (uint8_t)plx_iq4nl_values[q[j] >> 4] ^ x;
+        }
+        for (int l = 0; l < 8; l++) dw[ib * 8 + l] = d * (float)sc[ib];
+    }
+}
+
 static void up_q4_k(const uint8_t *b, uint8_t *u, float *dw, float *mn, int isa) {
     (void)isa;
     float d = rdh(b), dmin = rdh(b + 2);
@@ -754,6 +810,8 @@ static plx_up_fn up_scalar_for(int wtype) {
     case PL_Q4_K: return up_q4_k;
     case PL_Q5_K: return up_q5_k;
     case PL_Q6_K: return up_q6_k;
+    case PL_IQ4_NL: return up_iq4_nl;
+    case PL_IQ4_XS: return up_iq4_xs;
     }
     return NULL;
 }
@@ -803,6 +861,8 @@ PL_TARGET_AVX2 static void unpack_avx2(const plx_qinfo *qi, const uint8_t *row, 
     case PL_Q4_K: unpack256_t(PL_Q4_K, row, k, u, dw, mn); break;
     case PL_Q5_K: unpack256_t(PL_Q5_K, row, k, u, dw, mn); break;
     case PL_Q6_K: unpack256_t(PL_Q6_K, row, k, u, dw, mn); break;
+    case PL_IQ4_NL: unpack256_t(PL_IQ4_NL, row, k, u, dw, mn); break;
+    case PL_IQ4_XS: unpack256_t(PL_IQ4_XS, row, k, u, dw, mn); break;
     }
 }
 
@@ -819,6 +879,8 @@ PL_TARGET_AVX512 static void unpack_avx512(const plx_qinfo *qi, const uint8_t *r
     case PL_Q4_K: unpack512_t(PL_Q4_K, row, k, u, dw, mn); break;
     case PL_Q5_K: unpack512_t(PL_Q5_K, row, k, u, dw, mn); break;
     case PL_Q6_K: unpack512_t(PL_Q6_K, row, k, u, dw, mn); break;
+    case PL_IQ4_NL: unpack512_t(PL_IQ4_NL, row, k, u, dw, mn); break;
+    case PL_IQ4_XS: unpack512_t(PL_IQ4_XS, row, k, u, dw, mn); break;
     }
 }
 #endif

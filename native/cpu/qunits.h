@@ -8,6 +8,10 @@
  * a row of k = 32 mod 64 elements: two = 0). A unit of a 256-element super-block type is a
  * quarter super-block; its scales come from a per-super-block vector S prepared once (and its
  * minimums, for Q2_K, from a second one, M).
+ *
+ * IQ4_NL and IQ4_XS codes are looked up from their 4-bit indices with a byte shuffle (the
+ * sixteen-entry table fits one 128-bit lane), giving the signed values of plx_iq4nl_values, plus
+ * 128 on AVX-512 (see internal.h).
  */
 #ifndef PARLEY_CPU_QUNITS_H
 #define PARLEY_CPU_QUNITS_H
@@ -53,6 +57,24 @@ PL_TARGET_AVX512 static inline __m128i plx_ld16(const uint8_t *p) {
     return _mm_loadu_si128((const __m128i *)p);
 }
 
+/* The eight sub-block scales of the IQ4_XS super-block at blk less 32, as int32 lanes (see
+ * plx_iq4xs_scales). Shared by the AVX-512 and AVX2 decoders. */
+PL_TARGET_AVX2 static inline __m256i plx_iq4xs_sc8(const uint8_t *blk) {
+    __m256i lo = _mm256_srlv_epi32(_mm256_set1_epi32((int)plx_rd32(blk + 4)),
+                                   _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+    __m256i hi = _mm256_srlv_epi32(_mm256_set1_epi32((int)plx_rd16(blk + 2)),
+                                   _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+    lo = _mm256_and_si256(lo, _mm256_set1_epi32(15));
+    hi = _mm256_slli_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(3)), 4);
+    return _mm256_sub_epi32(_mm256_or_si256(lo, hi), _mm256_set1_epi32(32));
+}
+
+/* The IQ4_NL table plus 128 (1..241) in every 128-bit lane, for vpshufb. */
+PL_TARGET_AVX512 static inline __m512i plx_iq4nl_lut(void) {
+    __m512i t = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)plx_iq4nl_values));
+    return _mm512_xor_si512(t, _mm512_set1_epi8((char)0x80));
+}
+
 /* ---- 32-element block types; b0 points at the unit's first block */
 
 PL_TARGET_AVX512 static inline void plx_unit_q4_0(const uint8_t *b0, const int two, plx_unit *o) {
@@ -93,6 +115,14 @@ PL_TARGET_AVX512 static inline void plx_unit_q8_0(const uint8_t *b0, const int t
     __m512i z = _mm512_castsi256_si512(lo);
     z = _mm512_inserti64x4(z, two ? _mm256_loadu_si256((const __m256i *)(b1 + 2)) : _mm256_set1_epi8((char)0x80), 1);
     o->u = _mm512_xor_si512(z, _mm512_set1_epi8((char)0x80));
+    o->dw = plx_scales2(plx_rd16(b0), two ? plx_rd16(b1) : 0);
+}
+
+/* IQ4_NL: the nibbles as Q4_0's, looked up; the absent second block's codes are zero, as Q8_0's. */
+PL_TARGET_AVX512 static inline void plx_unit_iq4_nl(const uint8_t *b0, const int two, plx_unit *o) {
+    const uint8_t *b1 = b0 + 18;
+    __m512i z = plx_nib2(plx_ld16(b0 + 2), two ? plx_ld16(b1 + 2) : _mm_setzero_si128());
+    o->u = _mm512_maskz_shuffle_epi8(two ? ~(__mmask64)0 : (__mmask64)0xFFFFFFFFu, plx_iq4nl_lut(), z);
     o->dw = plx_scales2(plx_rd16(b0), two ? plx_rd16(b1) : 0);
 }
 
@@ -215,6 +245,22 @@ PL_TARGET_AVX512 static inline void plx_unit_q3_k(const uint8_t *blk, int j, __m
     o->mn = _mm512_setzero_ps();
 }
 
+/* IQ4_XS: S = d*(scale_0..7 - 32) of the super-block at blk in lanes 0-7 (the unit's permutes read
+ * no others). */
+PL_TARGET_AVX512 static inline __m512 plx_sb_iq4_xs(const uint8_t *blk) {
+    __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(plx_iq4xs_sc8(blk)), _mm256_set1_ps(_cvtsh_ss(plx_rd16(blk))));
+    return _mm512_castps256_ps512(v);
+}
+
+/* Quarter j: sub-blocks 2j and 2j+1, the 32 bytes of qs from 32j, laid out as two IQ4_NL blocks
+ * (scales as Q4_K's sub-blocks: lanes 0-7 take S[2j], lanes 8-15 S[2j+1]). */
+PL_TARGET_AVX512 static inline void plx_unit_iq4_xs(const uint8_t *blk, int j, __m512 S, plx_unit *o) {
+    const uint8_t *q = blk + 8 + 32 * j;
+    o->u = _mm512_shuffle_epi8(plx_iq4nl_lut(), plx_nib2(plx_ld16(q), plx_ld16(q + 16)));
+    o->dw = _mm512_permutexvar_ps(plx_k45_idx(j, 0), S);
+    o->mn = _mm512_setzero_ps();
+}
+
 /* Bytes of one block of the quantised types (constant-folded for a constant type). */
 static inline int plx_ts(int t) {
     switch (t) {
@@ -228,17 +274,19 @@ static inline int plx_ts(int t) {
     case PL_Q4_K: return 144;
     case PL_Q5_K: return 176;
     case PL_Q6_K: return 210;
+    case PL_IQ4_NL: return 18;
+    case PL_IQ4_XS: return 136;
     }
     return 0;
 }
 
 /* plx_kq reports whether t is a 256-element super-block type (constant-folded likewise). */
 static inline int plx_kq(int t) {
-    return t == PL_Q2_K || t == PL_Q3_K || t == PL_Q4_K || t == PL_Q5_K || t == PL_Q6_K;
+    return t == PL_Q2_K || t == PL_Q3_K || t == PL_Q4_K || t == PL_Q5_K || t == PL_Q6_K || t == PL_IQ4_XS;
 }
 
 /* ---- AVX2: units of 32 elements (one block, or one 32-element sub-block of a super-block),
- * 8 lanes. Q8_0 codes stay signed (see internal.h). */
+ * 8 lanes. Q8_0 codes, IQ4_NL's and IQ4_XS's values stay signed (see internal.h). */
 
 typedef struct {
     __m256i u;
@@ -264,6 +312,11 @@ PL_TARGET_AVX2 static inline __m256i plx_nib1(const uint8_t *q) {
 
 PL_TARGET_AVX2 static inline float plx_h2f(const uint8_t *p) { return _cvtsh_ss(plx_rd16(p)); }
 
+/* The IQ4_NL table (signed) in both 128-bit lanes, for vpshufb. */
+PL_TARGET_AVX2 static inline __m256i plx_iq4nl_lut8(void) {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)plx_iq4nl_values));
+}
+
 /* Block b of a 32-element block type T. */
 __attribute__((always_inline)) PL_TARGET_AVX2 static inline void
 plx_unit8_32(const int T, const uint8_t *b, plx_unit8 *o) {
@@ -281,6 +334,9 @@ plx_unit8_32(const int T, const uint8_t *b, plx_unit8 *o) {
     case PL_Q5_1:
         o->u = _mm256_or_si256(plx_nib1(b + 8), plx_bits16(plx_rd32(b + 4)));
         o->mn = _mm256_set1_ps(plx_h2f(b + 2));
+        break;
+    case PL_IQ4_NL: /* signed values, looked up */
+        o->u = _mm256_shuffle_epi8(plx_iq4nl_lut8(), plx_nib1(b + 2));
         break;
     default: /* Q8_0, signed codes */
         o->u = _mm256_loadu_si256((const __m256i *)(b + 2));
@@ -399,6 +455,14 @@ PL_TARGET_AVX2 static inline void plx_unit8_q3_k(const uint8_t *blk, int j, cons
     o->mn = _mm256_setzero_ps();
 }
 
+/* 32-element unit j (0..7) of an IQ4_XS super-block, sub-block j (as an IQ4_NL block); ds[8] =
+ * d*(scale-32). */
+PL_TARGET_AVX2 static inline void plx_unit8_iq4_xs(const uint8_t *blk, int j, __m256 ds, plx_unit8 *o) {
+    o->u = _mm256_shuffle_epi8(plx_iq4nl_lut8(), plx_nib1(blk + 8 + 16 * j));
+    o->dw = _mm256_permutevar8x32_ps(ds, _mm256_set1_epi32(j));
+    o->mn = _mm256_setzero_ps();
+}
+
 /* PLX_FOR_UNITS8 runs BODY for each 32-element unit of a weight row (as PLX_FOR_UNITS). */
 #define PLX_FOR_UNITS8(T, row, k, UI, O, BODY)                                              \
     do {                                                                                    \
@@ -436,6 +500,17 @@ PL_TARGET_AVX2 static inline void plx_unit8_q3_k(const uint8_t *blk, int j, cons
                     BODY                                                                    \
                 }                                                                           \
             }                                                                               \
+        } else if ((T) == PL_IQ4_XS) {                                                      \
+            for (int64_t sb_ = 0; sb_ < (k) / 256; sb_++) {                                 \
+                const uint8_t *blk_ = (row) + sb_ * 136;                                    \
+                const __m256 ds_ = _mm256_mul_ps(_mm256_cvtepi32_ps(plx_iq4xs_sc8(blk_)),   \
+                                                 _mm256_set1_ps(plx_h2f(blk_)));            \
+                for (int j_ = 0; j_ < 8; j_++) {                                            \
+                    const int64_t UI = sb_ * 8 + j_;                                        \
+                    plx_unit8_iq4_xs(blk_, j_, ds_, &O);                                    \
+                    BODY                                                                    \
+                }                                                                           \
+            }                                                                               \
         } else if ((T) == PL_Q6_K) {                                                        \
             float ds_[16];                                                                  \
             for (int64_t sb_ = 0; sb_ < (k) / 256; sb_++) {                                 \
@@ -463,6 +538,7 @@ PL_TARGET_AVX2 static inline void plx_unit8_q3_k(const uint8_t *blk, int j, cons
         else if ((T) == PL_Q4_1) plx_unit_q4_1(b0, two, o); \
         else if ((T) == PL_Q5_0) plx_unit_q5_0(b0, two, o); \
         else if ((T) == PL_Q5_1) plx_unit_q5_1(b0, two, o); \
+        else if ((T) == PL_IQ4_NL) plx_unit_iq4_nl(b0, two, o); \
         else plx_unit_q8_0(b0, two, o);                  \
     } while (0)
 
@@ -478,6 +554,7 @@ PL_TARGET_AVX2 static inline void plx_unit8_q3_k(const uint8_t *blk, int j, cons
                 if ((T) == PL_Q2_K) plx_sb_q2_k(blk_, &S_, &M_);                           \
                 else if ((T) == PL_Q3_K) S_ = plx_sb_q3_k(blk_);                           \
                 else if ((T) == PL_Q6_K) S_ = plx_sb_q6_k(blk_);                           \
+                else if ((T) == PL_IQ4_XS) S_ = plx_sb_iq4_xs(blk_);                       \
                 else S_ = plx_sb_k45(blk_);                                                \
                 for (int j_ = 0; j_ < 4; j_++) {                                           \
                     const int64_t UI = sb_ * 4 + j_;                                       \
@@ -485,6 +562,7 @@ PL_TARGET_AVX2 static inline void plx_unit8_q3_k(const uint8_t *blk, int j, cons
                     else if ((T) == PL_Q3_K) plx_unit_q3_k(blk_, j_, S_, &O);              \
                     else if ((T) == PL_Q4_K) plx_unit_q4_k(blk_, j_, S_, &O);              \
                     else if ((T) == PL_Q5_K) plx_unit_q5_k(blk_, j_, S_, &O);              \
+                    else if ((T) == PL_IQ4_XS) plx_unit_iq4_xs(blk_, j_, S_, &O);          \
                     else plx_unit_q6_k(blk_, j_, S_, &O);                                  \
                     BODY                                                                   \
                 }                                                                          \

@@ -75,8 +75,10 @@ const char *pl_isa_name(int isa) {
 int plx_block_size(int dtype) {
     switch (dtype) {
     case PL_F32: case PL_F16: case PL_BF16: return 1;
-    case PL_Q4_0: case PL_Q4_1: case PL_Q5_0: case PL_Q5_1: case PL_Q8_0: case PL_Q8_1: return 32;
-    case PL_Q2_K: case PL_Q3_K: case PL_Q4_K: case PL_Q5_K: case PL_Q6_K: case PL_Q8_K: return 256;
+    case PL_Q4_0: case PL_Q4_1: case PL_Q5_0: case PL_Q5_1: case PL_Q8_0: case PL_Q8_1:
+    case PL_IQ4_NL: return 32;
+    case PL_Q2_K: case PL_Q3_K: case PL_Q4_K: case PL_Q5_K: case PL_Q6_K: case PL_Q8_K:
+    case PL_IQ4_XS: return 256;
     }
     return 0;
 }
@@ -97,6 +99,8 @@ int plx_type_size(int dtype) {
     case PL_Q5_K: return 176;
     case PL_Q6_K: return 210;
     case PL_Q8_K: return 292;
+    case PL_IQ4_NL: return 18;
+    case PL_IQ4_XS: return 136;
     }
     return 0;
 }
@@ -111,9 +115,9 @@ int64_t pl_row_size(int dtype, int64_t n) {
 int pl_vec_dot_type(int dtype) {
     switch (dtype) {
     case PL_F32: case PL_F16: case PL_BF16: return dtype;
-    case PL_Q4_0: case PL_Q5_0: case PL_Q8_0: return PL_Q8_0;
+    case PL_Q4_0: case PL_Q5_0: case PL_Q8_0: case PL_IQ4_NL: return PL_Q8_0;
     case PL_Q4_1: case PL_Q5_1: return PL_Q8_1;
-    case PL_Q2_K: case PL_Q3_K: case PL_Q4_K: case PL_Q5_K: case PL_Q6_K: return PL_Q8_K;
+    case PL_Q2_K: case PL_Q3_K: case PL_Q4_K: case PL_Q5_K: case PL_Q6_K: case PL_IQ4_XS: return PL_Q8_K;
     }
     return PL_ERR_UNSUPPORTED;
 }

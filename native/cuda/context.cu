@@ -205,8 +205,8 @@ int plc_work(plc_ctx *ctx, size_t n, void **out) {
 int plc_block_elems(int dt) {
     switch (dt) {
     case PLC_F32: case PLC_F16: case PLC_BF16: return 1;
-    case PLC_Q4_0: case PLC_Q4_1: case PLC_Q5_0: case PLC_Q5_1: case PLC_Q8_0: return 32;
-    case PLC_Q2_K: case PLC_Q3_K: case PLC_Q4_K: case PLC_Q5_K: case PLC_Q6_K: return 256;
+    case PLC_Q4_0: case PLC_Q4_1: case PLC_Q5_0: case PLC_Q5_1: case PLC_Q8_0: case PLC_IQ4_NL: return 32;
+    case PLC_Q2_K: case PLC_Q3_K: case PLC_Q4_K: case PLC_Q5_K: case PLC_Q6_K: case PLC_IQ4_XS: return 256;
     }
     return 0;
 }
@@ -221,11 +221,13 @@ int64_t plc_row_bytes(int dt, int64_t n) {
     case PLC_Q5_0: bs = 22; break;
     case PLC_Q5_1: bs = 24; break;
     case PLC_Q8_0: bs = 34; break;
+    case PLC_IQ4_NL: bs = 18; break;
     case PLC_Q2_K: bs = 84; break;
     case PLC_Q3_K: bs = 110; break;
     case PLC_Q4_K: bs = 144; break;
     case PLC_Q5_K: bs = 176; break;
     case PLC_Q6_K: bs = 210; break;
+    case PLC_IQ4_XS: bs = 136; break;
     default: return -1;
     }
     const int be = plc_block_elems(dt);

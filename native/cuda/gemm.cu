@@ -20,8 +20,8 @@
 int plc_matmul_supports(int dt) {
     switch (dt) {
     case PLC_F32: case PLC_F16: case PLC_BF16:
-    case PLC_Q4_0: case PLC_Q4_1: case PLC_Q5_0: case PLC_Q5_1: case PLC_Q8_0:
-    case PLC_Q2_K: case PLC_Q3_K: case PLC_Q4_K: case PLC_Q5_K: case PLC_Q6_K:
+    case PLC_Q4_0: case PLC_Q4_1: case PLC_Q5_0: case PLC_Q5_1: case PLC_Q8_0: case PLC_IQ4_NL:
+    case PLC_Q2_K: case PLC_Q3_K: case PLC_Q4_K: case PLC_Q5_K: case PLC_Q6_K: case PLC_IQ4_XS:
         return 1;
     }
     return 0;
@@ -126,12 +126,12 @@ __device__ __forceinline__ void plc_gemv_store(const float *acc, int n, float *d
     }
 }
 
-// Activations quantised as ggml quantises them for products with the legacy block types
-// (quantize_row_q8_0 / q8_1 as its x86 code computes them, which the CPU backends follow): per
-// 32 elements d = amax/127, codes round-half-even(x * (127/amax)), d kept as its F16 value, and
-// Q8_1's s = F16(d * sum of codes) with d unrounded. One warp per block of 32: xq [n, k] codes,
-// xd, xs [n, k/32]; or, with ld > 0, the layout of plc_mmq: codes by chunk, [k/32, ld, 32],
-// each block's in the order of plc_mmq_pos, and xd, xs [k/32, ld] (ld >= n).
+// Activations quantised as ggml quantises them for products with the legacy block types and
+// IQ4_NL (quantize_row_q8_0 / q8_1 as its x86 code computes them, which the CPU backends
+// follow): per 32 elements d = amax/127, codes round-half-even(x * (127/amax)), d kept as its
+// F16 value, and Q8_1's s = F16(d * sum of codes) with d unrounded. One warp per block of 32:
+// xq [n, k] codes, xd, xs [n, k/32]; or, with ld > 0, the layout of plc_mmq: codes by chunk,
+// [k/32, ld, 32], each block's in the order of plc_mmq_pos, and xd, xs [k/32, ld] (ld >= n).
 __device__ __forceinline__ int plc_mmq_pos(int e) { return e < 16 ? (e / 4) * 8 + e % 4 : ((e - 16) / 4) * 8 + 4 + e % 4; }
 
 __global__ void __launch_bounds__(128)
@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(128)
     }
 }
 
-// Activations quantised as ggml quantises them for products with the K-quant types
+// Activations quantised as ggml quantises them for products with the K-quant types and IQ4_XS
 // (quantize_row_q8_K_ref, which its x86 build uses and the CPU backends follow): per 256
 // elements the one of largest magnitude (the first on ties) maps to -127, iscale = -127/max,
 // codes min(127, round-half-even(iscale * x)), d = 1/iscale kept as float. One warp per block of
@@ -216,10 +216,12 @@ __global__ void __launch_bounds__(128)
 
 // Matrix-vector kernel for the quantised block types against quantised activations, as ggml's
 // vec_dot functions compute it: per chunk of 32 the integer dot product of the codes (dp4a).
-// Legacy types (activations from plc_quant_q8): times d_w * d_x, plus m_w * s_x for Q4_1 and
-// Q5_1. K-quants (activations from plc_quant_q8k): the two halves' products times their scales,
-// times the activations' scale, minus m_w times xs (Q2_K: each half's minimum times its own xs).
-// The chunks' results summed in F32. One warp per weight row; n <= NR activation rows. dst [n, m].
+// Legacy types and IQ4_NL (activations from plc_quant_q8): times d_w * d_x, plus m_w * s_x for
+// Q4_1 and Q5_1. K-quants and IQ4_XS (activations from plc_quant_q8k): the two halves' products
+// times their scales, times the activations' scale, minus m_w times xs (Q2_K: each half's
+// minimum times its own xs). The codes are signed bytes (dp4a's s8 inputs) except the unsigned
+// ones of Q4_1, Q5_1, Q2_K, Q4_K and Q5_K, which are below 128 and so read the same. The
+// chunks' results summed in F32. One warp per weight row; n <= NR activation rows. dst [n, m].
 template <int DT, int NR>
 __global__ void __launch_bounds__(128)
     plc_gemv_q8(plc_segs segs, const int8_t *xq, const float *xd, const float *xs, int n, int64_t k, int64_t rowbytes) {
@@ -363,9 +365,9 @@ static void plc_launch_gemv_q8(plc_ctx *ctx, const plc_segs &segs, const int8_t 
 }
 
 // plc_quant_acts quantises the n rows of x for products with weights of type DT, into
-// scratch: to Q8_0/Q8_1 blocks of 32 for the legacy types, to Q8_K blocks of 256 for the
-// K-quants (xq [n, k] codes; xd, xs as plc_quant_q8 and plc_quant_q8k write them, xs per 16
-// elements for Q2_K; in plc_mmq's layout where ld > 0).
+// scratch: to Q8_0/Q8_1 blocks of 32 for the legacy types and IQ4_NL, to Q8_K blocks of 256
+// for the K-quants and IQ4_XS (xq [n, k] codes; xd, xs as plc_quant_q8 and plc_quant_q8k write
+// them, xs per 16 elements for Q2_K; in plc_mmq's layout where ld > 0).
 template <int DT>
 static int plc_quant_acts(plc_ctx *ctx, const float *x, int64_t n, int64_t k, int64_t ld, int8_t **xq, float **xd, float **xs) {
     constexpr int g = plc_kmin16<DT>::value ? 16 : 32;  // elements an xs sum covers
@@ -407,15 +409,15 @@ static int plc_gemv_q_segs(plc_ctx *ctx, const plc_segs &segs, const float *x, i
 //
 // The same arithmetic as plc_gemv_q8, activations quantised as there: per chunk of 32 weights
 // the integer dot products of the codes, now from mma.sync with s8 inputs and s32 results
-// (m16n8k32 for the legacy types; for the K-quants two m16n8k16, one a half of 16 with its own
-// scale), scaled and summed in F32 chunk by chunk. A block's four warps take 32 weight rows
-// each, all against the same 64 activation rows (whose codes the L1 cache then serves four
-// times). Every eight chunks a warp copies its rows' next eight chunks as stored (a K-quant's
-// block of 256) to shared memory, consecutive lanes reading consecutive words of a row, so
-// that the weights are read whole cache lines at a time. Per chunk each lane then expands its
-// own row's 32 codes from there (plc_qint32/plc_kint32; the rows an odd number of words apart,
-// so that no two lanes' reads meet in a bank) into the warp's rows of codes, from which the A
-// fragments are read. The activations are quantised for it in a layout of its own: codes by
+// (m16n8k32 for the legacy types and IQ4_NL; for the K-quants and IQ4_XS two m16n8k16, one a
+// half of 16 with its own scale), scaled and summed in F32 chunk by chunk. A block's four warps
+// take 32 weight rows each, all against the same 64 activation rows (whose codes the L1 cache
+// then serves four times). Every eight chunks a warp copies its rows' next eight chunks as stored
+// (a K-quant's block of 256) to shared memory, consecutive lanes reading consecutive words of a
+// row, so that the weights are read whole cache lines at a time. Per chunk each lane then expands
+// its own row's 32 codes from there (plc_qint32/plc_kint32; the rows an odd number of words
+// apart, so that no two lanes' reads meet in a bank) into the warp's rows of codes, from which
+// the A fragments are read. The activations are quantised for it in a layout of its own: codes by
 // chunk, [k/32, ld, 32], so that a fragment's eight rows are one 256-byte run, each 32
 // reordered (plc_mmq_pos) so that a lane's two B registers, elements 4t.. and 16+4t.., are one
 // 8-byte read; and the scales by chunk, [k/32, ld] with ld a multiple of 8 (Q2_K's sums by half
@@ -623,7 +625,7 @@ __global__ void __launch_bounds__(PLC_MMQ_WARPS * PLC_WARP)
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
                         const float4 r = sc[mt][i / 2];
-                        // |lo|, |hi| <= 16 * 127 * 63 < 2^22
+                        // |lo|, |hi| <= 16 * 127 * 127 < 2^22 (IQ4_XS's values reach -127)
                         const float p = r.x * plc_s32_to_f32(lo[i]) + r.y * plc_s32_to_f32(hi[i]);
                         if constexpr (min16) acc[mt][nt][i] += sxs[i % 2] * p - (r.z * sm[i % 2] + r.w * sm1[i % 2]);
                         else acc[mt][nt][i] += sxs[i % 2] * p - r.z * sm[i % 2];

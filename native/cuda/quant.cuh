@@ -14,11 +14,13 @@ template <> struct plc_qtype<PLC_Q4_1> { static constexpr int bytes = 20, chunks
 template <> struct plc_qtype<PLC_Q5_0> { static constexpr int bytes = 22, chunks = 1; };
 template <> struct plc_qtype<PLC_Q5_1> { static constexpr int bytes = 24, chunks = 1; };
 template <> struct plc_qtype<PLC_Q8_0> { static constexpr int bytes = 34, chunks = 1; };
+template <> struct plc_qtype<PLC_IQ4_NL> { static constexpr int bytes = 18, chunks = 1; };
 template <> struct plc_qtype<PLC_Q2_K> { static constexpr int bytes = 84, chunks = 8; };
 template <> struct plc_qtype<PLC_Q3_K> { static constexpr int bytes = 110, chunks = 8; };
 template <> struct plc_qtype<PLC_Q4_K> { static constexpr int bytes = 144, chunks = 8; };
 template <> struct plc_qtype<PLC_Q5_K> { static constexpr int bytes = 176, chunks = 8; };
 template <> struct plc_qtype<PLC_Q6_K> { static constexpr int bytes = 210, chunks = 8; };
+template <> struct plc_qtype<PLC_IQ4_XS> { static constexpr int bytes = 136, chunks = 8; };
 
 __device__ __forceinline__ uint32_t plc_u32_at(const uint8_t *p) {
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
@@ -32,6 +34,33 @@ __device__ __forceinline__ void plc_scale_min_k4(int j, const uint8_t *q, int &s
     } else {
         sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
         m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+// IQ4_NL and IQ4_XS store 4-bit indices into one table of sixteen signed values
+// (kvalues_iq4nl: -127 -104 -83 -65 -49 -35 -22 -10 1 13 25 38 53 69 89 113), sixteen bytes qs
+// for 32 elements: element j < 16 indexes with the low nibble of qs[j], element j + 16 with its
+// high one. plc_iq4_codes32 writes the 32 values of such a qs as bytes into q[0..7], in element
+// order. The table is four constant words, values 0..3, 4..7, 8..11 and 12..15, so that the
+// lookups read no memory: for each word of qs, __byte_perm looks the eight indices' low three
+// bits up in values 0..7 and in 8..15, takes each byte from one or the other by the index's
+// fourth bit, and then sorts the eight values into the low nibbles' four and the high nibbles'
+// four. (__byte_perm reads only the low three bits of each selector nibble, and only the low 16
+// bits of the selector.)
+__device__ __forceinline__ void plc_iq4_codes32(const uint8_t *qs, uint32_t *q) {
+    constexpr uint32_t t0 = 0xBFAD9881u, t1 = 0xF6EADDCFu, t2 = 0x26190D01u, t3 = 0x71594535u;
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        const uint32_t v = plc_u32_at(qs + 4 * w);
+        uint32_t b[2];  // b[h]: the values of bytes 2h and 2h+1 of v, each byte's low nibble's, then its high one's
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint32_t s = v >> (16 * h);
+            const uint32_t lo = __byte_perm(t0, t1, s), hi = __byte_perm(t2, t3, s);
+            b[h] = __byte_perm(lo, hi, 0x3210u | ((s & 0x8888u) >> 1));
+        }
+        q[w] = __byte_perm(b[0], b[1], 0x6420u);      // elements 4w .. 4w+3
+        q[w + 4] = __byte_perm(b[0], b[1], 0x7531u);  // elements 16+4w .. 16+4w+3
     }
 }
 
@@ -93,17 +122,29 @@ template <> __device__ __forceinline__ void plc_deq32<PLC_Q8_0>(const uint8_t *r
     for (int j = 0; j < 32; j++) y[j] = (float)(int8_t)x[2 + j] * d;
 }
 
-// The legacy block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) as integers, for products with
-// activations quantised to 8-bit blocks as ggml's vec_dot functions take them:
-// plc_qint32<DT>(row, c, q, d, m) writes the 32 codes of chunk c (Q4_0: nibble - 8; Q5_0: five
-// bits - 16; Q4_1, Q5_1: unsigned; Q8_0: as stored) as bytes into q[0..7], its scale d and, for
-// Q4_1 and Q5_1, its minimum m (else 0). An element is d*code + m.
+// IQ4_NL: d (F16), qs[16]; an element is d times its value.
+template <> __device__ __forceinline__ void plc_deq32<PLC_IQ4_NL>(const uint8_t *row, int64_t c, float *y) {
+    const uint8_t *x = row + c * 18;
+    const float d = plc_f16_at(x);
+    uint32_t q[8];
+    plc_iq4_codes32(x + 2, q);
+#pragma unroll
+    for (int j = 0; j < 32; j++) y[j] = d * (float)(int8_t)(q[j >> 2] >> (8 * (j & 3)));
+}
+
+// The legacy block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and IQ4_NL, a block of 32 with one scale
+// like Q4_0's, as integers, for products with activations quantised to 8-bit blocks as ggml's
+// vec_dot functions take them: plc_qint32<DT>(row, c, q, d, m) writes the 32 codes of chunk c
+// (Q4_0: nibble - 8; Q5_0: five bits - 16; Q4_1, Q5_1: unsigned; Q8_0: as stored; IQ4_NL: the
+// table's signed values) as bytes into q[0..7], its scale d and, for Q4_1 and Q5_1, its minimum m
+// (else 0). An element is d*code + m.
 template <int DT> struct plc_legacy { static constexpr bool value = false; };
 template <> struct plc_legacy<PLC_Q4_0> { static constexpr bool value = true; };
 template <> struct plc_legacy<PLC_Q4_1> { static constexpr bool value = true; };
 template <> struct plc_legacy<PLC_Q5_0> { static constexpr bool value = true; };
 template <> struct plc_legacy<PLC_Q5_1> { static constexpr bool value = true; };
 template <> struct plc_legacy<PLC_Q8_0> { static constexpr bool value = true; };
+template <> struct plc_legacy<PLC_IQ4_NL> { static constexpr bool value = true; };
 
 __device__ __forceinline__ uint32_t plc_pack4(int a, int b, int c, int d) {
     return (uint32_t)(a & 255) | ((uint32_t)(b & 255) << 8) | ((uint32_t)(c & 255) << 16) | ((uint32_t)(d & 255) << 24);
@@ -158,6 +199,12 @@ template <> __device__ __forceinline__ void plc_qint32<PLC_Q8_0>(const uint8_t *
     m = 0.f;
 #pragma unroll
     for (int w = 0; w < 8; w++) q[w] = plc_u32_at(x + 2 + 4 * w);
+}
+template <> __device__ __forceinline__ void plc_qint32<PLC_IQ4_NL>(const uint8_t *row, int64_t c, uint32_t *q, float &d, float &m) {
+    const uint8_t *x = row + c * 18;
+    d = plc_f16_at(x);
+    m = 0.f;
+    plc_iq4_codes32(x + 2, q);
 }
 
 // Q2_K: scales[16] (low nibble a scale, high nibble a minimum), qs[64], d, dmin (F16). Half
@@ -281,20 +328,42 @@ template <> __device__ __forceinline__ void plc_deq32<PLC_Q6_K>(const uint8_t *r
     for (int l = 0; l < 32; l++) y[l] = k.d * (float)k.sc[l >> 4] * (float)k.code(l);
 }
 
-// The K-quant types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) as integers, for products with activations
-// quantised to Q8_K as ggml's x86 vec_dot functions take them: plc_kint32<DT>(row, c, q, d0, d1,
-// m0, m1) writes the 32 codes of chunk c (Q2_K: two bits; Q3_K: three bits - 4 where the high bit
-// is clear; Q4_K: nibble; Q5_K: five bits; Q6_K: six bits - 32) as bytes into q[0..7], the
-// scales of its elements 0..15 (d0) and 16..31 (d1), and their minimums m0 and m1 (Q2_K: one
-// each; Q4_K, Q5_K: one for the chunk, m0 = m1; else 0). An element is d*code - m with d = d0 or
-// d1 and m = m0 or m1. plc_kmin16<DT> marks the types whose minimums differ between the halves
-// (Q2_K), for which the activations' code sums are kept per 16 elements instead of per 32.
+// IQ4_XS: d (F16), scales_h (16 bits), scales_l[4], qs[128]. Chunk s (0..7) of a block takes its
+// indices from qs[16s ..] and a 6-bit scale, the low four bits from nibble s%2 of scales_l[s/2]
+// and the high two from bits 2s.. of scales_h, stored as its value plus 32: an element is
+// d*(scale - 32) times its value, d*(scale - 32) formed first.
+__device__ __forceinline__ float plc_iq4xs_scale(const uint8_t *x, int s) {
+    const int h = x[2] | (x[3] << 8);
+    const int ls = ((x[4 + (s >> 1)] >> (4 * (s & 1))) & 0xF) | (((h >> (2 * s)) & 3) << 4);
+    return plc_f16_at(x) * (float)(ls - 32);
+}
+template <> __device__ __forceinline__ void plc_deq32<PLC_IQ4_XS>(const uint8_t *row, int64_t c, float *y) {
+    const uint8_t *x = row + (c >> 3) * 136;
+    const int s = (int)(c & 7);
+    const float dl = plc_iq4xs_scale(x, s);
+    uint32_t q[8];
+    plc_iq4_codes32(x + 8 + 16 * s, q);
+#pragma unroll
+    for (int j = 0; j < 32; j++) y[j] = dl * (float)(int8_t)(q[j >> 2] >> (8 * (j & 3)));
+}
+
+// The K-quant types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and IQ4_XS, a block of 256 with a scale per
+// 32, as integers, for products with activations quantised to Q8_K as ggml's x86 vec_dot
+// functions take them: plc_kint32<DT>(row, c, q, d0, d1, m0, m1) writes the 32 codes of chunk c
+// (Q2_K: two bits; Q3_K: three bits - 4 where the high bit is clear; Q4_K: nibble; Q5_K: five
+// bits; Q6_K: six bits - 32; IQ4_XS: the table's signed values) as bytes into q[0..7], the
+// scales of its elements 0..15 (d0) and 16..31 (d1; IQ4_XS: one for the chunk, d0 = d1), and
+// their minimums m0 and m1 (Q2_K: one each; Q4_K, Q5_K: one for the chunk, m0 = m1; else 0). An
+// element is d*code - m with d = d0 or d1 and m = m0 or m1. plc_kmin16<DT> marks the types
+// whose minimums differ between the halves (Q2_K), for which the activations' code sums are kept
+// per 16 elements instead of per 32.
 template <int DT> struct plc_kquant { static constexpr bool value = false; };
 template <> struct plc_kquant<PLC_Q2_K> { static constexpr bool value = true; };
 template <> struct plc_kquant<PLC_Q3_K> { static constexpr bool value = true; };
 template <> struct plc_kquant<PLC_Q4_K> { static constexpr bool value = true; };
 template <> struct plc_kquant<PLC_Q5_K> { static constexpr bool value = true; };
 template <> struct plc_kquant<PLC_Q6_K> { static constexpr bool value = true; };
+template <> struct plc_kquant<PLC_IQ4_XS> { static constexpr bool value = true; };
 template <int DT> struct plc_kmin16 { static constexpr bool value = false; };
 template <> struct plc_kmin16<PLC_Q2_K> { static constexpr bool value = true; };
 
@@ -364,9 +433,17 @@ template <> __device__ __forceinline__ void plc_kint32<PLC_Q6_K>(const uint8_t *
 #pragma unroll
     for (int w = 0; w < 8; w++) q[w] = plc_pack4(k.code(4 * w), k.code(4 * w + 1), k.code(4 * w + 2), k.code(4 * w + 3));
 }
+template <> __device__ __forceinline__ void plc_kint32<PLC_IQ4_XS>(const uint8_t *row, int64_t c, uint32_t *q, float &d0, float &d1,
+                                                                   float &m0, float &m1) {
+    const uint8_t *x = row + (c >> 3) * 136;
+    const int s = (int)(c & 7);
+    d0 = d1 = plc_iq4xs_scale(x, s);
+    m0 = m1 = 0.f;
+    plc_iq4_codes32(x + 8 + 16 * s, q);
+}
 
 // PLC_FOR_QTYPES(X) expands X(DT) for every quantised type.
-#define PLC_FOR_QTYPES(X) X(PLC_Q4_0) X(PLC_Q4_1) X(PLC_Q5_0) X(PLC_Q5_1) X(PLC_Q8_0) \
-    X(PLC_Q2_K) X(PLC_Q3_K) X(PLC_Q4_K) X(PLC_Q5_K) X(PLC_Q6_K)
+#define PLC_FOR_QTYPES(X) X(PLC_Q4_0) X(PLC_Q4_1) X(PLC_Q5_0) X(PLC_Q5_1) X(PLC_Q8_0) X(PLC_IQ4_NL) \
+    X(PLC_Q2_K) X(PLC_Q3_K) X(PLC_Q4_K) X(PLC_Q5_K) X(PLC_Q6_K) X(PLC_IQ4_XS)
 
 #endif

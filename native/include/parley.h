@@ -53,6 +53,8 @@ extern "C" {
 #define PL_Q5_K 13
 #define PL_Q6_K 14
 #define PL_Q8_K 15
+#define PL_IQ4_NL 20
+#define PL_IQ4_XS 23
 #define PL_BF16 30
 
 /* Instruction-set levels of the CPU kernels. */
@@ -86,8 +88,8 @@ int pl_supports(int op, int dtype);
 int64_t pl_row_size(int dtype, int64_t n);
 
 /* pl_vec_dot_type returns the type a row of activations is converted to before being multiplied
- * by weights of dtype (F32->F32, F16->F16, BF16->BF16, Q4_0/Q5_0/Q8_0->Q8_0, Q4_1/Q5_1->Q8_1,
- * Q2_K/Q3_K/Q4_K/Q5_K/Q6_K->Q8_K), or PL_ERR_UNSUPPORTED. */
+ * by weights of dtype (F32->F32, F16->F16, BF16->BF16, Q4_0/Q5_0/Q8_0/IQ4_NL->Q8_0,
+ * Q4_1/Q5_1->Q8_1, Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS->Q8_K), or PL_ERR_UNSUPPORTED. */
 int pl_vec_dot_type(int dtype);
 
 /* pl_quantize_row converts n floats to dtype in ggml's layout, bit for bit as ggml's x86 CPU
@@ -125,7 +127,8 @@ int pl_matmul(pl_ctx *ctx, float *dst, const float *x, int64_t n, int64_t k, con
  * sums of sixteen rows (packed.c describes the layouts). pl_packed_size returns the bytes
  * pl_pack_weights writes for w [m, k] of wtype (as many as the rows themselves, Q4_K and Q5_K 4
  * more a row every 256 elements, up to a last group padded to sixteen rows), PL_ERR_UNSUPPORTED
- * for other types (Q2_K and Q3_K among them: pl_matmul serves those from their rows).
+ * for other types (Q2_K, Q3_K, IQ4_NL and IQ4_XS among them: pl_matmul serves those from their
+ * rows).
  * pl_packed_available reports 1 when the current ISA level runs pl_matmul_packed for wtype: every
  * type above with AVX-512 VNNI or AVX2.
  * pl_matmul_packed is pl_matmul on packed weights; each block's exact integer sum is scaled and

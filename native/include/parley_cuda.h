@@ -57,6 +57,8 @@ extern "C" {
 #define PLC_Q4_K 12
 #define PLC_Q5_K 13
 #define PLC_Q6_K 14
+#define PLC_IQ4_NL 20
+#define PLC_IQ4_XS 23
 #define PLC_BF16 30
 
 /* Operations, for plc_supports. */
@@ -156,10 +158,11 @@ int plc_memset0(plc_ctx *ctx, void *dst, size_t n);
  *   F32 weights: cuBLAS SGEMM-class product (TF32 tensor cores unless turned off).
  *   F16, BF16: x is rounded to wtype (nearest even), products accumulate in F32 (n <= 8: a
  *   matrix-vector kernel that rounds x as it reads it; larger n: cuBLAS).
- *   Quantised (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K), n <= 8: x is quantised as
- *   llama.cpp quantises it for the weights' dot type (Q8_0 or Q8_1 blocks of 32 for the first
- *   five, Q8_K blocks of 256 for the K-quants), then a matrix-vector kernel takes integer dot
- *   products of the codes (dp4a) per 32 weights, scaled in F32. n > 8 (plc_ctx_set_mmq on, the default):
+ *   Quantised (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 IQ4_NL Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_XS), n <= 8: x is
+ *   quantised as llama.cpp quantises it for the weights' dot type (Q8_0 or Q8_1 blocks of 32 for
+ *   the first six, Q8_K blocks of 256 for the K-quants and IQ4_XS), then a matrix-vector kernel
+ *   takes integer dot products of the codes (dp4a; IQ4_NL's and IQ4_XS's codes are the signed
+ *   values of their table) per 32 weights, scaled in F32. n > 8 (plc_ctx_set_mmq on, the default):
  *   the same quantisation and integer products, on int8 tensor cores. n > 8 otherwise: weights are
  *   expanded to F16 in tiles, x is rounded to F16, and cuBLAS multiplies them with F32
  *   accumulation; a row of x whose largest finite magnitude exceeds 65504 is divided by a power

@@ -28,19 +28,21 @@ func rowBlocks(n, bs, wsz, xsz int, w, x []byte) (int, bool) {
 
 // Implementations: element count (F32/F16/BF16) or block count (others), checked inputs.
 var (
-	dotF32Impl  = dotF32Go
-	dotF16Impl  = dotF16Go
-	dotQ8_0Impl = dotQ8_0Go
-	dotQ4_0Impl = dotQ4_0Go
-	dotQ4_KImpl = dotQ4_KGo
-	dotQ6_KImpl = dotQ6_KGo
-	dotBF16Impl = dotBF16Go
-	dotQ4_1Impl = dotQ4_1Go
-	dotQ5_0Impl = dotQ5_0Go
-	dotQ5_1Impl = dotQ5_1Go
-	dotQ5_KImpl = dotQ5_KGo
-	dotQ2_KImpl = dotQ2_KGo
-	dotQ3_KImpl = dotQ3_KGo
+	dotF32Impl    = dotF32Go
+	dotF16Impl    = dotF16Go
+	dotQ8_0Impl   = dotQ8_0Go
+	dotQ4_0Impl   = dotQ4_0Go
+	dotQ4_KImpl   = dotQ4_KGo
+	dotQ6_KImpl   = dotQ6_KGo
+	dotBF16Impl   = dotBF16Go
+	dotQ4_1Impl   = dotQ4_1Go
+	dotQ5_0Impl   = dotQ5_0Go
+	dotQ5_1Impl   = dotQ5_1Go
+	dotQ5_KImpl   = dotQ5_KGo
+	dotQ2_KImpl   = dotQ2_KGo
+	dotQ3_KImpl   = dotQ3_KGo
+	dotIQ4_NLImpl = dotIQ4_NLGo
+	dotIQ4_XSImpl = dotIQ4_XSGo
 
 	dot4Q8_0Impl = dot4Q8_0Go
 	dot4Q4_0Impl = dot4Q4_0Go
@@ -183,6 +185,22 @@ func dotQ3_K(n int, w, x []byte) float32 {
 		return nan32
 	}
 	return dotQ3_KImpl(nb, w, x)
+}
+
+func dotIQ4_NL(n int, w, x []byte) float32 {
+	nb, ok := rowBlocks(n, qk, iq4_NLBytes, q8_0Bytes, w, x)
+	if !ok {
+		return nan32
+	}
+	return dotIQ4_NLImpl(nb, w, x)
+}
+
+func dotIQ4_XS(n int, w, x []byte) float32 {
+	nb, ok := rowBlocks(n, qkK, iq4_XSBytes, q8_KBytes, w, x)
+	if !ok {
+		return nan32
+	}
+	return dotIQ4_XSImpl(nb, w, x)
 }
 
 func dotQ4_K(n int, w, x []byte) float32 {
@@ -516,6 +534,51 @@ func dotQ3_KGo(nb int, w, x []byte) float32 {
 			}
 		}
 		sum += f16at(wb[108:]) * f32at(xb[0:]) * float32(isum)
+	}
+	return sum
+}
+
+// dotIQ4Group returns the integer dot of one group of 16 code bytes (32 levels) with 32 signed
+// activations: at most 32*127*127 in magnitude. The levels are looked up into a 32-byte array
+// first so that the products run as dot32's straight-line code.
+func dotIQ4Group(qs *[16]byte, y *[32]byte) int32 {
+	var v [32]byte
+	for j, q := range qs {
+		p := iq4Pairs[q]
+		v[j], v[j+16] = byte(p), byte(p>>8)
+	}
+	return dot32(&v, y)
+}
+
+// dotIQ4_NLGo follows ggml's scalar ggml_vec_dot_iq4_nl_q8_0: per block, the integer dot of the
+// 32 levels with the Q8_0 activations, then one float32 scale d*d_y, as for Q4_0.
+func dotIQ4_NLGo(nb int, w, x []byte) float32 {
+	var sum float32
+	for b := 0; b < nb; b++ {
+		wb := (*[iq4_NLBytes]byte)(w[b*iq4_NLBytes:])
+		xb := (*[q8_0Bytes]byte)(x[b*q8_0Bytes:])
+		s := dotIQ4Group((*[16]byte)(wb[2:]), (*[32]byte)(xb[2:]))
+		sum += float32(s) * (f16at(wb[0:]) * f16at(xb[0:]))
+	}
+	return sum
+}
+
+// dotIQ4_XSGo computes what ggml's ggml_vec_dot_iq4_xs_q8_K does in its AVX2 form: per
+// super-block, the integer dot of each 32-element sub-block weighted by its signed scale
+// ls-32, summed exactly (at most 8*32*32*127*127 < 2^28 in magnitude), then one float32 scale
+// d*d_y. The sum can exceed 2^24, so its conversion to float32 may round once.
+func dotIQ4_XSGo(nb int, w, x []byte) float32 {
+	var sum float32
+	for b := 0; b < nb; b++ {
+		wb := (*[iq4_XSBytes]byte)(w[b*iq4_XSBytes:])
+		xb := (*[q8_KBytes]byte)(x[b*q8_KBytes:])
+		h, sl := le16(wb[2:]), (*[4]byte)(wb[4:])
+		var isum int32
+		for ib := 0; ib < 8; ib++ {
+			s := dotIQ4Group((*[16]byte)(wb[8+16*ib:]), (*[32]byte)(xb[4+32*ib:]))
+			isum += (scaleIQ4XS(ib, h, sl) - 32) * s
+		}
+		sum += f16at(wb[0:]) * f32at(xb[0:]) * float32(isum)
 	}
 	return sum
 }

@@ -18,7 +18,8 @@ func kernelImpls() map[tensor.DType][2]func(int, []byte, []byte) float32 {
 		tensor.Q5_1: {dotQ5_1Go, dotQ5_1Impl}, tensor.Q8_0: {dotQ8_0Go, dotQ8_0Impl},
 		tensor.Q4_K: {dotQ4_KGo, dotQ4_KImpl}, tensor.Q5_K: {dotQ5_KGo, dotQ5_KImpl},
 		tensor.Q6_K: {dotQ6_KGo, dotQ6_KImpl}, tensor.Q2_K: {dotQ2_KGo, dotQ2_KImpl},
-		tensor.Q3_K: {dotQ3_KGo, dotQ3_KImpl},
+		tensor.Q3_K: {dotQ3_KGo, dotQ3_KImpl}, tensor.IQ4_NL: {dotIQ4_NLGo, dotIQ4_NLImpl},
+		tensor.IQ4_XS: {dotIQ4_XSGo, dotIQ4_XSImpl},
 	}
 }
 
@@ -164,7 +165,7 @@ func TestDotEndToEnd(t *testing.T) {
 	relRMS := map[tensor.DType]float64{
 		tensor.F32: 1e-7, tensor.F16: 3e-4, tensor.BF16: 3e-3, tensor.Q8_0: 0.009, tensor.Q8_1: 0.009,
 		tensor.Q4_0: 0.16, tensor.Q4_1: 0.09, tensor.Q5_0: 0.07, tensor.Q5_1: 0.055,
-		tensor.Q2_K: 0.36, tensor.Q3_K: 0.21,
+		tensor.Q2_K: 0.36, tensor.Q3_K: 0.21, tensor.IQ4_NL: 0.11, tensor.IQ4_XS: 0.11,
 		tensor.Q4_K: 0.1, tensor.Q5_K: 0.05, tensor.Q6_K: 0.03, tensor.Q8_K: 0.016,
 	}
 	for _, dt := range dotTypes {

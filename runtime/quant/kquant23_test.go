@@ -11,10 +11,11 @@ import (
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
-// ggmlQuantInput returns 64 super-blocks (16384 values) that exercise the Q2_K and Q3_K
-// quantizers: seeded Gaussian rows with outliers at scales from 1e-3 to 1e3, and blocks that
-// take their special paths (all zero, constant, all positive, all negative, small integers that
-// fit exactly, values below ggml's all-zero threshold, zero and sparse sub-blocks).
+// ggmlQuantInput returns 64 super-blocks (16384 values) that exercise the Q2_K, Q3_K, IQ4_NL
+// and IQ4_XS quantizers: seeded Gaussian rows with outliers at scales from 1e-3 to 1e3, and
+// blocks that take their special paths (all zero, constant, all positive, all negative, small
+// integers that fit exactly, values below ggml's all-zero threshold, zero and sparse
+// sub-blocks).
 func ggmlQuantInput() []float32 {
 	r := rand.New(rand.NewSource(23))
 	x := make([]float32, 0, 64*qkK)
@@ -60,7 +61,7 @@ func ggmlQuantInput() []float32 {
 	return x
 }
 
-// ggmlDequantInput returns 64 random Q2_K or Q3_K blocks (see randBlocks).
+// ggmlDequantInput returns 64 random blocks of dt (see randBlocks).
 func ggmlDequantInput(dt tensor.DType) []byte {
 	return randBlocks(rand.New(rand.NewSource(int64(dt))), dt, 64)
 }

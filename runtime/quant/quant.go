@@ -1,14 +1,14 @@
 // Package quant owns Parley's element formats at the byte level: conversion between float32 and
 // every supported ggml block format (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K,
-// Q3_K, Q4_K, Q5_K, Q6_K, Q8_K), and the per-format dot-product kernels that CPU matrix-vector
-// products use.
+// Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS), and the per-format dot-product kernels that CPU
+// matrix-vector products use.
 //
 // Block layouts are bit-compatible with ggml's (ggml-common.h), and Quantize rounds exactly as
 // ggml's reference quantizers (quantize_row_*_ref) do with every float operation rounded on its
 // own. A ggml built with fused multiply-add contraction (the default with -march=native on FMA
-// machines) may pick a different scale for a few Q2_K/Q3_K/Q4_K/Q5_K/Q6_K blocks, as its search
-// for the best scale then compares slightly different error sums; the other formats do not
-// search and agree either way.
+// machines) may pick a different scale for a few Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS blocks,
+// as its fit of the best scale then compares slightly different error sums; the other formats
+// do not search and agree either way.
 //
 // Dot kernels use AVX2, FMA and F16C assembly on amd64 CPUs that have them (checked once at
 // start-up; build tag noasm forces the Go kernels), and portable Go elsewhere. Everything here
@@ -36,7 +36,7 @@ func rowBytes(op string, dt tensor.DType, n int) (int, error) {
 
 // Dequantize converts len(dst) elements stored as dt in src (exactly dt.RowSize(len(dst)) bytes)
 // to float32. Supports F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K,
-// Q6_K, Q8_K.
+// Q6_K, Q8_K, IQ4_NL, IQ4_XS.
 func Dequantize(dt tensor.DType, src []byte, dst []float32) error {
 	f, ok := dequantizers[dt]
 	if !ok {
@@ -73,17 +73,17 @@ func Quantize(dt tensor.DType, src []float32, dst []byte) error {
 }
 
 // VecDotType is the type activations are converted to before a dot product with weights of dt,
-// as in llama.cpp's CPU backend: F32->F32, F16->F16, BF16->BF16, Q4_0/Q5_0/Q8_0->Q8_0,
-// Q4_1/Q5_1->Q8_1, Q2_K/Q3_K/Q4_K/Q5_K/Q6_K->Q8_K.
+// as in llama.cpp's CPU backend: F32->F32, F16->F16, BF16->BF16, Q4_0/Q5_0/Q8_0/IQ4_NL->Q8_0,
+// Q4_1/Q5_1->Q8_1, Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS->Q8_K.
 func VecDotType(dt tensor.DType) (tensor.DType, error) {
 	switch dt {
 	case tensor.F32, tensor.F16, tensor.BF16:
 		return dt, nil
-	case tensor.Q4_0, tensor.Q5_0, tensor.Q8_0:
+	case tensor.Q4_0, tensor.Q5_0, tensor.Q8_0, tensor.IQ4_NL:
 		return tensor.Q8_0, nil
 	case tensor.Q4_1, tensor.Q5_1:
 		return tensor.Q8_1, nil
-	case tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K:
+	case tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K, tensor.IQ4_XS:
 		return tensor.Q8_K, nil
 	}
 	return 0, fmt.Errorf("quant: no dot product for dtype %v", dt)
@@ -133,6 +133,7 @@ var (
 		tensor.Q2_K: dequantQ2_K, tensor.Q3_K: dequantQ3_K,
 		tensor.Q4_K: dequantQ4_K, tensor.Q5_K: dequantQ5_K,
 		tensor.Q6_K: dequantQ6_K, tensor.Q8_K: dequantQ8_K,
+		tensor.IQ4_NL: dequantIQ4_NL, tensor.IQ4_XS: dequantIQ4_XS,
 	}
 	quantizers = map[tensor.DType]func(src []float32, dst []byte){
 		tensor.F32: quantF32, tensor.F16: quantF16, tensor.BF16: quantBF16,
@@ -142,6 +143,7 @@ var (
 		tensor.Q2_K: quantQ2_K, tensor.Q3_K: quantQ3_K,
 		tensor.Q4_K: quantQ4_K, tensor.Q5_K: quantQ5_K,
 		tensor.Q6_K: quantQ6_K, tensor.Q8_K: quantQ8_K,
+		tensor.IQ4_NL: quantIQ4_NL, tensor.IQ4_XS: quantIQ4_XS,
 	}
 	dots4 = map[tensor.DType]func(n int, w []byte, wRow, rows int, x []byte, xRow int, dst []float32, ldd int) bool{
 		tensor.Q8_0: dot4Q8_0, tensor.Q4_0: dot4Q4_0,
@@ -153,5 +155,6 @@ var (
 		tensor.Q8_0: dotQ8_0,
 		tensor.Q2_K: dotQ2_K, tensor.Q3_K: dotQ3_K,
 		tensor.Q4_K: dotQ4_K, tensor.Q5_K: dotQ5_K, tensor.Q6_K: dotQ6_K,
+		tensor.IQ4_NL: dotIQ4_NL, tensor.IQ4_XS: dotIQ4_XS,
 	}
 )

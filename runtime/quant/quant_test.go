@@ -55,15 +55,17 @@ func TestDequantizeMatchesReference(t *testing.T) {
 //     f16 error of d times the largest level (8 or 16).
 //   - Q4_1/Q5_1: d/2 plus the f16 error of d times the top level, plus the f16 error of m.
 //   - Q8_K: d/2 (d is stored as f32).
-//   - Q2_K/Q3_K/Q4_K/Q5_K/Q6_K: no closed-form per-element bound (scales are searched); their
-//     RMS error relative to the data RMS is bounded by what the formats reach on Gaussian data
-//     with a margin (measured: Q2_K ≈0.356, Q3_K ≈0.201, Q4_K ≈0.088, Q5_K ≈0.044,
-//     Q6_K ≈0.020, see the table below). For comparison, the best possible 4- and 8-level
-//     quantisers of a Gaussian reach 0.34 and 0.19.
+//   - Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS: no closed-form per-element bound (scales are
+//     searched or fitted); their RMS error relative to the data RMS is bounded by what the
+//     formats reach on Gaussian data with a margin (measured: Q2_K ≈0.356, Q3_K ≈0.201,
+//     Q4_K ≈0.088, Q5_K ≈0.044, Q6_K ≈0.020, IQ4_NL ≈0.100, IQ4_XS ≈0.104, see the table
+//     below). For comparison, the best possible 4-, 8- and 16-level quantisers of a Gaussian
+//     reach 0.34, 0.19 and 0.097.
 func TestQuantizeRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewSource(2))
 	rmsBound := map[tensor.DType]float64{
 		tensor.Q2_K: 0.40, tensor.Q3_K: 0.23, tensor.Q4_K: 0.11, tensor.Q5_K: 0.055, tensor.Q6_K: 0.032,
+		tensor.IQ4_NL: 0.12, tensor.IQ4_XS: 0.12,
 	}
 	for _, dt := range allTypes {
 		bs := dt.BlockSize()
@@ -306,6 +308,45 @@ func TestQuantizeKnownBlocks(t *testing.T) {
 		cases = append(cases, tc{k.dt.String() + " exact", k.dt, x, want})
 	}
 
+	// IQ4_NL: element j is s*kv[p_j] with s = 0.5 and codes p_j = (5j+3)%16, among them code 0
+	// (level -127, the largest magnitude). The first scale max/-127 = s is exact, every x/s is
+	// a level, and the least-squares scale is s again (s a power of two, so the weighted sums
+	// differ by exactly the factor s): d = f16(0.5) = 0x3800 and the codes are p.
+	// IQ4_XS: the same with s = 1 in even and 0.5 in odd sub-blocks (codes (5j+ib)%16): the
+	// search finds each exact fit, max_scale = 1, so d = -1/32 (f16 0xa800), l = -32 (ls 0) for
+	// s = 1 and -16 (ls 16) for s = 0.5: scales_l all 0, scales_h 0x4444 (the high bit of ls in
+	// the odd sub-blocks), d*l = s, and the codes p again.
+	{
+		x := make([]float32, 32)
+		want := []byte{0x00, 0x38}
+		p := make([]byte, 32)
+		for j := range 32 {
+			p[j] = byte((5*j + 3) % 16)
+			x[j] = 0.5 * float32(kvaluesIQ4NL[p[j]])
+		}
+		for j := range 16 {
+			want = append(want, p[j]|p[j+16]<<4)
+		}
+		cases = append(cases, tc{"iq4_nl exact", tensor.IQ4_NL, x, want})
+
+		x = make([]float32, 256)
+		want = []byte{0x00, 0xa8, 0x44, 0x44, 0, 0, 0, 0}
+		for ib := range 8 {
+			s := float32(1)
+			if ib%2 == 1 {
+				s = 0.5
+			}
+			for j := range 32 {
+				p[j] = byte((5*j + ib) % 16)
+				x[32*ib+j] = s * float32(kvaluesIQ4NL[p[j]])
+			}
+			for j := range 16 {
+				want = append(want, p[j]|p[j+16]<<4)
+			}
+		}
+		cases = append(cases, tc{"iq4_xs exact", tensor.IQ4_XS, x, want})
+	}
+
 	for _, c := range cases {
 		got := make([]byte, len(c.want))
 		if err := Quantize(c.dt, c.x, got); err != nil {
@@ -448,6 +489,7 @@ func TestVecDotType(t *testing.T) {
 		tensor.Q4_1: tensor.Q8_1, tensor.Q5_1: tensor.Q8_1,
 		tensor.Q2_K: tensor.Q8_K, tensor.Q3_K: tensor.Q8_K,
 		tensor.Q4_K: tensor.Q8_K, tensor.Q5_K: tensor.Q8_K, tensor.Q6_K: tensor.Q8_K,
+		tensor.IQ4_NL: tensor.Q8_0, tensor.IQ4_XS: tensor.Q8_K,
 	}
 	for dt, vt := range want {
 		got, err := VecDotType(dt)

@@ -99,6 +99,19 @@ func refDecode(dt tensor.DType, src []byte, n int) (scaled, offset []float64) {
 			}
 			sc |= (b[104+s%4] >> (2 * (s / 4)) & 3) << 4
 			scaled[e] = refHalf(u16at(b, 108)) * float64(int(sc)-32) * float64(q)
+		case tensor.IQ4_NL:
+			// Code j is the low nibble of qs[j] (j<16) or the high nibble of qs[j-16]; it
+			// stands for the level kv[code].
+			q := nib(b[2:])
+			scaled[e] = refHalf(u16at(b, 0)) * float64(refIQ4Levels[q])
+		case tensor.IQ4_XS:
+			// Sub-block s = j/32 is laid out as one IQ4_NL block's codes in the 16 bytes from
+			// 8+16s; its 6-bit scale is nibble s%2 of byte 4+s/2 with bits 2s..2s+1 of the
+			// 16-bit field at offset 2 above them, offset by -32.
+			s, jj := j/32, j%32
+			q := int(b[8+16*s+jj%16]>>(4*(jj/16))) & 15
+			ls := int(b[4+s/2]>>(4*(s%2)))&15 | int(u16at(b, 2)>>(2*s)&3)<<4
+			scaled[e] = refHalf(u16at(b, 0)) * float64(ls-32) * float64(refIQ4Levels[q])
 		case tensor.Q6_K:
 			h, r := j/128, j%128
 			qt, l := r/32, r%32
@@ -115,6 +128,9 @@ func refDecode(dt tensor.DType, src []byte, n int) (scaled, offset []float64) {
 	}
 	return scaled, offset
 }
+
+// refIQ4Levels are the 16 levels of the IQ4_NL and IQ4_XS codes (ggml-common.h, kvalues_iq4nl).
+var refIQ4Levels = [16]int{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
 
 // refScaleMin decodes the 6-bit scale and min of K sub-block s from the 12 packed bytes: the
 // first four of each are the low 6 bits of bytes 0-3 (scales) and 4-7 (mins); the last four
@@ -187,6 +203,10 @@ func randBlocks(r *rand.Rand, dt tensor.DType, nb int) []byte {
 			binary.LittleEndian.PutUint16(y[108:], randHalf(r, 3, 8, true))
 		case tensor.Q6_K:
 			binary.LittleEndian.PutUint16(y[208:], randHalf(r, 3, 8, true))
+		case tensor.IQ4_NL:
+			binary.LittleEndian.PutUint16(y, randHalf(r, 3, 8, true))
+		case tensor.IQ4_XS:
+			binary.LittleEndian.PutUint16(y, randHalf(r, 1, 6, true))
 		case tensor.Q8_K:
 			binary.LittleEndian.PutUint32(y, math.Float32bits(float32(r.NormFloat64()*0.05)))
 			for g := range 16 {
@@ -219,10 +239,11 @@ func randFloats(r *rand.Rand, n int, scale float64) []float32 {
 var allTypes = []tensor.DType{
 	tensor.F32, tensor.F16, tensor.BF16, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1,
 	tensor.Q8_0, tensor.Q8_1, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K,
-	tensor.Q8_K,
+	tensor.Q8_K, tensor.IQ4_NL, tensor.IQ4_XS,
 }
 
 var dotTypes = []tensor.DType{
 	tensor.F32, tensor.F16, tensor.BF16, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1,
-	tensor.Q8_0, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K,
+	tensor.Q8_0, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K, tensor.IQ4_NL,
+	tensor.IQ4_XS,
 }

@@ -221,6 +221,14 @@ inline int __dp4a(int a, int b, int c) {
     for (int i = 0; i < 4; i++) c += (int)(int8_t)(a >> (8 * i)) * (int)(int8_t)(b >> (8 * i));
     return c;
 }
+// Byte n of the result is byte s<4n+2:4n> of the eight bytes x (0..3) and y (4..7); the fourth
+// bit of each selector nibble and the upper 16 bits of s are not used, as CUDA documents.
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    const uint64_t v = (uint64_t)y << 32 | x;
+    unsigned r = 0;
+    for (int n = 0; n < 4; n++) r |= (unsigned)(v >> (8 * ((s >> (4 * n)) & 7)) & 255) << (8 * n);
+    return r;
+}
 template <class T>
 inline T __ldg(const T *p) {
     return *p;

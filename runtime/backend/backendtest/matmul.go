@@ -71,6 +71,17 @@ var matmulBounds = map[tensor.DType]convBound{
 	// Q6_K's -32: one float32 term d_y*d*Σsc·(q-4)·y with |Σ| below 2^23, so about three
 	// roundings of at most max|w'|·Σ|x'| each: 3·2^-24 < 2^-20.
 	tensor.Q3_K: {block: 256, scaleRel: 0x1p-20},
+	// IQ4_NL is laid out like Q4_0 (32 elements, one F16 scale) with Q8_0 activations: the
+	// levels (at most 127 in magnitude) stay inside an exact integer sum (at most 32·127·127),
+	// so a block's dot is one float32 term float32(Σ)·(d·d_y), as for Q4_0: the activation
+	// scale's F16 rounding (2^-11) and the two float32 roundings, within 2^-10.
+	tensor.IQ4_NL: {block: 32, scaleRel: 0x1p-10},
+	// IQ4_XS has Q8_K activations and, like Q3_K, a signed scale per sub-block (6 bits, less
+	// 32) that stays inside the integer sum: one float32 term d_y*d*Σ(ls-32)·kv·y per
+	// super-block, of magnitude at most max|w'|·Σ|x'|. Its roundings are the activation scale
+	// (2^-24), the product of the two scales, the conversion of the sum to float32 (it can
+	// exceed 2^24: up to 8·32·32·127·127) and the final product: 4·2^-24 < 2^-20.
+	tensor.IQ4_XS: {block: 256, scaleRel: 0x1p-20},
 }
 
 // matmulRef returns x·wᵀ in float64 for x [n, k] and dequantised w [m, k], and for each output

@@ -29,6 +29,7 @@ var WeightDTypes = []tensor.DType{
 	tensor.F32, tensor.F16, tensor.BF16,
 	tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q8_0,
 	tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K,
+	tensor.IQ4_NL, tensor.IQ4_XS,
 }
 
 // Run runs the conformance suite, one subtest per operation. newBackend is called once per

@@ -31,7 +31,8 @@ func TestFewRowsAsOne(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, dt := range []tensor.DType{tensor.Q8_0, tensor.Q4_0, tensor.Q4_1, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q6_K} {
+		for _, dt := range []tensor.DType{tensor.Q8_0, tensor.Q4_0, tensor.Q4_1, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q6_K,
+			tensor.IQ4_NL, tensor.IQ4_XS} {
 			src := make([]float32, m*k)
 			for i := range src {
 				src[i] = float32(r.NormFloat64())
@@ -221,8 +222,8 @@ func testRepackedRows(t *testing.T, r *rand.Rand, bs map[int]*Backend, isa cpu.I
 	}
 }
 
-// testNotRepacked: nothing else is repacked: other types (Q2_K and Q3_K have no interleaved
-// layout; their rows serve), views, activations.
+// testNotRepacked: nothing else is repacked: other types (Q2_K, Q3_K, IQ4_NL and IQ4_XS have no
+// interleaved layout; their rows serve), views, activations.
 func testNotRepacked(t *testing.T, b *Backend) {
 	f32, err := b.Load(tensor.F32, 16, 32, make([]byte, 16*32*4))
 	must(t, err)
@@ -234,16 +235,21 @@ func testNotRepacked(t *testing.T, b *Backend) {
 	must(t, err)
 	q3, err := b.Load(tensor.Q3_K, 16, 256, make([]byte, 16*110))
 	must(t, err)
+	nl, err := b.Load(tensor.IQ4_NL, 16, 256, make([]byte, 16*8*18))
+	must(t, err)
+	xs, err := b.Load(tensor.IQ4_XS, 16, 256, make([]byte, 16*136))
+	must(t, err)
 	view, err := b.View(q8, 16, 16)
 	must(t, err)
 	act, err := b.Alloc(tensor.F32, 16, 32)
 	must(t, err)
-	for name, x := range map[string]backend.Tensor{"F32": f32, "F16": f16, "Q2_K": q2, "Q3_K": q3, "view": view, "activation": act} {
+	for name, x := range map[string]backend.Tensor{"F32": f32, "F16": f16, "Q2_K": q2, "Q3_K": q3, "IQ4_NL": nl, "IQ4_XS": xs,
+		"view": view, "activation": act} {
 		if ok, err := b.Repack(x); ok || err != nil {
 			t.Errorf("Repack(%s) = %v, %v; want false, nil", name, ok, err)
 		}
 	}
-	must(t, f32.Close(), f16.Close(), q2.Close(), q3.Close(), view.Close(), q8.Close(), act.Close())
+	must(t, f32.Close(), f16.Close(), q2.Close(), q3.Close(), nl.Close(), xs.Close(), view.Close(), q8.Close(), act.Close())
 }
 
 // TestRepackOff: with PARLEY_CPU_REPACK=0 a backend leaves weights as loaded.

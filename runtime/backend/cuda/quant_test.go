@@ -16,7 +16,7 @@ import (
 
 // TestQuantizedMatchesCPU checks that products against quantised weights quantise the
 // activations as the CPU backend does (as llama.cpp does: Q8_0 or Q8_1 blocks for the legacy
-// types, Q8_K for the K-quants) and take the same integer products: decode products (eight
+// types and IQ4_NL, Q8_K for the K-quants and IQ4_XS) and take the same integer products: decode products (eight
 // activation rows or fewer, the matrix-vector kernel) and larger ones (the int8 tensor-core
 // kernel: activation rows in partial and several tiles of 64, weight rows in partial and
 // several tiles of 128, rows of several segments of eight chunks and, for the legacy types, a
@@ -40,11 +40,12 @@ func TestQuantizedMatchesCPU(t *testing.T) {
 		{"mmq", 37, 9, 512}, {"mmq", 37, 70, 512}, {"mmq", 150, 24, 512}, {"mmq", 40, 17, 768}, {"mmq", 40, 17, 288},
 	}
 	r := rand.New(rand.NewPCG(5, 6))
-	for _, dt := range []tensor.DType{tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q8_0, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K} {
+	for _, dt := range []tensor.DType{tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q8_0, tensor.IQ4_NL,
+		tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K, tensor.IQ4_XS} {
 		for _, tc := range cases {
 			m, n, k := tc.m, tc.n, tc.k
 			if _, err := dt.RowSize(int64(k)); err != nil {
-				continue // k = 288 is not a whole number of K-quant blocks
+				continue // k = 288 is not a whole number of blocks of 256
 			}
 			t.Run(fmt.Sprintf("%v/%s/%dx%dx%d", dt, tc.name, n, m, k), func(t *testing.T) {
 				wf := randFloats(r, m*k, 1)

@@ -39,12 +39,11 @@ func ShapeNames() []string {
 	return s
 }
 
-// synthTypes maps a requested file type to the type of 2-D weights; where a row's length is not
-// a multiple of the type's block size the fallback is used, as llama.cpp's quantiser does.
-// llama.cpp falls back from Q2_K and Q3_K to IQ4_NL, which Parley cannot compute; Q4_0 takes
-// its place, with the same block size and the same bytes per element.
+// synthFallback maps the type of 2-D weights to the one used where a row's length is not a
+// multiple of the type's block size, as llama.cpp's quantiser does (Q2_K, Q3_K and IQ4_XS fall
+// back to IQ4_NL, 32-element blocks).
 var synthFallback = map[tensor.DType]tensor.DType{
-	tensor.Q2_K: tensor.Q4_0, tensor.Q3_K: tensor.Q4_0,
+	tensor.Q2_K: tensor.IQ4_NL, tensor.Q3_K: tensor.IQ4_NL, tensor.IQ4_XS: tensor.IQ4_NL,
 	tensor.Q4_K: tensor.Q5_0, tensor.Q5_K: tensor.Q5_1, tensor.Q6_K: tensor.Q8_0,
 }
 
@@ -63,13 +62,14 @@ func SynthFile(s Shape, dt tensor.DType, seed uint64) (*gguf.File, error) {
 
 // Synth builds a GGUF model of the given shape whose 2-D weights are random (normal, standard
 // deviation 0.02, seeded) and stored as dt; norm weights are F32 ones. output.weight uses Q6_K
-// in Q4_0 and K-quant files, as llama.cpp writes them. The vocabulary is a valid SentencePiece
-// vocabulary (control tokens, 256 byte tokens, then synthetic pieces) so that the file also loads
-// in llama.cpp.
+// in Q4_0, K-quant and IQ4 files, as llama.cpp writes them. The vocabulary is a valid
+// SentencePiece vocabulary (control tokens, 256 byte tokens, then synthetic pieces) so that the
+// file also loads in llama.cpp.
 func Synth(s Shape, dt tensor.DType, seed uint64) (*gguf.Writer, error) {
 	switch dt {
 	case tensor.F32, tensor.F16, tensor.BF16, tensor.Q8_0, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0,
-		tensor.Q5_1, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K:
+		tensor.Q5_1, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K, tensor.IQ4_NL,
+		tensor.IQ4_XS:
 	default:
 		return nil, fmt.Errorf("synth: unsupported type %v", dt)
 	}
@@ -139,7 +139,8 @@ func Synth(s Shape, dt tensor.DType, seed uint64) (*gguf.Writer, error) {
 	}
 	outType := dt
 	switch dt {
-	case tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K:
+	case tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K,
+		tensor.IQ4_NL, tensor.IQ4_XS:
 		outType = tensor.Q6_K
 	}
 	hd := s.Dim / s.Heads
@@ -204,6 +205,10 @@ func fileType(dt tensor.DType) uint32 {
 		return 17 // Q5_K_M
 	case tensor.Q6_K:
 		return 18
+	case tensor.IQ4_NL:
+		return 25
+	case tensor.IQ4_XS:
+		return 30
 	case tensor.BF16:
 		return 32
 	}
