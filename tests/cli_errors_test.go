@@ -84,7 +84,7 @@ func TestCLIUsageErrors(t *testing.T) {
 	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	dir := t.TempDir()
 	cases := []cliCase{
-		{"synth type it cannot write", []string{"synth", "-o", filepath.Join(dir, "s.gguf"), "--type", "q3_k"}, 2, `--type "q3_k"`, nil},
+		{"synth type it cannot write", []string{"synth", "-o", filepath.Join(dir, "s.gguf"), "--type", "iq2_xxs"}, 2, `--type "iq2_xxs"`, nil},
 		{"synth unknown type", []string{"synth", "-o", filepath.Join(dir, "s.gguf"), "--type", "q9_9"}, 2, `--type "q9_9"`, nil},
 		{"generate unknown backend", []string{"generate", "--backend", "foo", "-m", model, "-p", "x"}, 2, `--backend "foo": unknown backend`, nil},
 		{"bench unknown backend", []string{"bench", "--backend", "foo", "-m", model}, 2, `--backend "foo": unknown backend`, nil},

@@ -116,7 +116,7 @@ func CheckRMSNorm(dst, x, w Tensor, eps float32) error {
 		return shapeErr(op, "dst", dst, x.Rows(), x.Cols())
 	}
 	if w.Rows() != 1 || w.Cols() != x.Cols() && (w.Cols() <= 0 || x.Cols()%w.Cols() != 0) {
-		return shapeErr(op, "w", w, 1, x.Cols())
+		return fmt.Errorf("%s: w is [%d, %d], want [1, %d] or [1, g] with g dividing %d", op, w.Rows(), w.Cols(), x.Cols(), x.Cols())
 	}
 	return checkEps(op, eps)
 }

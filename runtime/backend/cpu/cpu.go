@@ -484,7 +484,8 @@ func (b *Backend) AddRows(dst, a, bias backend.Tensor) error {
 	return b.ctx.AddRows(d.f32, at.f32, bt.f32, at.rows, at.cols, bt.rows)
 }
 
-// RMSNorm: dst[i,:] = x[i,:] / sqrt(mean(x[i,:]^2) + eps) * w[0,:]; w [1, d] F32. dst may be x.
+// RMSNorm: dst[i,:] = x[i,:] / sqrt(mean(x[i,:]^2) + eps) * w[0,:]; w [1, d] F32, or [1, g] with g
+// dividing d for groups of g normalised apart (see backend.Backend). dst may be x.
 func (b *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) error {
 	const op = "rms norm"
 	d, xt, wt, err := b.f32Of3(op, dst, "x", x, "w", w)

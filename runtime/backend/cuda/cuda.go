@@ -538,7 +538,8 @@ func (b *Backend) AddRows(dst, a, bias backend.Tensor) error {
 	return b.ctx.AddRows(d.ref(), at.ref(), bt.ref(), at.rows, at.cols, bt.rows)
 }
 
-// RMSNorm: dst[i,:] = x[i,:] / sqrt(mean(x[i,:]^2) + eps) * w[0,:]. dst may be x.
+// RMSNorm: dst[i,:] = x[i,:] / sqrt(mean(x[i,:]^2) + eps) * w[0,:]; a w narrower than x
+// normalises groups of its width apart (see backend.Backend). dst may be x.
 func (b *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) error {
 	const op = "rms norm"
 	d, xt, wt, err := b.f32Of3(op, dst, "x", x, "w", w)

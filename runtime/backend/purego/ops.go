@@ -43,8 +43,8 @@ func (be *Backend) AddRows(dst, a, b backend.Tensor) error {
 	return nil
 }
 
-// RMSNorm: dst[i,:] = x[i,:] / sqrt(mean(x[i,:]²) + eps) * w[0,:]. The sum of squares is taken in
-// float64.
+// RMSNorm: dst[i,:] = x[i,:] / sqrt(mean(x[i,:]²) + eps) * w[0,:]; a w narrower than x normalises
+// groups of its width apart (see backend.Backend). The sum of squares is taken in float64.
 func (be *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) error {
 	const op = "rms norm"
 	be.mu.Lock()
