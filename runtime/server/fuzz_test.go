@@ -104,7 +104,7 @@ func FuzzRequest(f *testing.F) {
 			return
 		}
 		for _, tm := range templates {
-			_, _ = tm.render(msgs) // a template may refuse messages (answered as a 400), never panic
+			_, _ = tm.render(msgs, nil) // a template may refuse messages (answered as a 400), never panic
 		}
 	})
 }

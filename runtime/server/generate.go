@@ -209,7 +209,12 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, invalidCode("model", "no_chat_template", m.tmplErr))
 		return
 	}
-	text, err := m.tmpl.render(msgs)
+	kw, e := templateKwargs(req.ChatTemplateKwargs)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	text, err := m.tmpl.render(msgs, kw)
 	if err != nil {
 		var te *templateError
 		if errors.As(err, &te) {

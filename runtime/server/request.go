@@ -56,6 +56,9 @@ type chatRequest struct {
 	Messages    json.RawMessage `json:"messages"`
 	Logprobs    *bool           `json:"logprobs"`
 	TopLogprobs *int            `json:"top_logprobs"`
+	// ChatTemplateKwargs are extra variables for the model's chat template (an extension, as in
+	// vLLM and llama-server), such as Qwen3's enable_thinking.
+	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs"`
 	// Not implemented: refused when set to anything but their defaults.
 	ResponseFormat json.RawMessage `json:"response_format"`
 	Tools          json.RawMessage `json:"tools"`

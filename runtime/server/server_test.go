@@ -812,3 +812,68 @@ func TestNewRejects(t *testing.T) {
 		t.Error("model without engine accepted")
 	}
 }
+
+// thinkingTemplate ends the prompt with an empty think block when the request says
+// enable_thinking false, as Qwen3's template does.
+const thinkingTemplate = `{% for m in messages %}<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% endfor %}<|im_start|>assistant
+{% if enable_thinking is defined and enable_thinking is false %}<think>
+
+</think>
+
+{% endif %}{% if style is defined %}[{{ style.tone }} {{ style.n + 1 }}]{% endif %}`
+
+// TestChatTemplateKwargs: chat_template_kwargs reach the template as variables (the prompt is
+// the one rendered with them, and the answer the engine's for it); anything but an object, or a
+// variable the server sets itself, is a 400 naming the parameter.
+func TestChatTemplateKwargs(t *testing.T) {
+	p := modelPath(t)
+	e := openEngine(t, withTemplate(t, p, thinkingTemplate))
+	sc, _ := newSched(t, e, sched.Config{}, true)
+	s, err := New(Config{}, []*Model{{Name: "think", Engine: e, Sched: sc, Ctx: testCtx}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	h := &harness{srv: srv, s: s}
+	msgs := []map[string]any{{"role": "user", "content": "Tell me about a cat."}}
+	base := "<|im_start|>user\nTell me about a cat.<|im_end|>\n<|im_start|>assistant\n"
+	for _, c := range []struct {
+		name     string
+		kwargs   any
+		rendered string
+	}{
+		{"none", nil, base},
+		{"thinking on", map[string]any{"enable_thinking": true}, base},
+		{"thinking off", map[string]any{"enable_thinking": false}, base + "<think>\n\n</think>\n\n"},
+		{"nested values", map[string]any{"style": map[string]any{"tone": "calm", "n": 2}}, base + "[calm 3]"},
+	} {
+		toks, err := e.Tokenizer.Encode(c.rendered, true, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := reference(t, e, toks, 12)
+		body := map[string]any{"messages": msgs, "max_tokens": 12, "temperature": 0}
+		if c.kwargs != nil {
+			body["chat_template_kwargs"] = c.kwargs
+		}
+		resp, b := h.post(t, "/v1/chat/completions", body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: status %d: %s", c.name, resp.StatusCode, b)
+		}
+		r := decodeResp(t, b)
+		if r.Usage.PromptTokens != len(toks) || r.Choices[0].Message == nil || r.Choices[0].Message.Content != want.Text {
+			t.Errorf("%s: prompt tokens %d (want %d), answer %s, engine %q", c.name, r.Usage.PromptTokens, len(toks), b, want.Text)
+		}
+	}
+	for _, kw := range []string{`[1]`, `"x"`, `3`, `{"messages": []}`, `{"add_generation_prompt": false}`} {
+		resp, b := h.do(t, "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":2,"chat_template_kwargs":`+kw+`}`)
+		var eb errorBody
+		_ = json.Unmarshal(b, &eb)
+		if resp.StatusCode != 400 || eb.Error == nil || eb.Error.Param == nil || *eb.Error.Param != "chat_template_kwargs" {
+			t.Errorf("chat_template_kwargs %s: %d %s", kw, resp.StatusCode, b)
+		}
+	}
+}

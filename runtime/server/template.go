@@ -1,8 +1,11 @@
 package server
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -111,10 +114,38 @@ func parseChatTemplate(src, bos, eos string) (t *chatTemplate, err error) {
 	return &chatTemplate{tpl: tpl, bos: jinja.NewString(bos), eos: jinja.NewString(eos), developer: strings.Contains(src, "developer")}, nil
 }
 
-// render applies the template to msgs with add_generation_prompt set. A raise_exception in the
-// template is returned as a *templateError. A developer message goes to a template that does not
-// name that role as a system message (OpenAI's newer name for it).
-func (t *chatTemplate) render(msgs []message) (out string, err error) {
+// templateVars are the variables render sets itself; a request's chat_template_kwargs may not
+// replace them.
+var templateVars = []string{"messages", "add_generation_prompt", "bos_token", "eos_token", "tools", "documents", "raise_exception", "strftime_now", "range"}
+
+// templateKwargs converts a request's chat_template_kwargs (a JSON object, or null) into template
+// variables: JSON values as jinja2 sees them after json.loads (numbers without a fraction or
+// exponent as integers). It refuses anything but an object, and names render sets itself.
+func templateKwargs(raw json.RawMessage) (map[string]jinja.Value, *apiError) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var kw map[string]any
+	if err := d.Decode(&kw); err != nil || kw == nil {
+		return nil, invalid("chat_template_kwargs", "Invalid 'chat_template_kwargs': expected an object of template variables.")
+	}
+	out := make(map[string]jinja.Value, len(kw))
+	for k, v := range kw {
+		if slices.Contains(templateVars, k) {
+			return nil, invalid("chat_template_kwargs", fmt.Sprintf("Invalid 'chat_template_kwargs': %q is set by the server.", k))
+		}
+		out[k] = jinja.FromGoValue(v)
+	}
+	return out, nil
+}
+
+// render applies the template to msgs with add_generation_prompt set, and the variables of
+// extra (chat_template_kwargs; none of templateVars). A raise_exception in the template is
+// returned as a *templateError. A developer message goes to a template that does not name that
+// role as a system message (OpenAI's newer name for it).
+func (t *chatTemplate) render(msgs []message, extra map[string]jinja.Value) (out string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			out, err = "", fmt.Errorf("chat template: %v", r)
@@ -132,7 +163,7 @@ func (t *chatTemplate) render(msgs []message) (out string, err error) {
 		d.Set("content", jinja.NewString(m.Content))
 		list[i] = v
 	}
-	out, err = t.tpl.RenderValues(map[string]jinja.Value{
+	vars := map[string]jinja.Value{
 		"messages":              jinja.NewList(list),
 		"add_generation_prompt": jinja.NewBool(true),
 		"bos_token":             t.bos,
@@ -142,7 +173,13 @@ func (t *chatTemplate) render(msgs []message) (out string, err error) {
 		"raise_exception":       raiseException,
 		"strftime_now":          strftimeNow,
 		"range":                 rangeFn,
-	})
+	}
+	for k, v := range extra {
+		if _, set := vars[k]; !set {
+			vars[k] = v
+		}
+	}
+	out, err = t.tpl.RenderValues(vars)
 	if err != nil {
 		var te *templateError
 		if errors.As(err, &te) {

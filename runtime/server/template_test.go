@@ -90,7 +90,7 @@ func TestChatTemplatesAgainstJinja2(t *testing.T) {
 			}
 			o := ours{name: filepath.Base(f) + " / " + cn, err: perr}
 			if perr == nil {
-				o.out, o.err = tm.render(msgs)
+				o.out, o.err = tm.render(msgs, nil)
 			}
 			got = append(got, o)
 			jobs = append(jobs, job{Template: string(src), Messages: ref})
@@ -143,7 +143,7 @@ func TestChatTemplateRender(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: %v", src, err)
 		}
-		return tm.render(msgs)
+		return tm.render(msgs, nil)
 	}
 	user := message{Role: "user", Content: "hi"}
 	dev := message{Role: "developer", Content: "be brief"}
