@@ -130,21 +130,25 @@ func makeQKX2(nmax int32, x, weights []float32, L, laux []uint8, rmin, rdelta fl
 	return scale, -mn
 }
 
-// makeQX is ggml's make_qx_quants with rmse_type 1 and no importance weights: it fits
-// x ≈ scale*(L-nmax) with L in [0, 2*nmax-1], weighting each element by x², trying 19 scales
-// around nmax/max. x, L: [n].
-func makeQX(nmax int32, x []float32, L []int8) float32 {
-	L = L[:len(x)]
-	var mx, amax float32
+// maxAbs returns the element of x with the largest magnitude (the first of equals) and that
+// magnitude, as ggml's quantisers find them.
+func maxAbs(x []float32) (mx, amax float32) {
 	for _, v := range x {
 		if a := abs32(v); a > amax {
 			amax, mx = a, v
 		}
 	}
+	return mx, amax
+}
+
+// makeQX is ggml's make_qx_quants with rmse_type 1 and no importance weights: it fits
+// x ≈ scale*(L-nmax) with L in [0, 2*nmax-1], weighting each element by x², trying 19 scales
+// around nmax/max. x, L: [n].
+func makeQX(nmax int32, x []float32, L []int8) float32 {
+	L = L[:len(x)]
+	mx, amax := maxAbs(x)
 	if amax < groupMaxEps {
-		for i := range L {
-			L[i] = 0
-		}
+		clear(L)
 		return 0
 	}
 	fnmax := float32(nmax)
@@ -421,12 +425,7 @@ func quantQ8_K(src []float32, dst []byte) {
 	for b := 0; b < len(src)/qkK; b++ {
 		x := (*[qkK]float32)(src[b*qkK:])
 		y := (*[q8_KBytes]byte)(dst[b*q8_KBytes:])
-		var mx, amax float32
-		for _, v := range x {
-			if a := abs32(v); a > amax {
-				amax, mx = a, v
-			}
-		}
+		mx, amax := maxAbs(x[:])
 		if amax == 0 {
 			*y = [q8_KBytes]byte{}
 			continue

@@ -165,16 +165,9 @@ func quantQ2_K(src []float32, dst []byte) {
 // improves the x²-weighted fit (at most 5 passes). x, L: [n].
 func makeQ3(nmax int32, x []float32, L []int8) float32 {
 	L = L[:len(x)]
-	var mx, amax float32
-	for _, v := range x {
-		if a := abs32(v); a > amax {
-			amax, mx = a, v
-		}
-	}
+	mx, amax := maxAbs(x)
 	if amax < groupMaxEps {
-		for i := range L {
-			L[i] = 0
-		}
+		clear(L)
 		return 0
 	}
 	iscale := float32(-nmax) / mx

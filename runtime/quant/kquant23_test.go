@@ -79,13 +79,14 @@ func floatBytes(x []float32) []byte {
 	return b
 }
 
-// Quantize and Dequantize give exactly ggml's bytes and float32 values for Q2_K and Q3_K. The
-// hashes were taken offline from ggml's quantize_row_q2_K_ref / quantize_row_q3_K_ref and
-// dequantize_row_q2_K / dequantize_row_q3_K (ggml-quants.c at llama.cpp commit c392e509,
-// compiled by gcc with -O2 -ffp-contract=off so that no multiply-add is fused), run on the
-// inputs above written as little-endian float32 values and raw block bytes: SHA-256 of the
-// blocks ggml wrote and of the float32 values (little-endian) it decoded.
-func TestQ2Q3MatchGGML(t *testing.T) {
+// Quantize and Dequantize give exactly ggml's bytes and float32 values for Q2_K, Q3_K, IQ4_NL
+// and IQ4_XS. The hashes were taken offline from ggml's quantize_row_*_ref and dequantize_row_*
+// (ggml-quants.c at llama.cpp commit c392e509, compiled by gcc with -O2 -ffp-contract=off so
+// that no multiply-add is fused), run on the inputs above (for IQ4_NL 512 blocks, among them
+// all-zero blocks and sub-blocks that follow non-zero ones) written as little-endian float32
+// values and raw block bytes: SHA-256 of the blocks ggml wrote and of the float32 values
+// (little-endian) it decoded.
+func TestMatchGGML(t *testing.T) {
 	for _, c := range []struct {
 		dt         tensor.DType
 		quant, deq string
@@ -96,6 +97,12 @@ func TestQ2Q3MatchGGML(t *testing.T) {
 		{tensor.Q3_K,
 			"f439d4c567f6ce9326782d5a35c06a1a93efe2816435b5360b6ad9d178e08221",
 			"58a0df3626010785be5630a9accaf0081860c0651f3872c920a60addd4b2403a"},
+		{tensor.IQ4_NL,
+			"2f4cfc3bb64bde9520b0123386e475e3f0e650857c8d7db50da8fe50207c1be4",
+			"8500cf624e7449e0fd113f119179d737358ccb16245e69c59758fdff6c6cf0c3"},
+		{tensor.IQ4_XS,
+			"9ad5bf8ebc032184b19dc5ceae8b7c5dd75ceceb6cc3313862a1dd3bce6d3ef6",
+			"90bda4e4b2ebb1717090403ce12b61b0657d3f4b9c1f33c613fdd5ba15122132"},
 	} {
 		x := ggmlQuantInput()
 		q := make([]byte, rowSize(t, c.dt, len(x)))
@@ -106,7 +113,7 @@ func TestQ2Q3MatchGGML(t *testing.T) {
 			t.Errorf("%v: Quantize output hashes to %s, ggml's to %s", c.dt, got, c.quant)
 		}
 		blocks := ggmlDequantInput(c.dt)
-		y := make([]float32, len(blocks)/c.dt.TypeSize()*qkK)
+		y := make([]float32, len(blocks)/c.dt.TypeSize()*c.dt.BlockSize())
 		if err := Dequantize(c.dt, blocks, y); err != nil {
 			t.Fatal(err)
 		}
