@@ -47,9 +47,11 @@ type refGen struct {
 // Each such flip moves one element by one F16 ulp (1/1024 relative) or one Q8_0 step (1/127 of
 // the block's largest value), and, once in the KV cache, it stays for every later token. A
 // float64 implementation of the same graph shows the same spread against llama.cpp. Hence:
-//   - median: most values agree to about 1e-4 (F32: 1e-4 to 2.5e-4 depending on where a backend's
-//     flips fall; two of Parley's backends agree with each other to 4e-6 until the first flip and
-//     to 3e-3 after it; Q4_0 agrees to 1e-6). F16 and Q8_0 weights
+//   - median: most values agree to about 1e-4 (F32: 1e-4 to 3.1e-4 depending on where a backend's
+//     flips fall, and so on the host: the CUDA backend on its CPU emulation, whose products
+//     follow the host's instructions, gives 3.0e-4 and 3.1e-4 on a processor without AVX-512;
+//     two of Parley's backends agree with each other to 4e-6 until the first flip and to 3e-3
+//     after it; Q4_0 agrees to 1e-6). F16 and Q8_0 weights
 //     stay further off (medians about 1.5e-3 and 8e-3) although a float64 implementation that
 //     converts activations as described shows the same spread. For Q8_0 the kernels round in
 //     different places: llama.cpp's x86 dot product (ggml_vec_dot_q8_0_q8_0) keeps eight F32
@@ -66,8 +68,8 @@ var parityCases = []struct {
 	median, maxDiff float64
 	nearTie         float64
 }{
-	{"stories260K-f32.gguf", "gen-stories260K-f32.json", 3e-4, 3e-2, 0},
-	{"stories260K-ffn192-f32.gguf", "gen-stories260K-ffn192-f32.json", 3e-4, 3e-2, 0},
+	{"stories260K-f32.gguf", "gen-stories260K-f32.json", 4e-4, 3e-2, 0},
+	{"stories260K-ffn192-f32.gguf", "gen-stories260K-ffn192-f32.json", 4e-4, 3e-2, 0},
 	{"stories260K-ffn192-f16.gguf", "gen-stories260K-ffn192-f16.json", 3e-3, 3e-2, 2e-2},
 	{"stories260K-ffn192-q8_0.gguf", "gen-stories260K-ffn192-q8_0.json", 1.5e-2, 0.4, 0.2},
 	{"stories260K-ffn192-q4_0.gguf", "gen-stories260K-ffn192-q4_0.json", 1e-3, 0.4, 0.2},
