@@ -48,8 +48,9 @@ type refGen struct {
 // the block's largest value), and, once in the KV cache, it stays for every later token. A
 // float64 implementation of the same graph shows the same spread against llama.cpp. Hence:
 //   - median: most values agree to about 1e-4 (F32: 1e-4 to 3.1e-4 depending on where a backend's
-//     flips fall, and so on the host: the CUDA backend on its CPU emulation, whose products
-//     follow the host's instructions, gives 3.0e-4 and 3.1e-4 on a processor without AVX-512;
+//     flips fall, and so on the host: the CUDA backend on its CPU emulation, whose cuBLAS
+//     products go to OpenBLAS and its kernels for the host, gives 3.0e-4 and 3.1e-4 on a
+//     processor without AVX-512;
 //     two of Parley's backends agree with each other to 4e-6 until the first flip and to 3e-3
 //     after it; Q4_0 agrees to 1e-6). F16 and Q8_0 weights
 //     stay further off (medians about 1.5e-3 and 8e-3) although a float64 implementation that
