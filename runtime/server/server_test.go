@@ -505,17 +505,23 @@ func TestChat(t *testing.T) {
 	}
 }
 
-func TestChatTemplateErrors(t *testing.T) {
-	p := modelPath(t)
-	e := openEngine(t, withTemplate(t, p, strictTemplate))
+// templateHarness serves the test model with tokenizer.chat_template set to tmpl, as the one
+// model name, and returns the harness and the model's engine.
+func templateHarness(t *testing.T, name, tmpl string) (*harness, *engine.Engine) {
+	t.Helper()
+	e := openEngine(t, withTemplate(t, modelPath(t), tmpl))
 	sc, _ := newSched(t, e, sched.Config{}, true)
-	s, err := New(Config{}, []*Model{{Name: "strict", Engine: e, Sched: sc, Ctx: testCtx}})
+	s, err := New(Config{}, []*Model{{Name: name, Engine: e, Sched: sc, Ctx: testCtx}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(s.Handler())
-	defer srv.Close()
-	h := &harness{srv: srv, s: s}
+	t.Cleanup(srv.Close)
+	return &harness{srv: srv, s: s}, e
+}
+
+func TestChatTemplateErrors(t *testing.T) {
+	h, _ := templateHarness(t, "strict", strictTemplate)
 	resp, b := h.post(t, "/v1/chat/completions", map[string]any{"messages": []map[string]any{{"role": "assistant", "content": "hi"}}, "max_tokens": 4})
 	if resp.StatusCode != 400 || !strings.Contains(string(b), "first message must come from the user") {
 		t.Errorf("raise_exception: %d %s", resp.StatusCode, b)
@@ -828,16 +834,7 @@ const thinkingTemplate = `{% for m in messages %}<|im_start|>{{ m.role }}
 // the one rendered with them, and the answer the engine's for it); anything but an object, or a
 // variable the server sets itself, is a 400 naming the parameter.
 func TestChatTemplateKwargs(t *testing.T) {
-	p := modelPath(t)
-	e := openEngine(t, withTemplate(t, p, thinkingTemplate))
-	sc, _ := newSched(t, e, sched.Config{}, true)
-	s, err := New(Config{}, []*Model{{Name: "think", Engine: e, Sched: sc, Ctx: testCtx}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(s.Handler())
-	defer srv.Close()
-	h := &harness{srv: srv, s: s}
+	h, e := templateHarness(t, "think", thinkingTemplate)
 	msgs := []map[string]any{{"role": "user", "content": "Tell me about a cat."}}
 	base := "<|im_start|>user\nTell me about a cat.<|im_end|>\n<|im_start|>assistant\n"
 	for _, c := range []struct {
