@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "6742fbfdd6fd65aed0d16da15b793365197a79932177f4a4590bdf4de3861843"
+const nativeSources = "a14140eabfb8e24fc55e795dc67d1555aefe9fb35007c3230d12ca62f4d81e9d"

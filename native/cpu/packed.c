@@ -1,6 +1,7 @@
 /*
- * packed.c: quantised weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) interleaved
- * sixteen rows at a time, and their matrix product (AVX-512 VNNI, and AVX2).
+ * packed.c: quantised weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)
+ * interleaved sixteen rows at a time, and their matrix product (AVX-512 VNNI, and AVX2; IQ4_NL
+ * and IQ4_XS AVX2 only).
  *
  * In ggml's layout a block's 32 codes lie in one row, so an integer dot product leaves a block's
  * sum spread over the lanes of a vector, and every block costs a conversion, a scale product and
@@ -45,7 +46,7 @@ static inline int32_t ld32(const uint8_t *p) {
  * fifth bits for Q5_0/Q5_1/Q5_K or 2 of high bit pairs for Q6_K) and the rows' scales; sizes are
  * exactly sixteen times the type's block, except Q4_K and Q5_K, whose scales and minimums take a
  * byte each (+4 bytes a row a super-block, 2.8% and 2.3%) instead of 12 bytes of 6-bit fields. */
-static int pk_kquant(int wtype) { return wtype == PL_Q4_K || wtype == PL_Q5_K || wtype == PL_Q6_K; }
+static int pk_kquant(int wtype) { return wtype == PL_Q4_K || wtype == PL_Q5_K || wtype == PL_Q6_K || wtype == PL_IQ4_XS; }
 static int64_t pk_unit_elems(int wtype) { return pk_kquant(wtype) ? QKK : 32; }
 
 /* pk_hvecs is the number of high-bit vectors a 32-element sub-block has. */
@@ -55,13 +56,15 @@ static int pk_hvecs(int wtype) {
 /* pk_sub_bytes is the bytes of one 32-element sub-block's code vectors (sixteen rows). */
 static int64_t pk_sub_bytes(int wtype) { return 64 * ((wtype == PL_Q8_0 ? 8 : 4) + pk_hvecs(wtype)); }
 /* pk_head_bytes is the bytes of a K-quant unit's scales, before its sub-blocks. */
-static int64_t pk_head_bytes(int wtype) { return wtype == PL_Q6_K ? 2 * PK_ROWS + 16 * PK_ROWS : 4 * PK_ROWS + 16 * PK_ROWS; }
+static int64_t pk_head_bytes(int wtype) {
+    return wtype == PL_Q6_K ? 2 * PK_ROWS + 16 * PK_ROWS : wtype == PL_IQ4_XS ? 2 * PK_ROWS + 8 * PK_ROWS : 4 * PK_ROWS + 16 * PK_ROWS;
+}
 
 static int64_t pk_unit_bytes(int wtype) {
     switch (wtype) {
-    case PL_Q8_0: case PL_Q4_0: case PL_Q5_0: return pk_sub_bytes(wtype) + 2 * PK_ROWS;
+    case PL_Q8_0: case PL_Q4_0: case PL_Q5_0: case PL_IQ4_NL: return pk_sub_bytes(wtype) + 2 * PK_ROWS;
     case PL_Q4_1: case PL_Q5_1: return pk_sub_bytes(wtype) + 4 * PK_ROWS;
-    case PL_Q4_K: case PL_Q5_K: case PL_Q6_K: return pk_head_bytes(wtype) + 8 * pk_sub_bytes(wtype);
+    case PL_Q4_K: case PL_Q5_K: case PL_Q6_K: case PL_IQ4_XS: return pk_head_bytes(wtype) + 8 * pk_sub_bytes(wtype);
     }
     return 0;
 }
@@ -77,6 +80,8 @@ int64_t pl_packed_size(int wtype, int64_t m, int64_t k) {
 int pl_packed_available(int wtype) {
     plx_init();
     if (pk_unit_bytes(wtype) == 0) return 0;
+    /* IQ4_NL and IQ4_XS have AVX2 kernels only: with AVX-512 their VNNI row kernels serve */
+    if (wtype == PL_IQ4_NL || wtype == PL_IQ4_XS) return plx_isa == PL_ISA_AVX2;
     return plx_isa >= PL_ISA_AVX2;
 }
 
@@ -98,15 +103,17 @@ static uint32_t pk_rd32(const uint8_t *p) {
 /* pk_codes decodes one unit of a row (blk, ggml's layout) into unsigned codes q and, for the
  * K-quants, per-sub-block scales and minimums: Q8_0 q = code+128; Q4_0/Q4_1 0..15; Q5_0/Q5_1
  * 0..31; Q4_K 0..15 and Q5_K 0..31 with a 6-bit scale and minimum per 32 elements; Q6_K 0..63
- * (the value is q-32) with an int8 scale per 16 elements. */
+ * (the value is q-32) with an int8 scale per 16 elements; IQ4_NL 0..15 and IQ4_XS 0..15 with a
+ * scale less 32 (-32..31) per 32 elements, indices into plx_iq4nl_values. */
 static void pk_codes(int wtype, const uint8_t *blk, uint8_t *q, int *sc, int *mn) {
     switch (wtype) {
     case PL_Q8_0:
         for (int e = 0; e < 32; e++) q[e] = (uint8_t)(blk[2 + e] ^ 0x80);
         return;
     case PL_Q4_0:
-    case PL_Q4_1: {
-        const uint8_t *qs = blk + (wtype == PL_Q4_0 ? 2 : 4);
+    case PL_Q4_1:
+    case PL_IQ4_NL: {
+        const uint8_t *qs = blk + (wtype == PL_Q4_1 ? 4 : 2);
         for (int e = 0; e < 16; e++) {
             q[e] = qs[e] & 0xF;
             q[e + 16] = qs[e] >> 4;
@@ -147,6 +154,18 @@ static void pk_codes(int wtype, const uint8_t *blk, uint8_t *q, int *sc, int *mn
         }
         for (int i = 0; i < 16; i++) sc[i] = (int8_t)blk[192 + i];
         return;
+    case PL_IQ4_XS: {
+        int8_t s8[8];
+        plx_iq4xs_scales(blk, s8);
+        for (int s = 0; s < 8; s++) {
+            sc[s] = s8[s];
+            for (int l = 0; l < 16; l++) {
+                q[32 * s + l] = blk[8 + 16 * s + l] & 0xF;
+                q[32 * s + 16 + l] = blk[8 + 16 * s + l] >> 4;
+            }
+        }
+        return;
+    }
     }
 }
 
@@ -182,7 +201,9 @@ static void pk_sub(int wtype, const uint8_t *q, int r, uint8_t *o) {
  *         Q4_1/Q5_1 their F16 minimums m [16];
  *   Q4_K, Q5_K: F16 d [16], F16 dmin [16], 6-bit scales [8 sub-blocks][16] and minimums [8][16]
  *         as bytes, then each sub-block's vectors;
- *   Q6_K: F16 d [16], int8 scales [16 sub-blocks of 16][16], then each sub-block's vectors. */
+ *   Q6_K: F16 d [16], int8 scales [16 sub-blocks of 16][16], then each sub-block's vectors;
+ *   IQ4_XS: F16 d [16], int8 scales less 32 [8 sub-blocks][16], then each sub-block's vectors
+ *         (IQ4_NL, a 32-element type, is laid out as Q4_0: its nibbles are table indices). */
 static void pk_pack_group(int wtype, const uint8_t *w, int64_t m, int64_t k, int64_t g, uint8_t *dst) {
     const int64_t ue = pk_unit_elems(wtype), nu = k / ue, ts = plx_type_size(wtype), ub = pk_unit_bytes(wtype);
     const int64_t row = (k / plx_block_size(wtype)) * ts, sb = pk_sub_bytes(wtype), hb = pk_head_bytes(wtype);
@@ -208,6 +229,13 @@ static void pk_pack_group(int wtype, const uint8_t *w, int64_t m, int64_t k, int
                 for (int s = 0; s < 8; s++) {
                     o[64 + 16 * s + r] = (uint8_t)sc[s];
                     o[192 + 16 * s + r] = (uint8_t)mn[s];
+                    pk_sub(wtype, q + 32 * s, r, o + hb + sb * s);
+                }
+                break;
+            case PL_IQ4_XS:
+                memcpy(o + 2 * r, blk, 2);
+                for (int s = 0; s < 8; s++) {
+                    o[32 + 16 * s + r] = (uint8_t)sc[s];
                     pk_sub(wtype, q + 32 * s, r, o + hb + sb * s);
                 }
                 break;
@@ -264,7 +292,8 @@ int pl_pack_weights(pl_ctx *ctx, int wtype, const void *w, int64_t m, int64_t k,
  *   Q4_1, Q5_1 (x as Q8_1): A = each 32's scale, B = its F16 product of scale and code sum, as
  *         float (what ggml multiplies the weights' minimum by);
  *   Q4_K, Q5_K (x as Q8_K): A = each 256's scale, B = each 32's scale times code sum (float);
- *   Q6_K (x as Q8_K): A = each 256's scale, B = each 16's bias: -32 times its code sum. */
+ *   Q6_K (x as Q8_K): A = each 256's scale, B = each 16's bias: -32 times its code sum;
+ *   IQ4_NL (x as Q8_0), IQ4_XS (x as Q8_K): A as above, B unused (their values are signed). */
 
 /* Most matrices one call of pl_matmul_packed3 multiplies. */
 #define PK_MAX_SEGS 3
@@ -290,6 +319,7 @@ static void pk_pack_act(int wtype, const float *x, int64_t k, uint8_t *dst) {
             plx_q8_0_blocks(x + b0 * 32, c, q + b0 * 32, d, dfull, sum);
             for (int64_t b = 0; b < c; b++) {
                 a[b0 + b] = plx_f16_to_f32(d[b]);
+                if (wtype == PL_IQ4_NL) continue; /* signed values: no bias */
                 if (off) ((int32_t *)(void *)bb)[b0 + b] = -off * sum[b];
                 else ((float *)(void *)bb)[b0 + b] = plx_f16_to_f32(plx_f32_to_f16(dfull[b] * (float)sum[b]));
             }
@@ -300,6 +330,7 @@ static void pk_pack_act(int wtype, const float *x, int64_t k, uint8_t *dst) {
     int16_t bs[16];
     for (int64_t u = 0; u < ns; u++) {
         plx_q8_k_blocks(x + u * QKK, 1, q + u * QKK, &a[u], bs);
+        if (wtype == PL_IQ4_XS) continue; /* signed values, no minimums: the codes and A only */
         if (wtype == PL_Q6_K) {
             int32_t *bias = (int32_t *)(void *)bb + 16 * u;
             for (int i = 0; i < 16; i++) bias[i] = -32 * bs[i];
@@ -563,7 +594,8 @@ __attribute__((always_inline)) PL_TARGET_AVX2 static inline void pk2_top2(const 
 }
 
 /* pk2_load_sub loads the eight code vectors (eight rows' halves) of a sub-block whose vectors
- * start at p, for the half of the group that p already points into: Q8_0's as signed codes. */
+ * start at p, for the half of the group that p already points into: Q8_0's as signed codes,
+ * IQ4_NL's and IQ4_XS's as their signed table values. */
 __attribute__((always_inline)) PL_TARGET_AVX2 static inline void pk2_load_sub(const int T, const uint8_t *p, __m256i W[8]) {
     if (T == PL_Q8_0) {
         const __m256i b7 = _mm256_set1_epi8((char)0x80);
@@ -574,24 +606,36 @@ __attribute__((always_inline)) PL_TARGET_AVX2 static inline void pk2_load_sub(co
     pk2_nib4(p, W);
     if (T == PL_Q5_0 || T == PL_Q5_1 || T == PL_Q5_K) pk2_fifth(p + 256, W);
     if (T == PL_Q6_K) pk2_top2(p + 256, W);
+    if (T == PL_IQ4_NL || T == PL_IQ4_XS) { /* indices to their signed table values */
+        const __m256i tbl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)plx_iq4nl_values));
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; v++) W[v] = _mm256_shuffle_epi8(tbl, W[v]);
+    }
 }
 
-/* pk2_dots adds to D[j] the products of W[v0..v1) with the activation codes a + j*as + 4v (for
- * Q8_0's signed codes, |W| with the codes given W's sign). */
+/* pk2_dots_by adds to D[j] the products of W[v0..v1) with the activation codes a + j*as + 4v (for
+ * signed weights, plx_type_signed: |W| with the codes given W's sign), each pair's 16-bit sum
+ * times the 16-bit factor of its lane in ones (both halves of a lane: the same factor); pk2_dots
+ * with factors of one. */
 __attribute__((always_inline)) PL_TARGET_AVX2 static inline void
-pk2_dots(const int T, const int RN, const int v0, const int v1, const __m256i W[8], const uint8_t *a,
-         int64_t as, __m256i D[PK2_RN]) {
-    const __m256i ones = _mm256_set1_epi16(1);
+pk2_dots_by(const int T, const int RN, const int v0, const int v1, const __m256i W[8], const uint8_t *a,
+            int64_t as, __m256i D[PK2_RN], const __m256i ones) {
 #pragma GCC unroll 8
     for (int v = v0; v < v1; v++) {
-        const __m256i wu = T == PL_Q8_0 ? _mm256_abs_epi8(W[v]) : W[v];
+        const __m256i wu = plx_type_signed(T) ? _mm256_abs_epi8(W[v]) : W[v];
 #pragma GCC unroll 4
         for (int j = 0; j < RN; j++) {
             __m256i x = _mm256_set1_epi32(ld32(a + j * as + 4 * v));
-            if (T == PL_Q8_0) x = _mm256_sign_epi8(x, W[v]);
+            if (plx_type_signed(T)) x = _mm256_sign_epi8(x, W[v]);
             D[j] = _mm256_add_epi32(D[j], _mm256_madd_epi16(_mm256_maddubs_epi16(wu, x), ones));
         }
     }
+}
+
+__attribute__((always_inline)) PL_TARGET_AVX2 static inline void
+pk2_dots(const int T, const int RN, const int v0, const int v1, const __m256i W[8], const uint8_t *a,
+         int64_t as, __m256i D[PK2_RN]) {
+    pk2_dots_by(T, RN, v0, v1, W, a, as, D, _mm256_set1_epi16(1));
 }
 
 __attribute__((always_inline)) PL_TARGET_AVX2 static inline __m256 pk2_f32x8(const uint8_t *p, const int sgn) {
@@ -607,7 +651,7 @@ __attribute__((always_inline)) PL_TARGET_AVX2 static inline __m256 pk2_h8(const 
 __attribute__((always_inline)) PL_TARGET_AVX2 static inline void
 pk2_kern(const int T, const int RN, const uint8_t *wp, int64_t g0, int64_t g1, int64_t m, int64_t k,
          const uint8_t *act, int64_t as, float *out, int64_t ldo) {
-    const int kq = T == PL_Q4_K || T == PL_Q5_K || T == PL_Q6_K;
+    const int kq = pk_kquant(T);
     const int has_min = T == PL_Q4_1 || T == PL_Q5_1 || T == PL_Q4_K || T == PL_Q5_K;
     const int64_t nu = k / (kq ? QKK : 32), ub = pk_unit_bytes(T), sb = pk_sub_bytes(T);
     const int64_t gb = nu * ub, oa = pk_off_a(k), ob = pk_off_b(k);
@@ -630,7 +674,7 @@ pk2_kern(const int T, const int RN, const uint8_t *wp, int64_t g0, int64_t g1, i
                     /* sum = bias + Σ codes·x (Q8_0: signed codes, no bias) */
 #pragma GCC unroll 4
                     for (int j = 0; j < RN; j++)
-                        D[j] = has_min || T == PL_Q8_0 ? _mm256_setzero_si256() : _mm256_set1_epi32(ld32(act + j * as + ob + 4 * u));
+                        D[j] = has_min || plx_type_signed(T) ? _mm256_setzero_si256() : _mm256_set1_epi32(ld32(act + j * as + ob + 4 * u));
                     pk2_dots(T, RN, 0, 8, W, act + 32 * u, as, D);
 #pragma GCC unroll 4
                     for (int j = 0; j < RN; j++) {
@@ -638,6 +682,24 @@ pk2_kern(const int T, const int RN, const uint8_t *wp, int64_t g0, int64_t g1, i
                         acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(D[j]), _mm256_mul_ps(dw, _mm256_set1_ps(dx)), acc[j]);
                         if (has_min)
                             acc[j] = _mm256_fmadd_ps(mw, _mm256_set1_ps(*(const float *)(const void *)(act + j * as + ob + 4 * u)), acc[j]);
+                    }
+                } else if (T == PL_IQ4_XS) {
+                    /* the sub-blocks' scales (-32..31) multiply their pair sums (at most 2·127·127)
+                     * in vpmaddwd, so a super-block's whole sum is one exact integer, as ggml
+                     * sums it, scaled by d·dy once */
+#pragma GCC unroll 4
+                    for (int j = 0; j < RN; j++) D[j] = _mm256_setzero_si256();
+                    for (int s = 0; s < 8; s++) {
+                        const __m128i s16 = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)(un + 32 + 16 * s + 8 * h)));
+                        const __m256i sc = _mm256_set_m128i(_mm_unpackhi_epi16(s16, s16), _mm_unpacklo_epi16(s16, s16));
+                        pk2_load_sub(T, un + 160 + sb * s + 32 * h, W);
+                        pk2_dots_by(T, RN, 0, 8, W, act + QKK * u + 32 * s, as, D, sc);
+                    }
+                    const __m256 d = pk2_h8(un + 16 * h);
+#pragma GCC unroll 4
+                    for (int j = 0; j < RN; j++) {
+                        const float dy = *(const float *)(const void *)(act + j * as + oa + 4 * u);
+                        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(D[j]), _mm256_mul_ps(d, _mm256_set1_ps(dy)), acc[j]);
                     }
                 } else if (T != PL_Q6_K) {
                     const __m256 d = pk2_h8(un + 16 * h), dmin = pk2_h8(un + 32 + 16 * h);
@@ -698,6 +760,8 @@ PK2_KERNS(PL_Q5_1, q5_1)
 PK2_KERNS(PL_Q4_K, q4_k)
 PK2_KERNS(PL_Q5_K, q5_k)
 PK2_KERNS(PL_Q6_K, q6_k)
+PK2_KERNS(PL_IQ4_NL, iq4_nl)
+PK2_KERNS(PL_IQ4_XS, iq4_xs)
 
 /* ================================================================ matrix product */
 
@@ -782,6 +846,8 @@ int pl_matmul_packed3(pl_ctx *ctx, const float *x, int64_t n, int64_t k, int wty
     const int v512 = plx_isa >= PL_ISA_AVX512;
     j.rnmax = v512 ? PK_RN : PK2_RN;
     switch (wtype) {
+    case PL_IQ4_NL: j.fns = pk2_iq4_nl; j.rnmax = PK2_RN; break; /* AVX2 only (pl_packed_available) */
+    case PL_IQ4_XS: j.fns = pk2_iq4_xs; j.rnmax = PK2_RN; break;
     case PL_Q8_0: j.fns = v512 ? pk_q8_0 : pk2_q8_0; break;
     case PL_Q4_0: j.fns = v512 ? pk_q4_0 : pk2_q4_0; break;
     case PL_Q4_1: j.fns = v512 ? pk_q4_1 : pk2_q4_1; break;

@@ -77,7 +77,8 @@ func TestFewRowsAsOne(t *testing.T) {
 // float32 whatever the batch (1 to 33 rows: one kernel call or several) and the number of threads,
 // bit for bit; the matrix's last group of sixteen rows is padded (m = 70, and m = 5: one group,
 // mostly padding), and rows of one, two and nine blocks are covered, with the AVX-512 VNNI kernels
-// and the AVX2 ones (every type at both levels). With the instruction set lowered below the
+// and the AVX2 ones (every type at both levels, but IQ4_NL and IQ4_XS, which have AVX2 kernels
+// only: with AVX-512 their rows serve). With the instruction set lowered below the
 // interleaved kernels, MatMul falls back to the loaded rows and gives exactly what an unrepacked
 // tensor does.
 func TestRepacked(t *testing.T) {
@@ -117,13 +118,18 @@ func testRepackedRows(t *testing.T, r *rand.Rand, bs map[int]*Backend, isa cpu.I
 		must(t, err1, err2, b.Write(x, 0, xs), b.MatMul(d, x, w), b.Read(d, 0, out), x.Close(), d.Close())
 		return out
 	}
-	for _, dt := range []tensor.DType{tensor.Q8_0, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K} {
+	for _, dt := range []tensor.DType{tensor.Q8_0, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K,
+		tensor.IQ4_NL, tensor.IQ4_XS} {
 		ks := []int{32, 64, 288, 512}
 		if dt.BlockSize() == 256 {
 			ks = []int{256, 768}
 		}
+		avx2Only := dt == tensor.IQ4_NL || dt == tensor.IQ4_XS
+		if got, want := cpu.PackedAvailable(dt), !avx2Only || isa == cpu.ISAAVX2; got != want {
+			t.Fatalf("%v %v: interleaved kernels available: %v, want %v", isa, dt, got, want)
+		}
 		if !cpu.PackedAvailable(dt) {
-			t.Fatalf("%v %v: no interleaved kernels", isa, dt)
+			continue
 		}
 		for _, k := range ks {
 			src := make([]float32, m*k)
@@ -222,8 +228,8 @@ func testRepackedRows(t *testing.T, r *rand.Rand, bs map[int]*Backend, isa cpu.I
 	}
 }
 
-// testNotRepacked: nothing else is repacked: other types (Q2_K, Q3_K, IQ4_NL and IQ4_XS have no
-// interleaved layout; their rows serve), views, activations.
+// testNotRepacked: nothing else is repacked: other types (Q2_K and Q3_K have no interleaved
+// layout, nor IQ4_NL and IQ4_XS with AVX-512: their rows serve), views, activations.
 func testNotRepacked(t *testing.T, b *Backend) {
 	f32, err := b.Load(tensor.F32, 16, 32, make([]byte, 16*32*4))
 	must(t, err)
@@ -243,8 +249,11 @@ func testNotRepacked(t *testing.T, b *Backend) {
 	must(t, err)
 	act, err := b.Alloc(tensor.F32, 16, 32)
 	must(t, err)
-	for name, x := range map[string]backend.Tensor{"F32": f32, "F16": f16, "Q2_K": q2, "Q3_K": q3, "IQ4_NL": nl, "IQ4_XS": xs,
-		"view": view, "activation": act} {
+	not := map[string]backend.Tensor{"F32": f32, "F16": f16, "Q2_K": q2, "Q3_K": q3, "view": view, "activation": act}
+	if !cpu.PackedAvailable(tensor.IQ4_NL) {
+		not["IQ4_NL"], not["IQ4_XS"] = nl, xs
+	}
+	for name, x := range not {
 		if ok, err := b.Repack(x); ok || err != nil {
 			t.Errorf("Repack(%s) = %v, %v; want false, nil", name, ok, err)
 		}
