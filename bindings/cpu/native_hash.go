@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "a14140eabfb8e24fc55e795dc67d1555aefe9fb35007c3230d12ca62f4d81e9d"
+const nativeSources = "5d4015a4ced29a8243544b8b35a3d57cfd35371d8080c4163e86d4f22fc4ea46"

@@ -1,7 +1,7 @@
 /*
- * packed.c: quantised weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)
- * interleaved sixteen rows at a time, and their matrix product (AVX-512 VNNI, and AVX2; IQ4_NL
- * and IQ4_XS AVX2 only).
+ * packed.c: quantised weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+ * IQ4_NL, IQ4_XS) interleaved sixteen rows at a time, and their matrix product (AVX-512 VNNI, and
+ * AVX2; Q2_K, Q3_K, IQ4_NL and IQ4_XS AVX2 only).
  *
  * In ggml's layout a block's 32 codes lie in one row, so an integer dot product leaves a block's
  * sum spread over the lanes of a vector, and every block costs a conversion, a scale product and
@@ -12,7 +12,8 @@
  * apply the block's scales. Per 512 multiply-adds of one activation row: eight VNNI operations, a
  * multiply and an FMA, against twenty-four operations for the row layout. Results land sixteen
  * rows to a vector, so nothing is reduced across lanes. pk_pack_group gives each type's layout;
- * all but Q4_K and Q5_K (4 bytes more a row every 256 elements) are as large as their rows.
+ * all but Q3_K, Q4_K, Q5_K and IQ4_XS (2-4 bytes more a row every 256 elements) are as large as
+ * their rows.
  *
  * Activation rows are converted to Q8_0 or Q8_1 (32-element weight types) or Q8_K (the
  * K-quants) as ggml converts them (quant.c). Weight codes are unsigned for VNNI; a bias made from
@@ -41,30 +42,45 @@ static inline int32_t ld32(const uint8_t *p) {
 }
 
 /* A unit is what the layout interleaves at once: a 32-element block (Q8_0, Q4_0, Q4_1, Q5_0,
- * Q5_1) or a 256-element super-block (Q4_K, Q5_K, Q6_K). A unit of sixteen rows holds, for each
- * 32-element sub-block, its code vectors (8 of bytes for Q8_0, 4 of nibbles otherwise, then 1 of
- * fifth bits for Q5_0/Q5_1/Q5_K or 2 of high bit pairs for Q6_K) and the rows' scales; sizes are
- * exactly sixteen times the type's block, except Q4_K and Q5_K, whose scales and minimums take a
- * byte each (+4 bytes a row a super-block, 2.8% and 2.3%) instead of 12 bytes of 6-bit fields. */
-static int pk_kquant(int wtype) { return wtype == PL_Q4_K || wtype == PL_Q5_K || wtype == PL_Q6_K || wtype == PL_IQ4_XS; }
+ * Q5_1, IQ4_NL) or a 256-element super-block (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS). A unit of
+ * sixteen rows holds, for each 32-element sub-block, its code vectors (8 of bytes for Q8_0, 2 of
+ * 2-bit planes for Q2_K and Q3_K, 4 of nibbles otherwise, then 1 of fifth bits for
+ * Q5_0/Q5_1/Q5_K, of third bits for Q3_K, or 2 of high bit pairs for Q6_K) and the rows' scales;
+ * sizes are exactly sixteen times the type's block, except Q4_K and Q5_K, whose scales and
+ * minimums take a byte each (+4 bytes a row a super-block, 2.8% and 2.3%) instead of 12 bytes of
+ * 6-bit fields, Q3_K (a byte a scale: +4, 3.6%) and IQ4_XS (+2, 1.5%). */
+static int pk_kquant(int wtype) {
+    return wtype == PL_Q4_K || wtype == PL_Q5_K || wtype == PL_Q6_K || wtype == PL_IQ4_XS || wtype == PL_Q2_K || wtype == PL_Q3_K;
+}
 static int64_t pk_unit_elems(int wtype) { return pk_kquant(wtype) ? QKK : 32; }
+
+/* pk_avx2_only: the types with AVX2 kernels only (with AVX-512 their VNNI row kernels serve). */
+static int pk_avx2_only(int wtype) { return wtype == PL_IQ4_NL || wtype == PL_IQ4_XS || wtype == PL_Q2_K || wtype == PL_Q3_K; }
 
 /* pk_hvecs is the number of high-bit vectors a 32-element sub-block has. */
 static int pk_hvecs(int wtype) {
     return wtype == PL_Q5_0 || wtype == PL_Q5_1 || wtype == PL_Q5_K ? 1 : wtype == PL_Q6_K ? 2 : 0;
 }
 /* pk_sub_bytes is the bytes of one 32-element sub-block's code vectors (sixteen rows). */
-static int64_t pk_sub_bytes(int wtype) { return 64 * ((wtype == PL_Q8_0 ? 8 : 4) + pk_hvecs(wtype)); }
+static int64_t pk_sub_bytes(int wtype) {
+    if (wtype == PL_Q2_K || wtype == PL_Q3_K) return 64 * (wtype == PL_Q2_K ? 2 : 3); /* 2-bit planes (+ high bits) */
+    return 64 * ((wtype == PL_Q8_0 ? 8 : 4) + pk_hvecs(wtype));
+}
 /* pk_head_bytes is the bytes of a K-quant unit's scales, before its sub-blocks. */
 static int64_t pk_head_bytes(int wtype) {
-    return wtype == PL_Q6_K ? 2 * PK_ROWS + 16 * PK_ROWS : wtype == PL_IQ4_XS ? 2 * PK_ROWS + 8 * PK_ROWS : 4 * PK_ROWS + 16 * PK_ROWS;
+    switch (wtype) {
+    case PL_Q6_K: case PL_Q3_K: return 2 * PK_ROWS + 16 * PK_ROWS;
+    case PL_IQ4_XS: return 2 * PK_ROWS + 8 * PK_ROWS;
+    default: return 4 * PK_ROWS + 16 * PK_ROWS; /* Q4_K, Q5_K, Q2_K */
+    }
 }
 
 static int64_t pk_unit_bytes(int wtype) {
     switch (wtype) {
     case PL_Q8_0: case PL_Q4_0: case PL_Q5_0: case PL_IQ4_NL: return pk_sub_bytes(wtype) + 2 * PK_ROWS;
     case PL_Q4_1: case PL_Q5_1: return pk_sub_bytes(wtype) + 4 * PK_ROWS;
-    case PL_Q4_K: case PL_Q5_K: case PL_Q6_K: case PL_IQ4_XS: return pk_head_bytes(wtype) + 8 * pk_sub_bytes(wtype);
+    case PL_Q4_K: case PL_Q5_K: case PL_Q6_K: case PL_IQ4_XS: case PL_Q2_K: case PL_Q3_K:
+        return pk_head_bytes(wtype) + 8 * pk_sub_bytes(wtype);
     }
     return 0;
 }
@@ -80,8 +96,7 @@ int64_t pl_packed_size(int wtype, int64_t m, int64_t k) {
 int pl_packed_available(int wtype) {
     plx_init();
     if (pk_unit_bytes(wtype) == 0) return 0;
-    /* IQ4_NL and IQ4_XS have AVX2 kernels only: with AVX-512 their VNNI row kernels serve */
-    if (wtype == PL_IQ4_NL || wtype == PL_IQ4_XS) return plx_isa == PL_ISA_AVX2;
+    if (pk_avx2_only(wtype)) return plx_isa == PL_ISA_AVX2;
     return plx_isa >= PL_ISA_AVX2;
 }
 
@@ -104,7 +119,9 @@ static uint32_t pk_rd32(const uint8_t *p) {
  * K-quants, per-sub-block scales and minimums: Q8_0 q = code+128; Q4_0/Q4_1 0..15; Q5_0/Q5_1
  * 0..31; Q4_K 0..15 and Q5_K 0..31 with a 6-bit scale and minimum per 32 elements; Q6_K 0..63
  * (the value is q-32) with an int8 scale per 16 elements; IQ4_NL 0..15 and IQ4_XS 0..15 with a
- * scale less 32 (-32..31) per 32 elements, indices into plx_iq4nl_values. */
+ * scale less 32 (-32..31) per 32 elements, indices into plx_iq4nl_values; Q2_K 0..3 with ggml's
+ * byte of a 4-bit scale and minimum per 16 elements; Q3_K 0..7 (the value is q-4) with a scale
+ * less 32 per 16 elements. */
 static void pk_codes(int wtype, const uint8_t *blk, uint8_t *q, int *sc, int *mn) {
     switch (wtype) {
     case PL_Q8_0:
@@ -154,6 +171,24 @@ static void pk_codes(int wtype, const uint8_t *blk, uint8_t *q, int *sc, int *mn
         }
         for (int i = 0; i < 16; i++) sc[i] = (int8_t)blk[192 + i];
         return;
+    case PL_Q2_K: /* scales and minimums stay ggml's bytes (scale | minimum << 4) */
+    case PL_Q3_K: {
+        const uint8_t *qs = blk + (wtype == PL_Q2_K ? 16 : 32), *hm = blk;
+        for (int e = 0; e < QKK; e++) {
+            const int n = e / 128, j = (e % 128) / 32, l = e % 32;
+            int v = (qs[32 * n + l] >> (2 * j)) & 3;
+            if (wtype == PL_Q3_K) v |= ((hm[l] >> (4 * n + j)) & 1) << 2; /* value v-4 */
+            q[e] = (uint8_t)v;
+        }
+        if (wtype == PL_Q2_K) {
+            for (int i = 0; i < 16; i++) sc[i] = blk[i];
+        } else {
+            int8_t s8[16];
+            plx_q3k_scales(blk + 96, s8);
+            for (int i = 0; i < 16; i++) sc[i] = s8[i];
+        }
+        return;
+    }
     case PL_IQ4_XS: {
         int8_t s8[8];
         plx_iq4xs_scales(blk, s8);
@@ -171,11 +206,29 @@ static void pk_codes(int wtype, const uint8_t *blk, uint8_t *q, int *sc, int *mn
 
 /* pk_sub writes the 32 codes q of a sub-block of row r into its vectors at o:
  *   Q8_0: lane r, byte t of vector v holds code 4v+t;
+ *   Q2_K, Q3_K: lane r, byte t of plane vector p (0..1) holds code 4(4p+i)+t's low two bits in
+ *   bits 2i and 2i+1 (i = 0..3), and for Q3_K lane r, byte t of the next vector holds code
+ *   4v+t's third bit in bit v (v = 0..7);
  *   others: lane r, byte t of nibble vector v (0..3) holds code 4v+t's low four bits in its low
  *   nibble and code 16+4v+t's in its high one; then, for five-bit codes, lane r, byte t of the
  *   next vector holds code 4v+t's fifth bit in bit v (v = 0..7); for Q6_K, lane r, byte t of high
  *   vector h holds code 4(4h+i)+t's top two bits in bits 2i and 2i+1 (i = 0..3). */
 static void pk_sub(int wtype, const uint8_t *q, int r, uint8_t *o) {
+    if (wtype == PL_Q2_K || wtype == PL_Q3_K) {
+        for (int p = 0; p < 2; p++)
+            for (int t = 0; t < 4; t++) {
+                uint8_t b = 0;
+                for (int i = 0; i < 4; i++) b |= (uint8_t)((q[4 * (4 * p + i) + t] & 3) << (2 * i));
+                o[64 * p + 4 * r + t] = b;
+            }
+        if (wtype == PL_Q3_K)
+            for (int t = 0; t < 4; t++) {
+                uint8_t b = 0;
+                for (int v = 0; v < 8; v++) b |= (uint8_t)(((q[4 * v + t] >> 2) & 1) << v);
+                o[128 + 4 * r + t] = b;
+            }
+        return;
+    }
     if (wtype == PL_Q8_0) {
         for (int v = 0; v < 8; v++) memcpy(o + 64 * v + 4 * r, q + 4 * v, 4);
         return;
@@ -203,7 +256,11 @@ static void pk_sub(int wtype, const uint8_t *q, int r, uint8_t *o) {
  *         as bytes, then each sub-block's vectors;
  *   Q6_K: F16 d [16], int8 scales [16 sub-blocks of 16][16], then each sub-block's vectors;
  *   IQ4_XS: F16 d [16], int8 scales less 32 [8 sub-blocks][16], then each sub-block's vectors
- *         (IQ4_NL, a 32-element type, is laid out as Q4_0: its nibbles are table indices). */
+ *         (IQ4_NL, a 32-element type, is laid out as Q4_0: its nibbles are table indices);
+ *   Q2_K: F16 d [16], F16 dmin [16], ggml's scale-and-minimum bytes [16 groups of 16][16], then
+ *         each sub-block's two plane vectors;
+ *   Q3_K: F16 d [16], int8 scales less 32 [16 groups of 16][16], then each sub-block's two plane
+ *         vectors and its vector of third bits. */
 static void pk_pack_group(int wtype, const uint8_t *w, int64_t m, int64_t k, int64_t g, uint8_t *dst) {
     const int64_t ue = pk_unit_elems(wtype), nu = k / ue, ts = plx_type_size(wtype), ub = pk_unit_bytes(wtype);
     const int64_t row = (k / plx_block_size(wtype)) * ts, sb = pk_sub_bytes(wtype), hb = pk_head_bytes(wtype);
@@ -231,6 +288,17 @@ static void pk_pack_group(int wtype, const uint8_t *w, int64_t m, int64_t k, int
                     o[192 + 16 * s + r] = (uint8_t)mn[s];
                     pk_sub(wtype, q + 32 * s, r, o + hb + sb * s);
                 }
+                break;
+            case PL_Q2_K:
+                memcpy(o + 2 * r, blk + 80, 2);
+                memcpy(o + 32 + 2 * r, blk + 82, 2);
+                for (int i = 0; i < 16; i++) o[64 + 16 * i + r] = (uint8_t)sc[i];
+                for (int s = 0; s < 8; s++) pk_sub(wtype, q + 32 * s, r, o + hb + sb * s);
+                break;
+            case PL_Q3_K:
+                memcpy(o + 2 * r, blk + 108, 2);
+                for (int i = 0; i < 16; i++) o[32 + 16 * i + r] = (uint8_t)sc[i];
+                for (int s = 0; s < 8; s++) pk_sub(wtype, q + 32 * s, r, o + hb + sb * s);
                 break;
             case PL_IQ4_XS:
                 memcpy(o + 2 * r, blk, 2);
@@ -293,7 +361,9 @@ int pl_pack_weights(pl_ctx *ctx, int wtype, const void *w, int64_t m, int64_t k,
  *         float (what ggml multiplies the weights' minimum by);
  *   Q4_K, Q5_K (x as Q8_K): A = each 256's scale, B = each 32's scale times code sum (float);
  *   Q6_K (x as Q8_K): A = each 256's scale, B = each 16's bias: -32 times its code sum;
- *   IQ4_NL (x as Q8_0), IQ4_XS (x as Q8_K): A as above, B unused (their values are signed). */
+ *   IQ4_NL (x as Q8_0), IQ4_XS (x as Q8_K): A as above, B unused (their values are signed);
+ *   Q2_K, Q3_K (x as Q8_K): A = each 256's scale, B = each 16's code sum (Q2_K) or -4 times it
+ *         (Q3_K) as a 16-bit integer in the low half of a 32-bit word whose high half is zero. */
 
 /* Most matrices one call of pl_matmul_packed3 multiplies. */
 #define PK_MAX_SEGS 3
@@ -331,6 +401,11 @@ static void pk_pack_act(int wtype, const float *x, int64_t k, uint8_t *dst) {
     for (int64_t u = 0; u < ns; u++) {
         plx_q8_k_blocks(x + u * QKK, 1, q + u * QKK, &a[u], bs);
         if (wtype == PL_IQ4_XS) continue; /* signed values, no minimums: the codes and A only */
+        if (wtype == PL_Q2_K || wtype == PL_Q3_K) { /* 16-bit, zero-extended: vpmaddwd's operand */
+            uint32_t *b16 = (uint32_t *)(void *)bb + 16 * u;
+            for (int i = 0; i < 16; i++) b16[i] = (uint16_t)(int16_t)(wtype == PL_Q2_K ? bs[i] : -4 * bs[i]);
+            continue;
+        }
         if (wtype == PL_Q6_K) {
             int32_t *bias = (int32_t *)(void *)bb + 16 * u;
             for (int i = 0; i < 16; i++) bias[i] = -32 * bs[i];
@@ -748,6 +823,83 @@ pk2_kern(const int T, const int RN, const uint8_t *wp, int64_t g0, int64_t g1, i
     }
 }
 
+/* pk2k23_kern is pk2_kern for Q2_K and Q3_K: their codes unsigned (0..3, 0..7), each group of
+ * sixteen elements' pair sums multiplied by its scale in vpmaddwd, so a super-block's sum is one
+ * exact integer, as ggml sums it; Q3_K's -4 a code enters as -4 times the group's activation sum
+ * times the scale (the same vpmaddwd), Q2_K's minimums as a second integer, the minimums times the
+ * groups' activation sums, scaled by dmin·dy. */
+__attribute__((always_inline)) PL_TARGET_AVX2 static inline void
+pk2k23_kern(const int T, const int RN, const uint8_t *wp, int64_t g0, int64_t g1, int64_t m, int64_t k,
+            const uint8_t *act, int64_t as, float *out, int64_t ldo) {
+    const int q2 = T == PL_Q2_K;
+    const int64_t nu = k / QKK, ub = pk_unit_bytes(T), sb = pk_sub_bytes(T), hb = pk_head_bytes(T);
+    const int64_t gb = nu * ub, oa = pk_off_a(k), ob = pk_off_b(k), so = q2 ? 64 : 32;
+    const __m256i m3 = _mm256_set1_epi8(3), b2 = _mm256_set1_epi8(4);
+    const __m128i lo4 = _mm_set1_epi16(0x0F);
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *wg = wp + g * gb;
+        for (int h = 0; h < 2; h++) {
+            const int64_t r0 = g * PK_ROWS + 8 * h;
+            if (r0 >= m) break;
+            __m256 acc[PK2_RN];
+#pragma GCC unroll 4
+            for (int j = 0; j < RN; j++) acc[j] = _mm256_setzero_ps();
+            for (int64_t u = 0; u < nu; u++) {
+                const uint8_t *un = wg + u * ub;
+                if (h == 0) pk_prefetch(un, (int)ub);
+                __m256i D[PK2_RN], E[PK2_RN];
+#pragma GCC unroll 4
+                for (int j = 0; j < RN; j++) D[j] = E[j] = _mm256_setzero_si256();
+                for (int s = 0; s < 8; s++) {
+                    const uint8_t *sv = un + hb + sb * s + 32 * h;
+                    const __m256i hi = q2 ? _mm256_setzero_si256() : _mm256_loadu_si256((const __m256i *)(const void *)(sv + 128));
+#pragma GCC unroll 2
+                    for (int p = 0; p < 2; p++) {
+                        const int i = 2 * s + p; /* the group of sixteen */
+                        const __m128i b8 = _mm_loadl_epi64((const __m128i *)(const void *)(un + so + 16 * i + 8 * h));
+                        const __m128i s16 = q2 ? _mm_and_si128(_mm_cvtepu8_epi16(b8), lo4) : _mm_cvtepi8_epi16(b8);
+                        const __m256i sc = _mm256_set_m128i(_mm_unpackhi_epi16(s16, s16), _mm_unpacklo_epi16(s16, s16));
+                        const __m256i pl = _mm256_loadu_si256((const __m256i *)(const void *)(sv + 64 * p));
+#pragma GCC unroll 4
+                        for (int t = 0; t < 4; t++) {
+                            const int v = 4 * p + t;
+                            __m256i w = _mm256_and_si256(t ? _mm256_srli_epi16(pl, 2 * t) : pl, m3);
+                            if (!q2) w = _mm256_or_si256(w, _mm256_and_si256(v <= 2 ? _mm256_slli_epi16(hi, 2 - v) : _mm256_srli_epi16(hi, v - 2), b2));
+#pragma GCC unroll 4
+                            for (int j = 0; j < RN; j++) {
+                                const __m256i x = _mm256_set1_epi32(ld32(act + j * as + QKK * u + 32 * s + 4 * v));
+                                D[j] = _mm256_add_epi32(D[j], _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), sc));
+                            }
+                        }
+                        if (q2) {
+                            const __m128i n16 = _mm_srli_epi16(_mm_cvtepu8_epi16(b8), 4);
+                            const __m256i mn = _mm256_set_m128i(_mm_unpackhi_epi16(n16, n16), _mm_unpacklo_epi16(n16, n16));
+#pragma GCC unroll 4
+                            for (int j = 0; j < RN; j++)
+                                E[j] = _mm256_add_epi32(E[j], _mm256_madd_epi16(_mm256_set1_epi32(ld32(act + j * as + ob + 4 * (16 * u + i))), mn));
+                        } else {
+#pragma GCC unroll 4
+                            for (int j = 0; j < RN; j++)
+                                D[j] = _mm256_add_epi32(D[j], _mm256_madd_epi16(_mm256_set1_epi32(ld32(act + j * as + ob + 4 * (16 * u + i))), sc));
+                        }
+                    }
+                }
+                const __m256 d = pk2_h8(un + 16 * h), dmin = q2 ? pk2_h8(un + 32 + 16 * h) : d;
+#pragma GCC unroll 4
+                for (int j = 0; j < RN; j++) {
+                    const __m256 dy = _mm256_set1_ps(*(const float *)(const void *)(act + j * as + oa + 4 * u));
+                    acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(D[j]), _mm256_mul_ps(d, dy), acc[j]);
+                    if (q2) acc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(E[j]), _mm256_mul_ps(dmin, dy), acc[j]);
+                }
+            }
+            const int rows = (int)PL_MIN((int64_t)8, m - r0);
+            const __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+#pragma GCC unroll 4
+            for (int j = 0; j < RN; j++) _mm256_maskstore_ps(out + j * ldo + r0, mk, acc[j]);
+        }
+    }
+}
+
 #define PK2_KERNS(T, name)                                                                        \
     PK_KERNS4(pk2, PL_TARGET_AVX2, pk2_kern, T, name)                                             \
     static const pk_fn pk2_##name[PK_RN + 1] = {NULL, pk2_##name##_1, pk2_##name##_2,             \
@@ -762,6 +914,10 @@ PK2_KERNS(PL_Q5_K, q5_k)
 PK2_KERNS(PL_Q6_K, q6_k)
 PK2_KERNS(PL_IQ4_NL, iq4_nl)
 PK2_KERNS(PL_IQ4_XS, iq4_xs)
+PK_KERNS4(pk2, PL_TARGET_AVX2, pk2k23_kern, PL_Q2_K, q2_k)
+PK_KERNS4(pk2, PL_TARGET_AVX2, pk2k23_kern, PL_Q3_K, q3_k)
+static const pk_fn pk2_q2_k[PK_RN + 1] = {NULL, pk2_q2_k_1, pk2_q2_k_2, pk2_q2_k_3, pk2_q2_k_4};
+static const pk_fn pk2_q3_k[PK_RN + 1] = {NULL, pk2_q3_k_1, pk2_q3_k_2, pk2_q3_k_3, pk2_q3_k_4};
 
 /* ================================================================ matrix product */
 
@@ -848,6 +1004,8 @@ int pl_matmul_packed3(pl_ctx *ctx, const float *x, int64_t n, int64_t k, int wty
     switch (wtype) {
     case PL_IQ4_NL: j.fns = pk2_iq4_nl; j.rnmax = PK2_RN; break; /* AVX2 only (pl_packed_available) */
     case PL_IQ4_XS: j.fns = pk2_iq4_xs; j.rnmax = PK2_RN; break;
+    case PL_Q2_K: j.fns = pk2_q2_k; j.rnmax = PK2_RN; break;
+    case PL_Q3_K: j.fns = pk2_q3_k; j.rnmax = PK2_RN; break;
     case PL_Q8_0: j.fns = v512 ? pk_q8_0 : pk2_q8_0; break;
     case PL_Q4_0: j.fns = v512 ? pk_q4_0 : pk2_q4_0; break;
     case PL_Q4_1: j.fns = v512 ? pk_q4_1 : pk2_q4_1; break;

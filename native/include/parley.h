@@ -122,16 +122,15 @@ int pl_ctx_threads(const pl_ctx *ctx);
 int pl_matmul(pl_ctx *ctx, float *dst, const float *x, int64_t n, int64_t k, const void *w,
               int wtype, int64_t m);
 
-/* Interleaved weights (AVX-512 VNNI, AVX2): quantised matrices (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K,
- * Q5_K, Q6_K, IQ4_NL, IQ4_XS) rearranged sixteen rows at a time so that one integer dot product
- * yields whole block sums of sixteen rows (packed.c describes the layouts). pl_packed_size returns
- * the bytes pl_pack_weights writes for w [m, k] of wtype (as many as the rows themselves, Q4_K and
- * Q5_K 4 more a row every 256 elements, IQ4_XS 2 more, up to a last group padded to sixteen rows),
- * PL_ERR_UNSUPPORTED for other types (Q2_K and Q3_K among them: pl_matmul serves those from their
- * rows).
+/* Interleaved weights (AVX-512 VNNI, AVX2): quantised matrices (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K,
+ * Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS) rearranged sixteen rows at a time so that one integer
+ * dot product yields whole block sums of sixteen rows (packed.c describes the layouts).
+ * pl_packed_size returns the bytes pl_pack_weights writes for w [m, k] of wtype (as many as the
+ * rows themselves, Q4_K and Q5_K 4 more a row every 256 elements, Q3_K 4 more, IQ4_XS 2 more, up
+ * to a last group padded to sixteen rows), PL_ERR_UNSUPPORTED for other types.
  * pl_packed_available reports 1 when the current ISA level runs pl_matmul_packed for wtype: every
- * type above with AVX-512 VNNI or AVX2, except IQ4_NL and IQ4_XS, which have AVX2 kernels only
- * (with AVX-512, pl_matmul's VNNI row kernels serve them).
+ * type above with AVX-512 VNNI or AVX2, except Q2_K, Q3_K, IQ4_NL and IQ4_XS, which have AVX2
+ * kernels only (with AVX-512, pl_matmul's VNNI row kernels serve them).
  * pl_matmul_packed is pl_matmul on packed weights; each block's exact integer sum is scaled and
  * added in block order (one FMA a block), so a row's result depends on neither n nor the number
  * of threads. It returns PL_ERR_UNSUPPORTED below AVX2, where callers use the unpacked rows. */

@@ -199,14 +199,14 @@ func (b *Backend) Load(dt tensor.DType, rows, cols int, data []byte) (backend.Te
 	return t, nil
 }
 
-// Repack rearranges a loaded quantised weight matrix (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K,
-// Q6_K, IQ4_NL, IQ4_XS), sixteen rows at a time, into the interleaved layout of the AVX-512 VNNI
+// Repack rearranges a loaded quantised weight matrix (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K,
+// Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS), sixteen rows at a time, into the interleaved layout of the AVX-512 VNNI
 // and AVX2 kernels (native memory the tensor owns, about as large as the rows), through which
 // MatMul then multiplies it: a block's whole integer dot product lands in
 // one lane, so a product of a few rows costs about a third of the row layout's operations. It
-// reports false, doing nothing, for other tensors (Q2_K and Q3_K among them, and IQ4_NL and
-// IQ4_XS with AVX-512, whose interleaved kernels are AVX2 only: MatMul multiplies their rows),
-// views, or processors without those kernels.
+// reports false, doing nothing, for other tensors (Q2_K, Q3_K, IQ4_NL and IQ4_XS with AVX-512
+// among them, whose interleaved kernels are AVX2 only: MatMul multiplies their rows), views, or
+// processors without those kernels.
 // The loaded data stays in use for GetRows, views, and instruction-set levels lowered later.
 // Where the memory for the new layout cannot be had, or PARLEY_CPU_REPACK=0 was set when the
 // backend started, the tensor stays as loaded. Repack must not run while t is in use.

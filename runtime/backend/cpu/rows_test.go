@@ -32,7 +32,7 @@ func TestFewRowsAsOne(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, dt := range []tensor.DType{tensor.Q8_0, tensor.Q4_0, tensor.Q4_1, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q6_K,
-			tensor.IQ4_NL, tensor.IQ4_XS} {
+			tensor.IQ4_NL, tensor.IQ4_XS, tensor.Q2_K, tensor.Q3_K} {
 			src := make([]float32, m*k)
 			for i := range src {
 				src[i] = float32(r.NormFloat64())
@@ -77,8 +77,8 @@ func TestFewRowsAsOne(t *testing.T) {
 // float32 whatever the batch (1 to 33 rows: one kernel call or several) and the number of threads,
 // bit for bit; the matrix's last group of sixteen rows is padded (m = 70, and m = 5: one group,
 // mostly padding), and rows of one, two and nine blocks are covered, with the AVX-512 VNNI kernels
-// and the AVX2 ones (every type at both levels, but IQ4_NL and IQ4_XS, which have AVX2 kernels
-// only: with AVX-512 their rows serve). With the instruction set lowered below the
+// and the AVX2 ones (every type at both levels, but Q2_K, Q3_K, IQ4_NL and IQ4_XS, which have
+// AVX2 kernels only: with AVX-512 their rows serve). With the instruction set lowered below the
 // interleaved kernels, MatMul falls back to the loaded rows and gives exactly what an unrepacked
 // tensor does.
 func TestRepacked(t *testing.T) {
@@ -119,12 +119,12 @@ func testRepackedRows(t *testing.T, r *rand.Rand, bs map[int]*Backend, isa cpu.I
 		return out
 	}
 	for _, dt := range []tensor.DType{tensor.Q8_0, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K,
-		tensor.IQ4_NL, tensor.IQ4_XS} {
+		tensor.IQ4_NL, tensor.IQ4_XS, tensor.Q2_K, tensor.Q3_K} {
 		ks := []int{32, 64, 288, 512}
 		if dt.BlockSize() == 256 {
 			ks = []int{256, 768}
 		}
-		avx2Only := dt == tensor.IQ4_NL || dt == tensor.IQ4_XS
+		avx2Only := dt == tensor.IQ4_NL || dt == tensor.IQ4_XS || dt == tensor.Q2_K || dt == tensor.Q3_K
 		if got, want := cpu.PackedAvailable(dt), !avx2Only || isa == cpu.ISAAVX2; got != want {
 			t.Fatalf("%v %v: interleaved kernels available: %v, want %v", isa, dt, got, want)
 		}
@@ -228,8 +228,8 @@ func testRepackedRows(t *testing.T, r *rand.Rand, bs map[int]*Backend, isa cpu.I
 	}
 }
 
-// testNotRepacked: nothing else is repacked: other types (Q2_K and Q3_K have no interleaved
-// layout, nor IQ4_NL and IQ4_XS with AVX-512: their rows serve), views, activations.
+// testNotRepacked: nothing else is repacked: other types (F32, F16; Q2_K, Q3_K, IQ4_NL and IQ4_XS
+// with AVX-512, which have AVX2 interleaved kernels only: their rows serve), views, activations.
 func testNotRepacked(t *testing.T, b *Backend) {
 	f32, err := b.Load(tensor.F32, 16, 32, make([]byte, 16*32*4))
 	must(t, err)
@@ -249,9 +249,9 @@ func testNotRepacked(t *testing.T, b *Backend) {
 	must(t, err)
 	act, err := b.Alloc(tensor.F32, 16, 32)
 	must(t, err)
-	not := map[string]backend.Tensor{"F32": f32, "F16": f16, "Q2_K": q2, "Q3_K": q3, "view": view, "activation": act}
+	not := map[string]backend.Tensor{"F32": f32, "F16": f16, "view": view, "activation": act}
 	if !cpu.PackedAvailable(tensor.IQ4_NL) {
-		not["IQ4_NL"], not["IQ4_XS"] = nl, xs
+		not["Q2_K"], not["Q3_K"], not["IQ4_NL"], not["IQ4_XS"] = q2, q3, nl, xs
 	}
 	for name, x := range not {
 		if ok, err := b.Repack(x); ok || err != nil {
