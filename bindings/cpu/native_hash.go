@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "5d4015a4ced29a8243544b8b35a3d57cfd35371d8080c4163e86d4f22fc4ea46"
+const nativeSources = "4fd1275021f7dabfedefa16ffb2ffce154f7c938391d924e85c80aeca947cd0e"

@@ -295,11 +295,6 @@ static void pk_pack_group(int wtype, const uint8_t *w, int64_t m, int64_t k, int
                 for (int i = 0; i < 16; i++) o[64 + 16 * i + r] = (uint8_t)sc[i];
                 for (int s = 0; s < 8; s++) pk_sub(wtype, q + 32 * s, r, o + hb + sb * s);
                 break;
-            case PL_Q3_K:
-                memcpy(o + 2 * r, blk + 108, 2);
-                for (int i = 0; i < 16; i++) o[32 + 16 * i + r] = (uint8_t)sc[i];
-                for (int s = 0; s < 8; s++) pk_sub(wtype, q + 32 * s, r, o + hb + sb * s);
-                break;
             case PL_IQ4_XS:
                 memcpy(o + 2 * r, blk, 2);
                 for (int s = 0; s < 8; s++) {
@@ -307,8 +302,9 @@ static void pk_pack_group(int wtype, const uint8_t *w, int64_t m, int64_t k, int
                     pk_sub(wtype, q + 32 * s, r, o + hb + sb * s);
                 }
                 break;
+            case PL_Q3_K: /* d, then a scale a group of sixteen */
             case PL_Q6_K:
-                memcpy(o + 2 * r, blk + 208, 2);
+                memcpy(o + 2 * r, blk + (wtype == PL_Q3_K ? 108 : 208), 2);
                 for (int i = 0; i < 16; i++) o[32 + 16 * i + r] = (uint8_t)sc[i];
                 for (int s = 0; s < 8; s++) pk_sub(wtype, q + 32 * s, r, o + hb + sb * s);
                 break;
@@ -722,6 +718,65 @@ __attribute__((always_inline)) PL_TARGET_AVX2 static inline __m256 pk2_h8(const 
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
 }
 
+/* pk2k23_unit adds to acc[j] one super-block (unit un, the u-th) of eight rows (half h of the
+ * group) of Q2_K or Q3_K against activation rows act + j*as: their codes unsigned (0..3, 0..7),
+ * each group of sixteen elements' pair sums multiplied by its scale in vpmaddwd, so a
+ * super-block's sum is one exact integer, as ggml sums it; Q3_K's -4 a code enters as -4 times
+ * the group's activation sum times the scale (the same vpmaddwd), Q2_K's minimums as a second
+ * integer, the minimums times the groups' activation sums, scaled by dmin·dy. */
+__attribute__((always_inline)) PL_TARGET_AVX2 static inline void
+pk2k23_unit(const int T, const int RN, const uint8_t *un, int64_t u, int h, int64_t k, const uint8_t *act,
+            int64_t as, __m256 acc[PK2_RN]) {
+    const int q2 = T == PL_Q2_K;
+    const int64_t sb = pk_sub_bytes(T), hb = pk_head_bytes(T), oa = pk_off_a(k), ob = pk_off_b(k), so = q2 ? 64 : 32;
+    const __m256i m3 = _mm256_set1_epi8(3), b2 = _mm256_set1_epi8(4);
+    const __m128i lo4 = _mm_set1_epi16(0x0F);
+    __m256i D[PK2_RN], E[PK2_RN];
+#pragma GCC unroll 4
+    for (int j = 0; j < RN; j++) D[j] = E[j] = _mm256_setzero_si256();
+    for (int s = 0; s < 8; s++) {
+        const uint8_t *sv = un + hb + sb * s + 32 * h;
+        const __m256i hi = q2 ? _mm256_setzero_si256() : _mm256_loadu_si256((const __m256i *)(const void *)(sv + 128));
+#pragma GCC unroll 2
+        for (int p = 0; p < 2; p++) {
+            const int i = 2 * s + p; /* the group of sixteen */
+            const __m128i b8 = _mm_loadl_epi64((const __m128i *)(const void *)(un + so + 16 * i + 8 * h));
+            const __m128i s16 = q2 ? _mm_and_si128(_mm_cvtepu8_epi16(b8), lo4) : _mm_cvtepi8_epi16(b8);
+            const __m256i sc = _mm256_set_m128i(_mm_unpackhi_epi16(s16, s16), _mm_unpacklo_epi16(s16, s16));
+            const __m256i pl = _mm256_loadu_si256((const __m256i *)(const void *)(sv + 64 * p));
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++) {
+                const int v = 4 * p + t;
+                __m256i w = _mm256_and_si256(t ? _mm256_srli_epi16(pl, 2 * t) : pl, m3);
+                if (!q2) w = _mm256_or_si256(w, _mm256_and_si256(v <= 2 ? _mm256_slli_epi16(hi, 2 - v) : _mm256_srli_epi16(hi, v - 2), b2));
+#pragma GCC unroll 4
+                for (int j = 0; j < RN; j++) {
+                    const __m256i x = _mm256_set1_epi32(ld32(act + j * as + QKK * u + 32 * s + 4 * v));
+                    D[j] = _mm256_add_epi32(D[j], _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), sc));
+                }
+            }
+            if (q2) {
+                const __m128i n16 = _mm_srli_epi16(_mm_cvtepu8_epi16(b8), 4);
+                const __m256i mn = _mm256_set_m128i(_mm_unpackhi_epi16(n16, n16), _mm_unpacklo_epi16(n16, n16));
+#pragma GCC unroll 4
+                for (int j = 0; j < RN; j++)
+                    E[j] = _mm256_add_epi32(E[j], _mm256_madd_epi16(_mm256_set1_epi32(ld32(act + j * as + ob + 4 * (16 * u + i))), mn));
+            } else {
+#pragma GCC unroll 4
+                for (int j = 0; j < RN; j++)
+                    D[j] = _mm256_add_epi32(D[j], _mm256_madd_epi16(_mm256_set1_epi32(ld32(act + j * as + ob + 4 * (16 * u + i))), sc));
+            }
+        }
+    }
+    const __m256 d = pk2_h8(un + 16 * h), dmin = q2 ? pk2_h8(un + 32 + 16 * h) : d;
+#pragma GCC unroll 4
+    for (int j = 0; j < RN; j++) {
+        const __m256 dy = _mm256_set1_ps(*(const float *)(const void *)(act + j * as + oa + 4 * u));
+        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(D[j]), _mm256_mul_ps(d, dy), acc[j]);
+        if (q2) acc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(E[j]), _mm256_mul_ps(dmin, dy), acc[j]);
+    }
+}
+
 /* pk_kern with 256-bit vectors (RN <= 4): each group as two halves of eight rows. */
 __attribute__((always_inline)) PL_TARGET_AVX2 static inline void
 pk2_kern(const int T, const int RN, const uint8_t *wp, int64_t g0, int64_t g1, int64_t m, int64_t k,
@@ -758,6 +813,8 @@ pk2_kern(const int T, const int RN, const uint8_t *wp, int64_t g0, int64_t g1, i
                         if (has_min)
                             acc[j] = _mm256_fmadd_ps(mw, _mm256_set1_ps(*(const float *)(const void *)(act + j * as + ob + 4 * u)), acc[j]);
                     }
+                } else if (T == PL_Q2_K || T == PL_Q3_K) {
+                    pk2k23_unit(T, RN, un, u, h, k, act, as, acc);
                 } else if (T == PL_IQ4_XS) {
                     /* the sub-blocks' scales (-32..31) multiply their pair sums (at most 2·127·127)
                      * in vpmaddwd, so a super-block's whole sum is one exact integer, as ggml
@@ -823,83 +880,6 @@ pk2_kern(const int T, const int RN, const uint8_t *wp, int64_t g0, int64_t g1, i
     }
 }
 
-/* pk2k23_kern is pk2_kern for Q2_K and Q3_K: their codes unsigned (0..3, 0..7), each group of
- * sixteen elements' pair sums multiplied by its scale in vpmaddwd, so a super-block's sum is one
- * exact integer, as ggml sums it; Q3_K's -4 a code enters as -4 times the group's activation sum
- * times the scale (the same vpmaddwd), Q2_K's minimums as a second integer, the minimums times the
- * groups' activation sums, scaled by dmin·dy. */
-__attribute__((always_inline)) PL_TARGET_AVX2 static inline void
-pk2k23_kern(const int T, const int RN, const uint8_t *wp, int64_t g0, int64_t g1, int64_t m, int64_t k,
-            const uint8_t *act, int64_t as, float *out, int64_t ldo) {
-    const int q2 = T == PL_Q2_K;
-    const int64_t nu = k / QKK, ub = pk_unit_bytes(T), sb = pk_sub_bytes(T), hb = pk_head_bytes(T);
-    const int64_t gb = nu * ub, oa = pk_off_a(k), ob = pk_off_b(k), so = q2 ? 64 : 32;
-    const __m256i m3 = _mm256_set1_epi8(3), b2 = _mm256_set1_epi8(4);
-    const __m128i lo4 = _mm_set1_epi16(0x0F);
-    for (int64_t g = g0; g < g1; g++) {
-        const uint8_t *wg = wp + g * gb;
-        for (int h = 0; h < 2; h++) {
-            const int64_t r0 = g * PK_ROWS + 8 * h;
-            if (r0 >= m) break;
-            __m256 acc[PK2_RN];
-#pragma GCC unroll 4
-            for (int j = 0; j < RN; j++) acc[j] = _mm256_setzero_ps();
-            for (int64_t u = 0; u < nu; u++) {
-                const uint8_t *un = wg + u * ub;
-                if (h == 0) pk_prefetch(un, (int)ub);
-                __m256i D[PK2_RN], E[PK2_RN];
-#pragma GCC unroll 4
-                for (int j = 0; j < RN; j++) D[j] = E[j] = _mm256_setzero_si256();
-                for (int s = 0; s < 8; s++) {
-                    const uint8_t *sv = un + hb + sb * s + 32 * h;
-                    const __m256i hi = q2 ? _mm256_setzero_si256() : _mm256_loadu_si256((const __m256i *)(const void *)(sv + 128));
-#pragma GCC unroll 2
-                    for (int p = 0; p < 2; p++) {
-                        const int i = 2 * s + p; /* the group of sixteen */
-                        const __m128i b8 = _mm_loadl_epi64((const __m128i *)(const void *)(un + so + 16 * i + 8 * h));
-                        const __m128i s16 = q2 ? _mm_and_si128(_mm_cvtepu8_epi16(b8), lo4) : _mm_cvtepi8_epi16(b8);
-                        const __m256i sc = _mm256_set_m128i(_mm_unpackhi_epi16(s16, s16), _mm_unpacklo_epi16(s16, s16));
-                        const __m256i pl = _mm256_loadu_si256((const __m256i *)(const void *)(sv + 64 * p));
-#pragma GCC unroll 4
-                        for (int t = 0; t < 4; t++) {
-                            const int v = 4 * p + t;
-                            __m256i w = _mm256_and_si256(t ? _mm256_srli_epi16(pl, 2 * t) : pl, m3);
-                            if (!q2) w = _mm256_or_si256(w, _mm256_and_si256(v <= 2 ? _mm256_slli_epi16(hi, 2 - v) : _mm256_srli_epi16(hi, v - 2), b2));
-#pragma GCC unroll 4
-                            for (int j = 0; j < RN; j++) {
-                                const __m256i x = _mm256_set1_epi32(ld32(act + j * as + QKK * u + 32 * s + 4 * v));
-                                D[j] = _mm256_add_epi32(D[j], _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), sc));
-                            }
-                        }
-                        if (q2) {
-                            const __m128i n16 = _mm_srli_epi16(_mm_cvtepu8_epi16(b8), 4);
-                            const __m256i mn = _mm256_set_m128i(_mm_unpackhi_epi16(n16, n16), _mm_unpacklo_epi16(n16, n16));
-#pragma GCC unroll 4
-                            for (int j = 0; j < RN; j++)
-                                E[j] = _mm256_add_epi32(E[j], _mm256_madd_epi16(_mm256_set1_epi32(ld32(act + j * as + ob + 4 * (16 * u + i))), mn));
-                        } else {
-#pragma GCC unroll 4
-                            for (int j = 0; j < RN; j++)
-                                D[j] = _mm256_add_epi32(D[j], _mm256_madd_epi16(_mm256_set1_epi32(ld32(act + j * as + ob + 4 * (16 * u + i))), sc));
-                        }
-                    }
-                }
-                const __m256 d = pk2_h8(un + 16 * h), dmin = q2 ? pk2_h8(un + 32 + 16 * h) : d;
-#pragma GCC unroll 4
-                for (int j = 0; j < RN; j++) {
-                    const __m256 dy = _mm256_set1_ps(*(const float *)(const void *)(act + j * as + oa + 4 * u));
-                    acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(D[j]), _mm256_mul_ps(d, dy), acc[j]);
-                    if (q2) acc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(E[j]), _mm256_mul_ps(dmin, dy), acc[j]);
-                }
-            }
-            const int rows = (int)PL_MIN((int64_t)8, m - r0);
-            const __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-#pragma GCC unroll 4
-            for (int j = 0; j < RN; j++) _mm256_maskstore_ps(out + j * ldo + r0, mk, acc[j]);
-        }
-    }
-}
-
 #define PK2_KERNS(T, name)                                                                        \
     PK_KERNS4(pk2, PL_TARGET_AVX2, pk2_kern, T, name)                                             \
     static const pk_fn pk2_##name[PK_RN + 1] = {NULL, pk2_##name##_1, pk2_##name##_2,             \
@@ -914,10 +894,8 @@ PK2_KERNS(PL_Q5_K, q5_k)
 PK2_KERNS(PL_Q6_K, q6_k)
 PK2_KERNS(PL_IQ4_NL, iq4_nl)
 PK2_KERNS(PL_IQ4_XS, iq4_xs)
-PK_KERNS4(pk2, PL_TARGET_AVX2, pk2k23_kern, PL_Q2_K, q2_k)
-PK_KERNS4(pk2, PL_TARGET_AVX2, pk2k23_kern, PL_Q3_K, q3_k)
-static const pk_fn pk2_q2_k[PK_RN + 1] = {NULL, pk2_q2_k_1, pk2_q2_k_2, pk2_q2_k_3, pk2_q2_k_4};
-static const pk_fn pk2_q3_k[PK_RN + 1] = {NULL, pk2_q3_k_1, pk2_q3_k_2, pk2_q3_k_3, pk2_q3_k_4};
+PK2_KERNS(PL_Q2_K, q2_k)
+PK2_KERNS(PL_Q3_K, q3_k)
 
 /* ================================================================ matrix product */
 
