@@ -36,6 +36,14 @@ type Work[R any] interface {
 	Shutdown()
 }
 
+// Flusher is a Work that holds back the ends of its requests during a step. Flush delivers
+// them; the Loop calls it after every Step, once the step is counted (Stats, OnStep), so that a
+// client that sees its request end also sees the step that ended it in the counters. Shutdown
+// must deliver what it ends itself.
+type Flusher interface {
+	Flush()
+}
+
 // LoopConfig configures a Loop. Zero fields take the defaults given.
 type LoopConfig struct {
 	MaxQueue int              // requests waiting beyond which Enqueue fails with ErrQueueFull (> 0)
@@ -66,6 +74,7 @@ type LoopStats struct {
 // and what a step does belong to its Work.
 type Loop[R any] struct {
 	w     Work[R]
+	flush Flusher // w, if it is one
 	cfg   LoopConfig
 	clock func() time.Time
 	log   *slog.Logger
@@ -98,6 +107,7 @@ func NewLoop[R any](w Work[R], cfg LoopConfig) (*Loop[R], error) {
 	if l.clock == nil {
 		l.clock = time.Now
 	}
+	l.flush, _ = w.(Flusher)
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
@@ -207,6 +217,14 @@ func (l *Loop[R]) Run(ctx context.Context) error {
 // queue while the Work has room, and lets the Work step. It reports whether the Work did anything.
 // Run calls it; tests that drive a Work by hand may call it instead of Run.
 func (l *Loop[R]) Step() bool {
+	busy := l.step()
+	if l.flush != nil {
+		l.flush.Flush()
+	}
+	return busy
+}
+
+func (l *Loop[R]) step() bool {
 	start := l.clock()
 	l.reapQueued(start)
 	l.w.Reap(start)

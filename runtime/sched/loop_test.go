@@ -262,3 +262,37 @@ func TestLoopRun(t *testing.T) {
 	}
 	l.Close()
 }
+
+// flushWork is fakeWork as a Flusher: it records, at each Flush, the steps the Loop had counted
+// and the OnStep calls made.
+type flushWork struct {
+	fakeWork
+	l       *Loop[*fakeReq]
+	onSteps int
+	flushes [][2]uint64 // Stats().Steps, OnStep calls
+}
+
+func (w *flushWork) Flush() {
+	w.flushes = append(w.flushes, [2]uint64{w.l.Stats().Steps, uint64(w.onSteps)})
+}
+
+// TestLoopFlush: a Flusher's Flush runs after every Step, busy or not, once the step is counted
+// in Stats and seen by OnStep, so that what it delivers (a request's end) comes after the
+// counters that include it.
+func TestLoopFlush(t *testing.T) {
+	w := &flushWork{fakeWork: fakeWork{room: 10}}
+	l, err := NewLoop[*fakeReq](w, LoopConfig{MaxQueue: 4, OnStep: func(time.Duration, int, int) { w.onSteps++ }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.l = l
+	l.Enqueue(&fakeReq{size: 2, steps: 1})
+	l.Enqueue(&fakeReq{size: 3, steps: 2})
+	l.Step()
+	l.Step()
+	l.Step() // idle
+	want := [][2]uint64{{1, 1}, {2, 2}, {2, 2}}
+	if !slices.Equal(w.flushes, want) {
+		t.Fatalf("flushes saw (steps, OnStep calls) %v, want %v", w.flushes, want)
+	}
+}

@@ -48,7 +48,6 @@ func (f *pickFake) ForwardPick(tokens []int32, b *backend.Batch, out []int32, lo
 func TestPickGreedy(t *testing.T) {
 	m := &pickFake{fakeModel: newFake(t, 64, 4, 64, 8)}
 	h := newHarnessOf(t, m, m.fakeModel, Config{MaxActive: 8})
-	h.run()
 	penalised := greedy()
 	penalised.RepeatPenalty, penalised.RepeatLastN = 1.3, 8
 	biased := greedy()
@@ -79,6 +78,9 @@ func TestPickGreedy(t *testing.T) {
 		prompts[i] = prompt(int32(3+i), 5+i)
 		streams[i] = h.submit(t, &Request{Prompt: prompts[i], MaxTokens: 12, Sampling: r.p, Logprobs: r.logprobs})
 	}
+	// All queued before the loop starts, so that they share steps however the test goroutine is
+	// scheduled.
+	h.run()
 	for i, st := range streams {
 		res := drain(t, st, 1)
 		if res[0].err != nil {
@@ -184,7 +186,6 @@ func (f *fakeModel) referenceDraw(t testing.TB, prompt []int32, maxTokens int, p
 func TestDrawSampled(t *testing.T) {
 	m := &drawFake{pickFake: pickFake{fakeModel: newFake(t, 64, 4, 64, 8)}}
 	h := newHarnessOf(t, m, m.fakeModel, Config{MaxActive: 8})
-	h.run()
 	plain := decode.DefaultParams()
 	plain.Seed = 3
 	open := plain
@@ -208,6 +209,7 @@ func TestDrawSampled(t *testing.T) {
 		prompts[i] = prompt(int32(3+i), 5+i)
 		streams[i] = h.submit(t, &Request{Prompt: prompts[i], MaxTokens: 10, Sampling: r.p, Logprobs: r.logprobs})
 	}
+	h.run()
 	drawnTokens := 0
 	for i, st := range streams {
 		res := drain(t, st, 1)

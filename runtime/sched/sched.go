@@ -342,7 +342,8 @@ type Scheduler struct {
 
 	// Owned by Run.
 	active   []*seqState
-	nseqs    int // sequences of admitted requests, forked or not
+	ending   []*Stream // streams to end after the step is counted (flush)
+	nseqs    int       // sequences of admitted requests, forked or not
 	promised int
 	bb       kvcache.BatchBuilder
 	toks     []int32
@@ -411,6 +412,7 @@ func New(m Model, t Text, cfg Config) (*Scheduler, error) {
 		m: m, t: t, cfg: cfg, clock: cfg.Clock, log: cfg.Logger, pool: pool, vocab: vocab,
 		bs: pool.BlockSize(), blocks: pool.Blocks(),
 		active: make([]*seqState, 0, cfg.MaxActive),
+		ending: make([]*Stream, 0, cfg.MaxActive),
 		toks:   make([]int32, 0, cfg.StepTokens),
 		out:    make([]int32, 0, cfg.MaxActive),
 		rows:   make([]*seqState, 0, cfg.MaxActive),
@@ -599,6 +601,7 @@ func (w *llmWork) Admit(r *request) bool                    { return (*Scheduler
 func (w *llmWork) Step(time.Time) (seqs, toks int, ok bool) { return (*Scheduler)(w).step() }
 func (w *llmWork) Abort(r *request)                         { (*Scheduler)(w).endRequest(r, ReasonCancelled, nil) }
 func (w *llmWork) Shutdown()                                { (*Scheduler)(w).shutdown() }
+func (w *llmWork) Flush()                                   { (*Scheduler)(w).flush() }
 
 func (w *llmWork) Expire(r *request, now time.Time) bool {
 	why := expired(r, now)
@@ -621,6 +624,7 @@ func (s *Scheduler) shutdown() {
 		s.cache.clear()
 	}
 	s.publish()
+	s.flush()
 }
 
 // expired reports why r must end now, if it must.
@@ -1043,7 +1047,17 @@ func (s *Scheduler) closeSeq(q *seqState, ev Event) {
 	if r.st.timer != nil {
 		r.st.timer.Stop()
 	}
-	r.st.end()
+	s.ending = append(s.ending, r.st)
+}
+
+// flush ends the streams of the requests that ended since the last flush. The Loop calls it
+// after counting each step, so that Stats includes a request's last step once its stream ends.
+func (s *Scheduler) flush() {
+	for i, st := range s.ending {
+		st.end()
+		s.ending[i] = nil
+	}
+	s.ending = s.ending[:0]
 }
 
 // endRequest ends every sequence of r not yet done.
