@@ -277,7 +277,7 @@ func runServe(e *env, args []string) error {
 			logger.Warn("one sequence of --ctx needs more than the KV memory budget", "model", sp.name, "ctx", n,
 				"needs_mib", int64(n)*perPos>>20, "budget_mib", budget>>20)
 		}
-		c, err := m.NewContext(llama.ContextConfig{MaxTokens: *step, MaxSeqs: *parallel, KVSlots: slots, KVType: kv})
+		c, err := m.NewContext(llama.ContextConfig{MaxTokens: *step, MaxSeqs: *parallel, KVSlots: slots, KVType: kv, SeqContext: n})
 		if err != nil {
 			hs.Close()
 			return fmt.Errorf("%s: %w", sp.name, err)

@@ -1,13 +1,17 @@
 // Package llama implements the LLaMA family of decoder-only transformers (Llama 2/3, Mistral's
 // layout, and relatives: Qwen2, whose only difference is a bias on the query, key and value
-// projections, and Qwen3, whose queries and keys are RMS-normalised per head before the
-// rotation): hyper-parameters and weights bound from a GGUF file, and a batched forward step
-// over a shared block KV cache, written once against backend.Backend.
+// projections; Qwen3, whose queries and keys are RMS-normalised per head before the rotation;
+// and Phi-3, whose query, key and value projections are one matrix and whose gate and up
+// projections are another, with LongRoPE's two sets of frequency factors): hyper-parameters and
+// weights bound from a GGUF file, and a batched forward step over a shared block KV cache,
+// written once against backend.Backend.
 //
 // The computation follows llama.cpp's graph for LLM_ARCH_LLAMA and LLM_ARCH_QWEN2 (src/llama-model.cpp,
-// llm_build_llama / llm_build_qwen2 at commit c392e5094deaf2d1a7c18683214f007fad3fe42b) and
-// LLM_ARCH_QWEN3 (llm_build_qwen3, added later): RMSNorm, rotary position embedding,
-// grouped-query attention, SwiGLU feed-forward, tied or separate output.
+// llm_build_llama / llm_build_qwen2 at commit c392e5094deaf2d1a7c18683214f007fad3fe42b),
+// LLM_ARCH_QWEN3 and LLM_ARCH_PHI3 (llm_build_qwen3, llm_build_phi3): RMSNorm, rotary position
+// embedding, grouped-query attention, SwiGLU feed-forward, tied or separate output. As llama.cpp
+// does, Phi-3's sliding window (phi3.attention.sliding_window) is not applied: every position
+// attends to the whole sequence.
 package llama
 
 import (
@@ -36,6 +40,15 @@ type Config struct {
 	QKVBias   bool
 	QKNorm    bool // queries and keys RMS-normalised per head before RoPE (qwen3)
 	TiedEmbed bool // output projection shares token_embd.weight
+	Fused     bool // attn_qkv.weight (where the file has it) and ffn_up.weight of gate then up (phi3)
+
+	// LongRoPE (phi3): RoPE.Factors are the short factors (rope_factors_short.weight); a context
+	// whose sequences may run past OrigContext positions uses LongFactors
+	// (rope_factors_long.weight) instead. AttnFactor multiplies the rotated queries and keys
+	// (phi3.rope.scaling.attn_factor, 1 when absent).
+	LongFactors []float32
+	OrigContext int
+	AttnFactor  float32
 }
 
 // arches lists the architectures this package runs and how they differ.
@@ -43,11 +56,13 @@ var arches = map[string]struct {
 	rope    backend.RoPEMode
 	qkvBias bool
 	qkNorm  bool
+	fused   bool
 }{
-	"llama":   {backend.RoPENormal, false, false},
-	"mistral": {backend.RoPENormal, false, false},
-	"qwen2":   {backend.RoPENeoX, true, false},
-	"qwen3":   {backend.RoPENeoX, false, true},
+	"llama":   {backend.RoPENormal, false, false, false},
+	"mistral": {backend.RoPENormal, false, false, false},
+	"qwen2":   {backend.RoPENeoX, true, false, false},
+	"qwen3":   {backend.RoPENeoX, false, true, false},
+	"phi3":    {backend.RoPENeoX, false, false, true},
 }
 
 // Supported reports whether arch is an architecture this package runs.
@@ -61,9 +76,9 @@ func ConfigFrom(f *gguf.File) (Config, error) {
 		if arch == "" {
 			return Config{}, fmt.Errorf("model has no general.architecture")
 		}
-		return Config{}, fmt.Errorf("unsupported model architecture %q (supported: llama, mistral, qwen2, qwen3)", arch)
+		return Config{}, fmt.Errorf("unsupported model architecture %q (supported: llama, mistral, qwen2, qwen3, phi3)", arch)
 	}
-	c := Config{Arch: arch, QKVBias: a.qkvBias, QKNorm: a.qkNorm}
+	c := Config{Arch: arch, QKVBias: a.qkvBias, QKNorm: a.qkNorm, Fused: a.fused}
 	p := arch + "."
 	req := func(key string, dst *int) error {
 		v, ok := f.Int(p + key)
@@ -155,11 +170,14 @@ func ConfigFrom(f *gguf.File) (Config, error) {
 		return Config{}, fmt.Errorf("rope scaling factor %g is out of range", 1/scale)
 	}
 	c.RoPE = backend.RoPE{Mode: a.rope, HeadDim: c.HeadDim, Dims: ropeDims, Base: float32(base), FreqScale: float32(scale)}
-	factors, err := ropeFactors(f, ropeDims)
+	factors, err := ropeFactors(f, "rope_freqs.weight", ropeDims)
 	if err != nil {
 		return Config{}, err
 	}
 	c.RoPE.Factors = factors
+	if err := c.longRoPE(f, p); err != nil {
+		return Config{}, err
+	}
 
 	emb, ok := f.Tensor("token_embd.weight")
 	if !ok {
@@ -174,26 +192,87 @@ func ConfigFrom(f *gguf.File) (Config, error) {
 	return c, nil
 }
 
-// ropeFactors reads rope_freqs.weight, the per-pair divisors of the rotary angles with which
-// llama.cpp's converter writes Llama 3.1's frequency scaling (rope_scaling "llama3"): F32
-// [dims/2], finite and above 0. nil when the file has none.
-func ropeFactors(f *gguf.File, dims int) ([]float32, error) {
-	t, ok := f.Tensor("rope_freqs.weight")
+// longRoPE reads Phi-3's LongRoPE: the short and long frequency factors, the original context
+// that chooses between them, and the attention factor, as llama.cpp reads them (a file's
+// rope_freqs.weight, where it has one, is used at every length instead).
+func (c *Config) longRoPE(f *gguf.File, p string) error {
+	c.AttnFactor = 1
+	if v, ok := f.Float(p + "rope.scaling.attn_factor"); ok {
+		if !(v > 0) || math.IsInf(v, 0) || !(float32(v) > 0) || math.IsInf(float64(float32(v)), 0) {
+			return fmt.Errorf("rope attention factor %g is out of range", v)
+		}
+		c.AttnFactor = float32(v)
+	}
+	if err := optInt(f, p+"rope.scaling.original_context_length", &c.OrigContext, c.Context); err != nil {
+		return err
+	}
+	short, err := ropeFactors(f, "rope_factors_short.weight", c.RoPE.Dims)
+	if err != nil {
+		return err
+	}
+	long, err := ropeFactors(f, "rope_factors_long.weight", c.RoPE.Dims)
+	if err != nil {
+		return err
+	}
+	if (short != nil || long != nil) && !c.Fused {
+		return fmt.Errorf("LongRoPE frequency factors in a %s model, which Parley runs only for phi3", c.Arch)
+	}
+	if c.RoPE.Factors == nil {
+		c.RoPE.Factors, c.LongFactors = short, long
+	}
+	if c.AttnFactor != 1 && c.RoPE.Dims != c.HeadDim {
+		// The factor is folded into the attention scale, which is exact only when the whole head
+		// is rotated.
+		return fmt.Errorf("rope attention factor %g with %d of %d head dimensions rotated is not supported", c.AttnFactor, c.RoPE.Dims, c.HeadDim)
+	}
+	return nil
+}
+
+// RoPEFor is the rotation of a context whose sequences may reach seqCtx positions: the long
+// LongRoPE factors beyond the original context, as llama.cpp chooses them.
+func (c *Config) RoPEFor(seqCtx int) backend.RoPE {
+	r := c.RoPE
+	if c.LongFactors != nil && seqCtx > c.OrigContext {
+		r.Factors = c.LongFactors
+	}
+	return r
+}
+
+// optInt reads the positive integer key into dst, def when f lacks it.
+func optInt(f *gguf.File, key string, dst *int, def int) error {
+	if _, has := f.Value(key); !has {
+		*dst = def
+		return nil
+	}
+	v, ok := f.Int(key)
+	if !ok || v <= 0 || v > 1<<24 {
+		return fmt.Errorf("model metadata %s is out of range", key)
+	}
+	*dst = int(v)
+	return nil
+}
+
+// ropeFactors reads name, the per-pair divisors of the rotary angles: rope_freqs.weight, with
+// which llama.cpp's converter writes Llama 3.1's frequency scaling (rope_scaling "llama3"), or
+// Phi-3's rope_factors_short.weight and rope_factors_long.weight (LongRoPE). F32 [dims/2],
+// finite and above 0. nil when the file has none.
+func ropeFactors(f *gguf.File, name string, dims int) ([]float32, error) {
+	t, ok := f.Tensor(name)
 	if !ok {
 		return nil, nil
 	}
 	if t.DType != tensor.F32 || len(t.Shape) != 1 || t.Shape[0] != int64(dims/2) {
-		return nil, fmt.Errorf("rope_freqs.weight is %v %v, want F32 [%d]", t.DType, t.Shape, dims/2)
+		return nil, fmt.Errorf("%s is %v %v, want F32 [%d]", name, t.DType, t.Shape, dims/2)
 	}
 	b := f.TensorData(t)
 	if len(b) != 4*(dims/2) {
-		return nil, fmt.Errorf("rope_freqs.weight lies outside the file's data")
+		return nil, fmt.Errorf("%s lies outside the file's data", name)
 	}
 	out := make([]float32, dims/2)
 	for i := range out {
 		v := math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 		if !(v > 0) || math.IsInf(float64(v), 0) {
-			return nil, fmt.Errorf("rope_freqs.weight[%d] = %v, want a finite value above 0", i, v)
+			return nil, fmt.Errorf("%s[%d] = %v, want a finite value above 0", name, i, v)
 		}
 		out[i] = v
 	}

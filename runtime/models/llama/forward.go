@@ -16,6 +16,10 @@ type ContextConfig struct {
 	KVSlots   int          // total KV-cache positions shared by all sequences
 	BlockSize int          // KV-cache block size in positions (default 16)
 	KVType    tensor.DType // F32 (the zero value), F16 (llama.cpp's default) or BF16 (where the backend holds it)
+	// SeqContext is the most positions one sequence reaches (0: KVSlots). Beyond the model's
+	// original context it chooses LongRoPE's long factors (Config.RoPEFor), as llama.cpp's
+	// context size does.
+	SeqContext int
 }
 
 // Context is the state for running a model: the shared KV cache, its block pool, and scratch
@@ -26,6 +30,7 @@ type Context struct {
 	kv   backend.KV
 	pool *kvcache.Pool
 	attn backend.Attn
+	rope backend.RoPE // the model's, with the factors for SeqContext
 
 	scratch []backend.Tensor // full-size buffers, closed with the context
 	x       backend.Tensor   // [MaxTokens, dim] residual stream
@@ -69,7 +74,8 @@ func (m *Model) NewContext(cfg ContextConfig) (*Context, error) {
 		cfg.BlockSize = 16
 	}
 	if cfg.MaxTokens <= 0 || cfg.MaxSeqs <= 0 || cfg.KVSlots <= 0 || cfg.BlockSize <= 0 ||
-		cfg.MaxTokens > MaxContextTokens || cfg.MaxSeqs > MaxContextSeqs || cfg.KVSlots > MaxContextSlots || cfg.BlockSize > MaxContextSlots {
+		cfg.MaxTokens > MaxContextTokens || cfg.MaxSeqs > MaxContextSeqs || cfg.KVSlots > MaxContextSlots || cfg.BlockSize > MaxContextSlots ||
+		cfg.SeqContext < 0 || cfg.SeqContext > MaxContextSlots {
 		return nil, fmt.Errorf("llama: invalid context config %+v (at most %d tokens a step, %d sequences, %d cache positions)", cfg, MaxContextTokens, MaxContextSeqs, MaxContextSlots)
 	}
 	if cfg.KVType != tensor.F16 && cfg.KVType != tensor.F32 && cfg.KVType != tensor.BF16 {
@@ -80,8 +86,17 @@ func (m *Model) NewContext(cfg ContextConfig) (*Context, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Context{m: m, cfg: cfg, pool: pool,
-		attn: backend.Attn{NHead: m.Heads, NKVHead: m.KVHeads, HeadDim: m.HeadDim, Scale: 1 / sqrt32(float32(m.HeadDim))},
+	if cfg.SeqContext == 0 {
+		cfg.SeqContext = cfg.KVSlots
+	}
+	// LongRoPE's attention factor multiplies the rotated queries and keys, so their products:
+	// with the whole head rotated (ConfigFrom refuses other files), it is the attention scale's.
+	scale := 1 / sqrt32(float32(m.HeadDim))
+	if m.AttnFactor != 0 {
+		scale *= m.AttnFactor * m.AttnFactor
+	}
+	c := &Context{m: m, cfg: cfg, pool: pool, rope: m.RoPEFor(cfg.SeqContext),
+		attn: backend.Attn{NHead: m.Heads, NKVHead: m.KVHeads, HeadDim: m.HeadDim, Scale: scale},
 		tok:  make([]*tokViews, cfg.MaxTokens+1),
 		out:  make([]*outViews, cfg.MaxSeqs+1),
 		rows: make([]int32, 0, cfg.MaxSeqs),
@@ -369,10 +384,10 @@ func (c *Context) layer(li int, l *layer, vs *tokViews, b *backend.Batch) error 
 			return err
 		}
 	}
-	if err := be.Rope(vs.q, m.Heads, m.RoPE, b); err != nil {
+	if err := be.Rope(vs.q, m.Heads, c.rope, b); err != nil {
 		return err
 	}
-	if err := be.Rope(vs.k, m.KVHeads, m.RoPE, b); err != nil {
+	if err := be.Rope(vs.k, m.KVHeads, c.rope, b); err != nil {
 		return err
 	}
 	if err := be.StoreKV(c.kv, li, vs.k, vs.v, b); err != nil {

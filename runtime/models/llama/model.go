@@ -50,7 +50,7 @@ func Load(f *gguf.File, be backend.Backend) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{Config: c, be: be, layers: make([]layer, c.Layers), data: map[backend.Tensor][]byte{}, used: map[string]bool{"rope_freqs.weight": true}}
+	m := &Model{Config: c, be: be, layers: make([]layer, c.Layers), data: map[backend.Tensor][]byte{}, used: map[string]bool{"rope_freqs.weight": true, "rope_factors_short.weight": true, "rope_factors_long.weight": true}}
 	ok := false
 	defer func() {
 		if !ok {
@@ -75,22 +75,37 @@ func Load(f *gguf.File, be backend.Backend) (*Model, error) {
 	for i := range m.layers {
 		l := &m.layers[i]
 		name := func(s string) string { return fmt.Sprintf("blk.%d.%s", i, s) }
-		for _, w := range []struct {
+		type bind struct {
 			dst        *backend.Tensor
 			name       string
 			rows, cols int
 			norm       bool
-		}{
+		}
+		binds := []bind{
 			{&l.attnNorm, "attn_norm.weight", 1, c.Dim, true},
-			{&l.wq, "attn_q.weight", qDim, c.Dim, false},
-			{&l.wk, "attn_k.weight", kvDim, c.Dim, false},
-			{&l.wv, "attn_v.weight", kvDim, c.Dim, false},
 			{&l.wo, "attn_output.weight", c.Dim, qDim, false},
 			{&l.ffnNorm, "ffn_norm.weight", 1, c.Dim, true},
-			{&l.wGate, "ffn_gate.weight", c.FFN, c.Dim, false},
-			{&l.wUp, "ffn_up.weight", c.FFN, c.Dim, false},
 			{&l.wDown, "ffn_down.weight", c.Dim, c.FFN, false},
-		} {
+		}
+		_, fusedQKV := f.Tensor(name("attn_qkv.weight"))
+		if fusedQKV = fusedQKV && c.Fused; fusedQKV {
+			// Phi-3: the rows of one matrix are the queries', then the keys', then the values'.
+			if err := m.loadSplit(f, name("attn_qkv.weight"), c.Dim, []int{qDim, kvDim, kvDim}, []*backend.Tensor{&l.wq, &l.wk, &l.wv}); err != nil {
+				return nil, err
+			}
+		} else {
+			binds = append(binds, bind{&l.wq, "attn_q.weight", qDim, c.Dim, false},
+				bind{&l.wk, "attn_k.weight", kvDim, c.Dim, false}, bind{&l.wv, "attn_v.weight", kvDim, c.Dim, false})
+		}
+		if c.Fused {
+			// Phi-3: the gate's rows, then the up projection's (ggml_swiglu's halves).
+			if err := m.loadSplit(f, name("ffn_up.weight"), c.Dim, []int{c.FFN, c.FFN}, []*backend.Tensor{&l.wGate, &l.wUp}); err != nil {
+				return nil, err
+			}
+		} else {
+			binds = append(binds, bind{&l.wGate, "ffn_gate.weight", c.FFN, c.Dim, false}, bind{&l.wUp, "ffn_up.weight", c.FFN, c.Dim, false})
+		}
+		for _, w := range binds {
 			if *w.dst, err = m.load(f, name(w.name), w.rows, w.cols, w.norm); err != nil {
 				return nil, err
 			}
@@ -107,17 +122,21 @@ func Load(f *gguf.File, be backend.Backend) (*Model, error) {
 		l.gateUp = [2]backend.Tensor{l.wGate, l.wUp}
 		// Biases: qwen2's query, key and value biases are required; every other bias is
 		// optional, as llama.cpp reads them (Hugging Face Llama checkpoints with attention_bias
-		// or mlp_bias).
-		for _, w := range []struct {
+		// or mlp_bias). A fused matrix has none.
+		type biasBind struct {
 			dst      *backend.Tensor
 			name     string
 			n        int
 			required bool
-		}{
-			{&l.bq, "attn_q.bias", qDim, c.QKVBias}, {&l.bk, "attn_k.bias", kvDim, c.QKVBias}, {&l.bv, "attn_v.bias", kvDim, c.QKVBias},
-			{&l.bo, "attn_output.bias", c.Dim, false},
-			{&l.bGate, "ffn_gate.bias", c.FFN, false}, {&l.bUp, "ffn_up.bias", c.FFN, false}, {&l.bDown, "ffn_down.bias", c.Dim, false},
-		} {
+		}
+		biases := []biasBind{{&l.bo, "attn_output.bias", c.Dim, false}, {&l.bDown, "ffn_down.bias", c.Dim, false}}
+		if !fusedQKV {
+			biases = append(biases, biasBind{&l.bq, "attn_q.bias", qDim, c.QKVBias}, biasBind{&l.bk, "attn_k.bias", kvDim, c.QKVBias}, biasBind{&l.bv, "attn_v.bias", kvDim, c.QKVBias})
+		}
+		if !c.Fused {
+			biases = append(biases, biasBind{&l.bGate, "ffn_gate.bias", c.FFN, false}, biasBind{&l.bUp, "ffn_up.bias", c.FFN, false})
+		}
+		for _, w := range biases {
 			if w.required {
 				*w.dst, err = m.load(f, name(w.name), 1, w.n, true)
 			} else {
@@ -165,6 +184,40 @@ func (m *Model) repack(f *gguf.File) error {
 	return nil
 }
 
+// loadSplit binds the matrix name of cols columns as several matrices of consecutive rows,
+// rows[i] rows for dsts[i] (a fused projection, whose parts are multiplied apart). Rows of every
+// dtype are independent, so each part is the file's bytes for its rows.
+func (m *Model) loadSplit(f *gguf.File, name string, cols int, rows []int, dsts []*backend.Tensor) error {
+	total := 0
+	for _, r := range rows {
+		total += r
+	}
+	ti, err := m.check(f, name, total, cols, false)
+	if err != nil {
+		return err
+	}
+	rs, err := ti.DType.RowSize(int64(cols))
+	if err != nil {
+		return fmt.Errorf("tensor %s: %w", name, err)
+	}
+	data := f.TensorData(ti)
+	if int64(len(data)) != rs*int64(total) {
+		return fmt.Errorf("tensor %s lies outside the file's data", name)
+	}
+	for i, r := range rows {
+		part := data[:rs*int64(r)]
+		data = data[len(part):]
+		t, err := m.be.Load(ti.DType, r, cols, part)
+		if err != nil {
+			return fmt.Errorf("tensor %s: %w", name, err)
+		}
+		m.owned = append(m.owned, t)
+		m.data[t] = part
+		*dsts[i] = t
+	}
+	return nil
+}
+
 // optional binds the vector (a bias) name of n elements when f has it, and returns nil when not.
 func (m *Model) optional(f *gguf.File, name string, n int) (backend.Tensor, error) {
 	if _, ok := f.Tensor(name); !ok {
@@ -176,6 +229,30 @@ func (m *Model) optional(f *gguf.File, name string, n int) (backend.Tensor, erro
 // load binds one tensor, checking its shape ([cols, rows] in ggml order, or [cols] for vectors)
 // and dtype. Vectors (norm weights, biases) must be F32, as llama.cpp writes them.
 func (m *Model) load(f *gguf.File, name string, rows, cols int, vector bool) (backend.Tensor, error) {
+	ti, err := m.check(f, name, rows, cols, vector)
+	if err != nil {
+		return nil, err
+	}
+	data := f.TensorData(ti)
+	if vector {
+		// Norm weights and biases are small and read every step: a copy keeps the step from
+		// touching the file's pages between the matrices, which the system then maps in whole
+		// large pages around them (tens of MiB of weights that a repacked model never reads).
+		data = append([]byte(nil), data...)
+		f.Release(f.TensorData(ti))
+	}
+	t, err := m.be.Load(ti.DType, rows, cols, data)
+	if err != nil {
+		return nil, fmt.Errorf("tensor %s: %w", name, err)
+	}
+	m.owned = append(m.owned, t)
+	m.data[t] = data
+	return t, nil
+}
+
+// check finds tensor name, marks it used, and checks its dtype and shape ([cols, rows] in ggml
+// order, or [cols] for vectors, which must be F32).
+func (m *Model) check(f *gguf.File, name string, rows, cols int, vector bool) (*gguf.TensorInfo, error) {
 	ti, ok := f.Tensor(name)
 	if !ok {
 		return nil, fmt.Errorf("model lacks tensor %s", name)
@@ -201,21 +278,7 @@ func (m *Model) load(f *gguf.File, name string, rows, cols int, vector bool) (ba
 	if vector && ti.DType != tensor.F32 {
 		return nil, fmt.Errorf("tensor %s has dtype %v, want F32", name, ti.DType)
 	}
-	data := f.TensorData(ti)
-	if vector {
-		// Norm weights and biases are small and read every step: a copy keeps the step from
-		// touching the file's pages between the matrices, which the system then maps in whole
-		// large pages around them (tens of MiB of weights that a repacked model never reads).
-		data = append([]byte(nil), data...)
-		f.Release(f.TensorData(ti))
-	}
-	t, err := m.be.Load(ti.DType, rows, cols, data)
-	if err != nil {
-		return nil, fmt.Errorf("tensor %s: %w", name, err)
-	}
-	m.owned = append(m.owned, t)
-	m.data[t] = data
-	return t, nil
+	return ti, nil
 }
 
 // Backend is the backend the model computes on.

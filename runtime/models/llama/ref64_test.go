@@ -23,6 +23,10 @@ type ref64 struct {
 	// as llama.cpp does before the dot product (to F16, Q8_0 or Q8_K).
 	actRound bool
 	types    map[string]tensor.DType
+	// factors divide the rotary angles (the config's RoPE.Factors unless a test sets them);
+	// mscale multiplies the rotated values, as ggml's rope does with its attention factor.
+	factors []float32
+	mscale  float64
 }
 
 func newRef64(t *testing.T, f *gguf.File) *ref64 {
@@ -49,6 +53,26 @@ func newRef64(t *testing.T, f *gguf.File) *ref64 {
 		r.w["output.weight"] = r.w["token_embd.weight"]
 		r.types["output.weight"] = r.types["token_embd.weight"]
 	}
+	// Fused projections (phi3), split by rows: queries, keys and values; gate, then up.
+	qDim, kvDim := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
+	for l := 0; l < c.Layers; l++ {
+		p := fmt.Sprintf("blk.%d.", l)
+		split := func(name string, parts []string, rows []int) {
+			w, ok := r.w[p+name]
+			if !ok {
+				return
+			}
+			for i, part := range parts {
+				r.w[p+part], w = w[:rows[i]*c.Dim], w[rows[i]*c.Dim:]
+				r.types[p+part] = r.types[p+name]
+			}
+		}
+		split("attn_qkv.weight", []string{"attn_q.weight", "attn_k.weight", "attn_v.weight"}, []int{qDim, kvDim, kvDim})
+		if c.Fused {
+			split("ffn_up.weight", []string{"ffn_gate.weight", "ffn_up.weight"}, []int{c.FFN, c.FFN})
+		}
+	}
+	r.factors, r.mscale = c.RoPE.Factors, 1
 	return r
 }
 
@@ -89,10 +113,10 @@ func (r *ref64) rope(x []float64, heads, pos int) {
 		v := x[h*hd : (h+1)*hd]
 		for i := 0; i < dims/2; i++ {
 			theta := float64(pos) * float64(r.c.RoPE.FreqScale) * math.Pow(float64(r.c.RoPE.Base), -2*float64(i)/float64(dims))
-			if r.c.RoPE.Factors != nil {
-				theta /= float64(r.c.RoPE.Factors[i])
+			if r.factors != nil {
+				theta /= float64(r.factors[i])
 			}
-			cs, sn := math.Cos(theta), math.Sin(theta)
+			cs, sn := r.mscale*math.Cos(theta), r.mscale*math.Sin(theta)
 			a, b := 2*i, 2*i+1
 			if r.c.RoPE.Mode == 1 {
 				a, b = i, i+dims/2
