@@ -575,6 +575,9 @@ func (c *Context) Rope(x []float32, n, nHead int, r Rope, pos []int32) error {
 	if !(r.Base > 0) || r.FreqScale != r.FreqScale || r.FreqScale-r.FreqScale != 0 {
 		return fmt.Errorf("cpu: %s: bad base %v or frequency scale %v", op, r.Base, r.FreqScale)
 	}
+	if r.AttnFactor < 0 || r.AttnFactor != r.AttnFactor || r.AttnFactor-r.AttnFactor != 0 {
+		return fmt.Errorf("cpu: %s: attention factor %v, want 0 (1) or a finite value above 0", op, r.AttnFactor)
+	}
 	if err := need(op, "x", len(x), mul(n, mul(nHead, r.HeadDim))); err != nil {
 		return err
 	}
@@ -603,7 +606,7 @@ func (c *Context) Rope(x []float32, n, nHead int, r Rope, pos []int32) error {
 		return err
 	}
 	defer c.mu.Unlock()
-	c.rope = C.pl_rope_cfg{mode: C.PL_ROPE_NORMAL, head_dim: C.int32_t(r.HeadDim), dims: C.int32_t(r.Dims), base: C.float(r.Base), freq_scale: C.float(r.FreqScale)}
+	c.rope = C.pl_rope_cfg{mode: C.PL_ROPE_NORMAL, head_dim: C.int32_t(r.HeadDim), dims: C.int32_t(r.Dims), base: C.float(r.Base), freq_scale: C.float(r.FreqScale), mscale: C.float(r.AttnFactor)}
 	if r.NeoX {
 		c.rope.mode = C.PL_ROPE_NEOX
 	}

@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "4fd1275021f7dabfedefa16ffb2ffce154f7c938391d924e85c80aeca947cd0e"
+const nativeSources = "85813e56502d402e27fe4451db8d09b0bbb3ecea8f3b491fc8f84589d05fbae3"

@@ -71,6 +71,8 @@ type Rope struct {
 	FreqScale float32
 	// Factors divide the angles of the Dims/2 pairs (llama.cpp's rope_freqs); nil for none.
 	Factors []float32
+	// AttnFactor multiplies the rotated pairs (LongRoPE's attention factor); 0 means 1.
+	AttnFactor float32
 }
 
 // Attn describes attention heads (grouped-query when NKVHead < NHead).

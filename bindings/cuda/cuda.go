@@ -767,7 +767,10 @@ func (c *Context) Rope(x Ref, n, nHead int, r RoPE, pos []int32) error {
 	if err != nil {
 		return err
 	}
-	c.rope = C.plc_rope_cfg{mode: C.PLC_ROPE_NORMAL, head_dim: hd, dims: dims, base: C.float(r.Base), freq_scale: C.float(r.FreqScale)}
+	if r.AttnFactor < 0 || r.AttnFactor != r.AttnFactor || r.AttnFactor-r.AttnFactor != 0 {
+		return fmt.Errorf("cuda: %s: attention factor %v, want 0 (1) or a finite value above 0", op, r.AttnFactor)
+	}
+	c.rope = C.plc_rope_cfg{mode: C.PLC_ROPE_NORMAL, head_dim: hd, dims: dims, base: C.float(r.Base), freq_scale: C.float(r.FreqScale), mscale: C.float(r.AttnFactor)}
 	if r.NeoX {
 		c.rope.mode = C.PLC_ROPE_NEOX
 	}

@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "b6e8df4ef17dfd0aa553693078e446b5d5654c64346e465f5a51d42b275ba903"
+const nativeSources = "6440401920115bdcd402e60808cf08afdcc8314e1fbe1e157dab5cf912efc342"

@@ -28,6 +28,7 @@ type RoPE struct {
 	HeadDim, Dims   int
 	Base, FreqScale float32
 	Factors         []float32 // nil, or Dims/2 values dividing each pair's angle
+	AttnFactor      float32   // multiplies the rotated pairs (LongRoPE's attention factor); 0 means 1
 }
 
 // Seq is one sequence of an attention batch, laid out as the C plc_seq: tokens [Start,

@@ -263,10 +263,11 @@ typedef struct {
 static void rope_angles(const rope_job *j, int32_t p, float *cs) {
     float theta = (float)p;
     const float *ff = j->r.freq_factors;
+    const float m = j->r.mscale == 0.0f ? 1.0f : j->r.mscale;
     for (int i = 0; i < j->r.dims / 2; i++) {
         float t = j->r.freq_scale * (ff != NULL ? theta / ff[i] : theta);
-        cs[2 * i] = cosf(t);
-        cs[2 * i + 1] = sinf(t);
+        cs[2 * i] = cosf(t) * m;
+        cs[2 * i + 1] = sinf(t) * m;
         theta *= j->theta_scale;
     }
 }
@@ -315,7 +316,7 @@ static void job_rope(void *p, int ith, int nth) {
 /* rope_same reports whether the angle table of ctx's last call serves r. */
 static int rope_same(const pl_ctx *ctx, const pl_rope_cfg *r) {
     const pl_rope_cfg *a = &ctx->rope_cfg;
-    if (a->dims != r->dims || a->base != r->base || a->freq_scale != r->freq_scale) return 0;
+    if (a->dims != r->dims || a->base != r->base || a->freq_scale != r->freq_scale || a->mscale != r->mscale) return 0;
     if ((a->freq_factors == NULL) != (r->freq_factors == NULL)) return 0;
     return r->freq_factors == NULL ||
            (ctx->rope_ff_n == r->dims / 2 && memcmp(ctx->rope_ff, r->freq_factors, (size_t)(r->dims / 2) * sizeof(float)) == 0);
@@ -328,6 +329,7 @@ int pl_rope(pl_ctx *ctx, float *x, int64_t n, int64_t n_head, const pl_rope_cfg 
     if (r->head_dim <= 0 || r->dims <= 0 || r->dims > r->head_dim || r->dims % 2 != 0)
         return PL_ERR_ARG;
     if (!(r->base > 0.0f) || !isfinite(r->freq_scale)) return PL_ERR_ARG;
+    if (!(r->mscale >= 0.0f) || isinf(r->mscale)) return PL_ERR_ARG;
     if (r->freq_factors != NULL)
         for (int i = 0; i < r->dims / 2; i++)
             if (!(r->freq_factors[i] > 0.0f) || isinf(r->freq_factors[i])) return PL_ERR_ARG;

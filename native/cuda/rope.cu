@@ -3,9 +3,10 @@
 #include "rope.cuh"
 
 // x [n, n_head*head_dim]; pairs per token n_head*dims/2. Pair i of a head at position p turns by
-// (p*freq_scale) * base^(-2i/dims) / ff[i] (ff: NULL for none).
+// (p*freq_scale) * base^(-2i/dims) / ff[i] (ff: NULL for none), its cosine and sine multiplied
+// by mscale.
 __global__ void plc_rope_k(float *x, int64_t n, int n_head, int head_dim, int dims, int neox, float base, float freq_scale,
-                           const int32_t *pos, const float *ff) {
+                           float mscale, const int32_t *pos, const float *ff) {
     const int half = dims / 2;
     const int64_t per_tok = (int64_t)n_head * half;
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n * per_tok; t += (int64_t)gridDim.x * blockDim.x) {
@@ -15,6 +16,8 @@ __global__ void plc_rope_k(float *x, int64_t n, int n_head, int head_dim, int di
         if (ff != NULL) theta /= ff[i];
         float s, c;
         sincosf(theta, &s, &c);
+        s *= mscale;
+        c *= mscale;
         float *hx = x + tok * (int64_t)n_head * head_dim + (int64_t)h * head_dim;
         const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
         const float x0 = hx[a], x1 = hx[b];
@@ -29,6 +32,7 @@ extern "C" int plc_rope(plc_ctx *ctx, float *x, int64_t n, int32_t n_head, const
     if (r->mode != PLC_ROPE_NORMAL && r->mode != PLC_ROPE_NEOX) return PLC_ERR_UNSUPPORTED;
     if (n < 0 || n_head <= 0 || r->head_dim <= 0 || r->dims < 0 || r->dims % 2 != 0 || r->dims > r->head_dim)
         return plc_fail_arg(ctx, "rope: bad shape");
+    if (!(r->mscale >= 0.f) || isinf(r->mscale)) return plc_fail_arg(ctx, "rope: attention factor not 0 or finite and above 0");
     if (n == 0 || r->dims == 0) return PLC_OK;
     if (x == NULL || pos == NULL) return plc_fail_arg(ctx, "rope: null pointer");
     for (int64_t i = 0; i < n; i++)
@@ -44,7 +48,8 @@ extern "C" int plc_rope(plc_ctx *ctx, float *x, int64_t n, int32_t n_head, const
     if (st != PLC_OK) return st;
     const int64_t pairs = n * n_head * (r->dims / 2);
     plc_rope_k<<<plc_grid1d(ctx, pairs, 256), 256, 0, ctx->stream>>>(x, n, n_head, r->head_dim, r->dims, r->mode == PLC_ROPE_NEOX,
-                                                                     r->base, r->freq_scale, (const int32_t *)dev[0],
+                                                                     r->base, r->freq_scale, r->mscale == 0.f ? 1.f : r->mscale,
+                                                                     (const int32_t *)dev[0],
                                                                      nff > 0 ? (const float *)dev[1] : NULL);
     return plc_launched(ctx, "rope");
 }

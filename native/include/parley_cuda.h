@@ -227,11 +227,13 @@ typedef struct {
     float base;       /* frequency base */
     float freq_scale; /* position multiplier */
     const float *freq_factors; /* host [dims/2], finite values above 0, or NULL for none */
+    float mscale;     /* multiplies cos and sin (LongRoPE's attention factor); 0 means 1 */
 } plc_rope_cfg;
 
 /* plc_rope rotates x [n, n_head*head_dim] (device) in place; token i is at position pos[i] >= 0
  * (host [n]). Pair i turns by theta = (p*freq_scale) * base^(-2i/dims) / freq_factors[i], in
- * F32 with powf and sincosf (full-range argument reduction). */
+ * F32 with powf and sincosf (full-range argument reduction), its cosine and sine multiplied by
+ * mscale. */
 int plc_rope(plc_ctx *ctx, float *x, int64_t n, int32_t n_head, const plc_rope_cfg *r,
              const int32_t *pos);
 

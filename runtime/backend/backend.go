@@ -49,7 +49,8 @@ const (
 // RoPE describes rotary position embedding for heads of HeadDim elements, of which the first
 // Dims are rotated (Dims == HeadDim for LLaMA; an even number from 2 to HeadDim). Pair i of a
 // token at position p is rotated by the angle theta = FreqScale * (p * Base^(-2i/Dims) /
-// Factors[i]) (with llama.cpp's YaRN extensions off). Base and FreqScale are finite and above 0.
+// Factors[i]) (with llama.cpp's YaRN extensions off), and its cosine and sine are multiplied by
+// AttnFactor. Base and FreqScale are finite and above 0.
 type RoPE struct {
 	Mode      RoPEMode
 	HeadDim   int
@@ -59,6 +60,9 @@ type RoPE struct {
 	// Factors, nil or Dims/2 finite values above 0, divide each pair's angle: llama.cpp's
 	// rope_freqs tensor, with which Llama 3.1 and later scale their low frequencies.
 	Factors []float32
+	// AttnFactor, 0 (meaning 1) or a finite value above 0, multiplies the rotated pairs:
+	// LongRoPE's attention factor, which ggml's rope applies so.
+	AttnFactor float32
 }
 
 // Seq is one sequence's share of a Batch: tokens [Start, Start+Count) of the batch, which are at

@@ -151,6 +151,8 @@ func CheckRope(x Tensor, nHead int, r RoPE, b *Batch) error {
 		return fmt.Errorf("%s: base %v, want a finite value above 0", op, r.Base)
 	case !positive(r.FreqScale):
 		return fmt.Errorf("%s: frequency scale %v, want a finite value above 0", op, r.FreqScale)
+	case r.AttnFactor != 0 && !positive(r.AttnFactor):
+		return fmt.Errorf("%s: attention factor %v, want 0 (1) or a finite value above 0", op, r.AttnFactor)
 	case r.Factors != nil && len(r.Factors) != r.Dims/2:
 		return fmt.Errorf("%s: %d frequency factors for %d rotated pairs", op, len(r.Factors), r.Dims/2)
 	case len(b.Pos) != x.Rows():

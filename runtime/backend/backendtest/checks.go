@@ -148,6 +148,9 @@ func testArgChecks(t *testing.T, b backend.Backend, _ func() (backend.Backend, e
 		{"frequency factor NaN", 4, func(r *backend.RoPE) { r.Factors = []float32{1, 1, nan, 1} }, pos},
 		{"frequency factor +Inf", 4, func(r *backend.RoPE) { r.Factors = []float32{1, 1, 1, inf} }, pos},
 		{"negative frequency factor", 4, func(r *backend.RoPE) { r.Factors = []float32{-1, 1, 1, 1} }, pos},
+		{"negative attention factor", 4, func(r *backend.RoPE) { r.AttnFactor = -1 }, pos},
+		{"attention factor NaN", 4, func(r *backend.RoPE) { r.AttnFactor = nan }, pos},
+		{"attention factor +Inf", 4, func(r *backend.RoPE) { r.AttnFactor = inf }, pos},
 		{"len(Pos) != rows", 4, nil, &backend.Batch{Pos: []int32{0, 1}}},
 		{"negative position", 4, nil, &backend.Batch{Pos: []int32{0, -1, 2}}},
 	} {

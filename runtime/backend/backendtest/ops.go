@@ -229,8 +229,9 @@ func testSwiGLU(t *testing.T, b backend.Backend, _ func() (backend.Backend, erro
 }
 
 // ropeRef rotates x [n, nHead*r.HeadDim] as backend.RoPE documents: pair i (i < Dims/2) of a
-// token at position p is rotated by theta = p*FreqScale*Base^(-2i/Dims)/Factors[i]; pairs are
-// (2i, 2i+1) in normal mode and (i, i+Dims/2) in NeoX mode; elements from Dims on are kept.
+// token at position p is rotated by theta = p*FreqScale*Base^(-2i/Dims)/Factors[i] and multiplied
+// by AttnFactor; pairs are (2i, 2i+1) in normal mode and (i, i+Dims/2) in NeoX mode; elements
+// from Dims on are kept.
 func ropeRef(x []float32, nHead int, r backend.RoPE, pos []int32) []float64 {
 	out := make([]float64, len(x))
 	for i, v := range x {
@@ -251,6 +252,9 @@ func ropeRef(x []float32, nHead int, r backend.RoPE, pos []int32) []float64 {
 				}
 				x0, x1 := float64(x[a]), float64(x[c])
 				sin, cos := math.Sincos(theta)
+				if r.AttnFactor != 0 {
+					sin, cos = sin*float64(r.AttnFactor), cos*float64(r.AttnFactor)
+				}
 				out[a] = x0*cos - x1*sin
 				out[c] = x0*sin + x1*cos
 			}
@@ -300,6 +304,9 @@ func testRope(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)
 		{"NeoXPartial", 2, backend.RoPE{Mode: backend.RoPENeoX, HeadDim: 40, Dims: 16, Base: 10000, FreqScale: 0.5}},
 		{"NormalFactors", 3, backend.RoPE{Mode: backend.RoPENormal, HeadDim: 64, Dims: 64, Base: 500000, FreqScale: 1, Factors: llama3Factors(64, 500000)}},
 		{"NeoXFactors", 2, backend.RoPE{Mode: backend.RoPENeoX, HeadDim: 32, Dims: 32, Base: 10000, FreqScale: 0.5, Factors: llama3Factors(32, 10000)}},
+		// LongRoPE as Phi-4-mini has it: part of the head rotated, factors, an attention factor.
+		{"NeoXPartialAttnFactor", 3, backend.RoPE{Mode: backend.RoPENeoX, HeadDim: 32, Dims: 24, Base: 10000, FreqScale: 1, Factors: llama3Factors(24, 10000), AttnFactor: 1.19}},
+		{"NormalAttnFactor", 2, backend.RoPE{Mode: backend.RoPENormal, HeadDim: 16, Dims: 16, Base: 10000, FreqScale: 1, AttnFactor: 0.75}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -325,6 +332,9 @@ func testRope(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)
 				want := ropeRef(xv, c.nHead, c.r, pos)
 				roundings := c.r.Dims/2 + 2
 				if c.r.Factors != nil {
+					roundings++
+				}
+				if c.r.AttnFactor != 0 {
 					roundings++
 				}
 				angle := func(p int32) float64 {

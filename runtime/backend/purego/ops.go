@@ -145,6 +145,10 @@ func (be *Backend) Rope(x backend.Tensor, nHead int, r backend.RoPE, b *backend.
 	}
 	be.rope = grow(be.rope, 2*half)
 	cs := be.rope
+	m := 1.0
+	if r.AttnFactor != 0 {
+		m = float64(r.AttnFactor)
+	}
 	for i, pos := range b.Pos {
 		p := float64(pos) * float64(r.FreqScale)
 		for k, f := range be.inv[:half] {
@@ -152,7 +156,7 @@ func (be *Backend) Rope(x backend.Tensor, nHead int, r backend.RoPE, b *backend.
 				f /= float64(r.Factors[k])
 			}
 			s, c := math.Sincos(p * f)
-			cs[2*k], cs[2*k+1] = c, s
+			cs[2*k], cs[2*k+1] = m*c, m*s
 		}
 		row := xt.f32[i*xt.cols : (i+1)*xt.cols]
 		for h := 0; h < nHead; h++ {

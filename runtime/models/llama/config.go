@@ -45,7 +45,8 @@ type Config struct {
 	// LongRoPE (phi3): RoPE.Factors are the short factors (rope_factors_short.weight); a context
 	// whose sequences may run past OrigContext positions uses LongFactors
 	// (rope_factors_long.weight) instead. AttnFactor multiplies the rotated queries and keys
-	// (phi3.rope.scaling.attn_factor, 1 when absent).
+	// (phi3.rope.scaling.attn_factor, 1 when absent; any architecture's file may set it, as
+	// llama.cpp reads it for all).
 	LongFactors []float32
 	OrigContext int
 	AttnFactor  float32
@@ -220,18 +221,17 @@ func (c *Config) longRoPE(f *gguf.File, p string) error {
 	if c.RoPE.Factors == nil {
 		c.RoPE.Factors, c.LongFactors = short, long
 	}
-	if c.AttnFactor != 1 && c.RoPE.Dims != c.HeadDim {
-		// The factor is folded into the attention scale, which is exact only when the whole head
-		// is rotated.
-		return fmt.Errorf("rope attention factor %g with %d of %d head dimensions rotated is not supported", c.AttnFactor, c.RoPE.Dims, c.HeadDim)
-	}
 	return nil
 }
 
 // RoPEFor is the rotation of a context whose sequences may reach seqCtx positions: the long
-// LongRoPE factors beyond the original context, as llama.cpp chooses them.
+// LongRoPE factors beyond the original context, as llama.cpp chooses them, and the attention
+// factor.
 func (c *Config) RoPEFor(seqCtx int) backend.RoPE {
 	r := c.RoPE
+	if c.AttnFactor != 1 {
+		r.AttnFactor = c.AttnFactor
+	}
 	if c.LongFactors != nil && seqCtx > c.OrigContext {
 		r.Factors = c.LongFactors
 	}

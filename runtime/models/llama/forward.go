@@ -89,14 +89,8 @@ func (m *Model) NewContext(cfg ContextConfig) (*Context, error) {
 	if cfg.SeqContext == 0 {
 		cfg.SeqContext = cfg.KVSlots
 	}
-	// LongRoPE's attention factor multiplies the rotated queries and keys, so their products:
-	// with the whole head rotated (ConfigFrom refuses other files), it is the attention scale's.
-	scale := 1 / sqrt32(float32(m.HeadDim))
-	if m.AttnFactor != 0 {
-		scale *= m.AttnFactor * m.AttnFactor
-	}
 	c := &Context{m: m, cfg: cfg, pool: pool, rope: m.RoPEFor(cfg.SeqContext),
-		attn: backend.Attn{NHead: m.Heads, NKVHead: m.KVHeads, HeadDim: m.HeadDim, Scale: scale},
+		attn: backend.Attn{NHead: m.Heads, NKVHead: m.KVHeads, HeadDim: m.HeadDim, Scale: 1 / sqrt32(float32(m.HeadDim))},
 		tok:  make([]*tokViews, cfg.MaxTokens+1),
 		out:  make([]*outViews, cfg.MaxSeqs+1),
 		rows: make([]int32, 0, cfg.MaxSeqs),

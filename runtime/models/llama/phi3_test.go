@@ -149,6 +149,8 @@ func TestPhi3MatchesFloat64(t *testing.T) {
 		{"longrope short", phi3Opts{longRoPE: true}, 16, false},
 		{"longrope long", phi3Opts{longRoPE: true}, 0, true}, // SeqContext = KVSlots = 32 > 16
 		{"longrope long Q8_0", phi3Opts{longRoPE: true, dt: tensor.Q8_0}, 17, true},
+		// Phi-4-mini's layout: LongRoPE on part of each head.
+		{"longrope partial", phi3Opts{longRoPE: true, ropeDims: 8}, 0, true},
 	} {
 		f := phi3Model(t, tc.o)
 		cfg, err := llama.ConfigFrom(f)
@@ -203,9 +205,8 @@ func TestPhi3MatchesFloat64(t *testing.T) {
 }
 
 // TestPhi3Refused: phi3 files Parley cannot run as written are refused at load with the reason:
-// an up matrix of the wrong height, an attention factor with part of the head rotated (folding
-// it into the attention scale would be wrong), an attention factor out of range, and LongRoPE
-// factors in a llama file.
+// an up matrix of the wrong height, an attention factor out of range, and LongRoPE factors in a
+// llama file.
 func TestPhi3Refused(t *testing.T) {
 	be := backendsUnderTest(t)[0]
 	good := phi3Model(t, phi3Opts{longRoPE: true})
@@ -229,7 +230,6 @@ func TestPhi3Refused(t *testing.T) {
 			}
 			return true
 		}), "blk.1.ffn_up.weight has shape"},
-		{"partial rotation", phi3Model(t, phi3Opts{longRoPE: true, ropeDims: 8}), "rotated is not supported"},
 		{"attention factor below 0", phi3Model(t, phi3Opts{longRoPE: true, attnFactor: -1}), "attention factor"},
 		{"factors in llama", rebuild(t, good, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 			if ti == nil {
@@ -252,10 +252,4 @@ func TestPhi3Refused(t *testing.T) {
 			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)
 		}
 	}
-	// Without LongRoPE, a partial rotation is fine.
-	m, err := llama.Load(phi3Model(t, phi3Opts{ropeDims: 8}), be)
-	if err != nil {
-		t.Fatalf("phi3 with 8 of 16 dimensions rotated: %v", err)
-	}
-	m.Close()
 }
