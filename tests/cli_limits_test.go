@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -42,6 +43,10 @@ func TestGenerateInterrupted(t *testing.T) {
 	if res := parley(t, "", "synth", "--shape", "15M", "--type", "f32", "-o", model); res.code != 0 {
 		t.Fatalf("synth: %s", res.stderr)
 	}
+	// The text run is interrupted once its output shows it generating; the JSON run, which
+	// prints nothing before the end, after three times as long as the text run took to get
+	// there, and at least 1.5 s.
+	var ready time.Duration
 	for _, asJSON := range []bool{false, true} {
 		args := []string{"generate", "-m", model, "-p", "Once upon a time", "-n", "0", "-c", "100000", "--ignore-eos", "--backend", "go", "-t", "1"}
 		if asJSON {
@@ -49,13 +54,35 @@ func TestGenerateInterrupted(t *testing.T) {
 		}
 		cmd := exec.Command(parleyBin, args...)
 		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
+		cmd.Stderr = &errb
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(1500 * time.Millisecond) // loaded, and generating
+		copied := make(chan error, 1)
+		if asJSON {
+			go func() { _, err := out.ReadFrom(stdout); copied <- err }()
+			time.Sleep(max(3*ready, 1500*time.Millisecond))
+		} else {
+			// 20 bytes of text, read before anything else is: then out is the copier's alone.
+			buf := make([]byte, 20)
+			timer := time.AfterFunc(2*time.Minute, func() { cmd.Process.Kill() })
+			n, err := io.ReadFull(stdout, buf)
+			timer.Stop()
+			if err != nil {
+				t.Fatalf("text run: %d bytes before %v\n%s", n, err, errb.String())
+			}
+			ready = time.Since(start)
+			out.Write(buf)
+			go func() { _, err := out.ReadFrom(stdout); copied <- err }()
+		}
 		cmd.Process.Signal(syscall.SIGINT)
-		err := cmd.Wait()
+		<-copied
+		err = cmd.Wait()
 		ee, ok := err.(*exec.ExitError)
 		if !ok || ee.ExitCode() != 1 || !strings.Contains(errb.String(), "parley generate: interrupted") {
 			t.Fatalf("json %v: %v\n%s", asJSON, err, errb.String())

@@ -222,8 +222,9 @@ func newHarnessOf(t *testing.T, model Model, m *fakeModel, cfg Config) *harness 
 		if free := m.pool.FreeBlocks(); free != m.pool.Blocks() {
 			t.Errorf("%d of %d blocks free after Close", free, m.pool.Blocks())
 		}
-		for i := 0; i < 100000 && runtime.NumGoroutine() > base; i++ {
-			runtime.Gosched()
+		// Goroutines that are ending (Run's wrapper, context watches) get up to 10 s.
+		for deadline := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > base && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
 		}
 		if n := runtime.NumGoroutine(); n > base {
 			t.Errorf("%d goroutines after Close, %d before", n, base)

@@ -518,7 +518,7 @@ func TestNegativeTopK(t *testing.T) {
 // TestMultiplePromptsDisconnect: a client that leaves a stream of several prompts cancels every
 // one of them.
 func TestMultiplePromptsDisconnect(t *testing.T) {
-	h := newHarness(t, Config{})
+	h := newHarnessSched(t, Config{}, slowSteps)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	body := `{"model":"stories","prompt":["Once","The dog","A cat"],"n":2,"max_tokens":250,"ignore_eos":true,"stream":true}`
@@ -532,7 +532,7 @@ func TestMultiplePromptsDisconnect(t *testing.T) {
 	}
 	cancel()
 	resp.Body.Close()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		st := h.plain.Sched.Stats()
 		if st.Active == 0 && st.Queued == 0 {
 			if st.GeneratedTokens >= 6*250 {

@@ -301,14 +301,13 @@ func (lv *live) run(ctx context.Context) {
 	}
 	defer lv.s.lives.remove(lv)
 	cfg := &lv.s.cfg.Stream
-	lv.idle = time.AfterFunc(time.Hour, func() { // armed below, once lv.idle is set
+	lv.idle = time.AfterFunc(time.Hour, func() { // armed below, once "ready" is sent
 		if lv.busy.Load() || lv.pending() {
 			lv.idle.Reset(cfg.IdleTimeout)
 			return
 		}
 		lv.end(websocket.StatusPolicyViolation, "idle timeout", &errorEvent{Code: "idle_timeout", Message: fmt.Sprintf("No message for %v.", cfg.IdleTimeout)})
 	})
-	lv.idle.Reset(cfg.IdleTimeout)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -318,6 +317,8 @@ func (lv *live) run(ctx context.Context) {
 	if err := lv.send(ctx, readyEvent{Type: "ready", Model: lv.m.Name, SampleRate: speech.SampleRate}); err != nil {
 		lv.end(websocket.StatusInternalError, "", nil)
 	}
+	// The client's time to speak starts once it has been told the session is ready.
+	lv.idle.Reset(cfg.IdleTimeout)
 	lv.read(ctx, int(cfg.MaxBacklog.Seconds()*speech.SampleRate))
 	lv.idle.Stop()
 	cancel()

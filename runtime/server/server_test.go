@@ -134,11 +134,21 @@ type harness struct {
 
 func newHarness(t testing.TB, cfg Config) *harness {
 	t.Helper()
+	return newHarnessSched(t, cfg, sched.Config{})
+}
+
+// slowSteps makes every step of a scheduler take at least 10 ms, so that a disconnect or a
+// cancellation reaches it long before 250 tokens are generated, however loaded the machine.
+var slowSteps = sched.Config{OnStep: func(time.Duration, int, int) { time.Sleep(10 * time.Millisecond) }}
+
+// newHarnessSched is newHarness with the schedulers configured as sc.
+func newHarnessSched(t testing.TB, cfg Config, sc sched.Config) *harness {
+	t.Helper()
 	p := modelPath(t)
 	e1 := openEngine(t, p)
 	e2 := openEngine(t, withTemplate(t, p, chatML))
-	s1, _ := newSched(t, e1, sched.Config{}, true)
-	s2, _ := newSched(t, e2, sched.Config{}, true)
+	s1, _ := newSched(t, e1, sc, true)
+	s2, _ := newSched(t, e2, sc, true)
 	h := &harness{
 		plain: &Model{Name: "stories", Engine: e1, Sched: s1, Ctx: testCtx},
 		chat:  &Model{Name: "stories-chat", Engine: e2, Sched: s2, Ctx: testCtx},
@@ -675,7 +685,7 @@ func TestQueueFull(t *testing.T) {
 }
 
 func TestClientDisconnectCancels(t *testing.T) {
-	h := newHarness(t, Config{})
+	h := newHarnessSched(t, Config{}, slowSteps)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	body := `{"model":"stories","prompt":"Once","max_tokens":250,"ignore_eos":true,"stream":true}`
@@ -690,7 +700,7 @@ func TestClientDisconnectCancels(t *testing.T) {
 	}
 	cancel()
 	resp.Body.Close()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		st := h.plain.Sched.Stats()
 		if st.Active == 0 && st.Queued == 0 {

@@ -173,7 +173,7 @@ func TestEngineCancelAndClose(t *testing.T) {
 		}
 	}
 	t.Logf("after Close: %d queue-full, %d closed", full, closed)
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
