@@ -26,7 +26,7 @@ func FuzzEncode(f *testing.F) {
 		"ggml-vocab-bert-bge.gguf"} {
 		toks = append(toks, loadTokenizer(f, filepath.Join(shared, "models/vocab", name)))
 	}
-	for _, pre := range []string{"llama-bpe", "qwen2"} {
+	for _, pre := range []string{"llama-bpe", "qwen2", "gpt-4o"} {
 		toks = append(toks, loadWithPre(f, filepath.Join(shared, "models/vocab/ggml-vocab-deepseek-llm.gguf"), pre))
 	}
 	// SentencePiece merged over the whole text at once, to check word-by-word merging against.

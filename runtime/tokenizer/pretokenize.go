@@ -336,6 +336,120 @@ func threeDigits(c []rune, p, end int32) int32 {
 	return -1
 }
 
+// gpt4o matches llama.cpp's rendering of GPT-4o's (o200k) expression, which std::regex runs over
+// the collapsed text:
+//
+//	[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?
+//	|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'[sS]|...|'[dD])?
+//	|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+//
+// A letter "not a-z" is an upper-case one and a letter "not A-Z" a lower-case one; a non-ASCII
+// letter, collapsed to one byte, is both. Every code point starts a match of some alternative.
+func gpt4o(c []rune, p, end int32) int32 {
+	upper := func(q int32) bool { return q < end && colL(c[q]) && !(c[q] >= 'a' && c[q] <= 'z') }
+	lower := func(q int32) bool { return q < end && colL(c[q]) && !(c[q] >= 'A' && c[q] <= 'Z') }
+	space := func(q int32) bool { return q < end && reSpace(c[q]) }
+	// The two letter alternatives, from q (after the optional leading character): the end of the
+	// match, or -1.
+	letters := func(q int32) int32 {
+		// U*L+: U* greedy, given back one by one until L+ matches after it.
+		n := int32(0)
+		for upper(q + n) {
+			n++
+		}
+		for k := n; k >= 0; k-- {
+			if lower(q + k) {
+				e := q + k + 1
+				for lower(e) {
+					e++
+				}
+				return contraction(c, e, end)
+			}
+		}
+		// U+L*.
+		if n == 0 {
+			return -1
+		}
+		e := q + n
+		for lower(e) {
+			e++
+		}
+		return contraction(c, e, end)
+	}
+	r := c[p]
+	if !isCRLF(r) && !colL(r) && !colN(r) {
+		if e := letters(p + 1); e >= 0 {
+			return e
+		}
+	}
+	if e := letters(p); e >= 0 {
+		return e
+	}
+	if colN(r) { // \p{N}{1,3}
+		e := p + 1
+		for e < end && e < p+3 && colN(c[e]) {
+			e++
+		}
+		return e
+	}
+	other := func(q int32) bool { return q < end && !reSpace(c[q]) && !colL(c[q]) && !colN(c[q]) }
+	q := p
+	if r == ' ' && other(p+1) {
+		q++
+	}
+	if other(q) { // ' ?[^\s\p{L}\p{N}]+[\r\n/]*'
+		for other(q) {
+			q++
+		}
+		for q < end && (isCRLF(c[q]) || c[q] == '/') {
+			q++
+		}
+		return q
+	}
+	n, lastRN := int32(0), int32(-1)
+	for space(p + n) {
+		if isCRLF(c[p+n]) {
+			lastRN = p + n + 1
+		}
+		n++
+	}
+	switch {
+	case lastRN >= 0: // \s*[\r\n]+
+		return lastRN
+	case n > 1 && p+n < end: // \s+(?!\S)
+		return p + n - 1
+	case n > 0: // \s+
+		return p + n
+	}
+	return p + 1 // not reached: every code point is a letter, a number, white space or other
+}
+
+// contraction extends a match ending at e by an English contraction ('s 't 're 've 'm 'll 'd,
+// either case), if one follows.
+func contraction(c []rune, e, end int32) int32 {
+	if e+1 >= end || c[e] != '\'' {
+		return e
+	}
+	lc := func(r rune) rune {
+		if r >= 'A' && r <= 'Z' {
+			return r + 'a' - 'A'
+		}
+		return r
+	}
+	switch a := lc(c[e+1]); a {
+	case 's', 't', 'm', 'd':
+		return e + 2
+	case 'r', 'v', 'l':
+		if e+2 < end {
+			b := lc(c[e+2])
+			if a == 'r' && b == 'e' || a == 'v' && b == 'e' || a == 'l' && b == 'l' {
+				return e + 3
+			}
+		}
+	}
+	return e
+}
+
 // splitTrailingSpace is the step for \s+$: the run of white space that ends a segment, if any,
 // becomes a word of its own.
 func splitTrailingSpace(c []rune, a, b int32, out []seg) []seg {
@@ -487,6 +601,8 @@ func preSteps(k preKind) []splitFunc {
 		}
 	case preStarcoder:
 		return []splitFunc{regexSplit(one(colN)), splitGPT2}
+	case preGPT4o:
+		return []splitFunc{regexSplit(gpt4o)}
 	}
 	return []splitFunc{
 		regexSplit(run(defaultPunct)),

@@ -1,8 +1,13 @@
 package tokenizer
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"regexp"
 	"slices"
+	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // splitCases are the words that the original expressions (run by Python's regex module) cut
@@ -246,4 +251,73 @@ func splitWords(k preKind, text string) []string {
 		words = append(words, string(cps[s.a:s.b]))
 	}
 	return words
+}
+
+// gpt4oRegexp is llama.cpp's GPT-4o expression over the collapsed text, in Go's syntax, whose
+// leftmost-first matching is the backtracking order of std::regex for these alternatives:
+// non-ASCII white space collapsed to \v, letters to U+E000, numbers to U+E001 and every other
+// non-ASCII code point to U+E002. Go has no lookahead: \s+(?!\S) is applied to the last
+// alternative's match by hand (gpt4oReference).
+var gpt4oRegexp = regexp.MustCompile(`^(?:` +
+	`[^\r\n\x{E000}A-Za-z\x{E001}0-9]?[\x{E000}A-Z]*[\x{E000}a-z]+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?` +
+	`|[^\r\n\x{E000}A-Za-z\x{E001}0-9]?[\x{E000}A-Z]+[\x{E000}a-z]*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?` +
+	`|[\x{E001}0-9]{1,3}` +
+	`| ?[^\t\n\v\f\r \x{E000}A-Za-z\x{E001}0-9]+[\r\n/]*` +
+	`|[\t\n\v\f\r ]*[\r\n]+` +
+	`|([\t\n\v\f\r ]+))`)
+
+// gpt4oReference splits text with gpt4oRegexp.
+func gpt4oReference(text string) []string {
+	cps := []rune(text)
+	col := make([]rune, len(cps))
+	for i, r := range cps {
+		switch {
+		case r < 0x80:
+			col[i] = r
+		case isSpace(r):
+			col[i] = '\v'
+		case class(r) == clsLetter:
+			col[i] = 0xE000
+		case class(r) == clsNumber:
+			col[i] = 0xE001
+		default:
+			col[i] = 0xE002
+		}
+	}
+	var words []string
+	for p := 0; p < len(col); {
+		rest := string(col[p:])
+		m := gpt4oRegexp.FindStringSubmatchIndex(rest)
+		if m == nil {
+			panic(fmt.Sprintf("no alternative matches %q", string(cps[p:])))
+		}
+		n := utf8.RuneCountInString(rest[:m[1]])
+		if m[2] >= 0 && n > 1 && p+n < len(col) { // \s+(?!\S), before \s+
+			n--
+		}
+		words = append(words, string(cps[p:p+n]))
+		p += n
+	}
+	return words
+}
+
+// TestGPT4oMatchesRegexp: the GPT-4o pre-tokenizer cuts random text of letters of both cases
+// (ASCII and not), contractions, numbers, marks, symbols, white space of every kind and slashes
+// as the regular expression does.
+func TestGPT4oMatchesRegexp(t *testing.T) {
+	classOnce.Do(buildClassTable)
+	alphabet := []string{"a", "z", "A", "Z", "T", "t", "s", "S", "'", "'s", "'LL", "'re", "é", "É", "Ж", "ж", "日", "ǅ",
+		"0", "7", "½", "Ⅻ", "١", "\u0301", "😀", "-", "/", "!", ".", "$", "_", " ", "  ", "\t", "\n", "\r", "\r\n", "\v",
+		"\f", "\u00a0", "\u3000", "\u2028", "\u200b"}
+	r := rand.New(rand.NewPCG(4, 0))
+	for i := range 20000 {
+		var sb strings.Builder
+		for range 1 + r.IntN(14) {
+			sb.WriteString(alphabet[r.IntN(len(alphabet))])
+		}
+		text := sb.String()
+		if got, want := splitWords(preGPT4o, text), gpt4oReference(text); !slices.Equal(got, want) {
+			t.Fatalf("case %d: %q\n want %q\n  got %q", i, text, want, got)
+		}
+	}
 }

@@ -344,9 +344,9 @@ func TestRoundTrip(t *testing.T) {
 			t.Logf("%d of %d texts round-tripped", checked, len(texts[name]))
 		})
 	}
-	// The LLaMA-3 and Qwen2 pre-tokenizers over DeepSeek LLM's byte-level vocabulary.
+	// The LLaMA-3, Qwen2 and GPT-4o pre-tokenizers over DeepSeek LLM's byte-level vocabulary.
 	all := slices.Concat(slices.Collect(mapsValues(texts))...)
-	for _, pre := range []string{"llama-bpe", "qwen2"} {
+	for _, pre := range []string{"llama-bpe", "qwen2", "gpt-4o"} {
 		t.Run("deepseek-llm+"+pre, func(t *testing.T) {
 			tk := loadWithPre(t, vocabPath(t, "ggml-vocab-deepseek-llm.gguf"), pre)
 			for _, s := range all {

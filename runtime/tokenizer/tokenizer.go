@@ -101,6 +101,7 @@ const (
 	preDeepseekCoder
 	preFalcon
 	preStarcoder
+	preGPT4o
 )
 
 // Vocab describes a tokenizer's vocabulary. It is owned by its Tokenizer: read it, do not modify
@@ -456,6 +457,8 @@ func (t *Tokenizer) setPre(pre string) error {
 		t.pre = preGPT2
 	case "starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b", "mellum2":
 		t.pre = preStarcoder
+	case "gpt-4o", "llama4":
+		t.pre = preGPT4o
 	default:
 		return fmt.Errorf("tokenizer: unsupported pre-tokenizer %q", pre)
 	}
