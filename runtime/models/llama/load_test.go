@@ -50,6 +50,16 @@ func rebuild(t *testing.T, f *gguf.File, edit func(w *gguf.Writer, ti *gguf.Tens
 	return parse(t, w)
 }
 
+// setArch makes w, a copy of f's llama model, a model of arch: its llama.* keys under arch's name.
+func setArch(w *gguf.Writer, f *gguf.File, arch string) {
+	for _, kv := range f.KVs {
+		if strings.HasPrefix(kv.Key, "llama.") {
+			w.Set(arch+"."+strings.TrimPrefix(kv.Key, "llama."), kv.Value)
+		}
+	}
+	w.SetString("general.architecture", arch)
+}
+
 func TestLoadRejectsBadModels(t *testing.T) {
 	w, err := llama.Synth(tinyShape, tensor.F32, 1)
 	if err != nil {

@@ -75,12 +75,7 @@ func phi3Model(t *testing.T, o phi3Opts) *gguf.File {
 	}
 	return rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti == nil {
-			for _, kv := range base.KVs {
-				if strings.HasPrefix(kv.Key, "llama.") {
-					w.Set("phi3."+strings.TrimPrefix(kv.Key, "llama."), kv.Value)
-				}
-			}
-			w.SetString("general.architecture", "phi3")
+			setArch(w, base, "phi3")
 			w.SetUint32("phi3.attention.sliding_window", 2047)
 			if o.ropeDims != 0 {
 				w.SetUint32("phi3.rope.dimension_count", uint32(o.ropeDims))

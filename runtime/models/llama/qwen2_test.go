@@ -37,12 +37,7 @@ func TestQwen2MatchesFloat64(t *testing.T) {
 			}
 			return true
 		}
-		for _, kv := range base.KVs {
-			if strings.HasPrefix(kv.Key, "llama.") {
-				w.Set("qwen2."+strings.TrimPrefix(kv.Key, "llama."), kv.Value)
-			}
-		}
-		w.SetString("general.architecture", "qwen2")
+		setArch(w, base, "qwen2")
 		w.SetFloat32("qwen2.rope.freq_base", 1e6)
 		return true
 	})

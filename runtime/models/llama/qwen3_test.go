@@ -46,12 +46,7 @@ func qwen3Model(t *testing.T, headDim int, tied, norms bool) *gguf.File {
 	}
 	return rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti == nil {
-			for _, kv := range base.KVs {
-				if strings.HasPrefix(kv.Key, "llama.") {
-					w.Set("qwen3."+strings.TrimPrefix(kv.Key, "llama."), kv.Value)
-				}
-			}
-			w.SetString("general.architecture", "qwen3")
+			setArch(w, base, "qwen3")
 			w.SetUint32("qwen3.attention.key_length", uint32(headDim))
 			w.SetUint32("qwen3.attention.value_length", uint32(headDim))
 			w.SetUint32("qwen3.rope.dimension_count", uint32(headDim))
