@@ -13,8 +13,9 @@ import (
 var synthTypes = []string{"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs"}
 
 func runSynth(e *env, args []string) error {
-	fs := newFlags(e, "synth", "--shape 15M|110M|1B --type TYPE -o FILE [--seed N]")
+	fs := newFlags(e, "synth", "--shape 15M|110M|1B --type TYPE -o FILE [--arch llama|phi3] [--seed N]")
 	shape := fs.String("shape", "15M", "model shape: "+strings.Join(llama.ShapeNames(), ", "))
+	arch := fs.String("arch", "llama", "architecture: llama, or phi3 (query/key/value and gate/up matrices fused)")
 	typ := fs.String("type", "f32", "weight type: "+strings.Join(synthTypes, ", "))
 	out := fs.String("o", "", "output file (required)")
 	seed := fs.Uint64("seed", 1, "random seed")
@@ -32,6 +33,10 @@ func runSynth(e *env, args []string) error {
 	if !ok {
 		return usagef("unknown shape %q (have %s)", *shape, strings.Join(llama.ShapeNames(), ", "))
 	}
+	if *arch != "llama" && *arch != "phi3" {
+		return usagef("--arch %q: want llama or phi3", *arch)
+	}
+	s.Arch = *arch
 	if !slices.Contains(synthTypes, strings.ToLower(*typ)) {
 		return usagef("--type %q: want one of %s", *typ, strings.Join(synthTypes, ", "))
 	}
@@ -46,6 +51,6 @@ func runSynth(e *env, args []string) error {
 	if err := w.WriteFile(*out); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stderr, "wrote %s: %s shape, %v weights\n", *out, s.Name, dt)
+	fmt.Fprintf(e.stderr, "wrote %s: %s shape, %s, %v weights\n", *out, s.Name, *arch, dt)
 	return nil
 }

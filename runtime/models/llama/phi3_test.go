@@ -1,7 +1,9 @@
 package llama_test
 
 import (
+	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -245,6 +247,51 @@ func TestPhi3Refused(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestSynthPhi3: Synth's phi3 model holds the llama model's weights of the same seed, each fused
+// matrix the rows of its parts in order, and loads and runs.
+func TestSynthPhi3(t *testing.T) {
+	s := tinyShape
+	a, err := llama.SynthFile(s, tensor.Q8_0, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Arch = "phi3"
+	b, err := llama.SynthFile(s, tensor.Q8_0, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := func(f *gguf.File, name string) []byte {
+		ti, ok := f.Tensor(name)
+		if !ok {
+			t.Fatalf("no %s", name)
+		}
+		return f.TensorData(ti)
+	}
+	for l := range s.Layers {
+		p := fmt.Sprintf("blk.%d.", l)
+		for fused, parts := range map[string][]string{"attn_qkv.weight": {"attn_q.weight", "attn_k.weight", "attn_v.weight"}, "ffn_up.weight": {"ffn_gate.weight", "ffn_up.weight"}} {
+			var want []byte
+			for _, part := range parts {
+				want = append(want, data(a, p+part)...)
+			}
+			if !bytes.Equal(data(b, p+fused), want) {
+				t.Fatalf("%s%s is not the rows of %v", p, fused, parts)
+			}
+		}
+	}
+	if cfg, err := llama.ConfigFrom(b); err != nil || cfg.Arch != "phi3" || !cfg.Fused {
+		t.Fatalf("config %+v, %v", cfg, err)
+	}
+	if _, err := llama.SynthFile(llama.Shape{Name: "x", Dim: 64, Layers: 1, Heads: 4, KVHeads: 4, FFN: 64, Ctx: 8, Vocab: 300, Arch: "gemma"}, tensor.F32, 1); err == nil {
+		t.Fatal("an unknown architecture was written")
+	}
+	for _, be := range backendsUnderTest(t) {
+		if got := oneByOne(t, be, b, []int32{1, 2, 3}); len(got) != 3 {
+			t.Fatalf("%s: %d steps", be.Name(), len(got))
 		}
 	}
 }

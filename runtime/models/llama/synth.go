@@ -19,14 +19,17 @@ type Shape struct {
 	Name                                  string
 	Dim, Layers, Heads, KVHeads, FFN, Ctx int
 	Vocab                                 int
+	// Arch is the architecture written: "" or "llama", or "phi3" (the same weights with the
+	// query/key/value and gate/up matrices each fused into one, as Phi-3's files have them).
+	Arch string
 }
 
 // Shapes are the geometries `parley synth` knows: llama2.c's stories15M and stories110M, and
 // TinyLlama-1.1B (grouped-query attention), all with LLaMA's 32,000-token vocabulary.
 var Shapes = map[string]Shape{
-	"15M":  {"15M", 288, 6, 6, 6, 768, 256, 32000},
-	"110M": {"110M", 768, 12, 12, 12, 2048, 1024, 32000},
-	"1B":   {"1B", 2048, 22, 32, 4, 5632, 2048, 32000},
+	"15M":  {"15M", 288, 6, 6, 6, 768, 256, 32000, ""},
+	"110M": {"110M", 768, 12, 12, 12, 2048, 1024, 32000, ""},
+	"1B":   {"1B", 2048, 22, 32, 4, 5632, 2048, 32000, ""},
 }
 
 // ShapeNames lists the known shapes.
@@ -73,21 +76,31 @@ func Synth(s Shape, dt tensor.DType, seed uint64) (*gguf.Writer, error) {
 	default:
 		return nil, fmt.Errorf("synth: unsupported type %v", dt)
 	}
+	arch := s.Arch
+	switch arch {
+	case "":
+		arch = "llama"
+	case "llama", "phi3":
+	default:
+		return nil, fmt.Errorf("synth: unsupported architecture %q (llama, phi3)", s.Arch)
+	}
+	fused := arch == "phi3"
 	w := gguf.NewWriter()
-	w.SetString("general.architecture", "llama")
+	w.SetString("general.architecture", arch)
 	w.SetString("general.name", "parley-synth-"+s.Name)
 	w.SetUint32("general.file_type", fileType(dt))
 	w.SetUint32("general.alignment", 32)
-	w.SetUint32("llama.context_length", uint32(s.Ctx))
-	w.SetUint32("llama.embedding_length", uint32(s.Dim))
-	w.SetUint32("llama.block_count", uint32(s.Layers))
-	w.SetUint32("llama.feed_forward_length", uint32(s.FFN))
-	w.SetUint32("llama.attention.head_count", uint32(s.Heads))
-	w.SetUint32("llama.attention.head_count_kv", uint32(s.KVHeads))
-	w.SetUint32("llama.rope.dimension_count", uint32(s.Dim/s.Heads))
-	w.SetFloat32("llama.attention.layer_norm_rms_epsilon", 1e-5)
-	w.SetFloat32("llama.rope.freq_base", 10000)
-	w.SetUint32("llama.vocab_size", uint32(s.Vocab))
+	p := arch + "."
+	w.SetUint32(p+"context_length", uint32(s.Ctx))
+	w.SetUint32(p+"embedding_length", uint32(s.Dim))
+	w.SetUint32(p+"block_count", uint32(s.Layers))
+	w.SetUint32(p+"feed_forward_length", uint32(s.FFN))
+	w.SetUint32(p+"attention.head_count", uint32(s.Heads))
+	w.SetUint32(p+"attention.head_count_kv", uint32(s.KVHeads))
+	w.SetUint32(p+"rope.dimension_count", uint32(s.Dim/s.Heads))
+	w.SetFloat32(p+"attention.layer_norm_rms_epsilon", 1e-5)
+	w.SetFloat32(p+"rope.freq_base", 10000)
+	w.SetUint32(p+"vocab_size", uint32(s.Vocab))
 	tokens, scores, types := synthVocab(s.Vocab)
 	w.SetString("tokenizer.ggml.model", "llama")
 	w.SetStrings("tokenizer.ggml.tokens", tokens)
@@ -151,17 +164,26 @@ func Synth(s Shape, dt tensor.DType, seed uint64) (*gguf.Writer, error) {
 	}
 	for i := 0; i < s.Layers; i++ {
 		p := fmt.Sprintf("blk.%d.", i)
+		steps = append(steps, synthTensor{p + "attn_norm.weight", tensor.F32, 1, s.Dim, true})
+		if fused {
+			steps = append(steps, synthTensor{p + "attn_qkv.weight", dt, (s.Heads + 2*s.KVHeads) * hd, s.Dim, false})
+		} else {
+			steps = append(steps,
+				synthTensor{p + "attn_q.weight", dt, s.Heads * hd, s.Dim, false},
+				synthTensor{p + "attn_k.weight", dt, s.KVHeads * hd, s.Dim, false},
+				synthTensor{p + "attn_v.weight", dt, s.KVHeads * hd, s.Dim, false})
+		}
 		steps = append(steps,
-			synthTensor{p + "attn_norm.weight", tensor.F32, 1, s.Dim, true},
-			synthTensor{p + "attn_q.weight", dt, s.Heads * hd, s.Dim, false},
-			synthTensor{p + "attn_k.weight", dt, s.KVHeads * hd, s.Dim, false},
-			synthTensor{p + "attn_v.weight", dt, s.KVHeads * hd, s.Dim, false},
 			synthTensor{p + "attn_output.weight", dt, s.Dim, s.Heads * hd, false},
-			synthTensor{p + "ffn_norm.weight", tensor.F32, 1, s.Dim, true},
-			synthTensor{p + "ffn_gate.weight", dt, s.FFN, s.Dim, false},
-			synthTensor{p + "ffn_up.weight", dt, s.FFN, s.Dim, false},
-			synthTensor{p + "ffn_down.weight", dt, s.Dim, s.FFN, false},
-		)
+			synthTensor{p + "ffn_norm.weight", tensor.F32, 1, s.Dim, true})
+		if fused {
+			steps = append(steps, synthTensor{p + "ffn_up.weight", dt, 2 * s.FFN, s.Dim, false})
+		} else {
+			steps = append(steps,
+				synthTensor{p + "ffn_gate.weight", dt, s.FFN, s.Dim, false},
+				synthTensor{p + "ffn_up.weight", dt, s.FFN, s.Dim, false})
+		}
+		steps = append(steps, synthTensor{p + "ffn_down.weight", dt, s.Dim, s.FFN, false})
 	}
 	for _, st := range steps {
 		if err := add(st.name, st.typ, st.rows, st.cols, st.norm); err != nil {
