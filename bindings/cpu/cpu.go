@@ -578,6 +578,9 @@ func (c *Context) Rope(x []float32, n, nHead int, r Rope, pos []int32) error {
 	if r.AttnFactor < 0 || r.AttnFactor != r.AttnFactor || r.AttnFactor-r.AttnFactor != 0 {
 		return fmt.Errorf("cpu: %s: attention factor %v, want 0 (1) or a finite value above 0", op, r.AttnFactor)
 	}
+	if !(r.ExtFactor >= 0 && r.ExtFactor <= 1) || r.CorrDims[0]-r.CorrDims[0] != 0 || r.CorrDims[1]-r.CorrDims[1] != 0 {
+		return fmt.Errorf("cpu: %s: YaRN extrapolation %v over pairs %v, want 0 to 1 over finite bounds", op, r.ExtFactor, r.CorrDims)
+	}
 	if err := need(op, "x", len(x), mul(n, mul(nHead, r.HeadDim))); err != nil {
 		return err
 	}
@@ -606,7 +609,8 @@ func (c *Context) Rope(x []float32, n, nHead int, r Rope, pos []int32) error {
 		return err
 	}
 	defer c.mu.Unlock()
-	c.rope = C.pl_rope_cfg{mode: C.PL_ROPE_NORMAL, head_dim: C.int32_t(r.HeadDim), dims: C.int32_t(r.Dims), base: C.float(r.Base), freq_scale: C.float(r.FreqScale), mscale: C.float(r.AttnFactor)}
+	c.rope = C.pl_rope_cfg{mode: C.PL_ROPE_NORMAL, head_dim: C.int32_t(r.HeadDim), dims: C.int32_t(r.Dims), base: C.float(r.Base), freq_scale: C.float(r.FreqScale), mscale: C.float(r.AttnFactor),
+		ext_factor: C.float(r.ExtFactor), corr_dims: [2]C.float{C.float(r.CorrDims[0]), C.float(r.CorrDims[1])}}
 	if r.NeoX {
 		c.rope.mode = C.PL_ROPE_NEOX
 	}

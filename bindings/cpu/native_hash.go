@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "85813e56502d402e27fe4451db8d09b0bbb3ecea8f3b491fc8f84589d05fbae3"
+const nativeSources = "0e166f253227c3ace509841267e789b3b9704c6275b5c986fff0d91d7a061410"

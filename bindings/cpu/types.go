@@ -73,6 +73,9 @@ type Rope struct {
 	Factors []float32
 	// AttnFactor multiplies the rotated pairs (LongRoPE's attention factor); 0 means 1.
 	AttnFactor float32
+	// ExtFactor and CorrDims are YaRN's (see pl_rope); ExtFactor 0 for none.
+	ExtFactor float32
+	CorrDims  [2]float32
 }
 
 // Attn describes attention heads (grouped-query when NKVHead < NHead).

@@ -770,7 +770,11 @@ func (c *Context) Rope(x Ref, n, nHead int, r RoPE, pos []int32) error {
 	if r.AttnFactor < 0 || r.AttnFactor != r.AttnFactor || r.AttnFactor-r.AttnFactor != 0 {
 		return fmt.Errorf("cuda: %s: attention factor %v, want 0 (1) or a finite value above 0", op, r.AttnFactor)
 	}
-	c.rope = C.plc_rope_cfg{mode: C.PLC_ROPE_NORMAL, head_dim: hd, dims: dims, base: C.float(r.Base), freq_scale: C.float(r.FreqScale), mscale: C.float(r.AttnFactor)}
+	if !(r.ExtFactor >= 0 && r.ExtFactor <= 1) || r.CorrDims[0]-r.CorrDims[0] != 0 || r.CorrDims[1]-r.CorrDims[1] != 0 {
+		return fmt.Errorf("cuda: %s: YaRN extrapolation %v over pairs %v, want 0 to 1 over finite bounds", op, r.ExtFactor, r.CorrDims)
+	}
+	c.rope = C.plc_rope_cfg{mode: C.PLC_ROPE_NORMAL, head_dim: hd, dims: dims, base: C.float(r.Base), freq_scale: C.float(r.FreqScale), mscale: C.float(r.AttnFactor),
+		ext_factor: C.float(r.ExtFactor), corr_dims: [2]C.float{C.float(r.CorrDims[0]), C.float(r.CorrDims[1])}}
 	if r.NeoX {
 		c.rope.mode = C.PLC_ROPE_NEOX
 	}

@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "6440401920115bdcd402e60808cf08afdcc8314e1fbe1e157dab5cf912efc342"
+const nativeSources = "759ceaf9a99f3cf7fef0c992daff489d27f8142a74601c26497a3b9ff6004bdf"

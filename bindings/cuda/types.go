@@ -29,6 +29,8 @@ type RoPE struct {
 	Base, FreqScale float32
 	Factors         []float32 // nil, or Dims/2 values dividing each pair's angle
 	AttnFactor      float32   // multiplies the rotated pairs (LongRoPE's attention factor); 0 means 1
+	ExtFactor       float32   // YaRN's extrapolation (0 to 1; 0 for none), over the pairs CorrDims
+	CorrDims        [2]float32
 }
 
 // Seq is one sequence of an attention batch, laid out as the C plc_seq: tokens [Start,

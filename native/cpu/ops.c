@@ -263,9 +263,17 @@ typedef struct {
 static void rope_angles(const rope_job *j, int32_t p, float *cs) {
     float theta = (float)p;
     const float *ff = j->r.freq_factors;
-    const float m = j->r.mscale == 0.0f ? 1.0f : j->r.mscale;
+    const float ext = j->r.ext_factor;
+    float m = j->r.mscale == 0.0f ? 1.0f : j->r.mscale;
+    if (ext != 0.0f) m *= 1.0f + 0.1f * logf(1.0f / j->r.freq_scale);
     for (int i = 0; i < j->r.dims / 2; i++) {
-        float t = j->r.freq_scale * (ff != NULL ? theta / ff[i] : theta);
+        const float extrap = ff != NULL ? theta / ff[i] : theta;
+        float t = j->r.freq_scale * extrap;
+        if (ext != 0.0f) {
+            const float y = ((float)i - j->r.corr_dims[0]) / PL_MAX(0.001f, j->r.corr_dims[1] - j->r.corr_dims[0]);
+            const float mix = (1.0f - PL_MIN(1.0f, PL_MAX(0.0f, y))) * ext;
+            t = t * (1.0f - mix) + extrap * mix;
+        }
         cs[2 * i] = cosf(t) * m;
         cs[2 * i + 1] = sinf(t) * m;
         theta *= j->theta_scale;
@@ -316,7 +324,9 @@ static void job_rope(void *p, int ith, int nth) {
 /* rope_same reports whether the angle table of ctx's last call serves r. */
 static int rope_same(const pl_ctx *ctx, const pl_rope_cfg *r) {
     const pl_rope_cfg *a = &ctx->rope_cfg;
-    if (a->dims != r->dims || a->base != r->base || a->freq_scale != r->freq_scale || a->mscale != r->mscale) return 0;
+    if (a->dims != r->dims || a->base != r->base || a->freq_scale != r->freq_scale || a->mscale != r->mscale ||
+        a->ext_factor != r->ext_factor || a->corr_dims[0] != r->corr_dims[0] || a->corr_dims[1] != r->corr_dims[1])
+        return 0;
     if ((a->freq_factors == NULL) != (r->freq_factors == NULL)) return 0;
     return r->freq_factors == NULL ||
            (ctx->rope_ff_n == r->dims / 2 && memcmp(ctx->rope_ff, r->freq_factors, (size_t)(r->dims / 2) * sizeof(float)) == 0);
@@ -330,6 +340,8 @@ int pl_rope(pl_ctx *ctx, float *x, int64_t n, int64_t n_head, const pl_rope_cfg 
         return PL_ERR_ARG;
     if (!(r->base > 0.0f) || !isfinite(r->freq_scale)) return PL_ERR_ARG;
     if (!(r->mscale >= 0.0f) || isinf(r->mscale)) return PL_ERR_ARG;
+    if (!(r->ext_factor >= 0.0f && r->ext_factor <= 1.0f) || !isfinite(r->corr_dims[0]) || !isfinite(r->corr_dims[1]))
+        return PL_ERR_ARG;
     if (r->freq_factors != NULL)
         for (int i = 0; i < r->dims / 2; i++)
             if (!(r->freq_factors[i] > 0.0f) || isinf(r->freq_factors[i])) return PL_ERR_ARG;

@@ -6,7 +6,7 @@
 // (p*freq_scale) * base^(-2i/dims) / ff[i] (ff: NULL for none), its cosine and sine multiplied
 // by mscale.
 __global__ void plc_rope_k(float *x, int64_t n, int n_head, int head_dim, int dims, int neox, float base, float freq_scale,
-                           float mscale, const int32_t *pos, const float *ff) {
+                           float mscale, float ext, float corr0, float corr1, const int32_t *pos, const float *ff) {
     const int half = dims / 2;
     const int64_t per_tok = (int64_t)n_head * half;
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n * per_tok; t += (int64_t)gridDim.x * blockDim.x) {
@@ -14,6 +14,11 @@ __global__ void plc_rope_k(float *x, int64_t n, int n_head, int head_dim, int di
         const int h = (int)((t % per_tok) / half), i = (int)(t % half);
         float theta = ((float)pos[tok] * freq_scale) * powf(base, -2.f * (float)i / (float)dims);
         if (ff != NULL) theta /= ff[i];
+        if (ext != 0.f) { // YaRN: mixed with the unscaled angle over the ramp
+            const float y = ((float)i - corr0) / fmaxf(0.001f, corr1 - corr0);
+            const float mix = (1.f - fminf(1.f, fmaxf(0.f, y))) * ext;
+            theta = theta * (1.f - mix) + theta / freq_scale * mix;
+        }
         float s, c;
         sincosf(theta, &s, &c);
         s *= mscale;
@@ -33,6 +38,10 @@ extern "C" int plc_rope(plc_ctx *ctx, float *x, int64_t n, int32_t n_head, const
     if (n < 0 || n_head <= 0 || r->head_dim <= 0 || r->dims < 0 || r->dims % 2 != 0 || r->dims > r->head_dim)
         return plc_fail_arg(ctx, "rope: bad shape");
     if (!(r->mscale >= 0.f) || isinf(r->mscale)) return plc_fail_arg(ctx, "rope: attention factor not 0 or finite and above 0");
+    if (!(r->ext_factor >= 0.f && r->ext_factor <= 1.f) || !isfinite(r->corr_dims[0]) || !isfinite(r->corr_dims[1]))
+        return plc_fail_arg(ctx, "rope: YaRN extrapolation not 0 to 1 or bounds not finite");
+    float mscale = r->mscale == 0.f ? 1.f : r->mscale;
+    if (r->ext_factor != 0.f) mscale *= 1.f + 0.1f * logf(1.f / r->freq_scale);
     if (n == 0 || r->dims == 0) return PLC_OK;
     if (x == NULL || pos == NULL) return plc_fail_arg(ctx, "rope: null pointer");
     for (int64_t i = 0; i < n; i++)
@@ -48,7 +57,7 @@ extern "C" int plc_rope(plc_ctx *ctx, float *x, int64_t n, int32_t n_head, const
     if (st != PLC_OK) return st;
     const int64_t pairs = n * n_head * (r->dims / 2);
     plc_rope_k<<<plc_grid1d(ctx, pairs, 256), 256, 0, ctx->stream>>>(x, n, n_head, r->head_dim, r->dims, r->mode == PLC_ROPE_NEOX,
-                                                                     r->base, r->freq_scale, r->mscale == 0.f ? 1.f : r->mscale,
+                                                                     r->base, r->freq_scale, mscale, r->ext_factor, r->corr_dims[0], r->corr_dims[1],
                                                                      (const int32_t *)dev[0],
                                                                      nff > 0 ? (const float *)dev[1] : NULL);
     return plc_launched(ctx, "rope");

@@ -175,12 +175,17 @@ typedef struct {
     float freq_scale; /* position multiplier */
     const float *freq_factors; /* [dims/2] finite values above 0, or NULL for none */
     float mscale;     /* multiplies cos and sin (LongRoPE's attention factor); 0 means 1 */
+    float ext_factor; /* YaRN when not 0 (0 to 1): see pl_rope */
+    float corr_dims[2];
 } pl_rope_cfg;
 
 /* pl_rope rotates x [n, n_head*head_dim] in place; token i is at position pos[i] >= 0. Pair i
  * turns by theta = freq_scale * (p * base^(-2i/dims) / freq_factors[i]) (freq_factors: llama.cpp's
  * rope_freqs, as Llama 3.1 scales its frequencies), computed as ggml does (theta_scale powers by
- * repeated multiplication, cosf/sinf, both multiplied by mscale). The context keeps the angle table of the last call and
+ * repeated multiplication, cosf/sinf, both multiplied by mscale). With ext_factor (YaRN), as
+ * ggml's rope_yarn: theta mixes with the unscaled angle theta/freq_scale by
+ * ramp = ext_factor*(1 - clamp((i - corr_dims[0])/max(0.001, corr_dims[1]-corr_dims[0]), 0, 1)),
+ * and mscale is multiplied by 1 + 0.1*logf(1/freq_scale). The context keeps the angle table of the last call and
  * reuses it while positions and parameters repeat (every layer of a forward step). */
 int pl_rope(pl_ctx *ctx, float *x, int64_t n, int64_t n_head, const pl_rope_cfg *r,
             const int32_t *pos);

@@ -228,6 +228,8 @@ typedef struct {
     float freq_scale; /* position multiplier */
     const float *freq_factors; /* host [dims/2], finite values above 0, or NULL for none */
     float mscale;     /* multiplies cos and sin (LongRoPE's attention factor); 0 means 1 */
+    float ext_factor; /* YaRN when not 0 (0 to 1), as pl_rope */
+    float corr_dims[2];
 } plc_rope_cfg;
 
 /* plc_rope rotates x [n, n_head*head_dim] (device) in place; token i is at position pos[i] >= 0

@@ -63,6 +63,24 @@ type RoPE struct {
 	// AttnFactor, 0 (meaning 1) or a finite value above 0, multiplies the rotated pairs:
 	// LongRoPE's attention factor, which ggml's rope applies so.
 	AttnFactor float32
+	// YaRN, as ggml computes it, when ExtFactor (finite, 0 to 1) is not 0: pair i's angle is
+	// theta*(1-r) + theta/FreqScale*r, r = ExtFactor*(1 - clamp((i-CorrDims[0]) /
+	// max(0.001, CorrDims[1]-CorrDims[0]), 0, 1)), so that the fastest pairs keep their
+	// unscaled angle, and the rotated pairs are multiplied by 1 + 0.1*ln(1/FreqScale) besides.
+	ExtFactor float32
+	CorrDims  [2]float32
+}
+
+// YaRNCorrDims are the pairs between which YaRN's ramp runs for dims rotated elements of base,
+// a model trained on origCtx positions, and the rotation counts betaFast and betaSlow
+// (ggml_rope_yarn_corr_dims).
+func YaRNCorrDims(dims, origCtx int, base, betaFast, betaSlow float32) [2]float32 {
+	corr := func(beta float32) float64 {
+		return float64(dims) * math.Log(float64(origCtx)/(float64(beta)*2*math.Pi)) / (2 * math.Log(float64(base)))
+	}
+	lo := math.Max(0, math.Floor(corr(betaFast)))
+	hi := math.Min(float64(dims-1), math.Ceil(corr(betaSlow)))
+	return [2]float32{float32(lo), float32(hi)}
 }
 
 // Seq is one sequence's share of a Batch: tokens [Start, Start+Count) of the batch, which are at

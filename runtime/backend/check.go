@@ -153,6 +153,9 @@ func CheckRope(x Tensor, nHead int, r RoPE, b *Batch) error {
 		return fmt.Errorf("%s: frequency scale %v, want a finite value above 0", op, r.FreqScale)
 	case r.AttnFactor != 0 && !positive(r.AttnFactor):
 		return fmt.Errorf("%s: attention factor %v, want 0 (1) or a finite value above 0", op, r.AttnFactor)
+	case !(r.ExtFactor >= 0 && r.ExtFactor <= 1) || math.IsInf(float64(r.CorrDims[0]), 0) || math.IsInf(float64(r.CorrDims[1]), 0) ||
+		r.CorrDims[0] != r.CorrDims[0] || r.CorrDims[1] != r.CorrDims[1]:
+		return fmt.Errorf("%s: YaRN extrapolation %v over pairs %v, want 0 to 1 over finite bounds", op, r.ExtFactor, r.CorrDims)
 	case r.Factors != nil && len(r.Factors) != r.Dims/2:
 		return fmt.Errorf("%s: %d frequency factors for %d rotated pairs", op, len(r.Factors), r.Dims/2)
 	case len(b.Pos) != x.Rows():

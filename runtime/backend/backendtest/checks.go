@@ -151,6 +151,9 @@ func testArgChecks(t *testing.T, b backend.Backend, _ func() (backend.Backend, e
 		{"negative attention factor", 4, func(r *backend.RoPE) { r.AttnFactor = -1 }, pos},
 		{"attention factor NaN", 4, func(r *backend.RoPE) { r.AttnFactor = nan }, pos},
 		{"attention factor +Inf", 4, func(r *backend.RoPE) { r.AttnFactor = inf }, pos},
+		{"YaRN extrapolation above 1", 4, func(r *backend.RoPE) { r.ExtFactor = 1.5 }, pos},
+		{"YaRN extrapolation NaN", 4, func(r *backend.RoPE) { r.ExtFactor = nan }, pos},
+		{"YaRN bound +Inf", 4, func(r *backend.RoPE) { r.ExtFactor, r.CorrDims = 1, [2]float32{0, inf} }, pos},
 		{"len(Pos) != rows", 4, nil, &backend.Batch{Pos: []int32{0, 1}}},
 		{"negative position", 4, nil, &backend.Batch{Pos: []int32{0, -1, 2}}},
 	} {

@@ -242,9 +242,15 @@ func ropeRef(x []float32, nHead int, r backend.RoPE, pos []int32) []float64 {
 		for h := 0; h < nHead; h++ {
 			base := t*width + h*r.HeadDim
 			for i := 0; i < r.Dims/2; i++ {
-				theta := float64(p) * float64(r.FreqScale) * math.Pow(float64(r.Base), -2*float64(i)/float64(r.Dims))
+				extrap := float64(p) * math.Pow(float64(r.Base), -2*float64(i)/float64(r.Dims))
 				if r.Factors != nil {
-					theta /= float64(r.Factors[i])
+					extrap /= float64(r.Factors[i])
+				}
+				theta := extrap * float64(r.FreqScale)
+				if r.ExtFactor != 0 {
+					y := (float64(i) - float64(r.CorrDims[0])) / math.Max(0.001, float64(r.CorrDims[1]-r.CorrDims[0]))
+					mix := (1 - math.Min(1, math.Max(0, y))) * float64(r.ExtFactor)
+					theta = theta*(1-mix) + extrap*mix
 				}
 				a, c := base+2*i, base+2*i+1
 				if r.Mode == backend.RoPENeoX {
@@ -254,6 +260,10 @@ func ropeRef(x []float32, nHead int, r backend.RoPE, pos []int32) []float64 {
 				sin, cos := math.Sincos(theta)
 				if r.AttnFactor != 0 {
 					sin, cos = sin*float64(r.AttnFactor), cos*float64(r.AttnFactor)
+				}
+				if r.ExtFactor != 0 {
+					m := 1 + 0.1*math.Log(1/float64(r.FreqScale))
+					sin, cos = sin*m, cos*m
 				}
 				out[a] = x0*cos - x1*sin
 				out[c] = x0*sin + x1*cos
@@ -307,6 +317,12 @@ func testRope(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)
 		// LongRoPE as Phi-4-mini has it: part of the head rotated, factors, an attention factor.
 		{"NeoXPartialAttnFactor", 3, backend.RoPE{Mode: backend.RoPENeoX, HeadDim: 32, Dims: 24, Base: 10000, FreqScale: 1, Factors: llama3Factors(24, 10000), AttnFactor: 1.19}},
 		{"NormalAttnFactor", 2, backend.RoPE{Mode: backend.RoPENormal, HeadDim: 16, Dims: 16, Base: 10000, FreqScale: 1, AttnFactor: 0.75}},
+		// YaRN as Qwen's long-context files have it (factor 4 over 32768 positions), and with
+		// frequency factors, part of the head and a partial extrapolation.
+		{"NeoXYaRN", 2, backend.RoPE{Mode: backend.RoPENeoX, HeadDim: 64, Dims: 64, Base: 1e6, FreqScale: 0.25, ExtFactor: 1,
+			CorrDims: backend.YaRNCorrDims(64, 32768, 1e6, 32, 1)}},
+		{"NormalYaRNPartial", 3, backend.RoPE{Mode: backend.RoPENormal, HeadDim: 32, Dims: 24, Base: 10000, FreqScale: 0.125, ExtFactor: 0.5,
+			Factors: llama3Factors(24, 10000), AttnFactor: 1.1, CorrDims: backend.YaRNCorrDims(24, 2048, 10000, 32, 1)}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -337,8 +353,15 @@ func testRope(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)
 				if c.r.AttnFactor != 0 {
 					roundings++
 				}
+				if c.r.ExtFactor != 0 {
+					roundings += 4 // the mix of two angles, and the magnitude's factor
+				}
+				fs := float64(c.r.FreqScale)
+				if c.r.ExtFactor != 0 {
+					fs = 1 // the fastest pairs keep their unscaled angle
+				}
 				angle := func(p int32) float64 {
-					return float64(p)*float64(c.r.FreqScale)*float64(roundings)*u + 8*u
+					return float64(p)*fs*float64(roundings)*u + 8*u
 				}
 				compare(t, fmt.Sprintf("Rope %s n=%d", c.name, n), width, got, want, func(i int) float64 {
 					tok, e := i/width, i%c.r.HeadDim

@@ -532,7 +532,7 @@ func (b *Backend) Rope(x backend.Tensor, nHead int, r backend.RoPE, bt *backend.
 	}
 	return b.ctx.Rope(xt.f32, xt.rows, nHead, cpu.Rope{
 		NeoX: r.Mode == backend.RoPENeoX, HeadDim: r.HeadDim, Dims: r.Dims, Base: r.Base, FreqScale: r.FreqScale,
-		Factors: r.Factors, AttnFactor: r.AttnFactor,
+		Factors: r.Factors, AttnFactor: r.AttnFactor, ExtFactor: r.ExtFactor, CorrDims: r.CorrDims,
 	}, bt.Pos)
 }
 

@@ -586,7 +586,8 @@ func (b *Backend) Rope(x backend.Tensor, nHead int, r backend.RoPE, bt *backend.
 		return fmt.Errorf("cuda: %w", err)
 	}
 	return b.ctx.Rope(xt.ref(), xt.rows, nHead, bcuda.RoPE{NeoX: r.Mode == backend.RoPENeoX, HeadDim: r.HeadDim, Dims: r.Dims,
-		Base: r.Base, FreqScale: r.FreqScale, Factors: r.Factors, AttnFactor: r.AttnFactor}, bt.Pos)
+		Base: r.Base, FreqScale: r.FreqScale, Factors: r.Factors, AttnFactor: r.AttnFactor,
+		ExtFactor: r.ExtFactor, CorrDims: r.CorrDims}, bt.Pos)
 }
 
 // KV is a key/value cache in device memory: per layer, keys and values [Slots, Width].

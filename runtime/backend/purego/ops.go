@@ -122,6 +122,12 @@ func (be *Backend) SwiGLU(dst, gate, up backend.Tensor) error {
 	return nil
 }
 
+// yarnRamp is YaRN's share of the unscaled angle for pair k.
+func yarnRamp(r backend.RoPE, k int) float64 {
+	y := (float64(k) - float64(r.CorrDims[0])) / math.Max(0.001, float64(r.CorrDims[1])-float64(r.CorrDims[0]))
+	return (1 - math.Min(1, math.Max(0, y))) * float64(r.ExtFactor)
+}
+
 // Rope rotates x [n, nHead*r.HeadDim] in place. Angles are computed in float64.
 func (be *Backend) Rope(x backend.Tensor, nHead int, r backend.RoPE, b *backend.Batch) error {
 	const op = "rope"
@@ -149,13 +155,21 @@ func (be *Backend) Rope(x backend.Tensor, nHead int, r backend.RoPE, b *backend.
 	if r.AttnFactor != 0 {
 		m = float64(r.AttnFactor)
 	}
+	if r.ExtFactor != 0 {
+		m *= 1 + 0.1*math.Log(1/float64(r.FreqScale))
+	}
 	for i, pos := range b.Pos {
-		p := float64(pos) * float64(r.FreqScale)
+		p := float64(pos)
 		for k, f := range be.inv[:half] {
 			if r.Factors != nil {
 				f /= float64(r.Factors[k])
 			}
-			s, c := math.Sincos(p * f)
+			t := p * f * float64(r.FreqScale)
+			if r.ExtFactor != 0 {
+				mix := yarnRamp(r, k)
+				t = t*(1-mix) + p*f*mix
+			}
+			s, c := math.Sincos(t)
 			cs[2*k], cs[2*k+1] = m*c, m*s
 		}
 		row := xt.f32[i*xt.cols : (i+1)*xt.cols]

@@ -151,11 +151,12 @@ func ConfigFrom(f *gguf.File) (Config, error) {
 		base = v
 	}
 	// As llama.cpp reads them: the type defaults to linear; the factor is rope.scaling.factor,
-	// else the older rope.scale_linear, and whatever the type, positions are divided by it.
+	// else the older rope.scale_linear, and positions are divided by it unless the type is none.
+	// YaRN adds its ramp towards the unscaled angles of the fastest pairs (set below).
 	scale := 1.0
 	typ, hasType := f.String(p + "rope.scaling.type")
-	if hasType && typ != "none" && typ != "linear" {
-		return Config{}, fmt.Errorf("rope scaling %q is not supported (only linear)", typ)
+	if hasType && typ != "none" && typ != "linear" && typ != "yarn" {
+		return Config{}, fmt.Errorf("rope scaling %q is not supported (linear or yarn)", typ)
 	}
 	factor, ok := f.Float(p + "rope.scaling.factor")
 	if !ok {
@@ -164,8 +165,14 @@ func ConfigFrom(f *gguf.File) (Config, error) {
 	switch {
 	case ok && factor > 0:
 		scale = 1 / factor
-	case ok && factor != 0 || hasType && typ == "linear" && !ok:
-		return Config{}, fmt.Errorf("linear rope scaling without a valid factor")
+	case ok && factor != 0 || hasType && (typ == "linear" || typ == "yarn") && !ok:
+		if typ != "yarn" {
+			typ = "linear"
+		}
+		return Config{}, fmt.Errorf("%s rope scaling without a valid factor", typ)
+	}
+	if typ == "none" { // llama.cpp: "never scale if scaling type is none"
+		scale = 1
 	}
 	if fs := float32(scale); !(fs > 0) || math.IsInf(float64(fs), 0) {
 		return Config{}, fmt.Errorf("rope scaling factor %g is out of range", 1/scale)
@@ -178,6 +185,13 @@ func ConfigFrom(f *gguf.File) (Config, error) {
 	c.RoPE.Factors = factors
 	if err := c.longRoPE(f, p); err != nil {
 		return Config{}, err
+	}
+	if typ == "yarn" && scale != 1 {
+		// As llama.cpp runs YaRN for these architectures: full extrapolation, its default
+		// rotation counts (32 fast, 1 slow) over the original context, the file's attention
+		// factor (rope.scaling.attn_factor) times YaRN's own magnitude correction.
+		c.RoPE.ExtFactor = 1
+		c.RoPE.CorrDims = backend.YaRNCorrDims(ropeDims, c.OrigContext, c.RoPE.Base, 32, 1)
 	}
 
 	emb, ok := f.Tensor("token_embd.weight")

@@ -279,9 +279,10 @@ func TestLlamaBiasesMatchFloat64(t *testing.T) {
 	}
 }
 
-// TestRopeScalingFactor: as llama.cpp reads it, rope.scaling.factor divides positions whether or
-// not rope.scaling.type says linear (the type defaults to linear), the older rope.scale_linear
-// when the factor is absent; a type other than linear or none is refused.
+// TestRopeScalingFactor: as llama.cpp reads it, rope.scaling.factor divides positions when
+// rope.scaling.type says linear or yarn or nothing (the type defaults to linear), but not when
+// it says none; the older rope.scale_linear serves when the factor is absent; yarn adds its ramp
+// over the pairs of the original context; another type is refused.
 func TestRopeScalingFactor(t *testing.T) {
 	w, err := llama.Synth(tinyShape, tensor.F32, 3)
 	if err != nil {
@@ -309,10 +310,12 @@ func TestRopeScalingFactor(t *testing.T) {
 		{"none given", nil, 1, ""},
 		{"factor without a type", map[string]gguf.Value{"llama.rope.scaling.factor": f32(4)}, 0.25, ""},
 		{"linear", map[string]gguf.Value{"llama.rope.scaling.type": str("linear"), "llama.rope.scaling.factor": f32(2)}, 0.5, ""},
-		{"type none with a factor", map[string]gguf.Value{"llama.rope.scaling.type": str("none"), "llama.rope.scaling.factor": f32(8)}, 0.125, ""},
+		{"type none with a factor", map[string]gguf.Value{"llama.rope.scaling.type": str("none"), "llama.rope.scaling.factor": f32(8)}, 1, ""},
 		{"old key", map[string]gguf.Value{"llama.rope.scale_linear": f32(4)}, 0.25, ""},
 		{"factor 0", map[string]gguf.Value{"llama.rope.scaling.factor": f32(0)}, 1, ""},
-		{"yarn", map[string]gguf.Value{"llama.rope.scaling.type": str("yarn"), "llama.rope.scaling.factor": f32(4)}, 0, "not supported"},
+		{"yarn", map[string]gguf.Value{"llama.rope.scaling.type": str("yarn"), "llama.rope.scaling.factor": f32(4)}, 0.25, ""},
+		{"yarn without a factor", map[string]gguf.Value{"llama.rope.scaling.type": str("yarn")}, 0, "yarn rope scaling without a valid factor"},
+		{"su", map[string]gguf.Value{"llama.rope.scaling.type": str("su")}, 0, "not supported"},
 		{"negative factor", map[string]gguf.Value{"llama.rope.scaling.factor": f32(-2)}, 0, "valid factor"},
 	} {
 		cfg, err := llama.ConfigFrom(with(c.kv))
@@ -323,6 +326,67 @@ func TestRopeScalingFactor(t *testing.T) {
 			t.Errorf("%s: %v", c.name, err)
 		case c.err == "" && cfg.RoPE.FreqScale != c.scale:
 			t.Errorf("%s: frequency scale %v, want %v", c.name, cfg.RoPE.FreqScale, c.scale)
+		case c.err == "" && (cfg.RoPE.ExtFactor != 0) != (c.name == "yarn"):
+			t.Errorf("%s: YaRN extrapolation %v", c.name, cfg.RoPE.ExtFactor)
 		}
+	}
+}
+
+// TestYaRNMatchesFloat64: a model with YaRN rope scaling (rope.scaling.type yarn, factor 4 over
+// an original context of 4096) runs on every backend as the float64 reference computes it,
+// which derives the ramp's pairs itself; and YaRN gives other logits than linear scaling.
+func TestYaRNMatchesFloat64(t *testing.T) {
+	w, err := llama.Synth(tinyShape, tensor.F32, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	synth := parse(t, w)
+	with := func(typ string, qk float32) *gguf.File {
+		return rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+			if ti == nil {
+				w.SetString("llama.rope.scaling.type", typ)
+				w.SetFloat32("llama.rope.scaling.factor", 4)
+				w.SetUint32("llama.rope.scaling.original_context_length", 4096)
+				return true
+			}
+			if !strings.HasSuffix(ti.Name, "attn_q.weight") && !strings.HasSuffix(ti.Name, "attn_k.weight") {
+				return true
+			}
+			// Queries and keys scaled up, so that attention depends strongly on the angles.
+			b := append([]byte(nil), synth.TensorData(ti)...)
+			for i := 0; i+4 <= len(b); i += 4 {
+				binary.LittleEndian.PutUint32(b[i:], math.Float32bits(qk*math.Float32frombits(binary.LittleEndian.Uint32(b[i:]))))
+			}
+			if err := w.AddTensor(ti.Name, ti.DType, ti.Shape, b); err != nil {
+				t.Fatal(err)
+			}
+			return false
+		})
+	}
+	yarn, linear := with("yarn", 30), with("linear", 30)
+	cfg, err := llama.ConfigFrom(yarn)
+	if err != nil || cfg.RoPE.ExtFactor != 1 || cfg.OrigContext != 4096 || cfg.RoPE.CorrDims != [2]float32{2, 6} {
+		t.Fatalf("yarn config %+v, %v", cfg.RoPE, err)
+	}
+	toks := []int32{1, 17, 250, 3, 99, 42, 7, 7, 7, 180, 33, 12}
+	for _, be := range backendsUnderTest(t) {
+		t.Run(be.Name(), func(t *testing.T) {
+			ref := newRef64(t, yarn)
+			got, lin := oneByOne(t, be, yarn, toks), oneByOne(t, be, linear, toks)
+			worst, moved := 0.0, 0.0
+			for i, tk := range toks {
+				want := ref.step(tk)
+				for j := range want {
+					worst = math.Max(worst, math.Abs(float64(got[i][j])-want[j]))
+					moved = math.Max(moved, math.Abs(float64(got[i][j]-lin[i][j])))
+				}
+			}
+			if worst > 1e-3 || math.IsNaN(worst) {
+				t.Errorf("logits differ from the float64 reference by up to %v", worst)
+			}
+			if moved < 0.1 {
+				t.Errorf("YaRN moved no logit by more than %v from linear scaling", moved)
+			}
+		})
 	}
 }

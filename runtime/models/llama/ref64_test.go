@@ -109,14 +109,31 @@ func (r *ref64) rmsnorm(x []float64, name string) []float64 {
 
 func (r *ref64) rope(x []float64, heads, pos int) {
 	hd, dims := r.c.HeadDim, r.c.RoPE.Dims
+	fs := float64(r.c.RoPE.FreqScale)
+	// YaRN (as llama.cpp runs it: full extrapolation, rotation counts 32 and 1): pairs from
+	// lo to hi move from the unscaled angle to the scaled one, and magnitudes grow.
+	var lo, hi float64
+	mscale := r.mscale
+	if r.c.RoPE.ExtFactor != 0 {
+		corr := func(rot float64) float64 {
+			return float64(dims) * math.Log(float64(r.c.OrigContext)/(rot*2*math.Pi)) / (2 * math.Log(float64(r.c.RoPE.Base)))
+		}
+		lo, hi = math.Max(0, math.Floor(corr(32))), math.Min(float64(dims-1), math.Ceil(corr(1)))
+		mscale *= 1 + 0.1*math.Log(1/fs)
+	}
 	for h := 0; h < heads; h++ {
 		v := x[h*hd : (h+1)*hd]
 		for i := 0; i < dims/2; i++ {
-			theta := float64(pos) * float64(r.c.RoPE.FreqScale) * math.Pow(float64(r.c.RoPE.Base), -2*float64(i)/float64(dims))
+			extrap := float64(pos) * math.Pow(float64(r.c.RoPE.Base), -2*float64(i)/float64(dims))
 			if r.factors != nil {
-				theta /= float64(r.factors[i])
+				extrap /= float64(r.factors[i])
 			}
-			cs, sn := r.mscale*math.Cos(theta), r.mscale*math.Sin(theta)
+			theta := extrap * fs
+			if r.c.RoPE.ExtFactor != 0 {
+				mix := 1 - math.Min(1, math.Max(0, (float64(i)-lo)/math.Max(0.001, hi-lo)))
+				theta = theta*(1-mix) + extrap*mix
+			}
+			cs, sn := mscale*math.Cos(theta), mscale*math.Sin(theta)
 			a, b := 2*i, 2*i+1
 			if r.c.RoPE.Mode == 1 {
 				a, b = i, i+dims/2
