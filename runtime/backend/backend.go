@@ -73,13 +73,17 @@ type RoPE struct {
 
 // YaRNCorrDims are the pairs between which YaRN's ramp runs for dims rotated elements of base,
 // a model trained on origCtx positions, and the rotation counts betaFast and betaSlow
-// (ggml_rope_yarn_corr_dims).
+// (ggml_rope_yarn_corr_dims). Where ggml's bounds are infinite (a base of 1), they are clamped
+// to dims and -1, which give the same ramp.
 func YaRNCorrDims(dims, origCtx int, base, betaFast, betaSlow float32) [2]float32 {
 	corr := func(beta float32) float64 {
 		return float64(dims) * math.Log(float64(origCtx)/(float64(beta)*2*math.Pi)) / (2 * math.Log(float64(base)))
 	}
-	lo := math.Max(0, math.Floor(corr(betaFast)))
-	hi := math.Min(float64(dims-1), math.Ceil(corr(betaSlow)))
+	lo := math.Min(float64(dims), math.Max(0, math.Floor(corr(betaFast))))
+	hi := math.Max(-1, math.Min(float64(dims-1), math.Ceil(corr(betaSlow))))
+	if lo != lo || hi != hi { // 0/0: no ramp
+		lo, hi = 0, 0
+	}
 	return [2]float32{float32(lo), float32(hi)}
 }
 

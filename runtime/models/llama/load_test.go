@@ -15,7 +15,7 @@ import (
 // tinyShape is small enough to build in a test and still has grouped-query attention.
 var tinyShape = llama.Shape{Name: "tiny", Dim: 64, Layers: 2, Heads: 4, KVHeads: 2, FFN: 96, Ctx: 64, Vocab: 300}
 
-func parse(t *testing.T, w *gguf.Writer) *gguf.File {
+func parse(t testing.TB, w *gguf.Writer) *gguf.File {
 	t.Helper()
 	var buf bytes.Buffer
 	if _, err := w.WriteTo(&buf); err != nil {
@@ -29,7 +29,7 @@ func parse(t *testing.T, w *gguf.Writer) *gguf.File {
 }
 
 // rebuild copies f into a writer, letting edit change metadata and drop or replace tensors.
-func rebuild(t *testing.T, f *gguf.File, edit func(w *gguf.Writer, ti *gguf.TensorInfo) bool) *gguf.File {
+func rebuild(t testing.TB, f *gguf.File, edit func(w *gguf.Writer, ti *gguf.TensorInfo) bool) *gguf.File {
 	t.Helper()
 	w := gguf.NewWriter()
 	for _, kv := range f.KVs {

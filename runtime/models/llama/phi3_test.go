@@ -30,7 +30,7 @@ type phi3Opts struct {
 // (Phi-3 128k, Phi-3.5) the short and long frequency factors with the attention factor. The
 // queries and keys are scaled up so that attention, and with it the logits, depends on the
 // rotation.
-func phi3Model(t *testing.T, o phi3Opts) *gguf.File {
+func phi3Model(t testing.TB, o phi3Opts) *gguf.File {
 	t.Helper()
 	if o.dt == 0 {
 		o.dt = tensor.F32

@@ -368,7 +368,22 @@ func TestYaRNMatchesFloat64(t *testing.T) {
 	if err != nil || cfg.RoPE.ExtFactor != 1 || cfg.OrigContext != 4096 || cfg.RoPE.CorrDims != [2]float32{2, 6} {
 		t.Fatalf("yarn config %+v, %v", cfg.RoPE, err)
 	}
+	// A base of 1 makes ggml's ramp bounds infinite: clamped, they still run.
+	one := rebuild(t, yarn, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+		if ti == nil {
+			w.SetFloat32("llama.rope.freq_base", 1)
+		}
+		return true
+	})
+	if cfg, err := llama.ConfigFrom(one); err != nil || cfg.RoPE.CorrDims != [2]float32{16, 15} {
+		t.Fatalf("base 1: %+v, %v", cfg.RoPE, err)
+	}
 	toks := []int32{1, 17, 250, 3, 99, 42, 7, 7, 7, 180, 33, 12}
+	for _, be := range backendsUnderTest(t) {
+		if got := oneByOne(t, be, one, toks[:3]); math.IsNaN(float64(got[2][0])) {
+			t.Fatalf("%s: base 1: NaN logits", be.Name())
+		}
+	}
 	for _, be := range backendsUnderTest(t) {
 		t.Run(be.Name(), func(t *testing.T) {
 			ref := newRef64(t, yarn)
