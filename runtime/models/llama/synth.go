@@ -101,6 +101,11 @@ func Synth(s Shape, dt tensor.DType, seed uint64) (*gguf.Writer, error) {
 	w.SetFloat32(p+"attention.layer_norm_rms_epsilon", 1e-5)
 	w.SetFloat32(p+"rope.freq_base", 10000)
 	w.SetUint32(p+"vocab_size", uint32(s.Vocab))
+	if fused {
+		// Phi-3-mini's, which every phi3 file has (older llama.cpp requires it); Parley, like
+		// llama.cpp now, does not apply it.
+		w.SetUint32(p+"attention.sliding_window", 2047)
+	}
 	tokens, scores, types := synthVocab(s.Vocab)
 	w.SetString("tokenizer.ggml.model", "llama")
 	w.SetStrings("tokenizer.ggml.tokens", tokens)
