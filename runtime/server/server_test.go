@@ -791,9 +791,9 @@ func TestMetrics(t *testing.T) {
 		"parley_step_duration_seconds", "parley_batch_size", "parley_batch_tokens", "parley_steps_total",
 	}
 	// The scheduler publishes its statistics at the end of a step, which may come just after the
-	// response: scrape until they have caught up (or give up after two seconds).
+	// response: scrape until they have caught up (or give up after 30 seconds).
 	var text string
-	for try := 0; try < 200; try++ {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
 		resp, b := h.do(t, "GET", "/metrics", "")
 		if resp.StatusCode != 200 {
 			t.Fatalf("metrics: %d", resp.StatusCode)
