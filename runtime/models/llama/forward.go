@@ -378,11 +378,13 @@ func (c *Context) layer(li int, l *layer, vs *tokViews, b *backend.Batch) error 
 			return err
 		}
 	}
-	if err := be.Rope(vs.q, m.Heads, c.rope, b); err != nil {
-		return err
-	}
-	if err := be.Rope(vs.k, m.KVHeads, c.rope, b); err != nil {
-		return err
+	if m.NoRoPE == 0 || (li+1)%m.NoRoPE != 0 {
+		if err := be.Rope(vs.q, m.Heads, c.rope, b); err != nil {
+			return err
+		}
+		if err := be.Rope(vs.k, m.KVHeads, c.rope, b); err != nil {
+			return err
+		}
 	}
 	if err := be.StoreKV(c.kv, li, vs.k, vs.v, b); err != nil {
 		return err

@@ -173,8 +173,10 @@ func (r *ref64) step(tok int32) []float64 {
 				copy(k[h*c.HeadDim:], r.rmsnorm(k[h*c.HeadDim:(h+1)*c.HeadDim], p+"attn_k_norm.weight"))
 			}
 		}
-		r.rope(q, c.Heads, pos)
-		r.rope(k, c.KVHeads, pos)
+		if c.NoRoPE == 0 || (l+1)%c.NoRoPE != 0 { // smollm3: every fourth layer unrotated
+			r.rope(q, c.Heads, pos)
+			r.rope(k, c.KVHeads, pos)
+		}
 		if r.kvRound != nil {
 			for i := range k {
 				k[i], v[i] = r.kvRound(k[i]), r.kvRound(v[i])
