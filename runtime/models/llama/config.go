@@ -2,15 +2,16 @@
 // layout, and relatives: Qwen2, whose only difference is a bias on the query, key and value
 // projections; Qwen3, whose queries and keys are RMS-normalised per head before the rotation;
 // Phi-3, whose query, key and value projections are one matrix and whose gate and up
-// projections are another, with LongRoPE's two sets of frequency factors; and SmolLM3, whose
-// every fourth layer attends without rotation): hyper-parameters and
+// projections are another, with LongRoPE's two sets of frequency factors; SmolLM3, whose every
+// fourth layer attends without rotation; and OLMo 2, which normalises each block's outputs
+// instead of its inputs, and its queries and keys whole): hyper-parameters and
 // weights bound from a GGUF file, and a batched forward step over a shared block KV cache,
 // written once against backend.Backend.
 //
 // The computation follows llama.cpp's graph for LLM_ARCH_LLAMA and LLM_ARCH_QWEN2 (src/llama-model.cpp,
 // llm_build_llama / llm_build_qwen2 at commit c392e5094deaf2d1a7c18683214f007fad3fe42b),
-// LLM_ARCH_QWEN3, LLM_ARCH_PHI3 and LLM_ARCH_SMOLLM3 (llm_build_qwen3, llm_build_phi3,
-// llm_build_smollm3): RMSNorm, rotary position
+// LLM_ARCH_QWEN3, LLM_ARCH_PHI3, LLM_ARCH_SMOLLM3 and LLM_ARCH_OLMO2 (llm_build_qwen3,
+// llm_build_phi3, llm_build_smollm3, llm_build_olmo2): RMSNorm, rotary position
 // embedding, grouped-query attention, SwiGLU feed-forward, tied or separate output. As llama.cpp
 // does, Phi-3's sliding window (phi3.attention.sliding_window) is not applied: every position
 // attends to the whole sequence.
@@ -44,6 +45,10 @@ type Config struct {
 	TiedEmbed bool // output projection shares token_embd.weight
 	Fused     bool // attn_qkv.weight (where the file has it) and ffn_up.weight of gate then up (phi3)
 	NoRoPE    int  // when > 0, layers li with (li+1)%NoRoPE == 0 are not rotated (smollm3: 4)
+	// PostNorm (olmo2): no norm before attention or the feed-forward network; their outputs are
+	// RMS-normalised (post_attention_norm, post_ffw_norm) before they join the residual stream, and
+	// the queries and keys are normalised whole (QKNorm over all heads at once).
+	PostNorm bool
 
 	// LongRoPE (phi3): RoPE.Factors are the short factors (rope_factors_short.weight); a context
 	// whose sequences may run past OrigContext positions uses LongFactors
@@ -62,13 +67,15 @@ var arches = map[string]struct {
 	qkNorm  bool
 	fused   bool
 	noRoPE  int
+	post    bool
 }{
-	"llama":   {backend.RoPENormal, false, false, false, 0},
-	"mistral": {backend.RoPENormal, false, false, false, 0},
-	"qwen2":   {backend.RoPENeoX, true, false, false, 0},
-	"qwen3":   {backend.RoPENeoX, false, true, false, 0},
-	"phi3":    {backend.RoPENeoX, false, false, true, 0},
-	"smollm3": {backend.RoPENormal, false, false, false, 4},
+	"llama":   {backend.RoPENormal, false, false, false, 0, false},
+	"mistral": {backend.RoPENormal, false, false, false, 0, false},
+	"qwen2":   {backend.RoPENeoX, true, false, false, 0, false},
+	"qwen3":   {backend.RoPENeoX, false, true, false, 0, false},
+	"phi3":    {backend.RoPENeoX, false, false, true, 0, false},
+	"smollm3": {backend.RoPENormal, false, false, false, 4, false},
+	"olmo2":   {backend.RoPENeoX, false, true, false, 0, true},
 }
 
 // Supported reports whether arch is an architecture this package runs.
@@ -82,9 +89,15 @@ func ConfigFrom(f *gguf.File) (Config, error) {
 		if arch == "" {
 			return Config{}, fmt.Errorf("model has no general.architecture")
 		}
-		return Config{}, fmt.Errorf("unsupported model architecture %q (supported: llama, mistral, qwen2, qwen3, phi3, smollm3)", arch)
+		return Config{}, fmt.Errorf("unsupported model architecture %q (supported: llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2)", arch)
 	}
-	c := Config{Arch: arch, QKVBias: a.qkvBias, QKNorm: a.qkNorm, Fused: a.fused, NoRoPE: a.noRoPE}
+	c := Config{Arch: arch, QKVBias: a.qkvBias, QKNorm: a.qkNorm, Fused: a.fused, NoRoPE: a.noRoPE, PostNorm: a.post}
+	if arch == "olmo2" {
+		// OLMo 3 files (olmo2 with a window) attend within a window on three layers of four.
+		if v, ok := f.Int(arch + ".attention.sliding_window"); ok && v > 0 {
+			return Config{}, fmt.Errorf("sliding-window attention (%s.attention.sliding_window = %d, OLMo 3) is not supported", arch, v)
+		}
+	}
 	p := arch + "."
 	req := func(key string, dst *int) error {
 		v, ok := f.Int(p + key)

@@ -357,10 +357,13 @@ func (c *Context) ops(tokens []int32, b *backend.Batch, vs *tokViews, ov *outVie
 // and keys RMS-normalised (its own weights) before the rotation.
 func (c *Context) layer(li int, l *layer, vs *tokViews, b *backend.Batch) error {
 	m, be := c.m, c.m.be
-	if err := be.RMSNorm(vs.xn, vs.x, l.attnNorm, m.NormEps); err != nil {
+	in := vs.xn // what the projections read: the normalised stream, or with PostNorm the stream
+	if m.PostNorm {
+		in = vs.x
+	} else if err := be.RMSNorm(vs.xn, vs.x, l.attnNorm, m.NormEps); err != nil {
 		return err
 	}
-	if err := backend.MatMuls(be, vs.qkv[:], vs.xn, l.qkv[:]); err != nil {
+	if err := backend.MatMuls(be, vs.qkv[:], in, l.qkv[:]); err != nil {
 		return err
 	}
 	for _, p := range [3]struct{ dst, bias backend.Tensor }{{vs.q, l.bq}, {vs.k, l.bk}, {vs.v, l.bv}} {
@@ -370,7 +373,7 @@ func (c *Context) layer(li int, l *layer, vs *tokViews, b *backend.Batch) error 
 			}
 		}
 	}
-	if l.qNorm != nil { // per head: [n, heads*headDim] in groups of headDim
+	if l.qNorm != nil { // per head: [n, heads*headDim] in groups of headDim (olmo2: whole)
 		if err := be.RMSNorm(vs.q, vs.q, l.qNorm, m.NormEps); err != nil {
 			return err
 		}
@@ -398,13 +401,20 @@ func (c *Context) layer(li int, l *layer, vs *tokViews, b *backend.Batch) error 
 	if err := addBias(be, vs.xn, l.bo); err != nil {
 		return err
 	}
+	if m.PostNorm {
+		if err := be.RMSNorm(vs.xn, vs.xn, l.attnNorm, m.NormEps); err != nil {
+			return err
+		}
+	}
 	if err := be.AddRows(vs.x, vs.x, vs.xn); err != nil {
 		return err
 	}
-	if err := be.RMSNorm(vs.xn, vs.x, l.ffnNorm, m.NormEps); err != nil {
+	if m.PostNorm {
+		in = vs.x
+	} else if err := be.RMSNorm(vs.xn, vs.x, l.ffnNorm, m.NormEps); err != nil {
 		return err
 	}
-	if err := backend.MatMuls(be, vs.gateUp[:], vs.xn, l.gateUp[:]); err != nil {
+	if err := backend.MatMuls(be, vs.gateUp[:], in, l.gateUp[:]); err != nil {
 		return err
 	}
 	if err := addBias(be, vs.gate, l.bGate); err != nil {
@@ -421,6 +431,11 @@ func (c *Context) layer(li int, l *layer, vs *tokViews, b *backend.Batch) error 
 	}
 	if err := addBias(be, vs.xn, l.bDown); err != nil {
 		return err
+	}
+	if m.PostNorm {
+		if err := be.RMSNorm(vs.xn, vs.xn, l.ffnNorm, m.NormEps); err != nil {
+			return err
+		}
 	}
 	return be.AddRows(vs.x, vs.x, vs.xn)
 }

@@ -25,15 +25,15 @@ type Model struct {
 }
 
 type layer struct {
-	attnNorm   backend.Tensor // [1, dim]
+	attnNorm   backend.Tensor // [1, dim]; post_attention_norm.weight with PostNorm
 	wq         backend.Tensor // [heads*headDim, dim]
 	wk, wv     backend.Tensor // [kvHeads*headDim, dim]
 	bq, bk, bv backend.Tensor // [1, ...] biases (qwen2; llama files may have them too); nil otherwise
-	qNorm      backend.Tensor // [1, headDim] attn_q_norm.weight (qwen3), or nil
-	kNorm      backend.Tensor // [1, headDim] attn_k_norm.weight (qwen3), or nil
+	qNorm      backend.Tensor // [1, headDim] attn_q_norm.weight (qwen3; [1, qDim] olmo2), or nil
+	kNorm      backend.Tensor // [1, headDim] attn_k_norm.weight (qwen3; [1, kvDim] olmo2), or nil
 	wo         backend.Tensor // [dim, heads*headDim]
 	bo         backend.Tensor // [1, dim] attn_output.bias, or nil
-	ffnNorm    backend.Tensor // [1, dim]
+	ffnNorm    backend.Tensor // [1, dim]; post_ffw_norm.weight with PostNorm
 	wGate, wUp backend.Tensor // [ffn, dim]
 	wDown      backend.Tensor // [dim, ffn]
 	bGate, bUp backend.Tensor // [1, ffn] ffn_gate.bias, ffn_up.bias, or nil
@@ -81,10 +81,14 @@ func Load(f *gguf.File, be backend.Backend) (*Model, error) {
 			rows, cols int
 			norm       bool
 		}
+		attnNorm, ffnNorm := "attn_norm.weight", "ffn_norm.weight"
+		if c.PostNorm {
+			attnNorm, ffnNorm = "post_attention_norm.weight", "post_ffw_norm.weight"
+		}
 		binds := []bind{
-			{&l.attnNorm, "attn_norm.weight", 1, c.Dim, true},
+			{&l.attnNorm, attnNorm, 1, c.Dim, true},
 			{&l.wo, "attn_output.weight", c.Dim, qDim, false},
-			{&l.ffnNorm, "ffn_norm.weight", 1, c.Dim, true},
+			{&l.ffnNorm, ffnNorm, 1, c.Dim, true},
 			{&l.wDown, "ffn_down.weight", c.Dim, c.FFN, false},
 		}
 		_, fusedQKV := f.Tensor(name("attn_qkv.weight"))
@@ -111,10 +115,14 @@ func Load(f *gguf.File, be backend.Backend) (*Model, error) {
 			}
 		}
 		if c.QKNorm {
-			if l.qNorm, err = m.load(f, name("attn_q_norm.weight"), 1, c.HeadDim, true); err != nil {
+			qn, kn := c.HeadDim, c.HeadDim
+			if c.PostNorm { // olmo2: all heads at once
+				qn, kn = qDim, kvDim
+			}
+			if l.qNorm, err = m.load(f, name("attn_q_norm.weight"), 1, qn, true); err != nil {
 				return nil, err
 			}
-			if l.kNorm, err = m.load(f, name("attn_k_norm.weight"), 1, c.HeadDim, true); err != nil {
+			if l.kNorm, err = m.load(f, name("attn_k_norm.weight"), 1, kn, true); err != nil {
 				return nil, err
 			}
 		}

@@ -151,7 +151,10 @@ func (r *ref64) step(tok int32) []float64 {
 	qDim, kvDim := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
 	for l := 0; l < c.Layers; l++ {
 		p := fmt.Sprintf("blk.%d.", l)
-		xn := r.rmsnorm(x, p+"attn_norm.weight")
+		xn := x // olmo2 (PostNorm): no norm before the block
+		if !c.PostNorm {
+			xn = r.rmsnorm(x, p+"attn_norm.weight")
+		}
 		q := r.matvec(p+"attn_q.weight", xn, qDim)
 		k := r.matvec(p+"attn_k.weight", xn, kvDim)
 		v := r.matvec(p+"attn_v.weight", xn, kvDim)
@@ -165,7 +168,9 @@ func (r *ref64) step(tok int32) []float64 {
 				}
 			}
 		}
-		if c.QKNorm { // per head, before the rotation
+		if c.QKNorm && c.PostNorm { // olmo2: all heads at once
+			q, k = r.rmsnorm(q, p+"attn_q_norm.weight"), r.rmsnorm(k, p+"attn_k_norm.weight")
+		} else if c.QKNorm { // per head, before the rotation
 			for h := 0; h < c.Heads; h++ {
 				copy(q[h*c.HeadDim:], r.rmsnorm(q[h*c.HeadDim:(h+1)*c.HeadDim], p+"attn_q_norm.weight"))
 			}
@@ -221,10 +226,17 @@ func (r *ref64) step(tok int32) []float64 {
 		}
 		o := r.matvec(p+"attn_output.weight", att, c.Dim)
 		r.bias(o, p+"attn_output.bias")
+		if c.PostNorm {
+			o = r.rmsnorm(o, p+"post_attention_norm.weight")
+		}
 		for i := range x {
 			x[i] += o[i]
 		}
-		xn = r.rmsnorm(x, p+"ffn_norm.weight")
+		if c.PostNorm {
+			xn = append([]float64(nil), x...)
+		} else {
+			xn = r.rmsnorm(x, p+"ffn_norm.weight")
+		}
 		g := r.matvec(p+"ffn_gate.weight", xn, c.FFN)
 		u := r.matvec(p+"ffn_up.weight", xn, c.FFN)
 		r.bias(g, p+"ffn_gate.bias")
@@ -234,6 +246,9 @@ func (r *ref64) step(tok int32) []float64 {
 		}
 		d := r.matvec(p+"ffn_down.weight", g, c.Dim)
 		r.bias(d, p+"ffn_down.bias")
+		if c.PostNorm {
+			d = r.rmsnorm(d, p+"post_ffw_norm.weight")
+		}
 		for i := range x {
 			x[i] += d[i]
 		}
