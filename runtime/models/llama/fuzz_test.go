@@ -32,15 +32,18 @@ func FuzzLoad(f *testing.F) {
 		f.Fatal(err)
 	}
 	synth := parse(f, w)
-	phi := phi3Model(f, phi3Opts{longRoPE: true})
+	phi, olmo := phi3Model(f, phi3Opts{longRoPE: true}), olmo2Model(f)
 	be := sharedtest.Backend(f, "go", 1)
-	arches := []string{"llama", "qwen2", "qwen3", "phi3"}
+	arches := []string{"llama", "qwen2", "qwen3", "phi3", "smollm3", "olmo2"}
 	types := []string{"", "linear", "yarn", "none", "su"}
 	f.Fuzz(func(t *testing.T, arch, key uint8, iv int64, fv float64, isInt bool, typ uint8, factor float64, key2 uint8, fv2 float64) {
 		a := arches[int(arch)%len(arches)]
 		base := synth
-		if a == "phi3" {
+		switch a {
+		case "phi3":
 			base = phi
+		case "olmo2":
+			base = olmo
 		}
 		from := base.Architecture()
 		file := rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
