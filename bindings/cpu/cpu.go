@@ -547,6 +547,25 @@ func (c *Context) RMSNorm(dst, x, w []float32, n, d int, eps float32) error {
 	return nil
 }
 
+// Scale: dst[i] = x[i] * s over len(dst) elements. dst may be x.
+func (c *Context) Scale(dst, x []float32, s float32) error {
+	const op = "scale"
+	if len(x) < len(dst) {
+		return fmt.Errorf("cpu: %s: x %d shorter than dst %d", op, len(x), len(dst))
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	if err := c.lock(op); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	if st := C.pl_scale(c.c, f32p(dst), f32p(x), C.float(s), C.int64_t(len(dst))); st != C.PL_OK {
+		return statusErr(op, st)
+	}
+	return nil
+}
+
 // SwiGLU: dst[i] = silu(gate[i]) * up[i] over len(dst) elements. dst may be gate or up.
 func (c *Context) SwiGLU(dst, gate, up []float32) error {
 	const op = "swiglu"

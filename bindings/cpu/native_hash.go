@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "0e166f253227c3ace509841267e789b3b9704c6275b5c986fff0d91d7a061410"
+const nativeSources = "ed11c7c56a7975db5ba206b71f70063fe8c32794538821c8824606f7fea86e2b"

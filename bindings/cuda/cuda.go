@@ -648,6 +648,24 @@ func (c *Context) LayerNorm(dst, x, w, b Ref, n, d int, eps float32) error {
 	return c.status(op, C.plc_layer_norm(c.c, fp(dp), fp(xp), fp(wp), fp(bp), C.int64_t(n), C.int64_t(d), C.float(eps)))
 }
 
+// Scale: dst = x*s over n F32 elements. dst may be x.
+func (c *Context) Scale(dst, x Ref, s float32, n int) error {
+	const op = "scale"
+	if err := c.lock(op); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	dp, err := dst.at(c, op, "dst", mul(n, 4))
+	if err != nil {
+		return err
+	}
+	xp, err := x.at(c, op, "x", mul(n, 4))
+	if err != nil {
+		return err
+	}
+	return c.status(op, C.plc_scale(c.c, fp(dp), fp(xp), C.float(s), C.int64_t(n)))
+}
+
 // SwiGLU: dst = silu(gate)*up over n F32 elements. dst may be gate or up.
 func (c *Context) SwiGLU(dst, gate, up Ref, n int) error {
 	const op = "swiglu"

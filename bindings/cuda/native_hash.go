@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "759ceaf9a99f3cf7fef0c992daff489d27f8142a74601c26497a3b9ff6004bdf"
+const nativeSources = "10df7f95257ee0dd467912a4cfd98062bed80914748338a1125b50fa30659402"

@@ -169,6 +169,43 @@ int pl_add_rows(pl_ctx *ctx, float *dst, const float *a, const float *b, int64_t
     return PL_OK;
 }
 
+/* ================================================================ Scale */
+
+typedef struct {
+    pl_ctx *ctx;
+    float *dst;
+    const float *x;
+    float s;
+    int64_t len;
+} scale_job;
+
+#define SCALE_CHUNK 4096
+
+static void job_scale(void *p, int ith, int nth) {
+    scale_job *j = (scale_job *)p;
+    (void)ith;
+    (void)nth;
+    int64_t c;
+    while ((c = plx_chunk_next(j->ctx)) * SCALE_CHUNK < j->len) {
+        const int64_t e = PL_MIN(j->len, (c + 1) * SCALE_CHUNK);
+        for (int64_t i = c * SCALE_CHUNK; i < e; i++) j->dst[i] = j->x[i] * j->s;
+    }
+}
+
+int pl_scale(pl_ctx *ctx, float *dst, const float *x, float s, int64_t len) {
+    if (ctx == NULL || len < 0 || !isfinite(s)) return PL_ERR_ARG;
+    if (len == 0) return PL_OK;
+    if (dst == NULL || x == NULL) return PL_ERR_ARG;
+    if (len <= PLX_INLINE_ELEMS) {
+        for (int64_t i = 0; i < len; i++) dst[i] = x[i] * s;
+        return PL_OK;
+    }
+    scale_job j = {ctx, dst, x, s, len};
+    plx_chunk_reset(ctx);
+    plx_run(ctx, job_scale, &j);
+    return PL_OK;
+}
+
 /* ================================================================ SwiGLU */
 
 #if PL_X86

@@ -44,6 +44,20 @@ extern "C" int plc_add_rows(plc_ctx *ctx, float *dst, const float *a, const floa
     return plc_launched(ctx, "add rows");
 }
 
+__global__ void plc_scale_k(float *dst, const float *x, float s, int64_t len) {
+    PLC_GRID_STRIDE(i, len) dst[i] = x[i] * s;
+}
+
+extern "C" int plc_scale(plc_ctx *ctx, float *dst, const float *x, float s, int64_t len) {
+    if (ctx == NULL) return PLC_ERR_ARG;
+    if (len < 0 || !isfinite(s)) return plc_fail_arg(ctx, "scale: negative length or factor not finite");
+    if (len == 0) return PLC_OK;
+    if (dst == NULL || x == NULL) return plc_fail_arg(ctx, "scale: null pointer");
+    PLC_ENTER(ctx);
+    plc_scale_k<<<plc_grid1d(ctx, len, 256), 256, 0, ctx->stream>>>(dst, x, s, len);
+    return plc_launched(ctx, "scale");
+}
+
 extern "C" int plc_swiglu(plc_ctx *ctx, float *dst, const float *gate, const float *up, int64_t len) {
     if (ctx == NULL) return PLC_ERR_ARG;
     if (len < 0) return plc_fail_arg(ctx, "swiglu: negative length");

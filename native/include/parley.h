@@ -160,6 +160,9 @@ int pl_add_rows(pl_ctx *ctx, float *dst, const float *a, const float *b, int64_t
 int pl_rms_norm(pl_ctx *ctx, float *dst, const float *x, const float *w, int64_t n, int64_t d,
                 float eps);
 
+/* pl_scale: dst[i] = x[i] * s for i < len, s finite. dst may be x. */
+int pl_scale(pl_ctx *ctx, float *dst, const float *x, float s, int64_t len);
+
 /* pl_swiglu: dst[i] = silu(gate[i]) * up[i] for i < len, silu(g) = g/(1+exp(-g)). dst may be
  * gate or up. */
 int pl_swiglu(pl_ctx *ctx, float *dst, const float *gate, const float *up, int64_t len);

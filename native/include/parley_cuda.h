@@ -199,6 +199,9 @@ int plc_rms_norm(plc_ctx *ctx, float *dst, const float *x, const float *w, int64
 int plc_layer_norm(plc_ctx *ctx, float *dst, const float *x, const float *w, const float *b,
                    int64_t n, int64_t d, float eps);
 
+/* plc_scale: dst[i] = x[i] * s for i < len (device), s finite. dst may be x. */
+int plc_scale(plc_ctx *ctx, float *dst, const float *x, float s, int64_t len);
+
 /* plc_swiglu: dst[i] = silu(gate[i]) * up[i] for i < len, silu(g) = g/(1+exp(-g)). dst may be
  * gate or up. */
 int plc_swiglu(plc_ctx *ctx, float *dst, const float *gate, const float *up, int64_t len);

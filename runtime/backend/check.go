@@ -121,6 +121,18 @@ func CheckRMSNorm(dst, x, w Tensor, eps float32) error {
 	return checkEps(op, eps)
 }
 
+// CheckScale: dst shaped like x, s finite.
+func CheckScale(dst, x Tensor, s float32) error {
+	const op = "scale"
+	if dst.Rows() != x.Rows() || dst.Cols() != x.Cols() {
+		return shapeErr(op, "dst", dst, x.Rows(), x.Cols())
+	}
+	if s != s || math.IsInf(float64(s), 0) {
+		return fmt.Errorf("%s: factor %v, want a finite value", op, s)
+	}
+	return nil
+}
+
 // CheckSwiGLU: up and dst shaped like gate.
 func CheckSwiGLU(dst, gate, up Tensor) error {
 	const op = "swiglu"

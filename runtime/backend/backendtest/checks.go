@@ -116,6 +116,11 @@ func testArgChecks(t *testing.T, b backend.Backend, _ func() (backend.Backend, e
 	good("SwiGLU", b.SwiGLU(dst, x, x))
 	add("SwiGLU up shape", func() error { return b.SwiGLU(dst, x, wide) }, func() error { return backend.CheckSwiGLU(dst, x, wide) })
 	add("SwiGLU dst shape", func() error { return b.SwiGLU(wide, x, x) }, func() error { return backend.CheckSwiGLU(wide, x, x) })
+	good("Scale", b.Scale(dst, x, 2))
+	add("Scale dst shape", func() error { return b.Scale(wide, x, 2) }, func() error { return backend.CheckScale(wide, x, 2) })
+	for _, s := range []float32{inf, nan} {
+		add(fmt.Sprintf("Scale by %v", s), func() error { return b.Scale(dst, x, s) }, func() error { return backend.CheckScale(dst, x, s) })
+	}
 
 	// Rope: x [3, 32] as 4 heads of 8.
 	pos := &backend.Batch{Pos: []int32{0, 1, 7}, Slot: []int32{0, 1, 2}}

@@ -205,6 +205,27 @@ func swigluRef(g, up []float32) []float64 {
 	return out
 }
 
+// testScale checks Scale: every product is one float32 multiplication, so exact.
+func testScale(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)) {
+	for _, d := range widths {
+		for _, n := range []int{1, 3, 17, 700} {
+			for _, s := range []float32{0.22, -3, 78.38367, 0} {
+				name := fmt.Sprintf("Scale n=%d d=%d s=%v", n, d, s)
+				xv := randVec(rng(name), n*d, 4)
+				xt := alloc(t, b, n, d, xv)
+				dst, g := output(t, b, n, d)
+				must(t, b.Scale(dst, xt, s), "%s", name)
+				for i, v := range read(t, b, dst) {
+					if want := xv[i] * s; v != want {
+						t.Fatalf("%s: element %d = %v, want %v", name, i, v, want)
+					}
+				}
+				g.check(t)
+			}
+		}
+	}
+}
+
 // testSwiGLU checks SwiGLU, including gates far out in both tails, where exp(-g) overflows
 // float32 and a careless formula gives NaN. Backends may use a float32 exp approximation: the
 // bound allows 2^-18 relative error (ggml's vectorised expf is within a few ulp).
@@ -385,7 +406,7 @@ func testRope(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)
 }
 
 // testAliasing checks the in-place forms the interface allows: AddRows with dst == a, RMSNorm
-// and LayerNorm with dst == x, SwiGLU with dst == gate, GELU with dst == x. Results must equal
+// and LayerNorm with dst == x, SwiGLU with dst == gate, GELU and Scale with dst == x. Results must equal
 // the out-of-place ones exactly.
 func testAliasing(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)) {
 	const n, d = 5, 96
@@ -401,6 +422,7 @@ func testAliasing(t *testing.T, b backend.Backend, _ func() (backend.Backend, er
 		{"AddRowsBias", func(dst, x backend.Tensor) error { return b.AddRows(dst, x, wt) }},
 		{"RMSNorm", func(dst, x backend.Tensor) error { return b.RMSNorm(dst, x, wt, 1e-5) }},
 		{"SwiGLU", func(dst, x backend.Tensor) error { return b.SwiGLU(dst, x, bt) }},
+		{"Scale", func(dst, x backend.Tensor) error { return b.Scale(dst, x, 1.7) }},
 		{"LayerNorm", func(dst, x backend.Tensor) error { return b.LayerNorm(dst, x, wt, lb, 1e-5) }},
 		{"GELU", func(dst, x backend.Tensor) error { return b.GELU(dst, x) }},
 	} {

@@ -47,6 +47,7 @@ func Run(t *testing.T, newBackend func() (backend.Backend, error)) {
 		{"AddRows", testAddRows},
 		{"RMSNorm", testRMSNorm},
 		{"SwiGLU", testSwiGLU},
+		{"Scale", testScale},
 		{"Rope", testRope},
 		{"Attention", testAttention},
 		{"Copy", testCopy},

@@ -507,6 +507,19 @@ func (b *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) error {
 	return b.ctx.RMSNorm(d.f32, xt.f32, wt.f32, xt.rows*(xt.cols/wt.cols), wt.cols, eps)
 }
 
+// Scale: dst = x * s elementwise. dst may be x.
+func (b *Backend) Scale(dst, x backend.Tensor, s float32) error {
+	const op = "scale"
+	d, xt, _, err := b.f32Of3(op, dst, "x", x, "x", x)
+	if err != nil {
+		return err
+	}
+	if err := backend.CheckScale(d, xt, s); err != nil {
+		return fmt.Errorf("cpu: %w", err)
+	}
+	return b.ctx.Scale(d.f32, xt.f32, s)
+}
+
 // SwiGLU: dst = silu(gate) * up elementwise. dst may be gate (or up).
 func (b *Backend) SwiGLU(dst, gate, up backend.Tensor) error {
 	const op = "swiglu"

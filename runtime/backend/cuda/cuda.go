@@ -559,6 +559,22 @@ func (b *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) error {
 	return b.ctx.RMSNorm(d.ref(), xt.ref(), wt.ref(), xt.rows*(xt.cols/wt.cols), wt.cols, eps)
 }
 
+// Scale: dst = x * s elementwise. dst may be x.
+func (b *Backend) Scale(dst, x backend.Tensor, s float32) error {
+	const op = "scale"
+	d, xt, _, err := b.f32Of3(op, dst, "x", x, "x", x)
+	if err != nil {
+		return err
+	}
+	if err := backend.CheckScale(d, xt, s); err != nil {
+		return fmt.Errorf("cuda: %w", err)
+	}
+	if overlaps(d, xt) && !same(d, xt) {
+		return fmt.Errorf("cuda: %s: dst partly overlaps x", op)
+	}
+	return b.ctx.Scale(d.ref(), xt.ref(), s, xt.rows*xt.cols)
+}
+
 // SwiGLU: dst = silu(gate) * up elementwise. dst may be gate (or up).
 func (b *Backend) SwiGLU(dst, gate, up backend.Tensor) error {
 	const op = "swiglu"

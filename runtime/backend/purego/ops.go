@@ -122,6 +122,30 @@ func (be *Backend) SwiGLU(dst, gate, up backend.Tensor) error {
 	return nil
 }
 
+// Scale: dst = x * s.
+func (be *Backend) Scale(dst, x backend.Tensor, s float32) error {
+	const op = "scale"
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	be.xqFrom = nil // writes activations
+	xt, err := be.getF32(op, "x", x)
+	if err != nil {
+		return err
+	}
+	d, err := be.getOut(op, "dst", dst)
+	if err != nil {
+		return err
+	}
+	if err := backend.CheckScale(d, xt, s); err != nil {
+		return fmt.Errorf("purego: %w", err)
+	}
+	o := d.f32[:len(xt.f32)]
+	for i, v := range xt.f32 {
+		o[i] = v * s
+	}
+	return nil
+}
+
 // yarnRamp is YaRN's share of the unscaled angle for pair k.
 func yarnRamp(r backend.RoPE, k int) float64 {
 	y := (float64(k) - float64(r.CorrDims[0])) / math.Max(0.001, float64(r.CorrDims[1])-float64(r.CorrDims[0]))
