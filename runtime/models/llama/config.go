@@ -3,15 +3,17 @@
 // projections; Qwen3, whose queries and keys are RMS-normalised per head before the rotation;
 // Phi-3, whose query, key and value projections are one matrix and whose gate and up
 // projections are another, with LongRoPE's two sets of frequency factors; SmolLM3, whose every
-// fourth layer attends without rotation; and OLMo 2, which normalises each block's outputs
-// instead of its inputs, and its queries and keys whole): hyper-parameters and
+// fourth layer attends without rotation; OLMo 2, which normalises each block's outputs instead
+// of its inputs, and its queries and keys whole; and Granite, which scales its embeddings, its
+// blocks' outputs, its attention and its logits by constants of the file): hyper-parameters and
 // weights bound from a GGUF file, and a batched forward step over a shared block KV cache,
 // written once against backend.Backend.
 //
 // The computation follows llama.cpp's graph for LLM_ARCH_LLAMA and LLM_ARCH_QWEN2 (src/llama-model.cpp,
 // llm_build_llama / llm_build_qwen2 at commit c392e5094deaf2d1a7c18683214f007fad3fe42b),
-// LLM_ARCH_QWEN3, LLM_ARCH_PHI3, LLM_ARCH_SMOLLM3 and LLM_ARCH_OLMO2 (llm_build_qwen3,
-// llm_build_phi3, llm_build_smollm3, llm_build_olmo2): RMSNorm, rotary position
+// LLM_ARCH_QWEN3, LLM_ARCH_PHI3, LLM_ARCH_SMOLLM3, LLM_ARCH_OLMO2 and LLM_ARCH_GRANITE
+// (llm_build_qwen3, llm_build_phi3, llm_build_smollm3, llm_build_olmo2, llm_build_granite):
+// RMSNorm, rotary position
 // embedding, grouped-query attention, SwiGLU feed-forward, tied or separate output. As llama.cpp
 // does, Phi-3's sliding window (phi3.attention.sliding_window) is not applied: every position
 // attends to the whole sequence.
@@ -49,6 +51,10 @@ type Config struct {
 	// RMS-normalised (post_attention_norm, post_ffw_norm) before they join the residual stream, and
 	// the queries and keys are normalised whole (QKNorm over all heads at once).
 	PostNorm bool
+	// Granite's multipliers, 0 where a model has none: the embeddings are multiplied by
+	// EmbedScale, each block's output by ResidualScale before it joins the residual stream, and
+	// the logits divided by LogitScale; AttnScale replaces 1/sqrt(HeadDim) in attention.
+	EmbedScale, ResidualScale, LogitScale, AttnScale float32
 
 	// LongRoPE (phi3): RoPE.Factors are the short factors (rope_factors_short.weight); a context
 	// whose sequences may run past OrigContext positions uses LongFactors
@@ -68,14 +74,16 @@ var arches = map[string]struct {
 	fused   bool
 	noRoPE  int
 	post    bool
+	granite bool
 }{
-	"llama":   {backend.RoPENormal, false, false, false, 0, false},
-	"mistral": {backend.RoPENormal, false, false, false, 0, false},
-	"qwen2":   {backend.RoPENeoX, true, false, false, 0, false},
-	"qwen3":   {backend.RoPENeoX, false, true, false, 0, false},
-	"phi3":    {backend.RoPENeoX, false, false, true, 0, false},
-	"smollm3": {backend.RoPENormal, false, false, false, 4, false},
-	"olmo2":   {backend.RoPENeoX, false, true, false, 0, true},
+	"llama":   {backend.RoPENormal, false, false, false, 0, false, false},
+	"mistral": {backend.RoPENormal, false, false, false, 0, false, false},
+	"qwen2":   {backend.RoPENeoX, true, false, false, 0, false, false},
+	"qwen3":   {backend.RoPENeoX, false, true, false, 0, false, false},
+	"phi3":    {backend.RoPENeoX, false, false, true, 0, false, false},
+	"smollm3": {backend.RoPENormal, false, false, false, 4, false, false},
+	"olmo2":   {backend.RoPENeoX, false, true, false, 0, true, false},
+	"granite": {backend.RoPENormal, false, false, false, 0, false, true},
 }
 
 // Supported reports whether arch is an architecture this package runs.
@@ -89,9 +97,14 @@ func ConfigFrom(f *gguf.File) (Config, error) {
 		if arch == "" {
 			return Config{}, fmt.Errorf("model has no general.architecture")
 		}
-		return Config{}, fmt.Errorf("unsupported model architecture %q (supported: llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2)", arch)
+		return Config{}, fmt.Errorf("unsupported model architecture %q (supported: llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, granite)", arch)
 	}
 	c := Config{Arch: arch, QKVBias: a.qkvBias, QKNorm: a.qkNorm, Fused: a.fused, NoRoPE: a.noRoPE, PostNorm: a.post}
+	if a.granite {
+		if err := c.graniteScales(f, arch+"."); err != nil {
+			return Config{}, err
+		}
+	}
 	if arch == "olmo2" {
 		// OLMo 3 files (olmo2 with a window) attend within a window on three layers of four.
 		if v, ok := f.Int(arch + ".attention.sliding_window"); ok && v > 0 {
@@ -252,6 +265,34 @@ func (c *Config) longRoPE(f *gguf.File, p string) error {
 	}
 	if c.RoPE.Factors == nil {
 		c.RoPE.Factors, c.LongFactors = short, long
+	}
+	return nil
+}
+
+// graniteScales reads Granite's multipliers, which llama.cpp requires, and its switch for the
+// rotation (rope.scaling.finetuned, true when absent: false means no layer is rotated).
+func (c *Config) graniteScales(f *gguf.File, p string) error {
+	for _, s := range []struct {
+		key string
+		dst *float32
+	}{{"embedding_scale", &c.EmbedScale}, {"residual_scale", &c.ResidualScale}, {"logit_scale", &c.LogitScale}, {"attention.scale", &c.AttnScale}} {
+		v, ok := f.Float(p + s.key)
+		if !ok {
+			return fmt.Errorf("model metadata lacks %s%s", p, s.key)
+		}
+		if fv := float32(v); fv != fv || math.IsInf(float64(fv), 0) || v < 0 || s.key == "logit_scale" && !(fv > 0 && !math.IsInf(float64(1/fv), 0)) {
+			return fmt.Errorf("model metadata %s%s = %g is out of range", p, s.key, v)
+		}
+		*s.dst = float32(v)
+	}
+	if v, ok := f.Value(p + "rope.scaling.finetuned"); ok {
+		b, isBool := v.V.(bool)
+		if !isBool {
+			return fmt.Errorf("model metadata %srope.scaling.finetuned is not a boolean", p)
+		}
+		if !b {
+			c.NoRoPE = 1 // (li+1)%1 == 0 for every layer
+		}
 	}
 	return nil
 }

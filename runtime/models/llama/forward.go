@@ -89,8 +89,12 @@ func (m *Model) NewContext(cfg ContextConfig) (*Context, error) {
 	if cfg.SeqContext == 0 {
 		cfg.SeqContext = cfg.KVSlots
 	}
+	scale := 1 / sqrt32(float32(m.HeadDim))
+	if m.AttnScale != 0 { // granite
+		scale = m.AttnScale
+	}
 	c := &Context{m: m, cfg: cfg, pool: pool, rope: m.RoPEFor(cfg.SeqContext),
-		attn: backend.Attn{NHead: m.Heads, NKVHead: m.KVHeads, HeadDim: m.HeadDim, Scale: 1 / sqrt32(float32(m.HeadDim))},
+		attn: backend.Attn{NHead: m.Heads, NKVHead: m.KVHeads, HeadDim: m.HeadDim, Scale: scale},
 		tok:  make([]*tokViews, cfg.MaxTokens+1),
 		out:  make([]*outViews, cfg.MaxSeqs+1),
 		rows: make([]int32, 0, cfg.MaxSeqs),
@@ -327,6 +331,11 @@ func (c *Context) ops(tokens []int32, b *backend.Batch, vs *tokViews, ov *outVie
 	if err := be.GetRows(vs.x, m.tokEmbd, tokens); err != nil {
 		return err
 	}
+	if m.EmbedScale != 0 {
+		if err := be.Scale(vs.x, vs.x, m.EmbedScale); err != nil {
+			return err
+		}
+	}
 	for li := range m.layers {
 		l := &m.layers[li]
 		if err := c.layer(li, l, vs, b); err != nil {
@@ -345,7 +354,13 @@ func (c *Context) ops(tokens []int32, b *backend.Batch, vs *tokViews, ov *outVie
 	if err := be.MatMul(ov.logits, ov.h, m.output); err != nil {
 		return err
 	}
-	return addBias(be, ov.logits, m.outBias)
+	if err := addBias(be, ov.logits, m.outBias); err != nil {
+		return err
+	}
+	if m.LogitScale != 0 {
+		return be.Scale(ov.logits, ov.logits, 1/m.LogitScale)
+	}
+	return nil
 }
 
 // layer runs one transformer block on the residual stream vs.x in place:
@@ -406,6 +421,11 @@ func (c *Context) layer(li int, l *layer, vs *tokViews, b *backend.Batch) error 
 			return err
 		}
 	}
+	if m.ResidualScale != 0 {
+		if err := be.Scale(vs.xn, vs.xn, m.ResidualScale); err != nil {
+			return err
+		}
+	}
 	if err := be.AddRows(vs.x, vs.x, vs.xn); err != nil {
 		return err
 	}
@@ -434,6 +454,11 @@ func (c *Context) layer(li int, l *layer, vs *tokViews, b *backend.Batch) error 
 	}
 	if m.PostNorm {
 		if err := be.RMSNorm(vs.xn, vs.xn, l.ffnNorm, m.NormEps); err != nil {
+			return err
+		}
+	}
+	if m.ResidualScale != 0 {
+		if err := be.Scale(vs.xn, vs.xn, m.ResidualScale); err != nil {
 			return err
 		}
 	}

@@ -16,7 +16,8 @@ import (
 var fuzzKeys = []string{"context_length", "embedding_length", "block_count", "feed_forward_length",
 	"attention.head_count", "attention.head_count_kv", "attention.key_length", "attention.value_length",
 	"rope.dimension_count", "rope.freq_base", "rope.scaling.factor", "rope.scaling.original_context_length",
-	"rope.scaling.attn_factor", "attention.layer_norm_rms_epsilon", "rope.scale_linear"}
+	"rope.scaling.attn_factor", "attention.layer_norm_rms_epsilon", "rope.scale_linear",
+	"embedding_scale", "residual_scale", "logit_scale", "attention.scale"}
 
 // FuzzLoad: whatever the hyper-parameters of a file (two set to any integer or float, under any
 // of the architectures, with any rope scaling type and factor), loading it never panics, and a model that
@@ -32,9 +33,9 @@ func FuzzLoad(f *testing.F) {
 		f.Fatal(err)
 	}
 	synth := parse(f, w)
-	phi, olmo := phi3Model(f, phi3Opts{longRoPE: true}), olmo2Model(f)
+	phi, olmo, granite := phi3Model(f, phi3Opts{longRoPE: true}), olmo2Model(f), graniteModel(f, nil, "")
 	be := sharedtest.Backend(f, "go", 1)
-	arches := []string{"llama", "qwen2", "qwen3", "phi3", "smollm3", "olmo2"}
+	arches := []string{"llama", "qwen2", "qwen3", "phi3", "smollm3", "olmo2", "granite"}
 	types := []string{"", "linear", "yarn", "none", "su"}
 	f.Fuzz(func(t *testing.T, arch, key uint8, iv int64, fv float64, isInt bool, typ uint8, factor float64, key2 uint8, fv2 float64) {
 		a := arches[int(arch)%len(arches)]
@@ -44,6 +45,8 @@ func FuzzLoad(f *testing.F) {
 			base = phi
 		case "olmo2":
 			base = olmo
+		case "granite":
+			base = granite
 		}
 		from := base.Architecture()
 		file := rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {

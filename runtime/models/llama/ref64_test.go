@@ -148,6 +148,15 @@ func (r *ref64) step(tok int32) []float64 {
 	c := r.c
 	pos := len(r.k[0])
 	x := append([]float64(nil), r.w["token_embd.weight"][int(tok)*c.Dim:(int(tok)+1)*c.Dim]...)
+	res := 1.0 // granite's multipliers
+	if c.EmbedScale != 0 {
+		for i := range x {
+			x[i] *= float64(c.EmbedScale)
+		}
+	}
+	if c.ResidualScale != 0 {
+		res = float64(c.ResidualScale)
+	}
 	qDim, kvDim := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
 	for l := 0; l < c.Layers; l++ {
 		p := fmt.Sprintf("blk.%d.", l)
@@ -207,6 +216,9 @@ func (r *ref64) step(tok int32) []float64 {
 					s += qh[d] * r.k[l][j][kh*c.HeadDim+d]
 				}
 				scores[j] = s / math.Sqrt(float64(c.HeadDim))
+				if c.AttnScale != 0 {
+					scores[j] = s * float64(c.AttnScale)
+				}
 				mx = math.Max(mx, scores[j])
 			}
 			var sum float64
@@ -230,7 +242,7 @@ func (r *ref64) step(tok int32) []float64 {
 			o = r.rmsnorm(o, p+"post_attention_norm.weight")
 		}
 		for i := range x {
-			x[i] += o[i]
+			x[i] += res * o[i]
 		}
 		if c.PostNorm {
 			xn = append([]float64(nil), x...)
@@ -250,12 +262,17 @@ func (r *ref64) step(tok int32) []float64 {
 			d = r.rmsnorm(d, p+"post_ffw_norm.weight")
 		}
 		for i := range x {
-			x[i] += d[i]
+			x[i] += res * d[i]
 		}
 	}
 	x = r.rmsnorm(x, "output_norm.weight")
 	out := r.matvec("output.weight", x, c.Vocab)
 	r.bias(out, "output.bias")
+	if c.LogitScale != 0 {
+		for i := range out {
+			out[i] /= float64(c.LogitScale)
+		}
+	}
 	return out
 }
 
