@@ -102,7 +102,7 @@ func runBench(e *env, args []string) error {
 	const blockSize = 16
 	perSeq := (*tg + 1 + blockSize - 1) / blockSize * blockSize // whole blocks
 	c, err := m.NewContext(llama.ContextConfig{MaxTokens: max(*pp, maxSeqs), MaxSeqs: maxSeqs,
-		KVSlots: max(ctxLen+blockSize, maxSeqs*perSeq), BlockSize: blockSize, KVType: kv})
+		KVSlots: max(ctxLen+blockSize, maxSeqs*perSeq), BlockSize: blockSize, KVType: kv, SeqContext: ctxLen})
 	if err != nil {
 		return err
 	}

@@ -85,6 +85,7 @@ type Loop[R any] struct {
 	started bool
 	closing chan struct{}
 	once    sync.Once
+	ended   sync.Once // Close's ending of everything when Run never started
 	done    chan struct{}
 	wake    chan struct{}
 
@@ -170,10 +171,13 @@ func (l *Loop[R]) Close() error {
 		<-l.done
 		return nil
 	}
-	l.mu.Lock()
-	l.abortQueued()
-	l.mu.Unlock()
-	l.w.Shutdown()
+	// Once, however many callers: the others wait for it.
+	l.ended.Do(func() {
+		l.mu.Lock()
+		l.abortQueued()
+		l.mu.Unlock()
+		l.w.Shutdown()
+	})
 	return nil
 }
 

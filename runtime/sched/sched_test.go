@@ -394,6 +394,33 @@ func TestCloseInFlight(t *testing.T) {
 	h.errc = nil
 }
 
+// TestCloseConcurrentBeforeRun: several Close calls at once on a scheduler that never ran end
+// every queued request once, and each returns once that is done.
+func TestCloseConcurrentBeforeRun(t *testing.T) {
+	m := newFake(t, 32, 4, 16, 2)
+	h := newHarness(t, m, Config{MaxQueue: 64})
+	var sts []*Stream
+	for i := range 40 {
+		sts = append(sts, h.submit(t, &Request{Prompt: prompt(int32(i+1), 3), MaxTokens: 2, Sampling: greedy()}))
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := h.s.Close(); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, st := range sts {
+		if r := drain(t, st, 1)[0]; r.reason != ReasonCancelled {
+			t.Fatalf("%q", r.reason)
+		}
+	}
+}
+
 // TestRunContext: Run returns ctx.Err() when its context ends, ending what is in flight.
 func TestRunContext(t *testing.T) {
 	m := newFake(t, 32, 4, 16, 2)

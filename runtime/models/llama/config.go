@@ -205,7 +205,7 @@ func ConfigFrom(f *gguf.File) (Config, error) {
 	if typ == "none" { // llama.cpp: "never scale if scaling type is none"
 		scale = 1
 	}
-	if fs := float32(scale); !(fs > 0) || math.IsInf(float64(fs), 0) {
+	if fs := float32(scale); !(fs > 0) || math.IsInf(float64(fs), 0) || math.IsInf(float64(1/fs), 0) {
 		return Config{}, fmt.Errorf("rope scaling factor %g is out of range", 1/scale)
 	}
 	c.RoPE = backend.RoPE{Mode: a.rope, HeadDim: c.HeadDim, Dims: ropeDims, Base: float32(base), FreqScale: float32(scale)}
@@ -249,8 +249,10 @@ func (c *Config) longRoPE(f *gguf.File, p string) error {
 		}
 		c.AttnFactor = float32(v)
 	}
-	if err := optInt(f, p+"rope.scaling.original_context_length", &c.OrigContext, c.Context); err != nil {
-		return err
+	// As llama.cpp: 0 (or no value) means the training context.
+	c.OrigContext = c.Context
+	if v, ok := f.Int(p + "rope.scaling.original_context_length"); ok && v > 0 {
+		c.OrigContext = int(min(v, math.MaxInt32))
 	}
 	short, err := ropeFactors(f, "rope_factors_short.weight", c.RoPE.Dims)
 	if err != nil {
@@ -309,20 +311,6 @@ func (c *Config) RoPEFor(seqCtx int) backend.RoPE {
 		r.Factors = c.LongFactors
 	}
 	return r
-}
-
-// optInt reads the positive integer key into dst, def when f lacks it.
-func optInt(f *gguf.File, key string, dst *int, def int) error {
-	if _, has := f.Value(key); !has {
-		*dst = def
-		return nil
-	}
-	v, ok := f.Int(key)
-	if !ok || v <= 0 || v > 1<<24 {
-		return fmt.Errorf("model metadata %s is out of range", key)
-	}
-	*dst = int(v)
-	return nil
 }
 
 // ropeFactors reads name, the per-pair divisors of the rotary angles: rope_freqs.weight, with

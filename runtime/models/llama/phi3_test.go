@@ -286,6 +286,16 @@ func TestSynthPhi3(t *testing.T) {
 	if cfg, err := llama.ConfigFrom(b); err != nil || cfg.Arch != "phi3" || !cfg.Fused {
 		t.Fatalf("config %+v, %v", cfg, err)
 	}
+	// An original context of 0 is the training context's, as llama.cpp reads it.
+	zero := rebuild(t, b, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+		if ti == nil {
+			w.SetUint32("phi3.rope.scaling.original_context_length", 0)
+		}
+		return true
+	})
+	if cfg, err := llama.ConfigFrom(zero); err != nil || cfg.OrigContext != s.Ctx {
+		t.Fatalf("original context 0: %d, %v", cfg.OrigContext, err)
+	}
 	if _, err := llama.SynthFile(llama.Shape{Name: "x", Dim: 64, Layers: 1, Heads: 4, KVHeads: 4, FFN: 64, Ctx: 8, Vocab: 300, Arch: "gemma"}, tensor.F32, 1); err == nil {
 		t.Fatal("an unknown architecture was written")
 	}

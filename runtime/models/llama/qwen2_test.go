@@ -317,6 +317,8 @@ func TestRopeScalingFactor(t *testing.T) {
 		{"yarn without a factor", map[string]gguf.Value{"llama.rope.scaling.type": str("yarn")}, 0, "yarn rope scaling without a valid factor"},
 		{"su", map[string]gguf.Value{"llama.rope.scaling.type": str("su")}, 0, "not supported"},
 		{"negative factor", map[string]gguf.Value{"llama.rope.scaling.factor": f32(-2)}, 0, "valid factor"},
+		// 1/factor is below float32's normal range, and the factor itself beyond it.
+		{"factor 1e39", map[string]gguf.Value{"llama.rope.scaling.type": str("yarn"), "llama.rope.scaling.factor": {Type: gguf.Float64, V: 1e39}}, 0, "out of range"},
 	} {
 		cfg, err := llama.ConfigFrom(with(c.kv))
 		switch {
