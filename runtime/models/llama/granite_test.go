@@ -1,7 +1,6 @@
 package llama_test
 
 import (
-	"encoding/binary"
 	"math"
 	"strings"
 	"testing"
@@ -37,17 +36,9 @@ func graniteModel(t testing.TB, finetuned *bool, drop string) *gguf.File {
 		}
 		// Block weights large enough that each block's output, and so its multiplier, shows in
 		// the logits.
-		if !strings.Contains(ti.Name, "ffn_") && !strings.Contains(ti.Name, "attn_") || strings.HasSuffix(ti.Name, "norm.weight") {
-			return true
-		}
-		b := append([]byte(nil), base.TensorData(ti)...)
-		for i := 0; i+4 <= len(b); i += 4 {
-			binary.LittleEndian.PutUint32(b[i:], math.Float32bits(10*math.Float32frombits(binary.LittleEndian.Uint32(b[i:]))))
-		}
-		if err := w.AddTensor(ti.Name, ti.DType, ti.Shape, b); err != nil {
-			t.Fatal(err)
-		}
-		return false
+		return !addScaled(t, w, base, ti, 10, func(name string) bool {
+			return (strings.Contains(name, "ffn_") || strings.Contains(name, "attn_")) && !strings.HasSuffix(name, "norm.weight")
+		})
 	})
 }
 

@@ -2,6 +2,8 @@ package llama_test
 
 import (
 	"bytes"
+	"encoding/binary"
+	"math"
 	"strings"
 	"testing"
 
@@ -198,4 +200,50 @@ func TestForwardRejectsBadBatches(t *testing.T) {
 	if err := c.Forward([]int32{1, 2}, b, []int32{1}, logits); err != nil {
 		t.Fatalf("a good batch fails: %v", err)
 	}
+}
+
+// scaledF32 is a copy of the F32 data b with every value multiplied by k.
+func scaledF32(b []byte, k float32) []byte {
+	out := make([]byte, len(b))
+	for i := 0; i+4 <= len(b); i += 4 {
+		binary.LittleEndian.PutUint32(out[i:], math.Float32bits(k*math.Float32frombits(binary.LittleEndian.Uint32(b[i:]))))
+	}
+	return out
+}
+
+// addScaled adds ti to w with its F32 values multiplied by k, when keep reports its name; it
+// reports whether it did (a rebuild edit then drops the original).
+func addScaled(t testing.TB, w *gguf.Writer, f *gguf.File, ti *gguf.TensorInfo, k float32, keep func(name string) bool) bool {
+	t.Helper()
+	if !keep(ti.Name) {
+		return false
+	}
+	if err := w.AddTensor(ti.Name, ti.DType, ti.Shape, scaledF32(f.TensorData(ti), k)); err != nil {
+		t.Fatal(err)
+	}
+	return true
+}
+
+// isQK reports a query or key matrix.
+func isQK(name string) bool {
+	return strings.HasSuffix(name, "attn_q.weight") || strings.HasSuffix(name, "attn_k.weight")
+}
+
+// againstRef returns the largest difference of got (logits a token at a time, of toks) from the
+// float64 reference's, and of got from other's (nil: 0).
+func againstRef(ref *ref64, toks []int32, got, other [][]float32) (worst, moved float64) {
+	for i, tk := range toks {
+		want := ref.step(tk)
+		for j := range want {
+			d := math.Abs(float64(got[i][j]) - want[j])
+			if d != d {
+				return math.NaN(), 0
+			}
+			worst = math.Max(worst, d)
+			if other != nil {
+				moved = math.Max(moved, math.Abs(float64(got[i][j]-other[i][j])))
+			}
+		}
+	}
+	return worst, moved
 }

@@ -49,10 +49,8 @@ func phi3Model(t testing.TB, o phi3Opts) *gguf.File {
 			t.Fatalf("synthetic model lacks %s", name)
 		}
 		b := append([]byte(nil), base.TensorData(ti)...)
-		if o.dt == tensor.F32 && (strings.HasSuffix(name, "attn_q.weight") || strings.HasSuffix(name, "attn_k.weight")) {
-			for i := 0; i+4 <= len(b); i += 4 {
-				binary.LittleEndian.PutUint32(b[i:], math.Float32bits(20*math.Float32frombits(binary.LittleEndian.Uint32(b[i:]))))
-			}
+		if o.dt == tensor.F32 && isQK(name) {
+			b = scaledF32(b, 20)
 		}
 		return b
 	}

@@ -111,17 +111,7 @@ func TestRopeFreqsMatchesFloat64(t *testing.T) {
 	// Queries and keys 30 times the synthetic model's, so that attention, and with it the
 	// logits, depends strongly on the rotary angles.
 	base := rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
-		if ti == nil || !strings.HasSuffix(ti.Name, "attn_q.weight") && !strings.HasSuffix(ti.Name, "attn_k.weight") {
-			return true
-		}
-		b := append([]byte(nil), synth.TensorData(ti)...)
-		for i := 0; i+4 <= len(b); i += 4 {
-			binary.LittleEndian.PutUint32(b[i:], math.Float32bits(30*math.Float32frombits(binary.LittleEndian.Uint32(b[i:]))))
-		}
-		if err := w.AddTensor(ti.Name, ti.DType, ti.Shape, b); err != nil {
-			t.Fatal(err)
-		}
-		return false
+		return ti == nil || !addScaled(t, w, synth, ti, 30, isQK)
 	})
 	cfg, err := llama.ConfigFrom(base)
 	if err != nil {
@@ -159,16 +149,8 @@ func TestRopeFreqsMatchesFloat64(t *testing.T) {
 			if len(ref.c.RoPE.Factors) != half {
 				t.Fatalf("factors %v", ref.c.RoPE.Factors)
 			}
-			got := oneByOne(t, be, scaled, toks)
-			moved, worst := 0.0, 0.0
 			plain := oneByOne(t, be, base, toks)
-			for i, tk := range toks {
-				want := ref.step(tk)
-				for j := range want {
-					worst = math.Max(worst, math.Abs(float64(got[i][j])-want[j]))
-					moved = math.Max(moved, math.Abs(float64(got[i][j]-plain[i][j])))
-				}
-			}
+			worst, moved := againstRef(ref, toks, oneByOne(t, be, scaled, toks), plain)
 			// 1e-3, as for qwen2 (F32 here is within 1e-6 of float64; the bound leaves room for a
 			// GPU's TF32 products); the factors themselves move logits by about 0.5.
 			if worst > 1e-3 || math.IsNaN(worst) {
@@ -351,18 +333,8 @@ func TestYaRNMatchesFloat64(t *testing.T) {
 				w.SetUint32("llama.rope.scaling.original_context_length", 4096)
 				return true
 			}
-			if !strings.HasSuffix(ti.Name, "attn_q.weight") && !strings.HasSuffix(ti.Name, "attn_k.weight") {
-				return true
-			}
 			// Queries and keys scaled up, so that attention depends strongly on the angles.
-			b := append([]byte(nil), synth.TensorData(ti)...)
-			for i := 0; i+4 <= len(b); i += 4 {
-				binary.LittleEndian.PutUint32(b[i:], math.Float32bits(qk*math.Float32frombits(binary.LittleEndian.Uint32(b[i:]))))
-			}
-			if err := w.AddTensor(ti.Name, ti.DType, ti.Shape, b); err != nil {
-				t.Fatal(err)
-			}
-			return false
+			return !addScaled(t, w, synth, ti, qk, isQK)
 		})
 	}
 	yarn, linear := with("yarn", 30), with("linear", 30)
@@ -388,16 +360,7 @@ func TestYaRNMatchesFloat64(t *testing.T) {
 	}
 	for _, be := range backendsUnderTest(t) {
 		t.Run(be.Name(), func(t *testing.T) {
-			ref := newRef64(t, yarn)
-			got, lin := oneByOne(t, be, yarn, toks), oneByOne(t, be, linear, toks)
-			worst, moved := 0.0, 0.0
-			for i, tk := range toks {
-				want := ref.step(tk)
-				for j := range want {
-					worst = math.Max(worst, math.Abs(float64(got[i][j])-want[j]))
-					moved = math.Max(moved, math.Abs(float64(got[i][j]-lin[i][j])))
-				}
-			}
+			worst, moved := againstRef(newRef64(t, yarn), toks, oneByOne(t, be, yarn, toks), oneByOne(t, be, linear, toks))
 			if worst > 1e-3 || math.IsNaN(worst) {
 				t.Errorf("logits differ from the float64 reference by up to %v", worst)
 			}

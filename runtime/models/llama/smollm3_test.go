@@ -1,9 +1,7 @@
 package llama_test
 
 import (
-	"encoding/binary"
 	"math"
-	"strings"
 	"testing"
 
 	"github.com/parleyhq/parley/runtime/gguf"
@@ -31,17 +29,7 @@ func TestSmolLM3MatchesFloat64(t *testing.T) {
 				}
 				return true
 			}
-			if !strings.HasSuffix(ti.Name, "attn_q.weight") && !strings.HasSuffix(ti.Name, "attn_k.weight") {
-				return true
-			}
-			b := append([]byte(nil), synth.TensorData(ti)...)
-			for i := 0; i+4 <= len(b); i += 4 {
-				binary.LittleEndian.PutUint32(b[i:], math.Float32bits(20*math.Float32frombits(binary.LittleEndian.Uint32(b[i:]))))
-			}
-			if err := w.AddTensor(ti.Name, ti.DType, ti.Shape, b); err != nil {
-				t.Fatal(err)
-			}
-			return false
+			return !addScaled(t, w, synth, ti, 20, isQK)
 		})
 	}
 	f, plain := scaled("smollm3"), scaled("llama")
@@ -52,16 +40,7 @@ func TestSmolLM3MatchesFloat64(t *testing.T) {
 	toks := []int32{1, 17, 250, 3, 99, 42, 7, 7, 7, 180}
 	for _, be := range backendsUnderTest(t) {
 		t.Run(be.Name(), func(t *testing.T) {
-			ref := newRef64(t, f)
-			got, llamas := oneByOne(t, be, f, toks), oneByOne(t, be, plain, toks)
-			worst, moved := 0.0, 0.0
-			for i, tk := range toks {
-				want := ref.step(tk)
-				for j := range want {
-					worst = math.Max(worst, math.Abs(float64(got[i][j])-want[j]))
-					moved = math.Max(moved, math.Abs(float64(got[i][j]-llamas[i][j])))
-				}
-			}
+			worst, moved := againstRef(newRef64(t, f), toks, oneByOne(t, be, f, toks), oneByOne(t, be, plain, toks))
 			if worst > 1e-3 || math.IsNaN(worst) {
 				t.Errorf("logits differ from the float64 reference by up to %v", worst)
 			}
