@@ -547,6 +547,25 @@ func (c *Context) RMSNorm(dst, x, w []float32, n, d int, eps float32) error {
 	return nil
 }
 
+// GeGLU: dst[i] = gelu(gate[i]) * up[i] over len(dst) elements. dst may be gate or up.
+func (c *Context) GeGLU(dst, gate, up []float32) error {
+	const op = "geglu"
+	if len(gate) < len(dst) || len(up) < len(dst) {
+		return fmt.Errorf("cpu: %s: gate %d / up %d shorter than dst %d", op, len(gate), len(up), len(dst))
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	if err := c.lock(op); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	if st := C.pl_geglu(c.c, f32p(dst), f32p(gate), f32p(up), C.int64_t(len(dst))); st != C.PL_OK {
+		return statusErr(op, st)
+	}
+	return nil
+}
+
 // Scale: dst[i] = x[i] * s over len(dst) elements. dst may be x.
 func (c *Context) Scale(dst, x []float32, s float32) error {
 	const op = "scale"

@@ -90,6 +90,9 @@ func (c *Context) AddRows(dst, a, b []float32, n, d, bRows int) error { return E
 // RMSNorm normalises rows.
 func (c *Context) RMSNorm(dst, x, w []float32, n, d int, eps float32) error { return ErrNotBuilt }
 
+// GeGLU applies gelu(gate)*up.
+func (c *Context) GeGLU(dst, gate, up []float32) error { return ErrNotBuilt }
+
 // Scale multiplies by s.
 func (c *Context) Scale(dst, x []float32, s float32) error { return ErrNotBuilt }
 

@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "ed11c7c56a7975db5ba206b71f70063fe8c32794538821c8824606f7fea86e2b"
+const nativeSources = "8385b7ca2ee2dc7dddd0576452dffb71e2eb569633b8d746badf238ce1991f86"

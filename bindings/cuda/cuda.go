@@ -648,6 +648,28 @@ func (c *Context) LayerNorm(dst, x, w, b Ref, n, d int, eps float32) error {
 	return c.status(op, C.plc_layer_norm(c.c, fp(dp), fp(xp), fp(wp), fp(bp), C.int64_t(n), C.int64_t(d), C.float(eps)))
 }
 
+// GeGLU: dst = gelu(gate)*up over n F32 elements. dst may be gate or up.
+func (c *Context) GeGLU(dst, gate, up Ref, n int) error {
+	const op = "geglu"
+	if err := c.lock(op); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	dp, err := dst.at(c, op, "dst", mul(n, 4))
+	if err != nil {
+		return err
+	}
+	gp, err := gate.at(c, op, "gate", mul(n, 4))
+	if err != nil {
+		return err
+	}
+	upp, err := up.at(c, op, "up", mul(n, 4))
+	if err != nil {
+		return err
+	}
+	return c.status(op, C.plc_geglu(c.c, fp(dp), fp(gp), fp(upp), C.int64_t(n)))
+}
+
 // Scale: dst = x*s over n F32 elements. dst may be x.
 func (c *Context) Scale(dst, x Ref, s float32, n int) error {
 	const op = "scale"

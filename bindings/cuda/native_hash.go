@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "10df7f95257ee0dd467912a4cfd98062bed80914748338a1125b50fa30659402"
+const nativeSources = "c5c145dd80d258de0ef942bb36adbc8b74325688133a38f4b110a5224c39ae78"

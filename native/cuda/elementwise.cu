@@ -34,6 +34,24 @@ __global__ void plc_gelu_k(float *dst, const float *x, int64_t len) {
     }
 }
 
+__global__ void plc_geglu_k(float *dst, const float *g, const float *u, int64_t len) {
+    const float c = 0.7978845608028654f;  // sqrt(2/pi)
+    PLC_GRID_STRIDE(i, len) {
+        const float v = g[i];
+        dst[i] = 0.5f * v * (1.f + tanhf(c * (v + 0.044715f * v * v * v))) * u[i];
+    }
+}
+
+extern "C" int plc_geglu(plc_ctx *ctx, float *dst, const float *gate, const float *up, int64_t len) {
+    if (ctx == NULL) return PLC_ERR_ARG;
+    if (len < 0) return plc_fail_arg(ctx, "geglu: negative length");
+    if (len == 0) return PLC_OK;
+    if (dst == NULL || gate == NULL || up == NULL) return plc_fail_arg(ctx, "geglu: null pointer");
+    PLC_ENTER(ctx);
+    plc_geglu_k<<<plc_grid1d(ctx, len, 256), 256, 0, ctx->stream>>>(dst, gate, up, len);
+    return plc_launched(ctx, "geglu");
+}
+
 extern "C" int plc_add_rows(plc_ctx *ctx, float *dst, const float *a, const float *b, int64_t n, int64_t d, int64_t b_rows) {
     if (ctx == NULL) return PLC_ERR_ARG;
     if (n < 0 || d < 0 || (b_rows != 1 && b_rows != n) || (d > 0 && n > INT64_MAX / d)) return plc_fail_arg(ctx, "add rows: bad shape");

@@ -243,6 +243,10 @@ int pl_layer_norm(pl_ctx *ctx, float *dst, const float *x, const float *w, const
  * without cancellation for negative x. dst may be x. */
 int pl_gelu(pl_ctx *ctx, float *dst, const float *x, int64_t len);
 
+/* pl_geglu: dst[i] = gelu(gate[i]) * up[i] for i < len, gelu as pl_gelu's. dst may be gate or
+ * up. */
+int pl_geglu(pl_ctx *ctx, float *dst, const float *gate, const float *up, int64_t len);
+
 /* pl_im2col_1d lays out the receptive fields of a 1-D convolution of x [t, c] (row = time step)
  * with kernel k, stride and padding pad: dst[o, ch*k + j] = x[o*stride + j - pad, ch], or 0
  * where that row is outside 0..t-1, for o < t_out = (t + 2*pad - k)/stride + 1. k, stride >= 1,

@@ -209,6 +209,9 @@ int plc_swiglu(plc_ctx *ctx, float *dst, const float *gate, const float *up, int
 /* plc_gelu: dst[i] = 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x^3))). dst may be x. */
 int plc_gelu(plc_ctx *ctx, float *dst, const float *x, int64_t len);
 
+/* plc_geglu: dst[i] = gelu(gate[i]) * up[i], gelu as plc_gelu's. dst may be gate or up. */
+int plc_geglu(plc_ctx *ctx, float *dst, const float *gate, const float *up, int64_t len);
+
 /* plc_copy converts len elements: F32 to F16 (nearest even), F16 to F32, or copies between
  * buffers of one type (F32, F16, BF16). Buffers must not overlap. */
 int plc_copy(plc_ctx *ctx, void *dst, int32_t dst_type, const void *src, int32_t src_type,

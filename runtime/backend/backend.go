@@ -176,6 +176,9 @@ type Backend interface {
 	RMSNorm(dst, x, w Tensor, eps float32) error
 	// SwiGLU: dst = silu(gate) * up elementwise, silu(g) = g/(1+exp(-g)). dst may be gate.
 	SwiGLU(dst, gate, up Tensor) error
+	// GeGLU: dst = gelu(gate) * up elementwise, gelu the tanh form as GELU's. dst may be gate
+	// or up. (Gemma's feed-forward network.)
+	GeGLU(dst, gate, up Tensor) error
 	// Scale: dst = x * s elementwise, s finite. dst may be x. (Granite's embedding, residual and
 	// logit multipliers.)
 	Scale(dst, x Tensor, s float32) error

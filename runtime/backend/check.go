@@ -134,8 +134,12 @@ func CheckScale(dst, x Tensor, s float32) error {
 }
 
 // CheckSwiGLU: up and dst shaped like gate.
-func CheckSwiGLU(dst, gate, up Tensor) error {
-	const op = "swiglu"
+func CheckSwiGLU(dst, gate, up Tensor) error { return checkGLU("swiglu", dst, gate, up) }
+
+// CheckGeGLU: up and dst shaped like gate.
+func CheckGeGLU(dst, gate, up Tensor) error { return checkGLU("geglu", dst, gate, up) }
+
+func checkGLU(op string, dst, gate, up Tensor) error {
 	if up.Rows() != gate.Rows() || up.Cols() != gate.Cols() {
 		return shapeErr(op, "up", up, gate.Rows(), gate.Cols())
 	}

@@ -116,6 +116,9 @@ func testArgChecks(t *testing.T, b backend.Backend, _ func() (backend.Backend, e
 	good("SwiGLU", b.SwiGLU(dst, x, x))
 	add("SwiGLU up shape", func() error { return b.SwiGLU(dst, x, wide) }, func() error { return backend.CheckSwiGLU(dst, x, wide) })
 	add("SwiGLU dst shape", func() error { return b.SwiGLU(wide, x, x) }, func() error { return backend.CheckSwiGLU(wide, x, x) })
+	good("GeGLU", b.GeGLU(dst, x, x))
+	add("GeGLU up shape", func() error { return b.GeGLU(dst, x, wide) }, func() error { return backend.CheckGeGLU(dst, x, wide) })
+	add("GeGLU dst shape", func() error { return b.GeGLU(wide, x, x) }, func() error { return backend.CheckGeGLU(wide, x, x) })
 	good("Scale", b.Scale(dst, x, 2))
 	add("Scale dst shape", func() error { return b.Scale(wide, x, 2) }, func() error { return backend.CheckScale(wide, x, 2) })
 	for _, s := range []float32{inf, nan} {

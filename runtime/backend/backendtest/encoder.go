@@ -259,6 +259,36 @@ func testGELU(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)
 	}
 }
 
+// testGeGLU checks GeGLU against GELU's float64 reference times up, with GELU's bound (scaled
+// by |up|) plus one rounding of the product; tails included.
+func testGeGLU(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)) {
+	for _, d := range widths {
+		for _, n := range []int{1, 3, 17} {
+			name := fmt.Sprintf("GeGLU n=%d d=%d", n, d)
+			r := rng(name)
+			gv, uv := randVec(r, n*d, 3), randVec(r, n*d, 2)
+			tails := []float32{-1e20, -100, -30, -10.5, 10.5, 30, 100}
+			for i := 0; i < len(gv) && i < len(tails); i++ {
+				gv[len(gv)-1-i] = tails[i]
+			}
+			gt, ut := alloc(t, b, n, d, gv), alloc(t, b, n, d, uv)
+			dst, g := output(t, b, n, d)
+			must(t, b.GeGLU(dst, gt, ut), "%s", name)
+			gl, y := geluRef(gv)
+			want := make([]float64, len(gl))
+			for i := range want {
+				want[i] = gl[i] * float64(uv[i])
+			}
+			compare(t, name, d, read(t, b, dst), want, func(i int) float64 {
+				sig := 1 / (1 + math.Exp(2*y[i]))
+				gb := math.Abs(gl[i])*(sig*(10*math.Abs(y[i])*u+expRel)+6*u) + 4*u*math.Abs(float64(gv[i])) + 1e-38
+				return gb*math.Abs(float64(uv[i])) + math.Abs(want[i])*u + 1e-38
+			})
+			g.check(t)
+		}
+	}
+}
+
 // im2colRef lays out x [T, C] as backend.Backend.Im2Col1D documents.
 func im2colRef(x []float32, T, C, K, stride, pad int) (out []float64, tOut int) {
 	tOut = (T+2*pad-K)/stride + 1

@@ -423,6 +423,7 @@ func testAliasing(t *testing.T, b backend.Backend, _ func() (backend.Backend, er
 		{"RMSNorm", func(dst, x backend.Tensor) error { return b.RMSNorm(dst, x, wt, 1e-5) }},
 		{"SwiGLU", func(dst, x backend.Tensor) error { return b.SwiGLU(dst, x, bt) }},
 		{"Scale", func(dst, x backend.Tensor) error { return b.Scale(dst, x, 1.7) }},
+		{"GeGLU", func(dst, x backend.Tensor) error { return b.GeGLU(dst, x, bt) }},
 		{"LayerNorm", func(dst, x backend.Tensor) error { return b.LayerNorm(dst, x, wt, lb, 1e-5) }},
 		{"GELU", func(dst, x backend.Tensor) error { return b.GELU(dst, x) }},
 	} {

@@ -114,6 +114,9 @@ func (r *Recorder) AddRows(dst, a, b backend.Tensor) error {
 func (r *Recorder) RMSNorm(dst, x, w backend.Tensor, eps float32) error {
 	return r.do("RMSNorm", func() error { return r.Backend.RMSNorm(dst, x, w, eps) })
 }
+func (r *Recorder) GeGLU(dst, gate, up backend.Tensor) error {
+	return r.do("GeGLU", func() error { return r.Backend.GeGLU(dst, gate, up) })
+}
 func (r *Recorder) Scale(dst, x backend.Tensor, s float32) error {
 	return r.do("Scale", func() error { return r.Backend.Scale(dst, x, s) })
 }

@@ -48,6 +48,7 @@ func Run(t *testing.T, newBackend func() (backend.Backend, error)) {
 		{"RMSNorm", testRMSNorm},
 		{"SwiGLU", testSwiGLU},
 		{"Scale", testScale},
+		{"GeGLU", testGeGLU},
 		{"Rope", testRope},
 		{"Attention", testAttention},
 		{"Copy", testCopy},

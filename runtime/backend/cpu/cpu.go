@@ -507,6 +507,19 @@ func (b *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) error {
 	return b.ctx.RMSNorm(d.f32, xt.f32, wt.f32, xt.rows*(xt.cols/wt.cols), wt.cols, eps)
 }
 
+// GeGLU: dst = gelu(gate) * up elementwise. dst may be gate or up.
+func (b *Backend) GeGLU(dst, gate, up backend.Tensor) error {
+	const op = "geglu"
+	d, g, u, err := b.f32Of3(op, dst, "gate", gate, "up", up)
+	if err != nil {
+		return err
+	}
+	if err := backend.CheckGeGLU(d, g, u); err != nil {
+		return fmt.Errorf("cpu: %w", err)
+	}
+	return b.ctx.GeGLU(d.f32, g.f32, u.f32)
+}
+
 // Scale: dst = x * s elementwise. dst may be x.
 func (b *Backend) Scale(dst, x backend.Tensor, s float32) error {
 	const op = "scale"

@@ -559,6 +559,22 @@ func (b *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) error {
 	return b.ctx.RMSNorm(d.ref(), xt.ref(), wt.ref(), xt.rows*(xt.cols/wt.cols), wt.cols, eps)
 }
 
+// GeGLU: dst = gelu(gate) * up elementwise. dst may be gate or up.
+func (b *Backend) GeGLU(dst, gate, up backend.Tensor) error {
+	const op = "geglu"
+	d, g, u, err := b.f32Of3(op, dst, "gate", gate, "up", up)
+	if err != nil {
+		return err
+	}
+	if err := backend.CheckGeGLU(d, g, u); err != nil {
+		return fmt.Errorf("cuda: %w", err)
+	}
+	if (overlaps(d, g) && !same(d, g)) || (overlaps(d, u) && !same(d, u)) {
+		return fmt.Errorf("cuda: %s: dst partly overlaps an operand", op)
+	}
+	return b.ctx.GeGLU(d.ref(), g.ref(), u.ref(), g.rows*g.cols)
+}
+
 // Scale: dst = x * s elementwise. dst may be x.
 func (b *Backend) Scale(dst, x backend.Tensor, s float32) error {
 	const op = "scale"

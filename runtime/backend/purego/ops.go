@@ -122,6 +122,35 @@ func (be *Backend) SwiGLU(dst, gate, up backend.Tensor) error {
 	return nil
 }
 
+// GeGLU: dst = gelu(gate) * up, gelu as GELU's.
+func (be *Backend) GeGLU(dst, gate, up backend.Tensor) error {
+	const op = "geglu"
+	be.mu.Lock()
+	defer be.mu.Unlock()
+	be.xqFrom = nil // writes activations
+	gt, err := be.getF32(op, "gate", gate)
+	if err != nil {
+		return err
+	}
+	ut, err := be.getF32(op, "up", up)
+	if err != nil {
+		return err
+	}
+	d, err := be.getOut(op, "dst", dst)
+	if err != nil {
+		return err
+	}
+	if err := backend.CheckGeGLU(d, gt, ut); err != nil {
+		return fmt.Errorf("purego: %w", err)
+	}
+	g, u, o := gt.f32, ut.f32[:len(gt.f32)], d.f32[:len(gt.f32)]
+	for i, v := range g {
+		w := geluC * v * (1 + geluA*v*v)
+		o[i] = v / (1 + vec.Expf(-2*w)) * u[i]
+	}
+	return nil
+}
+
 // Scale: dst = x * s.
 func (be *Backend) Scale(dst, x backend.Tensor, s float32) error {
 	const op = "scale"
