@@ -4,15 +4,18 @@
 // Phi-3, whose query, key and value projections are one matrix and whose gate and up
 // projections are another, with LongRoPE's two sets of frequency factors; SmolLM3, whose every
 // fourth layer attends without rotation; OLMo 2, which normalises each block's outputs instead
-// of its inputs, and its queries and keys whole; and Granite, which scales its embeddings, its
-// blocks' outputs, its attention and its logits by constants of the file): hyper-parameters and
+// of its inputs, and its queries and keys whole; Granite, which scales its embeddings, its
+// blocks' outputs, its attention and its logits by constants of the file; and Gemma (the first),
+// whose embeddings are scaled by the square root of the width and whose feed-forward network
+// gates with GELU): hyper-parameters and
 // weights bound from a GGUF file, and a batched forward step over a shared block KV cache,
 // written once against backend.Backend.
 //
 // The computation follows llama.cpp's graph for LLM_ARCH_LLAMA and LLM_ARCH_QWEN2 (src/llama-model.cpp,
 // llm_build_llama / llm_build_qwen2 at commit c392e5094deaf2d1a7c18683214f007fad3fe42b),
-// LLM_ARCH_QWEN3, LLM_ARCH_PHI3, LLM_ARCH_SMOLLM3, LLM_ARCH_OLMO2 and LLM_ARCH_GRANITE
-// (llm_build_qwen3, llm_build_phi3, llm_build_smollm3, llm_build_olmo2, llm_build_granite):
+// LLM_ARCH_QWEN3, LLM_ARCH_PHI3, LLM_ARCH_SMOLLM3, LLM_ARCH_OLMO2, LLM_ARCH_GRANITE and
+// LLM_ARCH_GEMMA (llm_build_qwen3, llm_build_phi3, llm_build_smollm3, llm_build_olmo2,
+// llm_build_granite, llm_build_gemma):
 // RMSNorm, rotary position
 // embedding, grouped-query attention, SwiGLU feed-forward, tied or separate output. As llama.cpp
 // does, Phi-3's sliding window (phi3.attention.sliding_window) is not applied: every position
@@ -55,6 +58,7 @@ type Config struct {
 	// EmbedScale, each block's output by ResidualScale before it joins the residual stream, and
 	// the logits divided by LogitScale; AttnScale replaces 1/sqrt(HeadDim) in attention.
 	EmbedScale, ResidualScale, LogitScale, AttnScale float32
+	GeGLU                                            bool // gelu(gate)*up in place of silu(gate)*up (gemma)
 
 	// LongRoPE (phi3): RoPE.Factors are the short factors (rope_factors_short.weight); a context
 	// whose sequences may run past OrigContext positions uses LongFactors
@@ -75,15 +79,23 @@ var arches = map[string]struct {
 	noRoPE  int
 	post    bool
 	granite bool
+	gemma   bool
 }{
-	"llama":   {backend.RoPENormal, false, false, false, 0, false, false},
-	"mistral": {backend.RoPENormal, false, false, false, 0, false, false},
-	"qwen2":   {backend.RoPENeoX, true, false, false, 0, false, false},
-	"qwen3":   {backend.RoPENeoX, false, true, false, 0, false, false},
-	"phi3":    {backend.RoPENeoX, false, false, true, 0, false, false},
-	"smollm3": {backend.RoPENormal, false, false, false, 4, false, false},
-	"olmo2":   {backend.RoPENeoX, false, true, false, 0, true, false},
-	"granite": {backend.RoPENormal, false, false, false, 0, false, true},
+	"llama":   {backend.RoPENormal, false, false, false, 0, false, false, false},
+	"mistral": {backend.RoPENormal, false, false, false, 0, false, false, false},
+	"qwen2":   {backend.RoPENeoX, true, false, false, 0, false, false, false},
+	"qwen3":   {backend.RoPENeoX, false, true, false, 0, false, false, false},
+	"phi3":    {backend.RoPENeoX, false, false, true, 0, false, false, false},
+	"smollm3": {backend.RoPENormal, false, false, false, 4, false, false, false},
+	"olmo2":   {backend.RoPENeoX, false, true, false, 0, true, false, false},
+	"granite": {backend.RoPENormal, false, false, false, 0, false, true, false},
+	"gemma":   {backend.RoPENeoX, false, false, false, 0, false, false, true},
+}
+
+// notYet says what the architectures nearest those supported need that this package lacks.
+var notYet = map[string]string{
+	"gemma2": "it attends within a sliding window on every other layer and soft-caps its attention logits",
+	"gemma3": "it attends within a sliding window on five layers of six",
 }
 
 // Supported reports whether arch is an architecture this package runs.
@@ -97,7 +109,10 @@ func ConfigFrom(f *gguf.File) (Config, error) {
 		if arch == "" {
 			return Config{}, fmt.Errorf("model has no general.architecture")
 		}
-		return Config{}, fmt.Errorf("unsupported model architecture %q (supported: llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, granite)", arch)
+		if why, ok := notYet[arch]; ok {
+			return Config{}, fmt.Errorf("model architecture %q is not supported: %s", arch, why)
+		}
+		return Config{}, fmt.Errorf("unsupported model architecture %q (supported: llama, mistral, qwen2, qwen3, phi3, smollm3, olmo2, granite, gemma)", arch)
 	}
 	c := Config{Arch: arch, QKVBias: a.qkvBias, QKNorm: a.qkNorm, Fused: a.fused, NoRoPE: a.noRoPE, PostNorm: a.post}
 	if a.granite {
@@ -235,6 +250,10 @@ func ConfigFrom(f *gguf.File) (Config, error) {
 	c.Vocab = int(emb.Shape[1])
 	_, hasOut := f.Tensor("output.weight")
 	c.TiedEmbed = !hasOut
+	if a.gemma {
+		// The embeddings times sqrt(width) (in float32, as ggml_scale's sqrtf), GELU gating.
+		c.EmbedScale, c.GeGLU = sqrt32(float32(c.Dim)), true
+	}
 	return c, nil
 }
 

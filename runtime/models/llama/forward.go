@@ -443,7 +443,11 @@ func (c *Context) layer(li int, l *layer, vs *tokViews, b *backend.Batch) error 
 	if err := addBias(be, vs.up, l.bUp); err != nil {
 		return err
 	}
-	if err := be.SwiGLU(vs.gate, vs.gate, vs.up); err != nil {
+	act := be.SwiGLU
+	if m.GeGLU {
+		act = be.GeGLU
+	}
+	if err := act(vs.gate, vs.gate, vs.up); err != nil {
 		return err
 	}
 	if err := be.MatMul(vs.xn, vs.gate, l.wDown); err != nil {

@@ -35,7 +35,7 @@ func FuzzLoad(f *testing.F) {
 	synth := parse(f, w)
 	phi, olmo, granite := phi3Model(f, phi3Opts{longRoPE: true}), olmo2Model(f), graniteModel(f, nil, "")
 	be := sharedtest.Backend(f, "go", 1)
-	arches := []string{"llama", "qwen2", "qwen3", "phi3", "smollm3", "olmo2", "granite"}
+	arches := []string{"llama", "qwen2", "qwen3", "phi3", "smollm3", "olmo2", "granite", "gemma"}
 	types := []string{"", "linear", "yarn", "none", "su"}
 	f.Fuzz(func(t *testing.T, arch, key uint8, iv int64, fv float64, isInt bool, typ uint8, factor float64, key2 uint8, fv2 float64) {
 		a := arches[int(arch)%len(arches)]

@@ -247,3 +247,8 @@ func againstRef(ref *ref64, toks []int32, got, other [][]float32) (worst, moved 
 	}
 	return worst, moved
 }
+
+// isFFN reports a feed-forward matrix.
+func isFFN(name string) bool {
+	return strings.HasSuffix(name, "ffn_gate.weight") || strings.HasSuffix(name, "ffn_up.weight") || strings.HasSuffix(name, "ffn_down.weight")
+}

@@ -254,7 +254,11 @@ func (r *ref64) step(tok int32) []float64 {
 		r.bias(g, p+"ffn_gate.bias")
 		r.bias(u, p+"ffn_up.bias")
 		for i := range g {
-			g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
+			if c.GeGLU { // gemma: the tanh form of GELU
+				g[i] = 0.5 * g[i] * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(g[i]+0.044715*g[i]*g[i]*g[i]))) * u[i]
+			} else {
+				g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
+			}
 		}
 		d := r.matvec(p+"ffn_down.weight", g, c.Dim)
 		r.bias(d, p+"ffn_down.bias")
