@@ -549,7 +549,11 @@ func (c *Context) RMSNorm(dst, x, w []float32, n, d int, eps float32) error {
 
 // GeGLU: dst[i] = gelu(gate[i]) * up[i] over len(dst) elements. dst may be gate or up.
 func (c *Context) GeGLU(dst, gate, up []float32) error {
-	const op = "geglu"
+	return c.glu("geglu", dst, gate, up, func(d, g, u *C.float, n C.int64_t) C.int { return C.pl_geglu(c.c, d, g, u, n) })
+}
+
+// glu runs a gated activation kernel over len(dst) elements.
+func (c *Context) glu(op string, dst, gate, up []float32, kernel func(d, g, u *C.float, n C.int64_t) C.int) error {
 	if len(gate) < len(dst) || len(up) < len(dst) {
 		return fmt.Errorf("cpu: %s: gate %d / up %d shorter than dst %d", op, len(gate), len(up), len(dst))
 	}
@@ -560,7 +564,7 @@ func (c *Context) GeGLU(dst, gate, up []float32) error {
 		return err
 	}
 	defer c.mu.Unlock()
-	if st := C.pl_geglu(c.c, f32p(dst), f32p(gate), f32p(up), C.int64_t(len(dst))); st != C.PL_OK {
+	if st := kernel(f32p(dst), f32p(gate), f32p(up), C.int64_t(len(dst))); st != C.PL_OK {
 		return statusErr(op, st)
 	}
 	return nil
@@ -587,21 +591,7 @@ func (c *Context) Scale(dst, x []float32, s float32) error {
 
 // SwiGLU: dst[i] = silu(gate[i]) * up[i] over len(dst) elements. dst may be gate or up.
 func (c *Context) SwiGLU(dst, gate, up []float32) error {
-	const op = "swiglu"
-	if len(gate) < len(dst) || len(up) < len(dst) {
-		return fmt.Errorf("cpu: %s: gate %d / up %d shorter than dst %d", op, len(gate), len(up), len(dst))
-	}
-	if len(dst) == 0 {
-		return nil
-	}
-	if err := c.lock(op); err != nil {
-		return err
-	}
-	defer c.mu.Unlock()
-	if st := C.pl_swiglu(c.c, f32p(dst), f32p(gate), f32p(up), C.int64_t(len(dst))); st != C.PL_OK {
-		return statusErr(op, st)
-	}
-	return nil
+	return c.glu("swiglu", dst, gate, up, func(d, g, u *C.float, n C.int64_t) C.int { return C.pl_swiglu(c.c, d, g, u, n) })
 }
 
 // Rope rotates x [n, nHead*r.HeadDim] in place, token i at position pos[i] >= 0.

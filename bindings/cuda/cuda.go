@@ -650,7 +650,11 @@ func (c *Context) LayerNorm(dst, x, w, b Ref, n, d int, eps float32) error {
 
 // GeGLU: dst = gelu(gate)*up over n F32 elements. dst may be gate or up.
 func (c *Context) GeGLU(dst, gate, up Ref, n int) error {
-	const op = "geglu"
+	return c.glu("geglu", dst, gate, up, n, func(d, g, u *C.float, n C.int64_t) C.int { return C.plc_geglu(c.c, d, g, u, n) })
+}
+
+// glu runs a gated activation kernel over n F32 elements.
+func (c *Context) glu(op string, dst, gate, up Ref, n int, kernel func(d, g, u *C.float, n C.int64_t) C.int) error {
 	if err := c.lock(op); err != nil {
 		return err
 	}
@@ -667,7 +671,7 @@ func (c *Context) GeGLU(dst, gate, up Ref, n int) error {
 	if err != nil {
 		return err
 	}
-	return c.status(op, C.plc_geglu(c.c, fp(dp), fp(gp), fp(upp), C.int64_t(n)))
+	return c.status(op, kernel(fp(dp), fp(gp), fp(upp), C.int64_t(n)))
 }
 
 // Scale: dst = x*s over n F32 elements. dst may be x.
@@ -690,24 +694,7 @@ func (c *Context) Scale(dst, x Ref, s float32, n int) error {
 
 // SwiGLU: dst = silu(gate)*up over n F32 elements. dst may be gate or up.
 func (c *Context) SwiGLU(dst, gate, up Ref, n int) error {
-	const op = "swiglu"
-	if err := c.lock(op); err != nil {
-		return err
-	}
-	defer c.mu.Unlock()
-	dp, err := dst.at(c, op, "dst", mul(n, 4))
-	if err != nil {
-		return err
-	}
-	gp, err := gate.at(c, op, "gate", mul(n, 4))
-	if err != nil {
-		return err
-	}
-	upp, err := up.at(c, op, "up", mul(n, 4))
-	if err != nil {
-		return err
-	}
-	return c.status(op, C.plc_swiglu(c.c, fp(dp), fp(gp), fp(upp), C.int64_t(n)))
+	return c.glu("swiglu", dst, gate, up, n, func(d, g, u *C.float, n C.int64_t) C.int { return C.plc_swiglu(c.c, d, g, u, n) })
 }
 
 // GELU (tanh form) over n F32 elements. dst may be x.

@@ -96,26 +96,12 @@ func (be *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) error {
 
 // SwiGLU: dst = gate/(1+exp(-gate)) * up.
 func (be *Backend) SwiGLU(dst, gate, up backend.Tensor) error {
-	const op = "swiglu"
 	be.mu.Lock()
 	defer be.mu.Unlock()
-	be.xqFrom = nil // writes activations
-	gt, err := be.getF32(op, "gate", gate)
+	g, u, o, err := be.gluOperands("swiglu", dst, gate, up, backend.CheckSwiGLU)
 	if err != nil {
 		return err
 	}
-	ut, err := be.getF32(op, "up", up)
-	if err != nil {
-		return err
-	}
-	d, err := be.getOut(op, "dst", dst)
-	if err != nil {
-		return err
-	}
-	if err := backend.CheckSwiGLU(d, gt, ut); err != nil {
-		return fmt.Errorf("purego: %w", err)
-	}
-	g, u, o := gt.f32, ut.f32[:len(gt.f32)], d.f32[:len(gt.f32)]
 	for i, v := range g {
 		o[i] = v / (1 + vec.Expf(-v)) * u[i]
 	}
@@ -124,31 +110,39 @@ func (be *Backend) SwiGLU(dst, gate, up backend.Tensor) error {
 
 // GeGLU: dst = gelu(gate) * up, gelu as GELU's.
 func (be *Backend) GeGLU(dst, gate, up backend.Tensor) error {
-	const op = "geglu"
 	be.mu.Lock()
 	defer be.mu.Unlock()
-	be.xqFrom = nil // writes activations
-	gt, err := be.getF32(op, "gate", gate)
+	g, u, o, err := be.gluOperands("geglu", dst, gate, up, backend.CheckGeGLU)
 	if err != nil {
 		return err
 	}
-	ut, err := be.getF32(op, "up", up)
-	if err != nil {
-		return err
-	}
-	d, err := be.getOut(op, "dst", dst)
-	if err != nil {
-		return err
-	}
-	if err := backend.CheckGeGLU(d, gt, ut); err != nil {
-		return fmt.Errorf("purego: %w", err)
-	}
-	g, u, o := gt.f32, ut.f32[:len(gt.f32)], d.f32[:len(gt.f32)]
 	for i, v := range g {
 		w := geluC * v * (1 + geluA*v*v)
 		o[i] = v / (1 + vec.Expf(-2*w)) * u[i]
 	}
 	return nil
+}
+
+// gluOperands checks a gated activation's operands and returns their elements, gate's length
+// each; be.mu is held.
+func (be *Backend) gluOperands(op string, dst, gate, up backend.Tensor, check func(dst, gate, up backend.Tensor) error) (g, u, o []float32, err error) {
+	be.xqFrom = nil // writes activations
+	gt, err := be.getF32(op, "gate", gate)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ut, err := be.getF32(op, "up", up)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	d, err := be.getOut(op, "dst", dst)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := check(d, gt, ut); err != nil {
+		return nil, nil, nil, fmt.Errorf("purego: %w", err)
+	}
+	return gt.f32, ut.f32[:len(gt.f32)], d.f32[:len(gt.f32)], nil
 }
 
 // Scale: dst = x * s.
