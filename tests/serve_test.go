@@ -700,3 +700,31 @@ func TestServeDownloadsHFModel(t *testing.T) {
 		t.Fatalf("the hub was asked %d times for the file; want once (then the cache)", hits.Load())
 	}
 }
+
+// TestServePhi3: a phi3 file (fused query/key/value and gate/up matrices, written by `parley
+// synth --arch phi3`) is served: its greedy completion over HTTP equals `parley generate`'s, and
+// the model list names it.
+func TestServePhi3(t *testing.T) {
+	model := filepath.Join(t.TempDir(), "phi3.gguf")
+	if res := parley(t, "", "synth", "--shape", "15M", "--type", "q8_0", "--arch", "phi3", "-o", model); res.code != 0 {
+		t.Fatalf("synth: %s", res.stderr)
+	}
+	gen := parley(t, "", "generate", "-m", model, "-p", "Once upon a time", "-n", "16", "--temp", "0", "--ignore-eos", "--json")
+	var want struct {
+		Tokens []int32 `json:"tokens"`
+		Text   string  `json:"text"`
+	}
+	if err := json.Unmarshal([]byte(gen.stdout), &want); err != nil || len(want.Tokens) != 16 {
+		t.Fatalf("generate: %v %s %s", err, gen.stdout, gen.stderr)
+	}
+	srv := startServer(t, "-m", "phi="+model, "--ctx", "256")
+	code, b, _ := postJSON(t, srv.base+"/v1/completions", `{"model":"phi","prompt":"Once upon a time","max_tokens":16,"temperature":0,"ignore_eos":true}`)
+	var r struct {
+		Choices []struct {
+			Text string `json:"text"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(b, &r); code != 200 || err != nil || len(r.Choices) != 1 || r.Choices[0].Text != want.Text {
+		t.Fatalf("completion %d %s; parley generate gave %q", code, b, want.Text)
+	}
+}
