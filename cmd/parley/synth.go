@@ -13,9 +13,9 @@ import (
 var synthTypes = []string{"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs"}
 
 func runSynth(e *env, args []string) error {
-	fs := newFlags(e, "synth", "--shape 15M|110M|1B --type TYPE -o FILE [--arch llama|phi3] [--seed N]")
+	fs := newFlags(e, "synth", "--shape 15M|110M|1B --type TYPE -o FILE [--arch ARCH] [--seed N]")
 	shape := fs.String("shape", "15M", "model shape: "+strings.Join(llama.ShapeNames(), ", "))
-	arch := fs.String("arch", "llama", "architecture: llama, or phi3 (query/key/value and gate/up matrices fused)")
+	arch := fs.String("arch", "llama", "architecture: "+strings.Join(llama.SynthArches, ", "))
 	typ := fs.String("type", "f32", "weight type: "+strings.Join(synthTypes, ", "))
 	out := fs.String("o", "", "output file (required)")
 	seed := fs.Uint64("seed", 1, "random seed")
@@ -33,8 +33,8 @@ func runSynth(e *env, args []string) error {
 	if !ok {
 		return usagef("unknown shape %q (have %s)", *shape, strings.Join(llama.ShapeNames(), ", "))
 	}
-	if *arch != "llama" && *arch != "phi3" {
-		return usagef("--arch %q: want llama or phi3", *arch)
+	if !slices.Contains(llama.SynthArches, *arch) {
+		return usagef("--arch %q: want one of %s", *arch, strings.Join(llama.SynthArches, ", "))
 	}
 	s.Arch = *arch
 	if !slices.Contains(synthTypes, strings.ToLower(*typ)) {

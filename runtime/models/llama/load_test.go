@@ -252,3 +252,27 @@ func againstRef(ref *ref64, toks []int32, got, other [][]float32) (worst, moved 
 func isFFN(name string) bool {
 	return strings.HasSuffix(name, "ffn_gate.weight") || strings.HasSuffix(name, "ffn_up.weight") || strings.HasSuffix(name, "ffn_down.weight")
 }
+
+// TestSynthArches: every architecture Synth writes loads as that architecture and runs.
+func TestSynthArches(t *testing.T) {
+	for _, arch := range llama.SynthArches {
+		s := tinyShape
+		s.Arch = arch
+		f, err := llama.SynthFile(s, tensor.Q8_0, 2)
+		if err != nil {
+			t.Fatalf("%s: %v", arch, err)
+		}
+		if cfg, err := llama.ConfigFrom(f); err != nil || cfg.Arch != arch {
+			t.Fatalf("%s: config %+v, %v", arch, cfg, err)
+		}
+		for _, be := range backendsUnderTest(t) {
+			for _, row := range oneByOne(t, be, f, []int32{1, 2}) {
+				for _, v := range row {
+					if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+						t.Fatalf("%s on %s: logit %v", arch, be.Name(), v)
+					}
+				}
+			}
+		}
+	}
+}

@@ -294,7 +294,7 @@ func TestSynthPhi3(t *testing.T) {
 	if cfg, err := llama.ConfigFrom(zero); err != nil || cfg.OrigContext != s.Ctx {
 		t.Fatalf("original context 0: %d, %v", cfg.OrigContext, err)
 	}
-	if _, err := llama.SynthFile(llama.Shape{Name: "x", Dim: 64, Layers: 1, Heads: 4, KVHeads: 4, FFN: 64, Ctx: 8, Vocab: 300, Arch: "gemma"}, tensor.F32, 1); err == nil {
+	if _, err := llama.SynthFile(llama.Shape{Name: "x", Dim: 64, Layers: 1, Heads: 4, KVHeads: 4, FFN: 64, Ctx: 8, Vocab: 300, Arch: "rwkv6"}, tensor.F32, 1); err == nil {
 		t.Fatal("an unknown architecture was written")
 	}
 	for _, be := range backendsUnderTest(t) {

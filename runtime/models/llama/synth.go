@@ -19,8 +19,10 @@ type Shape struct {
 	Name                                  string
 	Dim, Layers, Heads, KVHeads, FFN, Ctx int
 	Vocab                                 int
-	// Arch is the architecture written: "" or "llama", or "phi3" (the same weights with the
-	// query/key/value and gate/up matrices each fused into one, as Phi-3's files have them).
+	// Arch is the architecture written: "" or "llama"; "phi3" (the same weights with the
+	// query/key/value and gate/up matrices each fused into one, as Phi-3's files have them);
+	// "smollm3"; "granite" (Granite 3's multipliers); "gemma" (no output matrix: tied); or
+	// "olmo2" (output norms instead of input norms, and query and key norms).
 	Arch string
 }
 
@@ -31,6 +33,9 @@ var Shapes = map[string]Shape{
 	"110M": {"110M", 768, 12, 12, 12, 2048, 1024, 32000, ""},
 	"1B":   {"1B", 2048, 22, 32, 4, 5632, 2048, 32000, ""},
 }
+
+// SynthArches are the architectures Synth writes.
+var SynthArches = []string{"llama", "phi3", "smollm3", "granite", "gemma", "olmo2"}
 
 // ShapeNames lists the known shapes.
 func ShapeNames() []string {
@@ -80,9 +85,9 @@ func Synth(s Shape, dt tensor.DType, seed uint64) (*gguf.Writer, error) {
 	switch arch {
 	case "":
 		arch = "llama"
-	case "llama", "phi3":
+	case "llama", "phi3", "smollm3", "granite", "gemma", "olmo2":
 	default:
-		return nil, fmt.Errorf("synth: unsupported architecture %q (llama, phi3)", s.Arch)
+		return nil, fmt.Errorf("synth: unsupported architecture %q (%s)", s.Arch, strings.Join(SynthArches, ", "))
 	}
 	fused := arch == "phi3"
 	w := gguf.NewWriter()
@@ -105,6 +110,12 @@ func Synth(s Shape, dt tensor.DType, seed uint64) (*gguf.Writer, error) {
 		// Phi-3-mini's, which every phi3 file has (older llama.cpp requires it); Parley, like
 		// llama.cpp now, does not apply it.
 		w.SetUint32(p+"attention.sliding_window", 2047)
+	}
+	if arch == "granite" { // Granite 3's multipliers
+		w.SetFloat32(p+"embedding_scale", 12)
+		w.SetFloat32(p+"residual_scale", 0.22)
+		w.SetFloat32(p+"logit_scale", 8)
+		w.SetFloat32(p+"attention.scale", 0.015625)
 	}
 	tokens, scores, types := synthVocab(s.Vocab)
 	w.SetString("tokenizer.ggml.model", "llama")
@@ -165,11 +176,22 @@ func Synth(s Shape, dt tensor.DType, seed uint64) (*gguf.Writer, error) {
 	steps := []synthTensor{
 		{"token_embd.weight", dt, s.Vocab, s.Dim, false},
 		{"output_norm.weight", tensor.F32, 1, s.Dim, true},
-		{"output.weight", outType, s.Vocab, s.Dim, false},
+	}
+	if arch != "gemma" {
+		steps = append(steps, synthTensor{"output.weight", outType, s.Vocab, s.Dim, false})
+	}
+	olmo := arch == "olmo2"
+	attnNorm, ffnNorm := "attn_norm.weight", "ffn_norm.weight"
+	if olmo {
+		attnNorm, ffnNorm = "post_attention_norm.weight", "post_ffw_norm.weight"
 	}
 	for i := 0; i < s.Layers; i++ {
 		p := fmt.Sprintf("blk.%d.", i)
-		steps = append(steps, synthTensor{p + "attn_norm.weight", tensor.F32, 1, s.Dim, true})
+		steps = append(steps, synthTensor{p + attnNorm, tensor.F32, 1, s.Dim, true})
+		if olmo {
+			steps = append(steps, synthTensor{p + "attn_q_norm.weight", tensor.F32, 1, s.Heads * hd, true},
+				synthTensor{p + "attn_k_norm.weight", tensor.F32, 1, s.KVHeads * hd, true})
+		}
 		if fused {
 			steps = append(steps, synthTensor{p + "attn_qkv.weight", dt, (s.Heads + 2*s.KVHeads) * hd, s.Dim, false})
 		} else {
@@ -180,7 +202,7 @@ func Synth(s Shape, dt tensor.DType, seed uint64) (*gguf.Writer, error) {
 		}
 		steps = append(steps,
 			synthTensor{p + "attn_output.weight", dt, s.Dim, s.Heads * hd, false},
-			synthTensor{p + "ffn_norm.weight", tensor.F32, 1, s.Dim, true})
+			synthTensor{p + ffnNorm, tensor.F32, 1, s.Dim, true})
 		if fused {
 			steps = append(steps, synthTensor{p + "ffn_up.weight", dt, 2 * s.FFN, s.Dim, false})
 		} else {
