@@ -369,7 +369,10 @@ func (c *Context) ops(tokens []int32, b *backend.Batch, vs *tokViews, ov *outVie
 //	x += Wdown · (silu(Wgate·norm(x)) * Wup·norm(x))
 //
 // with the biases a file has added after their products, and for qwen3 each head of the queries
-// and keys RMS-normalised (its own weights) before the rotation.
+// and keys RMS-normalised (its own weights) before the rotation. The variants: olmo2 normalises
+// the queries and keys whole, and each block's output instead of its input (PostNorm); smollm3
+// leaves every fourth layer unrotated (NoRoPE); granite scales each block's output
+// (ResidualScale); gemma gates with gelu (GeGLU).
 func (c *Context) layer(li int, l *layer, vs *tokViews, b *backend.Batch) error {
 	m, be := c.m, c.m.be
 	in := vs.xn // what the projections read: the normalised stream, or with PostNorm the stream
