@@ -8,8 +8,14 @@ import (
 
 // Code point classes, as llama.cpp's unicode_cpt_flags sees them: one general category per code
 // point (Cn is "undefined", Cc/Cf/Co/Cs are "control") plus a White_Space bit. The tables come
-// from Go's unicode package (Unicode 15.0); llama.cpp's generated tables may be a newer edition,
-// so code points assigned after 15.0 can classify differently.
+// from Go's unicode package (Unicode 15.0.0 in Go 1.26). llama.cpp's tables at commit c392e509
+// (src/unicode-data.cpp) are Unicode 15.1: the 627 code points 15.1 added (CJK Extension I
+// U+2EBF0..U+2EE5D, letters; U+2FFC..U+2FFF and U+31EF, symbols) are unassigned here. No
+// tokenizer here treats a letter or a symbol above U+007F differently from an unassigned code
+// point except the byte-level BPE pre-tokenizers, which split at letters. Simple lower-case
+// mappings, White_Space and first code points of NFD agree for every code point. A Go release on
+// a later Unicode edition assigns more code points that llama.cpp leaves undefined; among them,
+// new punctuation would split WordPiece words where llama.cpp does not.
 const (
 	clsNone      uint8 = 0 // position outside the segment being split
 	clsUndefined uint8 = 1
@@ -48,7 +54,11 @@ func buildClassTable() {
 			}
 		}
 	}
-	fill(unicode.C, clsControl) // Cc Cf Co Cs (Go's C table has no Cn)
+	// Category by category: since Go 1.25, unicode.C also holds Cn (unassigned), which llama.cpp
+	// keeps apart as "undefined".
+	for _, rt := range []*unicode.RangeTable{unicode.Cc, unicode.Cf, unicode.Co, unicode.Cs} {
+		fill(rt, clsControl)
+	}
 	fill(unicode.Z, clsSeparator)
 	fill(unicode.S, clsSymbol)
 	fill(unicode.P, clsPunct)
