@@ -461,9 +461,14 @@ func popBigram(h []bigram) (bigram, []bigram) {
 	return top, h
 }
 
-// encodeWPM is llama.cpp's llm_tokenizer_wpm over one text fragment: normalise and cut
-// into words, then cover each word (prefixed with U+2581) greedily with the longest tokens; a
-// word that cannot be covered becomes UNK.
+// encodeWPM is llama.cpp's llm_tokenizer_wpm_session::tokenize over one text fragment
+// (src/llama-vocab.cpp at commit c392e509). Each code point in turn is normalised (the first code
+// point of its NFD, then with setNormalizer's options: marks dropped, lower case) and then:
+// White_Space ends the word; NUL, U+FFFD and control characters (Cc, Cf, Co, Cs, so zero-width
+// ones too) are dropped; punctuation (P), ASCII symbols and CJK ideographs (isChineseChar) are
+// words of their own; anything else (letters, marks, numbers, symbols above U+007F, unassigned
+// code points) joins the word. Each word, prefixed with U+2581, is then covered greedily with the
+// longest tokens from left to right; a word that cannot be covered becomes UNK as a whole.
 func (t *Tokenizer) encodeWPM(sc *scratch, text string, out []int32) []int32 {
 	cps := appendCodePoints(sc.cps[:0], text)
 	sc.cps = cps
@@ -483,7 +488,7 @@ func (t *Tokenizer) encodeWPM(sc *scratch, text string, out []int32) []int32 {
 		}
 	}
 	for _, r := range cps {
-		if t.stripAccents {
+		if t.nfd {
 			r = nfdFirst(r)
 		}
 		c := class(r)
@@ -495,7 +500,7 @@ func (t *Tokenizer) encodeWPM(sc *scratch, text string, out []int32) []int32 {
 		if r == 0 || r == utf8.RuneError || k == clsControl {
 			continue
 		}
-		if t.stripAccents && k == clsMark {
+		if t.dropMarks && k == clsMark {
 			continue
 		}
 		lr := r

@@ -5,8 +5,8 @@
 //     spaces written as U+2581;
 //   - "gpt2": byte-level BPE over a merge list, after the pre-tokenizer named by
 //     tokenizer.ggml.pre has cut the text into words;
-//   - "bert": WordPiece with BERT's normalisation (lower case, accents stripped, punctuation and
-//     CJK characters split off).
+//   - "bert": WordPiece with llama.cpp's normalisation (lower case, the first code point of each
+//     character's NFD, control characters dropped, punctuation and CJK characters split off).
 //
 // It owns special-token recognition in the input, BOS/EOS/SEP insertion, token attributes, the
 // end-of-generation set, detokenisation, and streaming decoding that never splits a UTF-8
@@ -209,10 +209,11 @@ type Tokenizer struct {
 	byteTok        [256]int32 // byte fallback tokens, NoToken where missing
 	spmWordSplit   bool       // no token has U+2581 right after another character
 
-	// WordPiece
-	maxTokenLen  int
-	lowercase    bool
-	stripAccents bool
+	// WordPiece normalisation (see encodeWPM)
+	maxTokenLen int
+	lowercase   bool // map each code point to its simple lower case
+	nfd         bool // map each code point to the first code point of its NFD
+	dropMarks   bool // drop marks (Mn, Mc, Me), after nfd
 
 	// special tokens matched in raw text, longest first
 	specials []int32
@@ -382,14 +383,7 @@ func New(md Metadata) (*Tokenizer, error) {
 		return nil, fmt.Errorf("tokenizer: %s is true, but %s is not set", keyAddSEP, keySEP)
 	}
 	if t.model == modelWPM {
-		t.lowercase = true
-		if b, ok := md.Bool(keyLower); ok {
-			t.lowercase = b
-		}
-		t.stripAccents = t.lowercase
-		if b, ok := md.Bool(keyAccents); ok {
-			t.stripAccents = b
-		}
+		t.setNormalizer(md)
 	}
 
 	t.markSpecialTokens(md)
@@ -408,6 +402,31 @@ func New(md Metadata) (*Tokenizer, error) {
 		}
 	}
 	return t, nil
+}
+
+// setNormalizer chooses WordPiece's normalisation. Without the normaliser keys it is that of
+// llama.cpp at commit c392e509, which reads none: lower case, the first code point of each code
+// point's NFD, marks kept (so "cafe" followed by U+0301 is one word, [UNK] for a vocabulary
+// without a token for the mark). A file that carries the keys was written for a newer llama.cpp
+// and is read as that one reads it (llama_vocab::impl::load and
+// llm_tokenizer_wpm_session::preprocess after ggml-org/llama.cpp#24371): lowercase (default
+// true), strip_accents (default lowercase), and with strip_accents the NFD mapping and the
+// dropping of every mark. Newer llama.cpp applies those defaults to a file without the keys too,
+// so it drops the marks that c392e509 keeps.
+func (t *Tokenizer) setNormalizer(md Metadata) {
+	lower, hasLower := md.Bool(keyLower)
+	strip, hasStrip := md.Bool(keyAccents)
+	if !hasLower && !hasStrip {
+		t.lowercase, t.nfd, t.dropMarks = true, true, false
+		return
+	}
+	if !hasLower {
+		lower = true
+	}
+	if !hasStrip {
+		strip = lower
+	}
+	t.lowercase, t.nfd, t.dropMarks = lower, strip, strip
 }
 
 func typeAttr(tt int64) uint16 {
