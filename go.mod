@@ -14,6 +14,7 @@ require (
 	github.com/prometheus/client_golang v1.23.2
 	golang.org/x/sys v0.43.0
 	golang.org/x/text v0.34.0
+	google.golang.org/protobuf v1.36.10
 )
 
 require (
@@ -40,5 +41,4 @@ require (
 	github.com/prometheus/procfs v0.16.1 // indirect
 	github.com/tonistiigi/go-csvvalue v0.0.0-20240814133006-030d3b2625d0 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
-	google.golang.org/protobuf v1.36.10 // indirect
 )

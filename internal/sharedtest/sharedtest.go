@@ -106,3 +106,48 @@ func WhisperRandomModel(t testing.TB, name string) string {
 }
 
 var whisperGen sync.Mutex
+
+// PocketTTSRandomWeightsSize is the size of the random-weight Pocket TTS checkpoint that
+// reference/tts/make_random.py writes.
+const PocketTTSRandomWeightsSize = 438033488
+
+// PocketTTSRandomWeights returns the path of the random-weight Pocket TTS checkpoint (a
+// TTSModel.state_dict() safetensors file) that the references in reference/tts were made with:
+// $PARLEY_POCKETTTS_WEIGHTS if set, else the file regenerated once into the system's temporary
+// directory by reference/tts/make_random.py (python3 with numpy, byte-identical everywhere) and
+// reused. t is skipped when the shared directory, python3 or numpy is absent.
+func PocketTTSRandomWeights(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("PARLEY_POCKETTTS_WEIGHTS"); p != "" {
+		return p
+	}
+	script := Path(t, "reference/tts/make_random.py")
+	py := ""
+	for _, c := range []string{"python3", "/usr/bin/python3"} {
+		if p, err := exec.LookPath(c); err == nil && exec.Command(p, "-c", "import numpy").Run() == nil {
+			py = p
+			break
+		}
+	}
+	dst := filepath.Join(os.TempDir(), "pocket-tts-RANDOM.safetensors")
+	pocketGen.Lock()
+	defer pocketGen.Unlock()
+	if fi, err := os.Stat(dst); err == nil && fi.Size() == PocketTTSRandomWeightsSize {
+		return dst
+	}
+	if py == "" {
+		t.Skip("no python3 with numpy: it is needed to regenerate the random-weight Pocket TTS checkpoint (apt-get install python3-numpy), or set PARLEY_POCKETTTS_WEIGHTS")
+	}
+	tmp := fmt.Sprintf("%s.%d.tmp", dst, os.Getpid())
+	out, err := exec.Command(py, script, tmp).CombinedOutput()
+	if err != nil {
+		os.Remove(tmp)
+		t.Fatalf("regenerating the Pocket TTS checkpoint: %v\n%s", err, out)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+var pocketGen sync.Mutex
