@@ -46,54 +46,79 @@ func TestWhisperCppTestModel(t *testing.T) {
 	}
 }
 
-// TestSmallModel reads the random-weight small model of the transducer references.
-func TestSmallModel(t *testing.T) {
-	p := sharedtest.ParakeetRandomModel(t, "small", false)
-	f, err := Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	want := HParams{NVocab: 256, NAudioCtx: 5000, NAudioState: 256, NAudioHead: 4, NAudioLayer: 4, NMels: 128,
+// TestRandomModels reads the random-weight models of the transducer references: the small one
+// always (it is written back byte for byte), the 0.6b ones where sharedtest.ParakeetRandomModel
+// allows it.
+func TestRandomModels(t *testing.T) {
+	small := HParams{NVocab: 256, NAudioCtx: 5000, NAudioState: 256, NAudioHead: 4, NAudioLayer: 4, NMels: 128,
 		FType: 0, NFFT: 512, SubsamplingFactor: 8, NSubsamplingChannels: 64, NConvKernel: 9, NPredDim: 160,
 		NPredLayers: 2, NTDTDurations: 5, NMaxTokens: 10}
-	if f.HParams != want {
-		t.Errorf("hparams %+v, want %+v", f.HParams, want)
-	}
-	if len(f.Tensors) != 141 || want.TensorCount() != 141 || want.JointOutputs() != 262 {
-		t.Errorf("%d tensors, %d expected, %d joint outputs", len(f.Tensors), want.TensorCount(), want.JointOutputs())
-	}
-	if len(f.Window) != 400 || len(f.Filters) != 128*257 || len(f.Durations) != 5 || f.Durations[4] != 4 {
-		t.Errorf("window %d, filters %d, durations %v", len(f.Window), len(f.Filters), f.Durations)
-	}
-	if p0, _ := f.Vocab.Piece(0); p0 != "<unk>" || f.Vocab.Blank() != 256 || !f.Vocab.IsPunctuation(1) {
-		t.Errorf("piece 0 %q, blank %d", p0, f.Vocab.Blank())
-	}
-	w := f.Weights
-	if w.Embed.Type != tensor.F32 || w.Layers[3].ConvDW.Ne[0] != 9 || w.LSTM[1].WIH.Ne[1] != 640 || w.JointOut.Ne[1] != 262 {
-		t.Errorf("bound weights look wrong: %v %v %v %v", w.Embed.Type, w.Layers[3].ConvDW.Ne, w.LSTM[1].WIH.Ne, w.JointOut.Ne)
-	}
-	// The blank's embedding row is zero (padding_idx in NeMo).
-	row := w.Embed.Data[256*160*4 : 257*160*4]
-	if !bytes.Equal(row, make([]byte, len(row))) {
-		t.Error("the blank's embedding row is not zero")
-	}
-	if ok, err := IsModelFile(p); !ok || err != nil {
-		t.Errorf("IsModelFile: %v, %v", ok, err)
-	}
-	// The file written back is the generator's, byte for byte.
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := ggmlBytes(t, f); !bytes.Equal(got, b) {
-		t.Errorf("written back, the file differs (%d vs %d bytes)", len(got), len(b))
-	}
-	if err := f.Close(); err != nil || f.Tensors[0].Data != nil {
-		t.Errorf("Close: %v", err)
-	}
-	if err := f.Close(); err != nil {
-		t.Errorf("second Close: %v", err)
+	v2 := HParams{NVocab: 1024, NAudioCtx: 5000, NAudioState: 1024, NAudioHead: 8, NAudioLayer: 24, NMels: 128,
+		FType: 0, NFFT: 512, SubsamplingFactor: 8, NSubsamplingChannels: 256, NConvKernel: 9, NPredDim: 640,
+		NPredLayers: 2, NTDTDurations: 5, NMaxTokens: 10}
+	v2f16 := v2
+	v2f16.FType = 1
+	for _, c := range []struct {
+		shape   string
+		f16     bool
+		h       HParams
+		tensors int
+	}{{"small", false, small, 141}, {"0.6b-v2", false, v2, 721}, {"0.6b-v2", true, v2f16, 721}} {
+		t.Run(c.shape+map[bool]string{false: "-f32", true: "-f16"}[c.f16], func(t *testing.T) {
+			p := sharedtest.ParakeetRandomModel(t, c.shape, c.f16)
+			f, err := Open(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			h := c.h
+			if f.HParams != h {
+				t.Errorf("hparams %+v, want %+v", f.HParams, h)
+			}
+			if len(f.Tensors) != c.tensors || h.TensorCount() != c.tensors {
+				t.Errorf("%d tensors, %d expected, want %d", len(f.Tensors), h.TensorCount(), c.tensors)
+			}
+			if len(f.Window) != 400 || len(f.Filters) != 128*257 || len(f.Durations) != 5 || f.Durations[4] != 4 {
+				t.Errorf("window %d, filters %d, durations %v", len(f.Window), len(f.Filters), f.Durations)
+			}
+			if p0, _ := f.Vocab.Piece(0); p0 != "<unk>" || int(f.Vocab.Blank()) != h.NVocab || !f.Vocab.IsPunctuation(1) {
+				t.Errorf("piece 0 %q, blank %d", p0, f.Vocab.Blank())
+			}
+			w := f.Weights
+			wt := map[bool]tensor.DType{false: tensor.F32, true: tensor.F16}[c.f16]
+			if w.Embed.Type != wt || w.Layers[0].Q.Type != wt || w.PreConv[0].Weight.Type != tensor.F32 || w.Layers[0].ConvDW.Type != tensor.F32 {
+				t.Errorf("types: embedding %v, q %v, conv.0 %v, depthwise %v", w.Embed.Type, w.Layers[0].Q.Type, w.PreConv[0].Weight.Type, w.Layers[0].ConvDW.Type)
+			}
+			if w.Layers[h.NAudioLayer-1].ConvDW.Ne[0] != 9 || w.LSTM[1].WIH.Ne[1] != 4*h.NPredDim || w.JointOut.Ne[1] != h.JointOutputs() {
+				t.Errorf("shapes: %v %v %v", w.Layers[h.NAudioLayer-1].ConvDW.Ne, w.LSTM[1].WIH.Ne, w.JointOut.Ne)
+			}
+			// The blank's embedding row is zero (padding_idx in NeMo).
+			rs := int(w.Embed.Type.TypeSize()) * h.NPredDim
+			row := w.Embed.Data[h.NVocab*rs : (h.NVocab+1)*rs]
+			if !bytes.Equal(row, make([]byte, len(row))) {
+				t.Error("the blank's embedding row is not zero")
+			}
+			if ok, err := IsModelFile(p); !ok || err != nil {
+				t.Errorf("IsModelFile: %v, %v", ok, err)
+			}
+			if c.shape != "small" {
+				return
+			}
+			// The file written back is the generator's, byte for byte.
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := ggmlBytes(t, f); !bytes.Equal(got, b) {
+				t.Errorf("written back, the file differs (%d vs %d bytes)", len(got), len(b))
+			}
+			if err := f.Close(); err != nil || f.Tensors[0].Data != nil {
+				t.Errorf("Close: %v", err)
+			}
+			if err := f.Close(); err != nil {
+				t.Errorf("second Close: %v", err)
+			}
+		})
 	}
 }
 
