@@ -35,7 +35,12 @@ func (e *FormatError) Error() string {
 }
 
 // Unwrap returns ErrFormat and the container reader's error.
-func (e *FormatError) Unwrap() []error { return []error{ErrFormat, e.Err} }
+func (e *FormatError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{ErrFormat}
+	}
+	return []error{ErrFormat, e.Err}
+}
 
 func formatErr(format string, args ...any) error {
 	return &FormatError{Msg: fmt.Sprintf(format, args...)}
