@@ -1,7 +1,8 @@
 // Package audio turns audio files into what a Whisper encoder reads: Decode sniffs the container
 // (WAV in its RIFF, RIFX, RF64 and BW64 forms; FLAC; MP3; Ogg Vorbis; Ogg Opus), decodes it,
 // mixes all channels down to mono by averaging and resamples to 16 kHz float32; LogMel computes
-// the log-mel spectrogram exactly as whisper.cpp does; Resampler is the band-limited
+// the log-mel spectrogram exactly as whisper.cpp does; PowerSpectrum is the FFT under it, for
+// front ends with other frame lengths (Parakeet's 512 points); Resampler is the band-limited
 // (Kaiser-windowed sinc, polyphase) sample-rate converter Decode uses, usable on its own for
 // streams; PCM16ToFloat converts raw 16-bit frames such as WebSocket audio messages.
 //

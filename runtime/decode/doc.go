@@ -1,7 +1,8 @@
 // Package decode owns the last step of generation: turning one position's logits into the next
 // token (Sampler), reporting log-probabilities of the raw distribution (TopLogprobs, Logprob,
 // Logprobs, LogSumExp), and deciding when generation stops and which text may be shown so far
-// (Stopper).
+// (Stopper). For transducer speech models (Parakeet) TDT is the greedy decision rule over a joint
+// network's output row: which token, which duration, and which encoder frame comes next.
 //
 // Everything a Sampler or Stopper needs is allocated when it is built, and stepping either one
 // allocates nothing, so a serving loop can own one of each per sequence and step them all

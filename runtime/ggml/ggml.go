@@ -12,6 +12,10 @@
 //
 // Tensor types must be F32, F16, Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0. Tensor names and shapes are not
 // checked against a model architecture here: that is the model's business.
+//
+// whisper.cpp's Parakeet files use the same container with a header of their own; Decoder reads
+// such a file field by field, and its tensor records under other TensorRules (scalars, k-quants);
+// NewRecordWriter writes one.
 package ggml
 
 import (
@@ -147,7 +151,8 @@ type Filters struct {
 type Tensor struct {
 	Name string
 	Type tensor.DType
-	// Ne is the shape in ggml order: Ne[0] elements per row (fastest), 1 to MaxDims entries.
+	// Ne is the shape in ggml order: Ne[0] elements per row (fastest), 1 to MaxDims entries
+	// (none for a scalar, where TensorRules.Scalars admits one).
 	Ne []int
 	// Data holds the tensor's bytes (Type's row size of Ne[0] times the number of rows). In a
 	// parsed file it aliases the file, is read-only when the file was opened, need not be
@@ -197,11 +202,58 @@ func (f *File) Tensor(name string) (*Tensor, bool) {
 	return &f.Tensors[i], true
 }
 
-// accepted reports whether whisper.cpp's loader takes tensors of type dt.
-func accepted(dt tensor.DType) bool {
-	switch dt {
-	case tensor.F32, tensor.F16, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q8_0:
-		return true
+// TensorRules says which tensor records a file admits. The zero value is the rule of
+// whisper.cpp's Whisper loader: one to MaxDims dimensions, types F32, F16, Q4_0, Q4_1, Q5_0, Q5_1
+// and Q8_0.
+type TensorRules struct {
+	// Scalars admits records of zero dimensions (one element; Tensor.Ne is empty), which
+	// whisper.cpp's Parakeet loader reads (batch norm's num_batches_tracked).
+	Scalars bool
+	// Types lists the admitted element types; nil means whisper's.
+	Types []tensor.DType
+}
+
+// whisperTypes are the tensor types whisper.cpp's Whisper loader takes.
+var whisperTypes = []tensor.DType{tensor.F32, tensor.F16, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q8_0}
+
+func (r TensorRules) types() []tensor.DType {
+	if r.Types == nil {
+		return whisperTypes
+	}
+	return r.Types
+}
+
+// accepts reports whether r admits tensors of type dt.
+func (r TensorRules) accepts(dt tensor.DType) bool {
+	for _, t := range r.types() {
+		if t == dt {
+			return true
+		}
 	}
 	return false
+}
+
+// minDims is the fewest dimensions a record may have under r.
+func (r TensorRules) minDims() int {
+	if r.Scalars {
+		return 0
+	}
+	return 1
+}
+
+// typeList names r's types as a sentence: "F32, F16 or Q8_0".
+func (r TensorRules) typeList() string {
+	ts := r.types()
+	s := ""
+	for i, t := range ts {
+		switch {
+		case i == 0:
+		case i == len(ts)-1:
+			s += " or "
+		default:
+			s += ", "
+		}
+		s += t.String()
+	}
+	return s
 }

@@ -99,21 +99,30 @@ func parse(b []byte) (*File, *FormatError) {
 		return nil, e
 	}
 
-	f.index = map[string]int{}
-	for d.left() > 0 {
-		rec := d.off
-		t, e := d.tensor(len(f.Tensors))
-		if e != nil {
-			return nil, e
-		}
-		if j, dup := f.index[t.Name]; dup {
-			return nil, errAt(rec, "tensor %d %q at offset %d: duplicate name (first is tensor %d)",
-				len(f.Tensors), t.Name, rec, j)
-		}
-		f.index[t.Name] = len(f.Tensors)
-		f.Tensors = append(f.Tensors, t)
+	if f.Tensors, f.index, e = d.tensors(TensorRules{}); e != nil {
+		return nil, e
 	}
 	return f, nil
+}
+
+// tensors reads tensor records under r until the end of the bytes, and indexes them by name.
+func (d *decoder) tensors(r TensorRules) ([]Tensor, map[string]int, *FormatError) {
+	var ts []Tensor
+	index := map[string]int{}
+	for d.left() > 0 {
+		rec := d.off
+		t, e := d.tensor(len(ts), r)
+		if e != nil {
+			return nil, nil, e
+		}
+		if j, dup := index[t.Name]; dup {
+			return nil, nil, errAt(rec, "tensor %d %q at offset %d: duplicate name (first is tensor %d)",
+				len(ts), t.Name, rec, j)
+		}
+		index[t.Name] = len(ts)
+		ts = append(ts, t)
+	}
+	return ts, index, nil
 }
 
 // filters reads the mel filter bank: int32 n_mel, int32 n_fft, n_mel*n_fft float32.
@@ -180,9 +189,9 @@ func (d *decoder) vocab() ([][]byte, *FormatError) {
 	return out, nil
 }
 
-// tensor reads the i-th tensor record: int32 n_dims, int32 name length, int32 type, n_dims int32
-// ne, the name, then the data.
-func (d *decoder) tensor(i int) (Tensor, *FormatError) {
+// tensor reads the i-th tensor record under r: int32 n_dims, int32 name length, int32 type,
+// n_dims int32 ne, the name, then the data.
+func (d *decoder) tensor(i int, r TensorRules) (Tensor, *FormatError) {
 	var t Tensor
 	rec := d.off
 	if d.left() < tensorHeader {
@@ -191,16 +200,16 @@ func (d *decoder) tensor(i int) (Tensor, *FormatError) {
 	nDims, _ := d.i32()
 	nameLen, _ := d.i32()
 	typ, _ := d.i32()
-	if nDims < 1 || nDims > MaxDims {
-		return t, errAt(rec, "tensor %d at offset %d: %d dimensions, want 1 to %d", i, rec, nDims, MaxDims)
+	if int(nDims) < r.minDims() || nDims > MaxDims {
+		return t, errAt(rec, "tensor %d at offset %d: %d dimensions, want %d to %d", i, rec, nDims, r.minDims(), MaxDims)
 	}
 	if nameLen < 1 || nameLen > MaxNameLen {
 		return t, errAt(rec+4, "tensor %d at offset %d: name length %d, want 1 to %d", i, rec, nameLen, MaxNameLen)
 	}
 	t.Type = tensor.DType(typ)
-	if typ < 0 || !accepted(t.Type) {
-		return t, errAt(rec+8, "tensor %d at offset %d: unknown or unsupported type id %d (want F32, F16, Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0)",
-			i, rec, typ)
+	if typ < 0 || !r.accepts(t.Type) {
+		return t, errAt(rec+8, "tensor %d at offset %d: unknown or unsupported type id %d (want %s)",
+			i, rec, typ, r.typeList())
 	}
 	if need := 4*int(nDims) + int(nameLen); d.left() < need {
 		return t, d.truncated(need, fmt.Sprintf("shape and name of tensor %d", i))
@@ -234,8 +243,12 @@ func (d *decoder) tensor(i int) (Tensor, *FormatError) {
 	return t, nil
 }
 
-// dataSize returns the bytes a tensor of type dt and shape ne (ggml order) takes.
+// dataSize returns the bytes a tensor of type dt and shape ne (ggml order) takes. No dimensions
+// is one element.
 func dataSize(dt tensor.DType, ne []int64) (int64, error) {
+	if len(ne) == 0 {
+		ne = []int64{1}
+	}
 	rows := int64(1)
 	for _, n := range ne[1:] {
 		if n != 0 && rows > math.MaxInt64/n {

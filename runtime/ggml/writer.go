@@ -17,7 +17,20 @@ import (
 type Writer struct {
 	w     *bufio.Writer
 	names map[string]bool
+	rules TensorRules
 	err   error // the first write error; sticky
+}
+
+// NewRecordWriter writes header as it is to w and returns a Writer that appends tensor records
+// admitted by r, for files that share the container but not Whisper's header (whisper.cpp's
+// Parakeet files). The header is the caller's to get right.
+func NewRecordWriter(w io.Writer, header []byte, r TensorRules) (*Writer, error) {
+	wr := &Writer{w: bufio.NewWriterSize(w, 1<<16), names: map[string]bool{}, rules: r}
+	if _, err := wr.w.Write(header); err != nil {
+		wr.err = err
+		return nil, err
+	}
+	return wr, nil
 }
 
 // NewWriter checks hp, filters and vocab and writes them to w.
@@ -66,8 +79,9 @@ func NewWriter(w io.Writer, hp HParams, filters Filters, vocab [][]byte) (*Write
 }
 
 // WriteTensor appends a tensor record. ne is in ggml order (1 to MaxDims entries, each in
-// [0, MaxInt32]); dt must be F32, F16, Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0, and data must hold exactly
-// dt's row size of ne[0] times the number of rows.
+// [0, MaxInt32]; none for a scalar where the Writer's rules admit scalars); dt must be one of the
+// rules' types (for NewWriter F32, F16, Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0), and data must hold
+// exactly dt's row size of ne[0] times the number of rows.
 func (w *Writer) WriteTensor(name string, dt tensor.DType, ne []int, data []byte) error {
 	if w.err != nil {
 		return w.err
@@ -78,11 +92,11 @@ func (w *Writer) WriteTensor(name string, dt tensor.DType, ne []int, data []byte
 	if w.names[name] {
 		return fmt.Errorf("ggml: tensor %q: written twice", name)
 	}
-	if !accepted(dt) {
+	if !w.rules.accepts(dt) {
 		return fmt.Errorf("ggml: tensor %q: type %v is not one whisper.cpp loads", name, dt)
 	}
-	if len(ne) < 1 || len(ne) > MaxDims {
-		return fmt.Errorf("ggml: tensor %q: %d dimensions, want 1 to %d", name, len(ne), MaxDims)
+	if len(ne) < w.rules.minDims() || len(ne) > MaxDims {
+		return fmt.Errorf("ggml: tensor %q: %d dimensions, want %d to %d", name, len(ne), w.rules.minDims(), MaxDims)
 	}
 	ne64 := make([]int64, len(ne))
 	for j, n := range ne {
