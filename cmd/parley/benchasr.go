@@ -12,6 +12,7 @@ import (
 	"github.com/parleyhq/parley/runtime/audio"
 	"github.com/parleyhq/parley/runtime/kvcache"
 	"github.com/parleyhq/parley/runtime/models/whisper"
+	"github.com/parleyhq/parley/runtime/sched/asr"
 )
 
 // asrBenchResult is what `parley bench` measures of a Whisper model.
@@ -138,12 +139,12 @@ func benchASR(e *env, bf backendFlags, path string, reps, tg int, seqCounts []in
 		}
 	}
 	if len(pcm) > 0 {
-		eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 1})
+		eng, err := asr.NewWhisper(m, asr.Config{MaxActive: 1})
 		if err != nil {
 			return err
 		}
 		defer eng.Close()
-		p := whisper.DefaultParams()
+		p := asr.DefaultParams()
 		p.TemperatureInc = 0 // no fallback: every run does the same work
 		if m.Multilingual() {
 			p.Language = "en"

@@ -24,6 +24,7 @@ import (
 	"github.com/parleyhq/parley/runtime/models/llama"
 	"github.com/parleyhq/parley/runtime/models/whisper"
 	"github.com/parleyhq/parley/runtime/sched"
+	"github.com/parleyhq/parley/runtime/sched/asr"
 	"github.com/parleyhq/parley/runtime/server"
 )
 
@@ -72,7 +73,7 @@ func runServe(e *env, args []string) error {
 	maxAudioDur := fs.Duration("max-audio-duration", 2*time.Hour, "longest audio accepted for transcription ($PARLEY_MAX_AUDIO_DURATION)")
 	maxStreams := fs.Int("max-streams", envInt("PARLEY_MAX_STREAMS", 16), "live transcription sessions (/v1/audio/stream) open at once")
 	asrBeam := fs.Int("asr-beam", envInt("PARLEY_ASR_BEAM", 1), "beam size of transcriptions (1: greedy)")
-	asrBestOf := fs.Int("asr-best-of", envInt("PARLEY_ASR_BEST_OF", whisper.DefaultParams().BestOf), "candidates sampled at temperatures above 0 (transcriptions' fallback)")
+	asrBestOf := fs.Int("asr-best-of", envInt("PARLEY_ASR_BEST_OF", asr.DefaultParams().BestOf), "candidates sampled at temperatures above 0 (transcriptions' fallback)")
 	prefix := fs.Bool("prefix-cache", envDefault("PARLEY_PREFIX_CACHE", "true") != "false", "reuse the KV blocks of prompt prefixes shared between requests")
 	if v, ok := os.LookupEnv("PARLEY_TIMEOUT"); ok {
 		if d, err := time.ParseDuration(v); err == nil {
@@ -117,7 +118,7 @@ func runServe(e *env, args []string) error {
 	if *grace < 0 || *bodyTimeout <= 0 {
 		return usagef("--shutdown-grace must not be negative, --body-timeout must be positive")
 	}
-	asrParams := whisper.DefaultParams()
+	asrParams := asr.DefaultParams()
 	asrParams.BeamSize, asrParams.BestOf = *asrBeam, *asrBestOf
 	if err := asrParams.Validate(); err != nil {
 		return usagef("--asr-beam %d, --asr-best-of %d: %v", *asrBeam, *asrBestOf, err)
@@ -192,7 +193,7 @@ func runServe(e *env, args []string) error {
 	var served []*server.Model
 	var speechModels []*server.SpeechModel
 	var scheds []*sched.Scheduler
-	var speechEngines []*whisper.Engine
+	var speechEngines []*asr.Whisper
 	var closers []func()
 	defer func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -235,14 +236,14 @@ func runServe(e *env, args []string) error {
 				return fmt.Errorf("%s: %w", sp.name, err)
 			}
 			closers = append(closers, func() { wm.Close() })
-			we, err := whisper.NewEngine(wm, whisper.EngineConfig{MaxActive: *asrParallel, MaxQueue: *asrQueue, EncodeBatch: *asrEncode,
+			we, err := asr.NewWhisper(wm, asr.Config{MaxActive: *asrParallel, MaxQueue: *asrQueue, EncodeBatch: *asrEncode,
 				OnStep: steps.OnStep(sp.name), Logger: logger.With("model", sp.name)})
 			if err != nil {
 				hs.Close()
 				return fmt.Errorf("%s: %w", sp.name, err)
 			}
 			closers = append(closers, func() { we.Close() })
-			speechModels = append(speechModels, &server.SpeechModel{Name: sp.name, Engine: we, Params: &asrParams})
+			speechModels = append(speechModels, &server.SpeechModel{Name: sp.name, Recognizer: we, Params: &asrParams})
 			speechEngines = append(speechEngines, we)
 			logger.Info("speech model loaded", "model", sp.name, "path", sp.path, "multilingual", wm.Multilingual(), "parallel", *asrParallel, "took", time.Since(t0).Round(time.Millisecond))
 			continue

@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/parleyhq/parley/runtime/audio"
-	"github.com/parleyhq/parley/runtime/models/whisper"
+	"github.com/parleyhq/parley/runtime/sched/asr"
 	wtok "github.com/parleyhq/parley/runtime/tokenizer/whisper"
 )
 
@@ -34,7 +34,7 @@ func runTranscribe(e *env, args []string) error {
 	}
 	bf := addBackendFlags(fs)
 	model := fs.String("m", "", "Whisper model file (whisper.cpp ggml, or GGUF), or hf://owner/repo[@rev]/file")
-	def := whisper.DefaultParams()
+	def := asr.DefaultParams()
 	beam := fs.Int("beam", 1, "beam size (1: greedy)")
 	bestOf := fs.Int("best-of", def.BestOf, "candidates sampled at temperatures above 0")
 	lang := fs.String("language", "", "spoken language code, e.g. en (default: detect; English-only models: en)")
@@ -96,13 +96,13 @@ func runTranscribe(e *env, args []string) error {
 	}
 	defer be.Close()
 	defer m.Close()
-	eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 1})
+	eng, err := asr.NewWhisper(m, asr.Config{MaxActive: 1})
 	if err != nil {
 		return err
 	}
 	defer eng.Close()
 	// What the model cannot do is a mistake in the command line too: say so before any file.
-	if _, _, err := eng.ResolveLanguage(p.Language); err != nil {
+	if _, err := eng.ResolveLanguage(p.Language); err != nil {
 		if !m.Multilingual() {
 			return usagef("--language %q: %s is an English-only model; leave out --language (or give en), or use a multilingual model", p.Language, *model)
 		}
@@ -165,7 +165,7 @@ func runTranscribe(e *env, args []string) error {
 }
 
 // transcribeFile reads, decodes and transcribes the audio file at path.
-func transcribeFile(eng *whisper.Engine, path string, p whisper.Params) (*whisper.Result, error) {
+func transcribeFile(eng asr.Recognizer, path string, p asr.Params) (*asr.Result, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -216,12 +216,12 @@ func sameFile(a, b string) bool {
 	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
 }
 
-// withoutHTTP is a parameter error from the whisper package without its HTTP wording ("bad
+// withoutHTTP is a parameter error from the asr package without its HTTP wording ("bad
 // request: "), which serve answers with and the command line has no use for.
 func withoutHTTP(err error) error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok && errors.Is(err, whisper.ErrBadRequest) {
+	if j, ok := err.(interface{ Unwrap() []error }); ok && errors.Is(err, asr.ErrBadRequest) {
 		for _, e := range j.Unwrap() {
-			if e != whisper.ErrBadRequest {
+			if e != asr.ErrBadRequest {
 				return e
 			}
 		}
@@ -230,8 +230,8 @@ func withoutHTTP(err error) error {
 }
 
 // renderTranscript is res in format kind (txt, srt, vtt or json); file, if not empty, is the
-// "file" member of the JSON. Times in JSON are to the millisecond (whisper.RoundTime).
-func renderTranscript(res *whisper.Result, kind, file string) ([]byte, error) {
+// "file" member of the JSON. Times in JSON are to the millisecond (asr.RoundTime).
+func renderTranscript(res *asr.Result, kind, file string) ([]byte, error) {
 	switch kind {
 	case "srt":
 		return []byte(res.SRT()), nil
@@ -244,12 +244,12 @@ func renderTranscript(res *whisper.Result, kind, file string) ([]byte, error) {
 			PLog float32 `json:"plog"`
 		}
 		out := struct {
-			File     string            `json:"file,omitempty"`
-			Text     string            `json:"text"`
-			Language string            `json:"language"`
-			Segments []whisper.Segment `json:"segments"`
-			Tokens   []tok             `json:"tokens"`
-		}{File: file, Text: res.Text, Language: res.Language, Segments: make([]whisper.Segment, len(res.Segments)), Tokens: []tok{}}
+			File     string        `json:"file,omitempty"`
+			Text     string        `json:"text"`
+			Language string        `json:"language"`
+			Segments []asr.Segment `json:"segments"`
+			Tokens   []tok         `json:"tokens"`
+		}{File: file, Text: res.Text, Language: res.Language, Segments: make([]asr.Segment, len(res.Segments)), Tokens: []tok{}}
 		for i, s := range res.Segments {
 			out.Segments[i] = s.Rounded()
 			for _, t := range s.Tokens {

@@ -1,8 +1,13 @@
 // Package decode owns the last step of generation: turning one position's logits into the next
 // token (Sampler), reporting log-probabilities of the raw distribution (TopLogprobs, Logprob,
-// Logprobs, LogSumExp), and deciding when generation stops and which text may be shown so far
-// (Stopper). For transducer speech models (Parakeet) TDT is the greedy decision rule over a joint
-// network's output row: which token, which duration, and which encoder frame comes next.
+// Logprobs, LogSumExp), deciding when generation stops and which text may be shown so far
+// (Stopper), and the search policies that run several hypotheses of one output, as a speech
+// recogniser does: beam-search bookkeeping (Beams), the scores and choice among finished
+// hypotheses (SequenceScore, BestOf), and temperature fallback (Fallback, Temperatures,
+// TokenEntropy, Compression); for transducer speech models (Parakeet), TDT, the greedy decision
+// rule over a joint network's output row: which token, which duration, and which encoder frame
+// comes next. What a hypothesis is, and the forward passes that extend it, are
+// the scheduler's (runtime/sched/asr).
 //
 // Everything a Sampler or Stopper needs is allocated when it is built, and stepping either one
 // allocates nothing, so a serving loop can own one of each per sequence and step them all

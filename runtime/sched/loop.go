@@ -10,7 +10,7 @@ import (
 )
 
 // Work is one kind of model stepped by a Loop: the Scheduler's token batches for language
-// models, or a speech recogniser's windows and decoder steps (runtime/models/whisper). R is its
+// models, or a speech recogniser's windows and decoder steps (runtime/sched/asr). R is its
 // request type.
 //
 // The Loop calls a Work only from the goroutine running Loop.Run (or, for Abort, from Close when

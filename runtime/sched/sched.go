@@ -5,9 +5,9 @@
 //
 // The machinery under it is shared by every kind of model: a Loop owns the bounded FIFO queue,
 // admission from its head, cancellation and deadlines at step boundaries, shutdown and per-step
-// accounting, and steps a Work. The Scheduler is the Work of language models; the speech
-// recogniser's engine (runtime/models/whisper) is another, whose step encodes a window for one
-// transcription and runs one batched decoder forward over every transcription's hypotheses.
+// accounting, and steps a Work. The Scheduler is the Work of language models; Whisper's scheduler
+// (runtime/sched/asr) is another, whose step encodes a window for one transcription and runs one
+// batched decoder forward over every transcription's hypotheses.
 //
 // Admission is conservative: a request leaves the FIFO queue only when the blocks for its whole
 // prompt plus MaxTokens (for all of its N sequences) are free, and takes them at once. A running

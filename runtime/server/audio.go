@@ -15,24 +15,23 @@ import (
 	"time"
 
 	"github.com/parleyhq/parley/runtime/audio"
-	"github.com/parleyhq/parley/runtime/models/whisper"
-	"github.com/parleyhq/parley/runtime/speech"
+	"github.com/parleyhq/parley/runtime/sched/asr"
 	wtok "github.com/parleyhq/parley/runtime/tokenizer/whisper"
 )
 
 // SpeechModel is one served speech recognition model.
 type SpeechModel struct {
-	Name   string          // id clients pass as "model"; unique among all of a Server's models
-	Engine *whisper.Engine // runs this model's transcriptions; the caller closes it
+	Name       string         // id clients pass as "model"; unique among all of a Server's models
+	Recognizer asr.Recognizer // runs this model's transcriptions; the caller closes it
 	// Params are what every request starts from (beam size, fallback, thresholds); requests set
-	// Language, Translate, InitialPrompt and Temperature. nil: whisper.DefaultParams().
-	Params *whisper.Params
+	// Language, Translate, InitialPrompt and Temperature. nil: asr.DefaultParams().
+	Params *asr.Params
 }
 
 // speechServed is a SpeechModel with what the server derives from it once.
 type speechServed struct {
 	*SpeechModel
-	params whisper.Params
+	params asr.Params
 }
 
 const (
@@ -61,14 +60,14 @@ func (s *Server) addSpeech() error {
 	s.speechN = map[string]*speechServed{}
 	for i, m := range cfg.SpeechModels {
 		switch {
-		case m == nil || m.Engine == nil:
-			return fmt.Errorf("server: speech model %d: engine is required", i)
+		case m == nil || m.Recognizer == nil:
+			return fmt.Errorf("server: speech model %d: recognizer is required", i)
 		case m.Name == "":
 			return fmt.Errorf("server: speech model %d: empty name", i)
 		case s.byName[m.Name] != nil || s.speechN[m.Name] != nil:
 			return fmt.Errorf("server: model %q listed twice", m.Name)
 		}
-		sm := &speechServed{SpeechModel: m, params: whisper.DefaultParams()}
+		sm := &speechServed{SpeechModel: m, params: asr.DefaultParams()}
 		if m.Params != nil {
 			sm.params = *m.Params
 		}
@@ -101,19 +100,19 @@ func (s *Server) speechModel(name string) (*speechServed, *apiError) {
 // checkLanguage returns the code of a requested language ("" to detect it), or answers 400 for a
 // language m cannot transcribe.
 func (m *speechServed) checkLanguage(lang string) (string, *apiError) {
-	_, code, err := m.Engine.ResolveLanguage(lang)
+	code, err := m.Recognizer.ResolveLanguage(lang)
 	if err != nil {
 		return "", invalidCode("language", "unsupported_language", badRequestMessage(err))
 	}
 	return code, nil
 }
 
-// badRequestMessage is the part of an engine error wrapping whisper.ErrBadRequest meant for the
+// badRequestMessage is the part of a recogniser's error wrapping asr.ErrBadRequest meant for the
 // client: what follows "bad request: ".
 func badRequestMessage(err error) string {
 	msg := err.Error()
-	if i := strings.Index(msg, whisper.ErrBadRequest.Error()+": "); i >= 0 {
-		msg = msg[i+len(whisper.ErrBadRequest.Error())+2:]
+	if i := strings.Index(msg, asr.ErrBadRequest.Error()+": "); i >= 0 {
+		msg = msg[i+len(asr.ErrBadRequest.Error())+2:]
 	}
 	return msg
 }
@@ -174,10 +173,10 @@ func (s *Server) audio(w http.ResponseWriter, r *http.Request, translate bool) {
 		writeError(w, decodeError(err, s.cfg.MaxAudioDuration))
 		return
 	}
-	res := &whisper.Result{Segments: []whisper.Segment{}, Language: p.Language}
+	res := &asr.Result{Segments: []asr.Segment{}, Language: p.Language}
 	if len(samples) > 0 {
 		t0 := time.Now()
-		res, err = m.Engine.Transcribe(r.Context(), samples, p, nil)
+		res, err = m.Recognizer.Transcribe(r.Context(), samples, p, nil)
 		s.metrics.asrTime.WithLabelValues(m.Name, kind).Observe(time.Since(t0).Seconds())
 		if err != nil {
 			if e := transcribeError(err); e != nil {
@@ -191,22 +190,22 @@ func (s *Server) audio(w http.ResponseWriter, r *http.Request, translate bool) {
 	}
 	s.metrics.audioSec.WithLabelValues(m.Name, kind).Add(res.Duration)
 	if res.Language == "" {
-		// The engine names the language of all audio it is given, detecting it also where it
+		// The recogniser names the language of all audio it is given, detecting it also where it
 		// decodes nothing; audio of no samples is not given to it, and the decoder's language
 		// would have been English, as it is for English-only models (whisper.cpp's default).
 		res.Language = "en"
 	}
-	writeTranscript(w, req, res, translate, m.Engine.Vocab().IsSpecial)
+	writeTranscript(w, req, res, translate, m.Recognizer.IsSpecial)
 }
 
-// transcribeError maps an engine error to the client's answer; nil: an internal error.
+// transcribeError maps a recogniser's error to the client's answer; nil: an internal error.
 func transcribeError(err error) *apiError {
 	switch {
-	case errors.Is(err, whisper.ErrQueueFull):
+	case errors.Is(err, asr.ErrQueueFull):
 		return &apiError{Status: http.StatusTooManyRequests, Message: "The server is busy; retry shortly.", Type: typeRateLimit, Code: strptr("queue_full"), RetryAfter: 1}
-	case errors.Is(err, whisper.ErrBadRequest):
+	case errors.Is(err, asr.ErrBadRequest):
 		return invalid("", badRequestMessage(err))
-	case errors.Is(err, whisper.ErrClosed):
+	case errors.Is(err, asr.ErrClosed):
 		return &apiError{Status: http.StatusServiceUnavailable, Message: "The server is shutting down.", Type: typeUnavailable, RetryAfter: 5}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &apiError{Status: http.StatusServiceUnavailable, Message: "The transcription took longer than the server allows.", Type: typeUnavailable, Code: strptr("timeout")}
@@ -357,13 +356,13 @@ type verboseJSON struct {
 	Duration float64    `json:"duration"`
 	Text     string     `json:"text"`
 	Segments any        `json:"segments,omitempty"` // []segmentJSON when asked for
-	Words    any        `json:"words,omitempty"`    // []speech.Word when asked for
+	Words    any        `json:"words,omitempty"`    // []asr.Word when asked for
 	Usage    audioUsage `json:"usage"`
 }
 
 // writeTranscript answers with res in the requested format; isSpecial tells the model's tokens
-// that are not text. Times are written to the millisecond (whisper.RoundTime).
-func writeTranscript(w http.ResponseWriter, req *audioRequest, res *whisper.Result, translate bool, isSpecial func(int32) bool) {
+// that are not text. Times are written to the millisecond (asr.RoundTime).
+func writeTranscript(w http.ResponseWriter, req *audioRequest, res *asr.Result, translate bool, isSpecial func(int32) bool) {
 	text := strings.TrimSpace(res.Text)
 	usage := audioUsage{Type: "duration", Seconds: int(math.Ceil(res.Duration))}
 	switch req.format {
@@ -379,7 +378,7 @@ func writeTranscript(w http.ResponseWriter, req *audioRequest, res *whisper.Resu
 	case "vtt":
 		writeText(w, res.VTT())
 	case "verbose_json":
-		v := verboseJSON{Task: "transcribe", Language: wtok.LanguageName(res.Language), Duration: whisper.RoundTime(res.Duration), Text: text, Usage: usage}
+		v := verboseJSON{Task: "transcribe", Language: wtok.LanguageName(res.Language), Duration: asr.RoundTime(res.Duration), Text: text, Usage: usage}
 		lang := res.Language
 		if translate {
 			// OpenAI's translations name the language of their text, always English, not the
@@ -393,17 +392,17 @@ func writeTranscript(w http.ResponseWriter, req *audioRequest, res *whisper.Resu
 				for k, t := range sg.Tokens {
 					ids[k] = t.ID
 				}
-				// Seek is the segment's start in 10 ms frames: the engine does not report the
+				// Seek is the segment's start in 10 ms frames: the recogniser does not report the
 				// window a segment was decoded in.
-				segs[i] = segmentJSON{ID: sg.ID, Seek: int(math.Round(sg.Start * 100)), Start: whisper.RoundTime(sg.Start), End: whisper.RoundTime(sg.End), Text: sg.Text, Tokens: ids,
+				segs[i] = segmentJSON{ID: sg.ID, Seek: int(math.Round(sg.Start * 100)), Start: asr.RoundTime(sg.Start), End: asr.RoundTime(sg.End), Text: sg.Text, Tokens: ids,
 					Temperature: sg.Temperature, AvgLogprob: sg.AvgLogprob, CompressionRatio: sg.CompressionRatio, NoSpeechProb: sg.NoSpeechProb}
 			}
 			v.Segments = segs
 		}
 		if req.words {
-			words := speech.Words(res.Segments, isSpecial, lang)
+			words := asr.Words(res.Segments, isSpecial, lang)
 			if words == nil {
-				words = []speech.Word{}
+				words = []asr.Word{}
 			}
 			for i := range words {
 				words[i] = words[i].Rounded()

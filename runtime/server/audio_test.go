@@ -22,53 +22,53 @@ import (
 	"github.com/parleyhq/parley/runtime/audio"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/models/whisper"
-	"github.com/parleyhq/parley/runtime/speech"
+	"github.com/parleyhq/parley/runtime/sched/asr"
 	wtok "github.com/parleyhq/parley/runtime/tokenizer/whisper"
 )
 
 // asrParams keep the random-weight model's transcriptions short: no temperature fallback and at
 // most 24 tokens a window (random weights rarely sample end-of-text, so a window would otherwise
 // run its full 220 tokens).
-func asrParams() whisper.Params {
-	p := whisper.DefaultParams()
+func asrParams() asr.Params {
+	p := asr.DefaultParams()
 	p.TemperatureInc = 0
 	p.MaxTokens = 24
 	return p
 }
 
-var asr struct {
+var asrTiny struct {
 	once sync.Once
-	eng  *whisper.Engine
+	eng  *asr.Whisper
 	err  error
 	skip string
 }
 
-// speechEngine is one engine over the random-weight tiny.en model shared by this package's
+// speechEngine is one recogniser over the random-weight tiny.en model shared by this package's
 // tests, on the native CPU backend when the build has it (the pure-Go one is about 8 times slower).
-func speechEngine(t testing.TB) *whisper.Engine {
+func speechEngine(t testing.TB) *asr.Whisper {
 	t.Helper()
 	path := sharedtest.WhisperRandomModel(t, "tiny.en")
-	asr.once.Do(func() {
+	asrTiny.once.Do(func() {
 		var be backend.Backend
 		for _, name := range []string{"cpu", "go"} {
-			if be, _, asr.err = backend.New(name, backend.Options{Threads: 2}); asr.err == nil {
+			if be, _, asrTiny.err = backend.New(name, backend.Options{Threads: 2}); asrTiny.err == nil {
 				break
 			}
 		}
-		if asr.err != nil {
+		if asrTiny.err != nil {
 			return
 		}
 		m, err := whisper.Open(be, path)
 		if err != nil {
-			asr.err = err
+			asrTiny.err = err
 			return
 		}
-		asr.eng, asr.err = whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 4, MaxQueue: 8})
+		asrTiny.eng, asrTiny.err = asr.NewWhisper(m, asr.Config{MaxActive: 4, MaxQueue: 8})
 	})
-	if asr.err != nil {
-		t.Fatal(asr.err)
+	if asrTiny.err != nil {
+		t.Fatal(asrTiny.err)
 	}
-	return asr.eng
+	return asrTiny.eng
 }
 
 // jfk returns the first sec seconds of jfk.wav as samples.
@@ -106,14 +106,14 @@ func wavBytes(samples []float32) []byte {
 type speechHarness struct {
 	srv *httptest.Server
 	s   *Server
-	eng *whisper.Engine
+	eng *asr.Whisper
 }
 
 func newSpeechHarness(t testing.TB, cfg Config) *speechHarness {
 	t.Helper()
 	eng := speechEngine(t)
 	p := asrParams()
-	cfg.SpeechModels = []*SpeechModel{{Name: "whisper-tiny", Engine: eng, Params: &p}}
+	cfg.SpeechModels = []*SpeechModel{{Name: "whisper-tiny", Recognizer: eng, Params: &p}}
 	s, err := New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +156,7 @@ func post(t *testing.T, url, ctype string, body []byte) (int, []byte, http.Heade
 	return resp.StatusCode, b, resp.Header
 }
 
-// TestTranscriptionMatchesEngine: every response format carries what a direct Engine.Transcribe
+// TestTranscriptionMatchesEngine: every response format carries what a direct Transcribe call
 // with the same parameters returns.
 func TestTranscriptionMatchesEngine(t *testing.T) {
 	h := newSpeechHarness(t, Config{})
@@ -211,7 +211,7 @@ func TestTranscriptionMatchesEngine(t *testing.T) {
 		Duration float64       `json:"duration"`
 		Text     string        `json:"text"`
 		Segments []segmentJSON `json:"segments"`
-		Words    []speech.Word `json:"words"`
+		Words    []asr.Word    `json:"words"`
 	}
 	if err := json.Unmarshal(call(field{"response_format", "verbose_json"}, field{"timestamp_granularities[]", "word"}, field{"timestamp_granularities[]", "segment"}), &vj); err != nil {
 		t.Fatal(err)
@@ -221,7 +221,7 @@ func TestTranscriptionMatchesEngine(t *testing.T) {
 	}
 	for i, sg := range vj.Segments {
 		w := want.Segments[i]
-		if sg.Text != w.Text || sg.Start != whisper.RoundTime(w.Start) || sg.End != whisper.RoundTime(w.End) || len(sg.Tokens) != len(w.Tokens) || sg.AvgLogprob != w.AvgLogprob {
+		if sg.Text != w.Text || sg.Start != asr.RoundTime(w.Start) || sg.End != asr.RoundTime(w.End) || len(sg.Tokens) != len(w.Tokens) || sg.AvgLogprob != w.AvgLogprob {
 			t.Errorf("segment %d: %+v, want %+v", i, sg, w)
 		}
 	}
@@ -232,10 +232,10 @@ func TestTranscriptionMatchesEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantWords := speech.Words(aligned.Segments, h.eng.Vocab().IsSpecial, "en")
+	wantWords := asr.Words(aligned.Segments, h.eng.IsSpecial, "en")
 	for i, w := range wantWords {
 		w = w.Rounded()
-		wantWords[i] = speech.Word{Word: w.Word, Start: w.Start, End: w.End} // as JSON has it
+		wantWords[i] = asr.Word{Word: w.Word, Start: w.Start, End: w.End} // as JSON has it
 	}
 	if fmt.Sprint(vj.Words) != fmt.Sprint(wantWords) {
 		t.Errorf("words %v, want %v", vj.Words, wantWords)
@@ -271,13 +271,13 @@ func TestTranscriptionMatchesEngine(t *testing.T) {
 
 var asrMulti struct {
 	once sync.Once
-	eng  *whisper.Engine
+	eng  *asr.Whisper
 	err  error
 }
 
-// multilingualEngine is one engine over the random-weight multilingual tiny model, shared by
+// multilingualEngine is one recogniser over the random-weight multilingual tiny model, shared by
 // this package's tests.
-func multilingualEngine(t testing.TB) *whisper.Engine {
+func multilingualEngine(t testing.TB) *asr.Whisper {
 	t.Helper()
 	path := sharedtest.WhisperRandomModel(t, "tiny")
 	asrMulti.once.Do(func() {
@@ -291,7 +291,7 @@ func multilingualEngine(t testing.TB) *whisper.Engine {
 			asrMulti.err = err
 			return
 		}
-		asrMulti.eng, asrMulti.err = whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 2, MaxQueue: 4})
+		asrMulti.eng, asrMulti.err = asr.NewWhisper(m, asr.Config{MaxActive: 2, MaxQueue: 4})
 	})
 	if asrMulti.err != nil {
 		t.Fatal(asrMulti.err)
@@ -306,7 +306,7 @@ func multilingualEngine(t testing.TB) *whisper.Engine {
 func TestTranscriptionLanguageMultilingual(t *testing.T) {
 	eng := multilingualEngine(t)
 	p := asrParams()
-	s, err := New(Config{SpeechModels: []*SpeechModel{{Name: "whisper-multi", Engine: eng, Params: &p}}}, nil)
+	s, err := New(Config{SpeechModels: []*SpeechModel{{Name: "whisper-multi", Recognizer: eng, Params: &p}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,8 +369,8 @@ func TestTranscriptionLanguageMultilingual(t *testing.T) {
 func TestTranscriptTimesRounded(t *testing.T) {
 	a, b := 0.1, 0.2
 	start, mid, end := a+b, 0.7600000000000001, 59.040000000000006 // 0.30000000000000004 and an ulp over 0.76 and 59.04
-	res := &whisper.Result{Text: " Hi there", Language: "en", Duration: end, Segments: []whisper.Segment{{
-		Start: start, End: end, Text: " Hi there", Tokens: []whisper.Token{
+	res := &asr.Result{Text: " Hi there", Language: "en", Duration: end, Segments: []asr.Segment{{
+		Start: start, End: end, Text: " Hi there", Tokens: []asr.Token{
 			{ID: 50400, T0: start, T1: start}, {ID: 1, Text: " Hi", T0: start, T1: mid}, {ID: 2, Text: " there", T0: mid, T1: end}}}}}
 	w := httptest.NewRecorder()
 	req := &audioRequest{format: "verbose_json", words: true, segments: true}
@@ -417,7 +417,7 @@ func TestSpeechOnlyServer(t *testing.T) {
 		t.Error("New without any model succeeded")
 	}
 	eng := speechEngine(t)
-	if _, err := New(Config{SpeechModels: []*SpeechModel{{Name: "a", Engine: eng}, {Name: "a", Engine: eng}}}, nil); err == nil {
+	if _, err := New(Config{SpeechModels: []*SpeechModel{{Name: "a", Recognizer: eng}, {Name: "a", Recognizer: eng}}}, nil); err == nil {
 		t.Error("duplicate speech model names accepted")
 	}
 }

@@ -80,7 +80,7 @@ var (
 )
 
 // schedCollector reads each scheduler's Stats at scrape time, the language models' and the speech
-// models' engines alike (for those, active sequences are transcriptions in flight and the KV
+// models' recognisers alike (for those, active sequences are transcriptions in flight and the KV
 // blocks are the decoder's). A scheduler keeps only its last step's duration and batch size, so
 // those are gauges, not histograms; StepMetrics has the histograms.
 type schedCollector struct {
@@ -104,7 +104,7 @@ func (c *schedCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descSGen, prometheus.CounterValue, float64(st.GeneratedTokens), m.Name)
 	}
 	for _, m := range c.speech {
-		st := m.Engine.Stats()
+		st := m.Recognizer.Stats()
 		collectLoop(ch, m.Name, st.LoopStats, st.Active, st.KVBlocksUsed, st.KVBlocksFree)
 	}
 }

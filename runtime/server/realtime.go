@@ -19,8 +19,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/parleyhq/parley/runtime/audio"
-	"github.com/parleyhq/parley/runtime/models/whisper"
-	"github.com/parleyhq/parley/runtime/speech"
+	"github.com/parleyhq/parley/runtime/sched/asr"
 )
 
 // StreamConfig configures live transcription at GET /v1/audio/stream (protocol: docs/streaming.md).
@@ -39,7 +38,7 @@ type StreamConfig struct {
 	MaxMessageBytes int64
 	// Session tunes the live transcription (Step, Silence, SilenceRMS, MaxBuffer, ...); Params,
 	// IsSpecial and PromptBytes come from the model and the request.
-	Session speech.Config
+	Session asr.SessionConfig
 }
 
 func (c *StreamConfig) setDefaults() error {
@@ -142,7 +141,7 @@ func (ls *liveSet) list(drain bool) []*live {
 // new sessions are refused (503), and each open session transcribes the audio it has received,
 // sends its final text, and closes with 1001 and the "shutting_down" event. Sessions still open
 // when ctx ends are closed at once, their transcription cancelled; Shutdown then returns
-// ctx.Err(). It does not close the engines.
+// ctx.Err(). It does not close the recognisers.
 func (s *Server) Shutdown(ctx context.Context) error {
 	for _, lv := range s.lives.list(true) {
 		lv.push(item{op: opShutdown}, math.MaxInt)
@@ -161,7 +160,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		lv.end(websocket.StatusGoingAway, "server shutting down", shuttingDown())
 		lv.cancel()
 	}
-	select { // cancelled sessions end within a step of their engine; do not wait on a stuck one
+	select { // cancelled sessions end within a step of their recogniser; do not wait on a stuck one
 	case <-done:
 	case <-time.After(5 * time.Second):
 	}
@@ -177,7 +176,7 @@ type live struct {
 	s    *Server
 	m    *speechServed
 	c    *websocket.Conn
-	sess *speech.Session
+	sess asr.Live
 	ri   *reqInfo
 
 	mu      sync.Mutex
@@ -215,7 +214,7 @@ func (s *Server) audioStream(w http.ResponseWriter, r *http.Request) {
 	cfg.Params.Language = lang
 	cfg.Params.InitialPrompt = q.Get("prompt")
 	cfg.Params.Timeout = 0
-	cfg.IsSpecial = m.Engine.Vocab().IsSpecial
+	cfg.IsSpecial = m.Recognizer.IsSpecial
 	if s.lives.isDraining() {
 		writeError(w, &apiError{Status: http.StatusServiceUnavailable, Message: "The server is shutting down.", Type: typeServer, Code: strptr("shutting_down"), RetryAfter: 5})
 		return
@@ -232,7 +231,7 @@ func (s *Server) audioStream(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.streams.Add(-1)
 	lv := &live{s: s, m: m, ri: ri, wake: make(chan struct{}, 1)}
-	sess, err := speech.NewSession(&meteredEngine{lv: lv}, cfg)
+	sess, err := asr.NewLive(&meteredRecognizer{lv: lv}, cfg)
 	if err != nil {
 		writeError(w, invalid("", "Invalid session parameters: "+err.Error()))
 		return
@@ -258,12 +257,12 @@ func (s *Server) audioStream(w http.ResponseWriter, r *http.Request) {
 	lv.run(r.Context())
 }
 
-// meteredEngine is the session's transcriber: the model's engine, timed into the metrics.
-type meteredEngine struct{ lv *live }
+// meteredRecognizer is the session's transcriber: the model's recogniser, timed into the metrics.
+type meteredRecognizer struct{ lv *live }
 
-func (t *meteredEngine) Transcribe(ctx context.Context, pcm []float32, p whisper.Params, f func(whisper.Segment)) (*whisper.Result, error) {
+func (t *meteredRecognizer) Transcribe(ctx context.Context, pcm []float32, p asr.Params, f func(asr.Segment)) (*asr.Result, error) {
 	t0 := time.Now()
-	res, err := t.lv.m.Engine.Transcribe(ctx, pcm, p, f)
+	res, err := t.lv.m.Recognizer.Transcribe(ctx, pcm, p, f)
 	t.lv.s.metrics.asrTime.WithLabelValues(t.lv.m.Name, "stream").Observe(time.Since(t0).Seconds())
 	return res, err
 }
@@ -314,12 +313,12 @@ func (lv *live) run(ctx context.Context) {
 		defer wg.Done()
 		lv.work(ctx)
 	}()
-	if err := lv.send(ctx, readyEvent{Type: "ready", Model: lv.m.Name, SampleRate: speech.SampleRate}); err != nil {
+	if err := lv.send(ctx, readyEvent{Type: "ready", Model: lv.m.Name, SampleRate: asr.SampleRate}); err != nil {
 		lv.end(websocket.StatusInternalError, "", nil)
 	}
 	// The client's time to speak starts once it has been told the session is ready.
 	lv.idle.Reset(cfg.IdleTimeout)
-	lv.read(ctx, int(cfg.MaxBacklog.Seconds()*speech.SampleRate))
+	lv.read(ctx, int(cfg.MaxBacklog.Seconds()*asr.SampleRate))
 	lv.idle.Stop()
 	cancel()
 	wg.Wait()
@@ -474,13 +473,13 @@ func (lv *live) work(ctx context.Context) {
 	}
 }
 
-// wireEvent is ev as it is sent: its times to the millisecond (whisper.RoundTime).
-func wireEvent(ev speech.Event) speech.Event {
-	ev.Start, ev.End = whisper.RoundTime(ev.Start), whisper.RoundTime(ev.End)
+// wireEvent is ev as it is sent: its times to the millisecond (asr.RoundTime).
+func wireEvent(ev asr.Event) asr.Event {
+	ev.Start, ev.End = asr.RoundTime(ev.Start), asr.RoundTime(ev.End)
 	if ev.Segments != nil {
-		segs := make([]speech.Segment, len(ev.Segments))
+		segs := make([]asr.LiveSegment, len(ev.Segments))
 		for i, sg := range ev.Segments {
-			sg.Start, sg.End = whisper.RoundTime(sg.Start), whisper.RoundTime(sg.End)
+			sg.Start, sg.End = asr.RoundTime(sg.Start), asr.RoundTime(sg.End)
 			segs[i] = sg
 		}
 		ev.Segments = segs
@@ -492,13 +491,13 @@ func (lv *live) write(ctx context.Context, pcm []float32) bool {
 	if len(pcm) == 0 {
 		return true
 	}
-	lv.s.metrics.audioSec.WithLabelValues(lv.m.Name, "stream").Add(float64(len(pcm)) / speech.SampleRate)
+	lv.s.metrics.audioSec.WithLabelValues(lv.m.Name, "stream").Add(float64(len(pcm)) / asr.SampleRate)
 	evs, err := lv.sess.Write(ctx, pcm)
 	return lv.emit(ctx, evs, err)
 }
 
 // emit sends events, then ends the session on err; false when the session is over.
-func (lv *live) emit(ctx context.Context, evs []speech.Event, err error) bool {
+func (lv *live) emit(ctx context.Context, evs []asr.Event, err error) bool {
 	for _, ev := range evs {
 		if lv.send(ctx, wireEvent(ev)) != nil {
 			return false
@@ -508,11 +507,11 @@ func (lv *live) emit(ctx context.Context, evs []speech.Event, err error) bool {
 	case err == nil:
 		return true
 	case ctx.Err() != nil:
-	case errors.Is(err, whisper.ErrQueueFull):
+	case errors.Is(err, asr.ErrQueueFull):
 		lv.end(websocket.StatusTryAgainLater, "server busy", &errorEvent{Code: "busy", Message: "The server is busy; try again later."})
-	case errors.Is(err, whisper.ErrClosed):
+	case errors.Is(err, asr.ErrClosed):
 		lv.end(websocket.StatusGoingAway, "server shutting down", shuttingDown())
-	case errors.Is(err, whisper.ErrBadRequest):
+	case errors.Is(err, asr.ErrBadRequest):
 		lv.end(websocket.StatusPolicyViolation, "bad request", &errorEvent{Code: "invalid_request", Message: badRequestMessage(err)})
 	default:
 		lv.ri.log.Error("stream transcription failed", "model", lv.m.Name, "err", err)

@@ -19,7 +19,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/parleyhq/parley/runtime/speech"
+	"github.com/parleyhq/parley/runtime/sched/asr"
 )
 
 func pcmBytes(samples []float32) []byte {
@@ -179,8 +179,8 @@ func TestStream(t *testing.T) {
 // print; the session's own event is not changed.
 func TestWireEventRounded(t *testing.T) {
 	a, b := 0.1, 0.2
-	ev := speech.Event{Type: "final", Text: "hi there", Start: a + b, End: 59.040000000000006,
-		Segments: []speech.Segment{{Text: "hi", Start: a + b, End: 0.7600000000000001}, {Text: "there", Start: 0.7600000000000001, End: 59.040000000000006}}}
+	ev := asr.Event{Type: "final", Text: "hi there", Start: a + b, End: 59.040000000000006,
+		Segments: []asr.LiveSegment{{Text: "hi", Start: a + b, End: 0.7600000000000001}, {Text: "there", Start: 0.7600000000000001, End: 59.040000000000006}}}
 	got, err := json.Marshal(wireEvent(ev))
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +192,7 @@ func TestWireEventRounded(t *testing.T) {
 	if ev.Start != a+b || ev.Segments[0].End != 0.7600000000000001 {
 		t.Error("wireEvent changed the session's event")
 	}
-	if got, _ := json.Marshal(wireEvent(speech.Event{Type: "partial", Text: "x", Start: a + b, End: a + b})); string(got) != `{"type":"partial","text":"x","start":0.3,"end":0.3}` {
+	if got, _ := json.Marshal(wireEvent(asr.Event{Type: "partial", Text: "x", Start: a + b, End: a + b})); string(got) != `{"type":"partial","text":"x","start":0.3,"end":0.3}` {
 		t.Errorf("partial sent as %s", got)
 	}
 }

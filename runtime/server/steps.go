@@ -8,7 +8,7 @@ import (
 
 // StepMetrics records every scheduler step in histograms: its duration, and the sequences and
 // tokens of its batch. Make it before the schedulers, give each scheduler OnStep(name) as its
-// sched.Config.OnStep (a speech engine's whisper.EngineConfig.OnStep), and pass it to the server
+// sched.Config.OnStep (a speech recogniser's asr.Config.OnStep), and pass it to the server
 // in Config.Steps, which registers it.
 type StepMetrics struct {
 	dur, seqs, toks *prometheus.HistogramVec

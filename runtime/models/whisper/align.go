@@ -15,9 +15,9 @@ import (
 // decoder once more, teacher-forced after <|startoftranscript|> (and the language token of a
 // multilingual model) and <|notimestamps|>; the cross-attention weights of the model's alignment
 // heads (decoder heads whose attention follows the speech) are normalised and averaged into a
-// token × audio-frame matrix, and dynamic time warping finds the monotonic path through it. The
-// frame at which the path reaches a token is the token's start; the next token's start is its
-// end. This is whisper.cpp's DTW timing: its t_dtw of a text token is that token's end here.
+// token × audio-frame matrix (Aligner.Attention). Dynamic time warping then finds the monotonic
+// path through it, which times the tokens; that is the scheduler's (runtime/sched/asr), as in
+// whisper.cpp's DTW timing.
 
 // AlignHead names one decoder attention head: its layer and its index within the layer.
 type AlignHead struct{ Layer, Head int }
@@ -78,9 +78,10 @@ func (m *Model) AlignHeads() []AlignHead {
 	return hs
 }
 
-// aligner holds what word timing needs beyond the engine's decoder: its own decoder (a whole
-// window's tokens in one pass), the captured cross-attention queries and the window's keys.
-type aligner struct {
+// Aligner computes what word timing needs of a window: the cross-attention of its alignment
+// heads over the text. It holds its own decoder (a whole window's tokens in one pass), the
+// captured cross-attention queries and the window's keys. One goroutine uses it at a time.
+type Aligner struct {
 	m     *Model
 	dec   *Decoder
 	heads []AlignHead
@@ -91,7 +92,8 @@ type aligner struct {
 	bb    kvcache.BatchBuilder
 }
 
-func newAligner(m *Model) (*aligner, error) {
+// NewAligner makes an aligner for m.
+func NewAligner(m *Model) (*Aligner, error) {
 	dec, err := m.NewDecoder(DecoderConfig{MaxTokens: m.TextCtx, MaxSeqs: 1, KVSlots: m.TextCtx})
 	if err != nil {
 		return nil, err
@@ -101,7 +103,7 @@ func newAligner(m *Model) (*aligner, error) {
 		dec.Close()
 		return nil, err
 	}
-	a := &aligner{m: m, dec: dec, heads: m.AlignHeads(), layer: make([]bool, m.TextLayer), q: make([][]float32, m.TextLayer),
+	a := &Aligner{m: m, dec: dec, heads: m.AlignHeads(), layer: make([]bool, m.TextLayer), q: make([][]float32, m.TextLayer),
 		kf: kf, k: make([]float32, m.AudioCtx*m.TextState)}
 	for _, h := range a.heads {
 		a.layer[h.Layer] = true
@@ -109,7 +111,8 @@ func newAligner(m *Model) (*aligner, error) {
 	return a, nil
 }
 
-func (a *aligner) Close() error {
+// Close releases the aligner's decoder and scratch.
+func (a *Aligner) Close() error {
 	err := a.dec.Close()
 	if e := a.kf.Close(); err == nil {
 		err = e
@@ -117,11 +120,14 @@ func (a *aligner) Close() error {
 	return err
 }
 
-// times runs tokens (sot sequence, <|notimestamps|>, text, <|endoftext|>; nSot of the first)
-// through the decoder over window c and returns, for the text tokens and the end token, the
-// audio frame (20 ms) at which each starts; frames is the length in audio frames of the part of
-// the window that the text covers.
-func (a *aligner) times(tokens []int32, nSot int, c *Cross, frames int) ([]int, error) {
+// Attention runs tokens (sot sequence, <|notimestamps|>, text, <|endoftext|>; nSot of the first)
+// through the decoder over window c and returns how the text follows the audio: for each of the
+// inputs that predict the text tokens and the end token (nText+1 rows, nText = len(tokens)-nSot-2)
+// and each of the first frames audio frames (20 ms) of the window, the alignment heads' mean
+// cross-attention weight, standardised over the tokens and median-filtered along the frames:
+// [nText+1, frames] row-major, higher where a token attends. frames is the length in audio frames
+// of the part of the window that the text covers (at most AudioCtx; more is cut).
+func (a *Aligner) Attention(tokens []int32, nSot int, c *Cross, frames int) ([]float64, error) {
 	m := a.m
 	n, T := len(tokens), m.TextState
 	nText := n - nSot - 2
@@ -181,18 +187,7 @@ func (a *aligner) times(tokens []int32, nSot int, c *Cross, frames int) ([]int, 
 		}
 	}
 	// Rows nSot .. n-2: the inputs that predict the text tokens and the end token.
-	rows := mat[nSot*frames : (n-1)*frames]
-	for i := range rows {
-		rows[i] = -rows[i]
-	}
-	ti, fi := dtw(rows, nText+1, frames)
-	starts := make([]int, 0, nText+1)
-	for i := range ti {
-		if i == 0 || ti[i] != ti[i-1] {
-			starts = append(starts, fi[i])
-		}
-	}
-	return starts, nil
+	return mat[nSot*frames : (n-1)*frames], nil
 }
 
 // crossWeights writes to w ([n, frames]) one head's cross-attention weights: for each of the n
@@ -265,60 +260,4 @@ func medianFilter(dst, src []float64, width int) {
 		slices.Sort(win)
 		dst[i] = win[pad]
 	}
-}
-
-// dtw finds the least-cost monotonic path through cost ([n, m] row-major) from (0, 0) to
-// (n-1, m-1), each step moving one row, one column or both, and returns the path's row and
-// column indices in order. The diagonal or the row step is taken only where it is strictly
-// cheaper than both others: every tie takes the column (time) step, as whisper.cpp's does.
-func dtw(cost []float64, n, m int) (rows, cols []int) {
-	acc := make([]float64, (n+1)*(m+1))
-	trace := make([]int8, (n+1)*(m+1))
-	for i := range acc {
-		acc[i] = math.Inf(1)
-	}
-	acc[0] = 0
-	for j := 1; j <= m; j++ {
-		for i := 1; i <= n; i++ {
-			c0, c1, c2 := acc[(i-1)*(m+1)+j-1], acc[(i-1)*(m+1)+j], acc[i*(m+1)+j-1]
-			var c float64
-			var t int8
-			switch {
-			case c0 < c1 && c0 < c2:
-				c, t = c0, 0
-			case c1 < c0 && c1 < c2:
-				c, t = c1, 1
-			default:
-				c, t = c2, 2
-			}
-			acc[i*(m+1)+j] = cost[(i-1)*m+j-1] + c
-			trace[i*(m+1)+j] = t
-		}
-	}
-	for j := range m + 1 {
-		trace[j] = 2
-	}
-	for i := range n + 1 {
-		trace[i*(m+1)] = 1
-	}
-	i, j := n, m
-	for i > 0 || j > 0 {
-		rows = append(rows, i-1)
-		cols = append(cols, j-1)
-		switch trace[i*(m+1)+j] {
-		case 0:
-			i, j = i-1, j-1
-		case 1:
-			i--
-		default:
-			j--
-		}
-	}
-	// The walk ends at (0,0) of the padded table; drop the step that left the matrix.
-	for len(rows) > 0 && (rows[len(rows)-1] < 0 || cols[len(cols)-1] < 0) {
-		rows, cols = rows[:len(rows)-1], cols[:len(cols)-1]
-	}
-	slices.Reverse(rows)
-	slices.Reverse(cols)
-	return rows, cols
 }

@@ -40,6 +40,29 @@ func (c *Cross) Close() error {
 	return errors.Join(errs...)
 }
 
+// ReadCross reads window c's cross-attention keys and values as float32: every decoder layer's
+// keys ([AudioCtx, TextState] each), then every layer's values. It is for inspection and tests;
+// decoding never reads them back.
+func (m *Model) ReadCross(c *Cross) ([]float32, error) {
+	t, err := m.be.Alloc(tensor.F32, m.AudioCtx, m.TextState)
+	if err != nil {
+		return nil, err
+	}
+	defer t.Close()
+	out := make([]float32, 0, 2*len(c.k)*m.AudioCtx*m.TextState)
+	for _, src := range append(append([]backend.Tensor(nil), c.k...), c.v...) {
+		if err := m.be.Copy(t, src); err != nil {
+			return nil, err
+		}
+		buf := make([]float32, m.AudioCtx*m.TextState)
+		if err := m.be.Read(t, 0, buf); err != nil {
+			return nil, err
+		}
+		out = append(out, buf...)
+	}
+	return out, nil
+}
+
 // Encoder runs the audio encoder over up to Windows() windows in one batched call: the matrix
 // products, norms and activations run on all the windows' rows at once (weights read once per
 // call), the convolutions' padding, the positional embedding and the self-attention stay per
@@ -192,7 +215,7 @@ func (e *Encoder) Stages() int { return len(e.m.enc) + 2 }
 
 // Begin starts encoding len(mels) windows as EncodeBatch does, stage by stage: it checks the
 // arguments and loads the features, and each Next runs one stage, so that a caller can run
-// other work on the same backend between stages (the engine steps its decoders). Until Next
+// other work on the same backend between stages (the scheduler steps its decoders). Until Next
 // reports the call complete, the encoder keeps outs (not a copy): an entry set to nil meanwhile
 // is skipped, its window computed but not stored. Begin abandons any call in progress.
 func (e *Encoder) Begin(mels [][]float32, outs []*Cross) error {

@@ -48,7 +48,7 @@ func TestEncodeBatch(t *testing.T) {
 				if err := one.Encode(mel, crosses[i], nil); err != nil {
 					t.Fatal(err)
 				}
-				if want[i], err = whisper.CrossValues(m, crosses[i]); err != nil {
+				if want[i], err = m.ReadCross(crosses[i]); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -62,7 +62,7 @@ func TestEncodeBatch(t *testing.T) {
 			}
 			check := func(what string, c *whisper.Cross, want []float32) {
 				t.Helper()
-				got, err := whisper.CrossValues(m, c)
+				got, err := m.ReadCross(c)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -96,7 +96,7 @@ func TestEncodeBatch(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			held, err := whisper.CrossValues(m, crosses[1])
+			held, err := m.ReadCross(crosses[1])
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,33 +1,26 @@
 package whisper
 
 import (
-	"github.com/parleyhq/parley/runtime/backend"
-	"github.com/parleyhq/parley/runtime/tensor"
+	"os"
+	"testing"
+
+	"github.com/parleyhq/parley/internal/sharedtest"
+	"github.com/parleyhq/parley/runtime/audio"
 )
 
 // RaceEnabled tells the external tests whether the race detector is on.
 const RaceEnabled = raceEnabled
 
-// LoadWAV reads a shared recording as 16 kHz samples (the internal tests' helper).
-var LoadWAV = testWAV
-
-// CrossValues reads a window's cross-attention keys and values, every decoder layer's, as float32.
-func CrossValues(m *Model, c *Cross) ([]float32, error) {
-	t, err := m.be.Alloc(tensor.F32, m.AudioCtx, m.TextState)
+// LoadWAV reads a shared recording as 16 kHz samples.
+func LoadWAV(t *testing.T, utt string) []float32 {
+	t.Helper()
+	b, err := os.ReadFile(sharedtest.Path(t, "data/asr/wav/"+utt+".wav"))
 	if err != nil {
-		return nil, err
+		t.Fatal(err)
 	}
-	defer t.Close()
-	var out []float32
-	for _, src := range append(append([]backend.Tensor(nil), c.k...), c.v...) {
-		if err := m.be.Copy(t, src); err != nil {
-			return nil, err
-		}
-		buf := make([]float32, m.AudioCtx*m.TextState)
-		if err := m.be.Read(t, 0, buf); err != nil {
-			return nil, err
-		}
-		out = append(out, buf...)
+	s, _, err := audio.Decode(b)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out, nil
+	return s
 }

@@ -1,7 +1,7 @@
 package whisper
 
 import (
-	"fmt"
+	"errors"
 
 	"github.com/parleyhq/parley/runtime/audio"
 )
@@ -10,7 +10,7 @@ import (
 // [Mels, nFrames], row = mel bin, with 30 s of padding after the audio.
 func LogMel(samples []float32, m *Model, threads int) ([]float32, int, error) {
 	if len(samples) == 0 {
-		return nil, 0, fmt.Errorf("whisper: %w: no audio samples", ErrBadRequest)
+		return nil, 0, errors.New("whisper: no audio samples")
 	}
 	return audio.LogMel(samples, audio.MelFilters{NMel: m.FilterMels, NFFT: m.FilterFFT, Data: m.Filters}, threads)
 }

@@ -11,13 +11,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/parleyhq/parley/internal/sharedtest"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/ggml"
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/models/llama"
 	"github.com/parleyhq/parley/runtime/models/whisper"
 	"github.com/parleyhq/parley/runtime/quant"
+	"github.com/parleyhq/parley/runtime/sched/asr"
 	"github.com/parleyhq/parley/runtime/tensor"
 	"github.com/parleyhq/parley/runtime/tokenizer"
 )
@@ -195,11 +195,11 @@ func TestGGUFSameModel(t *testing.T) {
 	}
 	defer be.Close()
 	samples := whisper.LoadWAV(t, "jfk")
-	p := whisper.DefaultParams()
+	p := asr.DefaultParams()
 	p.TemperatureInc = 0
 	type run struct {
 		m   *whisper.Model
-		res *whisper.Result
+		res *asr.Result
 	}
 	var runs []run
 	for _, path := range []string{src, full, bare, hf} {
@@ -208,7 +208,12 @@ func TestGGUFSameModel(t *testing.T) {
 			t.Fatalf("%s: %v", path, err)
 		}
 		defer m.Close()
-		eng := newEngine(t, m)
+		// The scheduler transcribes: the same tokens with the same probabilities are the same
+		// model.
+		eng, err := asr.NewWhisper(m, asr.Config{MaxActive: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
 		res, err := eng.Transcribe(context.Background(), samples, p, nil)
 		eng.Close()
 		if err != nil {
@@ -244,14 +249,14 @@ func TestGGUFSameModel(t *testing.T) {
 		if name != "converted" && differ == 0 {
 			t.Error("bare: no token text is shared by several ids, so the tokenizer.json case went unchecked")
 		}
-		var got, exp []whisper.Token
+		var got, exp []asr.Token
 		for _, s := range r.res.Segments {
 			got = append(got, s.Tokens...)
 		}
 		for _, s := range want.res.Segments {
 			exp = append(exp, s.Tokens...)
 		}
-		same := func(a, b whisper.Token) bool {
+		same := func(a, b asr.Token) bool {
 			return a.ID == b.ID && a.P == b.P && a.PLog == b.PLog && a.T0 == b.T0 && a.T1 == b.T1 &&
 				(name != "converted" || a.Text == b.Text)
 		}
@@ -515,59 +520,6 @@ func TestGGUFQuantizedHParams(t *testing.T) {
 	}
 }
 
-// TestNonFiniteModel: a model whose weights are not numbers ends its transcription with an error
-// that says so, and the engine goes on serving.
-func TestNonFiniteModel(t *testing.T) {
-	for _, vocab := range []string{"tiny.en", "tiny"} { // "tiny": language detection first
-		t.Run(vocab, func(t *testing.T) {
-			gf, err := ggml.Open(synthModelType(t, ggufShape, vocab, tensor.F16))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer gf.Close()
-			tensors := slices.Clone(gf.Tensors)
-			for i, tn := range tensors {
-				if tn.Name == "decoder.ln.bias" {
-					nan := make([]byte, len(tn.Data))
-					for k := 0; k < len(nan); k += 4 {
-						copy(nan[k:], []byte{0x00, 0x00, 0xc0, 0x7f}) // float32 NaN
-					}
-					tensors[i].Data = nan
-				}
-			}
-			path := filepath.Join(t.TempDir(), "nan.bin")
-			out, err := os.Create(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := ggml.Write(out, gf.HParams, gf.Filters, gf.Vocab, tensors); err != nil {
-				t.Fatal(err)
-			}
-			out.Close()
-			be := sharedtest.Backend(t, "go", 2)
-			m, err := whisper.Open(be, path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
-			eng := newEngine(t, m)
-			defer eng.Close()
-			samples := whisper.LoadWAV(t, "jfk")[:16000]
-			for range 2 {
-				_, err := eng.Transcribe(context.Background(), samples, whisper.DefaultParams(), nil)
-				if err == nil || !strings.Contains(err.Error(), "not finite") {
-					t.Fatalf("transcribing with NaN weights: %v", err)
-				}
-			}
-			if m.Multilingual() {
-				if lp, err := eng.DetectLanguage(context.Background(), samples); err == nil || !strings.Contains(err.Error(), "not finite") {
-					t.Fatalf("detecting the language with NaN weights: %v (%d probabilities)", err, len(lp))
-				}
-			}
-		})
-	}
-}
-
 // TestQuantizeGGML: the matrices whisper.cpp's quantize tool quantises (every two-dimensional
 // tensor but the convolutions' biases and the positional embeddings) become dt, each weight
 // within its block's quantisation step of the original; the rest keep their bytes; the header
@@ -674,35 +626,5 @@ func TestQuantizeGGML(t *testing.T) {
 	defer q.Close()
 	if d := relRMS(encode(q), want); d > 0.035 || math.IsNaN(d) { // TestQuantizedModels' Q8_0 bound
 		t.Errorf("Q8_0 encoder output: relative rms error %.3g against F16", d)
-	}
-}
-
-// TestTinyTemperature: a temperature so small that the scaled logits would leave the float32
-// range transcribes as any temperature small enough to leave all the probability on the most
-// likely token does (not greedy decoding: the timestamp rule compares the probabilities), instead
-// of failing on an infinite logit.
-func TestTinyTemperature(t *testing.T) {
-	gf, be, _ := ggufFixture(t, tensor.F16)
-	m, err := whisper.Load(be, gf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	eng := newEngine(t, m)
-	defer eng.Close()
-	samples := whisper.LoadWAV(t, "jfk")[:16000]
-	p := whisper.DefaultParams()
-	p.TemperatureInc = 0
-	var texts []string
-	for _, temp := range []float32{1e-20, 1e-37, 1e-45} {
-		p.Temperature = temp
-		res, err := eng.Transcribe(context.Background(), samples, p, nil)
-		if err != nil {
-			t.Fatalf("temperature %g: %v", temp, err)
-		}
-		texts = append(texts, res.Text)
-	}
-	if texts[0] != texts[1] || texts[0] != texts[2] || texts[0] == "" {
-		t.Errorf("temperatures 1e-20, 1e-37, 1e-45 gave %q", texts)
 	}
 }

@@ -1,7 +1,10 @@
-// Package whisper runs OpenAI's Whisper speech recognition models (whisper.cpp's ggml files, or
-// GGUF) on the engine's backends: the audio encoder over 30-second log-mel windows, the
-// cross-attention keys and values computed once per window, and the text decoder stepping many
-// sequences (sessions and beams) in one batched forward over a shared block KV cache.
+// Package whisper computes OpenAI's Whisper speech recognition models (whisper.cpp's ggml files,
+// or GGUF) on Parley's backends: the audio encoder over 30-second log-mel windows, the
+// cross-attention keys and values computed once per window, the text decoder stepping many
+// sequences (transcriptions and beams) in one batched forward over a shared block KV cache, the
+// vocabulary with its special tokens, and the alignment heads' cross-attention for word timing.
+// It schedules nothing: Whisper's jobs (windows, batched decoding, beam search, temperature
+// fallback, language detection) are runtime/sched/asr's.
 //
 // The arithmetic follows whisper.cpp with flash attention off: F16 weights multiply F16-rounded
 // activations, attention keys and values are kept in F16 (the encoder's, the decoder's cache and

@@ -19,17 +19,6 @@ import (
 // backendsUnderTest starts every backend this build has that runs here (see sharedtest.Backends).
 func backendsUnderTest(t *testing.T) []backend.Backend { return sharedtest.Backends(t, 2) }
 
-// newEngine starts an engine over m that decodes one transcription at a time; the caller closes
-// it (before m).
-func newEngine(t testing.TB, m *whisper.Model) *whisper.Engine {
-	t.Helper()
-	eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return eng
-}
-
 // newEncoder makes an encoder for one window of m and that window's cross-attention storage;
 // the caller closes both (before m).
 func newEncoder(t testing.TB, m *whisper.Model) (*whisper.Encoder, *whisper.Cross) {

@@ -33,15 +33,18 @@ func single(t *wtok.Tokenizer, s string) int32 {
 	return -1
 }
 
+// Langs lists the language tokens the model knows, in the model's order. The slice is shared.
+func (v *Vocab) Langs() []int32 { return v.langs }
+
 // LangCode returns the code of a language token ("" if it is none).
 func (v *Vocab) LangCode(id int32) string {
 	c, _ := v.Tokenizer.LangCode(id)
 	return c
 }
 
-// suppressed lists the tokens whisper.cpp never lets a transcription produce: the task and
+// Suppressed lists the tokens whisper.cpp never lets a transcription produce: the task and
 // control tokens and all 100 language slots after <|startoftranscript|>.
-func (v *Vocab) suppressed() []int32 {
+func (v *Vocab) Suppressed() []int32 {
 	ids := []int32{v.NoTimestamps, v.SOT, v.NoSpeech, v.SOLM, v.Translate, v.Transcribe, v.Prev}
 	for i := int32(1); i <= 100; i++ {
 		if id := v.SOT + i; int(id) < v.NVocab() {
@@ -51,9 +54,9 @@ func (v *Vocab) suppressed() []int32 {
 	return ids
 }
 
-// nonSpeech lists the tokens of symbols OpenAI's Whisper suppresses as non-speech, with and
+// NonSpeech lists the tokens of symbols OpenAI's Whisper suppresses as non-speech, with and
 // without a leading space, plus " -" and " '" (allowed only inside words).
-func (v *Vocab) nonSpeech() []int32 {
+func (v *Vocab) NonSpeech() []int32 {
 	syms := []string{"\"", "#", "(", ")", "*", "+", "/", ":", ";", "<", "=", ">", "@", "[", "\\", "]", "^",
 		"_", "`", "{", "|", "}", "~", "「", "」", "『", "』", "<<", ">>", "<<<", ">>>", "--", "---", "-(", "-[",
 		"('", "(\"", "((", "))", "(((", ")))", "[[", "]]", "{{", "}}", "♪♪", "♪♪♪", "♩", "♪", "♫", "♬", "♭", "♮", "♯"}

@@ -1,4 +1,4 @@
-package whisper_test
+package asr_test
 
 import (
 	"context"
@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"github.com/parleyhq/parley/internal/sharedtest"
-	"github.com/parleyhq/parley/runtime/models/whisper"
+	"github.com/parleyhq/parley/runtime/sched/asr"
 )
 
 // TestConcurrentTranscriptionsMatchSequential runs several transcriptions (greedy and beam
-// search, different recordings) through one engine at once, so that their hypotheses share
+// search, different recordings) through one scheduler at once, so that their hypotheses share
 // batched decoder steps, and checks each result against the same request run alone.
 func TestConcurrentTranscriptionsMatchSequential(t *testing.T) {
 	// The pure-Go backend's kernels give every row the same arithmetic whatever the batch holds,
@@ -29,23 +29,23 @@ func TestConcurrentTranscriptionsMatchSequential(t *testing.T) {
 	}
 	reqs := []req{{"psx-cards-001", 1}, {"jfk", 1}, {"ls-tc-1089-134686-0001", 3}, {"psx-cards-001", 2}}
 	maxTok := 16
-	if whisper.RaceEnabled {
+	if asr.RaceEnabled {
 		reqs, maxTok = reqs[:2], 4
 	}
-	params := func(r req) whisper.Params {
-		p := whisper.DefaultParams()
+	params := func(r req) asr.Params {
+		p := asr.DefaultParams()
 		p.Language, p.NoTimestamps, p.TemperatureInc, p.BeamSize, p.MaxTokens = "en", true, 0, r.beam, maxTok
 		return p
 	}
 	audio := map[string][]float32{}
 	for _, r := range reqs {
-		audio[r.utt] = whisper.LoadWAV(t, r.utt)
+		audio[r.utt] = asr.LoadWAV(t, r.utt)
 	}
 	type out struct {
 		ids []int32
 		avg float64
 	}
-	ids := func(res *whisper.Result) out {
+	ids := func(res *asr.Result) out {
 		var o out
 		for _, s := range res.Segments {
 			o.avg = s.AvgLogprob
@@ -55,7 +55,7 @@ func TestConcurrentTranscriptionsMatchSequential(t *testing.T) {
 		}
 		return o
 	}
-	seq, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 1})
+	seq, err := asr.NewWhisper(m, asr.Config{MaxActive: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestConcurrentTranscriptionsMatchSequential(t *testing.T) {
 
 	// Windows encoded one per step and several in one encoder call give the same results.
 	for _, eb := range []int{1, min(3, len(reqs))} {
-		eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: len(reqs), EncodeBatch: eb})
+		eng, err := asr.NewWhisper(m, asr.Config{MaxActive: len(reqs), EncodeBatch: eb})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,24 +105,24 @@ func TestConcurrentTranscriptionsMatchSequential(t *testing.T) {
 	}
 }
 
-// TestEngineCancelAndClose checks that a cancelled transcription returns promptly with the
+// TestCancelAndClose checks that a cancelled transcription returns promptly with the
 // context's error and frees its cache, that the queue bound answers ErrQueueFull, and that Close
 // fails work in flight with ErrClosed and leaves no goroutine behind.
-func TestEngineCancelAndClose(t *testing.T) {
+func TestCancelAndClose(t *testing.T) {
 	backends := backendsUnderTest(t)
 	m := openModel(t, backends[len(backends)-1], "tiny.en")
 	before := runtime.NumGoroutine()
-	eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 1, MaxQueue: 1})
+	eng, err := asr.NewWhisper(m, asr.Config{MaxActive: 1, MaxQueue: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	samples := whisper.LoadWAV(t, "psx-cards-001")
-	p := whisper.DefaultParams()
+	samples := asr.LoadWAV(t, "psx-cards-001")
+	p := asr.DefaultParams()
 	p.Language, p.NoTimestamps, p.TemperatureInc = "en", true, 0
 	ctx, cancel := context.WithCancel(context.Background())
 	first := make(chan error, 1)
 	go func() {
-		_, err := eng.Transcribe(ctx, samples, p, func(whisper.Segment) {})
+		_, err := eng.Transcribe(ctx, samples, p, func(asr.Segment) {})
 		first <- err
 	}()
 	time.Sleep(50 * time.Millisecond)
@@ -164,9 +164,9 @@ func TestEngineCancelAndClose(t *testing.T) {
 	full, closed := 0, 0
 	for range 3 {
 		switch err := <-done; {
-		case errors.Is(err, whisper.ErrQueueFull):
+		case errors.Is(err, asr.ErrQueueFull):
 			full++
-		case errors.Is(err, whisper.ErrClosed):
+		case errors.Is(err, asr.ErrClosed):
 			closed++
 		case err != nil:
 			t.Errorf("unexpected error %v", err)
@@ -188,18 +188,18 @@ func TestEngineCancelAndClose(t *testing.T) {
 // result must be reproducible for a seed, its segments ordered and inside the audio's windows,
 // and the subtitle renderings well formed.
 func TestTimestampsAndFallback(t *testing.T) {
-	if whisper.RaceEnabled {
+	if asr.RaceEnabled {
 		t.Skip("whole-window decoding runs without the race detector (too slow under it)")
 	}
 	backends := backendsUnderTest(t)
 	m := openModel(t, backends[len(backends)-1], "tiny.en")
-	eng := newEngine(t, m)
+	eng := newWhisper(t, m)
 	defer eng.Close()
-	p := whisper.DefaultParams()
+	p := asr.DefaultParams()
 	p.Seed = 7
-	samples := whisper.LoadWAV(t, "jfk")
-	var streamed []whisper.Segment
-	a, err := eng.Transcribe(context.Background(), samples, p, func(s whisper.Segment) { streamed = append(streamed, s) })
+	samples := asr.LoadWAV(t, "jfk")
+	var streamed []asr.Segment
+	a, err := eng.Transcribe(context.Background(), samples, p, func(s asr.Segment) { streamed = append(streamed, s) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,19 +242,19 @@ func TestTimestampsAndFallback(t *testing.T) {
 // TestLongAudioWindows: audio longer than 30 s is decoded window by window; without timestamps
 // each window is one segment, starting where the previous window ended.
 func TestLongAudioWindows(t *testing.T) {
-	if whisper.RaceEnabled {
+	if asr.RaceEnabled {
 		t.Skip("whole-window decoding runs without the race detector (too slow under it)")
 	}
 	backends := backendsUnderTest(t)
 	m := openModel(t, backends[len(backends)-1], "tiny.en")
-	eng := newEngine(t, m)
+	eng := newWhisper(t, m)
 	defer eng.Close()
-	jfk := whisper.LoadWAV(t, "jfk")
+	jfk := asr.LoadWAV(t, "jfk")
 	var long []float32
 	for range 6 {
 		long = append(long, jfk...)
 	}
-	p := whisper.DefaultParams()
+	p := asr.DefaultParams()
 	p.Language, p.NoTimestamps, p.TemperatureInc, p.MaxTokens = "en", true, 0, 4
 	res, err := eng.Transcribe(context.Background(), long, p, nil)
 	if err != nil {

@@ -1,4 +1,4 @@
-package speech
+package asr
 
 import (
 	"bufio"
@@ -17,7 +17,7 @@ import (
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
-// BenchmarkStream streams recordings through a live session over a real engine (tiny shape,
+// BenchmarkStream streams recordings through a live session over a real scheduler (tiny shape,
 // random weights: speed does not depend on the values) in 100 ms chunks, as fast as the session
 // takes them, with the real clock: a transcription that takes longer than the 1 s step makes the
 // next one wait for as much audio, as it would live. It reports
@@ -52,7 +52,7 @@ func BenchmarkStream(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer m.Close()
-	eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: 1})
+	eng, err := NewWhisper(m, Config{MaxActive: 1})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -65,12 +65,12 @@ func BenchmarkStream(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	p := whisper.DefaultParams()
+	p := DefaultParams()
 	p.Language, p.TemperatureInc = "en", 0
 	var partials, passes int
 	var busy, final time.Duration
 	for range b.N {
-		s, err := NewSession(eng, Config{Params: p, Silence: -1})
+		s, err := NewSession(eng, SessionConfig{Params: p, Silence: -1})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package whisper
+package asr
 
 import (
 	"context"
@@ -16,48 +16,22 @@ import (
 	"github.com/parleyhq/parley/runtime/backend"
 	_ "github.com/parleyhq/parley/runtime/backend/all"
 	"github.com/parleyhq/parley/runtime/kvcache"
+
+	"github.com/parleyhq/parley/runtime/models/whisper"
 )
-
-func testModel(t *testing.T, name string) *Model {
-	t.Helper()
-	be, _, err := backend.New(backend.Choose(""), backend.Options{Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { be.Close() })
-	m, err := Open(be, sharedtest.WhisperRandomModel(t, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	return m
-}
-
-func testWAV(t *testing.T, utt string) []float32 {
-	t.Helper()
-	b, err := os.ReadFile(sharedtest.Path(t, "data/asr/wav/"+utt+".wav"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, _, err := audio.Decode(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 // forcer teacher-forces token sequences over one window and returns whisper.cpp's processed
 // log-probabilities (after suppression) for the next token.
 type forcer struct {
-	e     *Engine
+	e     *Whisper
 	j     *job
-	cross *Cross
-	enc   *Encoder
+	cross *whisper.Cross
+	enc   *whisper.Encoder
 }
 
-func newForcer(t *testing.T, e *Engine, samples []float32, p Params) *forcer {
+func newForcer(t *testing.T, e *Whisper, samples []float32, p Params) *forcer {
 	t.Helper()
-	j := &job{ctx: context.Background(), p: p, lang: -1}
+	j := newJob(context.Background(), p)
 	if err := e.prepare(j, samples); err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +43,7 @@ func newForcer(t *testing.T, e *Engine, samples []float32, p Params) *forcer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, _ := audio.MelWindow(nil, j.mel, j.nMel, j.nFr, 0, WindowFrames)
+	w, _ := audio.MelWindow(nil, j.mel, j.nMel, j.nFr, 0, whisper.WindowFrames)
 	if err := enc.Encode(w, cross, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +56,7 @@ func newForcer(t *testing.T, e *Engine, samples []float32, p Params) *forcer {
 func (f *forcer) logprobs(t *testing.T, ids []int32) []float32 {
 	t.Helper()
 	m := f.e.m
-	dec, err := m.NewDecoder(DecoderConfig{MaxTokens: 512, MaxSeqs: 1, KVSlots: 448, BlockSize: 1})
+	dec, err := m.NewDecoder(whisper.DecoderConfig{MaxTokens: 512, MaxSeqs: 1, KVSlots: 448, BlockSize: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +71,7 @@ func (f *forcer) logprobs(t *testing.T, ids []int32) []float32 {
 		t.Fatal(err)
 	}
 	lg := make([]float32, m.NVocab)
-	if err := dec.Forward(feed, bb.Batch(), []*Cross{f.cross}, []int32{int32(len(feed) - 1)}, lg); err != nil {
+	if err := dec.Forward(feed, bb.Batch(), []*whisper.Cross{f.cross}, []int32{int32(len(feed) - 1)}, lg); err != nil {
 		t.Fatal(err)
 	}
 	h := &hyp{}
@@ -129,7 +103,7 @@ func TestBeamTokensScoreLikeWhisperCpp(t *testing.T) {
 	}
 	ref := sharedtest.Path(t, "reference/asr/decode")
 	m := testModel(t, "tiny.en")
-	e, err := NewEngine(m, EngineConfig{MaxActive: 1})
+	e, err := NewWhisper(m, Config{MaxActive: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +151,7 @@ func TestBeamsAreBestContinuations(t *testing.T) {
 		t.Skip("parity over whole windows runs without the race detector (too slow under it)")
 	}
 	m := testModel(t, "tiny.en")
-	e, err := NewEngine(m, EngineConfig{MaxActive: 1})
+	e, err := NewWhisper(m, Config{MaxActive: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

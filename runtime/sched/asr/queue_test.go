@@ -1,4 +1,4 @@
-package whisper
+package asr
 
 import (
 	"context"
@@ -7,13 +7,15 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/parleyhq/parley/runtime/models/whisper"
 )
 
-// manualEngine makes an engine whose loop the test steps by hand (e.loop.Step).
-func manualEngine(t *testing.T, m *Model, cfg EngineConfig) *Engine {
+// manualWhisper makes a scheduler whose loop the test steps by hand (e.q.loop.Step).
+func manualWhisper(t *testing.T, m *whisper.Model, cfg Config) *Whisper {
 	t.Helper()
 	noLoop = true
-	e, err := NewEngine(m, cfg)
+	e, err := NewWhisper(m, cfg)
 	noLoop = false
 	if err != nil {
 		t.Fatal(err)
@@ -21,11 +23,11 @@ func manualEngine(t *testing.T, m *Model, cfg EngineConfig) *Engine {
 	return e
 }
 
-// queueEngine is a hand-stepped engine over tiny.en (closed when t ends), a shared recording and
+// queueWhisper is a hand-stepped scheduler over tiny.en (closed when t ends), a shared recording and
 // greedy English parameters without timestamps: the set-up of the queue tests.
-func queueEngine(t *testing.T, cfg EngineConfig) (*Engine, []float32, Params) {
+func queueWhisper(t *testing.T, cfg Config) (*Whisper, []float32, Params) {
 	t.Helper()
-	e := manualEngine(t, testModel(t, "tiny.en"), cfg)
+	e := manualWhisper(t, testModel(t, "tiny.en"), cfg)
 	t.Cleanup(func() { e.Close() })
 	p := DefaultParams()
 	p.Language, p.NoTimestamps, p.TemperatureInc = "en", true, 0
@@ -33,9 +35,9 @@ func queueEngine(t *testing.T, cfg EngineConfig) (*Engine, []float32, Params) {
 }
 
 // preparedJob is a transcription of samples with p under ctx, its features computed, not queued.
-func preparedJob(t *testing.T, e *Engine, ctx context.Context, p Params, samples []float32) *job {
+func preparedJob(t *testing.T, e *Whisper, ctx context.Context, p Params, samples []float32) *job {
 	t.Helper()
-	j := &job{ctx: ctx, p: p, done: make(chan struct{}), lang: -1}
+	j := newJob(ctx, p)
 	if err := e.prepare(j, samples); err != nil {
 		t.Fatal(err)
 	}
@@ -43,21 +45,21 @@ func preparedJob(t *testing.T, e *Engine, ctx context.Context, p Params, samples
 }
 
 // TestQueueBound: with MaxActive transcriptions running and MaxQueue waiting, the next request
-// is refused at once with ErrQueueFull (not queued behind them), and the engine's statistics
+// is refused at once with ErrQueueFull (not queued behind them), and the scheduler's statistics
 // show the decoder cache in use while a transcription decodes.
 func TestQueueBound(t *testing.T) {
-	e, samples, p := queueEngine(t, EngineConfig{MaxActive: 1, MaxQueue: 1})
-	if err := e.enqueue(preparedJob(t, e, context.Background(), p, samples)); err != nil {
+	e, samples, p := queueWhisper(t, Config{MaxActive: 1, MaxQueue: 1})
+	if err := e.q.enqueue(preparedJob(t, e, context.Background(), p, samples)); err != nil {
 		t.Fatal(err)
 	}
 	for range 4 { // admit, encode, feed the prompt, decode
-		e.loop.Step()
+		e.q.loop.Step()
 	}
 	st := e.Stats()
 	if st.Active != 1 || st.KVBlocksUsed == 0 || st.Steps != 4 || st.LastBatchSeqs != 1 {
 		t.Errorf("while decoding: %+v", st)
 	}
-	if err := e.enqueue(preparedJob(t, e, context.Background(), p, samples)); err != nil {
+	if err := e.q.enqueue(preparedJob(t, e, context.Background(), p, samples)); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -74,21 +76,21 @@ func TestQueueBound(t *testing.T) {
 // counts against the queue, even before the loop's next step: with one running and none
 // waiting allowed, the caller can submit its next transcription at once.
 func TestQueueFreedAtFinish(t *testing.T) {
-	e, samples, p := queueEngine(t, EngineConfig{MaxActive: 1})
+	e, samples, p := queueWhisper(t, Config{MaxActive: 1})
 	p.MaxTokens = 2
 	first := preparedJob(t, e, context.Background(), p, samples)
-	if err := e.enqueue(first); err != nil {
+	if err := e.q.enqueue(first); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; first.ph != phDone; i++ {
 		if i == 100 {
 			t.Fatal("the first transcription did not end")
 		}
-		e.loop.Step()
+		e.q.loop.Step()
 	}
 	e.reap() // what the next step does first: the caller of the first is woken here
 	<-first.done
-	if err := e.enqueue(preparedJob(t, e, context.Background(), p, samples)); err != nil {
+	if err := e.q.enqueue(preparedJob(t, e, context.Background(), p, samples)); err != nil {
 		t.Errorf("the next transcription after one returned: %v", err)
 	}
 }
@@ -96,7 +98,7 @@ func TestQueueFreedAtFinish(t *testing.T) {
 // TestEncoderOrder: windows are encoded in the order their transcriptions began to wait, also
 // when a transcription ahead of them leaves (round robin by position skipped one then).
 func TestEncoderOrder(t *testing.T) {
-	e, samples, p := queueEngine(t, EngineConfig{MaxActive: 3})
+	e, samples, p := queueWhisper(t, Config{MaxActive: 3})
 	jobs := make([]*job, 3)
 	cancels := make([]context.CancelFunc, 3)
 	for i := range jobs {
@@ -104,16 +106,16 @@ func TestEncoderOrder(t *testing.T) {
 		cancels[i] = cancel
 		defer cancel()
 		jobs[i] = preparedJob(t, e, ctx, p, samples)
-		if err := e.enqueue(jobs[i]); err != nil {
+		if err := e.q.enqueue(jobs[i]); err != nil {
 			t.Fatal(err)
 		}
 	}
-	e.loop.Step() // admits all three, encodes the first
+	e.q.loop.Step() // admits all three, encodes the first
 	if jobs[0].ph == phEncode || jobs[1].ph != phEncode || jobs[2].ph != phEncode {
 		t.Fatalf("after one step: phases %d %d %d", jobs[0].ph, jobs[1].ph, jobs[2].ph)
 	}
 	cancels[0]()
-	e.loop.Step() // the first leaves; the second is encoded
+	e.q.loop.Step() // the first leaves; the second is encoded
 	if jobs[1].ph == phEncode || jobs[2].ph != phEncode {
 		t.Errorf("after the first left: second in phase %d, third in phase %d; want the second encoded first", jobs[1].ph, jobs[2].ph)
 	}
@@ -123,36 +125,36 @@ func TestEncoderOrder(t *testing.T) {
 // stage a step (the decoder stepping between stages), and a transcription that ends while its
 // window is in the encoder neither receives it nor holds up the others in the same call.
 func TestEncoderStagesBetweenSteps(t *testing.T) {
-	e, samples, p := queueEngine(t, EngineConfig{MaxActive: 3, EncodeBatch: 2})
+	e, samples, p := queueWhisper(t, Config{MaxActive: 3, EncodeBatch: 2})
 	m := e.m
 	a := preparedJob(t, e, context.Background(), p, samples)
-	if err := e.enqueue(a); err != nil {
+	if err := e.q.enqueue(a); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; a.ph != phDecode; i++ {
 		if i == 10 {
 			t.Fatalf("the first transcription is in phase %d after %d steps", a.ph, i)
 		}
-		e.loop.Step()
+		e.q.loop.Step()
 	}
 	ctxB, cancelB := context.WithCancel(context.Background())
 	defer cancelB()
 	b := preparedJob(t, e, ctxB, p, samples)
 	c := preparedJob(t, e, context.Background(), p, samples)
 	for _, j := range []*job{b, c} {
-		if err := e.enqueue(j); err != nil {
+		if err := e.q.enqueue(j); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var bCross *Cross // b's window, until b leaves
+	var bCross *whisper.Cross // b's window, until b leaves
 	var bHeld []float32
 	stages := e.enc.Stages()
-	if stages != len(m.enc)+2 {
-		t.Fatalf("%d encoder stages for %d blocks", stages, len(m.enc))
+	if stages != m.AudioLayer+2 {
+		t.Fatalf("%d encoder stages for %d blocks", stages, m.AudioLayer)
 	}
 	for s := 1; s <= stages; s++ {
 		before := a.step
-		e.loop.Step()
+		e.q.loop.Step()
 		if a.ph != phDecode || a.step != before+1 {
 			t.Fatalf("step %d of the encoder call: the decoding transcription went from token %d to %d (phase %d), want one token a step", s, before, a.step, a.ph)
 		}
@@ -160,7 +162,7 @@ func TestEncoderStagesBetweenSteps(t *testing.T) {
 			cancelB() // reaped at the next step, its window half encoded
 			bCross = b.cross
 			var err error
-			if bHeld, err = CrossValues(m, bCross); err != nil {
+			if bHeld, err = m.ReadCross(bCross); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -173,11 +175,11 @@ func TestEncoderStagesBetweenSteps(t *testing.T) {
 	}
 	// The same window, encoded alone in one step (nothing was decoding) and in stages beside a
 	// window whose transcription left.
-	alone, err := CrossValues(m, a.cross)
+	alone, err := m.ReadCross(a.cross)
 	if err != nil {
 		t.Fatal(err)
 	}
-	staged, err := CrossValues(m, c.cross)
+	staged, err := m.ReadCross(c.cross)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +195,7 @@ func TestEncoderStagesBetweenSteps(t *testing.T) {
 	}
 	// b left during the call: its window was not stored in the cross-attention memory it gave
 	// back, and b was not set up to decode.
-	if after, err := CrossValues(m, bCross); err != nil {
+	if after, err := m.ReadCross(bCross); err != nil {
 		t.Fatal(err)
 	} else if !slices.Equal(after, bHeld) {
 		t.Error("the encoder call stored a window in the memory of a transcription that had left")
@@ -209,7 +211,7 @@ func TestEncoderStagesBetweenSteps(t *testing.T) {
 		if i == 1000 {
 			t.Fatal("the transcriptions did not end")
 		}
-		e.loop.Step()
+		e.q.loop.Step()
 	}
 	e.reap()
 	<-a.done

@@ -1,18 +1,16 @@
-package whisper
+package asr
 
 import (
-	"compress/zlib"
-	"context"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"strings"
-	"sync/atomic"
 
 	"github.com/parleyhq/parley/internal/vec"
 	"github.com/parleyhq/parley/runtime/audio"
 	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/decode"
 	"github.com/parleyhq/parley/runtime/kvcache"
+	"github.com/parleyhq/parley/runtime/models/whisper"
 )
 
 // Frame arithmetic: mel frames are 10 ms; a timestamp token step is 20 ms (2 frames).
@@ -72,15 +70,15 @@ type tokData struct {
 func (h *hyp) live() bool { return !h.failed && !h.completed }
 
 // newHyp makes a hypothesis with room for a whole window, so that decoding never grows it.
-func (e *Engine) newHyp() *hyp {
+func (e *Whisper) newHyp() *hyp {
 	n := e.m.TextCtx
 	return &hyp{seq: e.dec.Pool().NewSeq(n), spare: e.dec.Pool().NewSeq(n),
 		tokens: make([]tokData, 0, n), next: make([]tokData, 0, n), pending: make([]int32, 0, n)}
 }
 
-// job is one transcription in the engine.
+// job is one transcription in the Whisper scheduler.
 type job struct {
-	ctx  context.Context
+	request
 	p    Params
 	mel  []float32 // [Mels, nFrames]
 	nMel int
@@ -92,9 +90,8 @@ type job struct {
 	loud []int32
 
 	seek, seekEnd int
-	encSince      uint64 // the engine step since which the window at seek waits for its encoder
+	encSince      uint64 // the step since which the window at seek waits for its encoder
 	encPicked     bool   // its window is in the encoder call in progress
-	counted       bool   // counted in the engine's inFlight
 	lang          int32  // language token, or -1
 	langCode      string
 	promptPast    []int32
@@ -102,7 +99,7 @@ type job struct {
 	prompt        []int32
 	temps         []float32
 	tempIdx       int
-	cross         *Cross
+	cross         *whisper.Cross
 	hyps          []*hyp
 	nHyp          int     // decoders of the current attempt
 	step          int     // tokens sampled in the current attempt
@@ -111,9 +108,6 @@ type job struct {
 
 	segments  []Segment
 	onSegment func(Segment)
-	err       error
-	done      chan struct{}
-	admitted  atomic.Bool // taken from the queue by the loop
 
 	detectOnly bool // stop after language detection
 	langOnly   bool // nothing to decode: detect the language on the first window, then stop
@@ -121,7 +115,7 @@ type job struct {
 }
 
 // attempt resets the hypotheses for decoding the current window at temps[tempIdx].
-func (e *Engine) attempt(j *job) {
+func (e *Whisper) attempt(j *job) {
 	t := j.temps[j.tempIdx]
 	n := 1
 	if t > 0 {
@@ -155,7 +149,7 @@ func (e *Engine) attempt(j *job) {
 }
 
 // setupPrompt builds the start-of-transcript sequence once the language is known.
-func (e *Engine) setupPrompt(j *job) {
+func (e *Whisper) setupPrompt(j *job) {
 	j.promptInit = e.tok.AppendPrompt(j.promptInit[:0], j.lang, j.p.Translate, j.p.NoTimestamps)
 }
 
@@ -166,7 +160,7 @@ func (e *Engine) setupPrompt(j *job) {
 // MaxInitialTimestamp; timestamps never going back), with the timestamps as the group that is
 // forced when together more probable than any text token. The prompt's step probes the
 // no-speech token.
-func (e *Engine) choice(j *job, h *hyp) backend.Choice {
+func (e *Whisper) choice(j *job, h *hyp) backend.Choice {
 	tk := e.tok
 	V := int64(e.m.NVocab)
 	beg := min(int64(tk.TimestampBegin), V)
@@ -208,10 +202,10 @@ func (e *Engine) choice(j *job, h *hyp) backend.Choice {
 	return c
 }
 
-// dropList makes the engine's drop list for a vocabulary of nVocab tokens (Engine.drop): the
+// dropList makes the decoder's drop list for a vocabulary of nVocab tokens (Whisper.drop): the
 // blank tokens, those never produced, then the non-speech symbols (ids outside the vocabulary
 // left out).
-func dropList(tk *Vocab, nVocab int) (drop []int32, nBlank, nAlways int) {
+func dropList(tk *whisper.Vocab, nVocab int) (drop []int32, nBlank, nAlways int) {
 	add := func(ids ...int32) int {
 		n := 0
 		for _, id := range ids {
@@ -223,14 +217,14 @@ func dropList(tk *Vocab, nVocab int) (drop []int32, nBlank, nAlways int) {
 		return n
 	}
 	nBlank = add(tk.EOT, tk.Space)
-	nAlways = add(tk.suppressed()...)
-	add(tk.nonSpeech()...)
+	nAlways = add(tk.Suppressed()...)
+	add(tk.NonSpeech()...)
 	return drop, nBlank, nAlways
 }
 
 // token makes the token data of id, of log-probability plog, from its row's timestamp
 // statistics.
-func (e *Engine) token(id int32, plog float32, tid int32, pt float32) tokData {
+func (e *Whisper) token(id int32, plog float32, tid int32, pt float32) tokData {
 	d := tokData{id: id, plog: plog, p: vec.Expf(plog), tid: tid, pt: pt}
 	if d.id >= e.tok.TimestampBegin {
 		d.tid, d.pt = d.id, d.p
@@ -240,7 +234,7 @@ func (e *Engine) token(id int32, plog float32, tid int32, pt float32) tokData {
 
 // chosenTokens returns the first n of the tokens the decoder chose for h's row (fewer where it
 // found fewer), most probable first.
-func (e *Engine) chosenTokens(h *hyp, n int, out []tokData) []tokData {
+func (e *Whisper) chosenTokens(h *hyp, n int, out []tokData) []tokData {
 	r := e.chosen[h.row]
 	out = out[:0]
 	for i := range min(n, int(r.N)) {
@@ -251,7 +245,7 @@ func (e *Engine) chosenTokens(h *hyp, n int, out []tokData) []tokData {
 }
 
 // accept applies whisper.cpp's end-of-window rules after token d was appended to h at step i.
-func (e *Engine) accept(j *job, h *hyp, i int) {
+func (e *Whisper) accept(j *job, h *hyp, i int) {
 	d := h.tokens[len(h.tokens)-1]
 	beg := e.tok.TimestampBegin
 	if d.id > beg {
@@ -284,8 +278,9 @@ func (e *Engine) accept(j *job, h *hyp, i int) {
 	}
 }
 
-// score computes whisper.cpp's sequence score and token entropy for a finished hypothesis.
-func (h *hyp) finish(p *Params) {
+// score computes whisper.cpp's sequence score (decode.SequenceScore) and the entropy of the last
+// 32 tokens (decode.TokenEntropy) of a finished hypothesis, cut to its result.
+func (e *Whisper) score(h *hyp, p *Params) {
 	if h.resultLen > len(h.tokens) {
 		h.resultLen = len(h.tokens)
 	}
@@ -299,75 +294,40 @@ func (h *hyp) finish(p *Params) {
 	}
 	h.sumLogprobs = s
 	h.avgLogprobs = s / float64(h.resultLen)
-	pen := float64(h.resultLen)
-	if p.LengthPenalty > 0 {
-		pen = math.Pow((5+pen)/6, float64(p.LengthPenalty))
+	h.score = decode.SequenceScore(s, h.resultLen, p.LengthPenalty)
+	e.ids = e.ids[:0]
+	for _, t := range h.tokens[max(0, h.resultLen-32):] {
+		e.ids = append(e.ids, t.id)
 	}
-	h.score = s / pen
-	counts := map[int32]int{}
-	n := 0
-	for i := max(0, h.resultLen-32); i < h.resultLen; i++ {
-		counts[h.tokens[i].id]++
-		n++
-	}
-	var ent float64
-	for _, c := range counts {
-		q := float64(c) / float64(n)
-		ent -= q * math.Log(q)
-	}
-	h.entropy = ent
+	h.entropy = decode.TokenEntropy(e.ids)
 }
 
-// compressionRatio is OpenAI's repetition measure: text bytes over zlib-compressed bytes. The
-// compressor (several hundred KiB of state) is made once and reset for every text.
-func (e *Engine) compressionRatio(text string) float64 {
-	if text == "" {
-		return 0
-	}
-	e.zbuf.Reset()
-	if e.zw == nil {
-		e.zw = zlib.NewWriter(&e.zbuf)
-	} else {
-		e.zw.Reset(&e.zbuf)
-	}
-	e.zw.Write([]byte(text))
-	e.zw.Close()
-	return float64(len(text)) / float64(e.zbuf.Len())
-}
-
-// endWindow scores the hypotheses of the attempt, falls back to the next temperature or emits
-// the window's segments and advances seek.
-func (e *Engine) endWindow(j *job) {
-	best := -1
-	bestScore := math.Inf(-1)
+// endWindow scores the hypotheses of the attempt, picks the best, falls back to the next
+// temperature (decode.Fallback) or emits the window's segments and advances seek.
+func (e *Whisper) endWindow(j *job) {
+	fb := j.p.fallback()
+	e.best.Reset()
 	for i, h := range j.hyps[:j.nHyp] {
 		if h.failed {
 			continue
 		}
-		h.finish(&j.p)
-		if h.resultLen > 32 && h.entropy < float64(j.p.EntropyThold) {
+		e.score(h, &j.p)
+		if fb.LowEntropy(h.resultLen, h.entropy) {
 			h.failed = true
 			continue
 		}
-		if best < 0 || h.score > bestScore {
-			best, bestScore = i, h.score
-		}
+		e.best.Offer(i, h.score)
 	}
 	last := j.tempIdx == len(j.temps)-1
-	if best < 0 {
+	best, ok := e.best.Best()
+	if !ok { // every hypothesis failed
 		best = 0
 	}
 	bh := j.hyps[best]
-	if !last {
-		fail := bh.failed || (bh.avgLogprobs < float64(j.p.LogprobThold) && j.noSpeech < j.p.NoSpeechThold)
-		if !fail && j.p.CompressionRatioThold > 0 && e.compressionRatio(e.text(bh.tokens)) > float64(j.p.CompressionRatioThold) {
-			fail = true
-		}
-		if fail {
-			j.tempIdx++
-			e.attempt(j)
-			return
-		}
+	if !last && fb.Retry(bh.failed, bh.avgLogprobs, j.noSpeech, func() float64 { return e.ratio.Ratio(e.text(bh.tokens)) }) {
+		j.tempIdx++
+		e.attempt(j)
+		return
 	}
 	e.emit(j, bh)
 	for _, h := range j.hyps {
@@ -401,7 +361,7 @@ func (j *job) gateSilence(samples []float32) {
 // decoded to no text, and ends j when no window is left to decode.
 func (j *job) skipSilence() {
 	for j.loud != nil && j.seek+deltaMin < j.seekEnd {
-		end := min(j.seek+WindowFrames, j.seekEnd)
+		end := min(j.seek+whisper.WindowFrames, j.seekEnd)
 		a, b := min(j.seek, len(j.loud)-1), min(end, len(j.loud)-1)
 		if j.loud[b] > j.loud[a] {
 			break
@@ -413,7 +373,7 @@ func (j *job) skipSilence() {
 	}
 }
 
-func (e *Engine) text(ts []tokData) string {
+func (e *Whisper) text(ts []tokData) string {
 	var sb strings.Builder
 	for _, t := range ts {
 		if t.id < e.tok.EOT {
@@ -424,11 +384,11 @@ func (e *Engine) text(ts []tokData) string {
 }
 
 // emit turns the best hypothesis's tokens into segments, as whisper.cpp does, and advances seek.
-func (e *Engine) emit(j *job, bh *hyp) {
+func (e *Whisper) emit(j *job, bh *hyp) {
 	temp := j.temps[j.tempIdx]
 	toks := bh.tokens
 	seekDelta := bh.seekDelta
-	noSpeech := j.noSpeech > j.p.NoSpeechThold && bh.avgLogprobs < float64(j.p.LogprobThold)
+	noSpeech := j.p.fallback().Silent(bh.avgLogprobs, j.noSpeech)
 	past := j.promptPast[:0]
 	if len(j.prompt) > 0 && j.prompt[0] == e.tok.Prev {
 		past = append(past, j.prompt[1:len(j.prompt)-len(j.promptInit)]...)
@@ -451,7 +411,7 @@ func (e *Engine) emit(j *job, bh *hyp) {
 	// segments (transcribe.py's compression_ratio of the window's DecodingResult).
 	ratio := 0.0
 	if len(toks) > 0 && !noSpeech {
-		ratio = e.compressionRatio(e.text(toks))
+		ratio = e.ratio.Ratio(e.text(toks))
 	}
 	// With word timing, starts[i] is the audio frame (20 ms, from the window's start) at which
 	// the window's i-th text token begins; starts[i+1] is where it ends.
@@ -477,13 +437,14 @@ func (e *Engine) emit(j *job, bh *hyp) {
 		// format can show: it starts at its end here (the predicted timestamp, from which the
 		// next segment starts).
 		t0 = min(t0, t1)
-		end := float64(j.nSamples) / SampleRate
+		end := float64(j.nSamples) / whisper.SampleRate
 		seg := Segment{ID: len(j.segments), Start: min(float64(t0)/100, end), End: min(float64(t1)/100, end), Text: text,
 			Temperature: temp, AvgLogprob: avg, CompressionRatio: ratio, NoSpeechProb: j.noSpeech}
 		for _, t := range ts {
 			seg.Tokens = append(seg.Tokens, Token{ID: t.id, Text: string(e.tok.Piece(t.id)), P: t.p, PLog: t.plog})
 		}
-		interpolate(&seg, e.tok.EOT)
+		eot := e.tok.EOT
+		interpolate(&seg, func(id int32) bool { return id < eot })
 		if starts != nil {
 			for i, t := range ts {
 				if t.id >= e.tok.EOT {
@@ -527,92 +488,4 @@ func (e *Engine) emit(j *job, bh *hyp) {
 		seekDelta = min(j.seekEnd-j.seek, 100*30)
 	}
 	j.seek += seekDelta
-}
-
-// alignWindow times the text tokens of toks, the window's result, by cross-attention alignment
-// (aligner.times); nil when that fails (the tokens keep interpolated times). seekDelta is where
-// the result ends (in mel frames from the window's start): the alignment covers the window up to
-// there, or to the end of the audio if that comes first.
-func (e *Engine) alignWindow(j *job, toks []tokData, seekDelta int) []int {
-	if e.align == nil {
-		if e.alignErr != nil {
-			return nil
-		}
-		a, err := newAligner(e.m)
-		if err != nil {
-			e.alignErr = err // not retried every window
-			return nil
-		}
-		e.align = a
-	}
-	// <|startoftranscript|> and, for a multilingual model, the language token: no task token.
-	seq := append(e.alignToks[:0], e.tok.SOT)
-	if e.m.Multilingual() {
-		seq = append(seq, j.lang)
-	}
-	nSot := len(seq)
-	seq = append(seq, e.tok.NoTimestamps)
-	for _, t := range toks {
-		if t.id < e.tok.EOT {
-			seq = append(seq, t.id)
-		}
-	}
-	seq = append(seq, e.tok.EOT)
-	e.alignToks = seq
-	frames := min(WindowFrames, seekDelta, j.seekEnd-j.seek) / 2
-	starts, err := e.align.times(seq, nSot, j.cross, frames)
-	if err != nil {
-		return nil
-	}
-	return starts
-}
-
-// interpolate spreads a segment's time over its text tokens (ids below eot) in proportion to
-// their byte length. The other tokens (timestamps) take no time: they sit at the segment's start
-// before its first text token, and where the text before them ends after it (at the segment's
-// end after the last).
-func interpolate(s *Segment, eot int32) {
-	total := 0
-	for _, t := range s.Tokens {
-		if t.ID < eot {
-			total += len(t.Text)
-		}
-	}
-	at, done := s.Start, 0
-	for i := range s.Tokens {
-		t := &s.Tokens[i]
-		if t.ID >= eot {
-			t.T0, t.T1 = at, at
-			continue
-		}
-		done += len(t.Text)
-		end := s.End // the last text token ends exactly at the segment's end
-		if total == 0 {
-			end = at
-		} else if done < total {
-			end = s.Start + float64(done)/float64(total)*(s.End-s.Start)
-		}
-		t.T0, t.T1 = at, end
-		at = end
-	}
-}
-
-// beamCand is a candidate continuation during beam search.
-type beamCand struct {
-	from  int
-	tok   tokData
-	score float64
-}
-
-// sortCands orders candidates by cumulative log-probability, then by source beam.
-func sortCands(c []beamCand) {
-	slices.SortStableFunc(c, func(a, b beamCand) int {
-		switch {
-		case a.score > b.score:
-			return -1
-		case a.score < b.score:
-			return 1
-		}
-		return a.from - b.from
-	})
 }

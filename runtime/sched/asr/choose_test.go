@@ -1,4 +1,4 @@
-package whisper_test
+package asr_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/parleyhq/parley/runtime/backend/backendtest"
 	"github.com/parleyhq/parley/runtime/ggml"
 	"github.com/parleyhq/parley/runtime/models/whisper"
+	"github.com/parleyhq/parley/runtime/sched/asr"
 )
 
 // TestChooserPath runs the same transcriptions at once (greedy with timestamps and temperature
@@ -29,29 +30,29 @@ func TestChooserPath(t *testing.T) {
 	}
 	reqs := []req{{"jfk", 1, false, true}, {"jfk", 3, false, false}, {"psx-cards-001", 1, true, false},
 		{"psx-cards-001", 2, false, true}}
-	if whisper.RaceEnabled {
+	if asr.RaceEnabled {
 		reqs = reqs[1:3]
 	}
 	audio := map[string][]float32{}
 	for _, r := range reqs {
-		audio[r.utt] = whisper.LoadWAV(t, r.utt)
+		audio[r.utt] = asr.LoadWAV(t, r.utt)
 	}
-	run := func(be backend.Backend) []*whisper.Result {
+	run := func(be backend.Backend) []*asr.Result {
 		m, err := whisper.Open(be, path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer m.Close()
-		eng, err := whisper.NewEngine(m, whisper.EngineConfig{MaxActive: len(reqs), EncodeBatch: len(reqs)})
+		eng, err := asr.NewWhisper(m, asr.Config{MaxActive: len(reqs), EncodeBatch: len(reqs)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer eng.Close()
-		res := make([]*whisper.Result, len(reqs))
+		res := make([]*asr.Result, len(reqs))
 		errs := make([]error, len(reqs))
 		var wg sync.WaitGroup
 		for i, r := range reqs {
-			p := whisper.DefaultParams()
+			p := asr.DefaultParams()
 			p.Language, p.NoTimestamps, p.BeamSize, p.Seed = "en", r.noTS, r.beam, 3
 			if i == 2 {
 				p.Language = "auto"
@@ -60,7 +61,7 @@ func TestChooserPath(t *testing.T) {
 			if !r.fallback {
 				p.TemperatureInc = 0
 			}
-			if whisper.RaceEnabled {
+			if asr.RaceEnabled {
 				p.MaxTokens = 4
 			}
 			wg.Add(1)
@@ -89,7 +90,7 @@ func TestChooserPath(t *testing.T) {
 	hot := false
 	for i := range reqs {
 		if !reflect.DeepEqual(got[i], want[i]) {
-			t.Errorf("request %d (%+v): chosen by the backend %.80q, by the engine %.80q", i, reqs[i], got[i].Text, want[i].Text)
+			t.Errorf("request %d (%+v): chosen by the backend %.80q, by the scheduler %.80q", i, reqs[i], got[i].Text, want[i].Text)
 		}
 		if len(want[i].Segments) == 0 {
 			t.Errorf("request %d: no segments", i)
@@ -98,7 +99,7 @@ func TestChooserPath(t *testing.T) {
 			hot = hot || s.Temperature > 0
 		}
 	}
-	if !hot && !whisper.RaceEnabled {
+	if !hot && !asr.RaceEnabled {
 		t.Error("no window was decoded again at a temperature: nothing was drawn")
 	}
 }

@@ -1,4 +1,4 @@
-package whisper_test
+package asr_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/parleyhq/parley/runtime/audio"
 	"github.com/parleyhq/parley/runtime/kvcache"
 	"github.com/parleyhq/parley/runtime/models/whisper"
+	"github.com/parleyhq/parley/runtime/sched/asr"
 )
 
 type refTokens struct {
@@ -70,7 +71,7 @@ func forcedLogits(t *testing.T, m *whisper.Model, cross *whisper.Cross, prompt, 
 // loop on another token. Where ids agree, plog must agree within 2e-2 (logits within 1e-2 move a
 // log-softmax by at most twice that).
 func TestGreedyMatchesWhisperCpp(t *testing.T) {
-	if whisper.RaceEnabled {
+	if asr.RaceEnabled {
 		t.Skip("parity over whole windows runs without the race detector (too slow under it)")
 	}
 	ref := sharedtest.Path(t, "reference/asr/decode")
@@ -82,15 +83,15 @@ func TestGreedyMatchesWhisperCpp(t *testing.T) {
 			t.Run(be.Name()+"/"+c.model+"/"+c.utt, func(t *testing.T) {
 				m := openModel(t, be, c.model)
 				r := loadRefTokens(t, filepath.Join(ref, c.model+"-f16", "greedy-nfa", c.utt+".tokens.json"))
-				eng := newEngine(t, m)
+				eng := newWhisper(t, m)
 				defer eng.Close()
-				p := whisper.DefaultParams()
+				p := asr.DefaultParams()
 				p.Language, p.NoTimestamps, p.TemperatureInc, p.BestOf = "en", true, 0, 1
-				res, err := eng.Transcribe(context.Background(), whisper.LoadWAV(t, c.utt), p, nil)
+				res, err := eng.Transcribe(context.Background(), asr.LoadWAV(t, c.utt), p, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
-				var got []whisper.Token
+				var got []asr.Token
 				for _, s := range res.Segments {
 					got = append(got, s.Tokens...)
 				}
@@ -109,7 +110,7 @@ func TestGreedyMatchesWhisperCpp(t *testing.T) {
 							t.Fatal(err)
 						}
 						cross, _ := m.NewCross()
-						mel, nfr, err := whisper.LogMel(whisper.LoadWAV(t, c.utt), m, 2)
+						mel, nfr, err := whisper.LogMel(asr.LoadWAV(t, c.utt), m, 2)
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -144,7 +145,7 @@ func TestGreedyMatchesWhisperCpp(t *testing.T) {
 // random-weight model are nearly uniform (about 0.01 each); the tolerance 2e-4 absolute follows
 // from logits within 1e-2 (a relative change of at most 2% of each probability).
 func TestDetectLanguage(t *testing.T) {
-	if whisper.RaceEnabled {
+	if asr.RaceEnabled {
 		t.Skip("parity over whole windows runs without the race detector (too slow under it)")
 	}
 	path := sharedtest.Path(t, "reference/asr/tf/tiny-f16/jfk/fa0/lang_probs.tsv")
@@ -171,9 +172,9 @@ func TestDetectLanguage(t *testing.T) {
 	backends := backendsUnderTest(t)
 	be := backends[len(backends)-1]
 	m := openModel(t, be, "tiny")
-	eng := newEngine(t, m)
+	eng := newWhisper(t, m)
 	defer eng.Close()
-	probs, err := eng.DetectLanguage(context.Background(), whisper.LoadWAV(t, "jfk"))
+	probs, err := eng.DetectLanguage(context.Background(), asr.LoadWAV(t, "jfk"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,8 +196,8 @@ func TestDetectLanguage(t *testing.T) {
 	if gotBest.Code != best {
 		t.Errorf("detected %s, whisper.cpp %s", gotBest.Code, best)
 	}
-	if _, err := eng.Transcribe(context.Background(), whisper.LoadWAV(t, "psx-cards-001"), func() whisper.Params {
-		p := whisper.DefaultParams()
+	if _, err := eng.Transcribe(context.Background(), asr.LoadWAV(t, "psx-cards-001"), func() asr.Params {
+		p := asr.DefaultParams()
 		p.NoTimestamps, p.TemperatureInc, p.MaxTokens = true, 0, 4
 		return p
 	}(), nil); err != nil {

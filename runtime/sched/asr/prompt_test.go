@@ -1,4 +1,4 @@
-package whisper
+package asr
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 // the language, the task, and <|notimestamps|> when asked.
 func TestPrompt(t *testing.T) {
 	m := testModel(t, "tiny")
-	e := manualEngine(t, m, EngineConfig{MaxActive: 1})
+	e := manualWhisper(t, m, Config{MaxActive: 1})
 	defer func() { e.dec.Close(); e.enc.Close() }()
 	tk := e.tok
 	de, ok := tk.LangID("de")
@@ -21,7 +21,7 @@ func TestPrompt(t *testing.T) {
 	}
 	p := DefaultParams()
 	p.Language, p.Translate, p.InitialPrompt = "de", true, " Hello world"
-	j := &job{ctx: context.Background(), p: p, lang: -1}
+	j := newJob(context.Background(), p)
 	if err := e.prepare(j, make([]float32, SampleRate)); err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestPrompt(t *testing.T) {
 		t.Errorf("prompt at temperature %.1f: %v, want %v", j.temps[j.tempIdx], j.prompt, want)
 	}
 	p.Translate, p.NoTimestamps, p.InitialPrompt = false, true, ""
-	j = &job{ctx: context.Background(), p: p, lang: -1}
+	j = newJob(context.Background(), p)
 	if err := e.prepare(j, make([]float32, SampleRate)); err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestPrompt(t *testing.T) {
 		t.Errorf("prompt %v, want %v", j.prompt, want)
 	}
 	p.Language = "xx"
-	if err := e.prepare(&job{ctx: context.Background(), p: p, lang: -1}, make([]float32, SampleRate)); !errors.Is(err, ErrBadRequest) {
+	if err := e.prepare(newJob(context.Background(), p), make([]float32, SampleRate)); !errors.Is(err, ErrBadRequest) {
 		t.Errorf("unknown language: %v, want a bad request", err)
 	}
 }

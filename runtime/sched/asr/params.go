@@ -1,12 +1,18 @@
-package whisper
+package asr
 
 import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/parleyhq/parley/runtime/decode"
 )
 
-// Params control one transcription. The zero value is not useful: start from DefaultParams.
+// Params control one transcription: what is asked of every recogniser family (language, task,
+// prompt, timestamps) and how its search runs (beam size, best-of, temperature schedule and
+// fallback thresholds). A family uses what applies to it and ignores the rest; the fallback
+// thresholds, MaxInitialTimestamp and the suppression flags are Whisper's. The zero value is not
+// useful: start from DefaultParams.
 type Params struct {
 	// Language is an ISO 639-1 code ("en"), or "" / "auto" to detect it (multilingual models).
 	Language string
@@ -14,9 +20,10 @@ type Params struct {
 	Translate bool
 	// NoTimestamps decodes without timestamp tokens: one segment per window.
 	NoTimestamps bool
-	// WordTimestamps times every text token by cross-attention alignment (one more decoder pass
-	// over each window's text, then dynamic time warping; see Model.AlignHeads) instead of
-	// spreading its segment's time over its tokens. Words take their tokens' times.
+	// WordTimestamps times every text token by alignment (Whisper: one more decoder pass over
+	// each window's text, then dynamic time warping of its alignment heads' cross-attention; see
+	// whisper.Model.AlignHeads) instead of spreading its segment's time over its tokens. Words
+	// take their tokens' times.
 	WordTimestamps bool
 
 	// BeamSize > 1 selects beam search at temperature 0; 1 is greedy.
@@ -67,6 +74,11 @@ func DefaultParams() Params {
 // MaxDecoders bounds BeamSize and BestOf.
 const MaxDecoders = 8
 
+// fallback is p's temperature-fallback thresholds.
+func (p *Params) fallback() decode.Fallback {
+	return decode.Fallback{CompressionRatio: p.CompressionRatioThold, Entropy: p.EntropyThold, LogProb: p.LogprobThold, NoSpeech: p.NoSpeechThold}
+}
+
 // Validate reports parameters out of range (errors wrap ErrBadRequest).
 func (p *Params) Validate() error {
 	if err := p.validate(); err != nil {
@@ -78,50 +90,17 @@ func (p *Params) Validate() error {
 func (p *Params) validate() error {
 	switch {
 	case p.BeamSize < 1 || p.BeamSize > MaxDecoders:
-		return fmt.Errorf("whisper: beam size %d is outside 1..%d", p.BeamSize, MaxDecoders)
+		return fmt.Errorf("asr: beam size %d is outside 1..%d", p.BeamSize, MaxDecoders)
 	case p.BestOf < 1 || p.BestOf > MaxDecoders:
-		return fmt.Errorf("whisper: best-of %d is outside 1..%d", p.BestOf, MaxDecoders)
+		return fmt.Errorf("asr: best-of %d is outside 1..%d", p.BestOf, MaxDecoders)
 	case p.Temperature < 0 || p.Temperature > 1 || p.Temperature != p.Temperature:
-		return fmt.Errorf("whisper: temperature %v is outside 0..1", p.Temperature)
+		return fmt.Errorf("asr: temperature %v is outside 0..1", p.Temperature)
 	case p.TemperatureInc < 0 || p.TemperatureInc > 1 || p.TemperatureInc != p.TemperatureInc:
-		return fmt.Errorf("whisper: temperature increment %v is outside 0..1", p.TemperatureInc)
+		return fmt.Errorf("asr: temperature increment %v is outside 0..1", p.TemperatureInc)
 	case p.MaxTokens < 0:
-		return errors.New("whisper: negative max tokens")
+		return errors.New("asr: negative max tokens")
 	case len(p.InitialPrompt) > 1<<16:
-		return errors.New("whisper: initial prompt longer than 64 KiB")
+		return errors.New("asr: initial prompt longer than 64 KiB")
 	}
 	return nil
-}
-
-// Token is one decoded token with its probability after suppression, as whisper.cpp reports it.
-type Token struct {
-	ID   int32   `json:"id"`
-	Text string  `json:"text"`
-	P    float32 `json:"p"`
-	PLog float32 `json:"plog"`
-	// T0, T1 are the token's time span in seconds: aligned to the audio with
-	// Params.WordTimestamps, otherwise interpolated within its segment by text length.
-	T0 float64 `json:"t0"`
-	T1 float64 `json:"t1"`
-}
-
-// Segment is a stretch of text with its time span.
-type Segment struct {
-	ID               int     `json:"id"`
-	Start            float64 `json:"start"` // seconds
-	End              float64 `json:"end"`
-	Text             string  `json:"text"`
-	Tokens           []Token `json:"tokens"`
-	Temperature      float32 `json:"temperature"`
-	AvgLogprob       float64 `json:"avg_logprob"`
-	CompressionRatio float64 `json:"compression_ratio"`
-	NoSpeechProb     float32 `json:"no_speech_prob"`
-}
-
-// Result is a finished transcription.
-type Result struct {
-	Text     string    `json:"text"`
-	Language string    `json:"language"`
-	Duration float64   `json:"duration"` // seconds of audio
-	Segments []Segment `json:"segments"`
 }

@@ -1,12 +1,9 @@
-package whisper
+package asr
 
 import (
-	"bytes"
-	"compress/zlib"
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"slices"
 	"sync"
@@ -15,53 +12,27 @@ import (
 
 	"github.com/parleyhq/parley/runtime/audio"
 	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/decode"
 	"github.com/parleyhq/parley/runtime/kvcache"
-	"github.com/parleyhq/parley/runtime/sched"
+	"github.com/parleyhq/parley/runtime/models/whisper"
 )
 
-// ErrQueueFull is returned when the engine's queue is full; the caller may retry later.
-var ErrQueueFull = errors.New("whisper: too many transcriptions queued")
-
-// ErrClosed is returned for work submitted to, or cut short by, a closed engine.
-var ErrClosed = errors.New("whisper: engine closed")
-
-// EngineConfig sizes an Engine.
-type EngineConfig struct {
-	// MaxActive is the number of transcriptions decoded together; each may run up to
-	// MaxDecoders hypotheses (beams or samples) in the same batched step.
-	MaxActive int
-	// MaxQueue is the number of transcriptions waiting beyond MaxActive.
-	MaxQueue int
-	// MelThreads computes features with this many goroutines per request (default 2).
-	MelThreads int
-	// EncodeBatch is the most windows (of different transcriptions) encoded in one batched
-	// encoder call (default 1, at most MaxActive). On a CPU a window's encoder is compute-bound
-	// and batching gains nothing, while a larger call delays the transcriptions whose windows
-	// it holds until all are done; a GPU gains from larger batches.
-	EncodeBatch int
-	// OnStep, if set, is called after each step with its duration and the hypotheses and tokens
-	// of its decoder batch (see sched.LoopConfig.OnStep).
-	OnStep func(d time.Duration, seqs, tokens int)
-	// Logger receives per-step records at sched.LevelTrace only; default discards.
-	Logger *slog.Logger
-}
-
-// Engine transcribes many requests at once. It is scheduled by the machinery that schedules
-// language models (sched.Loop): a bounded FIFO queue, admission from its head while fewer than
-// MaxActive transcriptions run, cancellation at step boundaries, per-step metrics. The encoder
-// and the decoder are two stages of a pipeline: while some transcriptions decode their windows,
-// the next windows (of others, up to EncodeBatch in one batched call, longest waiting first) go
-// through the encoder one stage a step (the convolutions, a block, the cross-attention
-// projections), each step also stepping every decoding transcription's hypotheses through the
-// decoder in one batched forward; so a decoding transcription waits a stage for its next token,
-// not a window's encoder. With nothing decoding, a window is encoded in one step. Requests'
-// features are computed by their own goroutines.
-type Engine struct {
-	m   *Model
-	cfg EngineConfig
-	enc *Encoder
-	dec *Decoder
-	tok *Vocab
+// Whisper transcribes many requests at once with a Whisper model. It is scheduled by the
+// machinery that schedules language models (sched.Loop, through queue): a bounded FIFO queue,
+// admission from its head while fewer than MaxActive transcriptions run, cancellation at step
+// boundaries, per-step metrics. The encoder and the decoder are two stages of a pipeline: while
+// some transcriptions decode their windows, the next windows (of others, up to EncodeBatch in one
+// batched call, longest waiting first) go through the encoder one stage a step (the
+// convolutions, a block, the cross-attention projections), each step also stepping every
+// decoding transcription's hypotheses through the decoder in one batched forward; so a decoding
+// transcription waits a stage for its next token, not a window's encoder. With nothing decoding,
+// a window is encoded in one step. Requests' features are computed by their own goroutines.
+type Whisper struct {
+	m   *whisper.Model
+	cfg Config
+	enc *whisper.Encoder
+	dec *whisper.Decoder
+	tok *whisper.Vocab
 
 	// drop lists the tokens the decoder's filters suppress by id (backend.Choice.Drop ranges
 	// over it): the blank tokens of a window's first step (nBlank), those never produced
@@ -70,7 +41,7 @@ type Engine struct {
 	nBlank, nAlways int
 	nMax            int // tokens sampled per window: n_text_ctx/2 - 4
 
-	loop *sched.Loop[*job]
+	q    *queue[*job]
 	mu   sync.Mutex
 	shut bool
 
@@ -85,57 +56,46 @@ type Engine struct {
 	chIDs     []int32          // picks[i]'s chK best tokens at chIDs[i*chK:], their log-probabilities at chLogp[i*chK:]
 	chLogp    []float32
 	chK       int
-	cross     []*Cross
+	cross     []*whisper.Cross
 	owners    []*hyp
 	logits    []float32
-	cands     []beamCand
+	beams     decode.Beams[tokData]
+	best      decode.BestOf
 	topk      []tokData
-	crosses   []*Cross // free cross-attention windows
-	steps     uint64   // steps taken: when a transcription began to wait for its encoder
-	encJobs   []*job   // the jobs of the encoder call in progress (nil: ended during it)
+	crosses   []*whisper.Cross // free cross-attention windows
+	steps     uint64           // steps taken: when a transcription began to wait for its encoder
+	encJobs   []*job           // the jobs of the encoder call in progress (nil: ended during it)
 	encMels   [][]float32
-	encOuts   []*Cross
-	align     *aligner // word timing, made on first use
-	alignErr  error    // why it could not be made
+	encOuts   []*whisper.Cross
+	align     *whisper.Aligner // word timing, made on first use
+	alignErr  error            // why it could not be made
 	alignToks []int32
-	zw        *zlib.Writer // compression ratios
-	zbuf      bytes.Buffer
+	ratio     decode.Compression // compression ratios
+	ids       []int32            // scratch: the token ids whose entropy is measured
 
 	freeBlocks atomic.Int64 // cache blocks free after the last step
 	nActive    atomic.Int64 // transcriptions being decoded
-	inFlight   atomic.Int64 // transcriptions queued or running, from enqueue to finish
 
 	// beamTrace, when set (tests), sees every beam-search step's live hypotheses.
 	beamTrace func(step int, hyps []*hyp)
 }
 
-// NewEngine makes an engine for m and starts its loop.
-func NewEngine(m *Model, cfg EngineConfig) (*Engine, error) {
-	if cfg.MaxActive <= 0 {
-		cfg.MaxActive = 4
+// Whisper is a Recognizer.
+var _ Recognizer = (*Whisper)(nil)
+
+// NewWhisper makes the scheduler of Whisper model m (MaxActive default 4) and starts its loop.
+func NewWhisper(m *whisper.Model, cfg Config) (*Whisper, error) {
+	cfg, err := cfg.withDefaults(4)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.MaxQueue < 0 {
-		return nil, errors.New("whisper: negative queue size")
-	}
-	if cfg.MelThreads <= 0 {
-		cfg.MelThreads = 2
-	}
-	if cfg.EncodeBatch <= 0 {
-		cfg.EncodeBatch = 1
-	}
-	if cfg.EncodeBatch > cfg.MaxActive {
-		return nil, fmt.Errorf("whisper: %d windows encoded per step, more than the %d transcriptions decoded together", cfg.EncodeBatch, cfg.MaxActive)
-	}
-	tok, err := NewVocab(m)
+	tok, err := whisper.NewVocab(m)
 	if err != nil {
 		return nil, err
 	}
 	maxSeqs := cfg.MaxActive * MaxDecoders
-	e := &Engine{m: m, cfg: cfg, tok: tok, nMax: m.TextCtx/2 - 4}
-	// Requests wait in the loop's queue until its next step admits them, so it holds MaxActive
-	// more than MaxQueue.
-	e.loop, err = sched.NewLoop[*job]((*engineWork)(e), sched.LoopConfig{MaxQueue: cfg.MaxQueue + cfg.MaxActive,
-		Logger: cfg.Logger, Name: "whisper step", OnStep: cfg.OnStep})
+	e := &Whisper{m: m, cfg: cfg, tok: tok, nMax: m.TextCtx/2 - 4}
+	e.q, err = newQueue[*job]((*whisperWork)(e), cfg, "whisper step")
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +105,7 @@ func NewEngine(m *Model, cfg EngineConfig) (*Engine, error) {
 	}
 	// A step holds one token per hypothesis, or a window's prompt (at most TextCtx/2 tokens of
 	// context plus the start sequence) per transcription.
-	e.dec, err = m.NewDecoder(DecoderConfig{MaxTokens: maxSeqs + cfg.MaxActive*(m.TextCtx/2+8), MaxSeqs: maxSeqs,
+	e.dec, err = m.NewDecoder(whisper.DecoderConfig{MaxTokens: maxSeqs + cfg.MaxActive*(m.TextCtx/2+8), MaxSeqs: maxSeqs,
 		KVSlots: maxSeqs * m.TextCtx, BlockSize: 1})
 	if err != nil {
 		e.enc.Close()
@@ -155,14 +115,14 @@ func NewEngine(m *Model, cfg EngineConfig) (*Engine, error) {
 	e.logits = make([]float32, maxSeqs*m.NVocab)
 	e.encMels = make([][]float32, cfg.EncodeBatch)
 	for i := range e.encMels {
-		e.encMels[i] = make([]float32, m.Mels*WindowFrames)
+		e.encMels[i] = make([]float32, m.Mels*whisper.WindowFrames)
 	}
-	e.encJobs, e.encOuts = make([]*job, 0, cfg.EncodeBatch), make([]*Cross, 0, cfg.EncodeBatch)
+	e.encJobs, e.encOuts = make([]*job, 0, cfg.EncodeBatch), make([]*whisper.Cross, 0, cfg.EncodeBatch)
 	e.drop, e.nBlank, e.nAlways = dropList(tok, m.NVocab)
 	e.picks, e.choices, e.chosen = make([]int32, 0, maxSeqs), make([]backend.Choice, 0, maxSeqs), make([]backend.Chosen, 0, maxSeqs)
 	e.chIDs, e.chLogp = make([]int32, 0, maxSeqs*MaxDecoders), make([]float32, 0, maxSeqs*MaxDecoders)
 	if !noLoop {
-		go e.loop.Run(context.Background())
+		go e.q.loop.Run(context.Background())
 	}
 	return e, nil
 }
@@ -170,14 +130,17 @@ func NewEngine(m *Model, cfg EngineConfig) (*Engine, error) {
 // noLoop, set by tests, leaves the step loop to the caller.
 var noLoop bool
 
-// Model is the engine's model.
-func (e *Engine) Model() *Model { return e.m }
+// Model is the recogniser's model.
+func (e *Whisper) Model() *whisper.Model { return e.m }
 
 // Vocab is the model's tokenizer.
-func (e *Engine) Vocab() *Vocab { return e.tok }
+func (e *Whisper) Vocab() *whisper.Vocab { return e.tok }
 
-// Close stops the engine; transcriptions in flight fail with ErrClosed.
-func (e *Engine) Close() error {
+// IsSpecial reports whether token id is not text: a timestamp or control token.
+func (e *Whisper) IsSpecial(id int32) bool { return e.tok.IsSpecial(id) }
+
+// Close stops the recogniser; transcriptions in flight fail with ErrClosed.
+func (e *Whisper) Close() error {
 	e.mu.Lock()
 	if e.shut {
 		e.mu.Unlock()
@@ -185,7 +148,7 @@ func (e *Engine) Close() error {
 	}
 	e.shut = true
 	e.mu.Unlock()
-	e.loop.Close()
+	e.q.loop.Close()
 	var errs []error
 	for _, c := range e.crosses {
 		errs = append(errs, c.Close())
@@ -197,9 +160,9 @@ func (e *Engine) Close() error {
 	return errors.Join(errs...)
 }
 
-// Transcribe transcribes 16 kHz mono samples. onSegment, if not nil, is called (from the engine's
-// goroutine; it must not block) with each segment as it is finished.
-func (e *Engine) Transcribe(ctx context.Context, samples []float32, p Params, onSegment func(Segment)) (*Result, error) {
+// Transcribe transcribes 16 kHz mono samples. onSegment, if not nil, is called (from the
+// recogniser's goroutine; it must not block) with each segment as it is finished.
+func (e *Whisper) Transcribe(ctx context.Context, samples []float32, p Params, onSegment func(Segment)) (*Result, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
@@ -212,90 +175,42 @@ func (e *Engine) Transcribe(ctx context.Context, samples []float32, p Params, on
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Duration: float64(len(samples)) / SampleRate, Segments: j.segments, Language: j.langCode}
-	for _, s := range j.segments {
-		res.Text += s.Text
-	}
-	if res.Segments == nil {
-		res.Segments = []Segment{}
-	}
-	return res, nil
+	return newResult(len(samples), j.segments, j.langCode), nil
 }
 
 // submit queues a job and waits for it.
-func (e *Engine) submit(ctx context.Context, samples []float32, p Params, onSegment func(Segment), detect bool) (*job, error) {
+func (e *Whisper) submit(ctx context.Context, samples []float32, p Params, onSegment func(Segment), detect bool) (*job, error) {
 	if detect {
 		p.Language = ""
 	}
-	for i, v := range samples {
-		if v-v != 0 { // NaN or ±Inf
-			return nil, fmt.Errorf("whisper: %w: sample %d is %v", ErrBadRequest, i, v)
-		}
+	if err := checkAudio(samples); err != nil {
+		return nil, err
 	}
-	j := &job{ctx: ctx, p: p, onSegment: onSegment, done: make(chan struct{}), lang: -1, detectOnly: detect}
+	j := &job{p: p, onSegment: onSegment, lang: -1, detectOnly: detect}
+	j.start(ctx)
 	if err := e.prepare(j, samples); err != nil {
 		return nil, err
 	}
 	if detect && j.ph == phDone {
 		return nil, fmt.Errorf("whisper: %w: audio too short to detect its language", ErrBadRequest)
 	}
-	if err := e.enqueue(j); err != nil {
+	if err := e.q.submit(ctx, j); err != nil {
 		return nil, err
-	}
-	select {
-	case <-j.done:
-	case <-ctx.Done():
-		if !j.admitted.Load() {
-			// Still queued: the loop discards it when it gets there.
-			return nil, ctx.Err()
-		}
-		<-j.done
-	}
-	if j.err != nil {
-		return nil, j.err
 	}
 	return j, nil
 }
 
-// enqueue queues j unless MaxActive transcriptions run and MaxQueue wait already. A job counts
-// from here until finish, not until the loop's next step notices that it ended, so that a caller
-// whose transcription just returned can submit the next one at once.
-func (e *Engine) enqueue(j *job) error {
-	if n := e.inFlight.Add(1); n > int64(e.cfg.MaxQueue+e.cfg.MaxActive) {
-		e.inFlight.Add(-1)
-		return ErrQueueFull
-	}
-	j.counted = true
-	err := e.loop.Enqueue(j)
-	if err == nil {
-		return nil
-	}
-	j.counted = false
-	e.inFlight.Add(-1)
-	if errors.Is(err, sched.ErrQueueFull) {
-		return ErrQueueFull
-	}
-	return ErrClosed
-}
-
 // prepare computes the features and the fixed parts of the prompt in the caller's goroutine.
-func (e *Engine) prepare(j *job, samples []float32) error {
+func (e *Whisper) prepare(j *job, samples []float32) error {
 	m := e.m
-	mel, nFr, err := LogMel(samples, m, e.cfg.MelThreads)
+	mel, nFr, err := whisper.LogMel(samples, m, e.cfg.MelThreads)
 	if err != nil {
 		return err
 	}
 	j.mel, j.nMel, j.nFr, j.nSamples = mel, m.Mels, nFr, len(samples)
 	j.seekEnd = max(0, audio.MelContentFrames(len(samples))) // whisper.cpp's n_len
-	j.temps = j.temps[:0]
-	if j.p.TemperatureInc > 0 {
-		for t := j.p.Temperature; t < 1+1e-6; t += j.p.TemperatureInc {
-			j.temps = append(j.temps, t)
-		}
-	} else {
-		j.temps = append(j.temps, j.p.Temperature)
-	}
-	if j.lang, j.langCode, err = e.ResolveLanguage(j.p.Language); err != nil {
+	j.temps = decode.Temperatures(j.temps[:0], j.p.Temperature, j.p.TemperatureInc)
+	if j.lang, j.langCode, err = e.resolveLanguage(j.p.Language); err != nil {
 		return err
 	}
 	if j.p.Translate && !m.Multilingual() {
@@ -324,9 +239,15 @@ func (e *Engine) prepare(j *job, samples []float32) error {
 }
 
 // ResolveLanguage checks a requested language against the model. "" or "auto" means detect it
-// (token -1; English-only models answer "en"); an ISO 639-1 code or an English name gives its
-// token and code. Errors wrap ErrBadRequest.
-func (e *Engine) ResolveLanguage(lang string) (tok int32, code string, err error) {
+// (English-only models answer "en"); an ISO 639-1 code or an English name gives its code. Errors
+// wrap ErrBadRequest.
+func (e *Whisper) ResolveLanguage(lang string) (code string, err error) {
+	_, code, err = e.resolveLanguage(lang)
+	return code, err
+}
+
+// resolveLanguage is ResolveLanguage with the language's token (-1: detect it).
+func (e *Whisper) resolveLanguage(lang string) (tok int32, code string, err error) {
 	if !e.m.Multilingual() {
 		if lang != "" && lang != "auto" && lang != "en" && lang != "english" {
 			return -1, "", fmt.Errorf("whisper: %w: this model is English-only; language %q is not available", ErrBadRequest, lang)
@@ -343,21 +264,18 @@ func (e *Engine) ResolveLanguage(lang string) (tok int32, code string, err error
 	return id, e.tok.LangCode(id), nil
 }
 
-// ErrBadRequest marks errors caused by the request's parameters.
-var ErrBadRequest = errors.New("bad request")
-
 // errNonFinite ends a transcription whose decoder produced logits that are not numbers.
 var errNonFinite = errors.New("whisper: the model's output is not finite (are its weights corrupt?)")
 
-// engineWork is the Engine as the Work its loop steps (sched.Work).
-type engineWork Engine
+// whisperWork is the Whisper scheduler as the Work its loop steps (sched.Work).
+type whisperWork Whisper
 
-func (w *engineWork) Reap(time.Time)                             { (*Engine)(w).reap() }
-func (w *engineWork) Step(time.Time) (seqs, toks int, busy bool) { return (*Engine)(w).step() }
-func (w *engineWork) Shutdown()                                  { (*Engine)(w).shutdown() }
+func (w *whisperWork) Reap(time.Time)                             { (*Whisper)(w).reap() }
+func (w *whisperWork) Step(time.Time) (seqs, toks int, busy bool) { return (*Whisper)(w).step() }
+func (w *whisperWork) Shutdown()                                  { (*Whisper)(w).shutdown() }
 
-func (w *engineWork) Admit(j *job) bool {
-	e := (*Engine)(w)
+func (w *whisperWork) Admit(j *job) bool {
+	e := (*Whisper)(w)
 	if len(e.active) >= e.cfg.MaxActive {
 		return false
 	}
@@ -365,21 +283,21 @@ func (w *engineWork) Admit(j *job) bool {
 	return true
 }
 
-func (w *engineWork) Expire(j *job, _ time.Time) bool {
+func (w *whisperWork) Expire(j *job, _ time.Time) bool {
 	if j.ctx.Err() == nil {
 		return false
 	}
 	j.admitted.Store(true)
-	(*Engine)(w).finish(j, nil)
+	(*Whisper)(w).finish(j, nil)
 	return true
 }
 
-func (w *engineWork) Abort(j *job) {
+func (w *whisperWork) Abort(j *job) {
 	j.admitted.Store(true)
-	(*Engine)(w).finish(j, ErrClosed)
+	(*Whisper)(w).finish(j, ErrClosed)
 }
 
-func (e *Engine) admit(j *job) {
+func (e *Whisper) admit(j *job) {
 	j.admitted.Store(true)
 	j.encSince = e.steps
 	if j.ph == phDone || j.ctx.Err() != nil {
@@ -390,7 +308,7 @@ func (e *Engine) admit(j *job) {
 }
 
 // shutdown fails every active transcription with ErrClosed.
-func (e *Engine) shutdown() {
+func (e *Whisper) shutdown() {
 	for _, j := range e.active {
 		e.finish(j, ErrClosed)
 	}
@@ -401,7 +319,7 @@ func (e *Engine) shutdown() {
 }
 
 // finish releases a job's cache blocks and window and wakes its caller.
-func (e *Engine) finish(j *job, err error) {
+func (e *Whisper) finish(j *job, err error) {
 	if j.encPicked { // its window is in the encoder call in progress: not to be stored
 		if i := slices.Index(e.encJobs, j); i >= 0 {
 			e.encJobs[i], e.encOuts[i] = nil, nil
@@ -416,46 +334,28 @@ func (e *Engine) finish(j *job, err error) {
 		e.crosses = append(e.crosses, j.cross)
 		j.cross = nil
 	}
-	if err == nil && j.err == nil && j.ctx.Err() != nil {
-		err = j.ctx.Err()
-	}
-	if err != nil {
-		j.err = err
-	}
-	if j.counted {
-		j.counted = false
-		e.inFlight.Add(-1)
-	}
-	close(j.done)
+	e.q.end(&j.request, err)
 	e.freeBlocks.Store(int64(e.dec.Pool().FreeBlocks()))
 }
 
 // FreeBlocks reports the decoder cache's free and total blocks as of the last step.
-func (e *Engine) FreeBlocks() (free, total int) {
+func (e *Whisper) FreeBlocks() (free, total int) {
 	return int(e.freeBlocks.Load()), e.dec.Pool().Blocks()
 }
 
 // Load reports the transcriptions being decoded and those waiting.
-func (e *Engine) Load() (active, queued int) {
-	return int(e.nActive.Load()), e.loop.Queued()
+func (e *Whisper) Load() (active, queued int) {
+	return int(e.nActive.Load()), e.q.loop.Queued()
 }
 
-// Stats is a snapshot of an Engine's counters, for metrics: its loop's, and the
-// transcriptions being decoded and the decoder cache's blocks as of the last step.
-type Stats struct {
-	sched.LoopStats
-	Active                     int
-	KVBlocksUsed, KVBlocksFree int
-}
-
-// Stats returns a snapshot of the engine's counters. Safe from any goroutine.
-func (e *Engine) Stats() Stats {
+// Stats returns a snapshot of the recogniser's counters. Safe from any goroutine.
+func (e *Whisper) Stats() Stats {
 	free, total := e.FreeBlocks()
-	return Stats{LoopStats: e.loop.Stats(), Active: int(e.nActive.Load()), KVBlocksUsed: total - free, KVBlocksFree: free}
+	return Stats{LoopStats: e.q.loop.Stats(), Active: int(e.nActive.Load()), KVBlocksUsed: total - free, KVBlocksFree: free}
 }
 
 // reap ends the transcriptions that are finished or whose context is done.
-func (e *Engine) reap() {
+func (e *Whisper) reap() {
 	k := 0
 	for _, j := range e.active {
 		if err := j.ctx.Err(); err != nil {
@@ -477,13 +377,13 @@ func (e *Engine) reap() {
 // batched decoder forward over all decoding hypotheses and processes its logits. It
 // reports the hypotheses and tokens of the decoder batch, and false when no transcription is
 // active.
-func (e *Engine) step() (seqs, tokens int, busy bool) {
+func (e *Whisper) step() (seqs, tokens int, busy bool) {
 	seqs, tokens, busy = e.stepAll()
 	e.freeBlocks.Store(int64(e.dec.Pool().FreeBlocks()))
 	return seqs, tokens, busy
 }
 
-func (e *Engine) stepAll() (seqs, tokens int, busy bool) {
+func (e *Whisper) stepAll() (seqs, tokens int, busy bool) {
 	e.steps++
 	e.nActive.Store(int64(len(e.active)))
 	if len(e.active) == 0 {
@@ -576,7 +476,7 @@ func (e *Engine) stepAll() (seqs, tokens int, busy bool) {
 
 // pick has the decoder choose hypothesis h's next token from the logits of batch row at (a draw
 // from the hypothesis's own random stream at a temperature).
-func (e *Engine) pick(j *job, h *hyp, at int32) {
+func (e *Whisper) pick(j *job, h *hyp, at int32) {
 	c := e.choice(j, h)
 	if temp := j.temps[j.tempIdx]; temp > 0 {
 		c.Temperature, c.Random = temp, h.rng.Uint64()
@@ -586,7 +486,7 @@ func (e *Engine) pick(j *job, h *hyp, at int32) {
 	e.choices = append(e.choices, c)
 }
 
-func (e *Engine) row(h *hyp) []float32 {
+func (e *Whisper) row(h *hyp) []float32 {
 	V := e.m.NVocab
 	return e.logits[h.row*V : (h.row+1)*V]
 }
@@ -599,7 +499,7 @@ func (e *Engine) row(h *hyp) []float32 {
 // waits for one stage instead of a whole window's encoder (a tiny window costs about as much as
 // thirty eight-sequence decoder steps on a CPU; a stage, a sixth of that). A completed call sets
 // each of its transcriptions up to decode its window.
-func (e *Engine) encodeSome() {
+func (e *Whisper) encodeSome() {
 	if len(e.encJobs) > 0 && !slices.ContainsFunc(e.encJobs, func(j *job) bool { return j != nil }) {
 		e.encJobs, e.encOuts = e.encJobs[:0], e.encOuts[:0] // all of its transcriptions ended
 	}
@@ -619,7 +519,7 @@ func (e *Engine) encodeSome() {
 }
 
 // beginEncode begins an encoder call (see encodeSome) and reports whether it did.
-func (e *Engine) beginEncode() bool {
+func (e *Whisper) beginEncode() bool {
 	for len(e.encJobs) < e.cfg.EncodeBatch {
 		var j *job
 		for _, c := range e.active {
@@ -650,7 +550,7 @@ func (e *Engine) beginEncode() bool {
 
 // endEncode ends the encoder call in progress: its transcriptions (those still running) fail
 // with err, or go on to decode their windows.
-func (e *Engine) endEncode(err error) {
+func (e *Whisper) endEncode(err error) {
 	for _, j := range e.encJobs {
 		if j == nil {
 			continue
@@ -668,7 +568,7 @@ func (e *Engine) endEncode(err error) {
 }
 
 // decoding reports whether some transcription has decoder work for this step.
-func (e *Engine) decoding() bool {
+func (e *Whisper) decoding() bool {
 	for _, j := range e.active {
 		if j.ph == phDetect || j.ph == phPrompt || j.ph == phDecode {
 			return true
@@ -678,7 +578,7 @@ func (e *Engine) decoding() bool {
 }
 
 // window gives j a cross-attention window and puts the log-mel of its window at j.seek in mel.
-func (e *Engine) window(j *job, mel []float32) error {
+func (e *Whisper) window(j *job, mel []float32) error {
 	if j.cross == nil {
 		if n := len(e.crosses); n > 0 {
 			j.cross, e.crosses = e.crosses[n-1], e.crosses[:n-1]
@@ -690,13 +590,13 @@ func (e *Engine) window(j *job, mel []float32) error {
 			j.cross = c
 		}
 	}
-	_, err := audio.MelWindow(mel, j.mel, j.nMel, j.nFr, j.seek, WindowFrames)
+	_, err := audio.MelWindow(mel, j.mel, j.nMel, j.nFr, j.seek, whisper.WindowFrames)
 	return err
 }
 
 // encoded sets j up to decode the window just encoded: language detection first when it is
 // still unknown, else the window's prompt.
-func (e *Engine) encoded(j *job) {
+func (e *Whisper) encoded(j *job) {
 	if j.seek > 0 && j.seek+500 >= j.seekEnd {
 		j.promptPast = j.promptPast[:0]
 	}
@@ -711,7 +611,7 @@ func (e *Engine) encoded(j *job) {
 	e.attempt(j)
 }
 
-func (e *Engine) firstHyp(j *job) *hyp {
+func (e *Whisper) firstHyp(j *job) *hyp {
 	if len(j.hyps) == 0 {
 		j.hyps = append(j.hyps, e.newHyp())
 	}
@@ -722,11 +622,11 @@ func (e *Engine) firstHyp(j *job) *hyp {
 }
 
 // afterDetect picks the most probable language token after [sot].
-func (e *Engine) afterDetect(j *job) {
+func (e *Whisper) afterDetect(j *job) {
 	h := j.hyps[0]
 	lg := e.row(h)
 	best, bestV := int32(-1), float32(math.Inf(-1))
-	for _, id := range e.tok.langs {
+	for _, id := range e.tok.Langs() {
 		if lg[id] > bestV {
 			best, bestV = id, lg[id]
 		}
@@ -753,8 +653,9 @@ func (e *Engine) afterDetect(j *job) {
 		for i := int32(1); i <= 100 && int(e.tok.SOT+i) < len(lg); i++ {
 			sum += math.Exp(float64(lg[e.tok.SOT+i] - bestV))
 		}
-		j.langProbs = make([]LangProb, len(e.tok.langs))
-		for i, id := range e.tok.langs {
+		langs := e.tok.Langs()
+		j.langProbs = make([]LangProb, len(langs))
+		for i, id := range langs {
 			j.langProbs[i] = LangProb{Code: e.tok.LangCode(id), P: math.Exp(float64(lg[id]-bestV)) / sum}
 			if p := j.langProbs[i].P; p != p {
 				j.langProbs, j.err = nil, errNonFinite
@@ -768,16 +669,10 @@ func (e *Engine) afterDetect(j *job) {
 	e.attempt(j)
 }
 
-// LangProb is a language's probability in language detection.
-type LangProb struct {
-	Code string  `json:"language"`
-	P    float64 `json:"probability"`
-}
-
 // DetectLanguage returns the probability of every language the model knows for the first 30 s
 // of samples, in the model's language order, as whisper.cpp's whisper_lang_auto_detect computes
 // them (the decoder's first step after <|startoftranscript|>).
-func (e *Engine) DetectLanguage(ctx context.Context, samples []float32) ([]LangProb, error) {
+func (e *Whisper) DetectLanguage(ctx context.Context, samples []float32) ([]LangProb, error) {
 	if !e.m.Multilingual() {
 		return nil, fmt.Errorf("whisper: %w: this model is English-only", ErrBadRequest)
 	}
@@ -790,7 +685,7 @@ func (e *Engine) DetectLanguage(ctx context.Context, samples []float32) ([]LangP
 
 // afterPrompt records the no-speech probability and the first distribution, then forks the other
 // hypotheses from the first.
-func (e *Engine) afterPrompt(j *job) {
+func (e *Whisper) afterPrompt(j *job) {
 	h0 := j.hyps[0]
 	temp := j.temps[j.tempIdx]
 	r := e.chosen[h0.row]
@@ -814,7 +709,7 @@ func (e *Engine) afterPrompt(j *job) {
 }
 
 // afterStep processes the logits of every live hypothesis and samples the next tokens.
-func (e *Engine) afterStep(j *job) {
+func (e *Whisper) afterStep(j *job) {
 	temp := j.temps[j.tempIdx]
 	for _, h := range j.hyps[:j.nHyp] {
 		if h.live() && e.chosen[h.row].N < 1 {
@@ -827,26 +722,26 @@ func (e *Engine) afterStep(j *job) {
 
 // sample chooses each live hypothesis's next token from its processed row (first: all rows are
 // hypothesis 0's), applies the end rules, and queues the tokens for the next step.
-func (e *Engine) sample(j *job, temp float32, first bool) {
+func (e *Whisper) sample(j *job, temp float32, first bool) {
 	i := j.step
 	beam := temp == 0 && j.p.BeamSize > 1
 	if beam {
-		e.cands = e.cands[:0]
+		e.beams.Reset()
 		for hi, h := range j.hyps[:j.nHyp] {
 			if !h.live() || (first && hi > 0) {
 				continue
 			}
 			e.topk = e.chosenTokens(h, j.p.BeamSize, e.topk)
 			for _, d := range e.topk {
-				e.cands = append(e.cands, beamCand{from: hi, tok: d, score: h.sumAll + float64(d.plog)})
+				e.beams.Add(hi, h.sumAll+float64(d.plog), d)
 			}
 		}
-		sortCands(e.cands)
+		cands := e.beams.Best(j.nHyp)
 		// Give each live hypothesis the next best candidate; its cache becomes a fork of the
 		// candidate's source (block size 1: an exact share, nothing recomputed).
 		type assign struct {
 			h   *hyp
-			c   beamCand
+			c   decode.Candidate[tokData]
 			sum float64
 			sd  int
 			ts  bool
@@ -855,15 +750,15 @@ func (e *Engine) sample(j *job, temp float32, first bool) {
 		var as [MaxDecoders]assign
 		na, ci := 0, 0
 		for _, h := range j.hyps[:j.nHyp] {
-			if !h.live() || ci >= len(e.cands) {
+			if !h.live() || ci >= len(cands) {
 				continue
 			}
-			c := e.cands[ci]
+			c := cands[ci]
 			ci++
-			src := j.hyps[c.from]
+			src := j.hyps[c.From]
 			as[na] = assign{h: h, c: c, sum: src.sumAll, sd: src.seekDelta, ts: src.hasTS, rl: src.resultLen}
 			h.spare = src.seq.ForkInto(h.spare, src.seq.Len())
-			h.next = append(append(h.next[:0], src.tokens...), c.tok)
+			h.next = append(append(h.next[:0], src.tokens...), c.Token)
 			na++
 		}
 		for _, a := range as[:na] {
@@ -871,7 +766,7 @@ func (e *Engine) sample(j *job, temp float32, first bool) {
 			h.seq.Release()
 			h.seq, h.spare = h.spare, h.seq
 			h.tokens, h.next = h.next, h.tokens
-			h.sumAll = a.sum + float64(a.c.tok.plog)
+			h.sumAll = a.sum + float64(a.c.Token.plog)
 			h.seekDelta, h.hasTS, h.resultLen = a.sd, a.ts, a.rl
 		}
 		for _, h := range j.hyps[:j.nHyp] {

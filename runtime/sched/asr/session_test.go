@@ -1,4 +1,4 @@
-package speech
+package asr
 
 import (
 	"context"
@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
-
-	"github.com/parleyhq/parley/runtime/models/whisper"
 )
 
 // The fake audio spells words as loud blocks: word k is a square wave of amplitude
@@ -55,7 +53,7 @@ type fakeTr struct {
 	maxLen  int
 }
 
-func (f *fakeTr) Transcribe(ctx context.Context, pcm []float32, p whisper.Params, _ func(whisper.Segment)) (*whisper.Result, error) {
+func (f *fakeTr) Transcribe(ctx context.Context, pcm []float32, p Params, _ func(Segment)) (*Result, error) {
 	f.calls++
 	f.prompts = append(f.prompts, p.InitialPrompt)
 	f.maxLen = max(f.maxLen, len(pcm))
@@ -68,8 +66,8 @@ func (f *fakeTr) Transcribe(ctx context.Context, pcm []float32, p whisper.Params
 	if f.err != nil {
 		return nil, f.err
 	}
-	res := &whisper.Result{Duration: float64(len(pcm)) / SampleRate}
-	seg := whisper.Segment{}
+	res := &Result{Duration: float64(len(pcm)) / SampleRate}
+	seg := Segment{}
 	const fr = 160
 	for i := 0; i+fr <= len(pcm); {
 		if math.Abs(float64(pcm[i])) < 0.01 {
@@ -86,19 +84,19 @@ func (f *fakeTr) Transcribe(ctx context.Context, pcm []float32, p whisper.Params
 		}
 		k := int(math.Round(a/0.05)) - 1
 		seg.Tokens = append(seg.Tokens,
-			whisper.Token{ID: 1, Text: " " + wordName(k), T0: float64(i) / SampleRate, T1: float64(j) / SampleRate},
-			whisper.Token{ID: 9999, Text: "[_TT_]", T0: float64(j) / SampleRate, T1: float64(j) / SampleRate})
+			Token{ID: 1, Text: " " + wordName(k), T0: float64(i) / SampleRate, T1: float64(j) / SampleRate},
+			Token{ID: 9999, Text: "[_TT_]", T0: float64(j) / SampleRate, T1: float64(j) / SampleRate})
 		seg.Text += " " + wordName(k)
 		i = j
 	}
 	if len(seg.Tokens) > 0 {
-		res.Segments = []whisper.Segment{seg}
+		res.Segments = []Segment{seg}
 		res.Text = seg.Text
 	}
 	return res, nil
 }
 
-func newTest(t *testing.T, cfg Config, cost func(int) time.Duration) (*Session, *fakeTr) {
+func newTest(t *testing.T, cfg SessionConfig, cost func(int) time.Duration) (*Session, *fakeTr) {
 	t.Helper()
 	clk := &fakeClock{t: time.Unix(0, 0)}
 	tr := &fakeTr{clock: clk, cost: cost}
@@ -155,7 +153,7 @@ func wordsOf(ks []int) string {
 // as consecutive hypotheses agree, partials come first, and the finals with the committed rest
 // spell every word once, in order, with times that never go back.
 func TestLocalAgreement(t *testing.T) {
-	s, tr := newTest(t, Config{}, nil)
+	s, tr := newTest(t, SessionConfig{}, nil)
 	ks := []int{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4}
 	evs := feed(t, s, speech(ks), 100)
 	nFinal, nPartial := 0, 0
@@ -203,7 +201,7 @@ func TestLocalAgreement(t *testing.T) {
 // TestEndpoint: quiet after speech ends the utterance without a commit; quiet alone is never
 // transcribed; the next utterance starts clean.
 func TestEndpoint(t *testing.T) {
-	s, tr := newTest(t, Config{Silence: 600 * time.Millisecond}, nil)
+	s, tr := newTest(t, SessionConfig{Silence: 600 * time.Millisecond}, nil)
 	evs := feed(t, s, quiet(5000), 100)
 	if tr.calls != 0 || len(evs) != 0 {
 		t.Fatalf("quiet: %d transcriptions, events %+v", tr.calls, evs)
@@ -233,7 +231,7 @@ func TestEndpoint(t *testing.T) {
 // TestSlowTranscriber: a transcriber that takes 2.5 s (by the clock) per call is called about once
 // per 2.5 s of audio, not once per step.
 func TestSlowTranscriber(t *testing.T) {
-	s, tr := newTest(t, Config{Silence: -1}, func(int) time.Duration { return 2500 * time.Millisecond })
+	s, tr := newTest(t, SessionConfig{Silence: -1}, func(int) time.Duration { return 2500 * time.Millisecond })
 	ks := make([]int, 50) // 20 s
 	for i := range ks {
 		ks[i] = i
@@ -251,12 +249,12 @@ func TestSlowTranscriber(t *testing.T) {
 func TestMaxBuffer(t *testing.T) {
 	clk := &fakeClock{}
 	n := 0
-	tr := transcriberFunc(func(ctx context.Context, pcm []float32, p whisper.Params) (*whisper.Result, error) {
+	tr := transcriberFunc(func(ctx context.Context, pcm []float32, p Params) (*Result, error) {
 		n++
 		end := float64(len(pcm)) / SampleRate
-		return &whisper.Result{Segments: []whisper.Segment{{Tokens: []whisper.Token{{Text: fmt.Sprintf(" x%d", n), T0: 0, T1: end}}}}}, nil
+		return &Result{Segments: []Segment{{Tokens: []Token{{Text: fmt.Sprintf(" x%d", n), T0: 0, T1: end}}}}}, nil
 	})
-	s, err := NewSession(tr, Config{MaxBuffer: 5 * time.Second, Now: clk.Now})
+	s, err := NewSession(tr, SessionConfig{MaxBuffer: 5 * time.Second, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,15 +274,15 @@ func TestMaxBuffer(t *testing.T) {
 	}
 }
 
-type transcriberFunc func(ctx context.Context, pcm []float32, p whisper.Params) (*whisper.Result, error)
+type transcriberFunc func(ctx context.Context, pcm []float32, p Params) (*Result, error)
 
-func (f transcriberFunc) Transcribe(ctx context.Context, pcm []float32, p whisper.Params, _ func(whisper.Segment)) (*whisper.Result, error) {
+func (f transcriberFunc) Transcribe(ctx context.Context, pcm []float32, p Params, _ func(Segment)) (*Result, error) {
 	return f(ctx, pcm, p)
 }
 
 // TestTranscriberError: an error reaches the caller and the session goes on.
 func TestTranscriberError(t *testing.T) {
-	s, tr := newTest(t, Config{}, nil)
+	s, tr := newTest(t, SessionConfig{}, nil)
 	tr.err = errors.New("boom")
 	var got error
 	pcm := speech([]int{1, 2, 3, 4})
@@ -313,10 +311,10 @@ func wordsString(ws []Word) string {
 }
 
 func TestWords(t *testing.T) {
-	segs := []whisper.Segment{
-		{Tokens: []whisper.Token{{ID: 50364, Text: "[_TT_0]"}, {ID: 1, Text: " Hel", T0: 0, T1: 0.2}, {ID: 2, Text: "lo", T0: 0.2, T1: 0.3},
+	segs := []Segment{
+		{Tokens: []Token{{ID: 50364, Text: "[_TT_0]"}, {ID: 1, Text: " Hel", T0: 0, T1: 0.2}, {ID: 2, Text: "lo", T0: 0.2, T1: 0.3},
 			{ID: 3, Text: ",", T0: 0.3, T1: 0.35}, {ID: 4, Text: " world", T0: 0.35, T1: 0.8}, {ID: 50400, Text: "[_TT_40]"}}},
-		{Tokens: []whisper.Token{{ID: 5, Text: "Again", T0: 1, T1: 1.5}}},
+		{Tokens: []Token{{ID: 5, Text: "Again", T0: 1, T1: 1.5}}},
 	}
 	ws := Words(segs, func(id int32) bool { return id >= 50257 }, "en")
 	want := []Word{{"Hello,", 0, 0.35, 0, " "}, {"world", 0.35, 0.8, 0, " "}, {"Again", 1, 1.5, 1, ""}}
@@ -336,7 +334,7 @@ func TestWords(t *testing.T) {
 // character joins the next; a token of two characters stays one word), with its punctuation
 // joined to the word before it; other languages keep splitting at spaces.
 func TestWordsByCharacter(t *testing.T) {
-	seg := whisper.Segment{Tokens: []whisper.Token{
+	seg := Segment{Tokens: []Token{
 		{ID: 50364, Text: "[_TT_0]"},
 		{ID: 1, Text: "\xe4\xbd", T0: 0, T1: 0.1}, // the first two bytes of 你
 		{ID: 2, Text: "\xa0", T0: 0.1, T1: 0.2},   // ... and its last
@@ -349,24 +347,24 @@ func TestWordsByCharacter(t *testing.T) {
 	special := func(id int32) bool { return id >= 50257 }
 	want := []Word{{"你", 0, 0.2, 0, ""}, {"好，", 0.2, 0.5, 0, ""}, {"世界。", 0.5, 1, 0, ""}}
 	for _, lang := range []string{"zh", "ja", "yue"} {
-		if ws := Words([]whisper.Segment{seg}, special, lang); wordsString(ws) != wordsString(want) {
+		if ws := Words([]Segment{seg}, special, lang); wordsString(ws) != wordsString(want) {
 			t.Errorf("%s: Words = %s, want %s", lang, wordsString(ws), wordsString(want))
 		} else if got := joinWords(ws); got != "你好，世界。" {
 			t.Errorf("%s: joinWords = %q", lang, got)
 		}
 	}
-	ja := whisper.Segment{Tokens: []whisper.Token{{ID: 1, Text: "こん", T0: 0, T1: 0.2}, {ID: 2, Text: "にち", T0: 0.2, T1: 0.4},
+	ja := Segment{Tokens: []Token{{ID: 1, Text: "こん", T0: 0, T1: 0.2}, {ID: 2, Text: "にち", T0: 0.2, T1: 0.4},
 		{ID: 3, Text: "は", T0: 0.4, T1: 0.5}, {ID: 4, Text: " (", T0: 0.5, T1: 0.6}, {ID: 5, Text: "東", T0: 0.6, T1: 0.8}, {ID: 6, Text: ")", T0: 0.8, T1: 0.9}}}
 	want = []Word{{"こん", 0, 0.2, 0, ""}, {"にち", 0.2, 0.4, 0, ""}, {"は", 0.4, 0.5, 0, ""}, {"(東)", 0.5, 0.9, 0, " "}}
-	if ws := Words([]whisper.Segment{ja}, nil, "ja"); wordsString(ws) != wordsString(want) {
+	if ws := Words([]Segment{ja}, nil, "ja"); wordsString(ws) != wordsString(want) {
 		t.Errorf("ja: Words = %s, want %s", wordsString(ws), wordsString(want))
 	}
-	th := whisper.Segment{Tokens: []whisper.Token{{ID: 1, Text: "สวัส", T0: 0, T1: 0.3}, {ID: 2, Text: "ดี", T0: 0.3, T1: 0.5}}}
-	if ws := Words([]whisper.Segment{th}, nil, "th"); len(ws) != 2 {
+	th := Segment{Tokens: []Token{{ID: 1, Text: "สวัส", T0: 0, T1: 0.3}, {ID: 2, Text: "ดี", T0: 0.3, T1: 0.5}}}
+	if ws := Words([]Segment{th}, nil, "th"); len(ws) != 2 {
 		t.Errorf("th: Words = %s, want a word a token", wordsString(ws))
 	}
 	// Other languages: a word a space.
-	if ws := Words([]whisper.Segment{seg}, special, "en"); len(ws) != 1 || ws[0].Word != "你好，世界。" {
+	if ws := Words([]Segment{seg}, special, "en"); len(ws) != 1 || ws[0].Word != "你好，世界。" {
 		t.Errorf("en: Words = %s, want one word", wordsString(ws))
 	}
 }
@@ -377,20 +375,20 @@ func TestWordsByCharacter(t *testing.T) {
 func scripted(lang string, texts ...[]string) (Transcriber, *[]string) {
 	var prompts []string
 	n := 0
-	return transcriberFunc(func(ctx context.Context, pcm []float32, p whisper.Params) (*whisper.Result, error) {
+	return transcriberFunc(func(ctx context.Context, pcm []float32, p Params) (*Result, error) {
 		prompts = append(prompts, p.InitialPrompt)
 		segs := texts[min(n, len(texts)-1)]
 		n++
-		res := &whisper.Result{Language: lang, Duration: float64(len(pcm)) / SampleRate}
+		res := &Result{Language: lang, Duration: float64(len(pcm)) / SampleRate}
 		var all []string
 		for _, s := range segs {
 			all = append(all, strings.Split(s, "|")...)
 		}
 		step, k := res.Duration/float64(len(all)), 0
 		for _, s := range segs {
-			seg := whisper.Segment{Text: strings.ReplaceAll(s, "|", "")}
+			seg := Segment{Text: strings.ReplaceAll(s, "|", "")}
 			for _, tok := range strings.Split(s, "|") {
-				seg.Tokens = append(seg.Tokens, whisper.Token{ID: int32(k), Text: tok, T0: float64(k) * step, T1: float64(k+1) * step})
+				seg.Tokens = append(seg.Tokens, Token{ID: int32(k), Text: tok, T0: float64(k) * step, T1: float64(k+1) * step})
 				k++
 			}
 			res.Segments = append(res.Segments, seg)
@@ -400,7 +398,7 @@ func scripted(lang string, texts ...[]string) (Transcriber, *[]string) {
 	}), &prompts
 }
 
-func tone(sec float64) []float32 {
+func toneSec(sec float64) []float32 {
 	pcm := make([]float32, int(sec*SampleRate))
 	for i := range pcm {
 		pcm[i] = float32(0.3 * math.Sin(float64(i)*0.05))
@@ -413,11 +411,11 @@ func tone(sec float64) []float32 {
 // space, and the next prompt carries it so.
 func TestFinalKeepsSpacing(t *testing.T) {
 	tr, prompts := scripted("en", []string{" And| so| co|ached", "oth|al| went."})
-	s, err := NewSession(tr, Config{Step: time.Minute, Silence: -1, Now: (&fakeClock{}).Now})
+	s, err := NewSession(tr, SessionConfig{Step: time.Minute, Silence: -1, Now: (&fakeClock{}).Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	evs := feed(t, s, tone(2), 100)
+	evs := feed(t, s, toneSec(2), 100)
 	ev, err := s.Commit(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -430,7 +428,7 @@ func TestFinalKeepsSpacing(t *testing.T) {
 	if sg := evs[0].Segments; len(sg) != 2 || sg[0].Text != "And so coached" || sg[1].Text != "othal went." {
 		t.Errorf("final segments %+v", sg)
 	}
-	s.Write(context.Background(), tone(0.5))
+	s.Write(context.Background(), toneSec(0.5))
 	s.Commit(context.Background())
 	if p := (*prompts)[len(*prompts)-1]; p != want {
 		t.Errorf("prompt after the final %q, want %q", p, want)
@@ -441,11 +439,11 @@ func TestFinalKeepsSpacing(t *testing.T) {
 // text is settled character by character as two hypotheses agree, not a segment at a time.
 func TestSessionByCharacter(t *testing.T) {
 	tr, _ := scripted("zh", []string{"你|好"}, []string{"你|好|世|界"})
-	s, err := NewSession(tr, Config{Silence: -1, Now: (&fakeClock{}).Now})
+	s, err := NewSession(tr, SessionConfig{Silence: -1, Now: (&fakeClock{}).Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	evs := feed(t, s, tone(2), 100)
+	evs := feed(t, s, toneSec(2), 100)
 	var final, partial []string
 	for _, e := range evs {
 		if e.Type == "final" {
@@ -461,12 +459,12 @@ func TestSessionByCharacter(t *testing.T) {
 
 func TestBadConfig(t *testing.T) {
 	tr := &fakeTr{clock: &fakeClock{}}
-	for _, c := range []Config{{Step: -1}, {SilenceRMS: float32(math.NaN())}, {Params: whisper.Params{BeamSize: 99}}} {
+	for _, c := range []SessionConfig{{Step: -1}, {SilenceRMS: float32(math.NaN())}, {Params: Params{BeamSize: 99}}} {
 		if _, err := NewSession(tr, c); err == nil {
 			t.Errorf("NewSession(%+v) accepted", c)
 		}
 	}
-	if _, err := NewSession(nil, Config{}); err == nil {
+	if _, err := NewSession(nil, SessionConfig{}); err == nil {
 		t.Error("nil transcriber accepted")
 	}
 }
@@ -501,7 +499,7 @@ func TestPromptTail(t *testing.T) {
 		}
 	}
 	// Through a session: a final of Chinese text longer than PromptBytes.
-	s, tr := newTest(t, Config{PromptBytes: 16}, nil)
+	s, tr := newTest(t, SessionConfig{PromptBytes: 16}, nil)
 	s.final([]Word{{Word: "我们今天讨论了很多问题"}})
 	s.hypothesis(context.Background())
 	if p := tr.prompts[len(tr.prompts)-1]; !utf8.ValidString(p) || p == "" || !strings.HasSuffix("我们今天讨论了很多问题", p) {

@@ -1,19 +1,4 @@
-// Package speech owns live transcription: a Session turns a stream of 16 kHz mono samples into
-// partial hypotheses and settled ("final") text by transcribing a sliding buffer again and again.
-//
-// Every Step of new audio the buffer (at most MaxBuffer, 30 s) is transcribed with NoContext set
-// and the last final text as the initial prompt. Local agreement settles text: the longest common
-// word prefix of the last two hypotheses is emitted as final and the buffer is cut at its last
-// word's end; the rest of the newest hypothesis is the partial. An energy detector ends an
-// utterance: after Silence of quiet following speech everything left is transcribed once more,
-// emitted as final, and the session starts over. A session with nothing but quiet transcribes
-// nothing.
-//
-// A Session does no I/O of its own and never sleeps: it is driven by Write, Commit and the
-// Transcriber it is given, and reads time only from Config.Now, so it can be tested with a fake
-// transcriber and a fake clock. Word times follow the transcriber's token times; with Whisper
-// those are interpolated within a segment, so cuts land near, not exactly on, word boundaries.
-package speech
+package asr
 
 import (
 	"context"
@@ -24,24 +9,15 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
-
-	"github.com/parleyhq/parley/runtime/models/whisper"
 )
 
-// SampleRate is the rate of the samples a Session takes.
-const SampleRate = whisper.SampleRate
-
-// Transcriber transcribes 16 kHz mono samples; *whisper.Engine is one.
-type Transcriber interface {
-	Transcribe(ctx context.Context, samples []float32, p whisper.Params, onSegment func(whisper.Segment)) (*whisper.Result, error)
-}
-
-// Config configures a Session. Zero fields take the defaults given.
-type Config struct {
+// SessionConfig configures a live session (Session, or a Streamer's). Zero fields take the
+// defaults given.
+type SessionConfig struct {
 	// Params are the transcription parameters; NoContext and InitialPrompt are set by the
 	// session (InitialPrompt here seeds the prompt until the first final text). Zero value:
-	// whisper.DefaultParams().
-	Params whisper.Params
+	// DefaultParams().
+	Params Params
 	// Step is the new audio between hypotheses (default 1 s). When a transcription takes longer
 	// than Step, the next one waits for as much audio as that transcription took, so a slow
 	// transcriber falls behind by at most one transcription.
@@ -57,7 +33,8 @@ type Config struct {
 	// MinSpeech is the loud audio an utterance needs before it is transcribed (default 100 ms).
 	MinSpeech time.Duration
 	// IsSpecial tells the transcriber's non-text tokens (timestamps, end of text); nil: taken
-	// from the transcriber when it has a Vocab() *whisper.Vocab method, else every token is text.
+	// from the transcriber when it has an IsSpecial method (a Recognizer), else every token is
+	// text.
 	IsSpecial func(id int32) bool
 	// PromptBytes bounds the final text carried into the next prompt (default 200).
 	PromptBytes int
@@ -65,31 +42,30 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Event is what a session reports.
-type Event struct {
-	Type     string    `json:"type"` // "partial" (may still change) or "final" (settled)
-	Text     string    `json:"text"`
-	Start    float64   `json:"start"` // seconds since the stream began
-	End      float64   `json:"end"`
-	Segments []Segment `json:"segments,omitempty"` // final events: the text by transcriber segment
-}
-
-// Segment is a stretch of final text.
-type Segment struct {
-	Text  string  `json:"text"`
-	Start float64 `json:"start"`
-	End   float64 `json:"end"`
-}
-
 const (
 	frameSamples = SampleRate / 100 // the energy detector's 10 ms frame
 	leadSamples  = SampleRate / 5   // quiet kept before speech begins (200 ms)
 )
 
-// Session is one live stream. It is not safe for concurrent use.
+// Session is the Live stream of any Transcriber: it turns a stream of 16 kHz mono samples into
+// partial hypotheses and settled ("final") text by transcribing a sliding buffer again and again.
+//
+// Every Step of new audio the buffer (at most MaxBuffer, 30 s) is transcribed with NoContext set
+// and the last final text as the initial prompt. Local agreement settles text: the longest common
+// word prefix of the last two hypotheses is emitted as final and the buffer is cut at its last
+// word's end; the rest of the newest hypothesis is the partial. An energy detector ends an
+// utterance: after Silence of quiet following speech everything left is transcribed once more,
+// emitted as final, and the session starts over. A session with nothing but quiet transcribes
+// nothing.
+//
+// A Session does no I/O of its own and never sleeps: it is driven by Write, Commit and the
+// Transcriber it is given, and reads time only from SessionConfig.Now, so it can be tested with a
+// fake transcriber and a fake clock. Word times follow the transcriber's token times; with
+// Whisper those are interpolated within a segment, so cuts land near, not exactly on, word
+// boundaries. It is not safe for concurrent use.
 type Session struct {
 	tr  Transcriber
-	cfg Config
+	cfg SessionConfig
 
 	step, maxBuf, silence, minSpeech int // samples; silence < 0: no endpointing
 	rms2                             float64
@@ -106,32 +82,32 @@ type Session struct {
 	speech   int       // loud samples since the utterance began
 	trailing int       // quiet samples at the end of buf
 
-	stats Stats
+	stats SessionStats
 }
 
-// Stats count a session's work.
-type Stats struct {
+// SessionStats count a session's work.
+type SessionStats struct {
 	Transcriptions int           // calls to the transcriber
 	Busy           time.Duration // time spent in them
 	Audio          time.Duration // audio written
 }
 
 // NewSession starts a session over tr.
-func NewSession(tr Transcriber, cfg Config) (*Session, error) {
+func NewSession(tr Transcriber, cfg SessionConfig) (*Session, error) {
 	if tr == nil {
-		return nil, errors.New("speech: no transcriber")
+		return nil, errors.New("asr: no transcriber")
 	}
 	if cfg.Params.BeamSize == 0 {
-		cfg.Params = whisper.DefaultParams()
+		cfg.Params = DefaultParams()
 	}
 	if err := cfg.Params.Validate(); err != nil {
 		return nil, err
 	}
 	switch {
 	case cfg.Step < 0 || cfg.MaxBuffer < 0 || cfg.MinSpeech < 0 || cfg.PromptBytes < 0:
-		return nil, errors.New("speech: negative step, buffer, speech or prompt length")
+		return nil, errors.New("asr: negative step, buffer, speech or prompt length")
 	case cfg.SilenceRMS < 0 || cfg.SilenceRMS != cfg.SilenceRMS:
-		return nil, fmt.Errorf("speech: silence level %v", cfg.SilenceRMS)
+		return nil, fmt.Errorf("asr: silence level %v", cfg.SilenceRMS)
 	}
 	if cfg.Step == 0 {
 		cfg.Step = time.Second
@@ -155,8 +131,8 @@ func NewSession(tr Transcriber, cfg Config) (*Session, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.IsSpecial == nil {
-		if v, ok := tr.(interface{ Vocab() *whisper.Vocab }); ok {
-			cfg.IsSpecial = v.Vocab().IsSpecial
+		if v, ok := tr.(interface{ IsSpecial(id int32) bool }); ok {
+			cfg.IsSpecial = v.IsSpecial
 		}
 	}
 	s := &Session{tr: tr, cfg: cfg, step: samples(cfg.Step), maxBuf: samples(cfg.MaxBuffer),
@@ -173,7 +149,7 @@ func NewSession(tr Transcriber, cfg Config) (*Session, error) {
 func samples(d time.Duration) int { return int(d.Seconds() * SampleRate) }
 
 // Stats returns the work done so far.
-func (s *Session) Stats() Stats { return s.stats }
+func (s *Session) Stats() SessionStats { return s.stats }
 
 // Write adds samples (16 kHz mono in [-1, 1]) and returns the events they produce: finals of
 // utterances that ended inside them, then at most one new hypothesis over the buffer, however
@@ -254,7 +230,7 @@ func (s *Session) drop(n int) {
 	s.bufStart += int64(n)
 }
 
-func (s *Session) params() whisper.Params {
+func (s *Session) params() Params {
 	p := s.cfg.Params
 	p.NoContext = true
 	p.InitialPrompt = s.prompt
@@ -342,7 +318,7 @@ func (s *Session) finalize(ctx context.Context, skip int) ([]Event, error) {
 // as the transcript spells them (joinWords), as the offline transcription has them; each
 // segment's text is its words', trimmed.
 func (s *Session) final(ws []Word) Event {
-	ev := Event{Type: "final", Text: joinWords(ws), Segments: []Segment{}}
+	ev := Event{Type: "final", Text: joinWords(ws), Segments: []LiveSegment{}}
 	if len(ws) == 0 {
 		ev.Start = float64(s.bufStart) / SampleRate
 		ev.End = ev.Start
@@ -354,7 +330,7 @@ func (s *Session) final(ws []Word) Event {
 		for j < len(ws) && ws[j].seg == ws[i].seg {
 			j++
 		}
-		ev.Segments = append(ev.Segments, Segment{Text: joinWords(ws[i:j]), Start: ws[i].Start, End: ws[j-1].End})
+		ev.Segments = append(ev.Segments, LiveSegment{Text: joinWords(ws[i:j]), Start: ws[i].Start, End: ws[j-1].End})
 		i = j
 	}
 	s.prompt = promptTail(strings.TrimSpace(s.prompt+spell(ws)), s.cfg.PromptBytes)

@@ -1,11 +1,9 @@
-package speech
+package asr
 
 import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
-
-	"github.com/parleyhq/parley/runtime/models/whisper"
 )
 
 // Word is one word of a transcription with its time span in seconds.
@@ -17,9 +15,9 @@ type Word struct {
 	pre   string  // the white space before the word in the transcript
 }
 
-// Rounded returns w with its times rounded to milliseconds (whisper.RoundTime), for output.
+// Rounded returns w with its times rounded to milliseconds (RoundTime), for output.
 func (w Word) Rounded() Word {
-	w.Start, w.End = whisper.RoundTime(w.Start), whisper.RoundTime(w.End)
+	w.Start, w.End = RoundTime(w.Start), RoundTime(w.End)
 	return w
 }
 
@@ -43,9 +41,9 @@ const (
 // the others a token starting with a space starts a new word, so punctuation stays with the word
 // before it. Words carry no white space around them; tokens that are not whole UTF-8 characters
 // are joined before the word is cut, so a word's text is valid where the tokens together are.
-func Words(segs []whisper.Segment, isSpecial func(id int32) bool, lang string) []Word {
+func Words(segs []Segment, isSpecial func(id int32) bool, lang string) []Word {
 	var out []Word
-	var toks []whisper.Token
+	var toks []Token
 	for si, s := range segs {
 		toks = toks[:0]
 		for _, t := range s.Tokens {
@@ -68,7 +66,7 @@ type unit struct {
 	start, end float64
 }
 
-func unitOf(ts []whisper.Token) unit {
+func unitOf(ts []Token) unit {
 	var b strings.Builder
 	for _, t := range ts {
 		b.WriteString(t.Text)
@@ -78,7 +76,7 @@ func unitOf(ts []whisper.Token) unit {
 
 // spaceWords appends the words of segment si's text tokens, cut before each token that starts
 // with a space.
-func spaceWords(out []Word, toks []whisper.Token, si int) []Word {
+func spaceWords(out []Word, toks []Token, si int) []Word {
 	pre := ""
 	for i := 0; i < len(toks); {
 		j := i + 1
@@ -95,7 +93,7 @@ func spaceWords(out []Word, toks []whisper.Token, si int) []Word {
 // make whole characters (tokenizer.py's split_tokens_on_unicode: where they decode without a
 // replacement character that the whole text does not have there too), with punctuation merged
 // as timing.py's merge_punctuations merges it.
-func characterWords(out []Word, toks []whisper.Token, si int) []Word {
+func characterWords(out []Word, toks []Token, si int) []Word {
 	var full []byte
 	for _, t := range toks {
 		full = append(full, t.Text...)

@@ -1,11 +1,11 @@
-package whisper
+package asr
 
 import (
 	"context"
 	"testing"
 )
 
-// TestStepAllocs drives the engine's step loop by hand over two transcriptions (one greedy, one
+// TestStepAllocs drives the scheduler's step loop by hand over two transcriptions (one greedy, one
 // beam search with 3 beams) and checks that a steady-state step, a batched decoder forward plus
 // sampling and beam reordering, allocates nothing.
 func TestStepAllocs(t *testing.T) {
@@ -13,7 +13,7 @@ func TestStepAllocs(t *testing.T) {
 		t.Skip("allocation counts differ under the race detector")
 	}
 	m := testModel(t, "tiny.en")
-	e := manualEngine(t, m, EngineConfig{MaxActive: 2})
+	e := manualWhisper(t, m, Config{MaxActive: 2})
 	defer func() {
 		e.dec.Close()
 		e.enc.Close()
@@ -25,14 +25,14 @@ func TestStepAllocs(t *testing.T) {
 		e.admit(preparedJob(t, e, context.Background(), p, samples))
 	}
 	for range 8 { // encode both windows, feed the prompts, take the first steps
-		e.loop.Step()
+		e.q.loop.Step()
 	}
 	for _, j := range e.active {
 		if j.ph != phDecode || j.err != nil {
 			t.Fatalf("job in phase %d, error %v", j.ph, j.err)
 		}
 	}
-	if a := testing.AllocsPerRun(20, func() { e.loop.Step() }); a != 0 {
-		t.Errorf("%v allocations per engine step, want 0", a)
+	if a := testing.AllocsPerRun(20, func() { e.q.loop.Step() }); a != 0 {
+		t.Errorf("%v allocations per scheduler step, want 0", a)
 	}
 }

@@ -1,4 +1,4 @@
-package whisper
+package asr
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 // dBFS) is not decoded: the transcription is empty text over the audio's duration, where a
 // random-weight model decoding it would make text up.
 func TestSilenceGate(t *testing.T) {
-	e, err := NewEngine(testModel(t, "tiny.en"), EngineConfig{MaxActive: 1})
+	e, err := NewWhisper(testModel(t, "tiny.en"), Config{MaxActive: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestSilenceGateWindows(t *testing.T) {
 // token's most probable timestamp, which may come after the timestamp ending the segment; the
 // segment then starts at its end, and a segment in order is left as whisper.cpp has it.
 func TestEmitStartAfterEnd(t *testing.T) {
-	e := manualEngine(t, testModel(t, "tiny.en"), EngineConfig{MaxActive: 1})
+	e := manualWhisper(t, testModel(t, "tiny.en"), Config{MaxActive: 1})
 	defer func() { e.dec.Close(); e.enc.Close() }()
 	beg := e.tok.TimestampBegin
 	text := e.tok.Encode(" Hello")
@@ -125,7 +125,7 @@ func TestEmitStartAfterEnd(t *testing.T) {
 // TestNonFiniteSamples: a NaN or infinite sample is the caller's mistake (ErrBadRequest), not a
 // failure of the model's arithmetic.
 func TestNonFiniteSamples(t *testing.T) {
-	e, err := NewEngine(testModel(t, "tiny.en"), EngineConfig{MaxActive: 1})
+	e, err := NewWhisper(testModel(t, "tiny.en"), Config{MaxActive: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestNonFiniteSamples(t *testing.T) {
 
 // windowTokens is a window's result as emit takes it: text, then a timestamp token (at ts, in
 // 20 ms steps), for each of texts in turn; every text token's most probable timestamp is beg.
-func windowTokens(e *Engine, texts []string, ts []int32) []tokData {
+func windowTokens(e *Whisper, texts []string, ts []int32) []tokData {
 	beg := e.tok.TimestampBegin
 	toks := []tokData{{id: beg, tid: beg}}
 	for i, text := range texts {
@@ -160,7 +160,7 @@ func windowTokens(e *Engine, texts []string, ts []int32) []tokData {
 // cover the segment from start to end, in proportion to their bytes, and its timestamp tokens
 // (whose pieces, "[_TT_50]", are not speech) take no time, at its start or end.
 func TestInterpolateTextTokens(t *testing.T) {
-	e := manualEngine(t, testModel(t, "tiny.en"), EngineConfig{MaxActive: 1})
+	e := manualWhisper(t, testModel(t, "tiny.en"), Config{MaxActive: 1})
 	defer func() { e.dec.Close(); e.enc.Close() }()
 	j := &job{p: DefaultParams(), temps: []float32{0}, nSamples: 10 * SampleRate, seekEnd: 1000}
 	e.emit(j, &hyp{tokens: windowTokens(e, []string{" Hello world", " Good night"}, []int32{50, 100}), seekDelta: 1000})
@@ -198,13 +198,13 @@ func TestInterpolateTextTokens(t *testing.T) {
 // TestWindowCompressionRatio: every segment of a window reports the window's compression ratio,
 // the one the fallback judged, as OpenAI's verbose_json does, not one of its own text.
 func TestWindowCompressionRatio(t *testing.T) {
-	e := manualEngine(t, testModel(t, "tiny.en"), EngineConfig{MaxActive: 1})
+	e := manualWhisper(t, testModel(t, "tiny.en"), Config{MaxActive: 1})
 	defer func() { e.dec.Close(); e.enc.Close() }()
 	j := &job{p: DefaultParams(), temps: []float32{0}, nSamples: 10 * SampleRate, seekEnd: 1000}
 	texts := []string{" The quick brown fox.", " Again and again and again and again and again and again."}
 	e.emit(j, &hyp{tokens: windowTokens(e, texts, []int32{100, 300}), seekDelta: 1000})
-	want := e.compressionRatio(texts[0] + texts[1])
-	if len(j.segments) != 2 || e.compressionRatio(texts[0]) == e.compressionRatio(texts[1]) {
+	want := e.ratio.Ratio(texts[0] + texts[1])
+	if len(j.segments) != 2 || e.ratio.Ratio(texts[0]) == e.ratio.Ratio(texts[1]) {
 		t.Fatalf("%d segments; the test wants two of different ratios", len(j.segments))
 	}
 	for _, s := range j.segments {
@@ -218,7 +218,7 @@ func TestWindowCompressionRatio(t *testing.T) {
 // (silence, or too short a clip), as it would for the first window of a decode, so that the
 // result always names one; a language asked for is reported as asked.
 func TestSilenceLanguage(t *testing.T) {
-	e, err := NewEngine(testModel(t, "tiny"), EngineConfig{MaxActive: 1})
+	e, err := NewWhisper(testModel(t, "tiny"), Config{MaxActive: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

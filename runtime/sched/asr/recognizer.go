@@ -1,0 +1,222 @@
+// Package asr schedules speech recognition: the requests and results every recogniser family
+// shares (Params, Result, Segment, Token, Word; SRT and WebVTT), the Recognizer interface the
+// server and the command line use for any family, and each family's jobs. Whisper (NewWhisper)
+// transcribes 30-second windows, encoding them pipelined with batched decoding, with beam search,
+// best-of sampling and temperature fallback (runtime/decode) and language detection.
+//
+// Every recogniser is stepped by a sched.Loop, as the language models are: a bounded FIFO queue
+// with admission from its head (queue, request), cancellation at step boundaries, one goroutine
+// stepping everything admitted in batches, and per-step accounting (Config.OnStep, Stats). A
+// family adds its job type and its sched.Work; the queue, the checks of the audio (checkAudio),
+// the assembly of results (newResult, interpolate) and the live sessions (Live) are shared.
+//
+// Live transcription (Live) turns a stream of samples into partial and final text. Session is
+// the Live of any Transcriber: it transcribes a sliding buffer again and again and settles text
+// by local agreement. A family that decodes incrementally by nature (a streaming transducer)
+// implements Streamer, and NewLive opens its own sessions instead.
+//
+// The models themselves (weights, forward passes) are in runtime/models/<family>, which import
+// nothing of this package.
+package asr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/parleyhq/parley/runtime/sched"
+)
+
+// ErrQueueFull is returned when a recogniser's queue is full; the caller may retry later.
+var ErrQueueFull = errors.New("asr: too many transcriptions queued")
+
+// ErrClosed is returned for work submitted to, or cut short by, a closed recogniser.
+var ErrClosed = errors.New("asr: recognizer closed")
+
+// ErrBadRequest marks errors caused by the request: its parameters, or its audio.
+var ErrBadRequest = errors.New("bad request")
+
+// Transcriber transcribes recordings: 16 kHz mono samples. onSegment, if not nil, is called
+// (from the recogniser's goroutine; it must not block) with each segment as it is finished.
+type Transcriber interface {
+	Transcribe(ctx context.Context, samples []float32, p Params, onSegment func(Segment)) (*Result, error)
+}
+
+// Recognizer is a speech recognition model scheduled for many requests at once: what the server
+// and the command line use of any family. Whisper is one.
+type Recognizer interface {
+	Transcriber
+	// DetectLanguage returns the probability of every language the model knows for the start of
+	// samples. A model that cannot tell answers an error wrapping ErrBadRequest.
+	DetectLanguage(ctx context.Context, samples []float32) ([]LangProb, error)
+	// ResolveLanguage checks a requested language against the model: "" or "auto" means detect it
+	// (code "", or the only language of a model that knows one); an ISO 639-1 code or an English
+	// name gives its code. Errors wrap ErrBadRequest.
+	ResolveLanguage(lang string) (code string, err error)
+	// IsSpecial reports whether token id of a result is not text (timestamps, control tokens).
+	IsSpecial(id int32) bool
+	// Stats returns a snapshot of the scheduler's counters, for metrics. Safe from any goroutine.
+	Stats() Stats
+	// Close stops the recogniser; transcriptions in flight fail with ErrClosed.
+	Close() error
+}
+
+// Config sizes a recogniser's scheduler.
+type Config struct {
+	// MaxActive is the number of transcriptions decoded together (each may run several
+	// hypotheses in the same batched step).
+	MaxActive int
+	// MaxQueue is the number of transcriptions waiting beyond MaxActive.
+	MaxQueue int
+	// MelThreads computes features with this many goroutines per request (default 2).
+	MelThreads int
+	// EncodeBatch is the most stretches of audio (Whisper: 30 s windows, of different
+	// transcriptions) encoded in one batched encoder call (default 1, at most MaxActive). On a
+	// CPU a window's encoder is compute-bound and batching gains nothing, while a larger call
+	// delays the transcriptions whose windows it holds until all are done; a GPU gains from
+	// larger batches.
+	EncodeBatch int
+	// OnStep, if set, is called after each step with its duration and the hypotheses and tokens
+	// of its decoder batch (see sched.LoopConfig.OnStep).
+	OnStep func(d time.Duration, seqs, tokens int)
+	// Logger receives per-step records at sched.LevelTrace only; default discards.
+	Logger *slog.Logger
+}
+
+// withDefaults checks c and fills in its defaults, def transcriptions decoded together where
+// MaxActive is not set.
+func (c Config) withDefaults(def int) (Config, error) {
+	if c.MaxActive <= 0 {
+		c.MaxActive = def
+	}
+	if c.MaxQueue < 0 {
+		return c, errors.New("asr: negative queue size")
+	}
+	if c.MelThreads <= 0 {
+		c.MelThreads = 2
+	}
+	if c.EncodeBatch <= 0 {
+		c.EncodeBatch = 1
+	}
+	if c.EncodeBatch > c.MaxActive {
+		return c, fmt.Errorf("asr: %d windows encoded per step, more than the %d transcriptions decoded together", c.EncodeBatch, c.MaxActive)
+	}
+	return c, nil
+}
+
+// Stats is a snapshot of a recogniser's counters, for metrics: its loop's, and the transcriptions
+// being decoded and the decoder cache's blocks as of the last step.
+type Stats struct {
+	sched.LoopStats
+	Active                     int
+	KVBlocksUsed, KVBlocksFree int
+}
+
+// checkAudio refuses samples that are no recording: none, or a NaN or infinite one (the caller's
+// mistake, not a failure of the model's arithmetic).
+func checkAudio(samples []float32) error {
+	for i, v := range samples {
+		if v-v != 0 { // NaN or ±Inf
+			return fmt.Errorf("asr: %w: sample %d is %v", ErrBadRequest, i, v)
+		}
+	}
+	if len(samples) == 0 {
+		return fmt.Errorf("asr: %w: no audio samples", ErrBadRequest)
+	}
+	return nil
+}
+
+// request is what every job of a recogniser has: its caller's context, its end, and its place in
+// the queue. A family's job embeds it.
+type request struct {
+	ctx      context.Context
+	done     chan struct{}
+	err      error
+	admitted atomic.Bool // taken from the queue by the loop
+	counted  bool        // counted in the queue's inFlight
+}
+
+// start readies r for a caller whose context is ctx.
+func (r *request) start(ctx context.Context) {
+	r.ctx, r.done = ctx, make(chan struct{})
+}
+
+func (r *request) base() *request { return r }
+
+// queued is a recogniser's job type as its queue sees it.
+type queued interface{ base() *request }
+
+// queue admits a recogniser's jobs to its sched.Loop: the bound on transcriptions in flight
+// (MaxActive running and MaxQueue waiting, counted from enqueue to end, not until the loop's next
+// step notices that one ended, so that a caller whose transcription just returned can submit the
+// next one at once), the caller's wait, and the end of a job.
+type queue[J queued] struct {
+	loop     *sched.Loop[J]
+	limit    int64
+	inFlight atomic.Int64 // transcriptions queued or running
+}
+
+// newQueue makes the queue of a recogniser whose Work is w, sized by cfg. Requests wait in the
+// loop's queue until its next step admits them, so it holds MaxActive more than MaxQueue.
+func newQueue[J queued](w sched.Work[J], cfg Config, name string) (*queue[J], error) {
+	q := &queue[J]{limit: int64(cfg.MaxQueue + cfg.MaxActive)}
+	var err error
+	q.loop, err = sched.NewLoop(w, sched.LoopConfig{MaxQueue: cfg.MaxQueue + cfg.MaxActive, Logger: cfg.Logger, Name: name, OnStep: cfg.OnStep})
+	return q, err
+}
+
+// enqueue queues j unless the queue is full.
+func (q *queue[J]) enqueue(j J) error {
+	r := j.base()
+	if n := q.inFlight.Add(1); n > q.limit {
+		q.inFlight.Add(-1)
+		return ErrQueueFull
+	}
+	r.counted = true
+	err := q.loop.Enqueue(j)
+	if err == nil {
+		return nil
+	}
+	r.counted = false
+	q.inFlight.Add(-1)
+	if errors.Is(err, sched.ErrQueueFull) {
+		return ErrQueueFull
+	}
+	return ErrClosed
+}
+
+// submit queues j and waits for its end: its error, or ctx's when ctx ends while j is still
+// queued (the loop discards it when it gets there).
+func (q *queue[J]) submit(ctx context.Context, j J) error {
+	if err := q.enqueue(j); err != nil {
+		return err
+	}
+	r := j.base()
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		if !r.admitted.Load() {
+			return ctx.Err()
+		}
+		<-r.done
+	}
+	return r.err
+}
+
+// end ends r with err (nil: its own error, or its context's if that ended) and wakes its caller.
+func (q *queue[J]) end(r *request, err error) {
+	if err == nil && r.err == nil && r.ctx.Err() != nil {
+		err = r.ctx.Err()
+	}
+	if err != nil {
+		r.err = err
+	}
+	if r.counted {
+		r.counted = false
+		q.inFlight.Add(-1)
+	}
+	close(r.done)
+}
