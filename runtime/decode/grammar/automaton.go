@@ -106,7 +106,11 @@ func NewAutomaton(g *Grammar, v *Vocab, maskCache int) (*Automaton, error) {
 	a.newStep()
 	a.work = a.work[:0]
 	for _, alt := range g.alts[g.root] {
-		a.work = append(a.work, a.push(alt, 0))
+		if g.elems[alt].kind == kEnd {
+			a.work = append(a.work, 0)
+		} else {
+			a.work = append(a.work, a.push(alt, 0))
+		}
 	}
 	a.expand()
 	if s := a.intern(); s != 0 {
