@@ -27,11 +27,8 @@ func (e *SchemaError) Error() string {
 // FromJSONSchema compiles a JSON Schema to a Grammar whose sentences are JSON texts valid
 // against it. See SchemaToGBNF for what is supported.
 func FromJSONSchema(schema []byte) (*Grammar, error) {
-	text, err := SchemaToGBNF(schema)
-	if err != nil {
-		return nil, err
-	}
-	return ParseGBNF(text)
+	_, g, err := compileSchema(schema)
+	return g, err
 }
 
 // JSONObject is the grammar of any JSON object, for response_format {"type": "json_object"}.
@@ -65,6 +62,26 @@ func JSONObject() *Grammar {
 // so that they fit a float64. Strings never hold a lone surrogate escape, so each generated
 // character is one code point, as minLength and maxLength count them.
 func SchemaToGBNF(schema []byte) (string, error) {
+	text, _, err := compileSchema(schema)
+	return text, err
+}
+
+// compileSchema translates schema to GBNF text and parses it. A translation that does not parse
+// (a $ref that loops back to itself before any JSON is written, so no finite value matches) is
+// a *SchemaError.
+func compileSchema(schema []byte) (string, *Grammar, error) {
+	text, err := schemaText(schema)
+	if err != nil {
+		return "", nil, err
+	}
+	g, err := ParseGBNF(text)
+	if err != nil {
+		return "", nil, &SchemaError{Msg: "no finite JSON value matches (a $ref loops back to itself?): " + err.Error()}
+	}
+	return text, g, nil
+}
+
+func schemaText(schema []byte) (string, error) {
 	doc, err := decodeOrdered(schema)
 	if err != nil {
 		return "", &SchemaError{Msg: "not JSON: " + err.Error()}

@@ -138,6 +138,7 @@ func TestSchemaErrors(t *testing.T) {
 		{`{"allOf":[{"properties":{}, "additionalProperties":false}]}`, `keyword "additionalProperties" in a branch`},
 		{`{"type":"object","required":["x"],"additionalProperties":false}`, `required property "x" is not in properties`},
 		{`{"type":"array","items":[{}],"additionalItems":false}`, `"additionalItems"`},
+		{`{"definitions":{"":{"":""}},"$ref":"#"}`, "no finite JSON value matches"},
 		{strings.Repeat(`{"items":`, 200) + `{}` + strings.Repeat(`}`, 200), "nested deeper than 128"},
 	}
 	for _, c := range cases {
