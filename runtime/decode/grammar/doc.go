@@ -15,6 +15,13 @@
 //     Accept advances by a token, Complete says whether end of generation is allowed. A
 //     Matcher is a small value; Clone copies it for n > 1 or beam search.
 //
+// A server uses it so: per model, NewVocab from the tokenizer's pieces and end-of-generation
+// ids; per request, ParseGBNF or FromJSONSchema (a *SyntaxError or *SchemaError is the
+// client's fault: answer 400 before generating) and NewAutomaton; per sequence, NewMatcher (or
+// Clone); per step, Mask, then decode.Sampler.SampleMasked with it, then Accept of the drawn
+// token; an end-of-generation token is in the mask exactly when Complete, and accepting it ends
+// the Matcher.
+//
 // The recogniser follows llama.cpp's llama-grammar.cpp (commit c392e509): a grammar is a list
 // of rules, each a list of alternatives ending in END; a parser stack is a list of positions,
 // the top one always on a terminal; rule references are expanded when they reach the top and
