@@ -12,6 +12,7 @@ require (
 	github.com/moby/buildkit v0.26.3
 	github.com/pion/opus v0.1.0
 	github.com/prometheus/client_golang v1.23.2
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.2
 	golang.org/x/sys v0.43.0
 	golang.org/x/text v0.34.0
 	google.golang.org/protobuf v1.36.10

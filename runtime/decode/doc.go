@@ -17,4 +17,8 @@
 // frequency penalties, top-k, top-p, min-p, temperature, then a seeded draw. A temperature of
 // zero or below selects greedy decoding: the argmax after bias and penalties, ties going to the
 // lowest token id.
+//
+// SampleMasked draws among the tokens a mask allows, the mask applied before everything else;
+// package grammar (runtime/decode/grammar) computes such masks from a GBNF grammar or a JSON
+// Schema, so that the output is guaranteed to parse.
 package decode

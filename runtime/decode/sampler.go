@@ -3,6 +3,7 @@ package decode
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 
@@ -71,6 +72,9 @@ type Sampler struct {
 	// top-p without top-k; nil otherwise.
 	bmass  []float64
 	bcount []int32
+
+	// Logits with a mask applied, for SampleMasked; nil until its first call.
+	masked []float32 // [vocab]
 }
 
 // drawBlock is how many weights a draw sums at a time before it walks them one by one.
@@ -219,6 +223,102 @@ func (s *Sampler) Sample(logits []float32) (int32, error) {
 		return -1, err
 	}
 	return id, nil
+}
+
+// SampleMasked is Sample over the tokens that allowed permits: bit id%64 of allowed[id/64] set
+// means token id may be drawn (a grammar's mask, for instance). Disallowed tokens get logit -Inf
+// before anything else, so logit bias, penalties, top-k, top-p, min-p, temperature and the seeded
+// draw all act on the allowed tokens alone, and greedy decoding picks the best allowed one. This
+// is llama.cpp's order with the grammar sampler first (common_sampler_sample with
+// grammar_first). logits ([vocab]) is not modified: log-probabilities computed from it
+// afterwards are of the unmasked distribution, which is what llama.cpp's server reports unless
+// post_sampling_probs is set. allowed must hold at least (vocab+63)/64 words; bits past the
+// vocabulary are ignored. No allowed token with a logit above -Inf is an error. The first call
+// allocates a vocabulary-sized buffer, kept for the next ones; it consumes one random draw, as
+// Sample does.
+func (s *Sampler) SampleMasked(logits []float32, allowed []uint64) (int32, error) {
+	if len(logits) != s.vocab {
+		return -1, fmt.Errorf("decode: %d logits for a vocabulary of %d", len(logits), s.vocab)
+	}
+	if len(allowed) < (s.vocab+63)/64 {
+		return -1, fmt.Errorf("decode: mask of %d words for a vocabulary of %d", len(allowed), s.vocab)
+	}
+	if s.masked == nil {
+		s.masked = make([]float32, s.vocab)
+		for i := range s.masked {
+			s.masked[i] = negInf
+		}
+	}
+	applyMask(s.masked, logits, allowed)
+	id, err := s.Sample(s.masked)
+	clearMask(s.masked, allowed)
+	return id, err
+}
+
+// negInfs is a word's worth of -Inf, copied to fill.
+var negInfs = func() (w [64]float32) {
+	for i := range w {
+		w[i] = negInf
+	}
+	return w
+}()
+
+// applyMask copies into dst, which holds -Inf everywhere, the entries of src that mask allows:
+// nothing for an empty word, the whole word for a full one, else each set bit, or for a mostly
+// set word the whole word then -Inf at each clear bit. The cost is a pass over the mask plus
+// the allowed entries.
+func applyMask(dst, src []float32, mask []uint64) {
+	n := len(src)
+	for w := 0; w*64 < n; w++ {
+		m := mask[w]
+		if m == 0 {
+			continue
+		}
+		lo, hi := w*64, min(w*64+64, n)
+		d, x := dst[lo:hi:hi], src[lo:hi:hi]
+		if bits.OnesCount64(m) < 48 {
+			for m != 0 {
+				i := bits.TrailingZeros64(m)
+				m &= m - 1
+				if i < len(d) {
+					d[i] = x[i]
+				}
+			}
+			continue
+		}
+		copy(d, x)
+		for c := ^m; c != 0; {
+			i := bits.TrailingZeros64(c)
+			c &= c - 1
+			if i < len(d) {
+				d[i] = negInf
+			}
+		}
+	}
+}
+
+// clearMask undoes applyMask, leaving dst all -Inf again.
+func clearMask(dst []float32, mask []uint64) {
+	n := len(dst)
+	for w := 0; w*64 < n; w++ {
+		m := mask[w]
+		if m == 0 {
+			continue
+		}
+		lo, hi := w*64, min(w*64+64, n)
+		d := dst[lo:hi:hi]
+		if bits.OnesCount64(m) < 48 {
+			for m != 0 {
+				i := bits.TrailingZeros64(m)
+				m &= m - 1
+				if i < len(d) {
+					d[i] = negInf
+				}
+			}
+			continue
+		}
+		copy(d, negInfs[:])
+	}
 }
 
 // Accept records a generated token for the penalties.
