@@ -6,7 +6,9 @@
 // hypotheses (SequenceScore, BestOf), and temperature fallback (Fallback, Temperatures,
 // TokenEntropy, Compression); for transducer speech models (Parakeet), TDT, the greedy decision
 // rule over a joint network's output row: which token, which duration, and which encoder frame
-// comes next. What a hypothesis is, and the forward passes that extend it, are
+// comes next, and TDTBeamSearch, a beam search over the same rows that says which prediction
+// steps and joint rows it needs next and leaves computing them, batched across streams, to its
+// caller. What a Whisper hypothesis is, and the forward passes that extend any hypothesis, are
 // the scheduler's (runtime/sched/asr).
 //
 // Everything a Sampler or Stopper needs is allocated when it is built, and stepping either one
