@@ -209,3 +209,39 @@ func TestEmbedBatchIndependent(t *testing.T) {
 		})
 	}
 }
+
+// TestEmbedAllocatesNothing: once a context has embedded a batch of a given shape, embedding
+// another of that shape allocates nothing, on every backend.
+func TestEmbedAllocatesNothing(t *testing.T) {
+	f := testModel(t, tensor.Q8_0, nil)
+	var toks []int32
+	var lens []int
+	for _, s := range testSeqs {
+		toks = append(toks, s...)
+		lens = append(lens, len(s))
+	}
+	for _, be := range backendsUnderTest(t) {
+		m, err := bert.Load(f, be)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		for _, pool := range []pooling.Type{pooling.CLS, pooling.Mean} {
+			c, err := m.NewContext(bert.ContextConfig{StepTokens: 80, Pooling: pool})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			out := make([]float32, len(lens)*m.Dim)
+			embed := func() {
+				if err := c.Embed(toks, lens, pooling.NormEuclidean, out); err != nil {
+					t.Fatal(err)
+				}
+			}
+			embed()
+			if a := testing.AllocsPerRun(5, embed); a != 0 {
+				t.Errorf("%s, %v pooling: %v allocations a batch", be.Name(), pool, a)
+			}
+		}
+	}
+}
