@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"slices"
 	"strings"
@@ -16,7 +17,7 @@ var synthTypes = []string{"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", 
 
 func runSynth(e *env, args []string) error {
 	fs := newFlags(e, "synth", "--shape 15M|110M|1B --type TYPE -o FILE [--arch ARCH] [--seed N]\n       parley synth --arch bert --shape bge-small|minilm --type TYPE -o FILE [--vocab FILE] [--seed N]")
-	shape := fs.String("shape", "15M", "model shape: "+strings.Join(llama.ShapeNames(), ", ")+"; bert: "+strings.Join(bert.ShapeNames(), ", "))
+	shape := fs.String("shape", "15M", "model shape: "+strings.Join(llama.ShapeNames(), ", ")+"; bert: "+strings.Join(bert.ShapeNames(), ", ")+" (bert's default: bge-small)")
 	arch := fs.String("arch", "llama", "architecture: "+strings.Join(llama.SynthArches, ", ")+", bert")
 	vocab := fs.String("vocab", "", "bert: GGUF file whose tokenizer the model gets (default: a synthetic WordPiece vocabulary)")
 	typ := fs.String("type", "f32", "weight type: "+strings.Join(synthTypes, ", "))
@@ -33,7 +34,13 @@ func runSynth(e *env, args []string) error {
 		return usagef("-o FILE is required")
 	}
 	if *arch == "bert" {
-		return synthBERT(e, *shape, *typ, *out, *vocab, *seed)
+		s := "bge-small"
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "shape" {
+				s = *shape
+			}
+		})
+		return synthBERT(e, s, *typ, *out, *vocab, *seed)
 	}
 	if *vocab != "" {
 		return usagef("--vocab is for --arch bert")
