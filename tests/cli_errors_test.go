@@ -86,6 +86,9 @@ func TestCLIUsageErrors(t *testing.T) {
 	cases := []cliCase{
 		{"synth type it cannot write", []string{"synth", "-o", filepath.Join(dir, "s.gguf"), "--type", "iq2_xxs"}, 2, `--type "iq2_xxs"`, nil},
 		{"synth unknown type", []string{"synth", "-o", filepath.Join(dir, "s.gguf"), "--type", "q9_9"}, 2, `--type "q9_9"`, nil},
+		{"synth bert type it cannot write", []string{"synth", "--arch", "bert", "--shape", "bge-small", "-o", filepath.Join(dir, "s.gguf"), "--type", "q4_k"}, 2, `--type "q4_k": bert takes one of`, nil},
+		{"synth unknown bert shape", []string{"synth", "--arch", "bert", "--shape", "15M", "-o", filepath.Join(dir, "s.gguf")}, 2, `unknown bert shape "15M"`, nil},
+		{"synth vocabulary for a decoder", []string{"synth", "--vocab", model, "-o", filepath.Join(dir, "s.gguf")}, 2, "--vocab is for --arch bert", nil},
 		{"generate unknown backend", []string{"generate", "--backend", "foo", "-m", model, "-p", "x"}, 2, `--backend "foo": unknown backend`, nil},
 		{"bench unknown backend", []string{"bench", "--backend", "foo", "-m", model}, 2, `--backend "foo": unknown backend`, nil},
 		{"transcribe unknown backend", []string{"transcribe", "--backend", "foo", "-m", filepath.Join(dir, "none.bin"), "a.wav"}, 2, `--backend "foo": unknown backend`, nil},

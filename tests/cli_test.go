@@ -195,6 +195,26 @@ func TestInspect(t *testing.T) {
 	}
 }
 
+// TestSynthBERT: synth --arch bert writes the shape's encoder with llama.cpp's keys, its pooling,
+// and the tokenizer of the file --vocab names.
+func TestSynthBERT(t *testing.T) {
+	vocab := sharedtest.Path(t, "models/vocab/ggml-vocab-bert-bge.gguf")
+	path := filepath.Join(t.TempDir(), "minilm.gguf")
+	if res := parley(t, "", "synth", "--arch", "bert", "--shape", "minilm", "--type", "q8_0", "--vocab", vocab, "-o", path); res.code != 0 {
+		t.Fatalf("synth: %s", res.stderr)
+	}
+	res := parley(t, "", "inspect", path)
+	for _, want := range []string{`general.architecture               string         "bert"`, "bert.block_count", "bert.pooling_type", "blk.5.layer_output_norm.bias", "[30522]string"} {
+		if res.code != 0 || !strings.Contains(res.stdout, want) {
+			t.Fatalf("inspect (exit %d) lacks %q:\n%s%s", res.code, want, res.stdout, res.stderr)
+		}
+	}
+	a, b := parley(t, "", "tokenize", "-m", path, "Hello, world!"), parley(t, "", "tokenize", "-m", vocab, "Hello, world!")
+	if a.code != 0 || a.stdout != b.stdout || !strings.HasPrefix(a.stdout, "[101,") {
+		t.Fatalf("tokenize: %s%s from the model, %s from the vocabulary", a.stdout, a.stderr, b.stdout)
+	}
+}
+
 // TestSynthThenBench: a synthetic model in a real shape loads, generates and benchmarks.
 func TestSynthThenBench(t *testing.T) {
 	dir := t.TempDir()

@@ -27,6 +27,8 @@ type ref64 struct {
 	// mscale multiplies the rotated values, as ggml's rope does with its attention factor.
 	factors []float32
 	mscale  float64
+	// hidden is the last step's final hidden state, after the output norm.
+	hidden []float64
 }
 
 func newRef64(t *testing.T, f *gguf.File) *ref64 {
@@ -270,6 +272,7 @@ func (r *ref64) step(tok int32) []float64 {
 		}
 	}
 	x = r.rmsnorm(x, "output_norm.weight")
+	r.hidden = x
 	out := r.matvec("output.weight", x, c.Vocab)
 	r.bias(out, "output.bias")
 	if c.LogitScale != 0 {

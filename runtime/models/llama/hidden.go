@@ -1,0 +1,67 @@
+package llama
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/parleyhq/parley/runtime/backend"
+)
+
+// ForwardHidden runs one step of the model over the tokens of b as Forward does, and instead of
+// logits writes the final hidden states of the batch rows listed in rows into hidden
+// ([len(rows), Dim], row-major): each row after the output norm, the vector the output matrix
+// would multiply (llama.cpp's result_norm, which it pools when a decoder model embeds). A
+// decoder run as an embedding model (Qwen3-Embedding: last-token pooling) takes the rows its
+// pooling reads (pooling.Rows) and pools them (pooling.Reduce, pooling.Normalize). The keys and
+// values of every token are stored in the cache, as Forward stores them; rows may list at most
+// the context's MaxTokens rows.
+func (c *Context) ForwardHidden(tokens []int32, b *backend.Batch, rows []int32, hidden []float32) error {
+	n := len(tokens)
+	m := c.m
+	switch {
+	case n == 0:
+		return errors.New("llama: empty batch")
+	case n > c.cfg.MaxTokens:
+		return fmt.Errorf("llama: %d tokens in one step exceed the context's %d", n, c.cfg.MaxTokens)
+	case len(b.Pos) != n || len(b.Slot) != n:
+		return fmt.Errorf("llama: batch describes %d positions and %d slots for %d tokens", len(b.Pos), len(b.Slot), n)
+	case len(rows) > c.cfg.MaxTokens:
+		return fmt.Errorf("llama: %d hidden rows exceed the context's %d", len(rows), c.cfg.MaxTokens)
+	case len(hidden) != len(rows)*m.Dim:
+		return fmt.Errorf("llama: hidden-state buffer holds %d values, want %d", len(hidden), len(rows)*m.Dim)
+	}
+	for _, t := range tokens {
+		if t < 0 || int(t) >= m.Vocab {
+			return fmt.Errorf("llama: token id %d is outside the vocabulary of %d", t, m.Vocab)
+		}
+	}
+	for _, i := range rows {
+		if i < 0 || int(i) >= n {
+			return fmt.Errorf("llama: hidden row %d is outside the batch of %d", i, n)
+		}
+	}
+	vs, err := c.tokViews(n)
+	if err != nil {
+		return err
+	}
+	if err := c.compute(tokens, b, vs, nil, nil); err != nil {
+		return err
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	// The picked rows, normalised, in the first rows of the normalised-stream scratch (free
+	// once the last layer has run).
+	hv, err := c.tokViews(len(rows))
+	if err != nil {
+		return err
+	}
+	be := m.be
+	if err := be.GetRows(hv.xn, vs.x, rows); err != nil {
+		return err
+	}
+	if err := be.RMSNorm(hv.xn, hv.xn, m.outNorm, m.NormEps); err != nil {
+		return err
+	}
+	return be.Read(hv.xn, 0, hidden)
+}
