@@ -55,8 +55,8 @@ func runBench(e *env, args []string) error {
 	if len(pos) != 0 {
 		return usagef("unexpected arguments %q", pos)
 	}
-	if *pp < 0 || *tg < 0 || *reps < 1 || *pp+*tg == 0 || *pp > llama.MaxContextTokens || *tg >= llama.MaxContextTokens {
-		return usagef("need -p from 0 to %d, -n from 0 to %d, one of them positive, and -r >= 1", llama.MaxContextTokens, llama.MaxContextTokens-1)
+	if *pp < 0 || *tg < 0 || *reps < 1 || *pp+*tg == 0 || *pp > llama.MaxStepTokens || *tg >= llama.MaxStepTokens {
+		return usagef("need -p from 0 to %d, -n from 0 to %d, one of them positive, and -r >= 1", llama.MaxStepTokens, llama.MaxStepTokens-1)
 	}
 	kv, err := parseKVType(*kvType)
 	if err != nil {
@@ -101,7 +101,7 @@ func runBench(e *env, args []string) error {
 	}
 	const blockSize = 16
 	perSeq := (*tg + 1 + blockSize - 1) / blockSize * blockSize // whole blocks
-	c, err := m.NewContext(llama.ContextConfig{MaxTokens: max(*pp, maxSeqs), MaxSeqs: maxSeqs,
+	c, err := m.NewContext(llama.ContextConfig{StepTokens: max(*pp, maxSeqs), MaxSeqs: maxSeqs,
 		KVSlots: max(ctxLen+blockSize, maxSeqs*perSeq), BlockSize: blockSize, KVType: kv, SeqContext: ctxLen})
 	if err != nil {
 		return err

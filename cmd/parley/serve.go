@@ -54,7 +54,7 @@ func runServe(e *env, args []string) error {
 	ctxLen := fs.Int("ctx", envInt("PARLEY_CTX", 0), "positions per sequence (0: the model's training context)")
 	parallel := fs.Int("parallel", envInt("PARLEY_PARALLEL", 8), "most sequences decoded together per model")
 	kvMiB := fs.Int("kv-mem", envInt("PARLEY_KV_MEM", 0), "KV-cache memory budget per model in MiB (0: ctx × parallel positions, cut to fit half the memory available, three quarters of a GPU's)")
-	step := fs.Int("step-tokens", envInt("PARLEY_STEP_TOKENS", 512), "token budget of one batched step (decode tokens plus prompt chunks)")
+	stepTokens := fs.Int("step-tokens", envInt("PARLEY_STEP_TOKENS", 512), "token budget of one batched step (decode tokens plus prompt chunks)")
 	queue := fs.Int("queue", envInt("PARLEY_QUEUE", 64), "waiting requests per model beyond which requests get 429")
 	apiKey := fs.String("api-key", envDefault("PARLEY_API_KEY", ""), "require this bearer token")
 	cors := fs.String("cors", envDefault("PARLEY_CORS", ""), "comma-separated origins browsers may call from (* for any)")
@@ -108,7 +108,7 @@ func runServe(e *env, args []string) error {
 			return usagef("at least one -m MODEL is required")
 		}
 	}
-	if *parallel < 1 || *step < 1 || *queue < 0 || *ctxLen < 0 || *kvMiB < 0 || *maxBody < 1 {
+	if *parallel < 1 || *stepTokens < 1 || *queue < 0 || *ctxLen < 0 || *kvMiB < 0 || *maxBody < 1 {
 		return usagef("--parallel, --step-tokens and --max-body must be positive; --queue, --ctx and --kv-mem not negative")
 	}
 	if *asrParallel < 1 || *asrQueue < 0 || *maxAudio < 1 || *maxAudioDur <= 0 || *maxStreams < 1 || *asrEncode < 1 || *asrEncode > min(*asrParallel, 64) {
@@ -277,14 +277,14 @@ func runServe(e *env, args []string) error {
 			logger.Warn("one sequence of --ctx needs more than the KV memory budget", "model", sp.name, "ctx", n,
 				"needs_mib", int64(n)*perPos>>20, "budget_mib", budget>>20)
 		}
-		c, err := m.NewContext(llama.ContextConfig{MaxTokens: *step, MaxSeqs: *parallel, KVSlots: slots, KVType: kv, SeqContext: n})
+		c, err := m.NewContext(llama.ContextConfig{StepTokens: *stepTokens, MaxSeqs: *parallel, KVSlots: slots, KVType: kv, SeqContext: n})
 		if err != nil {
 			hs.Close()
 			return fmt.Errorf("%s: %w", sp.name, err)
 		}
 		closers = append(closers, func() { c.Close() })
 		s, err := sched.New(sched.NewLlamaModel(c), sched.NewTokenizerText(eng.Tokenizer), sched.Config{
-			MaxQueue: *queue, StepTokens: *step, MaxActive: *parallel, MaxContext: n, PrefixCache: *prefix, OnStep: steps.OnStep(sp.name), Logger: logger.With("model", sp.name),
+			MaxQueue: *queue, StepTokens: *stepTokens, MaxActive: *parallel, MaxContext: n, PrefixCache: *prefix, OnStep: steps.OnStep(sp.name), Logger: logger.With("model", sp.name),
 		})
 		if err != nil {
 			hs.Close()

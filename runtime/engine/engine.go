@@ -73,7 +73,7 @@ func (e *Engine) NewContext(o ContextOptions) (*llama.Context, error) {
 		o.Chunk = 512
 	}
 	o.Chunk = min(o.Chunk, o.Ctx)
-	return e.Model.NewContext(llama.ContextConfig{MaxTokens: o.Chunk, MaxSeqs: 1, KVSlots: o.Ctx, KVType: o.KVType})
+	return e.Model.NewContext(llama.ContextConfig{StepTokens: o.Chunk, MaxSeqs: 1, KVSlots: o.Ctx, KVType: o.KVType})
 }
 
 // Request is one generation.
@@ -204,7 +204,7 @@ func (e *Engine) Generate(ctx context.Context, c *llama.Context, req Request, em
 	}
 
 	start := time.Now()
-	chunk := c.Config().MaxTokens
+	chunk := c.Config().StepTokens
 	for p := req.Prompt; len(p) > 0; {
 		if err := ctx.Err(); err != nil {
 			res.PromptTime, res.Reason = time.Since(start), decode.StopCancelled

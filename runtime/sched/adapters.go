@@ -49,8 +49,8 @@ func (m *LlamaModel) Pool() *kvcache.Pool { return m.c.Pool() }
 // Vocab is the number of logits per row.
 func (m *LlamaModel) Vocab() int { return m.vocab }
 
-// MaxTokens is the most tokens one step takes.
-func (m *LlamaModel) MaxTokens() int { return m.cfg.MaxTokens }
+// StepTokens is the most tokens one step takes.
+func (m *LlamaModel) StepTokens() int { return m.cfg.StepTokens }
 
 // MaxSeqs is the most logit rows one step returns.
 func (m *LlamaModel) MaxSeqs() int { return m.cfg.MaxSeqs }

@@ -49,7 +49,7 @@ func TestMatchesEngine(t *testing.T) {
 		t.Logf("%q -> %q (%s)", s, res.Text, res.Reason)
 	}
 
-	c, err := e.Model.NewContext(llama.ContextConfig{MaxTokens: 8, MaxSeqs: 4, KVSlots: 256, BlockSize: 4})
+	c, err := e.Model.NewContext(llama.ContextConfig{StepTokens: 8, MaxSeqs: 4, KVSlots: 256, BlockSize: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestPrefixMatchesEngine(t *testing.T) {
 		want = append(want, result{res.Tokens, res.Text})
 	}
 
-	c, err := e.Model.NewContext(llama.ContextConfig{MaxTokens: 8, MaxSeqs: 4, KVSlots: 256, BlockSize: 4})
+	c, err := e.Model.NewContext(llama.ContextConfig{StepTokens: 8, MaxSeqs: 4, KVSlots: 256, BlockSize: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

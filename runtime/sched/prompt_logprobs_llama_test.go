@@ -78,7 +78,7 @@ func TestPromptLogprobsMatchForward(t *testing.T) {
 		return res.Tokens
 	}
 
-	c, err := e.Model.NewContext(llama.ContextConfig{MaxTokens: 8, MaxSeqs: 4, KVSlots: 512, BlockSize: 4})
+	c, err := e.Model.NewContext(llama.ContextConfig{StepTokens: 8, MaxSeqs: 4, KVSlots: 512, BlockSize: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,9 +65,9 @@ const LevelTrace = slog.LevelDebug - 4
 type Model interface {
 	Forward(tokens []int32, b *backend.Batch, out []int32, logits []float32) error
 	Pool() *kvcache.Pool
-	Vocab() int     // logits per row
-	MaxTokens() int // most tokens one Forward takes
-	MaxSeqs() int   // most logit rows one Forward returns
+	Vocab() int      // logits per row
+	StepTokens() int // most tokens one Forward takes: the step width
+	MaxSeqs() int    // most logit rows one Forward returns
 }
 
 // Picker is a Model that also finds the next token of some rows as the argmax of their logits
@@ -100,7 +100,7 @@ type Text interface {
 // Config configures a Scheduler. Zero fields take the defaults given.
 type Config struct {
 	MaxQueue   int              // waiting requests beyond which Submit fails with ErrQueueFull (default 64)
-	StepTokens int              // token budget per step, decode tokens plus prompt chunks (default and most: Model.MaxTokens())
+	StepTokens int              // token budget per step, decode tokens plus prompt chunks (default and most: Model.StepTokens())
 	MaxActive  int              // most sequences in flight (default and most: min(Model.MaxSeqs(), StepTokens))
 	MaxContext int              // if > 0, prompt+MaxTokens beyond it is ErrTooLong (the model's training context)
 	Clock      func() time.Time // default time.Now
@@ -386,14 +386,14 @@ func New(m Model, t Text, cfg Config) (*Scheduler, error) {
 		return nil, errors.New("sched: model has no KV block pool")
 	}
 	vocab := m.Vocab()
-	if vocab <= 0 || vocab > decode.MaxVocab || m.MaxTokens() <= 0 || m.MaxSeqs() <= 0 {
-		return nil, fmt.Errorf("sched: model reports vocabulary %d, %d tokens and %d rows per step", vocab, m.MaxTokens(), m.MaxSeqs())
+	if vocab <= 0 || vocab > decode.MaxVocab || m.StepTokens() <= 0 || m.MaxSeqs() <= 0 {
+		return nil, fmt.Errorf("sched: model reports vocabulary %d, %d tokens and %d rows per step", vocab, m.StepTokens(), m.MaxSeqs())
 	}
 	if cfg.StepTokens == 0 {
-		cfg.StepTokens = m.MaxTokens()
+		cfg.StepTokens = m.StepTokens()
 	}
-	if cfg.StepTokens < 1 || cfg.StepTokens > m.MaxTokens() {
-		return nil, fmt.Errorf("sched: step budget %d outside 1..%d tokens", cfg.StepTokens, m.MaxTokens())
+	if cfg.StepTokens < 1 || cfg.StepTokens > m.StepTokens() {
+		return nil, fmt.Errorf("sched: step budget %d outside 1..%d tokens", cfg.StepTokens, m.StepTokens())
 	}
 	most := min(m.MaxSeqs(), cfg.StepTokens)
 	if cfg.MaxActive == 0 {

@@ -35,7 +35,7 @@ func (m *instantModel) Forward(tokens []int32, b *backend.Batch, out []int32, lo
 }
 func (m *instantModel) Pool() *kvcache.Pool { return m.pool }
 func (m *instantModel) Vocab() int          { return m.vocab }
-func (m *instantModel) MaxTokens() int      { return 64 }
+func (m *instantModel) StepTokens() int     { return 64 }
 func (m *instantModel) MaxSeqs() int        { return 8 }
 
 // BenchmarkStreamOverhead measures what one streamed token costs above the model's forward

@@ -98,7 +98,7 @@ func openEngine(t testing.TB, path string) *engine.Engine {
 // newSched builds a scheduler over e; run says whether its loop starts now.
 func newSched(t testing.TB, e *engine.Engine, cfg sched.Config, run bool) (*sched.Scheduler, func()) {
 	t.Helper()
-	c, err := e.Model.NewContext(llama.ContextConfig{MaxTokens: 64, MaxSeqs: 8, KVSlots: 4 * testCtx, KVType: tensor.F32})
+	c, err := e.Model.NewContext(llama.ContextConfig{StepTokens: 64, MaxSeqs: 8, KVSlots: 4 * testCtx, KVType: tensor.F32})
 	if err != nil {
 		t.Fatal(err)
 	}
