@@ -91,7 +91,8 @@ type Drawer interface {
 	DrawsWhereLogitsAre() bool
 }
 
-// Text turns tokens into text and knows the end-of-generation set.
+// Text turns tokens into text and knows the end-of-generation set: the model's tokenizer
+// (models.Text). The scheduler is where generated tokens become text.
 type Text interface {
 	Piece(id int32) []byte
 	IsEOG(id int32) bool
@@ -141,17 +142,23 @@ const (
 	ReasonError     decode.StopReason = "error"
 )
 
-// Event is one piece of a sequence's output.
+// Event is one piece of a sequence's output. Tokens come decoded: Text is the output to show,
+// Piece and TopPieces the bytes that log-probabilities name each token by, so that a receiver
+// never turns a token into text itself.
 type Event struct {
 	Seq     int                   // which of the N sequences
 	Prompt  bool                  // Token is a prompt token, scored (Request.PromptLogprobs): no Text, never Done
 	Token   int32                 // -1 for a final text flush
+	Piece   []byte                // Token's bytes (Text.Piece: shared, not to be modified); nil when Token is -1
 	Text    []byte                // text safe to show now (owned by the receiver)
 	Logprob float64               // when Request.Logprobs or TopLogprobs > 0
 	Top     []decode.TokenLogprob // owned by the receiver
-	Done    bool                  // last event of this sequence
-	Reason  decode.StopReason     // when Done: eos | stop | length | cancelled | timeout | error
-	Err     error                 // when Reason is error
+	// TopPieces are the bytes of Top's tokens, in order (the slice owned by the receiver, the
+	// pieces shared as Piece).
+	TopPieces [][]byte
+	Done      bool              // last event of this sequence
+	Reason    decode.StopReason // when Done: eos | stop | length | cancelled | timeout | error
+	Err       error             // when Reason is error
 }
 
 // Usage counts a request's tokens: the prompt once, and every sampled token of every sequence
@@ -301,23 +308,24 @@ type request struct {
 }
 
 type seqState struct {
-	r        *request
-	idx      int
-	kv       *kvcache.Seq // nil until admitted (sequence 0) or forked (others)
-	pin      *node        // deepest prefix-cache node whose path kv holds, if any
-	feed     []int32      // prompt tokens still to process
-	last     int32        // token to feed next when decoding
-	decoding bool
-	done     bool
-	scores   bool // reports the log-probabilities of its prompt tokens (sequence 0 of a scoring request)
-	nfeed    int  // tokens in the current batch
-	pick     bool // its tokens are the argmax of its logits, found by the model (Picker)
-	draw     bool // its tokens are drawn by the model (Drawer)
-	sampler  *decode.Sampler
-	stopper  *decode.Stopper
-	topBuf   []decode.TokenLogprob
-	textSlab []byte
-	topSlab  []decode.TokenLogprob
+	r         *request
+	idx       int
+	kv        *kvcache.Seq // nil until admitted (sequence 0) or forked (others)
+	pin       *node        // deepest prefix-cache node whose path kv holds, if any
+	feed      []int32      // prompt tokens still to process
+	last      int32        // token to feed next when decoding
+	decoding  bool
+	done      bool
+	scores    bool // reports the log-probabilities of its prompt tokens (sequence 0 of a scoring request)
+	nfeed     int  // tokens in the current batch
+	pick      bool // its tokens are the argmax of its logits, found by the model (Picker)
+	draw      bool // its tokens are drawn by the model (Drawer)
+	sampler   *decode.Sampler
+	stopper   *decode.Stopper
+	topBuf    []decode.TokenLogprob
+	textSlab  []byte
+	topSlab   []decode.TokenLogprob
+	pieceSlab [][]byte // the pieces of topSlab's tokens, index for index
 }
 
 const (
@@ -803,10 +811,10 @@ func (s *Scheduler) scored() {
 // position before it.
 func (s *Scheduler) emitPrompt(q *seqState, id int32, lg []float32) {
 	r := q.r
-	ev := Event{Seq: q.idx, Prompt: true, Token: id}
+	ev := Event{Seq: q.idx, Prompt: true, Token: id, Piece: s.t.Piece(id)}
 	if r.topN > 0 {
 		ev.Logprob, q.topBuf = decode.Logprobs(lg, id, r.topN, q.topBuf[:0])
-		ev.Top = q.copyTop(q.topBuf)
+		ev.Top, ev.TopPieces = q.copyTop(s.t, q.topBuf)
 	} else {
 		ev.Logprob = decode.Logprob(lg, id)
 	}
@@ -964,14 +972,14 @@ func (s *Scheduler) emit(q *seqState, id int32, err error, lg []float32) {
 	q.last = id
 	r.st.usage.CompletionTokens++
 	s.genTok.Add(1)
-	ev := Event{Seq: q.idx, Token: id}
+	ev := Event{Seq: q.idx, Token: id, Piece: s.t.Piece(id)}
 	if r.topN > 0 {
 		ev.Logprob, q.topBuf = decode.Logprobs(lg, id, r.topN, q.topBuf[:0])
-		ev.Top = q.copyTop(q.topBuf)
+		ev.Top, ev.TopPieces = q.copyTop(s.t, q.topBuf)
 	} else if r.logprobs {
 		ev.Logprob = decode.Logprob(lg, id)
 	}
-	released, reason := q.stopper.PushBytes(id, s.t.Piece(id))
+	released, reason := q.stopper.PushBytes(id, ev.Piece)
 	ev.Text = q.copyText(released)
 	switch reason {
 	case decode.NotStopped:
@@ -996,16 +1004,22 @@ func (q *seqState) copyText(b []byte) []byte {
 	return q.textSlab[i:len(q.textSlab):len(q.textSlab)]
 }
 
-func (q *seqState) copyTop(t []decode.TokenLogprob) []decode.TokenLogprob {
+// copyTop copies t for an event, with the pieces of its tokens.
+func (q *seqState) copyTop(x Text, t []decode.TokenLogprob) ([]decode.TokenLogprob, [][]byte) {
 	if len(t) == 0 {
-		return nil
+		return nil, nil
 	}
 	if len(t) > cap(q.topSlab)-len(q.topSlab) {
 		q.topSlab = make([]decode.TokenLogprob, 0, max(topSlabSize, len(t)))
+		q.pieceSlab = make([][]byte, 0, cap(q.topSlab))
 	}
 	i := len(q.topSlab)
 	q.topSlab = append(q.topSlab, t...)
-	return q.topSlab[i:len(q.topSlab):len(q.topSlab)]
+	for _, a := range t {
+		q.pieceSlab = append(q.pieceSlab, x.Piece(a.ID))
+	}
+	n := len(q.topSlab)
+	return q.topSlab[i:n:n], q.pieceSlab[i:n:n]
 }
 
 // endSeq ends one sequence early: its held-back text is flushed with the Done event.

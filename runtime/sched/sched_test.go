@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"math"
@@ -538,5 +539,37 @@ func TestQueuedDeadlineWhileIdle(t *testing.T) {
 		st.Cancel()
 		<-done
 		t.Fatal("the queued request outlived its deadline by 10 s")
+	}
+}
+
+// TestEventPieces: every event of a token carries the token's bytes, and those of its
+// alternatives, for prompt and generated tokens alike; a final flush carries none.
+func TestEventPieces(t *testing.T) {
+	m := newFake(t, 16, 4, 16, 4)
+	h := newHarness(t, m, Config{})
+	h.run()
+	sp := decode.DefaultParams()
+	sp.Seed = 3
+	st := h.submit(t, &Request{Prompt: prompt(5, 6), MaxTokens: 8, Sampling: sp, TopLogprobs: 3, PromptLogprobs: true, IgnoreEOS: true})
+	n := 0
+	for ev := range st.Events() {
+		if ev.Token < 0 {
+			if ev.Piece != nil || ev.TopPieces != nil {
+				t.Errorf("flush event with pieces: %+v", ev)
+			}
+			continue
+		}
+		n++
+		if !bytes.Equal(ev.Piece, letters[ev.Token]) || len(ev.TopPieces) != len(ev.Top) || len(ev.Top) != 3 {
+			t.Fatalf("event %+v: piece %q, %d pieces of %d alternatives", ev, ev.Piece, len(ev.TopPieces), len(ev.Top))
+		}
+		for i, a := range ev.Top {
+			if !bytes.Equal(ev.TopPieces[i], letters[a.ID]) {
+				t.Errorf("alternative %d of token %d: %q, want %q", a.ID, ev.Token, ev.TopPieces[i], letters[a.ID])
+			}
+		}
+	}
+	if n != 5+8 {
+		t.Errorf("%d token events, want 5 scored and 8 generated", n)
 	}
 }
