@@ -4,7 +4,6 @@ import (
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/kvcache"
 	"github.com/parleyhq/parley/runtime/models/llama"
-	"github.com/parleyhq/parley/runtime/tokenizer"
 )
 
 // LlamaModel adapts a *llama.Context to Model.
@@ -57,20 +56,3 @@ func (m *LlamaModel) MaxSeqs() int { return m.cfg.MaxSeqs }
 
 // Context is the model's training context, a sensible Config.MaxContext.
 func (m *LlamaModel) Context() int { return m.c.Model().Context }
-
-// TokenizerText adapts a *tokenizer.Tokenizer to Text.
-type TokenizerText struct {
-	t *tokenizer.Tokenizer
-	v *tokenizer.Vocab
-}
-
-// NewTokenizerText wraps t.
-func NewTokenizerText(t *tokenizer.Tokenizer) *TokenizerText {
-	return &TokenizerText{t: t, v: t.Vocab()}
-}
-
-// Piece is the bytes id stands for when detokenised (shared; not to be modified).
-func (x *TokenizerText) Piece(id int32) []byte { return x.t.Piece(id) }
-
-// IsEOG reports whether id ends generation.
-func (x *TokenizerText) IsEOG(id int32) bool { return x.v.IsEOG(id) }

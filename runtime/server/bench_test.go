@@ -49,13 +49,13 @@ func (m *instantModel) MaxSeqs() int        { return 8 }
 //	go test ./runtime/server -run '^$' -bench StreamOverhead
 func BenchmarkStreamOverhead(b *testing.B) {
 	const gen, ctx = 256, 512
-	e := openEngine(b, modelPath(b))
+	e := openLLM(b, modelPath(b))
 	pool, err := kvcache.NewPool(2*ctx/16, 16)
 	if err != nil {
 		b.Fatal(err)
 	}
 	m := &instantModel{pool: pool, vocab: e.Model.Vocab}
-	sc, err := sched.New(m, sched.NewTokenizerText(e.Tokenizer), sched.Config{MaxContext: ctx})
+	sc, err := sched.New(m, e.Text(), sched.Config{MaxContext: ctx})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func BenchmarkStreamOverhead(b *testing.B) {
 		sc.Close()
 		<-done
 	}()
-	s, err := New(Config{}, []*Model{{Name: "m", Engine: e, Sched: sc, Ctx: ctx}})
+	s, err := New(Config{}, []*Model{llmModel("m", e, sc, ctx)})
 	if err != nil {
 		b.Fatal(err)
 	}

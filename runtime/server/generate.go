@@ -55,7 +55,7 @@ type echoPrompt struct {
 // newEchoPrompt describes how prompt toks, whose text is text, is echoed; lead as echoPrompt's.
 func newEchoPrompt(m *served, toks []int32, text string, lead int) echoPrompt {
 	e := echoPrompt{text: text, lead: lead, stripAt: -1}
-	tk := m.Engine.Tokenizer
+	tk := m.Tokenizer
 	for i := lead; i < len(toks); i++ {
 		if p := tk.Piece(toks[i]); len(p) > 0 {
 			e.stripAt, e.strip = i, max(len(p)-len(tk.Decode(toks[i:i+1])), 0)
@@ -72,7 +72,7 @@ func (j *job) echoEntries(k int, es []logprobEntry) []logprobEntry {
 	e := &j.echoes[k]
 	out := make([]logprobEntry, 0, len(es)+1)
 	if e.lead == 0 {
-		out = append(out, logprobEntry{piece: j.m.Engine.Tokenizer.Piece(j.prompts[k][0]), null: true})
+		out = append(out, logprobEntry{piece: j.m.Tokenizer.Piece(j.prompts[k][0]), null: true})
 	}
 	out = append(out, es...)
 	if i := e.stripAt - e.lead; e.stripAt >= 0 && i < len(out) {
@@ -137,16 +137,16 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		toks, chars, text, lead := p.tokens, 0, p.text, 0
 		if p.isText {
 			var err error
-			if toks, err = m.Engine.Tokenizer.Encode(p.text, true, true); err != nil {
+			if toks, err = m.Tokenizer.Encode(p.text); err != nil {
 				writeError(w, invalid("prompt", "Invalid 'prompt': it could not be tokenized."))
 				return
 			}
 			chars = utf8.RuneCountInString(p.text)
-			if v := m.Engine.Tokenizer.Vocab(); v.AddBOS && len(toks) > 0 && toks[0] == v.BOS {
+			if bos, added := m.Tokenizer.BOS(); added && len(toks) > 0 && toks[0] == bos {
 				lead = 1 // the tokenizer's
 			}
 		} else if lp >= 0 || echo {
-			text = m.Engine.Tokenizer.Decode(toks)
+			text = m.Tokenizer.Decode(toks)
 			chars = countChars([]byte(text))
 		}
 		j.prompts = append(j.prompts, toks)
@@ -230,7 +230,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		// The template writes BOS itself; the tokenizer adds it again otherwise.
 		text = strings.TrimPrefix(text, m.bosText)
 	}
-	toks, err := m.Engine.Tokenizer.Encode(text, true, true)
+	toks, err := m.Tokenizer.Encode(text)
 	if err != nil {
 		writeError(w, invalid("messages", "Invalid 'messages': they could not be tokenized."))
 		return
@@ -499,12 +499,13 @@ func stopReason(r decode.StopReason) *string {
 
 // logprobEntry is one token's log-probabilities, in either endpoint's shape.
 type logprobEntry struct {
-	piece   []byte
-	logprob float64
-	top     []decode.TokenLogprob
-	end     int  // bytes of the sequence's text up to the end of piece
-	null    bool // an echoed prompt's first token, which has no token before it: no log-probabilities
-	skip    int  // bytes of piece the text does not hold (an echoed prompt's space prefix)
+	piece     []byte
+	logprob   float64
+	top       []decode.TokenLogprob
+	topPieces [][]byte // the bytes of top's tokens
+	end       int      // bytes of the sequence's text up to the end of piece
+	null      bool     // an echoed prompt's first token, which has no token before it: no log-probabilities
+	skip      int      // bytes of piece the text does not hold (an echoed prompt's space prefix)
 }
 
 // logprobQueue holds one sequence's log-probabilities until the text of their tokens is
@@ -557,11 +558,11 @@ func floorLogprob(x float64) float64 {
 }
 
 func (j *job) entry(ev *sched.Event) logprobEntry {
-	top := ev.Top
+	top, pieces := ev.Top, ev.TopPieces
 	if len(top) > j.logprobs {
-		top = top[:j.logprobs]
+		top, pieces = top[:j.logprobs], pieces[:j.logprobs]
 	}
-	return logprobEntry{piece: j.m.Engine.Tokenizer.Piece(ev.Token), logprob: floorLogprob(ev.Logprob), top: top}
+	return logprobEntry{piece: ev.Piece, logprob: floorLogprob(ev.Logprob), top: top, topPieces: pieces}
 }
 
 type usageJSON struct {
@@ -693,8 +694,8 @@ func (s *Server) appendLogprobs(lp *completionLogprobs, j *job, es []logprobEntr
 		lp.TokenLogprobs = append(lp.TokenLogprobs, e.logprob)
 		// The logprobs most likely tokens and the sampled one, as OpenAI: up to logprobs+1.
 		top := make(map[string]float64, len(e.top)+1)
-		for _, t := range e.top {
-			top[tokenString(j.m.Engine.Tokenizer.Piece(t.ID))] = floorLogprob(t.Logprob)
+		for i, t := range e.top {
+			top[tokenString(e.topPieces[i])] = floorLogprob(t.Logprob)
 		}
 		top[tok] = e.logprob
 		lp.TopLogprobs = append(lp.TopLogprobs, top)
@@ -729,8 +730,8 @@ func (s *Server) chatLogprobs(j *job, es []logprobEntry) *chatLogprobs {
 	lp := &chatLogprobs{Content: []chatTokenLogprob{}}
 	for _, e := range es {
 		t := chatTokenLogprob{chatTopLogprob: chatTopLogprob{string(e.piece), e.logprob, bytesOf(e.piece)}, TopLogprobs: []chatTopLogprob{}}
-		for _, a := range e.top {
-			p := j.m.Engine.Tokenizer.Piece(a.ID)
+		for i, a := range e.top {
+			p := e.topPieces[i]
 			t.TopLogprobs = append(t.TopLogprobs, chatTopLogprob{string(p), floorLogprob(a.Logprob), bytesOf(p)})
 		}
 		lp.Content = append(lp.Content, t)

@@ -1,10 +1,17 @@
 // Package server owns Parley's OpenAI-compatible HTTP API: /v1/models, /v1/completions and
-// /v1/chat/completions (chat prompts rendered from the model's tokenizer.chat_template), with
-// server-sent-event streaming, over one or more loaded models each driven by its own
+// /v1/chat/completions (chat prompts rendered from the model's chat template), with
+// server-sent-event streaming, over one or more language models each run by its own
 // sched.Scheduler; /v1/audio/transcriptions and /v1/audio/translations over Whisper engines, and
-// live transcription over a WebSocket at /v1/audio/stream; plus /health and Prometheus /metrics. It validates every request before it
-// reaches a scheduler and answers errors in OpenAI's shape; it never starts, stops or closes
-// schedulers or models, which stay the caller's.
+// live transcription over a WebSocket at /v1/audio/stream; plus /health and Prometheus /metrics.
+// It validates every request before it reaches a scheduler and answers errors in OpenAI's shape;
+// it never starts, stops or closes schedulers or models, which stay the caller's.
+//
+// A language model reaches the server through narrow interfaces (Model): a Tokenizer, its chat
+// template's source, its context length and a Scheduler to submit requests to and stream their
+// events from. Text crosses them once each way: prompts are encoded here (Tokenizer.Encode); the
+// generated text, and the bytes of every token that log-probabilities name, arrive decoded in the
+// scheduler's events (sched.Event's Text, Piece and TopPieces). The server decodes only what it
+// echoes of a prompt given as token ids.
 package server
 
 import (
@@ -29,16 +36,46 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/parleyhq/parley/runtime/engine"
 	"github.com/parleyhq/parley/runtime/sched"
 )
 
-// Model is one served model.
+// Model is one served language model: what the server needs of it, and nothing more
+// (models.LLM gives every piece: Text, ChatTemplate, TrainingContext).
 type Model struct {
-	Name   string           // id clients pass as "model"; unique within a Server
-	Engine *engine.Engine   // tokenizer, vocabulary and GGUF metadata (the chat template)
-	Sched  *sched.Scheduler // runs this model's requests; the caller runs its Run loop
-	Ctx    int              // positions one sequence may hold (prompt plus generated); 0: the model's training context
+	Name         string    // id clients pass as "model"; unique within a Server
+	Tokenizer    Tokenizer // encodes prompts (models.Text)
+	ChatTemplate string    // Jinja source (tokenizer.chat_template); "": chat requests are answered 400 no_chat_template
+	Sched        Scheduler // runs this model's requests (*sched.Scheduler); the caller runs its loop
+	Ctx          int       // positions one sequence may hold, prompt plus generated (> 1)
+}
+
+// Tokenizer is a served model's text side, as models.Text gives it.
+type Tokenizer interface {
+	// Encode tokenizes a prompt as the model expects it: BOS first where the vocabulary adds
+	// one, the text of special tokens read as those tokens.
+	Encode(text string) ([]int32, error)
+	// Decode is the text of ids, as the detokeniser writes it: an echoed prompt given as ids.
+	Decode(ids []int32) string
+	// Piece is the bytes id stands for (shared; not to be modified).
+	Piece(id int32) []byte
+	// VocabSize bounds the token ids a request may name.
+	VocabSize() int
+	// BOS is the begin-of-sequence token, and whether Encode puts it first.
+	BOS() (id int32, added bool)
+	// EOS is the end-of-sequence token.
+	EOS() int32
+	// Token is the vocabulary's text of id (a chat template's bos_token); "" outside it.
+	Token(id int32) string
+}
+
+// Scheduler runs a model's generations: *sched.Scheduler.
+type Scheduler interface {
+	// Submit queues r; its events stream from the Stream.
+	Submit(ctx context.Context, r *sched.Request) (*sched.Stream, error)
+	// MaxSeqs is the most sequences one request may ask for.
+	MaxSeqs() int
+	// Stats is a snapshot for /metrics.
+	Stats() sched.Stats
 }
 
 // Config configures a Server. The zero value serves without authentication or CORS.
@@ -153,8 +190,8 @@ func New(cfg Config, models []*Model) (*Server, error) {
 	}
 	for i, m := range models {
 		switch {
-		case m == nil || m.Engine == nil || m.Sched == nil:
-			return nil, fmt.Errorf("server: model %d: engine and scheduler are required", i)
+		case m == nil || m.Tokenizer == nil || m.Sched == nil:
+			return nil, fmt.Errorf("server: model %d: tokenizer and scheduler are required", i)
 		case m.Name == "":
 			return nil, fmt.Errorf("server: model %d: empty name", i)
 		case s.byName[m.Name] != nil:
@@ -162,10 +199,7 @@ func New(cfg Config, models []*Model) (*Server, error) {
 		case m.Ctx < 0:
 			return nil, fmt.Errorf("server: model %q: negative context %d", m.Name, m.Ctx)
 		}
-		sv := &served{Model: m, ctx: m.Ctx, vocab: m.Engine.Tokenizer.Vocab().Size}
-		if sv.ctx == 0 {
-			sv.ctx = m.Engine.Model.Context
-		}
+		sv := &served{Model: m, ctx: m.Ctx, vocab: m.Tokenizer.VocabSize()}
 		if sv.ctx <= 1 {
 			return nil, fmt.Errorf("server: model %q: context of %d positions", m.Name, sv.ctx)
 		}
@@ -187,20 +221,15 @@ func New(cfg Config, models []*Model) (*Server, error) {
 }
 
 func (m *served) loadTemplate(log *slog.Logger) {
-	v := m.Engine.Tokenizer.Vocab()
-	tok := func(id int32) string {
-		if id < 0 || int(id) >= v.Size {
-			return ""
-		}
-		return v.Token(id)
-	}
-	m.bosText, m.addBOS = tok(v.BOS), v.AddBOS
-	src, ok := m.Engine.File.String("tokenizer.chat_template")
-	if !ok || strings.TrimSpace(src) == "" {
+	tk := m.Tokenizer
+	bos, added := tk.BOS()
+	m.bosText, m.addBOS = tk.Token(bos), added
+	src := m.ChatTemplate
+	if strings.TrimSpace(src) == "" {
 		m.tmplErr = fmt.Sprintf("The model '%s' has no chat template (tokenizer.chat_template); use /v1/completions.", m.Name)
 		return
 	}
-	t, err := parseChatTemplate(src, m.bosText, tok(v.EOS))
+	t, err := parseChatTemplate(src, m.bosText, tk.Token(tk.EOS()))
 	if err != nil {
 		log.Warn("chat template does not parse", "model", m.Name, "err", err)
 		m.tmplErr = fmt.Sprintf("The chat template of model '%s' could not be parsed; use /v1/completions.", m.Name)
