@@ -60,11 +60,23 @@ type LLM struct {
 	text      *Text
 }
 
-// OpenLLM opens the language model at path on be. A speech recognition model is refused with an
-// error that names the command that takes it.
+// ErrNotLLM is what OpenLLM and CheckLLM return, wrapped, for a speech recognition model.
+var ErrNotLLM = errors.New("not a language model")
+
+// CheckLLM returns an error wrapping ErrNotLLM when the file at path holds a speech recognition
+// model; nil otherwise, also when the file cannot be read (the reader that opens it says why).
+func CheckLLM(path string) error {
+	if k, _ := Probe(path); k == KindSpeechRecognition {
+		return fmt.Errorf("%s is a Whisper speech-recognition model, %w", path, ErrNotLLM)
+	}
+	return nil
+}
+
+// OpenLLM opens the language model at path on be; a speech recognition model is refused
+// (CheckLLM).
 func OpenLLM(path string, be backend.Backend) (*LLM, error) {
-	if k, _ := Probe(path); k == KindSpeechRecognition { // a file that cannot be read: gguf.Open says why
-		return nil, fmt.Errorf("%s is a Whisper speech-recognition model, not a language model: parley transcribe takes it", path)
+	if err := CheckLLM(path); err != nil {
+		return nil, err
 	}
 	f, err := gguf.Open(path)
 	if err != nil {

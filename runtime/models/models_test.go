@@ -1,6 +1,7 @@
 package models_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -88,7 +89,7 @@ func TestOpenLLM(t *testing.T) {
 		t.Errorf("vocabulary %d, EOS %d %q", x.VocabSize(), x.EOS(), x.Token(x.EOS()))
 	}
 
-	if _, err := models.OpenLLM(sharedtest.WhisperRandomModel(t, "tiny.en"), be); err == nil || !strings.Contains(err.Error(), "parley transcribe") {
+	if _, err := models.OpenLLM(sharedtest.WhisperRandomModel(t, "tiny.en"), be); !errors.Is(err, models.ErrNotLLM) || !strings.Contains(err.Error(), "Whisper") {
 		t.Errorf("a Whisper model opened as a language model: %v", err)
 	}
 	other := filepath.Join(t.TempDir(), "notes.gguf")

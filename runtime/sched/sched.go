@@ -263,6 +263,13 @@ func (st *Stream) Next(ctx context.Context) (Event, error) {
 	}
 }
 
+// Ready reports whether Next would return at once: an event is waiting, or the stream has ended.
+func (st *Stream) Ready() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.head < len(st.buf) || st.ended
+}
+
 // Events iterates over the request's events, waiting for each, up to its last.
 func (st *Stream) Events() iter.Seq[Event] {
 	return func(yield func(Event) bool) {
@@ -600,6 +607,14 @@ func (s *Scheduler) Close() error { return s.loop.Close() }
 // Run is the step loop; it returns nil after Close, or ctx.Err() when ctx is done (ending every
 // request with Reason "cancelled" and refusing new ones). It may be called once.
 func (s *Scheduler) Run(ctx context.Context) error { return s.loop.Run(ctx) }
+
+// Step runs one step of the loop on the caller's goroutine, for a caller that drives the
+// scheduler itself instead of running Run (the command line, which serves one client): it ends
+// the requests cancelled or past their deadline, admits what fits and runs one batch. The events
+// of the step are in their streams when it returns, and a stream whose request ended in it has
+// ended (Stream.Ready, Next). It reports whether there was anything to run. A scheduler is
+// driven by Step or by Run, never both.
+func (s *Scheduler) Step() bool { return s.loop.Step() }
 
 // llmWork is the Scheduler as the Work its Loop steps.
 type llmWork Scheduler
