@@ -2,10 +2,12 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net/http"
 	"strings"
 	"sync"
@@ -1017,4 +1019,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, sts []*s
 	if _, err := fmt.Fprint(w, "data: [DONE]\n\n"); err == nil {
 		rc.Flush()
 	}
+}
+func randomSeed() uint64 {
+	n, err := rand.Int(rand.Reader, new(big.Int).SetUint64(1<<63))
+	if err != nil {
+		return uint64(time.Now().UnixNano())
+	}
+	return n.Uint64()
 }
