@@ -315,29 +315,29 @@ type request struct {
 }
 
 type seqState struct {
-	r         *request
-	idx       int
-	kv        *kvcache.Seq // nil until admitted (sequence 0) or forked (others)
-	pin       *node        // deepest prefix-cache node whose path kv holds, if any
-	feed      []int32      // prompt tokens still to process
-	last      int32        // token to feed next when decoding
-	decoding  bool
-	done      bool
-	scores    bool // reports the log-probabilities of its prompt tokens (sequence 0 of a scoring request)
-	nfeed     int  // tokens in the current batch
-	pick      bool // its tokens are the argmax of its logits, found by the model (Picker)
-	draw      bool // its tokens are drawn by the model (Drawer)
-	sampler   *decode.Sampler
-	stopper   *decode.Stopper
-	topBuf    []decode.TokenLogprob
-	textSlab  []byte
-	topSlab   []decode.TokenLogprob
-	pieceSlab [][]byte // the pieces of topSlab's tokens, index for index
+	r        *request
+	idx      int
+	kv       *kvcache.Seq // nil until admitted (sequence 0) or forked (others)
+	pin      *node        // deepest prefix-cache node whose path kv holds, if any
+	feed     []int32      // prompt tokens still to process
+	last     int32        // token to feed next when decoding
+	decoding bool
+	done     bool
+	scores   bool // reports the log-probabilities of its prompt tokens (sequence 0 of a scoring request)
+	nfeed    int  // tokens in the current batch
+	pick     bool // its tokens are the argmax of its logits, found by the model (Picker)
+	draw     bool // its tokens are drawn by the model (Drawer)
+	sampler  *decode.Sampler
+	stopper  *decode.Stopper
+	topBuf   []decode.TokenLogprob
+	textSlab []byte
+	tops     *topSlab // where the events' alternatives are copied to, from ntop on
+	ntop     int
 }
 
 const (
 	textSlabSize = 2048
-	topSlabSize  = 256
+	topSlabSize  = 256 // at least decode.MaxTopLogprobs
 )
 
 // Scheduler steps many sequences through one Model. See the package comment.
@@ -1024,18 +1024,27 @@ func (q *seqState) copyTop(x Text, t []decode.TokenLogprob) ([]decode.TokenLogpr
 	if len(t) == 0 {
 		return nil, nil
 	}
-	if len(t) > cap(q.topSlab)-len(q.topSlab) {
-		q.topSlab = make([]decode.TokenLogprob, 0, max(topSlabSize, len(t)))
-		q.pieceSlab = make([][]byte, 0, cap(q.topSlab))
+	if q.tops == nil || len(t) > topSlabSize-q.ntop {
+		q.tops, q.ntop = new(topSlab), 0
 	}
-	i := len(q.topSlab)
-	q.topSlab = append(q.topSlab, t...)
-	for _, a := range t {
-		q.pieceSlab = append(q.pieceSlab, x.Piece(a.ID))
+	i, n := q.ntop, q.ntop+len(t)
+	copy(q.tops.top[i:n], t)
+	for k, a := range t {
+		q.tops.pieces[i+k] = x.Piece(a.ID)
 	}
-	n := len(q.topSlab)
-	return q.topSlab[i:n:n], q.pieceSlab[i:n:n]
+	q.ntop = n
+	return q.tops.top[i:n:n], q.tops.pieces[i:n:n]
 }
+
+// topSlab holds the alternatives of many events and their pieces, index for index: one
+// allocation for both.
+type topSlab struct {
+	top    [topSlabSize]decode.TokenLogprob
+	pieces [topSlabSize][]byte
+}
+
+// A request's alternatives (at most decode.MaxTopLogprobs) fit one slab.
+var _ [topSlabSize - decode.MaxTopLogprobs]struct{}
 
 // endSeq ends one sequence early: its held-back text is flushed with the Done event.
 func (s *Scheduler) endSeq(q *seqState, why decode.StopReason, err error) {
