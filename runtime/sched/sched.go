@@ -1,7 +1,9 @@
-// Package sched owns continuous batching: one goroutine (Scheduler.Run) owns a model, its KV-cache
-// block pool and every sequence in flight, and each step admits waiting requests, builds one batch
-// from every decoding sequence's next token plus chunks of pending prompts, runs one forward pass,
-// samples each sequence that produced logits and streams its text to the requester.
+// Package sched owns continuous batching: one goroutine (Scheduler.Run in the server; the
+// command line's own, stepping it with Scheduler.Step) owns a model, its KV-cache block pool and
+// every sequence in flight, and each step admits waiting requests, builds one batch from every
+// decoding sequence's next token plus chunks of pending prompts, runs one forward pass, samples
+// each sequence that produced logits and streams its tokens, decoded, to the requester: the
+// scheduler is where generated tokens become text (Text).
 //
 // The machinery under it is shared by every kind of model: a Loop owns the bounded FIFO queue,
 // admission from its head, cancellation and deadlines at step boundaries, shutdown and per-step

@@ -10,8 +10,8 @@
 // template's source, its context length and a Scheduler to submit requests to and stream their
 // events from. Text crosses them once each way: prompts are encoded here (Tokenizer.Encode); the
 // generated text, and the bytes of every token that log-probabilities name, arrive decoded in the
-// scheduler's events (sched.Event's Text, Piece and TopPieces). The server decodes only what it
-// echoes of a prompt given as token ids.
+// scheduler's events (sched.Event's Text, Piece and TopPieces). Only an echoed prompt is turned
+// back into text here (Tokenizer.Decode and Piece), which no scheduler does.
 package server
 
 import (
