@@ -108,7 +108,11 @@ func runBench(e *env, args []string) error {
 		return err
 	}
 	defer c.Close()
-	b := &benchSched{model: sched.NewLlamaModel(c), text: llm.Text()}
+	b, err := newBenchSched(c, llm.Text(), maxSeqs)
+	if err != nil {
+		return err
+	}
+	defer b.s.Close()
 	rng := rand.New(rand.NewPCG(1, 2))
 	random := func(n int) []int32 {
 		t := make([]int32, n)
@@ -206,11 +210,20 @@ type parallelResult struct {
 	TGAll []float64 `json:"tg_runs"`
 }
 
-// benchSched runs the measured requests through the scheduler, as `parley serve` and `parley
-// generate` run theirs.
+// benchSched runs the measured requests through a scheduler, as `parley serve` and `parley
+// generate` run theirs, stepping it on this goroutine as `parley generate` does.
 type benchSched struct {
-	model sched.Model
-	text  sched.Text
+	s   *sched.Scheduler
+	sts []*sched.Stream
+}
+
+// newBenchSched makes the scheduler of c, for requests of up to maxSeqs sequences at once.
+func newBenchSched(c *llama.Context, text sched.Text, maxSeqs int) (*benchSched, error) {
+	s, err := sched.New(sched.NewLlamaModel(c), text, sched.Config{MaxQueue: maxSeqs, MaxActive: maxSeqs})
+	if err != nil {
+		return nil, err
+	}
+	return &benchSched{s: s}, nil
 }
 
 // benchRun is what a run's steps took: the first (the prompts), and the rest (one token of every
@@ -220,25 +233,23 @@ type benchRun struct {
 	allocs      uint64
 }
 
-// run generates maxTokens greedy tokens from each of prompts. A scheduler of its own, stepped on
-// this goroutine (as `parley generate` steps it), takes them all in at its first step, which
-// processes every prompt; each of the maxTokens-1 steps after it advances every sequence by one
-// token.
+// run generates maxTokens greedy tokens from each of prompts, submitted together: the first step
+// admits them all and processes every prompt; each of the maxTokens-1 steps after it advances
+// every sequence by one token.
 func (b *benchSched) run(prompts [][]int32, maxTokens int) (benchRun, error) {
 	var res benchRun
-	s, err := sched.New(b.model, b.text, sched.Config{MaxQueue: len(prompts), MaxActive: len(prompts)})
-	if err != nil {
-		return res, err
-	}
-	defer s.Close()
+	s := b.s
 	sp := decode.DefaultParams()
 	sp.Temperature = 0
-	sts := make([]*sched.Stream, len(prompts))
-	for i, p := range prompts {
-		if sts[i], err = s.Submit(context.Background(), &sched.Request{Prompt: p, MaxTokens: maxTokens, Sampling: sp, IgnoreEOS: true}); err != nil {
-			return res, err
+	sts := b.sts[:0]
+	for _, p := range prompts {
+		st, err := s.Submit(context.Background(), &sched.Request{Prompt: p, MaxTokens: maxTokens, Sampling: sp, IgnoreEOS: true})
+		if err != nil {
+			return res, err // the caller closes the scheduler, ending what was submitted
 		}
+		sts = append(sts, st)
 	}
+	b.sts = sts
 	// drain takes the events of a step; every sequence is to run to its token limit.
 	drain := func() error {
 		for _, st := range sts {
