@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"runtime"
 	"sort"
@@ -12,11 +14,10 @@ import (
 	"time"
 
 	"github.com/parleyhq/parley/internal/vec"
-	"github.com/parleyhq/parley/runtime/backend"
-	"github.com/parleyhq/parley/runtime/engine"
-	"github.com/parleyhq/parley/runtime/kvcache"
+	"github.com/parleyhq/parley/runtime/decode"
+	"github.com/parleyhq/parley/runtime/models"
 	"github.com/parleyhq/parley/runtime/models/llama"
-	"github.com/parleyhq/parley/runtime/models/whisper"
+	"github.com/parleyhq/parley/runtime/sched"
 )
 
 // runBench measures prompt processing (one batch of -p tokens) and generation (-n single-token
@@ -55,8 +56,8 @@ func runBench(e *env, args []string) error {
 	if len(pos) != 0 {
 		return usagef("unexpected arguments %q", pos)
 	}
-	if *pp < 0 || *tg < 0 || *reps < 1 || *pp+*tg == 0 || *pp > llama.MaxContextTokens || *tg >= llama.MaxContextTokens {
-		return usagef("need -p from 0 to %d, -n from 0 to %d, one of them positive, and -r >= 1", llama.MaxContextTokens, llama.MaxContextTokens-1)
+	if *pp < 0 || *tg < 0 || *reps < 1 || *pp+*tg == 0 || *pp > llama.MaxStepTokens || *tg >= llama.MaxStepTokens {
+		return usagef("need -p from 0 to %d, -n from 0 to %d, one of them positive, and -r >= 1", llama.MaxStepTokens, llama.MaxStepTokens-1)
 	}
 	kv, err := parseKVType(*kvType)
 	if err != nil {
@@ -68,9 +69,9 @@ func runBench(e *env, args []string) error {
 	if *model, err = resolveModel(e, *model); err != nil {
 		return err
 	}
-	if isASR, err := whisper.IsModelFile(*model); err != nil {
+	if kind, err := models.Probe(*model); err != nil {
 		return err
-	} else if isASR {
+	} else if kind == models.KindSpeechRecognition {
 		// A Whisper decoder's prompt is its fixed start of transcript and its caches are F16:
 		// say so rather than measure something other than what was asked.
 		var bad []string
@@ -87,13 +88,13 @@ func runBench(e *env, args []string) error {
 	if len(audioFiles) > 0 {
 		return usagef("--audio is for Whisper models")
 	}
-	eng, be, err := openModel(e, bf, *model)
+	llm, be, err := openModel(e, bf, *model)
 	if err != nil {
 		return err
 	}
 	defer be.Close()
-	defer eng.Close()
-	m := eng.Model
+	defer llm.Close()
+	m := llm.Model
 	ctxLen := max(*pp, *tg+1)
 	maxSeqs := 1
 	for _, n := range seqCounts {
@@ -101,93 +102,69 @@ func runBench(e *env, args []string) error {
 	}
 	const blockSize = 16
 	perSeq := (*tg + 1 + blockSize - 1) / blockSize * blockSize // whole blocks
-	c, err := m.NewContext(llama.ContextConfig{MaxTokens: max(*pp, maxSeqs), MaxSeqs: maxSeqs,
+	c, err := m.NewContext(llama.ContextConfig{StepTokens: max(*pp, maxSeqs), MaxSeqs: maxSeqs,
 		KVSlots: max(ctxLen+blockSize, maxSeqs*perSeq), BlockSize: blockSize, KVType: kv, SeqContext: ctxLen})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	b, err := newBenchSched(c, llm.Text(), maxSeqs)
+	if err != nil {
+		return err
+	}
+	defer b.s.Close()
 	rng := rand.New(rand.NewPCG(1, 2))
-	toks := make([]int32, max(*pp, 1))
-	out, next := []int32{0}, []int32{0}
-	var bb kvcache.BatchBuilder
-	seq := c.Pool().NewSeq(ctxLen)
-	// run feeds t and leaves the greedy next token in next[0], found where the logits are (as the
-	// server finds a greedy sequence's tokens).
-	run := func(t []int32) error {
-		if err := seq.Reserve(len(t)); err != nil {
-			return err
+	random := func(n int) []int32 {
+		t := make([]int32, n)
+		for i := range t {
+			t[i] = rng.Int32N(int32(m.Vocab))
 		}
-		bb.Reset()
-		if err := bb.Add(seq, len(t)); err != nil {
-			return err
-		}
-		out[0] = int32(len(t) - 1)
-		if err := c.ForwardPick(t, bb.Batch(), nil, nil, out, next); err != nil {
-			return err
-		}
-		if next[0] < 0 {
-			return fmt.Errorf("bench: %w", backend.ErrNoArgmax)
-		}
-		return seq.Advance(len(t))
+		return t
 	}
 	var ppRates, tgRates []float64
 	var allocsPerStep float64
 	for r := 0; r <= *reps; r++ { // repetition 0 warms up
 		if *pp > 0 {
-			for i := range toks {
-				toks[i] = rng.Int32N(int32(m.Vocab))
-			}
-			seq.Release()
-			t0 := time.Now()
-			if err := run(toks[:*pp]); err != nil {
-				return err
-			}
-			if r > 0 {
-				ppRates = append(ppRates, float64(*pp)/time.Since(t0).Seconds())
-			}
-		}
-		if *tg > 0 {
-			seq.Release()
-			tok := []int32{rng.Int32N(int32(m.Vocab))}
-			if err := run(tok); err != nil {
-				return err
-			}
-			var ms0, ms1 runtime.MemStats
-			runtime.ReadMemStats(&ms0)
-			t0 := time.Now()
-			for i := 0; i < *tg; i++ {
-				tok[0] = next[0]
-				if err := run(tok); err != nil {
-					return err
-				}
-			}
-			el := time.Since(t0)
-			runtime.ReadMemStats(&ms1)
-			if r > 0 {
-				tgRates = append(tgRates, float64(*tg)/el.Seconds())
-				allocsPerStep = float64(ms1.Mallocs-ms0.Mallocs) / float64(*tg)
-			}
-		}
-	}
-	seq.Release()
-	var par []parallelResult
-	for _, n := range seqCounts {
-		var rs []float64
-		for r := 0; r <= *reps; r++ {
-			rate, err := benchParallel(c, m.Vocab, n, *tg, rng)
+			run, err := b.run([][]int32{random(*pp)}, 1)
 			if err != nil {
 				return err
 			}
 			if r > 0 {
-				rs = append(rs, rate)
+				ppRates = append(ppRates, float64(*pp)/run.first.Seconds())
+			}
+		}
+		if *tg > 0 {
+			run, err := b.run([][]int32{random(1)}, *tg+1)
+			if err != nil {
+				return err
+			}
+			if r > 0 {
+				tgRates = append(tgRates, float64(*tg)/run.rest.Seconds())
+				allocsPerStep = float64(run.allocs) / float64(*tg)
+			}
+		}
+	}
+	var par []parallelResult
+	for _, n := range seqCounts {
+		var rs []float64
+		for r := 0; r <= *reps; r++ {
+			prompts := make([][]int32, n)
+			for i := range prompts {
+				prompts[i] = random(1)
+			}
+			run, err := b.run(prompts, *tg+1)
+			if err != nil {
+				return err
+			}
+			if r > 0 {
+				rs = append(rs, float64(n**tg)/run.rest.Seconds())
 			}
 		}
 		par = append(par, parallelResult{Seqs: n, TG: median(rs), TGAll: rs})
 	}
 	res := benchResult{
-		Model: *model, Backend: be.Name(), Threads: *bf.threads, Params: paramCount(eng),
-		FileBytes: fileBytes(eng), PromptTokens: *pp, GenTokens: *tg, Reps: *reps,
+		Model: *model, Backend: be.Name(), Threads: *bf.threads, Params: llm.Params(),
+		FileBytes: llm.WeightBytes(), PromptTokens: *pp, GenTokens: *tg, Reps: *reps,
 		PP: median(ppRates), TG: median(tgRates), PPAll: ppRates, TGAll: tgRates,
 		AllocsPerStep: allocsPerStep, Parallel: par, PeakRSSMiB: peakRSSMiB(),
 	}
@@ -233,58 +210,88 @@ type parallelResult struct {
 	TGAll []float64 `json:"tg_runs"`
 }
 
-// benchParallel gives n sequences a one-token prompt each (one step), then times tg steps in
-// which every sequence advances by its greedy token, all n in one forward pass; it returns the
-// aggregate tokens/s of those steps.
-func benchParallel(c *llama.Context, vocab, n, tg int, rng *rand.Rand) (float64, error) {
-	seqs := make([]*kvcache.Seq, n)
-	for i := range seqs {
-		seqs[i] = c.Pool().NewSeq(tg + 1)
+// benchSched runs the measured requests through a scheduler, as `parley serve` and `parley
+// generate` run theirs, stepping it on this goroutine as `parley generate` does.
+type benchSched struct {
+	s   *sched.Scheduler
+	sts []*sched.Stream
+}
+
+// newBenchSched makes the scheduler of c, for requests of up to maxSeqs sequences at once.
+func newBenchSched(c *llama.Context, text sched.Text, maxSeqs int) (*benchSched, error) {
+	s, err := sched.New(sched.NewLlamaModel(c), text, sched.Config{MaxQueue: maxSeqs, MaxActive: maxSeqs})
+	if err != nil {
+		return nil, err
 	}
-	defer func() {
-		for _, s := range seqs {
-			s.Release()
+	return &benchSched{s: s}, nil
+}
+
+// benchRun is what a run's steps took: the first (the prompts), and the rest (one token of every
+// sequence each), with the heap allocations made in them.
+type benchRun struct {
+	first, rest time.Duration
+	allocs      uint64
+}
+
+// run generates maxTokens greedy tokens from each of prompts, submitted together: the first step
+// admits them all and processes every prompt; each of the maxTokens-1 steps after it advances
+// every sequence by one token.
+func (b *benchSched) run(prompts [][]int32, maxTokens int) (benchRun, error) {
+	var res benchRun
+	s := b.s
+	sp := decode.DefaultParams()
+	sp.Temperature = 0
+	sts := b.sts[:0]
+	for _, p := range prompts {
+		st, err := s.Submit(context.Background(), &sched.Request{Prompt: p, MaxTokens: maxTokens, Sampling: sp, IgnoreEOS: true})
+		if err != nil {
+			return res, err // the caller closes the scheduler, ending what was submitted
 		}
-	}()
-	toks, next := make([]int32, n), make([]int32, n)
-	rows := make([]int32, n)
-	for i := range toks {
-		toks[i], rows[i] = rng.Int32N(int32(vocab)), int32(i)
+		sts = append(sts, st)
 	}
-	var bb kvcache.BatchBuilder
-	step := func() error {
-		bb.Reset()
-		for _, s := range seqs {
-			if err := s.Reserve(1); err != nil {
-				return err
-			}
-			if err := bb.Add(s, 1); err != nil {
-				return err
-			}
-		}
-		if err := c.ForwardPick(toks, bb.Batch(), nil, nil, rows, next); err != nil {
-			return err
-		}
-		for i, s := range seqs {
-			if toks[i] = next[i]; toks[i] < 0 {
-				return fmt.Errorf("bench: %w", backend.ErrNoArgmax)
-			}
-			if err := s.Advance(1); err != nil {
-				return err
+	b.sts = sts
+	// drain takes the events of a step; every sequence is to run to its token limit.
+	drain := func() error {
+		for _, st := range sts {
+			for st.Ready() {
+				ev, err := st.Next(context.Background())
+				if err == io.EOF {
+					break
+				}
+				if err == nil && ev.Done && ev.Reason != decode.StopLength {
+					err = fmt.Errorf("bench: generation ended early (%s): %v", ev.Reason, ev.Err)
+				}
+				if err != nil {
+					return err
+				}
 			}
 		}
 		return nil
 	}
-	if err := step(); err != nil {
-		return 0, err
-	}
 	t0 := time.Now()
-	for range tg {
-		if err := step(); err != nil {
-			return 0, err
+	s.Step()
+	res.first = time.Since(t0)
+	if err := drain(); err != nil {
+		return res, err
+	}
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	t0 = time.Now()
+	for range maxTokens - 1 {
+		s.Step()
+		if err := drain(); err != nil {
+			return res, err
 		}
 	}
-	return float64(n*tg) / time.Since(t0).Seconds(), nil
+	res.rest = time.Since(t0)
+	runtime.ReadMemStats(&ms1)
+	res.allocs = ms1.Mallocs - ms0.Mallocs
+	for _, st := range sts {
+		if !st.Ready() {
+			return res, fmt.Errorf("bench: a sequence runs past its %d tokens", maxTokens)
+		}
+	}
+	return res, drain()
 }
 
 func argmax32(x []float32) int32 {
@@ -316,24 +323,4 @@ func joinf(x []float64, format string) string {
 		s += fmt.Sprintf(format, v)
 	}
 	return s
-}
-
-func paramCount(e *engine.Engine) int64 {
-	var n int64
-	for _, t := range e.File.Tensors {
-		p := int64(1)
-		for _, d := range t.Shape {
-			p *= d
-		}
-		n += p
-	}
-	return n
-}
-
-func fileBytes(e *engine.Engine) int64 {
-	var n int64
-	for _, t := range e.File.Tensors {
-		n += t.Size
-	}
-	return n
 }

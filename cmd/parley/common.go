@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,8 +13,8 @@ import (
 
 	"github.com/parleyhq/parley/runtime/backend"
 	_ "github.com/parleyhq/parley/runtime/backend/all"
-	"github.com/parleyhq/parley/runtime/engine"
 	"github.com/parleyhq/parley/runtime/hub"
+	"github.com/parleyhq/parley/runtime/models"
 	"github.com/parleyhq/parley/runtime/models/whisper"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
@@ -85,27 +86,24 @@ func (bf backendFlags) open(e *env) (backend.Backend, error) {
 	return b, err
 }
 
-// openModel starts the backend and loads the model onto it.
-func openModel(e *env, bf backendFlags, path string) (*engine.Engine, backend.Backend, error) {
+// openModel starts the backend and loads the language model at path onto it.
+func openModel(e *env, bf backendFlags, path string) (*models.LLM, backend.Backend, error) {
 	if path == "" {
 		return nil, nil, usagef("-m MODEL is required")
 	}
-	return openOn(e, bf, path, func(p string, b backend.Backend) (*engine.Engine, error) {
-		if err := notWhisper(p); err != nil {
-			return nil, err
-		}
-		return engine.Open(p, b)
+	return openOn(e, bf, path, func(p string, b backend.Backend) (*models.LLM, error) {
+		m, err := models.OpenLLM(p, b)
+		return m, takenBy(err)
 	})
 }
 
-// notWhisper returns an error saying so when path is a Whisper model (whisper.cpp's ggml file,
-// or GGUF with the whisper architecture), for the commands that take a language model; nil
-// otherwise, also when path cannot be read: the reader that opens it next says why.
-func notWhisper(path string) error {
-	if ok, _ := whisper.IsModelFile(path); ok {
-		return fmt.Errorf("%s is a Whisper speech-recognition model, not a language model: parley transcribe takes it", path)
+// takenBy adds to an error of a speech recognition model given for a language model the command
+// that takes it.
+func takenBy(err error) error {
+	if errors.Is(err, models.ErrNotLLM) {
+		return fmt.Errorf("%w: parley transcribe takes it", err)
 	}
-	return nil
+	return err
 }
 
 // openWhisper opens the backend the flags choose and the Whisper model at path (a file or an

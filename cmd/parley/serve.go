@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/parleyhq/parley/runtime/backend"
-	"github.com/parleyhq/parley/runtime/engine"
 	"github.com/parleyhq/parley/runtime/hub"
+	"github.com/parleyhq/parley/runtime/models"
 	"github.com/parleyhq/parley/runtime/models/llama"
 	"github.com/parleyhq/parley/runtime/models/whisper"
 	"github.com/parleyhq/parley/runtime/sched"
@@ -48,14 +48,14 @@ func envInt(name string, def int) int {
 func runServe(e *env, args []string) error {
 	fs := newFlags(e, "serve", "-m [ALIAS=]MODEL [-m ...] [flags]   (every flag also reads $PARLEY_<FLAG>)")
 	bf := addBackendFlags(fs)
-	var models multiFlag
-	fs.Var(&models, "m", "model file, or ALIAS=FILE, where FILE may be hf://owner/repo[@rev]/file.gguf (downloaded once into $PARLEY_CACHE; repeatable; $PARLEY_MODEL, comma-separated); a Whisper model (whisper.cpp ggml file, or GGUF of architecture whisper) is served as a speech recognition model")
+	var modelArgs multiFlag
+	fs.Var(&modelArgs, "m", "model file, or ALIAS=FILE, where FILE may be hf://owner/repo[@rev]/file.gguf (downloaded once into $PARLEY_CACHE; repeatable; $PARLEY_MODEL, comma-separated); a Whisper model (whisper.cpp ggml file, or GGUF of architecture whisper) is served as a speech recognition model")
 	host := fs.String("host", envDefault("PARLEY_HOST", "127.0.0.1"), "address to listen on")
 	port := fs.Int("port", envInt("PARLEY_PORT", 8080), "port to listen on (0: any free port, printed at start)")
 	ctxLen := fs.Int("ctx", envInt("PARLEY_CTX", 0), "positions per sequence (0: the model's training context)")
 	parallel := fs.Int("parallel", envInt("PARLEY_PARALLEL", 8), "most sequences decoded together per model")
 	kvMiB := fs.Int("kv-mem", envInt("PARLEY_KV_MEM", 0), "KV-cache memory budget per model in MiB (0: ctx × parallel positions, cut to fit half the memory available, three quarters of a GPU's)")
-	step := fs.Int("step-tokens", envInt("PARLEY_STEP_TOKENS", 512), "token budget of one batched step (decode tokens plus prompt chunks)")
+	stepTokens := fs.Int("step-tokens", envInt("PARLEY_STEP_TOKENS", 512), "token budget of one batched step (decode tokens plus prompt chunks)")
 	queue := fs.Int("queue", envInt("PARLEY_QUEUE", 64), "waiting requests per model beyond which requests get 429")
 	apiKey := fs.String("api-key", envDefault("PARLEY_API_KEY", ""), "require this bearer token")
 	cors := fs.String("cors", envDefault("PARLEY_CORS", ""), "comma-separated origins browsers may call from (* for any)")
@@ -102,14 +102,14 @@ func runServe(e *env, args []string) error {
 	if len(pos) != 0 {
 		return usagef("unexpected arguments %q", pos)
 	}
-	if len(models) == 0 {
+	if len(modelArgs) == 0 {
 		if v := os.Getenv("PARLEY_MODEL"); v != "" {
-			models = strings.Split(v, ",")
+			modelArgs = strings.Split(v, ",")
 		} else {
 			return usagef("at least one -m MODEL is required")
 		}
 	}
-	if *parallel < 1 || *step < 1 || *queue < 0 || *ctxLen < 0 || *kvMiB < 0 || *maxBody < 1 {
+	if *parallel < 1 || *stepTokens < 1 || *queue < 0 || *ctxLen < 0 || *kvMiB < 0 || *maxBody < 1 {
 		return usagef("--parallel, --step-tokens and --max-body must be positive; --queue, --ctx and --kv-mem not negative")
 	}
 	if *asrParallel < 1 || *asrQueue < 0 || *maxAudio < 1 || *maxAudioDur <= 0 || *maxStreams < 1 || *asrEncode < 1 || *asrEncode > min(*asrParallel, 64) {
@@ -134,7 +134,7 @@ func runServe(e *env, args []string) error {
 	type spec struct{ name, path string }
 	var specs []spec
 	seen := map[string]bool{}
-	for _, m := range models {
+	for _, m := range modelArgs {
 		name, path, ok := strings.Cut(m, "=")
 		if !ok {
 			path = m
@@ -226,10 +226,10 @@ func runServe(e *env, args []string) error {
 			}
 			sp.path = local
 		}
-		if isWhisper, err := whisper.IsModelFile(sp.path); err != nil {
+		if kind, err := models.Probe(sp.path); err != nil {
 			hs.Close()
 			return fmt.Errorf("%s: %w", sp.name, err)
-		} else if isWhisper {
+		} else if kind == models.KindSpeechRecognition {
 			wm, err := whisper.Open(be, sp.path)
 			if err != nil {
 				hs.Close()
@@ -248,51 +248,51 @@ func runServe(e *env, args []string) error {
 			logger.Info("speech model loaded", "model", sp.name, "path", sp.path, "multilingual", wm.Multilingual(), "parallel", *asrParallel, "took", time.Since(t0).Round(time.Millisecond))
 			continue
 		}
-		eng, err := engine.Open(sp.path, be)
+		llm, err := models.OpenLLM(sp.path, be)
 		if err != nil {
 			hs.Close()
 			return err
 		}
-		closers = append(closers, func() { eng.Close() })
-		m := eng.Model
+		closers = append(closers, func() { llm.Close() })
+		m := llm.Model
 		perPos := kvBytesPerPos(m, kv)
 		var budget int64
 		if *kvMiB == 0 {
 			budget = kvBudget(be) / int64(len(specs)) // shared by the models served
 		}
-		plan := planKV(*ctxLen, *kvMiB, *parallel, m.Context, perPos, budget)
+		plan := planKV(*ctxLen, *kvMiB, *parallel, llm.TrainingContext(), perPos, budget)
 		n, slots := plan.ctx, plan.slots
 		if *kvMiB > 0 && slots < n {
 			hs.Close()
 			return fmt.Errorf("%s: --kv-mem %d MiB holds %d positions, less than one sequence of %d", sp.name, *kvMiB, slots, n)
 		}
-		if plan.capped && n < min(m.Context, minCutCtx) {
+		if plan.capped && n < min(llm.TrainingContext(), minCutCtx) {
 			hs.Close()
 			return fmt.Errorf("%s: %d MiB of memory for the KV cache hold only %d positions; give --kv-mem (MiB) or a smaller --ctx or --parallel", sp.name, budget>>20, n)
 		}
 		if plan.capped {
-			logger.Warn("KV cache cut to fit memory; --ctx and --kv-mem choose", "model", sp.name, "trained_ctx", m.Context, "ctx", n,
+			logger.Warn("KV cache cut to fit memory; --ctx and --kv-mem choose", "model", sp.name, "trained_ctx", llm.TrainingContext(), "ctx", n,
 				"kv_slots", slots, "wanted_slots", int64(n)*int64(*parallel), "budget_mib", budget>>20)
 		}
 		if plan.tight {
 			logger.Warn("one sequence of --ctx needs more than the KV memory budget", "model", sp.name, "ctx", n,
 				"needs_mib", int64(n)*perPos>>20, "budget_mib", budget>>20)
 		}
-		c, err := m.NewContext(llama.ContextConfig{MaxTokens: *step, MaxSeqs: *parallel, KVSlots: slots, KVType: kv, SeqContext: n})
+		c, err := m.NewContext(llama.ContextConfig{StepTokens: *stepTokens, MaxSeqs: *parallel, KVSlots: slots, KVType: kv, SeqContext: n})
 		if err != nil {
 			hs.Close()
 			return fmt.Errorf("%s: %w", sp.name, err)
 		}
 		closers = append(closers, func() { c.Close() })
-		s, err := sched.New(sched.NewLlamaModel(c), sched.NewTokenizerText(eng.Tokenizer), sched.Config{
-			MaxQueue: *queue, StepTokens: *step, MaxActive: *parallel, MaxContext: n, PrefixCache: *prefix, OnStep: steps.OnStep(sp.name), Logger: logger.With("model", sp.name),
+		s, err := sched.New(sched.NewLlamaModel(c), llm.Text(), sched.Config{
+			MaxQueue: *queue, StepTokens: *stepTokens, MaxActive: *parallel, MaxContext: n, PrefixCache: *prefix, OnStep: steps.OnStep(sp.name), Logger: logger.With("model", sp.name),
 		})
 		if err != nil {
 			hs.Close()
 			return fmt.Errorf("%s: %w", sp.name, err)
 		}
 		scheds = append(scheds, s)
-		served = append(served, &server.Model{Name: sp.name, Engine: eng, Sched: s, Ctx: n})
+		served = append(served, &server.Model{Name: sp.name, Tokenizer: llm.Text(), ChatTemplate: llm.ChatTemplate(), Sched: s, Ctx: n})
 		logger.Info("model loaded", "model", sp.name, "path", sp.path, "arch", m.Arch, "ctx", n, "kv_slots", c.Pool().Slots(), "parallel", *parallel, "took", time.Since(t0).Round(time.Millisecond))
 	}
 	srv, err := server.New(server.Config{APIKey: *apiKey, AllowedOrigins: origins, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout, RequestTimeout: *timeout, Logger: logger, Steps: steps,

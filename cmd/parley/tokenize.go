@@ -5,6 +5,7 @@ import (
 	"io"
 
 	"github.com/parleyhq/parley/runtime/gguf"
+	"github.com/parleyhq/parley/runtime/models"
 	"github.com/parleyhq/parley/runtime/tokenizer"
 )
 
@@ -35,8 +36,8 @@ func runTokenize(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := notWhisper(path); err != nil {
-		return err
+	if err := models.CheckLLM(path); err != nil {
+		return takenBy(err)
 	}
 	f, err := gguf.Open(path)
 	if err != nil {

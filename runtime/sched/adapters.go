@@ -4,7 +4,6 @@ import (
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/kvcache"
 	"github.com/parleyhq/parley/runtime/models/llama"
-	"github.com/parleyhq/parley/runtime/tokenizer"
 )
 
 // LlamaModel adapts a *llama.Context to Model.
@@ -49,28 +48,11 @@ func (m *LlamaModel) Pool() *kvcache.Pool { return m.c.Pool() }
 // Vocab is the number of logits per row.
 func (m *LlamaModel) Vocab() int { return m.vocab }
 
-// MaxTokens is the most tokens one step takes.
-func (m *LlamaModel) MaxTokens() int { return m.cfg.MaxTokens }
+// StepTokens is the most tokens one step takes.
+func (m *LlamaModel) StepTokens() int { return m.cfg.StepTokens }
 
 // MaxSeqs is the most logit rows one step returns.
 func (m *LlamaModel) MaxSeqs() int { return m.cfg.MaxSeqs }
 
 // Context is the model's training context, a sensible Config.MaxContext.
 func (m *LlamaModel) Context() int { return m.c.Model().Context }
-
-// TokenizerText adapts a *tokenizer.Tokenizer to Text.
-type TokenizerText struct {
-	t *tokenizer.Tokenizer
-	v *tokenizer.Vocab
-}
-
-// NewTokenizerText wraps t.
-func NewTokenizerText(t *tokenizer.Tokenizer) *TokenizerText {
-	return &TokenizerText{t: t, v: t.Vocab()}
-}
-
-// Piece is the bytes id stands for when detokenised (shared; not to be modified).
-func (x *TokenizerText) Piece(id int32) []byte { return x.t.Piece(id) }
-
-// IsEOG reports whether id ends generation.
-func (x *TokenizerText) IsEOG(id int32) bool { return x.v.IsEOG(id) }

@@ -23,31 +23,31 @@ const fakeVocab = 64
 // positions 0..pos, read through the batch's block table. Any mistake in block sharing, slots or
 // positions therefore changes the output.
 type fakeModel struct {
-	pool      *kvcache.Pool
-	kv        []int32 // [slots] token stored in each slot
-	maxTokens int
-	maxSeqs   int
-	eosAt     int // if > 0, EOS is the most likely token at this position
-	record    bool
-	calls     int
-	batches   []int   // tokens of each Forward
-	rows      []int   // logit rows of each Forward
-	starts    []int32 // first prompt token of every sequence fed from position 0, in order
-	hook      func(call int)
-	fail      error // returned by the next Forward, then cleared
+	pool       *kvcache.Pool
+	kv         []int32 // [slots] token stored in each slot
+	stepTokens int
+	maxSeqs    int
+	eosAt      int // if > 0, EOS is the most likely token at this position
+	record     bool
+	calls      int
+	batches    []int   // tokens of each Forward
+	rows       []int   // logit rows of each Forward
+	starts     []int32 // first prompt token of every sequence fed from position 0, in order
+	hook       func(call int)
+	fail       error // returned by the next Forward, then cleared
 }
 
-func newFake(t testing.TB, blocks, blockSize, maxTokens, maxSeqs int) *fakeModel {
+func newFake(t testing.TB, blocks, blockSize, stepTokens, maxSeqs int) *fakeModel {
 	p, err := kvcache.NewPool(blocks, blockSize)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fakeModel{pool: p, kv: make([]int32, p.Slots()), maxTokens: maxTokens, maxSeqs: maxSeqs, record: true}
+	return &fakeModel{pool: p, kv: make([]int32, p.Slots()), stepTokens: stepTokens, maxSeqs: maxSeqs, record: true}
 }
 
 func (f *fakeModel) Pool() *kvcache.Pool { return f.pool }
 func (f *fakeModel) Vocab() int          { return fakeVocab }
-func (f *fakeModel) MaxTokens() int      { return f.maxTokens }
+func (f *fakeModel) StepTokens() int     { return f.stepTokens }
 func (f *fakeModel) MaxSeqs() int        { return f.maxSeqs }
 
 // fill writes the logits ([fakeVocab]) that follow position pos of a sequence whose tokens sum to sum.
@@ -71,7 +71,7 @@ func (f *fakeModel) Forward(tokens []int32, b *backend.Batch, out []int32, logit
 		return err
 	}
 	n := len(tokens)
-	if n == 0 || n > f.maxTokens || len(out) > f.maxSeqs || len(logits) != len(out)*fakeVocab || len(b.Pos) != n || len(b.Slot) != n {
+	if n == 0 || n > f.stepTokens || len(out) > f.maxSeqs || len(logits) != len(out)*fakeVocab || len(b.Pos) != n || len(b.Slot) != n {
 		return fmt.Errorf("fake: bad step: %d tokens, %d rows, %d logits", n, len(out), len(logits))
 	}
 	bs := f.pool.BlockSize()

@@ -2,22 +2,28 @@ package sched_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/parleyhq/parley/internal/sharedtest"
 	"github.com/parleyhq/parley/runtime/backend"
 	_ "github.com/parleyhq/parley/runtime/backend/all"
+	"github.com/parleyhq/parley/runtime/backend/backendtest"
 	"github.com/parleyhq/parley/runtime/decode"
-	"github.com/parleyhq/parley/runtime/engine"
+	"github.com/parleyhq/parley/runtime/kvcache"
+	"github.com/parleyhq/parley/runtime/models"
 	"github.com/parleyhq/parley/runtime/models/llama"
 	"github.com/parleyhq/parley/runtime/sched"
+	"github.com/parleyhq/parley/runtime/sched/schedtest"
+	"github.com/parleyhq/parley/runtime/tensor"
 )
 
-// TestMatchesEngine runs four greedy requests at once through the scheduler on stories260K and
-// checks that each produces exactly the tokens and text engine.Generate produces for its prompt
+// TestMatchesReference runs four greedy requests at once through the scheduler on stories260K and
+// checks that each produces exactly the tokens and text schedtest.Generate produces for its prompt
 // alone. The step budget (8 tokens) forces the prompts to be chunked and mixed with decode tokens.
-func TestMatchesEngine(t *testing.T) {
+func TestMatchesReference(t *testing.T) {
 	e := openStories(t)
 	texts := []string{"Once upon a time", "The little dog", "Lily wanted to play with her friend", "One day, a big"}
 	const maxTokens = 24
@@ -34,13 +40,13 @@ func TestMatchesEngine(t *testing.T) {
 			t.Fatal(err)
 		}
 		prompts[i] = p
-		c, err := e.NewContext(engine.ContextOptions{Ctx: 128, Chunk: 8})
+		c, err := e.Model.NewContext(llama.ContextConfig{StepTokens: 8, MaxSeqs: 1, KVSlots: 128})
 		if err != nil {
 			t.Fatal(err)
 		}
 		sp := decode.DefaultParams()
 		sp.Temperature = 0
-		res, err := e.Generate(context.Background(), c, engine.Request{Prompt: p, MaxTokens: maxTokens, Sampling: sp}, nil)
+		res, err := schedtest.Generate(c, e.Text(), p, maxTokens, sp)
 		c.Close()
 		if err != nil {
 			t.Fatal(err)
@@ -49,13 +55,13 @@ func TestMatchesEngine(t *testing.T) {
 		t.Logf("%q -> %q (%s)", s, res.Text, res.Reason)
 	}
 
-	c, err := e.Model.NewContext(llama.ContextConfig{MaxTokens: 8, MaxSeqs: 4, KVSlots: 256, BlockSize: 4})
+	c, err := e.Model.NewContext(llama.ContextConfig{StepTokens: 8, MaxSeqs: 4, KVSlots: 256, BlockSize: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	m := sched.NewLlamaModel(c)
-	s, err := sched.New(m, sched.NewTokenizerText(e.Tokenizer), sched.Config{MaxContext: m.Context()})
+	s, err := sched.New(m, e.Text(), sched.Config{MaxContext: m.Context()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +76,7 @@ func TestMatchesEngine(t *testing.T) {
 		}
 		streams = append(streams, st)
 	}
-	// Three sequences sharing the first prompt's whole blocks: each must match the engine too.
+	// Three sequences sharing the first prompt's whole blocks: each must match the reference too.
 	sp := decode.DefaultParams()
 	sp.Temperature = 0
 	shared, err := s.Submit(context.Background(), &sched.Request{Prompt: prompts[0], MaxTokens: maxTokens, Sampling: sp, N: 3})
@@ -86,7 +92,7 @@ func TestMatchesEngine(t *testing.T) {
 	}
 	for i, g := range got {
 		if !slices.Equal(g, wants[0].tokens) {
-			t.Errorf("sequence %d of 3: %v, engine %v", i, g, wants[0].tokens)
+			t.Errorf("sequence %d of 3: %v, reference %v", i, g, wants[0].tokens)
 		}
 	}
 	for i, st := range streams {
@@ -103,7 +109,7 @@ func TestMatchesEngine(t *testing.T) {
 			}
 		}
 		if !slices.Equal(toks, wants[i].tokens) || string(text) != wants[i].text || reason != wants[i].reason {
-			t.Errorf("prompt %q:\n scheduler %v %q (%s)\n engine    %v %q (%s)", texts[i], toks, text, reason, wants[i].tokens, wants[i].text, wants[i].reason)
+			t.Errorf("prompt %q:\n scheduler %v %q (%s)\n reference %v %q (%s)", texts[i], toks, text, reason, wants[i].tokens, wants[i].text, wants[i].reason)
 		}
 	}
 	if st := s.Stats(); st.GeneratedTokens == 0 || st.Steps == 0 {
@@ -120,10 +126,10 @@ func TestMatchesEngine(t *testing.T) {
 	}
 }
 
-// TestPrefixMatchesEngine: with the prefix cache on, a prompt sharing its first 20 tokens with an
+// TestPrefixMatchesReference: with the prefix cache on, a prompt sharing its first 20 tokens with an
 // earlier one (and the earlier one again, alongside it) takes those tokens' KV blocks from the
-// cache and still produces exactly engine.Generate's tokens and text.
-func TestPrefixMatchesEngine(t *testing.T) {
+// cache and still produces exactly schedtest.Generate's tokens and text.
+func TestPrefixMatchesReference(t *testing.T) {
 	e := openStories(t)
 	a, err := e.Tokenizer.Encode("Once upon a time, there was a little girl named Lily. She loved to play outside", true, false)
 	if err != nil {
@@ -147,11 +153,11 @@ func TestPrefixMatchesEngine(t *testing.T) {
 	prompts := [][]int32{a, b}
 	var want []result
 	for _, p := range prompts {
-		c, err := e.NewContext(engine.ContextOptions{Ctx: 128, Chunk: 8})
+		c, err := e.Model.NewContext(llama.ContextConfig{StepTokens: 8, MaxSeqs: 1, KVSlots: 128})
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := e.Generate(context.Background(), c, engine.Request{Prompt: p, MaxTokens: maxTokens, Sampling: sp}, nil)
+		res, err := schedtest.Generate(c, e.Text(), p, maxTokens, sp)
 		c.Close()
 		if err != nil {
 			t.Fatal(err)
@@ -159,13 +165,13 @@ func TestPrefixMatchesEngine(t *testing.T) {
 		want = append(want, result{res.Tokens, res.Text})
 	}
 
-	c, err := e.Model.NewContext(llama.ContextConfig{MaxTokens: 8, MaxSeqs: 4, KVSlots: 256, BlockSize: 4})
+	c, err := e.Model.NewContext(llama.ContextConfig{StepTokens: 8, MaxSeqs: 4, KVSlots: 256, BlockSize: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	m := sched.NewLlamaModel(c)
-	s, err := sched.New(m, sched.NewTokenizerText(e.Tokenizer), sched.Config{MaxContext: m.Context(), PrefixCache: true})
+	s, err := sched.New(m, e.Text(), sched.Config{MaxContext: m.Context(), PrefixCache: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +197,7 @@ func TestPrefixMatchesEngine(t *testing.T) {
 			}
 			w := want[which[i]]
 			if !slices.Equal(got.tokens, w.tokens) || got.text != w.text {
-				t.Errorf("prompt %d:\n scheduler %v %q\n engine    %v %q", which[i], got.tokens, got.text, w.tokens, w.text)
+				t.Errorf("prompt %d:\n scheduler %v %q\n reference %v %q", which[i], got.tokens, got.text, w.tokens, w.text)
 			}
 		}
 	}
@@ -214,7 +220,7 @@ func TestPrefixMatchesEngine(t *testing.T) {
 
 // openStories opens the shared stories260K F32 model on a one-thread pure-Go backend, both closed
 // when t ends.
-func openStories(t *testing.T) *engine.Engine {
+func openStories(t *testing.T) *models.LLM {
 	t.Helper()
 	path := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	be, _, err := backend.New("go", backend.Options{Threads: 1})
@@ -222,10 +228,161 @@ func openStories(t *testing.T) *engine.Engine {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { be.Close() })
-	e, err := engine.Open(path, be)
+	e, err := models.OpenLLM(path, be)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close() })
 	return e
+}
+
+// plain hides a backend's optional interfaces (backend.Argmaxer and backend.Drawer among them).
+type plain struct{ backend.Backend }
+
+// synthFile writes a small random-weight model with a 512-token vocabulary.
+func synthFile(t *testing.T) string {
+	t.Helper()
+	w, err := llama.Synth(llama.Shape{Name: "tiny", Dim: 64, Layers: 2, Heads: 4, KVHeads: 2, FFN: 96, Ctx: 128, Vocab: 512}, tensor.Q8_0, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "tiny.gguf")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteTo(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// generateAlone runs req alone through a scheduler over the model at path on be, with the
+// context `parley generate` gives it (128 positions, F16 cache), and returns its tokens.
+func generateAlone(t *testing.T, path string, be backend.Backend, req sched.Request) []int32 {
+	t.Helper()
+	m, err := models.OpenLLM(path, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	c, err := m.Model.NewContext(llama.ContextConfig{StepTokens: 128, MaxSeqs: 1, KVSlots: 128, KVType: tensor.F16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := sched.New(sched.NewLlamaModel(c), m.Text(), sched.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- s.Run(context.Background()) }()
+	st, err := s.Submit(context.Background(), &req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var toks []int32
+	for ev := range st.Events() {
+		if ev.Err != nil {
+			t.Fatal(ev.Err)
+		}
+		if ev.Token >= 0 {
+			toks = append(toks, ev.Token)
+		}
+	}
+	s.Close()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	return toks
+}
+
+// TestChoosesWhereLogitsAre: a greedy sequence alone takes its tokens from a backend that finds
+// the argmax where the logits are (the same tokens as from the logits), and a sampling one from
+// a backend that draws there (backend.Draw's rule, from the sampler's random stream, one draw a
+// token); with log-probabilities it keeps the logits.
+func TestChoosesWhereLogitsAre(t *testing.T) {
+	path := synthFile(t)
+	newGo := func() backend.Backend {
+		be, _, err := backend.New("go", backend.Options{Threads: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { be.Close() })
+		return be
+	}
+	prompt := []int32{1, 300, 301, 302}
+	greedy := decode.DefaultParams()
+	greedy.Temperature = 0
+	req := sched.Request{Prompt: prompt, MaxTokens: 12, Sampling: greedy, IgnoreEOS: true}
+	if a, b := generateAlone(t, path, newGo(), req), generateAlone(t, path, plain{newGo()}, req); !slices.Equal(a, b) {
+		t.Fatalf("greedy: %v with the backend's argmax, %v from the logits", a, b)
+	}
+
+	sp := decode.DefaultParams()
+	sp.Seed = 11
+	req.Sampling = sp
+	d := &backendtest.Drawing{Backend: newGo()}
+	got := generateAlone(t, path, d, req)
+	if d.Calls != len(got) {
+		t.Errorf("%d draws by the backend for %d tokens", d.Calls, len(got))
+	}
+	// The reference: the same steps, drawn here by the host rule.
+	want := func() []int32 {
+		be := newGo()
+		m, err := models.OpenLLM(path, be)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		c, err := m.Model.NewContext(llama.ContextConfig{StepTokens: 128, MaxSeqs: 1, KVSlots: 128, KVType: tensor.F16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		smp, err := decode.NewSampler(sp, m.Model.Vocab)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dr, _ := smp.Drawable()
+		seq := c.Pool().NewSeq(128)
+		var bb kvcache.BatchBuilder
+		lg := make([]float32, m.Model.Vocab)
+		id := []int32{0}
+		var gen []int32
+		for toks := prompt; len(gen) < 12; toks = id {
+			bb.Reset()
+			if err := seq.Reserve(len(toks)); err != nil {
+				t.Fatal(err)
+			}
+			if err := bb.Add(seq, len(toks)); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Forward(toks, bb.Batch(), []int32{int32(len(toks) - 1)}, lg); err != nil {
+				t.Fatal(err)
+			}
+			if err := seq.Advance(len(toks)); err != nil {
+				t.Fatal(err)
+			}
+			dr.Random = smp.NextRandom()
+			if err := backend.DrawRows(lg, m.Model.Vocab, []backend.Draw{dr}, id); err != nil {
+				t.Fatal(err)
+			}
+			gen = append(gen, id[0])
+		}
+		return gen
+	}()
+	if !slices.Equal(got, want) {
+		t.Fatalf("drawn by the backend: %v, want %v", got, want)
+	}
+
+	req.TopLogprobs = 2
+	calls := d.Calls
+	generateAlone(t, path, d, req)
+	if d.Calls != calls {
+		t.Errorf("with log-probabilities the backend drew %d tokens, want none", d.Calls-calls)
+	}
 }

@@ -219,7 +219,8 @@ func (l *Loop[R]) Run(ctx context.Context) error {
 
 // Step runs one step: it ends expired requests, queued or admitted, admits from the head of the
 // queue while the Work has room, and lets the Work step. It reports whether the Work did anything.
-// Run calls it; tests that drive a Work by hand may call it instead of Run.
+// Run calls it; a caller that drives a Work by hand (Scheduler.Step, tests) may call it instead of
+// Run.
 func (l *Loop[R]) Step() bool {
 	busy := l.step()
 	if l.flush != nil {

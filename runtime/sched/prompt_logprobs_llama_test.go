@@ -7,17 +7,18 @@ import (
 	"time"
 
 	"github.com/parleyhq/parley/runtime/decode"
-	"github.com/parleyhq/parley/runtime/engine"
 	"github.com/parleyhq/parley/runtime/kvcache"
+	"github.com/parleyhq/parley/runtime/models"
 	"github.com/parleyhq/parley/runtime/models/llama"
 	"github.com/parleyhq/parley/runtime/sched"
+	"github.com/parleyhq/parley/runtime/sched/schedtest"
 )
 
 // oneByOne feeds prompt to a fresh context one token at a time and returns, for every token
 // after the first, decode.Logprobs of the logits at the position before it.
-func oneByOne(t *testing.T, e *engine.Engine, prompt []int32, top int) []sched.Event {
+func oneByOne(t *testing.T, e *models.LLM, prompt []int32, top int) []sched.Event {
 	t.Helper()
-	c, err := e.NewContext(engine.ContextOptions{Ctx: 128, Chunk: 1})
+	c, err := e.Model.NewContext(llama.ContextConfig{StepTokens: 1, MaxSeqs: 1, KVSlots: 128})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func oneByOne(t *testing.T, e *engine.Engine, prompt []int32, top int) []sched.E
 // and holding the prompt) and checks that the prompt log-probabilities and alternatives are
 // exactly those of a one-token-at-a-time forward over the same prompt (the Go backend gives a
 // row the same arithmetic in any batch), fed a token a step beside others or four a step alone,
-// that the generated tokens are engine.Generate's, and that MaxTokens 0 scores the prompt alone.
+// that the generated tokens are schedtest.Generate's, and that MaxTokens 0 scores the prompt alone.
 func TestPromptLogprobsMatchForward(t *testing.T) {
 	e := openStories(t)
 	p, err := e.Tokenizer.Encode("Once upon a time, there was a little girl named Lily. She loved to play outside", true, false)
@@ -66,26 +67,26 @@ func TestPromptLogprobsMatchForward(t *testing.T) {
 	sp := decode.DefaultParams()
 	sp.Temperature = 0
 	generate := func(prompt []int32) []int32 {
-		c, err := e.NewContext(engine.ContextOptions{Ctx: 128, Chunk: 8})
+		c, err := e.Model.NewContext(llama.ContextConfig{StepTokens: 8, MaxSeqs: 1, KVSlots: 128})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		res, err := e.Generate(context.Background(), c, engine.Request{Prompt: prompt, MaxTokens: maxTokens, Sampling: sp}, nil)
+		res, err := schedtest.Generate(c, e.Text(), prompt, maxTokens, sp)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return res.Tokens
 	}
 
-	c, err := e.Model.NewContext(llama.ContextConfig{MaxTokens: 8, MaxSeqs: 4, KVSlots: 512, BlockSize: 4})
+	c, err := e.Model.NewContext(llama.ContextConfig{StepTokens: 8, MaxSeqs: 4, KVSlots: 512, BlockSize: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	m := sched.NewLlamaModel(c)
 	var batches []int // tokens of each step; read after Close
-	s, err := sched.New(m, sched.NewTokenizerText(e.Tokenizer), sched.Config{MaxContext: m.Context(), PrefixCache: true,
+	s, err := sched.New(m, e.Text(), sched.Config{MaxContext: m.Context(), PrefixCache: true,
 		OnStep: func(_ time.Duration, _, tokens int) { batches = append(batches, tokens) }})
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +155,7 @@ func TestPromptLogprobsMatchForward(t *testing.T) {
 	got, gen, _ := read(scoring)
 	check("scoring", got)
 	if w := generate(p); !slices.Equal(gen, w) {
-		t.Errorf("scoring request generated %v, engine %v", gen, w)
+		t.Errorf("scoring request generated %v, reference %v", gen, w)
 	}
 	got, gen, reason := read(only)
 	check("MaxTokens 0", got)
@@ -164,7 +165,7 @@ func TestPromptLogprobsMatchForward(t *testing.T) {
 	for i, st := range sts {
 		_, g, _ := read(st)
 		if w := generate(ops[i]); !slices.Equal(g, w) {
-			t.Errorf("%q beside the scoring: %v, engine %v", others[i], g, w)
+			t.Errorf("%q beside the scoring: %v, reference %v", others[i], g, w)
 		}
 	}
 	// Alone, it is fed four tokens a step (the four rows): the same again.

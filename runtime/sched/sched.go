@@ -1,7 +1,9 @@
-// Package sched owns continuous batching: one goroutine (Scheduler.Run) owns a model, its KV-cache
-// block pool and every sequence in flight, and each step admits waiting requests, builds one batch
-// from every decoding sequence's next token plus chunks of pending prompts, runs one forward pass,
-// samples each sequence that produced logits and streams its text to the requester.
+// Package sched owns continuous batching: one goroutine (Scheduler.Run in the server; the
+// command line's own, stepping it with Scheduler.Step) owns a model, its KV-cache block pool and
+// every sequence in flight, and each step admits waiting requests, builds one batch from every
+// decoding sequence's next token plus chunks of pending prompts, runs one forward pass, samples
+// each sequence that produced logits and streams its tokens, decoded, to the requester: the
+// scheduler is where generated tokens become text (Text).
 //
 // The machinery under it is shared by every kind of model: a Loop owns the bounded FIFO queue,
 // admission from its head, cancellation and deadlines at step boundaries, shutdown and per-step
@@ -65,9 +67,9 @@ const LevelTrace = slog.LevelDebug - 4
 type Model interface {
 	Forward(tokens []int32, b *backend.Batch, out []int32, logits []float32) error
 	Pool() *kvcache.Pool
-	Vocab() int     // logits per row
-	MaxTokens() int // most tokens one Forward takes
-	MaxSeqs() int   // most logit rows one Forward returns
+	Vocab() int      // logits per row
+	StepTokens() int // most tokens one Forward takes: the step width
+	MaxSeqs() int    // most logit rows one Forward returns
 }
 
 // Picker is a Model that also finds the next token of some rows as the argmax of their logits
@@ -91,7 +93,8 @@ type Drawer interface {
 	DrawsWhereLogitsAre() bool
 }
 
-// Text turns tokens into text and knows the end-of-generation set.
+// Text turns tokens into text and knows the end-of-generation set: the model's tokenizer
+// (models.Text). The scheduler is where generated tokens become text.
 type Text interface {
 	Piece(id int32) []byte
 	IsEOG(id int32) bool
@@ -100,7 +103,7 @@ type Text interface {
 // Config configures a Scheduler. Zero fields take the defaults given.
 type Config struct {
 	MaxQueue   int              // waiting requests beyond which Submit fails with ErrQueueFull (default 64)
-	StepTokens int              // token budget per step, decode tokens plus prompt chunks (default and most: Model.MaxTokens())
+	StepTokens int              // token budget per step, decode tokens plus prompt chunks (default and most: Model.StepTokens())
 	MaxActive  int              // most sequences in flight (default and most: min(Model.MaxSeqs(), StepTokens))
 	MaxContext int              // if > 0, prompt+MaxTokens beyond it is ErrTooLong (the model's training context)
 	Clock      func() time.Time // default time.Now
@@ -141,17 +144,23 @@ const (
 	ReasonError     decode.StopReason = "error"
 )
 
-// Event is one piece of a sequence's output.
+// Event is one piece of a sequence's output. Tokens come decoded: Text is the output to show,
+// Piece and TopPieces the bytes that log-probabilities name each token by, so that a receiver
+// never turns a token into text itself.
 type Event struct {
 	Seq     int                   // which of the N sequences
 	Prompt  bool                  // Token is a prompt token, scored (Request.PromptLogprobs): no Text, never Done
 	Token   int32                 // -1 for a final text flush
+	Piece   []byte                // Token's bytes (Text.Piece: shared, not to be modified); nil when Token is -1
 	Text    []byte                // text safe to show now (owned by the receiver)
 	Logprob float64               // when Request.Logprobs or TopLogprobs > 0
 	Top     []decode.TokenLogprob // owned by the receiver
-	Done    bool                  // last event of this sequence
-	Reason  decode.StopReason     // when Done: eos | stop | length | cancelled | timeout | error
-	Err     error                 // when Reason is error
+	// TopPieces are the bytes of Top's tokens, in order (the slice owned by the receiver, the
+	// pieces shared as Piece).
+	TopPieces [][]byte
+	Done      bool              // last event of this sequence
+	Reason    decode.StopReason // when Done: eos | stop | length | cancelled | timeout | error
+	Err       error             // when Reason is error
 }
 
 // Usage counts a request's tokens: the prompt once, and every sampled token of every sequence
@@ -256,6 +265,13 @@ func (st *Stream) Next(ctx context.Context) (Event, error) {
 	}
 }
 
+// Ready reports whether Next would return at once: an event is waiting, or the stream has ended.
+func (st *Stream) Ready() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.head < len(st.buf) || st.ended
+}
+
 // Events iterates over the request's events, waiting for each, up to its last.
 func (st *Stream) Events() iter.Seq[Event] {
 	return func(yield func(Event) bool) {
@@ -317,12 +333,13 @@ type seqState struct {
 	stopper  *decode.Stopper
 	topBuf   []decode.TokenLogprob
 	textSlab []byte
-	topSlab  []decode.TokenLogprob
+	tops     *topSlab // where the events' alternatives are copied to, from ntop on
+	ntop     int
 }
 
 const (
 	textSlabSize = 2048
-	topSlabSize  = 256
+	topSlabSize  = 256 // at least decode.MaxTopLogprobs
 )
 
 // Scheduler steps many sequences through one Model. See the package comment.
@@ -386,14 +403,14 @@ func New(m Model, t Text, cfg Config) (*Scheduler, error) {
 		return nil, errors.New("sched: model has no KV block pool")
 	}
 	vocab := m.Vocab()
-	if vocab <= 0 || vocab > decode.MaxVocab || m.MaxTokens() <= 0 || m.MaxSeqs() <= 0 {
-		return nil, fmt.Errorf("sched: model reports vocabulary %d, %d tokens and %d rows per step", vocab, m.MaxTokens(), m.MaxSeqs())
+	if vocab <= 0 || vocab > decode.MaxVocab || m.StepTokens() <= 0 || m.MaxSeqs() <= 0 {
+		return nil, fmt.Errorf("sched: model reports vocabulary %d, %d tokens and %d rows per step", vocab, m.StepTokens(), m.MaxSeqs())
 	}
 	if cfg.StepTokens == 0 {
-		cfg.StepTokens = m.MaxTokens()
+		cfg.StepTokens = m.StepTokens()
 	}
-	if cfg.StepTokens < 1 || cfg.StepTokens > m.MaxTokens() {
-		return nil, fmt.Errorf("sched: step budget %d outside 1..%d tokens", cfg.StepTokens, m.MaxTokens())
+	if cfg.StepTokens < 1 || cfg.StepTokens > m.StepTokens() {
+		return nil, fmt.Errorf("sched: step budget %d outside 1..%d tokens", cfg.StepTokens, m.StepTokens())
 	}
 	most := min(m.MaxSeqs(), cfg.StepTokens)
 	if cfg.MaxActive == 0 {
@@ -592,6 +609,14 @@ func (s *Scheduler) Close() error { return s.loop.Close() }
 // Run is the step loop; it returns nil after Close, or ctx.Err() when ctx is done (ending every
 // request with Reason "cancelled" and refusing new ones). It may be called once.
 func (s *Scheduler) Run(ctx context.Context) error { return s.loop.Run(ctx) }
+
+// Step runs one step of the loop on the caller's goroutine, for a caller that drives the
+// scheduler itself instead of running Run (the command line, which serves one client): it ends
+// the requests cancelled or past their deadline, admits what fits and runs one batch. The events
+// of the step are in their streams when it returns, and a stream whose request ended in it has
+// ended (Stream.Ready, Next). It reports whether there was anything to run. A scheduler is
+// driven by Step or by Run, never both.
+func (s *Scheduler) Step() bool { return s.loop.Step() }
 
 // llmWork is the Scheduler as the Work its Loop steps.
 type llmWork Scheduler
@@ -803,10 +828,10 @@ func (s *Scheduler) scored() {
 // position before it.
 func (s *Scheduler) emitPrompt(q *seqState, id int32, lg []float32) {
 	r := q.r
-	ev := Event{Seq: q.idx, Prompt: true, Token: id}
+	ev := Event{Seq: q.idx, Prompt: true, Token: id, Piece: s.t.Piece(id)}
 	if r.topN > 0 {
 		ev.Logprob, q.topBuf = decode.Logprobs(lg, id, r.topN, q.topBuf[:0])
-		ev.Top = q.copyTop(q.topBuf)
+		ev.Top, ev.TopPieces = q.copyTop(s.t, q.topBuf)
 	} else {
 		ev.Logprob = decode.Logprob(lg, id)
 	}
@@ -964,14 +989,14 @@ func (s *Scheduler) emit(q *seqState, id int32, err error, lg []float32) {
 	q.last = id
 	r.st.usage.CompletionTokens++
 	s.genTok.Add(1)
-	ev := Event{Seq: q.idx, Token: id}
+	ev := Event{Seq: q.idx, Token: id, Piece: s.t.Piece(id)}
 	if r.topN > 0 {
 		ev.Logprob, q.topBuf = decode.Logprobs(lg, id, r.topN, q.topBuf[:0])
-		ev.Top = q.copyTop(q.topBuf)
+		ev.Top, ev.TopPieces = q.copyTop(s.t, q.topBuf)
 	} else if r.logprobs {
 		ev.Logprob = decode.Logprob(lg, id)
 	}
-	released, reason := q.stopper.PushBytes(id, s.t.Piece(id))
+	released, reason := q.stopper.PushBytes(id, ev.Piece)
 	ev.Text = q.copyText(released)
 	switch reason {
 	case decode.NotStopped:
@@ -996,17 +1021,32 @@ func (q *seqState) copyText(b []byte) []byte {
 	return q.textSlab[i:len(q.textSlab):len(q.textSlab)]
 }
 
-func (q *seqState) copyTop(t []decode.TokenLogprob) []decode.TokenLogprob {
+// copyTop copies t for an event, with the pieces of its tokens.
+func (q *seqState) copyTop(x Text, t []decode.TokenLogprob) ([]decode.TokenLogprob, [][]byte) {
 	if len(t) == 0 {
-		return nil
+		return nil, nil
 	}
-	if len(t) > cap(q.topSlab)-len(q.topSlab) {
-		q.topSlab = make([]decode.TokenLogprob, 0, max(topSlabSize, len(t)))
+	if q.tops == nil || len(t) > topSlabSize-q.ntop {
+		q.tops, q.ntop = new(topSlab), 0
 	}
-	i := len(q.topSlab)
-	q.topSlab = append(q.topSlab, t...)
-	return q.topSlab[i:len(q.topSlab):len(q.topSlab)]
+	i, n := q.ntop, q.ntop+len(t)
+	copy(q.tops.top[i:n], t)
+	for k, a := range t {
+		q.tops.pieces[i+k] = x.Piece(a.ID)
+	}
+	q.ntop = n
+	return q.tops.top[i:n:n], q.tops.pieces[i:n:n]
 }
+
+// topSlab holds the alternatives of many events and their pieces, index for index: one
+// allocation for both.
+type topSlab struct {
+	top    [topSlabSize]decode.TokenLogprob
+	pieces [topSlabSize][]byte
+}
+
+// A request's alternatives (at most decode.MaxTopLogprobs) fit one slab.
+var _ [topSlabSize - decode.MaxTopLogprobs]struct{}
 
 // endSeq ends one sequence early: its held-back text is flushed with the Done event.
 func (s *Scheduler) endSeq(q *seqState, why decode.StopReason, err error) {

@@ -1,8 +1,10 @@
 package sched
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"math"
 	"runtime"
 	"slices"
@@ -538,5 +540,93 @@ func TestQueuedDeadlineWhileIdle(t *testing.T) {
 		st.Cancel()
 		<-done
 		t.Fatal("the queued request outlived its deadline by 10 s")
+	}
+}
+
+// TestEventPieces: every event of a token carries the token's bytes, and those of its
+// alternatives, for prompt and generated tokens alike; a final flush carries none.
+func TestEventPieces(t *testing.T) {
+	m := newFake(t, 16, 4, 16, 4)
+	h := newHarness(t, m, Config{})
+	h.run()
+	sp := decode.DefaultParams()
+	sp.Seed = 3
+	st := h.submit(t, &Request{Prompt: prompt(5, 6), MaxTokens: 8, Sampling: sp, TopLogprobs: 3, PromptLogprobs: true, IgnoreEOS: true})
+	n := 0
+	for ev := range st.Events() {
+		if ev.Token < 0 {
+			if ev.Piece != nil || ev.TopPieces != nil {
+				t.Errorf("flush event with pieces: %+v", ev)
+			}
+			continue
+		}
+		n++
+		if !bytes.Equal(ev.Piece, letters[ev.Token]) || len(ev.TopPieces) != len(ev.Top) || len(ev.Top) != 3 {
+			t.Fatalf("event %+v: piece %q, %d pieces of %d alternatives", ev, ev.Piece, len(ev.TopPieces), len(ev.Top))
+		}
+		for i, a := range ev.Top {
+			if !bytes.Equal(ev.TopPieces[i], letters[a.ID]) {
+				t.Errorf("alternative %d of token %d: %q, want %q", a.ID, ev.Token, ev.TopPieces[i], letters[a.ID])
+			}
+		}
+	}
+	if n != 5+8 {
+		t.Errorf("%d token events, want 5 scored and 8 generated", n)
+	}
+}
+
+// TestStepByHand: a scheduler stepped by its caller instead of Run produces what Run does, each
+// step's events ready when Step returns, the stream ended by the step that ends its request; a
+// cancellation ends the request at the next step.
+func TestStepByHand(t *testing.T) {
+	m := newFake(t, 32, 4, 8, 4)
+	h := newHarness(t, m, Config{})
+	p, q := prompt(3, 11), prompt(7, 2)
+	a := h.submit(t, &Request{Prompt: p, MaxTokens: 6, Sampling: greedy(), IgnoreEOS: true})
+	b := h.submit(t, &Request{Prompt: q, MaxTokens: 20, Sampling: greedy()})
+	if a.Ready() || b.Ready() {
+		t.Fatal("a stream ready before any step")
+	}
+	var got seqResult
+	steps := 0
+	for !a.Ready() || got.reason == "" {
+		if !h.s.Step() {
+			t.Fatalf("step %d: nothing to run", steps)
+		}
+		steps++
+		for a.Ready() {
+			ev, err := a.Next(context.Background())
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.Token >= 0 {
+				got.tokens = append(got.tokens, ev.Token)
+			}
+			got.text += string(ev.Text)
+			if ev.Done {
+				got.reason = ev.Reason
+			}
+		}
+	}
+	checkSeq(t, m, got, p, 6, greedy())
+	if _, err := a.Next(context.Background()); err != io.EOF {
+		t.Errorf("after its last event: %v, want io.EOF", err)
+	}
+	// 11 prompt tokens in steps of 8 beside the other request: the first token at step 2 at the
+	// earliest, the sixth five steps later.
+	if steps < 7 {
+		t.Errorf("%d steps", steps)
+	}
+	b.Cancel()
+	h.s.Step()
+	res := drain(t, b, 1)
+	if res[0].reason != ReasonCancelled {
+		t.Errorf("cancelled request ended %q", res[0].reason)
+	}
+	if h.s.Step() {
+		t.Error("a step with nothing to run reported work")
 	}
 }

@@ -165,7 +165,7 @@ func assemble(t *testing.T, b []byte, stream bool) (map[int]*choiceOut, *usageJS
 func TestMultiplePrompts(t *testing.T) {
 	h := newHarness(t, Config{})
 	prompts := []string{"Once upon a time, there was a little", "The dog"}
-	toks, err := h.plain.Engine.Tokenizer.Encode(prompts[1], true, true)
+	toks, err := h.plainLLM.Tokenizer.Encode(prompts[1], true, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestMultiplePrompts(t *testing.T) {
 				wantUsage.TotalTokens = wantUsage.PromptTokens + wantUsage.CompletionTokens
 				req := map[string]any{"prompt": prompts, "stream": stream, "stream_options": map[string]any{"include_usage": true}}
 				if form == "tokens" {
-					toks0, _ := h.plain.Engine.Tokenizer.Encode(prompts[0], true, true)
+					toks0, _ := h.plainLLM.Tokenizer.Encode(prompts[0], true, true)
 					req["prompt"] = [][]int32{toks0, toks}
 				}
 				for k, v := range base {
@@ -238,9 +238,9 @@ func TestMultiplePrompts(t *testing.T) {
 // queue is full), the request fails with nothing generated, and the prompts already submitted
 // are cancelled rather than run.
 func TestMultiplePromptsRejectedWhole(t *testing.T) {
-	e := openEngine(t, modelPath(t))
+	e := openLLM(t, modelPath(t))
 	sc, start := newSched(t, e, sched.Config{MaxQueue: 1}, false)
-	s, err := New(Config{}, []*Model{{Name: "m", Engine: e, Sched: sc, Ctx: testCtx}})
+	s, err := New(Config{}, []*Model{llmModel("m", e, sc, testCtx)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +310,7 @@ func TestTimeoutStopReason(t *testing.T) {
 // context and a completion its 16 tokens, shortened to what is left.
 func TestMaxTokensOverContext(t *testing.T) {
 	h := newHarness(t, Config{})
-	e := h.plain.Engine
+	e := h.plainLLM
 	var ids []int32
 	for len(ids) < testCtx-10 {
 		more, err := e.Tokenizer.Encode(" Once upon a time there was a dog.", false, false)
@@ -359,7 +359,7 @@ func TestMaxTokensOverContext(t *testing.T) {
 func byteToken(t *testing.T, h *harness, c byte) int {
 	t.Helper()
 	for id := 0; id < 100000; id++ {
-		p := h.plain.Engine.Tokenizer.Piece(int32(id))
+		p := h.plainLLM.Tokenizer.Piece(int32(id))
 		if len(p) == 1 && p[0] == c {
 			return id
 		}
@@ -422,7 +422,7 @@ func TestLegacyLogprobs(t *testing.T) {
 			break
 		}
 	}
-	ids, _ := h.plain.Engine.Tokenizer.Encode("Once upon a time", true, true)
+	ids, _ := h.plainLLM.Tokenizer.Encode("Once upon a time", true, true)
 	lp = get(map[string]any{"prompt": ids, "max_tokens": 3, "temperature": 0, "logprobs": 0})
 	if len(lp.TextOffset) == 0 || lp.TextOffset[0] != len("Once upon a time") {
 		t.Errorf("token prompt: text_offset %v, want it to start at %d", lp.TextOffset, len("Once upon a time"))

@@ -35,7 +35,7 @@ func (m *instantModel) Forward(tokens []int32, b *backend.Batch, out []int32, lo
 }
 func (m *instantModel) Pool() *kvcache.Pool { return m.pool }
 func (m *instantModel) Vocab() int          { return m.vocab }
-func (m *instantModel) MaxTokens() int      { return 64 }
+func (m *instantModel) StepTokens() int     { return 64 }
 func (m *instantModel) MaxSeqs() int        { return 8 }
 
 // BenchmarkStreamOverhead measures what one streamed token costs above the model's forward
@@ -49,13 +49,13 @@ func (m *instantModel) MaxSeqs() int        { return 8 }
 //	go test ./runtime/server -run '^$' -bench StreamOverhead
 func BenchmarkStreamOverhead(b *testing.B) {
 	const gen, ctx = 256, 512
-	e := openEngine(b, modelPath(b))
+	e := openLLM(b, modelPath(b))
 	pool, err := kvcache.NewPool(2*ctx/16, 16)
 	if err != nil {
 		b.Fatal(err)
 	}
 	m := &instantModel{pool: pool, vocab: e.Model.Vocab}
-	sc, err := sched.New(m, sched.NewTokenizerText(e.Tokenizer), sched.Config{MaxContext: ctx})
+	sc, err := sched.New(m, e.Text(), sched.Config{MaxContext: ctx})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func BenchmarkStreamOverhead(b *testing.B) {
 		sc.Close()
 		<-done
 	}()
-	s, err := New(Config{}, []*Model{{Name: "m", Engine: e, Sched: sc, Ctx: ctx}})
+	s, err := New(Config{}, []*Model{llmModel("m", e, sc, ctx)})
 	if err != nil {
 		b.Fatal(err)
 	}

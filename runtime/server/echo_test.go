@@ -140,7 +140,7 @@ func checkOffsets(t *testing.T, text string, lp *echoLogprobs) {
 // prompt alone.
 func TestEchoText(t *testing.T) {
 	h := newHarness(t, Config{})
-	tk := h.plain.Engine.Tokenizer
+	tk := h.plainLLM.Tokenizer
 	toks, err := tk.Encode(logprobPrompt, true, true)
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +186,7 @@ func TestEchoText(t *testing.T) {
 // without echo, text_offset running on from the prompt. max_tokens 0 reports the prompt alone.
 func TestEchoLogprobs(t *testing.T) {
 	h := newHarness(t, Config{})
-	tk := h.plain.Engine.Tokenizer
+	tk := h.plainLLM.Tokenizer
 	toks, err := tk.Encode(logprobPrompt, true, true)
 	if err != nil {
 		t.Fatal(err)
@@ -278,7 +278,7 @@ func TestEchoChoices(t *testing.T) {
 	prompts := []string{logprobPrompt, "The little dog ran"}
 	ntok := make([]int, len(prompts))
 	for i, s := range prompts {
-		toks, err := h.plain.Engine.Tokenizer.Encode(s, true, true)
+		toks, err := h.plainLLM.Tokenizer.Encode(s, true, true)
 		if err != nil {
 			t.Fatal(err)
 		}

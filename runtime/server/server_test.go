@@ -16,10 +16,11 @@ import (
 	"github.com/parleyhq/parley/runtime/backend"
 	_ "github.com/parleyhq/parley/runtime/backend/all"
 	"github.com/parleyhq/parley/runtime/decode"
-	"github.com/parleyhq/parley/runtime/engine"
 	"github.com/parleyhq/parley/runtime/gguf"
+	"github.com/parleyhq/parley/runtime/models"
 	"github.com/parleyhq/parley/runtime/models/llama"
 	"github.com/parleyhq/parley/runtime/sched"
+	"github.com/parleyhq/parley/runtime/sched/schedtest"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
@@ -81,13 +82,13 @@ func withTemplate(t testing.TB, src, tmpl string) string {
 	return out
 }
 
-func openEngine(t testing.TB, path string) *engine.Engine {
+func openLLM(t testing.TB, path string) *models.LLM {
 	t.Helper()
 	be, _, err := backend.New("go", backend.Options{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := engine.Open(path, be)
+	e, err := models.OpenLLM(path, be)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,15 +96,20 @@ func openEngine(t testing.TB, path string) *engine.Engine {
 	return e
 }
 
+// llmModel serves e, run by s, as name with ctx positions per sequence.
+func llmModel(name string, e *models.LLM, s Scheduler, ctx int) *Model {
+	return &Model{Name: name, Tokenizer: e.Text(), ChatTemplate: e.ChatTemplate(), Sched: s, Ctx: ctx}
+}
+
 // newSched builds a scheduler over e; run says whether its loop starts now.
-func newSched(t testing.TB, e *engine.Engine, cfg sched.Config, run bool) (*sched.Scheduler, func()) {
+func newSched(t testing.TB, e *models.LLM, cfg sched.Config, run bool) (*sched.Scheduler, func()) {
 	t.Helper()
-	c, err := e.Model.NewContext(llama.ContextConfig{MaxTokens: 64, MaxSeqs: 8, KVSlots: 4 * testCtx, KVType: tensor.F32})
+	c, err := e.Model.NewContext(llama.ContextConfig{StepTokens: 64, MaxSeqs: 8, KVSlots: 4 * testCtx, KVType: tensor.F32})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.MaxContext = testCtx
-	sc, err := sched.New(sched.NewLlamaModel(c), sched.NewTokenizerText(e.Tokenizer), cfg)
+	sc, err := sched.New(sched.NewLlamaModel(c), e.Text(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,10 +132,11 @@ func newSched(t testing.TB, e *engine.Engine, cfg sched.Config, run bool) (*sche
 }
 
 type harness struct {
-	srv   *httptest.Server
-	s     *Server
-	plain *Model // stories260K as shipped: no chat template
-	chat  *Model // the same weights with chatML
+	srv               *httptest.Server
+	s                 *Server
+	plain             *Model      // stories260K as shipped: no chat template
+	chat              *Model      // the same weights with chatML
+	plainLLM, chatLLM *models.LLM // their files
 }
 
 func newHarness(t testing.TB, cfg Config) *harness {
@@ -145,13 +152,14 @@ var slowSteps = sched.Config{OnStep: func(time.Duration, int, int) { time.Sleep(
 func newHarnessSched(t testing.TB, cfg Config, sc sched.Config) *harness {
 	t.Helper()
 	p := modelPath(t)
-	e1 := openEngine(t, p)
-	e2 := openEngine(t, withTemplate(t, p, chatML))
+	e1 := openLLM(t, p)
+	e2 := openLLM(t, withTemplate(t, p, chatML))
 	s1, _ := newSched(t, e1, sc, true)
 	s2, _ := newSched(t, e2, sc, true)
 	h := &harness{
-		plain: &Model{Name: "stories", Engine: e1, Sched: s1, Ctx: testCtx},
-		chat:  &Model{Name: "stories-chat", Engine: e2, Sched: s2, Ctx: testCtx},
+		plain:    llmModel("stories", e1, s1, testCtx),
+		chat:     llmModel("stories-chat", e2, s2, testCtx),
+		plainLLM: e1, chatLLM: e2,
 	}
 	var err error
 	if h.s, err = New(cfg, []*Model{h.plain, h.chat}); err != nil {
@@ -210,17 +218,18 @@ func responseChunks(t *testing.T, b []byte, stream bool) []string {
 	return chunks[:len(chunks)-1]
 }
 
-// reference runs the engine's single-sequence generation: the text the server must match.
-func reference(t *testing.T, e *engine.Engine, prompt []int32, maxTokens int) *engine.Result {
+// reference generates greedily from prompt one sequence at a time (schedtest.Generate): the
+// text the server must match.
+func reference(t *testing.T, e *models.LLM, prompt []int32, maxTokens int) *schedtest.Result {
 	t.Helper()
-	c, err := e.NewContext(engine.ContextOptions{Ctx: testCtx, KVType: tensor.F32})
+	c, err := e.Model.NewContext(llama.ContextConfig{StepTokens: testCtx, MaxSeqs: 1, KVSlots: testCtx, KVType: tensor.F32})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	p := decode.DefaultParams()
 	p.Temperature = 0
-	res, err := e.Generate(context.Background(), c, engine.Request{Prompt: prompt, MaxTokens: maxTokens, Sampling: p}, nil)
+	res, err := schedtest.Generate(c, e.Text(), prompt, maxTokens, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,9 +273,9 @@ func decodeResp(t *testing.T, b []byte) *completionResp {
 
 const storyPrompt = "Once upon a time, there was a little"
 
-func TestCompletionGreedyMatchesEngine(t *testing.T) {
+func TestCompletionGreedyMatchesReference(t *testing.T) {
 	h := newHarness(t, Config{})
-	e := h.plain.Engine
+	e := h.plainLLM
 	toks, err := e.Tokenizer.Encode(storyPrompt, true, true)
 	if err != nil {
 		t.Fatal(err)
@@ -285,17 +294,17 @@ func TestCompletionGreedyMatchesEngine(t *testing.T) {
 	}
 	c := r.Choices[0]
 	if c.Text == nil || *c.Text != want.Text {
-		t.Errorf("text %q, engine %q", deref(c.Text), want.Text)
+		t.Errorf("text %q, reference %q", deref(c.Text), want.Text)
 	}
 	wantReason := map[decode.StopReason]string{decode.StopEOS: "stop", decode.StopLength: "length", decode.StopString: "stop"}[want.Reason]
 	if c.FinishReason == nil || *c.FinishReason != wantReason {
-		t.Errorf("finish_reason %v, engine %s", c.FinishReason, want.Reason)
+		t.Errorf("finish_reason %v, reference %s", c.FinishReason, want.Reason)
 	}
 	if string(c.Logprobs) != "null" {
 		t.Errorf("logprobs %s, want null", c.Logprobs)
 	}
 	if r.Usage == nil || r.Usage.PromptTokens != len(toks) || r.Usage.TotalTokens != r.Usage.PromptTokens+r.Usage.CompletionTokens || r.Usage.CompletionTokens < len(want.Tokens) {
-		t.Errorf("usage %+v, prompt %d tokens, engine generated %d", r.Usage, len(toks), len(want.Tokens))
+		t.Errorf("usage %+v, prompt %d tokens, reference generated %d", r.Usage, len(toks), len(want.Tokens))
 	}
 
 	// The same prompt as token ids.
@@ -304,7 +313,7 @@ func TestCompletionGreedyMatchesEngine(t *testing.T) {
 		t.Fatalf("status %d: %s", resp.StatusCode, b)
 	}
 	if got := deref(decodeResp(t, b).Choices[0].Text); got != want.Text {
-		t.Errorf("token prompt: text %q, engine %q", got, want.Text)
+		t.Errorf("token prompt: text %q, reference %q", got, want.Text)
 	}
 
 	// A stop string taken from the output ends the text just before it.
@@ -447,7 +456,7 @@ func TestChat(t *testing.T) {
 	h := newHarness(t, Config{})
 	msgs := []map[string]any{{"role": "system", "content": "You tell stories."}, {"role": "user", "content": "Tell me about a cat."}}
 	rendered := "<|im_start|>system\nYou tell stories.<|im_end|>\n<|im_start|>user\nTell me about a cat.<|im_end|>\n<|im_start|>assistant\n"
-	e := h.chat.Engine
+	e := h.chatLLM
 	toks, err := e.Tokenizer.Encode(rendered, true, true)
 	if err != nil {
 		t.Fatal(err)
@@ -463,7 +472,7 @@ func TestChat(t *testing.T) {
 		t.Fatalf("bad envelope: %s", b)
 	}
 	if m := r.Choices[0].Message; m.Role != "assistant" || m.Content != want.Text {
-		t.Errorf("message %+v, engine %q", m, want.Text)
+		t.Errorf("message %+v, reference %q", m, want.Text)
 	}
 	if r.Usage.PromptTokens != len(toks) {
 		t.Errorf("prompt tokens %d, want %d", r.Usage.PromptTokens, len(toks))
@@ -511,17 +520,17 @@ func TestChat(t *testing.T) {
 		text.WriteString(deref(d.Content))
 	}
 	if text.String() != want.Text {
-		t.Errorf("streamed %q, engine %q", text.String(), want.Text)
+		t.Errorf("streamed %q, reference %q", text.String(), want.Text)
 	}
 }
 
 // templateHarness serves the test model with tokenizer.chat_template set to tmpl, as the one
-// model name, and returns the harness and the model's engine.
-func templateHarness(t *testing.T, name, tmpl string) (*harness, *engine.Engine) {
+// model name, and returns the harness and the model.
+func templateHarness(t *testing.T, name, tmpl string) (*harness, *models.LLM) {
 	t.Helper()
-	e := openEngine(t, withTemplate(t, modelPath(t), tmpl))
+	e := openLLM(t, withTemplate(t, modelPath(t), tmpl))
 	sc, _ := newSched(t, e, sched.Config{}, true)
-	s, err := New(Config{}, []*Model{{Name: name, Engine: e, Sched: sc, Ctx: testCtx}})
+	s, err := New(Config{}, []*Model{llmModel(name, e, sc, testCtx)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -651,10 +660,10 @@ func TestErrors(t *testing.T) {
 
 func TestQueueFull(t *testing.T) {
 	p := modelPath(t)
-	e := openEngine(t, p)
+	e := openLLM(t, p)
 	// The step loop starts late, so requests stay queued and the second one overflows.
 	sc, start := newSched(t, e, sched.Config{MaxQueue: 1}, false)
-	s, err := New(Config{}, []*Model{{Name: "m", Engine: e, Sched: sc, Ctx: testCtx}})
+	s, err := New(Config{}, []*Model{llmModel("m", e, sc, testCtx)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -825,7 +834,7 @@ func TestNewRejects(t *testing.T) {
 		t.Error("no models accepted")
 	}
 	if _, err := New(Config{}, []*Model{{Name: "x"}}); err == nil {
-		t.Error("model without engine accepted")
+		t.Error("model without tokenizer and scheduler accepted")
 	}
 }
 
@@ -841,7 +850,7 @@ const thinkingTemplate = `{% for m in messages %}<|im_start|>{{ m.role }}
 {% endif %}{% if style is defined %}[{{ style.tone }} {{ style.n + 1 }}]{% endif %}`
 
 // TestChatTemplateKwargs: chat_template_kwargs reach the template as variables (the prompt is
-// the one rendered with them, and the answer the engine's for it); anything but an object, or a
+// the one rendered with them, and the answer the reference gives for it); anything but an object, or a
 // variable the server sets itself, is a 400 naming the parameter.
 func TestChatTemplateKwargs(t *testing.T) {
 	h, e := templateHarness(t, "think", thinkingTemplate)
@@ -872,7 +881,7 @@ func TestChatTemplateKwargs(t *testing.T) {
 		}
 		r := decodeResp(t, b)
 		if r.Usage.PromptTokens != len(toks) || r.Choices[0].Message == nil || r.Choices[0].Message.Content != want.Text {
-			t.Errorf("%s: prompt tokens %d (want %d), answer %s, engine %q", c.name, r.Usage.PromptTokens, len(toks), b, want.Text)
+			t.Errorf("%s: prompt tokens %d (want %d), answer %s, reference %q", c.name, r.Usage.PromptTokens, len(toks), b, want.Text)
 		}
 	}
 	for _, kw := range []string{`[1]`, `"x"`, `3`, `{"messages": []}`, `{"add_generation_prompt": false}`} {

@@ -35,7 +35,7 @@ func TestGraphs(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { m.Close() })
-		c, err := m.NewContext(llama.ContextConfig{MaxTokens: 1200, MaxSeqs: 3, KVSlots: 4096, KVType: tensor.F16})
+		c, err := m.NewContext(llama.ContextConfig{StepTokens: 1200, MaxSeqs: 3, KVSlots: 4096, KVType: tensor.F16})
 		if err != nil {
 			t.Fatal(err)
 		}

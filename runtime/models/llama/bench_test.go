@@ -32,7 +32,7 @@ func BenchmarkDecodeStep(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer m.Close()
-				c, err := m.NewContext(llama.ContextConfig{MaxTokens: 1, MaxSeqs: 1, KVSlots: 256, KVType: tensor.F16})
+				c, err := m.NewContext(llama.ContextConfig{StepTokens: 1, MaxSeqs: 1, KVSlots: 256, KVType: tensor.F16})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -88,7 +88,7 @@ func TestDecodeStepAllocatesNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			c, err := m.NewContext(llama.ContextConfig{MaxTokens: 2, MaxSeqs: 2, KVSlots: 64, KVType: tensor.F16})
+			c, err := m.NewContext(llama.ContextConfig{StepTokens: 2, MaxSeqs: 2, KVSlots: 64, KVType: tensor.F16})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -174,7 +174,7 @@ func BenchmarkBatchedDecode(b *testing.B) {
 				bname += "/picked"
 			}
 			b.Run(bname, func(b *testing.B) {
-				c, err := m.NewContext(llama.ContextConfig{MaxTokens: 128, MaxSeqs: n, KVSlots: 256 * n, KVType: tensor.F16})
+				c, err := m.NewContext(llama.ContextConfig{StepTokens: 128, MaxSeqs: n, KVSlots: 256 * n, KVType: tensor.F16})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -11,11 +11,11 @@ import (
 
 // ContextConfig sizes a Context.
 type ContextConfig struct {
-	MaxTokens int          // most tokens in one forward step (prompt chunk plus decode tokens)
-	MaxSeqs   int          // most rows of logits one step returns
-	KVSlots   int          // total KV-cache positions shared by all sequences
-	BlockSize int          // KV-cache block size in positions (default 16)
-	KVType    tensor.DType // F32 (the zero value), F16 (llama.cpp's default) or BF16 (where the backend holds it)
+	StepTokens int          // most tokens in one forward step (prompt chunks plus decode tokens): the step width
+	MaxSeqs    int          // most rows of logits one step returns
+	KVSlots    int          // total KV-cache positions shared by all sequences
+	BlockSize  int          // KV-cache block size in positions (default 16)
+	KVType     tensor.DType // F32 (the zero value), F16 (llama.cpp's default) or BF16 (where the backend holds it)
 	// SeqContext is the most positions one sequence reaches (0: KVSlots). Beyond the model's
 	// original context it chooses LongRoPE's long factors (Config.RoPEFor), as llama.cpp's
 	// context size does.
@@ -33,16 +33,16 @@ type Context struct {
 	rope backend.RoPE // the model's, with the factors for SeqContext
 
 	scratch []backend.Tensor // full-size buffers, closed with the context
-	x       backend.Tensor   // [MaxTokens, dim] residual stream
-	xn      backend.Tensor   // [MaxTokens, dim] normalised
-	q, att  backend.Tensor   // [MaxTokens, heads*headDim]
-	k, v    backend.Tensor   // [MaxTokens, kvHeads*headDim]
-	gate    backend.Tensor   // [MaxTokens, ffn]
-	up      backend.Tensor   // [MaxTokens, ffn]
+	x       backend.Tensor   // [StepTokens, dim] residual stream
+	xn      backend.Tensor   // [StepTokens, dim] normalised
+	q, att  backend.Tensor   // [StepTokens, heads*headDim]
+	k, v    backend.Tensor   // [StepTokens, kvHeads*headDim]
+	gate    backend.Tensor   // [StepTokens, ffn]
+	up      backend.Tensor   // [StepTokens, ffn]
 	h       backend.Tensor   // [MaxSeqs, dim] rows that produce logits
 	logits  backend.Tensor   // [MaxSeqs, vocab]
 
-	tok []*tokViews // [MaxTokens+1] views for a step of n tokens, made on first use
+	tok []*tokViews // [StepTokens+1] views for a step of n tokens, made on first use
 	out []*outViews // [MaxSeqs+1]
 
 	rows   []int32   // [MaxSeqs] a step's output rows, those with logits then those picked
@@ -63,9 +63,9 @@ type outViews struct{ h, logits backend.Tensor }
 // cache (2^24 positions of a 7B model's F16 cache are 8 TiB: the bound is against overflow, not a
 // memory budget).
 const (
-	MaxContextTokens = 1 << 20
-	MaxContextSeqs   = 1 << 16
-	MaxContextSlots  = 1 << 24
+	MaxStepTokens   = 1 << 20
+	MaxContextSeqs  = 1 << 16
+	MaxContextSlots = 1 << 24
 )
 
 // NewContext makes a context for m.
@@ -73,10 +73,10 @@ func (m *Model) NewContext(cfg ContextConfig) (*Context, error) {
 	if cfg.BlockSize == 0 {
 		cfg.BlockSize = 16
 	}
-	if cfg.MaxTokens <= 0 || cfg.MaxSeqs <= 0 || cfg.KVSlots <= 0 || cfg.BlockSize <= 0 ||
-		cfg.MaxTokens > MaxContextTokens || cfg.MaxSeqs > MaxContextSeqs || cfg.KVSlots > MaxContextSlots || cfg.BlockSize > MaxContextSlots ||
+	if cfg.StepTokens <= 0 || cfg.MaxSeqs <= 0 || cfg.KVSlots <= 0 || cfg.BlockSize <= 0 ||
+		cfg.StepTokens > MaxStepTokens || cfg.MaxSeqs > MaxContextSeqs || cfg.KVSlots > MaxContextSlots || cfg.BlockSize > MaxContextSlots ||
 		cfg.SeqContext < 0 || cfg.SeqContext > MaxContextSlots {
-		return nil, fmt.Errorf("llama: invalid context config %+v (at most %d tokens a step, %d sequences, %d cache positions)", cfg, MaxContextTokens, MaxContextSeqs, MaxContextSlots)
+		return nil, fmt.Errorf("llama: invalid context config %+v (at most %d tokens a step, %d sequences, %d cache positions)", cfg, MaxStepTokens, MaxContextSeqs, MaxContextSlots)
 	}
 	if cfg.KVType != tensor.F16 && cfg.KVType != tensor.F32 && cfg.KVType != tensor.BF16 {
 		return nil, fmt.Errorf("llama: KV cache type %v is not supported (F16, BF16 or F32)", cfg.KVType)
@@ -95,7 +95,7 @@ func (m *Model) NewContext(cfg ContextConfig) (*Context, error) {
 	}
 	c := &Context{m: m, cfg: cfg, pool: pool, rope: m.RoPEFor(cfg.SeqContext),
 		attn: backend.Attn{NHead: m.Heads, NKVHead: m.KVHeads, HeadDim: m.HeadDim, Scale: scale},
-		tok:  make([]*tokViews, cfg.MaxTokens+1),
+		tok:  make([]*tokViews, cfg.StepTokens+1),
 		out:  make([]*outViews, cfg.MaxSeqs+1),
 		rows: make([]int32, 0, cfg.MaxSeqs),
 	}
@@ -109,10 +109,10 @@ func (m *Model) NewContext(cfg ContextConfig) (*Context, error) {
 		dst        *backend.Tensor
 		rows, cols int
 	}{
-		{&c.x, cfg.MaxTokens, m.Dim}, {&c.xn, cfg.MaxTokens, m.Dim},
-		{&c.q, cfg.MaxTokens, qDim}, {&c.att, cfg.MaxTokens, qDim},
-		{&c.k, cfg.MaxTokens, kvDim}, {&c.v, cfg.MaxTokens, kvDim},
-		{&c.gate, cfg.MaxTokens, m.FFN}, {&c.up, cfg.MaxTokens, m.FFN},
+		{&c.x, cfg.StepTokens, m.Dim}, {&c.xn, cfg.StepTokens, m.Dim},
+		{&c.q, cfg.StepTokens, qDim}, {&c.att, cfg.StepTokens, qDim},
+		{&c.k, cfg.StepTokens, kvDim}, {&c.v, cfg.StepTokens, kvDim},
+		{&c.gate, cfg.StepTokens, m.FFN}, {&c.up, cfg.StepTokens, m.FFN},
 		{&c.h, cfg.MaxSeqs, m.Dim}, {&c.logits, cfg.MaxSeqs, m.Vocab},
 	} {
 		t, err := be.Alloc(tensor.F32, s.rows, s.cols)
@@ -232,8 +232,8 @@ func (c *Context) ForwardDraw(tokens []int32, b *backend.Batch, out []int32, log
 	switch {
 	case n == 0:
 		return errors.New("llama: empty batch")
-	case n > c.cfg.MaxTokens:
-		return fmt.Errorf("llama: %d tokens in one step exceed the context's %d", n, c.cfg.MaxTokens)
+	case n > c.cfg.StepTokens:
+		return fmt.Errorf("llama: %d tokens in one step exceed the context's %d", n, c.cfg.StepTokens)
 	case len(b.Pos) != n || len(b.Slot) != n:
 		return fmt.Errorf("llama: batch describes %d positions and %d slots for %d tokens", len(b.Pos), len(b.Slot), n)
 	case nout > c.cfg.MaxSeqs:
@@ -309,15 +309,15 @@ func (c *Context) ForwardDraw(tokens []int32, b *backend.Batch, out []int32, log
 	return backend.DrawRows(lg, m.Vocab, draws, ids)
 }
 
-// recordMaxTokens is the largest step compute records (backend.Recorder): decode steps, whose
+// maxRecordedStep is the largest step compute records (backend.Recorder): decode steps, whose
 // many small operations cost more to start than to run. Larger steps are bound by their
 // products.
-const recordMaxTokens = 64
+const maxRecordedStep = 64
 
 // compute runs the step's operations up to the logits of rows (ov nil: none); a decode step is
 // recorded and run as one unit where the backend records (backend.Recording).
 func (c *Context) compute(tokens []int32, b *backend.Batch, vs *tokViews, ov *outViews, rows []int32) error {
-	if len(tokens) > recordMaxTokens {
+	if len(tokens) > maxRecordedStep {
 		return c.ops(tokens, b, vs, ov, rows)
 	}
 	return c.rec.Run(c.m.be, func() error { return c.ops(tokens, b, vs, ov, rows) })

@@ -50,7 +50,7 @@ func TestBatchedForwardMatchesFloat64(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer m.Close()
-				c, err := m.NewContext(llama.ContextConfig{MaxTokens: 8, MaxSeqs: 3, KVSlots: 256, BlockSize: 4, KVType: kvt})
+				c, err := m.NewContext(llama.ContextConfig{StepTokens: 8, MaxSeqs: 3, KVSlots: 256, BlockSize: 4, KVType: kvt})
 				if errors.Is(err, backend.ErrUnsupported) {
 					t.Skipf("%s: %v", be.Name(), err)
 				}

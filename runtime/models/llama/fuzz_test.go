@@ -76,7 +76,7 @@ func FuzzLoad(f *testing.F) {
 			return
 		}
 		defer m.Close()
-		c, err := m.NewContext(llama.ContextConfig{MaxTokens: 2, MaxSeqs: 1, KVSlots: 32, KVType: tensor.F32})
+		c, err := m.NewContext(llama.ContextConfig{StepTokens: 2, MaxSeqs: 1, KVSlots: 32, KVType: tensor.F32})
 		if err != nil {
 			t.Fatalf("loaded (%s %v %v %v), but no context: %v", a, iv, fv, isInt, err)
 		}

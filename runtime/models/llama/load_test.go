@@ -170,7 +170,7 @@ func TestForwardRejectsBadBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	c, err := m.NewContext(llama.ContextConfig{MaxTokens: 4, MaxSeqs: 1, KVSlots: 32})
+	c, err := m.NewContext(llama.ContextConfig{StepTokens: 4, MaxSeqs: 1, KVSlots: 32})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -116,7 +116,7 @@ type runner struct {
 
 func (r *runner) feed(t *testing.T, toks []int32, logits []float32) {
 	t.Helper()
-	chunk := r.c.Config().MaxTokens
+	chunk := r.c.Config().StepTokens
 	for len(toks) > 0 {
 		n := min(chunk, len(toks))
 		if err := r.seq.Reserve(n); err != nil {
@@ -167,7 +167,7 @@ func TestParityWithLlamaCpp(t *testing.T) {
 				// Prompt chunks of at most 16 tokens: the prompts of 28 and 24 tokens continue over
 				// two chunks, and chunks of more than eight rows and of fewer both occur (the CUDA
 				// backend's matrix-vector and batched products).
-				c, err := m.NewContext(llama.ContextConfig{MaxTokens: 16, MaxSeqs: 1, KVSlots: 512, KVType: kvTypeUnderTest})
+				c, err := m.NewContext(llama.ContextConfig{StepTokens: 16, MaxSeqs: 1, KVSlots: 512, KVType: kvTypeUnderTest})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -168,7 +168,7 @@ func TestPhi3MatchesFloat64(t *testing.T) {
 				if tc.o.dt == tensor.Q8_0 {
 					ref.actRound, tol = true, 2e-3
 				}
-				got := oneByOneIn(t, be, f, toks, llama.ContextConfig{MaxTokens: 4, MaxSeqs: 1, KVSlots: 32, KVType: tensor.F32, SeqContext: tc.seqCtx})
+				got := oneByOneIn(t, be, f, toks, llama.ContextConfig{StepTokens: 4, MaxSeqs: 1, KVSlots: 32, KVType: tensor.F32, SeqContext: tc.seqCtx})
 				for i, logits := range got {
 					want := ref.step(toks[i])
 					for j := range want {

@@ -50,7 +50,7 @@ func TestForwardPick(t *testing.T) {
 			}
 			runs := make([]*run, 2) // 0: Forward, 1: ForwardPick
 			for i := range runs {
-				c, err := m.NewContext(llama.ContextConfig{MaxTokens: 32, MaxSeqs: 3, KVSlots: 128, BlockSize: 4, KVType: tensor.F16})
+				c, err := m.NewContext(llama.ContextConfig{StepTokens: 32, MaxSeqs: 3, KVSlots: 128, BlockSize: 4, KVType: tensor.F16})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -166,7 +166,7 @@ func TestForwardDraw(t *testing.T) {
 			V := m.Vocab
 			// run feeds the prompts to a fresh context in one step through do.
 			run := func(do func(c *llama.Context, toks []int32, b *backend.Batch) error) error {
-				c, err := m.NewContext(llama.ContextConfig{MaxTokens: 32, MaxSeqs: 4, KVSlots: 256, KVType: tensor.F16})
+				c, err := m.NewContext(llama.ContextConfig{StepTokens: 32, MaxSeqs: 4, KVSlots: 256, KVType: tensor.F16})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -65,7 +65,7 @@ func TestQwen2MatchesFloat64(t *testing.T) {
 // the logits after each.
 func oneByOne(t *testing.T, be backend.Backend, f *gguf.File, toks []int32) [][]float32 {
 	t.Helper()
-	return oneByOneIn(t, be, f, toks, llama.ContextConfig{MaxTokens: 4, MaxSeqs: 1, KVSlots: 32, KVType: tensor.F32})
+	return oneByOneIn(t, be, f, toks, llama.ContextConfig{StepTokens: 4, MaxSeqs: 1, KVSlots: 32, KVType: tensor.F32})
 }
 
 // oneByOneIn is oneByOne in a context of cfg (KVSlots 32 or more).

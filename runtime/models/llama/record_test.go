@@ -37,7 +37,7 @@ func TestRecordedSteps(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer m.Close()
-		c, err := m.NewContext(llama.ContextConfig{MaxTokens: 80, MaxSeqs: 2, KVSlots: 256, BlockSize: 8, KVType: tensor.F16})
+		c, err := m.NewContext(llama.ContextConfig{StepTokens: 80, MaxSeqs: 2, KVSlots: 256, BlockSize: 8, KVType: tensor.F16})
 		if err != nil {
 			t.Fatal(err)
 		}

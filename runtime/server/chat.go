@@ -1,0 +1,90 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/parleyhq/parley/runtime/decode"
+)
+
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	body, e := readBody(r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	var req chatRequest
+	if e := decodeBody(body, &req); e != nil {
+		writeError(w, e)
+		return
+	}
+	m, e := s.model(req.Model)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	msgs, e := parseMessages(req.Messages)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	g, e := parseCommon(&req.commonRequest, m.vocab, m.ctx, randomSeed)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	if e := req.checkUnsupported(); e != nil {
+		writeError(w, e)
+		return
+	}
+	lp := -1
+	if req.TopLogprobs != nil {
+		if *req.TopLogprobs < 0 || *req.TopLogprobs > decode.MaxTopLogprobs {
+			writeError(w, invalid("top_logprobs", fmt.Sprintf("Invalid 'top_logprobs': expected a value in [0, %d], but got %d instead.", decode.MaxTopLogprobs, *req.TopLogprobs)))
+			return
+		}
+		if req.Logprobs == nil || !*req.Logprobs {
+			writeError(w, invalid("top_logprobs", "Invalid 'top_logprobs': 'logprobs' must be set to true when 'top_logprobs' is given."))
+			return
+		}
+	}
+	if req.Logprobs != nil && *req.Logprobs {
+		lp = 0
+		if req.TopLogprobs != nil {
+			lp = *req.TopLogprobs
+		}
+	}
+	if m.tmpl == nil {
+		writeError(w, invalidCode("model", "no_chat_template", m.tmplErr))
+		return
+	}
+	kw, e := templateKwargs(req.ChatTemplateKwargs)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	text, err := m.tmpl.render(msgs, kw)
+	if err != nil {
+		var te *templateError
+		if errors.As(err, &te) {
+			writeError(w, invalid("messages", "The model's chat template rejected the messages: "+te.msg))
+			return
+		}
+		info(r.Context()).log.Error("chat template failed", "model", m.Name, "err", err)
+		writeError(w, &apiError{Status: http.StatusInternalServerError, Type: typeServer, Code: strptr("chat_template_failed"),
+			Message: fmt.Sprintf("The chat template of model '%s' failed on these messages (%v); use /v1/completions with a prompt of your own.", m.Name, err)})
+		return
+	}
+	if m.addBOS && m.bosText != "" {
+		// The template writes BOS itself; the tokenizer adds it again otherwise.
+		text = strings.TrimPrefix(text, m.bosText)
+	}
+	toks, err := m.Tokenizer.Encode(text)
+	if err != nil {
+		writeError(w, invalid("messages", "Invalid 'messages': they could not be tokenized."))
+		return
+	}
+	s.generate(w, r, &job{m: m, g: g, prompts: [][]int32{toks}, promptChars: []int{0}, logprobs: lp, chat: true})
+}
