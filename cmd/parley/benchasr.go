@@ -106,7 +106,7 @@ func benchASR(e *env, bf backendFlags, path string, reps, tg int, seqCounts []in
 			return err
 		}
 	}
-	dec, err := m.NewDecoder(whisper.DecoderConfig{MaxTokens: maxSeqs * prompt, MaxSeqs: maxSeqs,
+	dec, err := m.NewDecoder(whisper.DecoderConfig{StepTokens: maxSeqs * prompt, MaxSeqs: maxSeqs,
 		KVSlots: maxSeqs * m.TextCtx, BlockSize: 16})
 	if err != nil {
 		return err

@@ -14,19 +14,19 @@ import (
 // decoder run as an embedding model (Qwen3-Embedding: last-token pooling) takes the rows its
 // pooling reads (pooling.Rows) and pools them (pooling.Reduce, pooling.Normalize). The keys and
 // values of every token are stored in the cache, as Forward stores them; rows may list at most
-// the context's MaxTokens rows.
+// the context's StepTokens rows.
 func (c *Context) ForwardHidden(tokens []int32, b *backend.Batch, rows []int32, hidden []float32) error {
 	n := len(tokens)
 	m := c.m
 	switch {
 	case n == 0:
 		return errors.New("llama: empty batch")
-	case n > c.cfg.MaxTokens:
-		return fmt.Errorf("llama: %d tokens in one step exceed the context's %d", n, c.cfg.MaxTokens)
+	case n > c.cfg.StepTokens:
+		return fmt.Errorf("llama: %d tokens in one step exceed the context's %d", n, c.cfg.StepTokens)
 	case len(b.Pos) != n || len(b.Slot) != n:
 		return fmt.Errorf("llama: batch describes %d positions and %d slots for %d tokens", len(b.Pos), len(b.Slot), n)
-	case len(rows) > c.cfg.MaxTokens:
-		return fmt.Errorf("llama: %d hidden rows exceed the context's %d", len(rows), c.cfg.MaxTokens)
+	case len(rows) > c.cfg.StepTokens:
+		return fmt.Errorf("llama: %d hidden rows exceed the context's %d", len(rows), c.cfg.StepTokens)
 	case len(hidden) != len(rows)*m.Dim:
 		return fmt.Errorf("llama: hidden-state buffer holds %d values, want %d", len(hidden), len(rows)*m.Dim)
 	}

@@ -65,7 +65,7 @@ func TestForwardHiddenPooled(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer m.Close()
-				c, err := m.NewContext(llama.ContextConfig{MaxTokens: 16, MaxSeqs: 2, KVSlots: 64, KVType: tensor.F32})
+				c, err := m.NewContext(llama.ContextConfig{StepTokens: 16, MaxSeqs: 2, KVSlots: 64, KVType: tensor.F32})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -125,7 +125,7 @@ func TestForwardHiddenRejects(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	c, err := m.NewContext(llama.ContextConfig{MaxTokens: 4, MaxSeqs: 1, KVSlots: 32, KVType: tensor.F32})
+	c, err := m.NewContext(llama.ContextConfig{StepTokens: 4, MaxSeqs: 1, KVSlots: 32, KVType: tensor.F32})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,7 +94,7 @@ type Aligner struct {
 
 // NewAligner makes an aligner for m.
 func NewAligner(m *Model) (*Aligner, error) {
-	dec, err := m.NewDecoder(DecoderConfig{MaxTokens: m.TextCtx, MaxSeqs: 1, KVSlots: m.TextCtx})
+	dec, err := m.NewDecoder(DecoderConfig{StepTokens: m.TextCtx, MaxSeqs: 1, KVSlots: m.TextCtx})
 	if err != nil {
 		return nil, err
 	}

@@ -133,7 +133,7 @@ func BenchmarkDecodeStep(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				dec, err := m.NewDecoder(whisper.DecoderConfig{MaxTokens: 64 * n, MaxSeqs: n, KVSlots: 128 * n, BlockSize: 1})
+				dec, err := m.NewDecoder(whisper.DecoderConfig{StepTokens: 64 * n, MaxSeqs: n, KVSlots: 128 * n, BlockSize: 1})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -214,7 +214,7 @@ func decodeStepAllocs(t *testing.T, be backend.Backend) {
 	defer m.Close()
 	cross, _ := m.NewCross()
 	defer cross.Close()
-	dec, err := m.NewDecoder(whisper.DecoderConfig{MaxTokens: 8, MaxSeqs: 4, KVSlots: 448 * 4, BlockSize: 1})
+	dec, err := m.NewDecoder(whisper.DecoderConfig{StepTokens: 8, MaxSeqs: 4, KVSlots: 448 * 4, BlockSize: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +288,7 @@ func TestQuantizedModels(t *testing.T) {
 				if err := enc.Encode(mel, cross, out); err != nil {
 					t.Fatalf("%v: %v", dt, err)
 				}
-				dec, _ := m.NewDecoder(whisper.DecoderConfig{MaxTokens: 4, MaxSeqs: 1, KVSlots: 16, BlockSize: 1})
+				dec, _ := m.NewDecoder(whisper.DecoderConfig{StepTokens: 4, MaxSeqs: 1, KVSlots: 16, BlockSize: 1})
 				defer dec.Close()
 				seq := dec.Pool().NewSeq(4)
 				_ = seq.Reserve(2)

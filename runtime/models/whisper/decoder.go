@@ -12,10 +12,10 @@ import (
 
 // DecoderConfig sizes a Decoder.
 type DecoderConfig struct {
-	MaxTokens int // most tokens in one step (prompts plus one token per running sequence)
-	MaxSeqs   int // most sequences in one step, and most rows of logits it returns
-	KVSlots   int // self-attention cache positions shared by all sequences
-	BlockSize int // cache block size in positions (default 16)
+	StepTokens int // most tokens in one step (prompts plus one token per running sequence)
+	MaxSeqs    int // most sequences in one step, and most rows of logits it returns
+	KVSlots    int // self-attention cache positions shared by all sequences
+	BlockSize  int // cache block size in positions (default 16)
 }
 
 // Decoder steps the text decoder for many sequences at once: each sequence (a session's
@@ -28,9 +28,9 @@ type Decoder struct {
 	pool *kvcache.Pool
 	attn backend.Attn
 
-	x, xn, q, k, v, att backend.Tensor // [MaxTokens, T]
-	pe                  backend.Tensor // [MaxTokens, T]
-	ff                  backend.Tensor // [MaxTokens, 4T]
+	x, xn, q, k, v, att backend.Tensor // [StepTokens, T]
+	pe                  backend.Tensor // [StepTokens, T]
+	ff                  backend.Tensor // [StepTokens, 4T]
 	h                   backend.Tensor // [MaxSeqs, T]
 	logits              backend.Tensor // [MaxSeqs, Vocab]
 	scratch             []backend.Tensor
@@ -46,7 +46,7 @@ type Decoder struct {
 
 	tok   []*decViews                  // by token count
 	out   []*[2]backend.Tensor         // by logit rows: h, logits
-	spans map[int64]*[2]backend.Tensor // by start*(MaxTokens+1)+count: q, att rows of one sequence
+	spans map[int64]*[2]backend.Tensor // by start*(StepTokens+1)+count: q, att rows of one sequence
 }
 
 type decViews struct{ x, xn, q, k, v, att, pe, ff backend.Tensor }
@@ -56,7 +56,7 @@ func (m *Model) NewDecoder(cfg DecoderConfig) (*Decoder, error) {
 	if cfg.BlockSize == 0 {
 		cfg.BlockSize = 16
 	}
-	if cfg.MaxTokens <= 0 || cfg.MaxSeqs <= 0 || cfg.KVSlots <= 0 || cfg.BlockSize <= 0 || cfg.MaxSeqs > cfg.MaxTokens {
+	if cfg.StepTokens <= 0 || cfg.MaxSeqs <= 0 || cfg.KVSlots <= 0 || cfg.BlockSize <= 0 || cfg.MaxSeqs > cfg.StepTokens {
 		return nil, fmt.Errorf("whisper: invalid decoder config %+v", cfg)
 	}
 	pool, err := kvcache.NewPool((cfg.KVSlots+cfg.BlockSize-1)/cfg.BlockSize, cfg.BlockSize)
@@ -67,7 +67,7 @@ func (m *Model) NewDecoder(cfg DecoderConfig) (*Decoder, error) {
 	hd := T / m.TextHead
 	d := &Decoder{m: m, cfg: cfg, pool: pool,
 		attn:  backend.Attn{NHead: m.TextHead, NKVHead: m.TextHead, HeadDim: hd, Scale: 1 / sqrt32(float32(hd))},
-		tok:   make([]*decViews, cfg.MaxTokens+1),
+		tok:   make([]*decViews, cfg.StepTokens+1),
 		out:   make([]*[2]backend.Tensor, cfg.MaxSeqs+1),
 		spans: map[int64]*[2]backend.Tensor{},
 	}
@@ -79,8 +79,8 @@ func (m *Model) NewDecoder(cfg DecoderConfig) (*Decoder, error) {
 		dst        *backend.Tensor
 		rows, cols int
 	}{
-		{&d.x, cfg.MaxTokens, T}, {&d.xn, cfg.MaxTokens, T}, {&d.q, cfg.MaxTokens, T}, {&d.k, cfg.MaxTokens, T},
-		{&d.v, cfg.MaxTokens, T}, {&d.att, cfg.MaxTokens, T}, {&d.pe, cfg.MaxTokens, T}, {&d.ff, cfg.MaxTokens, 4 * T},
+		{&d.x, cfg.StepTokens, T}, {&d.xn, cfg.StepTokens, T}, {&d.q, cfg.StepTokens, T}, {&d.k, cfg.StepTokens, T},
+		{&d.v, cfg.StepTokens, T}, {&d.att, cfg.StepTokens, T}, {&d.pe, cfg.StepTokens, T}, {&d.ff, cfg.StepTokens, 4 * T},
 		{&d.h, cfg.MaxSeqs, T}, {&d.logits, cfg.MaxSeqs, m.NVocab},
 	} {
 		t, err := m.be.Alloc(tensor.F32, s.rows, s.cols)
@@ -171,7 +171,7 @@ func (d *Decoder) outViews(n int) (*[2]backend.Tensor, error) {
 
 // span returns views of rows start..start+count-1 of q and att.
 func (d *Decoder) span(start, count int) (*[2]backend.Tensor, error) {
-	key := int64(start)*int64(d.cfg.MaxTokens+1) + int64(count)
+	key := int64(start)*int64(d.cfg.StepTokens+1) + int64(count)
 	if vs, ok := d.spans[key]; ok {
 		return vs, nil
 	}
@@ -211,8 +211,8 @@ func (d *Decoder) ForwardChoose(tokens []int32, b *backend.Batch, cross []*Cross
 	switch {
 	case n == 0:
 		return errors.New("whisper: empty batch")
-	case n > d.cfg.MaxTokens:
-		return fmt.Errorf("whisper: %d tokens in one step exceed the decoder's %d", n, d.cfg.MaxTokens)
+	case n > d.cfg.StepTokens:
+		return fmt.Errorf("whisper: %d tokens in one step exceed the decoder's %d", n, d.cfg.StepTokens)
 	case len(b.Pos) != n || len(b.Slot) != n:
 		return fmt.Errorf("whisper: batch describes %d positions and %d slots for %d tokens", len(b.Pos), len(b.Slot), n)
 	case len(cross) != len(b.Seqs):
@@ -269,7 +269,7 @@ func (d *Decoder) ForwardChoose(tokens []int32, b *backend.Batch, cross []*Cross
 	}
 	// A decode step (its many small operations cost more to start than to run) is recorded and
 	// run as one unit where the backend records, except while word timing reads the queries.
-	if n > recordMaxTokens || d.captureQ != nil {
+	if n > recordStepTokens || d.captureQ != nil {
 		err = d.ops(tokens, b, cross, vs, sel, ov)
 	} else {
 		err = d.rec.Run(m.be, func() error { return d.ops(tokens, b, cross, vs, sel, ov) })
@@ -299,8 +299,8 @@ func (d *Decoder) ForwardChoose(tokens []int32, b *backend.Batch, cross []*Cross
 	return backend.ChooseRows(lg, m.NVocab, choices, drop, k, rows, ids, logp)
 }
 
-// recordMaxTokens is the largest step Forward records (backend.Recorder).
-const recordMaxTokens = 64
+// recordStepTokens is the largest step Forward records (backend.Recorder).
+const recordStepTokens = 64
 
 // ops calls the operations of a step: the embeddings, every layer, and for the rows out the
 // final norm and the output matrix into ov[1] (ov nil: none).

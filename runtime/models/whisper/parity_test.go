@@ -145,7 +145,7 @@ func TestTeacherForcedLogits(t *testing.T) {
 				if err := enc.Encode(mel, cross, nil); err != nil {
 					t.Fatal(err)
 				}
-				dec, err := m.NewDecoder(whisper.DecoderConfig{MaxTokens: 16, MaxSeqs: 1, KVSlots: 448, BlockSize: 1})
+				dec, err := m.NewDecoder(whisper.DecoderConfig{StepTokens: 16, MaxSeqs: 1, KVSlots: 448, BlockSize: 1})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -53,7 +53,7 @@ func TestRecordedDecoderSteps(t *testing.T) {
 		if err := enc.EncodeBatch(mels, cross); err != nil {
 			t.Fatal(err)
 		}
-		dec, err := m.NewDecoder(whisper.DecoderConfig{MaxTokens: 80, MaxSeqs: 2, KVSlots: 448 * 2, BlockSize: 1})
+		dec, err := m.NewDecoder(whisper.DecoderConfig{StepTokens: 80, MaxSeqs: 2, KVSlots: 448 * 2, BlockSize: 1})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -56,7 +56,7 @@ func newForcer(t *testing.T, e *Whisper, samples []float32, p Params) *forcer {
 func (f *forcer) logprobs(t *testing.T, ids []int32) []float32 {
 	t.Helper()
 	m := f.e.m
-	dec, err := m.NewDecoder(whisper.DecoderConfig{MaxTokens: 512, MaxSeqs: 1, KVSlots: 448, BlockSize: 1})
+	dec, err := m.NewDecoder(whisper.DecoderConfig{StepTokens: 512, MaxSeqs: 1, KVSlots: 448, BlockSize: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ func loadRefTokens(t *testing.T, path string) refTokens {
 // forcedLogits decodes prompt+ids[:k] incrementally and returns the raw logits predicting ids[k].
 func forcedLogits(t *testing.T, m *whisper.Model, cross *whisper.Cross, prompt, ids []int32, k int) []float32 {
 	t.Helper()
-	dec, err := m.NewDecoder(whisper.DecoderConfig{MaxTokens: 512, MaxSeqs: 1, KVSlots: 448, BlockSize: 1})
+	dec, err := m.NewDecoder(whisper.DecoderConfig{StepTokens: 512, MaxSeqs: 1, KVSlots: 448, BlockSize: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

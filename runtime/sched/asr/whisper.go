@@ -105,7 +105,7 @@ func NewWhisper(m *whisper.Model, cfg Config) (*Whisper, error) {
 	}
 	// A step holds one token per hypothesis, or a window's prompt (at most TextCtx/2 tokens of
 	// context plus the start sequence) per transcription.
-	e.dec, err = m.NewDecoder(whisper.DecoderConfig{MaxTokens: maxSeqs + cfg.MaxActive*(m.TextCtx/2+8), MaxSeqs: maxSeqs,
+	e.dec, err = m.NewDecoder(whisper.DecoderConfig{StepTokens: maxSeqs + cfg.MaxActive*(m.TextCtx/2+8), MaxSeqs: maxSeqs,
 		KVSlots: maxSeqs * m.TextCtx, BlockSize: 1})
 	if err != nil {
 		e.enc.Close()
