@@ -42,7 +42,6 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
@@ -78,7 +77,7 @@ func statusErr(op string, st C.int) error {
 	case C.PL_ERR_ARG:
 		return fmt.Errorf("cpu: %s: invalid argument", op)
 	case C.PL_ERR_UNSUPPORTED:
-		return fmt.Errorf("cpu: %s: %w", op, backend.ErrUnsupported)
+		return fmt.Errorf("cpu: %s: %w", op, tensor.ErrUnsupported)
 	case C.PL_ERR_NOMEM:
 		return fmt.Errorf("cpu: %s: out of memory", op)
 	case C.PL_ERR_THREAD:
@@ -334,7 +333,7 @@ func init() { refreshPacked() }
 
 // packedCheck returns the size of the packed form of m rows of k elements of wt, or the error
 // an operation op on it gets: a shape error for rows that are not whole blocks, one wrapping
-// backend.ErrUnsupported for a type or instruction-set level without the layout.
+// tensor.ErrUnsupported for a type or instruction-set level without the layout.
 func packedCheck(op string, wt tensor.DType, m, k int) (int, error) {
 	if m < 0 || k <= 0 {
 		return 0, fmt.Errorf("cpu: %s: bad shape m=%d k=%d", op, m, k)
@@ -384,7 +383,7 @@ func (c *Context) PackWeights(dst, w []byte, wt tensor.DType, m, k int) error {
 }
 
 // MatMulPacked is MatMul with w given as PackWeights wrote it. It fails with an error wrapping
-// backend.ErrUnsupported when the current instruction-set level has no kernel for the layout
+// tensor.ErrUnsupported when the current instruction-set level has no kernel for the layout
 // (after SetISA lowered it), in which case the caller multiplies the rows themselves.
 func (c *Context) MatMulPacked(dst, x []float32, n, k int, wp []byte, wt tensor.DType, m int) error {
 	return c.MatMulPackedN(x, n, k, wt, []PackedProduct{{dst, wp, m}})

@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/quant"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
@@ -370,11 +369,11 @@ func TestErrors(t *testing.T) {
 			t.Errorf("%s: no error", cs.name)
 		}
 	}
-	if err := c.MatMul(f[:4], f[:32], 1, 32, w[:4*17], tensor.MXFP4, 4); !errors.Is(err, backend.ErrUnsupported) {
+	if err := c.MatMul(f[:4], f[:32], 1, 32, w[:4*17], tensor.MXFP4, 4); !errors.Is(err, tensor.ErrUnsupported) {
 		t.Errorf("unsupported weight type: %v does not wrap ErrUnsupported", err)
 	}
 	// A shape error is not a missing kernel: callers fall back only for the latter.
-	if err := c.MatMulPacked(f[:4], f[32:64], 1, 33, make([]byte, 16*34), tensor.Q8_0, 4); err == nil || errors.Is(err, backend.ErrUnsupported) {
+	if err := c.MatMulPacked(f[:4], f[32:64], 1, 33, make([]byte, 16*34), tensor.Q8_0, 4); err == nil || errors.Is(err, tensor.ErrUnsupported) {
 		t.Errorf("MatMulPacked k=33: %v, want a shape error", err)
 	}
 	// Where the interleaved kernels exist, a well-formed call works; below them it says so.
@@ -387,7 +386,7 @@ func TestErrors(t *testing.T) {
 		if err := c.MatMulPacked(f[:4], f[32:64], 1, 32, wp, tensor.Q8_0, 4); err != nil {
 			t.Errorf("MatMulPacked: %v", err)
 		}
-	} else if !errors.Is(err, backend.ErrUnsupported) {
+	} else if !errors.Is(err, tensor.ErrUnsupported) {
 		t.Errorf("PackWeights without the interleaved kernels: %v does not wrap ErrUnsupported", err)
 	}
 	c.Close()

@@ -21,7 +21,6 @@ import (
 	"math"
 	"unsafe"
 
-	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
@@ -119,7 +118,7 @@ func rowBytes(op string, dt tensor.DType, cols int) (int, error) {
 }
 
 func unsupported(op string, dt tensor.DType) error {
-	return fmt.Errorf("cpu: %s: dtype %v: %w", op, dt, backend.ErrUnsupported)
+	return fmt.Errorf("cpu: %s: dtype %v: %w", op, dt, tensor.ErrUnsupported)
 }
 
 // need checks that a slice of length have holds want elements.

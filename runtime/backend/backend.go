@@ -22,8 +22,9 @@ import (
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
-// ErrUnsupported is wrapped by errors for cases a backend does not implement.
-var ErrUnsupported = errors.New("not supported by this backend")
+// ErrUnsupported is wrapped by errors for cases a backend does not implement: tensor.ErrUnsupported,
+// which the native bindings wrap too.
+var ErrUnsupported = tensor.ErrUnsupported
 
 // Tensor is a two-dimensional, row-major array owned by one backend: Rows() rows of Cols()
 // elements of DType(). A row of a quantised type is DType().RowSize(Cols()) bytes. Vectors are
