@@ -83,13 +83,8 @@ type Attn struct {
 	Scale                   float32
 }
 
-// Seq is one sequence of an attention batch, laid out as the C struct pl_seq: tokens
-// [Start, Start+Count) at positions CtxLen-Count .. CtxLen-1, whose block table is
-// blocks[BlocksOff : BlocksOff+NBlocks].
-type Seq struct {
-	Start, Count, CtxLen int32
-	BlocksOff, NBlocks   int32
-}
+// Seq is one sequence of an attention batch, laid out as the C struct pl_seq (tensor.FlatSeq).
+type Seq = tensor.FlatSeq
 
 // maxElems bounds every shape product, so that sizes computed from shapes cannot overflow.
 const maxElems = math.MaxInt / 16

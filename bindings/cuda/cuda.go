@@ -313,6 +313,10 @@ func (c *Context) Alloc(n int) (*Buffer, error) {
 // Len is the buffer's size in bytes.
 func (b *Buffer) Len() int { return b.n }
 
+// Addr is the buffer's device address (never dereferenced by Go), by which overlapping
+// operands are told apart.
+func (b *Buffer) Addr() uintptr { return uintptr(b.p) }
+
 // Close frees the buffer after the work queued before it. Closing twice is a no-op.
 func (b *Buffer) Close() error {
 	if b == nil {

@@ -135,7 +135,10 @@ type Attn struct {
 
 // Backend computes. All tensors passed to a backend's methods must have been made by it.
 //
-// Shapes in the comments are [rows, cols]; n is the number of tokens in a batch.
+// Shapes in the comments are [rows, cols]; n is the number of tokens in a batch. An output and
+// an input share no memory unless a comment allows it: "dst may be x" means dst is exactly x
+// (the operation is in place) or shares no byte with it; a view overlapping part of an input is
+// refused. Every backend checks its operands the same way, through Operands.
 type Backend interface {
 	// Name is the name the backend registered under ("go", "cpu", "cuda").
 	Name() string
@@ -157,10 +160,10 @@ type Backend interface {
 	View(t Tensor, row0, rows int) (Tensor, error)
 
 	// GetRows: dst[i,:] = float32(table[ids[i],:]) for a table of any supported dtype.
-	// dst [len(ids), cols] F32.
+	// dst [len(ids), cols] F32, sharing no memory with the table.
 	GetRows(dst, table Tensor, ids []int32) error
 	// MatMul: dst[i,j] = sum_k x[i,k]*w[j,k]. x [n, k] F32, w [m, k] any supported dtype,
-	// dst [n, m] F32. Quantised weights are multiplied as llama.cpp does: each row of x is first
+	// dst [n, m] F32, sharing no memory with x or w. Quantised weights are multiplied as llama.cpp does: each row of x is first
 	// converted to w's dot-product type (F16, Q8_0, Q8_1 or Q8_K). The CUDA backend departs from
 	// this where its tensor cores pay: by default it multiplies F32 weights with TF32 inputs
 	// (10-bit mantissas; PARLEY_CUDA_TF32=0 keeps full F32), and with PARLEY_CUDA_MMQ=0 it
@@ -206,7 +209,7 @@ type Backend interface {
 	// Operations for encoder-decoder models (Whisper).
 
 	// Copy converts src into dst elementwise: F32 to F16 (round to nearest even), F16 to F32, or
-	// a plain copy between tensors of one float type. Same shape.
+	// a plain copy between tensors of one float type. Same shape; dst may be src.
 	Copy(dst, src Tensor) error
 	// LayerNorm: dst[i,:] = (x[i,:] - mean(x[i,:])) / sqrt(var(x[i,:]) + eps) * w[0,:] + b[0,:]
 	// (the biased variance). x, dst [n, d] F32; w, b [1, d] F32; eps finite and above 0. dst may

@@ -9,9 +9,9 @@ import (
 
 // Argument checks shared by the backends, so that all of them reject the same arguments with the
 // same words: each returns a description of what is wrong with an operation's arguments (the
-// operands' types and shapes, its parameters, the batch), or nil; backends add their name and
-// check what only they know (ownership, liveness, writability, overlap), after resolving the
-// operands and before computing.
+// operands' shapes, its parameters, the batch), or nil. Backends reach them through Operands,
+// which resolves the operands first (ownership, liveness, dtype, writability), adds the
+// backend's name and checks the overlaps an operation allows.
 //
 // They run on every call, so they stay cheap: none allocates (CheckAttention's scratch grows to
 // the largest batch seen, and only then), and the only loops are over the ids, slots, positions,

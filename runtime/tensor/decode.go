@@ -120,3 +120,12 @@ func CheckChoices(choices []Choice, drop []int32, cols, k int) error {
 	}
 	return nil
 }
+
+// FlatSeq is one sequence of an attention batch as the native kernels take it (the C structs
+// pl_seq and plc_seq, field for field): tokens [Start, Start+Count) of the batch, at positions
+// CtxLen-Count .. CtxLen-1, whose block table is entries [BlocksOff, BlocksOff+NBlocks) of one
+// array that holds the tables of every sequence of the batch.
+type FlatSeq struct {
+	Start, Count, CtxLen int32
+	BlocksOff, NBlocks   int32
+}

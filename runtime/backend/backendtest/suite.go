@@ -59,6 +59,7 @@ func Run(t *testing.T, newBackend func() (backend.Backend, error)) {
 		{"Argmax", testArgmax},
 		{"Choose", testChoose},
 		{"Aliasing", testAliasing},
+		{"PartialOverlap", testPartialOverlap},
 		{"Errors", testErrors},
 		{"EncoderErrors", testEncoderErrors},
 		{"ArgChecks", testArgChecks},

@@ -170,26 +170,15 @@ func (be *Backend) Copy(dst, src backend.Tensor) error {
 	const op = "copy"
 	be.mu.Lock()
 	defer be.mu.Unlock()
+	d, s, err := be.ops.Copy(dst, src)
+	if err != nil {
+		return err
+	}
 	be.xqFrom = nil // writes activations
-	s, err := be.get(op, "src", src)
-	if err != nil {
-		return err
-	}
-	d, err := be.get(op, "dst", dst)
-	if err != nil {
-		return err
-	}
-	if d.readOnly {
-		return fmt.Errorf("purego: %s: dst is loaded (read-only) memory", op)
-	}
-	if err := backend.CheckCopy(d, s); err != nil {
-		return fmt.Errorf("purego: %w", err)
-	}
 	if s.rows*s.cols > 0 && ((s.dt == tensor.F16 && s.data == nil) || (d.dt == tensor.F16 && d.data == nil)) {
 		return fmt.Errorf("purego: %s: %v into %v without bytes: %w", op, s, d, backend.ErrUnsupported)
 	}
 	if s.dt == d.dt {
-		// One copy handles overlapping views of one tensor; chunks of it might not.
 		if s.dt == tensor.F32 {
 			copy(d.f32, s.f32)
 		} else {
@@ -207,37 +196,15 @@ func (be *Backend) Copy(dst, src backend.Tensor) error {
 // LayerNorm: dst[i,:] = (x[i,:] - mean) / sqrt(var + eps) * w[0,:] + b[0,:], with the mean and
 // biased variance of each row taken in float64.
 func (be *Backend) LayerNorm(dst, x, w, b backend.Tensor, eps float32) error {
-	const op = "layer norm"
 	be.mu.Lock()
 	defer be.mu.Unlock()
+	d, xt, wt, bt, err := be.ops.LayerNorm(dst, x, w, b, eps)
+	if err != nil {
+		return err
+	}
 	be.xqFrom = nil // writes activations
-	xt, err := be.getF32(op, "x", x)
-	if err != nil {
-		return err
-	}
-	wt, err := be.getF32(op, "w", w)
-	if err != nil {
-		return err
-	}
-	bt, err := be.getF32(op, "b", b)
-	if err != nil {
-		return err
-	}
-	d, err := be.getOut(op, "dst", dst)
-	if err != nil {
-		return err
-	}
-	if err := backend.CheckLayerNorm(d, xt, wt, bt, eps); err != nil {
-		return fmt.Errorf("purego: %w", err)
-	}
 	if xt.cols == 0 {
 		return nil
-	}
-	if overlap(d.f32, wt.f32) || overlap(d.f32, bt.f32) {
-		return fmt.Errorf("purego: %s: dst overlaps w or b", op)
-	}
-	if overlap(d.f32, xt.f32) && !same(d.f32, xt.f32) {
-		return fmt.Errorf("purego: %s: dst overlaps x without being x", op)
 	}
 	j := &be.rows
 	j.op, j.dst32, j.x, j.w, j.b, j.eps = opLayerNorm, d.f32, xt.f32, wt.f32, bt.f32, float64(eps)
@@ -247,24 +214,13 @@ func (be *Backend) LayerNorm(dst, x, w, b backend.Tensor, eps float32) error {
 
 // GELU: dst = 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x^3))) element-wise, in float32.
 func (be *Backend) GELU(dst, x backend.Tensor) error {
-	const op = "gelu"
 	be.mu.Lock()
 	defer be.mu.Unlock()
+	d, xt, err := be.ops.Elementwise("gelu", dst, x)
+	if err != nil {
+		return err
+	}
 	be.xqFrom = nil // writes activations
-	xt, err := be.getF32(op, "x", x)
-	if err != nil {
-		return err
-	}
-	d, err := be.getOut(op, "dst", dst)
-	if err != nil {
-		return err
-	}
-	if err := backend.CheckSameShape(op, d, xt); err != nil {
-		return fmt.Errorf("purego: %w", err)
-	}
-	if overlap(d.f32, xt.f32) && !same(d.f32, xt.f32) {
-		return fmt.Errorf("purego: %s: dst overlaps x without being x", op)
-	}
 	j := &be.rows
 	j.op, j.dst32, j.x = opGELU, d.f32, xt.f32
 	be.runRows(j, xt.rows, xt.cols)
@@ -273,25 +229,13 @@ func (be *Backend) GELU(dst, x backend.Tensor) error {
 
 // Im2Col1D: dst[t, c*K+k] = x[t*stride+k-pad, c] (0 outside x) for x [T, C], dst [Tout, C*K].
 func (be *Backend) Im2Col1D(dst, x backend.Tensor, kernel, stride, pad int) error {
-	const op = "im2col"
 	be.mu.Lock()
 	defer be.mu.Unlock()
+	d, xt, tOut, err := be.ops.Im2Col1D(dst, x, kernel, stride, pad)
+	if err != nil {
+		return err
+	}
 	be.xqFrom = nil // writes activations
-	xt, err := be.getF32(op, "x", x)
-	if err != nil {
-		return err
-	}
-	d, err := be.getOut(op, "dst", dst)
-	if err != nil {
-		return err
-	}
-	tOut, err := backend.CheckIm2Col1D(d, xt, kernel, stride, pad)
-	if err != nil {
-		return fmt.Errorf("purego: %w", err)
-	}
-	if overlap(d.f32, xt.f32) {
-		return fmt.Errorf("purego: %s: dst overlaps x", op)
-	}
 	j := &be.rows
 	j.op, j.dst32, j.x = opIm2Col, d.f32, xt.f32
 	j.t, j.c, j.k, j.stride, j.pad = xt.rows, xt.cols, kernel, stride, pad
