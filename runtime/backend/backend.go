@@ -142,6 +142,10 @@ type Attn struct {
 type Backend interface {
 	// Name is the name the backend registered under ("go", "cpu", "cuda").
 	Name() string
+	// Capabilities says which cases of the operations below the backend computes (weight and
+	// cache types); the same value every time. Callers read it through CapabilitiesOf, which
+	// adds the optional operations the backend has.
+	Capabilities() Capabilities
 
 	// Load makes a tensor of rows×cols elements of dt whose contents are data (row-major,
 	// dt.RowSize(cols) bytes a row). Host backends may keep data itself without copying it, so

@@ -51,11 +51,15 @@ type OwnKV interface {
 // Operands holds the backend's Owner, and every tensor and cache the backend makes records it.
 type Owner struct {
 	name   string
+	caps   Capabilities
 	closed atomic.Bool
 }
 
 // Name is the backend's name, which its errors begin with.
 func (o *Owner) Name() string { return o.name }
+
+// Capabilities is what the backend said it computes when it made its Operands.
+func (o *Owner) Capabilities() Capabilities { return o.caps }
 
 // Close marks the backend closed: its tensors and caches are no longer live. It reports whether
 // the backend was open.
@@ -87,10 +91,11 @@ func (r *Residence) live() bool {
 	return !r.Closed && (r.View == nil || !r.View.Closed) && !r.Owner.closed.Load()
 }
 
-// NewOperands returns the operand checks of a backend whose errors begin with name, and its
-// Owner.
-func NewOperands[T OwnTensor, K OwnKV](name string) Operands[T, K] {
-	return Operands[T, K]{&Owner{name: name}}
+// NewOperands returns the operand checks of a backend whose errors begin with name and which
+// computes what caps says (its Ops are not read), and its Owner.
+func NewOperands[T OwnTensor, K OwnKV](name string, caps Capabilities) Operands[T, K] {
+	caps.Ops = 0
+	return Operands[T, K]{&Owner{name: name, caps: caps}}
 }
 
 // errForeign is wrapped by the errors for an operand that is not one of the backend's own.
@@ -226,10 +231,13 @@ func (o *Operands[T, K]) Alloc(dt tensor.DType, rows, cols int) (n, rowBytes int
 	return o.Size(op, dt, rows, cols)
 }
 
-// Load checks Load's arguments once the backend has said it takes dt: a shape Size accepts and
-// exactly its bytes.
+// Load checks Load's arguments: one of the backend's weight types (else an error wrapping
+// ErrUnsupported), a shape Size accepts and exactly its bytes.
 func (o *Operands[T, K]) Load(dt tensor.DType, rows, cols int, data []byte) (n, rowBytes int, err error) {
 	const op = "load"
+	if !o.caps.Weights.Has(dt) {
+		return 0, 0, fmt.Errorf("%s: %s: dtype %v: %w", o.name, op, dt, ErrUnsupported)
+	}
 	if n, rowBytes, err = o.Size(op, dt, rows, cols); err != nil {
 		return 0, 0, err
 	}
@@ -471,8 +479,17 @@ func (o *Operands[T, K]) Rope(x Tensor, nHead int, r RoPE, b *Batch) (T, error) 
 	return xt, o.wrap(CheckRope(xt, nHead, r, b))
 }
 
-// NewKV checks a cache's configuration (CheckKVConfig).
-func (o *Operands[T, K]) NewKV(cfg KVConfig) error { return o.wrap(CheckKVConfig(cfg)) }
+// NewKV checks a cache's configuration (CheckKVConfig), of one of the backend's cache types
+// (else an error wrapping ErrUnsupported).
+func (o *Operands[T, K]) NewKV(cfg KVConfig) error {
+	if err := CheckKVConfig(cfg); err != nil {
+		return o.wrap(err)
+	}
+	if !o.caps.KV.Has(cfg.DType) {
+		return fmt.Errorf("%s: new kv: dtype %v: %w", o.name, cfg.DType, ErrUnsupported)
+	}
+	return nil
+}
 
 // StoreKV resolves StoreKV's operands (CheckLayer, CheckStoreKV).
 func (o *Operands[T, K]) StoreKV(kv KV, layer int, k, v Tensor, b *Batch) (c K, kt, vt T, err error) {

@@ -40,6 +40,7 @@ func Run(t *testing.T, newBackend func() (backend.Backend, error)) {
 		f    func(t *testing.T, b backend.Backend, newBackend func() (backend.Backend, error))
 	}{
 		{"Tensors", testTensors},
+		{"Capabilities", testCapabilities},
 		{"GetRows", testGetRows},
 		{"MatMul", testMatMul},
 		{"MatMulBatchInvariance", testMatMulBatch},

@@ -60,9 +60,17 @@ func New(opts backend.Options) (backend.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Backend{ctx: ctx, ops: backend.NewOperands[*Tensor, *KV]("cpu"), owned: map[*cpu.Buffer]struct{}{},
+	caps := backend.Capabilities{
+		Weights: backend.DTypes(func(dt tensor.DType) bool { return cpu.Supports(cpu.OpMatMul, dt) }),
+		KV:      backend.DTypes(func(dt tensor.DType) bool { return cpu.Supports(cpu.OpKV, dt) }),
+	}
+	return &Backend{ctx: ctx, ops: backend.NewOperands[*Tensor, *KV]("cpu", caps), owned: map[*cpu.Buffer]struct{}{},
 		noRepack: os.Getenv("PARLEY_CPU_REPACK") == "0"}, nil
 }
+
+// Capabilities says what the backend computes: the weight types of the native kernels (the
+// quantised types of llama.cpp's CPU backend that Parley reads) and F32, F16 and BF16 caches.
+func (b *Backend) Capabilities() backend.Capabilities { return b.ops.Capabilities() }
 
 // Name returns "cpu".
 func (b *Backend) Name() string { return "cpu" }
@@ -168,9 +176,6 @@ func (t *Tensor) reside(view *Tensor) {
 // copied into native memory). data must stay valid and unchanged while the tensor lives.
 func (b *Backend) Load(dt tensor.DType, rows, cols int, data []byte) (backend.Tensor, error) {
 	const op = "load"
-	if !cpu.Supports(cpu.OpMatMul, dt) {
-		return nil, fmt.Errorf("cpu: %s: dtype %v: %w", op, dt, backend.ErrUnsupported)
-	}
 	n, _, err := b.ops.Load(dt, rows, cols, data)
 	if err != nil {
 		return nil, err

@@ -146,9 +146,16 @@ func New(o Options) (*Backend, error) {
 			return nil, err
 		}
 	}
-	return &Backend{ctx: ctx, dev: *dev, ops: backend.NewOperands[*Tensor, *KV]("cuda"), owned: map[*bcuda.Buffer]struct{}{},
+	caps := backend.Capabilities{
+		Weights: backend.DTypes(func(dt tensor.DType) bool { return bcuda.Supports(bcuda.OpMatMul, dt) }),
+		KV:      backend.DTypes(func(dt tensor.DType) bool { return bcuda.Supports(bcuda.OpKV, dt) }),
+	}
+	return &Backend{ctx: ctx, dev: *dev, ops: backend.NewOperands[*Tensor, *KV]("cuda", caps), owned: map[*bcuda.Buffer]struct{}{},
 		graphs: o.Graphs}, nil
 }
+
+// Capabilities says what the backend computes: the weight and cache types of its kernels.
+func (b *Backend) Capabilities() backend.Capabilities { return b.ops.Capabilities() }
 
 // Record starts recording operations as a CUDA graph (backend.Recorder); ErrNotRecording unless
 // Options.Graphs.
@@ -273,9 +280,6 @@ func (t *Tensor) reside() {
 // returns.
 func (b *Backend) Load(dt tensor.DType, rows, cols int, data []byte) (backend.Tensor, error) {
 	const op = "load"
-	if !bcuda.Supports(bcuda.OpMatMul, dt) {
-		return nil, fmt.Errorf("cuda: %s: dtype %v: %w", op, dt, backend.ErrUnsupported)
-	}
 	n, rb, err := b.ops.Load(dt, rows, cols, data)
 	if err != nil {
 		return nil, err

@@ -81,8 +81,16 @@ func New(opts backend.Options) (backend.Backend, error) {
 	if n == 0 {
 		n = runtime.NumCPU()
 	}
-	return &Backend{ops: backend.NewOperands[*tens, *kvCache]("purego"), pool: newPool(n)}, nil
+	caps := backend.Capabilities{
+		Weights: backend.DTypes(func(dt tensor.DType) bool { _, err := quant.KernelFor(dt); return dt.Supported() && err == nil }),
+		KV:      backend.SetOf(tensor.F32, tensor.F16, tensor.BF16),
+	}
+	return &Backend{ops: backend.NewOperands[*tens, *kvCache]("purego", caps), pool: newPool(n)}, nil
 }
+
+// Capabilities says what the backend computes: every weight type package quant has a dot
+// product for, and F32, F16 and BF16 caches.
+func (be *Backend) Capabilities() backend.Capabilities { return be.ops.Capabilities() }
 
 // Name returns "go".
 func (be *Backend) Name() string { return "go" }
@@ -208,9 +216,6 @@ func (be *Backend) Load(dt tensor.DType, rows, cols int, data []byte) (backend.T
 	defer be.mu.Unlock()
 	if be.ops.Closed() {
 		return nil, errClosed
-	}
-	if !dt.Supported() {
-		return nil, fmt.Errorf("purego: load: dtype %v: %w", dt, backend.ErrUnsupported)
 	}
 	_, rs, err := be.ops.Load(dt, rows, cols, data)
 	if err != nil {
