@@ -140,7 +140,7 @@ type Attn struct {
 // (the operation is in place) or shares no byte with it; a view overlapping part of an input is
 // refused. Every backend checks its operands the same way, through Operands.
 type Backend interface {
-	// Name is the name the backend registered under ("go", "cpu", "cuda").
+	// Name is the name the backend registered under ("purego", "cpu", "cuda").
 	Name() string
 	// Capabilities says which cases of the operations below the backend computes (weight and
 	// cache types); the same value every time. Callers read it through CapabilitiesOf, which

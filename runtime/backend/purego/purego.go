@@ -1,4 +1,5 @@
-// Package purego is the pure-Go backend (registered as "go"): it computes on the host without
+// Package purego is the pure-Go backend, registered as "purego" (and still found as "go", its
+// former name, by backend.New and $PARLEY_BACKEND): it computes on the host without
 // cgo, so it is built everywhere, including nocgo builds. Weights are used in place (Load keeps
 // the caller's bytes), activations are float32 slices (F16 ones, for Copy and FullAttention,
 // bytes), and the heavy operations (MatMul, GetRows, Attention, FullAttention and the row-wise
@@ -33,7 +34,10 @@ import (
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
-func init() { backend.Register("go", 1, New) }
+func init() {
+	backend.Register("purego", 1, New)
+	backend.Alias("go", "purego")
+}
 
 // littleEndian reports whether float32 slices can be viewed as the little-endian bytes that
 // quant's kernels read.
@@ -92,8 +96,8 @@ func New(opts backend.Options) (backend.Backend, error) {
 // product for, and F32, F16 and BF16 caches.
 func (be *Backend) Capabilities() backend.Capabilities { return be.ops.Capabilities() }
 
-// Name returns "go".
-func (be *Backend) Name() string { return "go" }
+// Name returns "purego".
+func (be *Backend) Name() string { return "purego" }
 
 // Close stops the workers. Tensors made by be must not be used afterwards.
 func (be *Backend) Close() error {
