@@ -10,9 +10,9 @@ import (
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
-// kvCache holds keys and values of every layer: k32/v32 for F32 caches, k16/v16 (F16 or BF16
+// KV holds keys and values of every layer: k32/v32 for F32 caches, k16/v16 (F16 or BF16
 // bits) for F16 and BF16 ones, each [layer][slot*Width + e].
-type kvCache struct {
+type KV struct {
 	be       *Backend
 	cfg      backend.KVConfig
 	k32, v32 [][]float32
@@ -20,10 +20,11 @@ type kvCache struct {
 	res      backend.Residence
 }
 
-func (c *kvCache) Config() backend.KVConfig { return c.cfg }
+// Config returns the cache's configuration.
+func (c *KV) Config() backend.KVConfig { return c.cfg }
 
 // Close releases the cache. Closing twice is a no-op.
-func (c *kvCache) Close() error {
+func (c *KV) Close() error {
 	c.be.mu.Lock()
 	defer c.be.mu.Unlock()
 	c.res.Closed = true
@@ -44,7 +45,7 @@ func (be *Backend) NewKV(cfg backend.KVConfig) (backend.KV, error) {
 	if cfg.Slots > maxElems/cfg.Width || cfg.Layers > maxElems/(cfg.Slots*cfg.Width) {
 		return nil, fmt.Errorf("purego: new kv: config %+v is too large", cfg)
 	}
-	c := &kvCache{be: be, cfg: cfg, res: backend.Residence{Owner: be.ops.Owner}}
+	c := &KV{be: be, cfg: cfg, res: backend.Residence{Owner: be.ops.Owner}}
 	n := cfg.Slots * cfg.Width
 	for l := 0; l < cfg.Layers; l++ {
 		if cfg.DType == tensor.F32 {
@@ -62,7 +63,7 @@ func (be *Backend) NewKV(cfg backend.KVConfig) (backend.KV, error) {
 }
 
 // Residence is what the shared operand checks read of c (backend.Operands).
-func (c *kvCache) Residence() *backend.Residence { return &c.res }
+func (c *KV) Residence() *backend.Residence { return &c.res }
 
 // StoreKV writes k and v [n, Width] into layer's cache at slots b.Slot.
 func (be *Backend) StoreKV(kv backend.KV, layer int, k, v backend.Tensor, b *backend.Batch) error {
@@ -117,7 +118,7 @@ type attnScratch struct {
 // attnJob computes attention by units of (token, kv head): each unit serves the group of query
 // heads that share the kv head, so each key and value row is read once for all of them.
 type attnJob struct {
-	c       *kvCache
+	c       *KV
 	layer   int
 	a       backend.Attn
 	b       *backend.Batch

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/parleyhq/parley/internal/vec"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/quant"
 	"github.com/parleyhq/parley/runtime/tensor"
@@ -111,26 +110,6 @@ func layerNormRow(y, x, w, b []float32, eps float64) {
 	}
 }
 
-// geluC is sqrt(2/pi); geluA the cubic coefficient of the tanh form.
-const (
-	geluC = 0.7978845608028654
-	geluA = 0.044715
-)
-
-// gelu sets y = 0.5*x*(1 + tanh(u)), u = sqrt(2/pi)*(x + 0.044715*x^3), computed in float32 as
-// x / (1 + exp(-2u)), the same quantity without the cancellation of 1 + tanh(u) for negative x:
-// where exp(-2u) overflows the result is -0, where it underflows it is x. y may be x. Assembly
-// where the CPU allows (simd_amd64.go), geluGo elsewhere.
-var gelu = geluGo
-
-func geluGo(y, x []float32) {
-	y = y[:len(x)]
-	for i, v := range x {
-		u := geluC * v * (1 + geluA*v*v)
-		y[i] = v / (1 + vec.Expf(-2*u))
-	}
-}
-
 // im2colRow fills output row t: dst[t, c*K+k] = x[t*stride+k-pad, c], zero outside x.
 func (j *rowJob) im2colRow(t int) {
 	C, K := j.c, j.k
@@ -208,21 +187,6 @@ func (be *Backend) LayerNorm(dst, x, w, b backend.Tensor, eps float32) error {
 	}
 	j := &be.rows
 	j.op, j.dst32, j.x, j.w, j.b, j.eps = opLayerNorm, d.f32, xt.f32, wt.f32, bt.f32, float64(eps)
-	be.runRows(j, xt.rows, xt.cols)
-	return nil
-}
-
-// GELU: dst = 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x^3))) element-wise, in float32.
-func (be *Backend) GELU(dst, x backend.Tensor) error {
-	be.mu.Lock()
-	defer be.mu.Unlock()
-	d, xt, err := be.ops.Elementwise("gelu", dst, x)
-	if err != nil {
-		return err
-	}
-	be.xqFrom = nil // writes activations
-	j := &be.rows
-	j.op, j.dst32, j.x = opGELU, d.f32, xt.f32
 	be.runRows(j, xt.rows, xt.cols)
 	return nil
 }

@@ -3,7 +3,6 @@ package purego
 import (
 	"math"
 
-	"github.com/parleyhq/parley/internal/vec"
 	"github.com/parleyhq/parley/runtime/backend"
 )
 
@@ -67,46 +66,6 @@ func (be *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) error {
 		}
 	}
 	return nil
-}
-
-// SwiGLU: dst = gate/(1+exp(-gate)) * up.
-func (be *Backend) SwiGLU(dst, gate, up backend.Tensor) error {
-	be.mu.Lock()
-	defer be.mu.Unlock()
-	g, u, o, err := be.gluOperands("swiglu", dst, gate, up)
-	if err != nil {
-		return err
-	}
-	for i, v := range g {
-		o[i] = v / (1 + vec.Expf(-v)) * u[i]
-	}
-	return nil
-}
-
-// GeGLU: dst = gelu(gate) * up, gelu as GELU's.
-func (be *Backend) GeGLU(dst, gate, up backend.Tensor) error {
-	be.mu.Lock()
-	defer be.mu.Unlock()
-	g, u, o, err := be.gluOperands("geglu", dst, gate, up)
-	if err != nil {
-		return err
-	}
-	for i, v := range g {
-		w := geluC * v * (1 + geluA*v*v)
-		o[i] = v / (1 + vec.Expf(-2*w)) * u[i]
-	}
-	return nil
-}
-
-// gluOperands checks a gated activation's operands and returns their elements, gate's length
-// each; be.mu is held.
-func (be *Backend) gluOperands(op string, dst, gate, up backend.Tensor) (g, u, o []float32, err error) {
-	d, gt, ut, err := be.ops.GLU(op, dst, gate, up)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	be.xqFrom = nil // writes activations
-	return gt.f32, ut.f32[:len(gt.f32)], d.f32[:len(gt.f32)], nil
 }
 
 // Scale: dst = x * s.

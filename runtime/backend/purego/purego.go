@@ -52,7 +52,7 @@ const maxElems = math.MaxInt / 8
 
 // Backend is the pure-Go backend. Its zero value is not usable; call New.
 type Backend struct {
-	ops  backend.Operands[*tens, *kvCache] // also says whether the backend is closed (set under mu)
+	ops  backend.Operands[*Tensor, *KV] // also says whether the backend is closed (set under mu)
 	mu   sync.Mutex
 	pool *pool
 
@@ -89,7 +89,7 @@ func New(opts backend.Options) (backend.Backend, error) {
 		Weights: backend.DTypes(func(dt tensor.DType) bool { _, err := quant.KernelFor(dt); return dt.Supported() && err == nil }),
 		KV:      backend.SetOf(tensor.F32, tensor.F16, tensor.BF16),
 	}
-	return &Backend{ops: backend.NewOperands[*tens, *kvCache]("purego", caps), pool: newPool(n)}, nil
+	return &Backend{ops: backend.NewOperands[*Tensor, *KV]("purego", caps), pool: newPool(n)}, nil
 }
 
 // Capabilities says what the backend computes: every weight type package quant has a dot
@@ -109,10 +109,10 @@ func (be *Backend) Close() error {
 	return nil
 }
 
-// tens is a tensor of this backend. F32 tensors hold their elements in f32 (a view of the
+// Tensor is a tensor of this backend. F32 tensors hold their elements in f32 (a view of the
 // caller's bytes for loaded ones where the platform allows); every tensor that can be a weight
 // holds its rows in data, rowBytes each.
-type tens struct {
+type Tensor struct {
 	be         *Backend
 	dt         tensor.DType
 	rows, cols int
@@ -120,7 +120,7 @@ type tens struct {
 	data       []byte    // [rows*rowBytes]; nil for F32 tensors on big-endian platforms
 	f32        []float32 // [rows*cols] for F32 tensors
 	readOnly   bool      // loaded: the memory is the caller's
-	root       *tens     // for views: the tensor whose memory this shares; nil for others
+	root       *Tensor   // for views: the tensor whose memory this shares; nil for others
 	res        backend.Residence
 
 	kern    quant.Kernel // dot product with weights of dt; kernErr when there is none
@@ -128,12 +128,17 @@ type tens struct {
 	vecRow  int // bytes of one activation row converted to kern.VecType
 }
 
-func (t *tens) DType() tensor.DType { return t.dt }
-func (t *tens) Rows() int           { return t.rows }
-func (t *tens) Cols() int           { return t.cols }
+// DType is the tensor's element type.
+func (t *Tensor) DType() tensor.DType { return t.dt }
+
+// Rows is the number of rows.
+func (t *Tensor) Rows() int { return t.rows }
+
+// Cols is the number of elements a row.
+func (t *Tensor) Cols() int { return t.cols }
 
 // Close releases the tensor (a view releases nothing of its parent). Closing twice is a no-op.
-func (t *tens) Close() error {
+func (t *Tensor) Close() error {
 	t.be.mu.Lock()
 	defer t.be.mu.Unlock()
 	t.res.Closed = true
@@ -141,15 +146,15 @@ func (t *tens) Close() error {
 	return nil
 }
 
-func (t *tens) String() string { return fmt.Sprintf("%v [%d, %d]", t.dt, t.rows, t.cols) }
+func (t *Tensor) String() string { return fmt.Sprintf("%v [%d, %d]", t.dt, t.rows, t.cols) }
 
 var errClosed = errors.New("purego: backend closed")
 
 // Residence is what the shared operand checks read of t (backend.Operands).
-func (t *tens) Residence() *backend.Residence { return &t.res }
+func (t *Tensor) Residence() *backend.Residence { return &t.res }
 
 // reside records t's memory for the operand checks.
-func (t *tens) reside() {
+func (t *Tensor) reside() {
 	t.res = backend.Residence{Owner: t.be.ops.Owner, DType: t.dt, ReadOnly: t.readOnly}
 	switch {
 	case len(t.f32) > 0:
@@ -206,7 +211,7 @@ func byteView(f []float32) []byte {
 }
 
 // setKernel resolves t's dot-product kernel.
-func (t *tens) setKernel() {
+func (t *Tensor) setKernel() {
 	t.kern, t.kernErr = quant.KernelFor(t.dt)
 	if t.kernErr == nil {
 		vr, err := t.kern.VecType.RowSize(int64(t.cols))
@@ -225,7 +230,7 @@ func (be *Backend) Load(dt tensor.DType, rows, cols int, data []byte) (backend.T
 	if err != nil {
 		return nil, err
 	}
-	t := &tens{be: be, dt: dt, rows: rows, cols: cols, rowBytes: rs, data: data, readOnly: true}
+	t := &Tensor{be: be, dt: dt, rows: rows, cols: cols, rowBytes: rs, data: data, readOnly: true}
 	if dt == tensor.F32 {
 		t.f32 = f32View(data)
 	}
@@ -245,7 +250,7 @@ func (be *Backend) Alloc(dt tensor.DType, rows, cols int) (backend.Tensor, error
 	if err != nil {
 		return nil, err
 	}
-	t := &tens{be: be, dt: dt, rows: rows, cols: cols, rowBytes: rs}
+	t := &Tensor{be: be, dt: dt, rows: rows, cols: cols, rowBytes: rs}
 	if dt == tensor.F32 {
 		t.f32 = make([]float32, rows*cols)
 		t.data = byteView(t.f32)
@@ -265,7 +270,7 @@ func (be *Backend) View(x backend.Tensor, row0, rows int) (backend.Tensor, error
 	if err != nil {
 		return nil, err
 	}
-	v := &tens{be: be, dt: t.dt, rows: rows, cols: t.cols, rowBytes: t.rowBytes, readOnly: t.readOnly, root: t,
+	v := &Tensor{be: be, dt: t.dt, rows: rows, cols: t.cols, rowBytes: t.rowBytes, readOnly: t.readOnly, root: t,
 		kern: t.kern, kernErr: t.kernErr, vecRow: t.vecRow}
 	if t.root != nil {
 		v.root = t.root
@@ -291,20 +296,6 @@ func (be *Backend) Write(dst backend.Tensor, row0 int, src []float32) error {
 	be.xqFrom = nil
 	copy(t.f32[row0*t.cols:], src)
 	return nil
-}
-
-var _ backend.Argmaxer = (*Backend)(nil)
-
-// Argmax writes into ids[i] the index of the largest value of row row0+i of an F32 tensor
-// (backend.ArgmaxRows), without copying the rows out.
-func (be *Backend) Argmax(logits backend.Tensor, row0 int, ids []int32) error {
-	be.mu.Lock()
-	defer be.mu.Unlock()
-	t, err := be.ops.Logits("argmax", logits, row0, len(ids))
-	if err != nil {
-		return err
-	}
-	return backend.ArgmaxRows(t.f32[row0*t.cols:(row0+len(ids))*t.cols], t.cols, ids)
 }
 
 // Read copies rows row0.. of an F32 tensor into dst.
