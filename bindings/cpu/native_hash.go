@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "8385b7ca2ee2dc7dddd0576452dffb71e2eb569633b8d746badf238ce1991f86"
+const nativeSources = "6a2ff8245867a9030daa8214ef63d50b9e01c14ff975ffea2953701f66869c8f"

@@ -61,6 +61,9 @@ const (
 	OpDequantize Op = 5 // DequantizeRow source dtype
 )
 
+// opUnary asks pl_supports about a function of Unary and GLU (SupportsFunc).
+const opUnary = 6
+
 // Rope describes rotary embedding of heads of HeadDim elements, the first Dims rotated.
 type Rope struct {
 	NeoX      bool // pairs (i, i+Dims/2) instead of (2i, 2i+1)

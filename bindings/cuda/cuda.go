@@ -44,6 +44,11 @@ const (
 	OpCopy    Op = C.PLC_OP_COPY     // dtype: source or destination of Copy
 )
 
+// SupportsFunc reports whether Unary and GLU compute the function f (the kernels' own answer).
+func SupportsFunc(f tensor.Func) bool {
+	return f.Known() && C.plc_supports(C.PLC_OP_UNARY, C.int(f)) == 1
+}
+
 // Supports reports whether operation op handles dtype dt.
 func Supports(op Op, dt tensor.DType) bool {
 	if !dt.Known() || uint32(dt) > math.MaxInt32 {
@@ -651,13 +656,23 @@ func (c *Context) LayerNorm(dst, x, w, b Ref, n, d int, eps float32) error {
 	return c.status(op, C.plc_layer_norm(c.c, fp(dp), fp(xp), fp(wp), fp(bp), C.int64_t(n), C.int64_t(d), C.float(eps)))
 }
 
-// GeGLU: dst = gelu(gate)*up over n F32 elements. dst may be gate or up.
-func (c *Context) GeGLU(dst, gate, up Ref, n int) error {
-	return c.glu("geglu", dst, gate, up, n, func(d, g, u *C.float, n C.int64_t) C.int { return C.plc_geglu(c.c, d, g, u, n) })
+// Unary: dst = f(x) over n F32 elements, f a function the kernels know (tensor.Func, passed to
+// plc_unary as it is; another is refused with tensor.ErrUnsupported). dst may be x.
+func (c *Context) Unary(dst, x Ref, n int, f tensor.Func) error {
+	return c.fn("unary", dst, x, Ref{}, n, f)
 }
 
-// glu runs a gated activation kernel over n F32 elements.
-func (c *Context) glu(op string, dst, gate, up Ref, n int, kernel func(d, g, u *C.float, n C.int64_t) C.int) error {
+// GLU: dst = f(gate)*up over n F32 elements, f as Unary's (tensor.SiLU: SwiGLU, tensor.GELU:
+// GeGLU). dst may be gate or up.
+func (c *Context) GLU(dst, gate, up Ref, n int, f tensor.Func) error {
+	return c.fn("glu", dst, gate, up, n, f)
+}
+
+// fn runs plc_unary, or plc_glu when up has a buffer.
+func (c *Context) fn(op string, dst, x, up Ref, n int, f tensor.Func) error {
+	if !f.Known() {
+		return fmt.Errorf("cuda: %s: function %v: %w", op, f, tensor.ErrUnsupported)
+	}
 	if err := c.lock(op); err != nil {
 		return err
 	}
@@ -666,15 +681,18 @@ func (c *Context) glu(op string, dst, gate, up Ref, n int, kernel func(d, g, u *
 	if err != nil {
 		return err
 	}
-	gp, err := gate.at(c, op, "gate", mul(n, 4))
+	xp, err := x.at(c, op, "x", mul(n, 4))
 	if err != nil {
 		return err
+	}
+	if up.Buf == nil {
+		return c.status(op, C.plc_unary(c.c, C.int(f), fp(dp), fp(xp), C.int64_t(n)))
 	}
 	upp, err := up.at(c, op, "up", mul(n, 4))
 	if err != nil {
 		return err
 	}
-	return c.status(op, kernel(fp(dp), fp(gp), fp(upp), C.int64_t(n)))
+	return c.status(op, C.plc_glu(c.c, C.int(f), fp(dp), fp(xp), fp(upp), C.int64_t(n)))
 }
 
 // Scale: dst = x*s over n F32 elements. dst may be x.
@@ -693,29 +711,6 @@ func (c *Context) Scale(dst, x Ref, s float32, n int) error {
 		return err
 	}
 	return c.status(op, C.plc_scale(c.c, fp(dp), fp(xp), C.float(s), C.int64_t(n)))
-}
-
-// SwiGLU: dst = silu(gate)*up over n F32 elements. dst may be gate or up.
-func (c *Context) SwiGLU(dst, gate, up Ref, n int) error {
-	return c.glu("swiglu", dst, gate, up, n, func(d, g, u *C.float, n C.int64_t) C.int { return C.plc_swiglu(c.c, d, g, u, n) })
-}
-
-// GELU (tanh form) over n F32 elements. dst may be x.
-func (c *Context) GELU(dst, x Ref, n int) error {
-	const op = "gelu"
-	if err := c.lock(op); err != nil {
-		return err
-	}
-	defer c.mu.Unlock()
-	dp, err := dst.at(c, op, "dst", mul(n, 4))
-	if err != nil {
-		return err
-	}
-	xp, err := x.at(c, op, "x", mul(n, 4))
-	if err != nil {
-		return err
-	}
-	return c.status(op, C.plc_gelu(c.c, fp(dp), fp(xp), C.int64_t(n)))
 }
 
 // Copy converts n elements of srcType at src to dstType at dst: F32 to F16 (nearest even), F16

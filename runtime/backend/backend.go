@@ -37,6 +37,10 @@ type Tensor interface {
 	Close() error
 }
 
+// Func names an elementwise function of Unary and GLU (tensor.Func: tensor.ReLU, tensor.SiLU,
+// tensor.GELU...), passed down to the native kernels as it is.
+type Func = tensor.Func
+
 // RoPEMode selects how rotary embedding pairs the elements of a head.
 type RoPEMode int
 
@@ -182,10 +186,17 @@ type Backend interface {
 	// consecutive elements of a row on its own (x [n, h*g] as [n*h, g]: Qwen3's per-head norm of
 	// queries and keys).
 	RMSNorm(dst, x, w Tensor, eps float32) error
-	// SwiGLU: dst = silu(gate) * up elementwise, silu(g) = g/(1+exp(-g)). dst may be gate.
+	// Unary: dst = f(x) elementwise, for a function f the backend computes (Capabilities.Funcs;
+	// any other is refused with an error wrapping ErrUnsupported). F32; dst may be x.
+	Unary(dst, x Tensor, f Func) error
+	// GLU: dst = f(gate) * up elementwise, f as Unary's: the gated linear units (tensor.Sigmoid
+	// the original GLU, tensor.SiLU SwiGLU, tensor.GELU GeGLU). F32; dst may be gate or up.
+	GLU(dst, gate, up Tensor, f Func) error
+	// SwiGLU: dst = silu(gate) * up elementwise, silu(g) = g/(1+exp(-g)): GLU with tensor.SiLU.
+	// dst may be gate.
 	SwiGLU(dst, gate, up Tensor) error
-	// GeGLU: dst = gelu(gate) * up elementwise, gelu the tanh form as GELU's. dst may be gate
-	// or up. (Gemma's feed-forward network.)
+	// GeGLU: dst = gelu(gate) * up elementwise, gelu the tanh form as GELU's: GLU with
+	// tensor.GELU. dst may be gate or up. (Gemma's feed-forward network.)
 	GeGLU(dst, gate, up Tensor) error
 	// Scale: dst = x * s elementwise, s finite. dst may be x. (Granite's embedding, residual and
 	// logit multipliers.)
@@ -220,7 +231,7 @@ type Backend interface {
 	// be x.
 	LayerNorm(dst, x, w, b Tensor, eps float32) error
 	// GELU: dst = 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x^3))) elementwise, the tanh form
-	// ggml and whisper.cpp compute. F32. dst may be x.
+	// ggml and whisper.cpp compute: Unary with tensor.GELU. F32. dst may be x.
 	GELU(dst, x Tensor) error
 	// Im2Col1D lays out the receptive fields of a 1-D convolution as rows: for a signal x [T, C]
 	// (row t = time step t, C channels), dst[t, c*K+k] = x[t*stride+k-pad, c], or 0 where that row

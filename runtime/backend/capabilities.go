@@ -110,6 +110,8 @@ type Capabilities struct {
 	// them off the backend's methods, so that a wrapper that hides or adds one says so by its
 	// methods alone; a backend leaves them out of what it returns.
 	Ops Set[Op]
+	// Funcs are the functions Unary and GLU compute (all of tensor.Funcs, for Parley's backends).
+	Funcs Set[Func]
 	// Weights are the types Load takes and MatMul and GetRows multiply and read.
 	Weights Set[tensor.DType]
 	// KV are the types of the caches NewKV makes.

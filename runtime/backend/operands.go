@@ -425,9 +425,10 @@ func (o *Operands[T, K]) Scale(dst, x Tensor, s float32) (d, xt T, err error) {
 	return d, xt, nil
 }
 
-// GLU resolves the operands of a gated unit named op (SwiGLU, GeGLU): up and dst shaped like
-// gate; dst is gate or apart from it, and up or apart from it.
-func (o *Operands[T, K]) GLU(op string, dst, gate, up Tensor) (d, g, u T, err error) {
+// GLU resolves the operands of a gated unit named op (GLU, SwiGLU, GeGLU) of the function f
+// (CheckGLU; a function the backend does not state is refused with ErrUnsupported); dst is gate
+// or apart from it, and up or apart from it.
+func (o *Operands[T, K]) GLU(op string, dst, gate, up Tensor, f Func) (d, g, u T, err error) {
 	d, dr, err := o.resolve(op, "dst", dst, f32Out)
 	if err != nil {
 		return d, g, u, err
@@ -440,8 +441,11 @@ func (o *Operands[T, K]) GLU(op string, dst, gate, up Tensor) (d, g, u T, err er
 	if err != nil {
 		return d, g, u, err
 	}
-	if err := checkGLU(op, d, g, u); err != nil {
+	if err := CheckGLU(op, d, g, u, f); err != nil {
 		return d, g, u, o.wrap(err)
+	}
+	if !o.caps.Funcs.Has(f) {
+		return d, g, u, fmt.Errorf("%s: %s: function %v: %w", o.name, op, f, ErrUnsupported)
 	}
 	if !apart(dr, gr, true) || !apart(dr, ur, true) {
 		return d, g, u, o.Err(op, "dst partly overlaps an operand")
@@ -449,9 +453,10 @@ func (o *Operands[T, K]) GLU(op string, dst, gate, up Tensor) (d, g, u T, err er
 	return d, g, u, nil
 }
 
-// Elementwise resolves the operands of an elementwise function named op (GELU): dst shaped like
-// x, and x or apart from it.
-func (o *Operands[T, K]) Elementwise(op string, dst, x Tensor) (d, xt T, err error) {
+// Unary resolves the operands of the elementwise function f, in the operation named op (Unary,
+// GELU) (CheckUnary; a function the backend does not state is refused with ErrUnsupported); dst
+// is x or apart from it.
+func (o *Operands[T, K]) Unary(op string, dst, x Tensor, f Func) (d, xt T, err error) {
 	d, dr, err := o.resolve(op, "dst", dst, f32Out)
 	if err != nil {
 		return d, xt, err
@@ -460,8 +465,11 @@ func (o *Operands[T, K]) Elementwise(op string, dst, x Tensor) (d, xt T, err err
 	if err != nil {
 		return d, xt, err
 	}
-	if err := CheckSameShape(op, d, xt); err != nil {
+	if err := CheckUnary(op, d, xt, f); err != nil {
 		return d, xt, o.wrap(err)
+	}
+	if !o.caps.Funcs.Has(f) {
+		return d, xt, fmt.Errorf("%s: %s: function %v: %w", o.name, op, f, ErrUnsupported)
 	}
 	if !apart(dr, xr, true) {
 		return d, xt, o.Err(op, "dst partly overlaps x")

@@ -14,7 +14,7 @@ import (
 // NewKV; and the optional operations are those whose interfaces it implements.
 func testCapabilities(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)) {
 	caps := backend.CapabilitiesOf(b)
-	t.Logf("%s: optional operations %v, weights %v, caches %v", b.Name(), caps.Ops.Members(), caps.Weights.Members(), caps.KV.Members())
+	t.Logf("%s: optional operations %v, functions %v, weights %v, caches %v", b.Name(), caps.Ops.Members(), caps.Funcs.Members(), caps.Weights.Members(), caps.KV.Members())
 	if caps.Weights.Len() == 0 || !caps.Weights.Has(tensor.F32) {
 		t.Errorf("weight types %v: F32 missing", caps.Weights.Members())
 	}
@@ -70,5 +70,14 @@ func testCapabilities(t *testing.T, b backend.Backend, _ func() (backend.Backend
 		if caps.Ops.Has(op) != backend.Supports(b, op) {
 			t.Errorf("CapabilitiesOf and Supports disagree on %v", op)
 		}
+	}
+}
+
+// AllFuncs fails t unless b states every function of tensor.Func (backend.Capabilities.Funcs),
+// as Parley's backends do; a backend that leaves one out says so in its own tests instead.
+func AllFuncs(t testing.TB, b backend.Backend) {
+	t.Helper()
+	if got, want := backend.CapabilitiesOf(b).Funcs, backend.SetOf(tensor.Funcs()...); got != want {
+		t.Errorf("%s states the functions %v, want every one of tensor.Funcs: %v", b.Name(), got.Members(), want.Members())
 	}
 }

@@ -471,6 +471,8 @@ func testPartialOverlap(t *testing.T, b backend.Backend, _ func() (backend.Backe
 		{"SwiGLU", func() error { return b.SwiGLU(dst, x, up) }},
 		{"GeGLU", func() error { return b.GeGLU(dst, up, x) }},
 		{"GELU", func() error { return b.GELU(dst, x) }},
+		{"Unary", func() error { return b.Unary(dst, x, tensor.Tanh) }},
+		{"GLU", func() error { return b.GLU(dst, up, x, tensor.Sigmoid) }},
 		{"LayerNorm", func() error { return b.LayerNorm(dst, x, w, lb, 1e-5) }},
 		{"Copy", func() error { return b.Copy(dst, x) }},
 		{"MatMul", func() error { return b.MatMul(dst, x, wm) }},

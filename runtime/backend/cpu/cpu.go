@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -62,13 +63,15 @@ func New(opts backend.Options) (backend.Backend, error) {
 	caps := backend.Capabilities{
 		Weights: backend.DTypes(func(dt tensor.DType) bool { return cpu.Supports(cpu.OpMatMul, dt) }),
 		KV:      backend.DTypes(func(dt tensor.DType) bool { return cpu.Supports(cpu.OpKV, dt) }),
+		Funcs:   backend.SetOf(slices.DeleteFunc(tensor.Funcs(), func(f tensor.Func) bool { return !cpu.SupportsFunc(f) })...),
 	}
 	return &Backend{ctx: ctx, ops: backend.NewOperands[*Tensor, *KV]("cpu", caps), owned: map[*cpu.Buffer]struct{}{},
 		noRepack: os.Getenv("PARLEY_CPU_REPACK") == "0"}, nil
 }
 
 // Capabilities says what the backend computes: the weight types of the native kernels (the
-// quantised types of llama.cpp's CPU backend that Parley reads) and F32, F16 and BF16 caches.
+// quantised types of llama.cpp's CPU backend that Parley reads), F32, F16 and BF16 caches, and
+// the elementwise functions the kernels have.
 func (b *Backend) Capabilities() backend.Capabilities { return b.ops.Capabilities() }
 
 // Name returns "cpu".

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -148,12 +149,14 @@ func New(o Options) (*Backend, error) {
 	caps := backend.Capabilities{
 		Weights: backend.DTypes(func(dt tensor.DType) bool { return bcuda.Supports(bcuda.OpMatMul, dt) }),
 		KV:      backend.DTypes(func(dt tensor.DType) bool { return bcuda.Supports(bcuda.OpKV, dt) }),
+		Funcs:   backend.SetOf(slices.DeleteFunc(tensor.Funcs(), func(f tensor.Func) bool { return !bcuda.SupportsFunc(f) })...),
 	}
 	return &Backend{ctx: ctx, dev: *dev, ops: backend.NewOperands[*Tensor, *KV]("cuda", caps), owned: map[*bcuda.Buffer]struct{}{},
 		graphs: o.Graphs}, nil
 }
 
-// Capabilities says what the backend computes: the weight and cache types of its kernels.
+// Capabilities says what the backend computes: the weight and cache types and the elementwise
+// functions of its kernels.
 func (b *Backend) Capabilities() backend.Capabilities { return b.ops.Capabilities() }
 
 // Record starts recording operations as a CUDA graph (backend.Recorder); ErrNotRecording unless

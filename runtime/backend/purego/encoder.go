@@ -9,7 +9,7 @@ import (
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
-// The element-wise and row-wise operations of encoder-decoder models: Copy, LayerNorm, GELU and
+// The element-wise and row-wise operations of encoder-decoder models: Copy, LayerNorm and
 // Im2Col1D. Each splits its rows among the workers in chunks of about minParallelElems elements.
 
 // rowOp names the operation a rowJob runs.
@@ -18,7 +18,6 @@ type rowOp int
 const (
 	opCopy rowOp = iota
 	opLayerNorm
-	opGELU
 	opIm2Col
 )
 
@@ -34,7 +33,7 @@ type rowJob struct {
 	src32, dst32 []float32 // [rows, cols] F32 operands
 	src16, dst16 []byte    // [rows, 2*cols] F16 operands
 
-	// LayerNorm: x and dst [rows, cols], w and b [cols]. GELU: x and dst [rows, cols].
+	// LayerNorm: x and dst [rows, cols], w and b [cols].
 	x, w, b []float32
 	eps     float64
 
@@ -53,8 +52,6 @@ func (j *rowJob) unit(_, u int) {
 		for r := r0; r < r1; r++ {
 			layerNormRow(j.dst32[r*n:(r+1)*n], j.x[r*n:(r+1)*n], j.w[:n], j.b[:n], j.eps)
 		}
-	case opGELU:
-		gelu(j.dst32[r0*n:r1*n], j.x[r0*n:r1*n])
 	case opIm2Col:
 		for r := r0; r < r1; r++ {
 			j.im2colRow(r)

@@ -62,6 +62,7 @@ type Backend struct {
 	at   attnJob
 	fa   fullAttnJob
 	rows rowJob
+	fn   funcJob
 	xq   []byte // converted activations [n, VecType row]
 	// xqFrom and xqType say which activations xq holds, converted to which type, so that the
 	// products of one input with several matrices (q, k, v; gate, up) convert it once. Every
@@ -88,12 +89,13 @@ func New(opts backend.Options) (backend.Backend, error) {
 	caps := backend.Capabilities{
 		Weights: backend.DTypes(func(dt tensor.DType) bool { _, err := quant.KernelFor(dt); return dt.Supported() && err == nil }),
 		KV:      backend.SetOf(tensor.F32, tensor.F16, tensor.BF16),
+		Funcs:   funcs,
 	}
 	return &Backend{ops: backend.NewOperands[*Tensor, *KV]("purego", caps), pool: newPool(n)}, nil
 }
 
 // Capabilities says what the backend computes: every weight type package quant has a dot
-// product for, and F32, F16 and BF16 caches.
+// product for, F32, F16 and BF16 caches, and the functions of applyFunc.
 func (be *Backend) Capabilities() backend.Capabilities { return be.ops.Capabilities() }
 
 // Name returns "purego".

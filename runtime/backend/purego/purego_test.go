@@ -27,6 +27,7 @@ func TestRegistered(t *testing.T) {
 		if b.Name() != "purego" {
 			t.Fatalf("New(%q).Name() = %q", name, b.Name())
 		}
+		backendtest.AllFuncs(t, b)
 	}
 	if got := backend.Choose("go"); got != "purego" {
 		t.Fatalf(`Choose("go") = %q`, got)
