@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "5b6c5e7e3bb982e595cde6ef926cf9b78d3006cad53cd3851dcfdca0fea0a7ff"
+const nativeSources = "1c783e83cf91aa01b30778fda774745c1e1e44a99b878222a146d29ce870a7d5"

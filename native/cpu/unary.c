@@ -38,6 +38,7 @@ static inline float fn_gelu(float x) { return x / (1.0f + expf(GELU_2C * x * fma
 /* erfc, not 1 + erf, keeps the relative precision of the small values of negative x. */
 static inline float fn_gelu_erf(float x) { return 0.5f * x * erfcf(-x * SQRT1_2); }
 static inline float fn_elu(float x) { return x > 0.0f ? x : expm1f(x); }
+static inline float fn_exp(float x) { return expf(x); }
 
 /* A span function computes n elements: y = f(x), or f(x)*u when u is not NULL. */
 typedef void (*span_fn)(float *y, const float *x, const float *u, int64_t n);
@@ -57,6 +58,7 @@ SCALAR_SPAN(tanh, fn_tanh)
 SCALAR_SPAN(gelu, fn_gelu)
 SCALAR_SPAN(gelu_erf, fn_gelu_erf)
 SCALAR_SPAN(elu, fn_elu)
+SCALAR_SPAN(exp, fn_exp)
 
 /* ================================================================ Vector forms */
 
@@ -136,6 +138,8 @@ PL_TARGET_AVX2 static inline __m256 v256_elu(__m256 x) {
     return _mm256_blendv_ps(neg, x, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ));
 }
 
+PL_TARGET_AVX2 static inline __m256 v256_exp(__m256 x) { return plx_exp256(x); }
+
 #define F512(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define S512(v) _mm512_set1_ps(v)
 
@@ -185,6 +189,8 @@ PL_TARGET_AVX512 static inline __m512 v512_elu(__m512 x) {
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ), neg, x);
 }
 
+PL_TARGET_AVX512 static inline __m512 v512_exp(__m512 x) { return plx_exp512(x); }
+
 /* The vector spans: whole vectors in the vector form, the rest in the scalar form. */
 #define VECTOR_SPANS(name)                                                                         \
     PL_TARGET_AVX2 static void name##_avx2(float *y, const float *x, const float *u, int64_t n) {   \
@@ -213,6 +219,7 @@ VECTOR_SPANS(tanh)
 VECTOR_SPANS(gelu)
 VECTOR_SPANS(gelu_erf)
 VECTOR_SPANS(elu)
+VECTOR_SPANS(exp)
 
 #define VEC(name) name##_avx2, name##_avx512
 #else
@@ -232,6 +239,7 @@ static const struct {
     {PL_FN_GELU, gelu_scalar, VEC(gelu)},
     {PL_FN_GELU_ERF, gelu_erf_scalar, VEC(gelu_erf)},
     {PL_FN_ELU, elu_scalar, VEC(elu)},
+    {PL_FN_EXP, exp_scalar, VEC(exp)},
 };
 
 /* span_of returns the span function of fn at the current ISA level, NULL for an unknown fn. */

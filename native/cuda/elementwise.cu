@@ -62,13 +62,15 @@ __device__ __forceinline__ float plc_fn(float x) {
     } else if constexpr (F == PL_FN_GELU_ERF) {
         // erfc, not 1 + erf, keeps the relative precision of the small values of negative x.
         return 0.5f * x * erfcf(-x * 0.70710678118654752f);
-    } else {
-        static_assert(F == PL_FN_ELU, "a function of parley_fn.h without a case");
+    } else if constexpr (F == PL_FN_ELU) {
         return x > 0.f ? x : expm1f(x);
+    } else {
+        static_assert(F == PL_FN_EXP, "a function of parley_fn.h without a case");
+        return expf(x);
     }
 }
 
-#define PLC_FNS(X) X(PL_FN_RELU) X(PL_FN_SILU) X(PL_FN_SIGMOID) X(PL_FN_TANH) X(PL_FN_GELU) X(PL_FN_GELU_ERF) X(PL_FN_ELU)
+#define PLC_FNS(X) X(PL_FN_RELU) X(PL_FN_SILU) X(PL_FN_SIGMOID) X(PL_FN_TANH) X(PL_FN_GELU) X(PL_FN_GELU_ERF) X(PL_FN_ELU) X(PL_FN_EXP)
 
 // dst = f(x), or f(x)*u where u is not NULL.
 template <int F>

@@ -14,5 +14,6 @@
 #define PL_FN_GELU 5     /* 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3))), the tanh form */
 #define PL_FN_GELU_ERF 6 /* 0.5*x*(1+erf(x/sqrt(2))) = 0.5*x*erfc(-x/sqrt(2)), the exact form */
 #define PL_FN_ELU 7      /* x for x > 0, exp(x)-1 otherwise (alpha 1) */
+#define PL_FN_EXP 8      /* exp(x) */
 
 #endif

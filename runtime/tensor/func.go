@@ -17,10 +17,11 @@ const (
 	GELU    Func = 5 // 0.5·x·(1+tanh(√(2/π)·(x+0.044715·x³))), the tanh form of ggml (GeGLU's gate)
 	GELUErf Func = 6 // 0.5·x·(1+erf(x/√2)), the exact form (PyTorch's nn.GELU)
 	ELU     Func = 7 // x for x > 0, e^x-1 otherwise (alpha 1)
+	Exp     Func = 8 // e^x
 )
 
 var funcNames = [...]string{ReLU: "relu", SiLU: "silu", Sigmoid: "sigmoid", Tanh: "tanh", GELU: "gelu",
-	GELUErf: "gelu_erf", ELU: "elu"}
+	GELUErf: "gelu_erf", ELU: "elu", Exp: "exp"}
 
 // Known reports whether f is one of the functions above.
 func (f Func) Known() bool { return f > 0 && int(f) < len(funcNames) && funcNames[f] != "" }

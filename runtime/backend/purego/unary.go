@@ -34,6 +34,8 @@ func applyFunc(f tensor.Func, y, x, u []float32) bool {
 		fn = geluErf
 	case tensor.ELU:
 		fn = elu
+	case tensor.Exp:
+		fn = vec.Expf
 	default:
 		return false
 	}
