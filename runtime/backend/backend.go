@@ -7,7 +7,8 @@
 // Execution may be asynchronous: an operation may return before its result exists, as long as
 // operations on one backend take effect in the order they were issued. Read is the only call that
 // waits for results. A backend that cannot do a case returns an error wrapping ErrUnsupported;
-// nothing panics on bad arguments.
+// nothing panics on bad arguments. Every backend resolves and checks its operands through one
+// Operands, and states as data what it computes beyond what all do (Capabilities): docs/backends.md.
 //
 // Backends register themselves (Register) from an init function; New picks one by name, or the
 // best available for "auto". The nocgo build registers only the pure-Go backend.
@@ -147,8 +148,8 @@ type Backend interface {
 	// Name is the name the backend registered under ("purego", "cpu", "cuda").
 	Name() string
 	// Capabilities says which cases of the operations below the backend computes (weight and
-	// cache types); the same value every time. Callers read it through CapabilitiesOf, which
-	// adds the optional operations the backend has.
+	// cache types, the functions of Unary and GLU); the same value every time. Callers read it
+	// through CapabilitiesOf, which adds the optional operations the backend has.
 	Capabilities() Capabilities
 
 	// Load makes a tensor of rows×cols elements of dt whose contents are data (row-major,

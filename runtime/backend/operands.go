@@ -101,8 +101,8 @@ func NewOperands[T OwnTensor, K OwnKV](name string, caps Capabilities) Operands[
 // errForeign is wrapped by the errors for an operand that is not one of the backend's own.
 var errForeign = errors.New("tensor was not made by this backend")
 
-// Err returns an error for op prefixed with the backend's name, in the words of the shared checks.
-func (o *Operands[T, K]) Err(op, format string, args ...any) error {
+// errorf returns an error for op prefixed with the backend's name, in the words of the shared checks.
+func (o *Operands[T, K]) errorf(op, format string, args ...any) error {
 	return fmt.Errorf("%s: %s: %s", o.name, op, fmt.Sprintf(format, args...))
 }
 
@@ -146,11 +146,11 @@ func (o *Operands[T, K]) badOperand(op, what string, r *Residence, use operand) 
 	case r == nil || r.Owner != o.Owner:
 		return fmt.Errorf("%s: %s: %s: %w", o.name, op, what, errForeign)
 	case !r.live():
-		return o.Err(op, "%s is closed", what)
+		return o.errorf(op, "%s is closed", what)
 	case (use == f32In || use == f32Out) && r.DType != tensor.F32:
-		return o.Err(op, "%s is %v, want F32", what, r.DType)
+		return o.errorf(op, "%s is %v, want F32", what, r.DType)
 	}
-	return o.Err(op, "%s is a loaded weight tensor (read-only)", what)
+	return o.errorf(op, "%s is a loaded weight tensor (read-only)", what)
 }
 
 // Tensor returns t as a live tensor of the backend, of any dtype, to read.
@@ -195,7 +195,7 @@ func (o *Operands[T, K]) KV(op string, kv KV, layer int) (K, error) {
 	if r := c.Residence(); r.Owner != o.Owner {
 		return zero, fmt.Errorf("%s: %s: kv cache: %w", o.name, op, errForeign)
 	} else if !r.live() {
-		return zero, o.Err(op, "kv cache is closed")
+		return zero, o.errorf(op, "kv cache is closed")
 	}
 	if err := CheckLayer(op, c.Config(), layer); err != nil {
 		return zero, o.wrap(err)
@@ -208,7 +208,7 @@ func (o *Operands[T, K]) KV(op string, kv KV, layer int) (K, error) {
 // sizes derived from it cannot overflow).
 func (o *Operands[T, K]) Size(op string, dt tensor.DType, rows, cols int) (n, rowBytes int, err error) {
 	if rows < 0 || cols < 0 {
-		return 0, 0, o.Err(op, "negative shape %dx%d", rows, cols)
+		return 0, 0, o.errorf(op, "negative shape %dx%d", rows, cols)
 	}
 	rs, err := dt.RowSize(int64(cols))
 	if err != nil {
@@ -216,7 +216,7 @@ func (o *Operands[T, K]) Size(op string, dt tensor.DType, rows, cols int) (n, ro
 	}
 	const limit = int64(^uint(0)>>1) / 8
 	if rs > limit || (rs != 0 && int64(rows) > limit/rs) {
-		return 0, 0, o.Err(op, "%dx%d %v is too large", rows, cols, dt)
+		return 0, 0, o.errorf(op, "%dx%d %v is too large", rows, cols, dt)
 	}
 	return int(int64(rows) * rs), int(rs), nil
 }
@@ -242,7 +242,7 @@ func (o *Operands[T, K]) Load(dt tensor.DType, rows, cols int, data []byte) (n, 
 		return 0, 0, err
 	}
 	if len(data) != n {
-		return 0, 0, o.Err(op, "%dx%d %v needs %d bytes, got %d", rows, cols, dt, n, len(data))
+		return 0, 0, o.errorf(op, "%dx%d %v needs %d bytes, got %d", rows, cols, dt, n, len(data))
 	}
 	return n, rowBytes, nil
 }
@@ -301,7 +301,7 @@ func (o *Operands[T, K]) GetRows(dst, table Tensor, ids []int32) (d, tb T, err e
 		return d, tb, o.wrap(err)
 	}
 	if overlap(dr, tr) {
-		return d, tb, o.Err(op, "dst overlaps the table")
+		return d, tb, o.errorf(op, "dst overlaps the table")
 	}
 	return d, tb, nil
 }
@@ -325,7 +325,7 @@ func (o *Operands[T, K]) MatMul(dst, x, w Tensor) (d, xt, wt T, err error) {
 		return d, xt, wt, o.wrap(err)
 	}
 	if overlap(dr, xr) || overlap(dr, wr) {
-		return d, xt, wt, o.Err(op, "dst must not overlap an operand")
+		return d, xt, wt, o.errorf(op, "dst must not overlap an operand")
 	}
 	return d, xt, wt, nil
 }
@@ -337,7 +337,7 @@ func (o *Operands[T, K]) MatMuls(dst []Tensor, x Tensor, w []Tensor, ds, ws []T)
 	const op = "matmul"
 	var xt T
 	if len(dst) != len(w) || len(ds) != len(w) || len(ws) != len(w) {
-		return xt, o.Err(op, "%d destinations for %d matrices", len(dst), len(w))
+		return xt, o.errorf(op, "%d destinations for %d matrices", len(dst), len(w))
 	}
 	for i := range w {
 		d, x1, wt, err := o.MatMul(dst[i], x, w[i])
@@ -348,7 +348,7 @@ func (o *Operands[T, K]) MatMuls(dst []Tensor, x Tensor, w []Tensor, ds, ws []T)
 		dr := d.Residence()
 		for j := range i {
 			if overlap(dr, ds[j].Residence()) || overlap(dr, ws[j].Residence()) || overlap(ds[j].Residence(), wt.Residence()) {
-				return xt, o.Err(op, "a destination overlaps another product's")
+				return xt, o.errorf(op, "a destination overlaps another product's")
 			}
 		}
 	}
@@ -375,7 +375,7 @@ func (o *Operands[T, K]) AddRows(dst, a, b Tensor) (d, at, bt T, err error) {
 		return d, at, bt, o.wrap(err)
 	}
 	if !apart(dr, ar, true) || !apart(dr, br, bt.Rows() == at.Rows()) {
-		return d, at, bt, o.Err(op, "dst partly overlaps an operand")
+		return d, at, bt, o.errorf(op, "dst partly overlaps an operand")
 	}
 	return d, at, bt, nil
 }
@@ -400,7 +400,7 @@ func (o *Operands[T, K]) RMSNorm(dst, x, w Tensor, eps float32) (d, xt, wt T, er
 		return d, xt, wt, o.wrap(err)
 	}
 	if overlap(dr, wr) || !apart(dr, xr, true) {
-		return d, xt, wt, o.Err(op, "dst overlaps the weight or part of x")
+		return d, xt, wt, o.errorf(op, "dst overlaps the weight or part of x")
 	}
 	return d, xt, wt, nil
 }
@@ -420,7 +420,7 @@ func (o *Operands[T, K]) Scale(dst, x Tensor, s float32) (d, xt T, err error) {
 		return d, xt, o.wrap(err)
 	}
 	if !apart(dr, xr, true) {
-		return d, xt, o.Err(op, "dst partly overlaps x")
+		return d, xt, o.errorf(op, "dst partly overlaps x")
 	}
 	return d, xt, nil
 }
@@ -448,7 +448,7 @@ func (o *Operands[T, K]) GLU(op string, dst, gate, up Tensor, f Func) (d, g, u T
 		return d, g, u, fmt.Errorf("%s: %s: function %v: %w", o.name, op, f, ErrUnsupported)
 	}
 	if !apart(dr, gr, true) || !apart(dr, ur, true) {
-		return d, g, u, o.Err(op, "dst partly overlaps an operand")
+		return d, g, u, o.errorf(op, "dst partly overlaps an operand")
 	}
 	return d, g, u, nil
 }
@@ -472,7 +472,7 @@ func (o *Operands[T, K]) Unary(op string, dst, x Tensor, f Func) (d, xt T, err e
 		return d, xt, fmt.Errorf("%s: %s: function %v: %w", o.name, op, f, ErrUnsupported)
 	}
 	if !apart(dr, xr, true) {
-		return d, xt, o.Err(op, "dst partly overlaps x")
+		return d, xt, o.errorf(op, "dst partly overlaps x")
 	}
 	return d, xt, nil
 }
@@ -534,7 +534,7 @@ func (o *Operands[T, K]) Attention(dst, q Tensor, kv KV, layer int, a Attn, b *B
 		return c, d, qt, o.wrap(err)
 	}
 	if overlap(dr, qr) {
-		return c, d, qt, o.Err(op, "dst must not overlap q")
+		return c, d, qt, o.errorf(op, "dst must not overlap q")
 	}
 	return c, d, qt, nil
 }
@@ -548,7 +548,7 @@ func (o *Operands[T, K]) Flatten(b *Batch, seqs *[]tensor.FlatSeq, blocks *[]int
 	ss, bl := (*seqs)[:0], (*blocks)[:0]
 	for i, s := range b.Seqs {
 		if s.Start > math.MaxInt32 || s.Count > math.MaxInt32 || len(s.Blocks) > math.MaxInt32-len(bl) {
-			return o.Err("attention", "sequence %d: bad range start=%d count=%d context=%d", i, s.Start, s.Count, s.CtxLen)
+			return o.errorf("attention", "sequence %d: bad range start=%d count=%d context=%d", i, s.Start, s.Count, s.CtxLen)
 		}
 		ss = append(ss, tensor.FlatSeq{Start: int32(s.Start), Count: int32(s.Count), CtxLen: int32(s.CtxLen),
 			BlocksOff: int32(len(bl)), NBlocks: int32(len(s.Blocks))})
@@ -574,7 +574,7 @@ func (o *Operands[T, K]) Copy(dst, src Tensor) (d, s T, err error) {
 		return d, s, o.wrap(err)
 	}
 	if !apart(dr, sr, d.DType() == s.DType()) {
-		return d, s, o.Err(op, "dst partly overlaps src")
+		return d, s, o.errorf(op, "dst partly overlaps src")
 	}
 	return d, s, nil
 }
@@ -603,7 +603,7 @@ func (o *Operands[T, K]) LayerNorm(dst, x, w, b Tensor, eps float32) (d, xt, wt,
 		return d, xt, wt, bt, o.wrap(err)
 	}
 	if overlap(dr, wr) || overlap(dr, br) || !apart(dr, xr, true) {
-		return d, xt, wt, bt, o.Err(op, "dst overlaps w, b or part of x")
+		return d, xt, wt, bt, o.errorf(op, "dst overlaps w, b or part of x")
 	}
 	return d, xt, wt, bt, nil
 }
@@ -624,7 +624,7 @@ func (o *Operands[T, K]) Im2Col1D(dst, x Tensor, kernel, stride, pad int) (d, xt
 		return d, xt, 0, o.wrap(err)
 	}
 	if overlap(dr, xr) {
-		return d, xt, 0, o.Err(op, "dst overlaps x")
+		return d, xt, 0, o.errorf(op, "dst overlaps x")
 	}
 	return d, xt, tOut, nil
 }
@@ -656,7 +656,7 @@ func (o *Operands[T, K]) FullAttention(dst, q, k, v Tensor, a Attn) (d, qt, kt, 
 		return d, qt, kt, vt, o.wrap(err)
 	}
 	if overlap(dr, qr) || overlap(dr, kr) || overlap(dr, vr) {
-		return d, qt, kt, vt, o.Err(op, "dst must not overlap q, k or v")
+		return d, qt, kt, vt, o.errorf(op, "dst must not overlap q, k or v")
 	}
 	return d, qt, kt, vt, nil
 }
