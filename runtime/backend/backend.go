@@ -172,13 +172,13 @@ type Backend interface {
 	// dst [len(ids), cols] F32, sharing no memory with the table.
 	GetRows(dst, table Tensor, ids []int32) error
 	// MatMul: dst[i,j] = sum_k x[i,k]*w[j,k]. x [n, k] F32, w [m, k] any supported dtype,
-	// dst [n, m] F32, sharing no memory with x or w. Quantised weights are multiplied as llama.cpp does: each row of x is first
-	// converted to w's dot-product type (F16, Q8_0, Q8_1 or Q8_K). The CUDA backend departs from
-	// this where its tensor cores pay: by default it multiplies F32 weights with TF32 inputs
-	// (10-bit mantissas; PARLEY_CUDA_TF32=0 keeps full F32), and with PARLEY_CUDA_MMQ=0 it
-	// multiplies more than eight rows of x against quantised weights as F16 products of x and the
-	// expanded weights (a row of x with values beyond F16's range divided by a power of two for
-	// the product, then multiplied back).
+	// dst [n, m] F32, sharing no memory with x or w. Quantised weights are multiplied as
+	// llama.cpp does: each row of x is first converted to w's dot-product type (F16, Q8_0, Q8_1
+	// or Q8_K). The CUDA backend departs from this where its tensor cores pay: by default it
+	// multiplies F32 weights with TF32 inputs (10-bit mantissas; PARLEY_CUDA_TF32=0 keeps full
+	// F32), and with PARLEY_CUDA_MMQ=0 it multiplies more than eight rows of x against quantised
+	// weights as F16 products of x and the expanded weights (a row of x with values beyond F16's
+	// range divided by a power of two for the product, then multiplied back).
 	MatMul(dst, x, w Tensor) error
 	// AddRows: dst[i,:] = a[i,:] + b[i,:], or b[0,:] when b has one row (a bias). dst may be a.
 	AddRows(dst, a, b Tensor) error
