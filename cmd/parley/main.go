@@ -9,6 +9,7 @@
 //	parley synth --shape 15M|110M|1B --type f32|f16|q8_0|q4_0|q4_k|... -o FILE
 //	parley transcribe -m WHISPER_MODEL [--beam N] [--language L] [--output-format F] [--json] [--output-dir DIR] FILE...
 //	parley convert -o OUT [--type q8_0] [--format gguf|ggml] WHISPER_MODEL.bin
+//	parley speak -m POCKET_TTS_MODEL --voice VOICE [-o OUT.wav] [--noise NOISE.npy] (TEXT | -)
 //
 // Every command takes --help. The commands that run a model (generate, bench, serve, transcribe)
 // also take --backend go|cpu|auto (or $PARLEY_BACKEND) and -t THREADS; tokenize, inspect, synth
@@ -47,6 +48,7 @@ var commands = map[string]command{
 	"synth":      {"write a GGUF model with random weights in a real shape", runSynth},
 	"serve":      {"serve models over an OpenAI-compatible HTTP API", runServe},
 	"transcribe": {"transcribe audio files with a Whisper model", runTranscribe},
+	"speak":      {"synthesise speech from text with a Pocket TTS model", runSpeak},
 	"convert":    {"write a whisper.cpp model as GGUF or ggml, optionally quantised", runConvert},
 }
 

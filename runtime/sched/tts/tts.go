@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sort"
+	"strings"
 	"sync"
 
 	"github.com/parleyhq/parley/runtime/kvcache"
@@ -29,6 +31,11 @@ const DefaultTemperature = 0.7
 // text (at most 50 tokens) and its frame budget (at most 234 frames for 50 tokens).
 const DefaultKVSlots = 1024
 
+// ErrInput wraps the errors of a request that cannot be synthesised as given: an empty text, no
+// voice or an unknown voice name, a bad temperature, recorded noise not in whole rows (a
+// server answers 400).
+var ErrInput = errors.New("tts: bad request")
+
 // ErrNoiseExhausted is returned when recorded noise (Request.Noise) has fewer rows than the
 // synthesis takes frame steps.
 var ErrNoiseExhausted = errors.New("tts: the recorded noise has run out")
@@ -37,12 +44,17 @@ var ErrNoiseExhausted = errors.New("tts: the recorded noise has run out")
 type Config struct {
 	KVSlots int                   // FlowLM cache positions; 0 means DefaultKVSlots
 	Text    pockettts.TextOptions // the text front end's settings (the checkpoint's)
+	// Voices are the voice states requests may name (VoiceName): a checkpoint's predefined
+	// voices, or voice files loaded at start.
+	Voices map[string]*pockettts.Voice
 }
 
 // Request is one synthesis.
 type Request struct {
 	Text  string
 	Voice *pockettts.Voice
+	// VoiceName names one of Config.Voices, when Voice is nil.
+	VoiceName string
 	// Temperature is the variance of the flow head's starting noise; 0 makes the synthesis
 	// deterministic (x0 = 0). Negative means DefaultTemperature.
 	Temperature float64
@@ -103,6 +115,16 @@ func (s *Synthesizer) Close() error {
 // SampleRate is the audio's sample rate in Hz.
 func (s *Synthesizer) SampleRate() int { c := s.m.Config(); return c.SampleRate }
 
+// Voices returns the names of Config.Voices, sorted.
+func (s *Synthesizer) Voices() []string {
+	names := make([]string, 0, len(s.cfg.Voices))
+	for n := range s.cfg.Voices {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
 // FrameSamples is the number of samples each latent frame becomes.
 func (s *Synthesizer) FrameSamples() int { c := s.m.Config(); return c.FrameSamples() }
 
@@ -148,15 +170,21 @@ func (n *noise) next(x0 []float32) error {
 // SampleRate, in [-1, 1] before clamping; the slice is reused after emit returns) as soon as it
 // is decoded. An error from emit, or ctx's end, stops the synthesis and is returned.
 func (s *Synthesizer) Speak(ctx context.Context, r Request, emit func(audio []float32) error) error {
-	if r.Voice == nil {
-		return errors.New("tts: no voice")
+	voice := r.Voice
+	if voice == nil && r.VoiceName != "" {
+		if voice = s.cfg.Voices[r.VoiceName]; voice == nil {
+			return fmt.Errorf("%w: no voice named %q (have %s)", ErrInput, r.VoiceName, strings.Join(s.Voices(), ", "))
+		}
+	}
+	if voice == nil {
+		return fmt.Errorf("%w: no voice", ErrInput)
 	}
 	if math.IsNaN(r.Temperature) || math.IsInf(r.Temperature, 0) {
-		return fmt.Errorf("tts: temperature %v", r.Temperature)
+		return fmt.Errorf("%w: temperature %v", ErrInput, r.Temperature)
 	}
 	chunks, err := s.Chunks(r.Text)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrInput, err)
 	}
 	temp := r.Temperature
 	if temp < 0 {
@@ -164,7 +192,7 @@ func (s *Synthesizer) Speak(ctx context.Context, r Request, emit func(audio []fl
 	}
 	nz := &noise{rec: r.Noise, scale: math.Sqrt(temp), rng: rand.New(rand.NewPCG(r.Seed, 0x9e3779b97f4a7c15))}
 	if r.Noise != nil && len(r.Noise)%len(s.x0) != 0 {
-		return fmt.Errorf("tts: %d noise values are not whole rows of %d", len(r.Noise), len(s.x0))
+		return fmt.Errorf("%w: %d noise values are not whole rows of %d", ErrInput, len(r.Noise), len(s.x0))
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -172,7 +200,7 @@ func (s *Synthesizer) Speak(ctx context.Context, r Request, emit func(audio []fl
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, c := range chunks {
-		if err := s.chunk(ctx, c, r.Voice, nz, emit); err != nil {
+		if err := s.chunk(ctx, c, voice, nz, emit); err != nil {
 			return err
 		}
 	}

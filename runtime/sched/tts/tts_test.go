@@ -141,9 +141,10 @@ func TestSpeakErrors(t *testing.T) {
 		"no voice":     {Text: "Hello."},
 		"NaN temp":     {Text: "Hello.", Voice: f.voice, Temperature: math.NaN()},
 		"ragged noise": {Text: "Hello.", Voice: f.voice, Noise: make([]float32, 33)},
+		"unknown name": {Text: "Hello.", VoiceName: "nobody"},
 	} {
-		if err := f.s.Speak(ctx, r, count); err == nil {
-			t.Errorf("%s: no error", name)
+		if err := f.s.Speak(ctx, r, count); !errors.Is(err, ErrInput) {
+			t.Errorf("%s: %v, want ErrInput", name, err)
 		}
 	}
 	if emitted != 0 {
