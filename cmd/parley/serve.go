@@ -49,7 +49,7 @@ func runServe(e *env, args []string) error {
 	fs := newFlags(e, "serve", "-m [ALIAS=]MODEL [-m ...] [flags]   (every flag also reads $PARLEY_<FLAG>)")
 	bf := addBackendFlags(fs)
 	var modelArgs multiFlag
-	fs.Var(&modelArgs, "m", "model file, or ALIAS=FILE, where FILE may be hf://owner/repo[@rev]/file.gguf (downloaded once into $PARLEY_CACHE; repeatable; $PARLEY_MODEL, comma-separated); a Whisper model (whisper.cpp ggml file, or GGUF of architecture whisper) is served as a speech recognition model")
+	fs.Var(&modelArgs, "m", "model file, or ALIAS=FILE, where FILE may be hf://owner/repo[@rev]/file.gguf (downloaded once into $PARLEY_CACHE; repeatable; $PARLEY_MODEL, comma-separated); a Whisper model (whisper.cpp ggml file, or GGUF of architecture whisper) is served as a speech recognition model, a Pocket TTS checkpoint (safetensors with tokenizer.model beside it, or GGUF) as a speech synthesis model")
 	host := fs.String("host", envDefault("PARLEY_HOST", "127.0.0.1"), "address to listen on")
 	port := fs.Int("port", envInt("PARLEY_PORT", 8080), "port to listen on (0: any free port, printed at start)")
 	ctxLen := fs.Int("ctx", envInt("PARLEY_CTX", 0), "positions per sequence (0: the model's training context)")
@@ -74,6 +74,8 @@ func runServe(e *env, args []string) error {
 	maxStreams := fs.Int("max-streams", envInt("PARLEY_MAX_STREAMS", 16), "live transcription sessions (/v1/audio/stream) open at once")
 	asrBeam := fs.Int("asr-beam", envInt("PARLEY_ASR_BEAM", 1), "beam size of transcriptions (1: greedy)")
 	asrBestOf := fs.Int("asr-best-of", envInt("PARLEY_ASR_BEST_OF", asr.DefaultParams().BestOf), "candidates sampled at temperatures above 0 (transcriptions' fallback)")
+	var ttsVoices multiFlag
+	fs.Var(&ttsVoices, "tts-voice", "a voice of the speech synthesis models, `NAME=FILE` (a Pocket TTS voice-state .safetensors; repeatable), besides those a checkpoint holds")
 	prefix := fs.Bool("prefix-cache", envDefault("PARLEY_PREFIX_CACHE", "true") != "false", "reuse the KV blocks of prompt prefixes shared between requests")
 	if v, ok := os.LookupEnv("PARLEY_TIMEOUT"); ok {
 		if d, err := time.ParseDuration(v); err == nil {
@@ -192,6 +194,7 @@ func runServe(e *env, args []string) error {
 	steps := server.NewStepMetrics()
 	var served []*server.Model
 	var speechModels []*server.SpeechModel
+	var ttsModels []*server.TTSModel
 	var scheds []*sched.Scheduler
 	var speechEngines []*asr.Whisper
 	var closers []func()
@@ -229,6 +232,16 @@ func runServe(e *env, args []string) error {
 		if kind, err := models.Probe(sp.path); err != nil {
 			hs.Close()
 			return fmt.Errorf("%s: %w", sp.name, err)
+		} else if kind == models.KindSpeechSynthesis {
+			synth, closeSynth, err := openSynth(be, sp.path, ttsVoices)
+			if err != nil {
+				hs.Close()
+				return fmt.Errorf("%s: %w", sp.name, err)
+			}
+			closers = append(closers, closeSynth)
+			ttsModels = append(ttsModels, &server.TTSModel{Name: sp.name, Synth: synth})
+			logger.Info("speech synthesis model loaded", "model", sp.name, "path", sp.path, "voices", strings.Join(synth.Voices(), ","), "took", time.Since(t0).Round(time.Millisecond))
+			continue
 		} else if kind == models.KindSpeechRecognition {
 			wm, err := whisper.Open(be, sp.path)
 			if err != nil {
@@ -296,7 +309,7 @@ func runServe(e *env, args []string) error {
 		logger.Info("model loaded", "model", sp.name, "path", sp.path, "arch", m.Arch, "ctx", n, "kv_slots", c.Pool().Slots(), "parallel", *parallel, "took", time.Since(t0).Round(time.Millisecond))
 	}
 	srv, err := server.New(server.Config{APIKey: *apiKey, AllowedOrigins: origins, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout, RequestTimeout: *timeout, Logger: logger, Steps: steps,
-		SpeechModels: speechModels, MaxAudioBytes: *maxAudio, MaxAudioDuration: *maxAudioDur, Stream: server.StreamConfig{MaxSessions: *maxStreams}}, served)
+		SpeechModels: speechModels, TTSModels: ttsModels, MaxAudioBytes: *maxAudio, MaxAudioDuration: *maxAudioDur, Stream: server.StreamConfig{MaxSessions: *maxStreams}}, served)
 	if err != nil {
 		hs.Close()
 		return err
@@ -316,7 +329,7 @@ func runServe(e *env, args []string) error {
 	h := srv.Handler()
 	handler.Store(&h)
 	srv.SetReady(true)
-	logger.Info("ready", "models", len(served), "speech_models", len(speechModels))
+	logger.Info("ready", "models", len(served), "speech_models", len(speechModels), "tts_models", len(ttsModels))
 
 	select {
 	case err := <-serveErr:

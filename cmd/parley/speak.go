@@ -13,6 +13,7 @@ import (
 
 	"github.com/parleyhq/parley/internal/npy"
 	"github.com/parleyhq/parley/runtime/audio"
+	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/models/pockettts"
 	"github.com/parleyhq/parley/runtime/sched/tts"
 	"github.com/parleyhq/parley/runtime/tokenizer/sentencepiece"
@@ -193,4 +194,58 @@ func speakVoice(s *tts.Synthesizer, ck *pockettts.Checkpoint, cfg pockettts.Conf
 	}
 	prompt := rs.Flush(rs.Process(nil, samples))
 	return s.CloneVoice(prompt)
+}
+
+// openSynth opens the Pocket TTS checkpoint at path on be for serving, with the checkpoint's
+// voices and the voice-state files of voiceArgs (NAME=FILE each). close releases it all.
+func openSynth(be backend.Backend, path string, voiceArgs []string) (s *tts.Synthesizer, close func(), err error) {
+	ck, err := pockettts.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	var closers []func()
+	close = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	closers = append(closers, func() { ck.Close() })
+	defer func() {
+		if err != nil {
+			close()
+		}
+	}()
+	if ck.Tokenizer == nil {
+		return nil, nil, fmt.Errorf("%s has no tokenizer and there is no %s beside it", path, pockettts.TokenizerFile)
+	}
+	voices := map[string]*pockettts.Voice{}
+	for n, v := range ck.Voices {
+		voices[n] = v
+	}
+	cfg := ck.Weights.Config
+	for _, a := range voiceArgs {
+		name, file, ok := strings.Cut(a, "=")
+		if !ok || name == "" || file == "" {
+			return nil, nil, usagef("--tts-voice %q: want NAME=FILE", a)
+		}
+		v, err := pockettts.LoadVoice(file, &cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		voices[name] = v
+	}
+	if len(voices) == 0 {
+		return nil, nil, fmt.Errorf("%s holds no voices: give --tts-voice NAME=FILE (a voice-state .safetensors)", path)
+	}
+	m, err := pockettts.New(be, ck.Weights)
+	if err != nil {
+		return nil, nil, err
+	}
+	closers = append(closers, func() { m.Close() })
+	s, err = tts.New(m, ck.Tokenizer, tts.Config{Text: ck.Text, Voices: voices})
+	if err != nil {
+		return nil, nil, err
+	}
+	closers = append(closers, func() { s.Close() })
+	return s, close, nil
 }
