@@ -125,8 +125,8 @@ func TestPrefixIdleBlocks(t *testing.T) {
 	h.run()
 	base := prompt(3, 9) // two whole blocks cached, the last token fed again by a sharer
 	runOne(t, h, &Request{Prompt: base, MaxTokens: 1, Sampling: greedy()})
-	if st := h.s.Stats(); st.CachedBlocks != 2 || st.IdleBlocks != 2 {
-		t.Fatalf("after one request: %d blocks cached, %d idle; want 2, 2", st.CachedBlocks, st.IdleBlocks)
+	if st := h.s.Stats(); st.CachedBlocks != 2 || st.IdleBlocks != 2 || st.BlockSize != 4 {
+		t.Fatalf("after one request: %d blocks of %d positions cached, %d idle; want 2 of 4, 2", st.CachedBlocks, st.BlockSize, st.IdleBlocks)
 	}
 	// Every step of a sequence that shares both blocks and caches a third publishes, at its end,
 	// the blocks it pins as not idle.

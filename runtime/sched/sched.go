@@ -181,6 +181,7 @@ type Stats struct {
 	PrefixHitTokens uint64 // prompt tokens taken from the prefix cache instead of processed
 	CachedBlocks    int    // blocks the prefix cache holds (counted in KVBlocksUsed; those no sequence shares are reclaimable)
 	IdleBlocks      int    // the cached blocks no sequence shares: freed, least recently used first, when admission needs them
+	BlockSize       int    // positions per KV-cache block
 }
 
 const (
@@ -465,7 +466,7 @@ func (s *Scheduler) Stats() Stats {
 		PromptTokens: s.promptTok.Load(), GeneratedTokens: s.genTok.Load(), Steps: l.Steps,
 		LastStep: l.LastStep, LastBatchTokens: l.LastBatchTokens, LastBatchSeqs: l.LastBatchSeqs,
 		PrefixHitTokens: s.hitTok.Load(), CachedBlocks: int(s.cachedBlocks.Load()),
-		IdleBlocks: int(s.idleBlocks.Load()),
+		IdleBlocks: int(s.idleBlocks.Load()), BlockSize: s.bs,
 	}
 }
 
