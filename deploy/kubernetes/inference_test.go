@@ -172,7 +172,11 @@ func checkInferencePool(objs []any, servers [][]any, f serverFacts) []error {
 			found := false
 			for _, p := range svc.Spec.Ports {
 				if ref.Port != nil && p.Port == ref.Port.Number {
-					found = resolvePort(eppCtr, p.TargetPort) == ref.Port.Number || (p.TargetPort.IntVal == 0 && p.TargetPort.StrVal == "" && hasPort(eppCtr, p.Port))
+					if p.TargetPort.IntVal == 0 && p.TargetPort.StrVal == "" {
+						found = hasPort(eppCtr, p.Port) // the target port defaults to the port
+					} else {
+						found = hasPort(eppCtr, resolvePort(eppCtr, p.TargetPort))
+					}
 				}
 			}
 			if !found {

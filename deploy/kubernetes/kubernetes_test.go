@@ -273,6 +273,16 @@ func TestChecksCatchMismatches(t *testing.T) {
 			f.flags = cloneFlags(f.flags, "timeout", fl)
 		}, "cuts requests"},
 		{"picker pool", func(o []any, _ *serverFacts) { one[inferencePool](t, o).Name = "other" }, "watches pool"},
+		{"picker port", func(o []any, _ *serverFacts) {
+			for _, s := range all[corev1.Service](o) {
+				s.Spec.Ports[0].TargetPort = intstr.FromString("nope")
+			}
+		}, "does not carry"},
+		{"picker grace", func(o []any, _ *serverFacts) {
+			for _, d := range all[appsv1.Deployment](o) {
+				*d.Spec.Template.Spec.TerminationGracePeriodSeconds = 20
+			}
+		}, "shorter than the model servers'"},
 	}
 	servers := [][]any{kustomize(t, "overlays/cpu")}
 	for _, tc := range pool {
