@@ -1,6 +1,8 @@
 package kubernetes
 
 import (
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -9,8 +11,6 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"os"
-	"path/filepath"
 )
 
 // renderings are the ways the manifests are applied, each rendered as kubectl apply -k would.
