@@ -27,13 +27,13 @@ func TestPoolMetrics(t *testing.T) {
 	var once sync.Once
 	release := func() { once.Do(func() { close(gate) }) }
 	held := sched.Config{MaxActive: 1, PrefixCache: true, OnStep: func(time.Duration, int, int) { <-gate }}
-	busyEngine, idleEngine := openEngine(t, p), openEngine(t, p)
-	busy, _ := newSched(t, busyEngine, held, true)
-	idle, _ := newSched(t, idleEngine, sched.Config{PrefixCache: true}, true)
+	busyLLM, idleLLM := openLLM(t, p), openLLM(t, p)
+	busy, _ := newSched(t, busyLLM, held, true)
+	idle, _ := newSched(t, idleLLM, sched.Config{PrefixCache: true}, true)
 	t.Cleanup(release) // before the schedulers close (cleanups run last first)
 	s, err := New(Config{}, []*Model{
-		{Name: "busy", Engine: busyEngine, Sched: busy, Ctx: testCtx},
-		{Name: "idle", Engine: idleEngine, Sched: idle, Ctx: testCtx},
+		llmModel("busy", busyLLM, busy, testCtx),
+		llmModel("idle", idleLLM, idle, testCtx),
 	})
 	if err != nil {
 		t.Fatal(err)
