@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -194,17 +195,38 @@ func TestServeCtxPastTraining(t *testing.T) {
 }
 
 // TestServePrefixCacheOff: PARLEY_PREFIX_CACHE=0 turns the prefix cache off, as
-// --prefix-cache=false does.
+// --prefix-cache=false does: the same prompt sent twice is processed twice in full, where the
+// cache would serve most of the second from the first.
 func TestServePrefixCacheOff(t *testing.T) {
 	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
-	for _, env := range []string{"PARLEY_PREFIX_CACHE=0", "PARLEY_PREFIX_CACHE=false"} {
-		srv := startServerEnv(t, []string{env}, "--backend", "go", "-m", "stories="+model)
-		if log := srv.stderr.String(); !strings.Contains(log, "prefix_cache=false") {
-			t.Errorf("%s: %s", env, log)
-		}
+	ids := make([]string, 64)
+	for i := range ids {
+		ids[i] = fmt.Sprint(100 + i)
 	}
-	if srv := startServer(t, "--backend", "go", "-m", "stories="+model); !strings.Contains(srv.stderr.String(), "prefix_cache=true") {
-		t.Errorf("default: %s", srv.stderr.String())
+	body := `{"model":"stories","prompt":[` + strings.Join(ids, ",") + `],"max_tokens":1}`
+	processed := func(env ...string) float64 {
+		srv := startServerEnv(t, env, "--backend", "go", "-m", "stories="+model)
+		for range 2 {
+			if code, b, _ := postJSON(t, srv.base+"/v1/completions", body); code != 200 {
+				t.Fatalf("%d %s", code, b)
+			}
+		}
+		_, b := request(t, srv, "GET", "/metrics", "", "")
+		m := regexp.MustCompile(`(?m)^parley_sched_prompt_tokens_total\{model="stories"\} (\S+)$`).FindStringSubmatch(b)
+		if m == nil {
+			t.Fatalf("no parley_sched_prompt_tokens_total:\n%s", b)
+		}
+		var v float64
+		fmt.Sscan(m[1], &v)
+		return v
+	}
+	if on := processed(); on >= 128 {
+		t.Fatalf("with the prefix cache on, %v prompt tokens processed for two requests of 64: the test cannot tell it off", on)
+	}
+	for _, env := range []string{"PARLEY_PREFIX_CACHE=0", "PARLEY_PREFIX_CACHE=false"} {
+		if off := processed(env); off != 128 {
+			t.Errorf("%s: %v prompt tokens processed for two requests of 64; want 128 (no cache)", env, off)
+		}
 	}
 }
 
