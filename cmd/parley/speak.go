@@ -31,9 +31,8 @@ input. The audio is 16-bit mono PCM at the model's sample rate (24 kHz), as a WA
 // runSpeak synthesises speech with a Pocket TTS checkpoint.
 func runSpeak(e *env, args []string) error {
 	fs := newFlags(e, "speak", "-m MODEL --voice VOICE [flags] (TEXT | -)")
-	flagsUsage := fs.Usage
 	fs.Usage = func() {
-		flagsUsage()
+		fs.printUsage()
 		fmt.Fprint(e.stderr, speakHelp)
 	}
 	bf := addBackendFlags(fs)
@@ -45,7 +44,9 @@ func runSpeak(e *env, args []string) error {
 	temp := fs.Float64("temperature", tts.DefaultTemperature, "variance of the flow head's starting noise (0: deterministic)")
 	seed := fs.Uint64("seed", 0, "seed of the sampling noise")
 	noisePath := fs.String("noise", "", "the flow head's x0 of every frame step, a float32 .npy of rows of 32 (recorded noise, for comparing with a reference; replaces --temperature and --seed)")
-	pos, err := parse(fs, args)
+	fs.alias("m", "model")
+	fs.alias("o", "output")
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
