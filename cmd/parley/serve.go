@@ -61,7 +61,7 @@ func runServe(e *env, args []string) (err error) {
 	asrBeam := fs.Int("asr-beam", 1, "beam size of transcriptions (1: greedy)")
 	asrBestOf := fs.Int("asr-best-of", asr.DefaultParams().BestOf, "candidates sampled at temperatures above 0 (transcriptions' fallback)")
 	var ttsVoices multiFlag
-	fs.Var(&ttsVoices, "tts-voice", "a voice of the speech synthesis models, `NAME=FILE` (a Pocket TTS voice-state .safetensors; repeatable), besides those a checkpoint holds")
+	fs.Var(&ttsVoices, "tts-voice", "a voice of the speech synthesis models, NAME=FILE (a Pocket TTS voice-state .safetensors; repeatable), besides those a checkpoint holds")
 	prefix := fs.Bool("prefix-cache", true, "reuse the KV blocks of prompt prefixes shared between requests")
 	pos, err := fs.parse(args)
 	if err != nil {
