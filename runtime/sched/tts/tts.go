@@ -4,7 +4,8 @@
 // flow head's sampling noise, and the streaming Mimi decoder turning each latent frame into
 // audio as soon as it is made.
 //
-// A Synthesizer runs one synthesis at a time; concurrent calls wait their turn. Batching many
+// A Synthesizer runs one synthesis at a time; concurrent calls wait their turn (or their
+// context's end). Batching many
 // syntheses into one FlowLM step and one decoder step (the model's steps already take many
 // sequences and slots) is the next layer on top of this one.
 package tts
@@ -17,7 +18,6 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strings"
-	"sync"
 
 	"github.com/parleyhq/parley/runtime/kvcache"
 	"github.com/parleyhq/parley/runtime/models/pockettts"
@@ -68,12 +68,12 @@ type Request struct {
 
 // Synthesizer generates speech with one model, one synthesis at a time.
 type Synthesizer struct {
-	mu  sync.Mutex
-	m   *pockettts.Model
-	tok pockettts.Tokenizer
-	cfg Config
-	f   *pockettts.FlowLM
-	dec *pockettts.Decoder
+	turn chan struct{} // held (full) while a synthesis or a voice cloning runs
+	m    *pockettts.Model
+	tok  pockettts.Tokenizer
+	cfg  Config
+	f    *pockettts.FlowLM
+	dec  *pockettts.Decoder
 
 	in, out, x0, eos, audio []float32
 }
@@ -100,15 +100,15 @@ func New(m *pockettts.Model, tok pockettts.Tokenizer, cfg Config) (*Synthesizer,
 		return nil, err
 	}
 	L := mc.LatentDim
-	return &Synthesizer{m: m, tok: tok, cfg: cfg, f: f, dec: dec,
+	return &Synthesizer{m: m, tok: tok, cfg: cfg, f: f, dec: dec, turn: make(chan struct{}, 1),
 		in: make([]float32, L), out: make([]float32, L), x0: make([]float32, L), eos: make([]float32, 1),
 		audio: make([]float32, mc.FrameSamples())}, nil
 }
 
 // Close releases the Synthesizer's cache and decoder state; the model stays open.
 func (s *Synthesizer) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.turn <- struct{}{}
+	defer func() { <-s.turn }()
 	return errors.Join(s.dec.Close(), s.f.Close())
 }
 
@@ -136,8 +136,8 @@ func (s *Synthesizer) Chunks(text string) ([]pockettts.Chunk, error) {
 
 // CloneVoice makes the voice state of a voice prompt (mono audio at SampleRate).
 func (s *Synthesizer) CloneVoice(audio []float32) (*pockettts.Voice, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.turn <- struct{}{}
+	defer func() { <-s.turn }()
 	return s.f.CloneVoice(audio)
 }
 
@@ -197,8 +197,12 @@ func (s *Synthesizer) Speak(ctx context.Context, r Request, emit func(audio []fl
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	select { // wait for the synthesis before this one, or for ctx's end
+	case s.turn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.turn }()
 	for _, c := range chunks {
 		if err := s.chunk(ctx, c, voice, nz, emit); err != nil {
 			return err

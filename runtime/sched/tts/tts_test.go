@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/parleyhq/parley/internal/npy"
 	"github.com/parleyhq/parley/internal/sharedtest"
@@ -171,5 +172,14 @@ func TestSpeakErrors(t *testing.T) {
 	cancel()
 	if err := f.s.Speak(cctx, Request{Text: "Hello world.", Voice: f.voice}, count); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v", err)
+	}
+	// a synthesis waiting for another's turn gives up when its context ends
+	f.s.turn <- struct{}{}
+	wctx, wcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer wcancel()
+	err = f.s.Speak(wctx, Request{Text: "Hello world.", Voice: f.voice}, count)
+	<-f.s.turn
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("waiting past the deadline: %v", err)
 	}
 }
