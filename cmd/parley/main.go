@@ -9,6 +9,7 @@
 //	parley synth --shape 15M|110M|1B --type f32|f16|q8_0|q4_0|q4_k|... -o FILE
 //	parley transcribe -m WHISPER_MODEL [--beam N] [--language L] [--output-format F] [--json] [--output-dir DIR] FILE...
 //	parley convert -o OUT [--type q8_0] [--format gguf|ggml] WHISPER_MODEL.bin
+//	parley pull hf://owner/repo[@rev]/file.gguf | hf://owner/repo[@rev]:QUANT ...
 //	parley version   (or parley --version)
 //
 // Every command takes --help. The commands that run a model (generate, bench, serve, transcribe)
@@ -50,6 +51,7 @@ var commands = map[string]command{
 	"serve":      {"serve models over an OpenAI-compatible HTTP API", runServe},
 	"transcribe": {"transcribe audio files with a Whisper model", runTranscribe},
 	"convert":    {"write a whisper.cpp model as GGUF or ggml, optionally quantised", runConvert},
+	"pull":       {"download hf:// models into the cache and print their local paths", runPull},
 	"version":    {"print the version, the build and the processor and GPUs this binary sees", runVersion},
 }
 

@@ -32,7 +32,7 @@ func runServe(e *env, args []string) (err error) {
 	fs := newFlags(e, "serve", "-m [ALIAS=]MODEL [-m ...] [flags]")
 	bf := addBackendFlags(fs)
 	var modelArgs multiFlag
-	fs.Var(&modelArgs, "m", "model file, or ALIAS=FILE, where FILE may be hf://owner/repo[@rev]/file.gguf (downloaded once into $PARLEY_CACHE; repeatable; the variable holds them comma-separated); a Whisper model (whisper.cpp ggml file, or GGUF of architecture whisper) is served as a speech recognition model")
+	fs.Var(&modelArgs, "m", "model file, or ALIAS=FILE, where FILE may be hf://owner/repo[@rev]/file.gguf or hf://owner/repo[@rev]:QUANT (downloaded once into $PARLEY_CACHE; repeatable; the variable holds them comma-separated); a Whisper model (whisper.cpp ggml file, or GGUF of architecture whisper) is served as a speech recognition model")
 	fs.alias("m", "model")
 	host := fs.String("host", "127.0.0.1", "address to listen on")
 	port := fs.Int("port", 8080, "port to listen on (0: any free port, printed at start)")
