@@ -76,21 +76,7 @@ func Check(path string) (Kind, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
-	return kind, checkSplit(f, path)
-}
-
-// ErrSplit is what Check and OpenLLM return, wrapped, for one file of a split GGUF model.
-var ErrSplit = errors.New("split GGUF models are not loaded yet")
-
-// checkSplit refuses one file of a model that llama.cpp's gguf-split wrote in several (its
-// split.count above 1): this reader maps one file per model.
-func checkSplit(f *gguf.File, path string) error {
-	if n, ok := f.Int("split.count"); ok && n > 1 {
-		i, _ := f.Int("split.no")
-		return fmt.Errorf("%s: file %d of %d of a split model: %w; merge them into one with llama.cpp's llama-gguf-split --merge FIRST_FILE OUT.gguf", path, i+1, n, ErrSplit)
-	}
-	return nil
+	return kind, f.Close()
 }
 
 // LLM is an open language model: its GGUF file, weights on a backend and tokenizer.
@@ -121,10 +107,6 @@ func OpenLLM(path string, be backend.Backend) (*LLM, error) {
 	}
 	f, err := gguf.Open(path)
 	if err != nil {
-		return nil, err
-	}
-	if err := checkSplit(f, path); err != nil {
-		f.Close()
 		return nil, err
 	}
 	m, err := llama.Load(f, be)

@@ -11,9 +11,7 @@ import (
 	"github.com/parleyhq/parley/internal/sharedtest"
 	"github.com/parleyhq/parley/runtime/backend"
 	_ "github.com/parleyhq/parley/runtime/backend/all"
-	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/models"
-	"github.com/parleyhq/parley/runtime/tensor"
 )
 
 func goBackend(t *testing.T) backend.Backend {
@@ -141,29 +139,5 @@ func TestCheck(t *testing.T) {
 		if k, err := models.Check(p); err == nil {
 			t.Errorf("%s: passed as %v", p, k)
 		}
-	}
-}
-
-// TestSplitRefused: one file of a split model (split.count above 1) is refused by Check and
-// OpenLLM with ErrSplit, naming the file's place in the set and how to merge it.
-func TestSplitRefused(t *testing.T) {
-	w := gguf.NewWriter()
-	w.SetString("general.architecture", "llama")
-	w.Set("split.no", gguf.Value{Type: gguf.Uint16, V: uint16(0)})
-	w.Set("split.count", gguf.Value{Type: gguf.Uint16, V: uint16(3)})
-	w.Set("split.tensors.count", gguf.Value{Type: gguf.Int32, V: int32(1)})
-	if err := w.AddTensor("token_embd.weight", tensor.F32, []int64{4, 2}, make([]byte, 32)); err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "m-00001-of-00003.gguf")
-	if err := w.WriteFile(p); err != nil {
-		t.Fatal(err)
-	}
-	_, err := models.Check(p)
-	if !errors.Is(err, models.ErrSplit) || !strings.Contains(err.Error(), "file 1 of 3") || !strings.Contains(err.Error(), "llama-gguf-split --merge") {
-		t.Errorf("Check: %v", err)
-	}
-	if _, err := models.OpenLLM(p, goBackend(t)); !errors.Is(err, models.ErrSplit) {
-		t.Errorf("OpenLLM: %v", err)
 	}
 }
