@@ -1,19 +1,20 @@
 package tests
 
 import (
+	"bytes"
 	"encoding/json"
 	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/parleyhq/parley/internal/sharedtest"
 	"github.com/parleyhq/parley/runtime/gguf"
-	"github.com/parleyhq/parley/runtime/tensor"
 )
 
 // repoHub stands in for the Hugging Face hub's repository owner/repo at revision main: its file
@@ -45,6 +46,7 @@ func repoHub(t *testing.T, files map[string][]byte) (*httptest.Server, func() ma
 		mu.Lock()
 		got[p]++
 		mu.Unlock()
+		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 		w.Write(data)
 	}))
 	t.Cleanup(srv.Close)
@@ -55,46 +57,62 @@ func repoHub(t *testing.T, files map[string][]byte) (*httptest.Server, func() ma
 	}
 }
 
-// splitFile returns file no (0-based) of a split GGUF set of count files, as gguf-split writes
-// the first one's header (split.no, split.count).
-func splitFile(t *testing.T, no, count int) []byte {
+// splitModel returns the files of the model at path written as gguf-split writes it in count
+// files: the first with the model's metadata, each with its share of the tensors and split.no
+// and split.count.
+func splitModel(t *testing.T, path string, count int) [][]byte {
 	t.Helper()
-	w := gguf.NewWriter()
-	w.SetString("general.architecture", "llama")
-	w.Set("split.no", gguf.Value{Type: gguf.Uint16, V: uint16(no)})
-	w.Set("split.count", gguf.Value{Type: gguf.Uint16, V: uint16(count)})
-	if err := w.AddTensor("t"+string(rune('a'+no)), tensor.F32, []int64{4}, make([]byte, 16)); err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "split.gguf")
-	if err := w.WriteFile(p); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(p)
+	src, err := gguf.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b
+	defer src.Close()
+	var out [][]byte
+	per := (len(src.Tensors) + count - 1) / count
+	for i := range count {
+		w := gguf.NewWriter()
+		if i == 0 {
+			for _, kv := range src.KVs {
+				w.Set(kv.Key, kv.Value)
+			}
+			w.Set("split.tensors.count", gguf.Value{Type: gguf.Int32, V: int32(len(src.Tensors))})
+		}
+		w.Set("split.no", gguf.Value{Type: gguf.Uint16, V: uint16(i)})
+		w.Set("split.count", gguf.Value{Type: gguf.Uint16, V: uint16(count)})
+		for _, ti := range src.Tensors[min(i*per, len(src.Tensors)):min((i+1)*per, len(src.Tensors))] {
+			if err := w.AddTensor(ti.Name, ti.DType, ti.Shape, src.TensorData(&ti)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var b bytes.Buffer
+		if _, err := w.WriteTo(&b); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b.Bytes())
+	}
+	return out
 }
 
 // TestPull: parley pull downloads hf:// models into the cache with a progress bar and prints
 // their paths; a quantisation tag picks its file from the repository's list, case-insensitively,
-// a split model comes whole, and a tag matching no file or several is an error listing what the
-// repository has. A model pulled by tag then runs offline from the cache.
+// a split model comes whole and runs as the file it was split from, and a tag matching no file
+// or several is an error listing what the repository has. A model pulled by tag then runs
+// offline from the cache.
 func TestPull(t *testing.T) {
 	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	data, err := os.ReadFile(model)
 	if err != nil {
 		t.Fatal(err)
 	}
+	parts := splitModel(t, model, 3)
 	files := map[string][]byte{
 		"README.md":                            []byte("# stories"),
 		"stories-F32.gguf":                     data,
 		"stories-Q4_K_M.gguf":                  []byte("not fetched"),
 		"other-Q4_K_M.gguf":                    []byte("not fetched"),
-		"big/stories-Q8_0-00001-of-00003.gguf": splitFile(t, 0, 3),
-		"big/stories-Q8_0-00002-of-00003.gguf": splitFile(t, 1, 3),
-		"big/stories-Q8_0-00003-of-00003.gguf": splitFile(t, 2, 3),
+		"big/stories-Q8_0-00001-of-00003.gguf": parts[0],
+		"big/stories-Q8_0-00002-of-00003.gguf": parts[1],
+		"big/stories-Q8_0-00003-of-00003.gguf": parts[2],
 	}
 	hubSrv, downloads := repoHub(t, files)
 	cache := t.TempDir()
@@ -145,7 +163,6 @@ func TestPull(t *testing.T) {
 		{"no such repository", []string{"pull", "hf://owner/nothing:Q8_0"}, 1, []string{"no such repository"}},
 		{"malformed name", []string{"pull", "hf://owner/repo"}, 2, []string{"invalid model name"}},
 		{"no name", []string{"pull"}, 2, []string{"want at least one hf:// name"}},
-		{"split model not loaded yet", []string{"generate", "-m", "hf://owner/repo:Q8_0", "-p", "x"}, 1, []string{"file 1 of 3 of a split model", "llama-gguf-split --merge"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			res := parleyEnv(t, env, c.args...)
@@ -160,10 +177,20 @@ func TestPull(t *testing.T) {
 		})
 	}
 
-	// A tag resolves to the model in the cache with the hub out of reach.
+	// A tag resolves to the model in the cache with the hub out of reach; the split model
+	// generates what the file it was split from does.
 	offline := []string{"PARLEY_HF_ENDPOINT=http://127.0.0.1:1", "PARLEY_CACHE=" + cache}
-	res = parleyEnv(t, offline, "generate", "--backend", "go", "-m", "hf://owner/repo:f32", "-p", "Once", "-n", "4", "--temp", "0")
-	if res.code != 0 || res.stdout == "" {
-		t.Errorf("offline generate by tag: exit %d\n%s", res.code, res.stderr)
+	gen := func(m string) string {
+		res := parleyEnv(t, offline, "generate", "--backend", "go", "-m", m, "-p", "Once upon a time", "-n", "16", "--temp", "0")
+		if res.code != 0 || res.stdout == "" {
+			t.Fatalf("offline generate -m %s: exit %d\n%s", m, res.code, res.stderr)
+		}
+		return res.stdout
+	}
+	want = gen(model)
+	for _, m := range []string{"hf://owner/repo:f32", "hf://owner/repo:Q8_0", local("big/stories-Q8_0-00001-of-00003.gguf")} {
+		if got := gen(m); got != want {
+			t.Errorf("-m %s generated %q, the original %q", m, got, want)
+		}
 	}
 }
