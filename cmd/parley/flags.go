@@ -124,7 +124,8 @@ func (f *flags) parse(args []string) ([]string, error) {
 	return pos, f.applyConfig(c, given)
 }
 
-// isSet reports whether the flag called n was given, on the command line or by its variable.
+// isSet reports whether the flag called n was given, on the command line, by its variable or by
+// the config file.
 func (f *flags) isSet(n string) bool {
 	n = f.name(n)
 	set := false
