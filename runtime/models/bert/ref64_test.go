@@ -1,12 +1,12 @@
 package bert_test
 
 import (
-	"bytes"
 	"fmt"
 	"math"
 	"strings"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/modeltest"
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/models/bert"
 	"github.com/parleyhq/parley/runtime/pooling"
@@ -215,42 +215,6 @@ func roundTrip(dt tensor.DType, x []float64) []float64 {
 	return y
 }
 
-func parse(t testing.TB, w *gguf.Writer) *gguf.File {
-	t.Helper()
-	var buf bytes.Buffer
-	if _, err := w.WriteTo(&buf); err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Parse(buf.Bytes())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
-
-// rebuild copies f into a writer, letting edit change metadata (ti nil, after the tensors) and
-// drop (false) or replace (adding its own, then false) tensors.
-func rebuild(t testing.TB, f *gguf.File, edit func(w *gguf.Writer, ti *gguf.TensorInfo) bool) *gguf.File {
-	t.Helper()
-	w := gguf.NewWriter()
-	for _, kv := range f.KVs {
-		w.Set(kv.Key, kv.Value)
-	}
-	for i := range f.Tensors {
-		ti := &f.Tensors[i]
-		if edit != nil && !edit(w, ti) {
-			continue
-		}
-		if err := w.AddTensor(ti.Name, ti.DType, ti.Shape, f.TensorData(ti)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if edit != nil {
-		edit(w, nil)
-	}
-	return parse(t, w)
-}
-
 // tinyShape is small enough to build and check against float64 in a test: four heads of 16,
 // rows that Q8_0 and Q4_0 blocks divide.
 var tinyShape = bert.Shape{Name: "tiny", Dim: 64, Layers: 2, Heads: 4, FFN: 128, Positions: 48, Vocab: 200, TokenTypes: 2, Pooling: pooling.CLS, NormEps: 1e-12}
@@ -274,7 +238,7 @@ func testModel(t testing.TB, dt tensor.DType, fileKVs func(w *gguf.Writer)) *ggu
 		}
 		return 1
 	}
-	return rebuild(t, src, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+	return modeltest.Rebuild(t, src, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti == nil {
 			if fileKVs != nil {
 				fileKVs(w)

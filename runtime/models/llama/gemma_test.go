@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/modeltest"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/models/llama"
@@ -19,8 +20,8 @@ func TestGemmaMatchesFloat64(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	synth := parse(t, w)
-	f := rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+	synth := modeltest.Parse(t, w)
+	f := modeltest.Rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti == nil {
 			setArch(w, synth, "gemma")
 			return true
@@ -63,9 +64,9 @@ func TestGemma23Refused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	synth := parse(t, w)
+	synth := modeltest.Parse(t, w)
 	for _, arch := range []string{"gemma2", "gemma3"} {
-		f := rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+		f := modeltest.Rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 			if ti == nil {
 				setArch(w, synth, arch)
 			}

@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/modeltest"
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/kvcache"
 	"github.com/parleyhq/parley/runtime/models/llama"
@@ -21,7 +22,7 @@ import (
 // on its CPU emulation).
 func TestForwardHiddenPooled(t *testing.T) {
 	base := qwen3Model(t, 24, true, true)
-	f := rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+	f := modeltest.Rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti == nil {
 			w.SetUint32("qwen3.pooling_type", 3)
 		}

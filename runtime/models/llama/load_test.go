@@ -1,12 +1,12 @@
 package llama_test
 
 import (
-	"bytes"
 	"encoding/binary"
 	"math"
 	"strings"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/modeltest"
 	"github.com/parleyhq/parley/internal/sharedtest"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/gguf"
@@ -16,41 +16,6 @@ import (
 
 // tinyShape is small enough to build in a test and still has grouped-query attention.
 var tinyShape = llama.Shape{Name: "tiny", Dim: 64, Layers: 2, Heads: 4, KVHeads: 2, FFN: 96, Ctx: 64, Vocab: 300}
-
-func parse(t testing.TB, w *gguf.Writer) *gguf.File {
-	t.Helper()
-	var buf bytes.Buffer
-	if _, err := w.WriteTo(&buf); err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Parse(buf.Bytes())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
-
-// rebuild copies f into a writer, letting edit change metadata and drop or replace tensors.
-func rebuild(t testing.TB, f *gguf.File, edit func(w *gguf.Writer, ti *gguf.TensorInfo) bool) *gguf.File {
-	t.Helper()
-	w := gguf.NewWriter()
-	for _, kv := range f.KVs {
-		w.Set(kv.Key, kv.Value)
-	}
-	for i := range f.Tensors {
-		ti := &f.Tensors[i]
-		if edit != nil && !edit(w, ti) {
-			continue
-		}
-		if err := w.AddTensor(ti.Name, ti.DType, ti.Shape, f.TensorData(ti)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if edit != nil {
-		edit(w, nil)
-	}
-	return parse(t, w)
-}
 
 // setArch makes w, a copy of f's llama model, a model of arch: its llama.* keys under arch's name.
 func setArch(w *gguf.Writer, f *gguf.File, arch string) {
@@ -67,7 +32,7 @@ func TestLoadRejectsBadModels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	good := parse(t, w)
+	good := modeltest.Parse(t, w)
 	be := sharedtest.Backend(t, "go", 1)
 	if m, err := llama.Load(good, be); err != nil {
 		t.Fatalf("the synthetic model does not load: %v", err)
@@ -144,7 +109,7 @@ func TestLoadRejectsBadModels(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			f := rebuild(t, good, c.edit)
+			f := modeltest.Rebuild(t, good, c.edit)
 			m, err := llama.Load(f, be)
 			if err == nil {
 				m.Close()
@@ -163,7 +128,7 @@ func TestForwardRejectsBadBatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := parse(t, w)
+	f := modeltest.Parse(t, w)
 	be := sharedtest.Backend(t, "go", 1)
 	m, err := llama.Load(f, be)
 	if err != nil {

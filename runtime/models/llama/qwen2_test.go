@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/modeltest"
 	"github.com/parleyhq/parley/internal/sharedtest"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/gguf"
@@ -23,9 +24,9 @@ func TestQwen2MatchesFloat64(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := parse(t, w)
+	base := modeltest.Parse(t, w)
 	rng := rand.New(rand.NewPCG(5, 6))
-	f := rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+	f := modeltest.Rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti != nil {
 			if strings.HasSuffix(ti.Name, "attn_k.weight") || strings.HasSuffix(ti.Name, "attn_q.weight") || strings.HasSuffix(ti.Name, "attn_v.weight") {
 				n := int(ti.Shape[1])
@@ -107,10 +108,10 @@ func TestRopeFreqsMatchesFloat64(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	synth := parse(t, w)
+	synth := modeltest.Parse(t, w)
 	// Queries and keys 30 times the synthetic model's, so that attention, and with it the
 	// logits, depends strongly on the rotary angles.
-	base := rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+	base := modeltest.Rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		return ti == nil || !addScaled(t, w, synth, ti, 30, isQK)
 	})
 	cfg, err := llama.ConfigFrom(base)
@@ -119,7 +120,7 @@ func TestRopeFreqsMatchesFloat64(t *testing.T) {
 	}
 	half := cfg.RoPE.Dims / 2
 	withFreqs := func(dt tensor.DType, n int, value func(i int) float32) *gguf.File {
-		return rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+		return modeltest.Rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 			if ti == nil {
 				b := make([]byte, 4*n)
 				for i := 0; i < n; i++ {
@@ -193,7 +194,7 @@ func TestLlamaBiasesMatchFloat64(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	synth := parse(t, w)
+	synth := modeltest.Parse(t, w)
 	cfg, err := llama.ConfigFrom(synth)
 	if err != nil {
 		t.Fatal(err)
@@ -207,7 +208,7 @@ func TestLlamaBiasesMatchFloat64(t *testing.T) {
 		return b
 	}
 	qDim, kvDim := cfg.Heads*cfg.HeadDim, cfg.KVHeads*cfg.HeadDim
-	biased := rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+	biased := modeltest.Rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti == nil {
 			if err := w.AddTensor("output.bias", tensor.F32, []int64{int64(cfg.Vocab)}, vec(cfg.Vocab)); err != nil {
 				t.Fatal(err)
@@ -247,7 +248,7 @@ func TestLlamaBiasesMatchFloat64(t *testing.T) {
 			}
 		})
 	}
-	stray := rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+	stray := modeltest.Rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti == nil {
 			_ = w.AddTensor("blk.0.attn_q_norm.weight", tensor.F32, []int64{int64(cfg.HeadDim)}, vec(cfg.HeadDim))
 		}
@@ -270,9 +271,9 @@ func TestRopeScalingFactor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	synth := parse(t, w)
+	synth := modeltest.Parse(t, w)
 	with := func(kv map[string]gguf.Value) *gguf.File {
-		return rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+		return modeltest.Rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 			if ti == nil {
 				for k, v := range kv {
 					w.Set(k, v)
@@ -324,9 +325,9 @@ func TestYaRNMatchesFloat64(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	synth := parse(t, w)
+	synth := modeltest.Parse(t, w)
 	with := func(typ string, qk float32) *gguf.File {
-		return rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+		return modeltest.Rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 			if ti == nil {
 				w.SetString("llama.rope.scaling.type", typ)
 				w.SetFloat32("llama.rope.scaling.factor", 4)
@@ -343,7 +344,7 @@ func TestYaRNMatchesFloat64(t *testing.T) {
 		t.Fatalf("yarn config %+v, %v", cfg.RoPE, err)
 	}
 	// A base of 1 makes ggml's ramp bounds infinite: clamped, they still run.
-	one := rebuild(t, yarn, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+	one := modeltest.Rebuild(t, yarn, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti == nil {
 			w.SetFloat32("llama.rope.freq_base", 1)
 		}
