@@ -109,10 +109,7 @@ func TestServeASR(t *testing.T) {
 					Start, End float64
 				} `json:"words"`
 			} `json:"verbose"`
-			Unknown *struct {
-				Status int    `json:"status"`
-				Code   string `json:"code"`
-			} `json:"unknown_model_error"`
+			Unknown *clientError `json:"unknown_model_error"`
 		}
 		if err := json.Unmarshal(out, &r); err != nil {
 			t.Fatalf("%v: %s", err, out)

@@ -271,14 +271,8 @@ func TestServe(t *testing.T) {
 			ChatStream struct {
 				Content string `json:"content"`
 			} `json:"chat_stream"`
-			NoTemplate *struct {
-				Status int    `json:"status"`
-				Code   string `json:"code"`
-			} `json:"no_template_error"`
-			Unknown *struct {
-				Status int    `json:"status"`
-				Code   string `json:"code"`
-			} `json:"unknown_model_error"`
+			NoTemplate *clientError `json:"no_template_error"`
+			Unknown    *clientError `json:"unknown_model_error"`
 		}
 		if err := json.Unmarshal(out, &r); err != nil {
 			t.Fatalf("%v\n%s", err, out)
@@ -753,4 +747,11 @@ func TestServePhi3(t *testing.T) {
 	if err := json.Unmarshal(b, &r); code != 200 || err != nil || len(r.Choices) != 1 || r.Choices[0].Text != want.Text {
 		t.Fatalf("completion %d %s; parley generate gave %q", code, b, want.Text)
 	}
+}
+
+// clientError is what the client scripts report of a request the server refused: its HTTP
+// status and the error's code.
+type clientError struct {
+	Status int    `json:"status"`
+	Code   string `json:"code"`
 }

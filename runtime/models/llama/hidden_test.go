@@ -71,24 +71,13 @@ func TestForwardHiddenPooled(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer c.Close()
-				var bb kvcache.BatchBuilder
-				var toks []int32
-				for _, p := range prompts {
-					seq := c.Pool().NewSeq(32)
-					if err := seq.Reserve(len(p)); err != nil {
-						t.Fatal(err)
-					}
-					if err := bb.Add(seq, len(p)); err != nil {
-						t.Fatal(err)
-					}
-					toks = append(toks, p...)
-				}
+				toks, b := promptBatch(t, c, prompts, 32)
 				rows, err := pooling.Rows(nil, pool, lens)
 				if err != nil {
 					t.Fatal(err)
 				}
 				hidden := make([]float32, len(rows)*m.Dim)
-				if err := c.ForwardHidden(toks, bb.Batch(), rows, hidden); err != nil {
+				if err := c.ForwardHidden(toks, b, rows, hidden); err != nil {
 					t.Fatal(err)
 				}
 				out := make([]float32, len(prompts)*m.Dim)
