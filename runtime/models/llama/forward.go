@@ -248,17 +248,14 @@ func (c *Context) ForwardDraw(tokens []int32, b *backend.Batch, out []int32, log
 	if err := backend.CheckDraws(draws); err != nil {
 		return fmt.Errorf("llama: %w", err)
 	}
-	for _, t := range tokens {
-		if t < 0 || int(t) >= m.Vocab {
-			return fmt.Errorf("llama: token id %d is outside the vocabulary of %d", t, m.Vocab)
-		}
+	if err := m.checkTokens(tokens); err != nil {
+		return err
 	}
-	for _, rows := range [][]int32{out, pick} {
-		for _, i := range rows {
-			if i < 0 || int(i) >= n {
-				return fmt.Errorf("llama: output row %d is outside the batch of %d", i, n)
-			}
-		}
+	if err := checkRows("output", out, n); err != nil {
+		return err
+	}
+	if err := checkRows("output", pick, n); err != nil {
+		return err
 	}
 	vs, err := c.tokViews(n)
 	if err != nil {
@@ -478,4 +475,25 @@ func addBias(be backend.Backend, x, bias backend.Tensor) error {
 		return nil
 	}
 	return be.AddRows(x, x, bias)
+}
+
+// checkTokens checks that every id of tokens is in the vocabulary.
+func (m *Model) checkTokens(tokens []int32) error {
+	for _, t := range tokens {
+		if t < 0 || int(t) >= m.Vocab {
+			return fmt.Errorf("llama: token id %d is outside the vocabulary of %d", t, m.Vocab)
+		}
+	}
+	return nil
+}
+
+// checkRows checks that every row of rows (what they are for: "output", "hidden") is in a batch
+// of n tokens.
+func checkRows(what string, rows []int32, n int) error {
+	for _, i := range rows {
+		if i < 0 || int(i) >= n {
+			return fmt.Errorf("llama: %s row %d is outside the batch of %d", what, i, n)
+		}
+	}
+	return nil
 }

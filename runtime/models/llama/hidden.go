@@ -30,15 +30,11 @@ func (c *Context) ForwardHidden(tokens []int32, b *backend.Batch, rows []int32, 
 	case len(hidden) != len(rows)*m.Dim:
 		return fmt.Errorf("llama: hidden-state buffer holds %d values, want %d", len(hidden), len(rows)*m.Dim)
 	}
-	for _, t := range tokens {
-		if t < 0 || int(t) >= m.Vocab {
-			return fmt.Errorf("llama: token id %d is outside the vocabulary of %d", t, m.Vocab)
-		}
+	if err := m.checkTokens(tokens); err != nil {
+		return err
 	}
-	for _, i := range rows {
-		if i < 0 || int(i) >= n {
-			return fmt.Errorf("llama: hidden row %d is outside the batch of %d", i, n)
-		}
+	if err := checkRows("hidden", rows, n); err != nil {
+		return err
 	}
 	vs, err := c.tokViews(n)
 	if err != nil {
