@@ -6,6 +6,7 @@ import (
 
 	"github.com/parleyhq/parley/internal/modeltest"
 	"github.com/parleyhq/parley/internal/sharedtest"
+	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/models/bert"
 	"github.com/parleyhq/parley/runtime/pooling"
@@ -125,16 +126,7 @@ func TestLoadIgnoresClassificationHead(t *testing.T) {
 	be := sharedtest.Backend(t, "go", 1)
 	var embs [2][][]float32
 	for i, file := range []*gguf.File{f, withHead} {
-		m, err := bert.Load(file, be)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Close()
-		c, err := m.NewContext(bert.ContextConfig{StepTokens: 16})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
+		_, c := newContext(t, file, be, bert.ContextConfig{StepTokens: 16})
 		embs[i] = embedAll(t, c, testSeqs[:1], pooling.NormEuclidean)
 	}
 	for j := range embs[0][0] {
@@ -177,16 +169,7 @@ func TestEmbedGroupedHeads(t *testing.T) {
 		want = append(want, ref.embed(s, pooling.Mean)...)
 	}
 	for _, be := range backendsUnderTest(t) {
-		m, err := bert.Load(f, be)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Close()
-		c, err := m.NewContext(bert.ContextConfig{StepTokens: 80, Pooling: pooling.Mean})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
+		_, c := newContext(t, f, be, bert.ContextConfig{StepTokens: 80, Pooling: pooling.Mean})
 		if diff, _ := worstDiff(embedAll(t, c, testSeqs, pooling.NormEuclidean), want); !(diff <= 1e-6) {
 			t.Fatalf("%s: embeddings differ from the float64 reference's by up to %g", be.Name(), diff)
 		}
@@ -260,4 +243,20 @@ func withoutKey(t testing.TB, f *gguf.File, key string) *gguf.File {
 		}
 	}
 	return modeltest.Parse(t, w)
+}
+
+// newContext loads f on be and makes a context of cfg, both closed when t ends.
+func newContext(t testing.TB, f *gguf.File, be backend.Backend, cfg bert.ContextConfig) (*bert.Model, *bert.Context) {
+	t.Helper()
+	m, err := bert.Load(f, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	c, err := m.NewContext(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return m, c
 }
