@@ -61,16 +61,7 @@ func TestForwardHiddenPooled(t *testing.T) {
 		}
 		for _, be := range backendsUnderTest(t) {
 			t.Run(pool.String()+"/"+be.Name(), func(t *testing.T) {
-				m, err := llama.Load(f, be)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer m.Close()
-				c, err := m.NewContext(llama.ContextConfig{StepTokens: 16, MaxSeqs: 2, KVSlots: 64, KVType: tensor.F32})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer c.Close()
+				m, c := newContext(t, f, be, llama.ContextConfig{StepTokens: 16, MaxSeqs: 2, KVSlots: 64, KVType: tensor.F32})
 				toks, b := promptBatch(t, c, prompts, 32)
 				rows, err := pooling.Rows(nil, pool, lens)
 				if err != nil {
@@ -110,16 +101,7 @@ func TestForwardHiddenRejects(t *testing.T) {
 		t.Fatal(err)
 	}
 	be := backendsUnderTest(t)[0]
-	m, err := llama.Load(f, be)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	c, err := m.NewContext(llama.ContextConfig{StepTokens: 4, MaxSeqs: 1, KVSlots: 32, KVType: tensor.F32})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	m, c := newContext(t, f, be, llama.ContextConfig{StepTokens: 4, MaxSeqs: 1, KVSlots: 32, KVType: tensor.F32})
 	seq := c.Pool().NewSeq(32)
 	var bb kvcache.BatchBuilder
 	_ = seq.Reserve(2)

@@ -130,16 +130,7 @@ func TestForwardRejectsBadBatches(t *testing.T) {
 	}
 	f := modeltest.Parse(t, w)
 	be := sharedtest.Backend(t, "go", 1)
-	m, err := llama.Load(f, be)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	c, err := m.NewContext(llama.ContextConfig{StepTokens: 4, MaxSeqs: 1, KVSlots: 32})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	m, c := newContext(t, f, be, llama.ContextConfig{StepTokens: 4, MaxSeqs: 1, KVSlots: 32})
 	seq := c.Pool().NewSeq(8)
 	_ = seq.Reserve(2)
 	b := &backend.Batch{Pos: []int32{0, 1}, Slot: []int32{seq.Slot(0), seq.Slot(1)}, Seqs: []backend.Seq{{Start: 0, Count: 2, CtxLen: 2, Blocks: seq.Blocks()}}}
@@ -240,4 +231,20 @@ func TestSynthArches(t *testing.T) {
 			}
 		}
 	}
+}
+
+// newContext loads f on be and makes a context of cfg, both closed when t ends.
+func newContext(t testing.TB, f *gguf.File, be backend.Backend, cfg llama.ContextConfig) (*llama.Model, *llama.Context) {
+	t.Helper()
+	m, err := llama.Load(f, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	c, err := m.NewContext(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return m, c
 }
