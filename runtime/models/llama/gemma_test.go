@@ -16,11 +16,10 @@ import (
 // feed-forward network, NeoX rotation, output tied to the embeddings) runs on every backend as
 // the float64 reference computes it, which differs from the llama model of the same weights.
 func TestGemmaMatchesFloat64(t *testing.T) {
-	w, err := llama.Synth(tinyShape, tensor.F32, 23)
+	synth, err := llama.SynthFile(tinyShape, tensor.F32, 23)
 	if err != nil {
 		t.Fatal(err)
 	}
-	synth := modeltest.Parse(t, w)
 	f := modeltest.Rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti == nil {
 			setArch(w, synth, "gemma")
@@ -60,11 +59,10 @@ func TestGemmaMatchesFloat64(t *testing.T) {
 
 // TestGemma23Refused: Gemma 2 and 3 files are refused with what they need.
 func TestGemma23Refused(t *testing.T) {
-	w, err := llama.Synth(tinyShape, tensor.F32, 23)
+	synth, err := llama.SynthFile(tinyShape, tensor.F32, 23)
 	if err != nil {
 		t.Fatal(err)
 	}
-	synth := modeltest.Parse(t, w)
 	for _, arch := range []string{"gemma2", "gemma3"} {
 		f := modeltest.Rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 			if ti == nil {

@@ -17,11 +17,10 @@ import (
 // model's.
 func graniteModel(t testing.TB, finetuned *bool, drop string) *gguf.File {
 	t.Helper()
-	w, err := llama.Synth(tinyShape, tensor.F32, 19)
+	base, err := llama.SynthFile(tinyShape, tensor.F32, 19)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := modeltest.Parse(t, w)
 	return modeltest.Rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti == nil {
 			setArch(w, base, "granite")

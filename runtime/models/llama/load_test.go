@@ -28,11 +28,10 @@ func setArch(w *gguf.Writer, f *gguf.File, arch string) {
 }
 
 func TestLoadRejectsBadModels(t *testing.T) {
-	w, err := llama.Synth(tinyShape, tensor.F32, 1)
+	good, err := llama.SynthFile(tinyShape, tensor.F32, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	good := modeltest.Parse(t, w)
 	be := sharedtest.Backend(t, "go", 1)
 	if m, err := llama.Load(good, be); err != nil {
 		t.Fatalf("the synthetic model does not load: %v", err)
@@ -124,11 +123,10 @@ func TestLoadRejectsBadModels(t *testing.T) {
 
 // TestForwardRejectsBadBatches: malformed steps are errors, not panics.
 func TestForwardRejectsBadBatches(t *testing.T) {
-	w, err := llama.Synth(tinyShape, tensor.Q8_0, 2)
+	f, err := llama.SynthFile(tinyShape, tensor.Q8_0, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := modeltest.Parse(t, w)
 	be := sharedtest.Backend(t, "go", 1)
 	m, c := newContext(t, f, be, llama.ContextConfig{StepTokens: 4, MaxSeqs: 1, KVSlots: 32})
 	seq := c.Pool().NewSeq(8)

@@ -20,11 +20,10 @@ import (
 // weight random around 1, so that each one matters.
 func olmo2Model(t testing.TB) *gguf.File {
 	t.Helper()
-	w, err := llama.Synth(tinyShape, tensor.F32, 17)
+	base, err := llama.SynthFile(tinyShape, tensor.F32, 17)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := modeltest.Parse(t, w)
 	rng := rand.New(rand.NewPCG(17, 18))
 	norm := func(n int) []byte {
 		b := make([]byte, 4*n)

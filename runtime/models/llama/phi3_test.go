@@ -36,11 +36,10 @@ func phi3Model(t testing.TB, o phi3Opts) *gguf.File {
 	if o.dt == 0 {
 		o.dt = tensor.F32
 	}
-	w, err := llama.Synth(tinyShape, o.dt, 11)
+	base, err := llama.SynthFile(tinyShape, o.dt, 11)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := modeltest.Parse(t, w)
 	s := tinyShape
 	dim := int64(s.Dim)
 	qDim, kvDim := int64(s.Dim), int64(s.KVHeads*s.Dim/s.Heads)

@@ -20,11 +20,10 @@ import (
 // TestQwen2MatchesFloat64: the qwen2 architecture (query/key/value biases, NeoX RoPE, its own
 // metadata prefix and rope base) runs on every backend as the float64 reference computes it.
 func TestQwen2MatchesFloat64(t *testing.T) {
-	w, err := llama.Synth(tinyShape, tensor.F32, 5)
+	base, err := llama.SynthFile(tinyShape, tensor.F32, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := modeltest.Parse(t, w)
 	rng := rand.New(rand.NewPCG(5, 6))
 	f := modeltest.Rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti != nil {
@@ -104,11 +103,10 @@ func oneByOneIn(t *testing.T, be backend.Backend, f *gguf.File, toks []int32, cf
 // as the float64 reference computes it; factors of 1 change nothing; a malformed tensor is
 // refused at load.
 func TestRopeFreqsMatchesFloat64(t *testing.T) {
-	w, err := llama.Synth(tinyShape, tensor.F32, 7)
+	synth, err := llama.SynthFile(tinyShape, tensor.F32, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
-	synth := modeltest.Parse(t, w)
 	// Queries and keys 30 times the synthetic model's, so that attention, and with it the
 	// logits, depends strongly on the rotary angles.
 	base := modeltest.Rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
@@ -190,11 +188,10 @@ func TestRopeFreqsMatchesFloat64(t *testing.T) {
 // runs on every backend as the float64 reference computes it; a tensor the architecture does not
 // have is refused at load instead of being left out.
 func TestLlamaBiasesMatchFloat64(t *testing.T) {
-	w, err := llama.Synth(tinyShape, tensor.F32, 9)
+	synth, err := llama.SynthFile(tinyShape, tensor.F32, 9)
 	if err != nil {
 		t.Fatal(err)
 	}
-	synth := modeltest.Parse(t, w)
 	cfg, err := llama.ConfigFrom(synth)
 	if err != nil {
 		t.Fatal(err)
@@ -267,11 +264,10 @@ func TestLlamaBiasesMatchFloat64(t *testing.T) {
 // it says none; the older rope.scale_linear serves when the factor is absent; yarn adds its ramp
 // over the pairs of the original context; another type is refused.
 func TestRopeScalingFactor(t *testing.T) {
-	w, err := llama.Synth(tinyShape, tensor.F32, 3)
+	synth, err := llama.SynthFile(tinyShape, tensor.F32, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	synth := modeltest.Parse(t, w)
 	with := func(kv map[string]gguf.Value) *gguf.File {
 		return modeltest.Rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 			if ti == nil {
@@ -321,11 +317,10 @@ func TestRopeScalingFactor(t *testing.T) {
 // an original context of 4096) runs on every backend as the float64 reference computes it,
 // which derives the ramp's pairs itself; and YaRN gives other logits than linear scaling.
 func TestYaRNMatchesFloat64(t *testing.T) {
-	w, err := llama.Synth(tinyShape, tensor.F32, 7)
+	synth, err := llama.SynthFile(tinyShape, tensor.F32, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
-	synth := modeltest.Parse(t, w)
 	with := func(typ string, qk float32) *gguf.File {
 		return modeltest.Rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 			if ti == nil {

@@ -21,11 +21,10 @@ import (
 // With norms false the norm weights are left out.
 func qwen3Model(t *testing.T, headDim int, tied, norms bool) *gguf.File {
 	t.Helper()
-	w, err := llama.Synth(tinyShape, tensor.F32, 9)
+	base, err := llama.SynthFile(tinyShape, tensor.F32, 9)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := modeltest.Parse(t, w)
 	rng := rand.New(rand.NewPCG(9, 10))
 	f32s := func(n int, mean, sd float64) []byte {
 		b := make([]byte, 4*n)

@@ -16,11 +16,10 @@ import (
 func TestSmolLM3MatchesFloat64(t *testing.T) {
 	s := tinyShape
 	s.Layers = 5 // layer 3 is unrotated
-	w, err := llama.Synth(s, tensor.F32, 13)
+	synth, err := llama.SynthFile(s, tensor.F32, 13)
 	if err != nil {
 		t.Fatal(err)
 	}
-	synth := modeltest.Parse(t, w)
 	// Queries and keys scaled up, so that attention depends on the rotation.
 	scaled := func(arch string) *gguf.File {
 		return modeltest.Rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
