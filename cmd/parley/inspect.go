@@ -123,6 +123,17 @@ func valueSummary(v gguf.Value, full bool) any {
 	return map[string]any{"len": n, "head": head}
 }
 
+// nonFiniteScalar is nonFinite of x, a float32 or float64; ok is false for any other x.
+func nonFiniteScalar(x any) (string, bool) {
+	switch v := x.(type) {
+	case float32:
+		return nonFinite(float64(v))
+	case float64:
+		return nonFinite(v)
+	}
+	return "", false
+}
+
 // nonFinite is how NaN and the infinities are written, as text and as JSON strings (JSON has no
 // numbers for them).
 func nonFinite(f float64) (string, bool) {
@@ -155,15 +166,10 @@ func jsonSafe(x any) any {
 		}
 		return out
 	}
+	if s, ok := nonFiniteScalar(x); ok {
+		return s
+	}
 	switch v := x.(type) {
-	case float32:
-		if s, ok := nonFinite(float64(v)); ok {
-			return s
-		}
-	case float64:
-		if s, ok := nonFinite(v); ok {
-			return s
-		}
 	case []float32:
 		return floats(len(v), func(i int) float64 { return float64(v[i]) })
 	case []float64:
@@ -194,15 +200,10 @@ func textValue(x any) string {
 		}
 		return open + strings.Join(parts, ",") + close
 	}
+	if s, ok := nonFiniteScalar(x); ok {
+		return s
+	}
 	switch v := x.(type) {
-	case float32:
-		if s, ok := nonFinite(float64(v)); ok {
-			return s
-		}
-	case float64:
-		if s, ok := nonFinite(v); ok {
-			return s
-		}
 	case []float32:
 		return join("[", "]", len(v), func(i int) string { return textValue(v[i]) })
 	case []float64:
