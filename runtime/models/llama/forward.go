@@ -229,13 +229,10 @@ func (c *Context) ForwardDraw(tokens []int32, b *backend.Batch, out []int32, log
 	n := len(tokens)
 	m := c.m
 	nout := len(out) + len(pick)
+	if err := c.checkBatch(n, b); err != nil {
+		return err
+	}
 	switch {
-	case n == 0:
-		return errors.New("llama: empty batch")
-	case n > c.cfg.StepTokens:
-		return fmt.Errorf("llama: %d tokens in one step exceed the context's %d", n, c.cfg.StepTokens)
-	case len(b.Pos) != n || len(b.Slot) != n:
-		return fmt.Errorf("llama: batch describes %d positions and %d slots for %d tokens", len(b.Pos), len(b.Slot), n)
 	case nout > c.cfg.MaxSeqs:
 		return fmt.Errorf("llama: %d output rows exceed the context's %d", nout, c.cfg.MaxSeqs)
 	case len(logits) != len(out)*m.Vocab:
@@ -494,6 +491,20 @@ func checkRows(what string, rows []int32, n int) error {
 		if i < 0 || int(i) >= n {
 			return fmt.Errorf("llama: %s row %d is outside the batch of %d", what, i, n)
 		}
+	}
+	return nil
+}
+
+// checkBatch checks that a step of n tokens is not empty, fits the context and that b describes
+// n tokens.
+func (c *Context) checkBatch(n int, b *backend.Batch) error {
+	switch {
+	case n == 0:
+		return errors.New("llama: empty batch")
+	case n > c.cfg.StepTokens:
+		return fmt.Errorf("llama: %d tokens in one step exceed the context's %d", n, c.cfg.StepTokens)
+	case len(b.Pos) != n || len(b.Slot) != n:
+		return fmt.Errorf("llama: batch describes %d positions and %d slots for %d tokens", len(b.Pos), len(b.Slot), n)
 	}
 	return nil
 }

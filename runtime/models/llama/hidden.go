@@ -1,7 +1,6 @@
 package llama
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/parleyhq/parley/runtime/backend"
@@ -18,13 +17,10 @@ import (
 func (c *Context) ForwardHidden(tokens []int32, b *backend.Batch, rows []int32, hidden []float32) error {
 	n := len(tokens)
 	m := c.m
+	if err := c.checkBatch(n, b); err != nil {
+		return err
+	}
 	switch {
-	case n == 0:
-		return errors.New("llama: empty batch")
-	case n > c.cfg.StepTokens:
-		return fmt.Errorf("llama: %d tokens in one step exceed the context's %d", n, c.cfg.StepTokens)
-	case len(b.Pos) != n || len(b.Slot) != n:
-		return fmt.Errorf("llama: batch describes %d positions and %d slots for %d tokens", len(b.Pos), len(b.Slot), n)
 	case len(rows) > c.cfg.StepTokens:
 		return fmt.Errorf("llama: %d hidden rows exceed the context's %d", len(rows), c.cfg.StepTokens)
 	case len(hidden) != len(rows)*m.Dim:
