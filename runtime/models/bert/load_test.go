@@ -53,13 +53,7 @@ func TestLoadRejectsBadModels(t *testing.T) {
 	add := func(name string, shape []int64) func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		return func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 			if ti == nil {
-				n := int64(1)
-				for _, d := range shape {
-					n *= d
-				}
-				if err := w.AddTensor(name, tensor.F32, shape, make([]byte, 4*n)); err != nil {
-					t.Fatal(err)
-				}
+				addZeros(t, w, name, shape)
 			}
 			return true
 		}
@@ -112,13 +106,7 @@ func TestLoadIgnoresClassificationHead(t *testing.T) {
 	withHead := modeltest.Rebuild(t, f, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti == nil {
 			for name, shape := range map[string][]int64{"cls.weight": {64, 64}, "cls.bias": {64}, "cls.output.weight": {64, 1}, "cls.output.bias": {1}} {
-				n := int64(1)
-				for _, d := range shape {
-					n *= d
-				}
-				if err := w.AddTensor(name, tensor.F32, shape, make([]byte, 4*n)); err != nil {
-					t.Fatal(err)
-				}
+				addZeros(t, w, name, shape)
 			}
 		}
 		return true
@@ -259,4 +247,16 @@ func newContext(t testing.TB, f *gguf.File, be backend.Backend, cfg bert.Context
 	}
 	t.Cleanup(func() { c.Close() })
 	return m, c
+}
+
+// addZeros adds an F32 tensor of shape (ggml order) holding zeros.
+func addZeros(t testing.TB, w *gguf.Writer, name string, shape []int64) {
+	t.Helper()
+	n := int64(1)
+	for _, d := range shape {
+		n *= d
+	}
+	if err := w.AddTensor(name, tensor.F32, shape, make([]byte, 4*n)); err != nil {
+		t.Fatal(err)
+	}
 }
