@@ -16,9 +16,9 @@
 // Every command takes --help. The commands that run a model (generate, bench, serve, transcribe,
 // speak) also take --backend go|cpu|auto and -t THREADS; tokenize, inspect, synth and convert
 // only read or write files and take neither. Every flag of every command is also read from its
-// environment variable, PARLEY_ and its long name in upper case with '_' for '-' (flags.go), and from the
-// config file --config names (config.go): the command line wins over the variable, the
-// variable over the file.
+// environment variable, PARLEY_ and its long name in upper case with '_' for '-' (flags.go),
+// and from the config file --config names (config.go): the command line wins over the
+// variable, the variable over the file.
 //
 // Exit status: 0 on success, 2 for a command-line mistake (an unknown flag, command, backend or
 // language, a value out of range), 1 for a failure while running (a missing or corrupt file, a
