@@ -128,6 +128,9 @@ func NewAutomaton(g *Grammar, v *Vocab, maskCache int) (*Automaton, error) {
 	return a, nil
 }
 
+// Vocab is the vocabulary a is compiled over.
+func (a *Automaton) Vocab() *Vocab { return a.v }
+
 // newStep starts an expansion: a fresh stamp and empty work and output lists.
 func (a *Automaton) newStep() {
 	if a.stamp++; a.stamp == 0 {
