@@ -39,6 +39,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
+	cons, e := parseConstraint(&req.commonRequest, req.ResponseFormat)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
 	lp := -1
 	if req.TopLogprobs != nil {
 		if *req.TopLogprobs < 0 || *req.TopLogprobs > decode.MaxTopLogprobs {
@@ -86,5 +91,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, invalid("messages", "Invalid 'messages': they could not be tokenized."))
 		return
 	}
-	s.generate(w, r, &job{m: m, g: g, prompts: [][]int32{toks}, promptChars: []int{0}, logprobs: lp, chat: true})
+	gram, e := s.compile(m, cons)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	s.generate(w, r, &job{m: m, g: g, prompts: [][]int32{toks}, promptChars: []int{0}, logprobs: lp, chat: true, grammar: gram})
 }

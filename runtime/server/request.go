@@ -39,6 +39,9 @@ type commonRequest struct {
 	TopK      *int     `json:"top_k"`
 	MinP      *float64 `json:"min_p"`
 	IgnoreEOS bool     `json:"ignore_eos"`
+	// Grammar (GBNF) and JSONSchema constrain the output, as llama.cpp's server's fields do.
+	Grammar    *string         `json:"grammar"`
+	JSONSchema json.RawMessage `json:"json_schema"`
 }
 
 type completionRequest struct {
@@ -59,15 +62,16 @@ type chatRequest struct {
 	// ChatTemplateKwargs are extra variables for the model's chat template (an extension, as in
 	// vLLM and llama-server), such as Qwen3's enable_thinking.
 	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs"`
-	// Not implemented: refused when set to anything but their defaults.
+	// ResponseFormat is text, json_object or json_schema (constrain.go).
 	ResponseFormat json.RawMessage `json:"response_format"`
-	Tools          json.RawMessage `json:"tools"`
-	ToolChoice     json.RawMessage `json:"tool_choice"`
-	Functions      json.RawMessage `json:"functions"`
-	FunctionCall   json.RawMessage `json:"function_call"`
-	Audio          json.RawMessage `json:"audio"`
-	Modalities     json.RawMessage `json:"modalities"`
-	Prediction     json.RawMessage `json:"prediction"`
+	// Not implemented: refused when set to anything but their defaults.
+	Tools        json.RawMessage `json:"tools"`
+	ToolChoice   json.RawMessage `json:"tool_choice"`
+	Functions    json.RawMessage `json:"functions"`
+	FunctionCall json.RawMessage `json:"function_call"`
+	Audio        json.RawMessage `json:"audio"`
+	Modalities   json.RawMessage `json:"modalities"`
+	Prediction   json.RawMessage `json:"prediction"`
 }
 
 // unsupported is the 400 for a parameter this server does not implement, set to a value that
@@ -109,22 +113,8 @@ func nonEmptyArray(param string, raw json.RawMessage) (bool, *apiError) {
 }
 
 // checkUnsupported refuses the fields of /v1/chat/completions that parley does not implement
-// (tools, structured output, audio, predicted outputs) when they ask for something.
+// (tools, audio, predicted outputs) when they ask for something.
 func (c *chatRequest) checkUnsupported() *apiError {
-	if !isNull(c.ResponseFormat) {
-		var rf struct {
-			Type *string `json:"type"`
-		}
-		if err := json.Unmarshal(c.ResponseFormat, &rf); err != nil {
-			return invalid("response_format", "Invalid type for 'response_format': expected an object.")
-		}
-		if rf.Type == nil {
-			return invalid("response_format.type", "Missing required parameter: 'response_format.type'.")
-		}
-		if *rf.Type != "text" {
-			return unsupported("response_format", fmt.Sprintf("of type %q", *rf.Type))
-		}
-	}
 	if yes, e := nonEmptyArray("tools", c.Tools); e != nil || yes {
 		if e == nil {
 			e = unsupported("tools", "(tool calling)")

@@ -28,6 +28,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/parleyhq/parley/runtime/decode/grammar"
 	"github.com/parleyhq/parley/runtime/sched"
 )
 
@@ -68,6 +69,9 @@ type Scheduler interface {
 	MaxSeqs() int
 	// Stats is a snapshot for /metrics.
 	Stats() sched.Stats
+	// Grammars is the cache of grammars compiled over the model's vocabulary, for
+	// sched.Request.Grammar.
+	Grammars() (*grammar.Cache, error)
 }
 
 // Config configures a Server. The zero value serves without authentication or CORS.
