@@ -1,0 +1,136 @@
+package tests
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"testing"
+
+	"github.com/parleyhq/parley/internal/sharedtest"
+)
+
+// nodeScript runs tests/node/<script> with args and returns its stdout, skipping (failing on CI)
+// when node or the openai package is missing.
+func nodeScript(t *testing.T, script string, args ...string) []byte {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	mods := filepath.Join("node", "node_modules", "openai")
+	if _, serr := os.Stat(mods); err != nil || serr != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("node or the openai package is missing (run npm ci in tests/node): %v %v", err, serr)
+		}
+		t.Skip("node or tests/node/node_modules is missing; run `npm ci` in tests/node")
+	}
+	cmd := exec.Command(node, append([]string{filepath.Join("node", script)}, args...)...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", script, err, out)
+	}
+	return out
+}
+
+// person is what structured.mjs's schema describes; checkPerson validates one.
+type person struct {
+	Name *string  `json:"name"`
+	Age  *float64 `json:"age"`
+	Pets []string `json:"pets"`
+	Home *struct {
+		City *string  `json:"city"`
+		Lat  *float64 `json:"lat"`
+	} `json:"home"`
+}
+
+func checkPerson(t *testing.T, what, text string) {
+	t.Helper()
+	var raw map[string]json.RawMessage
+	var p person
+	if err := json.Unmarshal([]byte(text), &raw); err != nil {
+		t.Errorf("%s: %q is not a JSON object: %v", what, text, err)
+		return
+	}
+	for k := range raw {
+		if !slices.Contains([]string{"name", "age", "pets", "home"}, k) {
+			t.Errorf("%s: %q has property %q", what, text, k)
+		}
+	}
+	if err := json.Unmarshal([]byte(text), &p); err != nil {
+		t.Errorf("%s: %q: %v", what, text, err)
+		return
+	}
+	ok := p.Name != nil && len([]rune(*p.Name)) <= 12 && p.Age != nil && *p.Age == float64(int64(*p.Age)) &&
+		len(p.Pets) >= 1 && len(p.Pets) <= 3 && p.Home != nil && p.Home.City != nil && len([]rune(*p.Home.City)) <= 8 && p.Home.Lat != nil
+	for _, pet := range p.Pets {
+		ok = ok && (pet == "cat" || pet == "dog" || pet == "fish")
+	}
+	if !ok {
+		t.Errorf("%s: %q does not validate against the schema", what, text)
+	}
+}
+
+// TestServeStructuredOutput: the openai npm client asks the stories model, whose output is
+// random-ish text, for JSON under a schema, any JSON object, and text under a GBNF grammar; every
+// answer parses and validates, and a schema or grammar that cannot be compiled is a 400.
+func TestServeStructuredOutput(t *testing.T) {
+	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
+	chat := filepath.Join(t.TempDir(), "chat.gguf")
+	withChatTemplate(t, model, chat)
+	srv := startServer(t, "--backend", "go", "-m", "stories="+model, "-m", "chat="+chat, "--parallel", "8", "--ctx", "256")
+	out := nodeScript(t, "structured.mjs", srv.base+"/v1", "stories", "chat")
+	var r struct {
+		SchemaChat []struct {
+			Content      string `json:"content"`
+			FinishReason string `json:"finish_reason"`
+			Logprobs     int    `json:"logprobs"`
+		} `json:"schema_chat"`
+		SchemaStream      []string `json:"schema_stream"`
+		ObjectChat        string   `json:"object_chat"`
+		GrammarCompletion []string `json:"grammar_completion"`
+		SchemaCompletion  string   `json:"schema_completion"`
+		BadSchema         *struct {
+			Status int    `json:"status"`
+			Code   string `json:"code"`
+			Param  string `json:"param"`
+		} `json:"bad_schema_error"`
+		BadGrammar *struct {
+			Status int    `json:"status"`
+			Code   string `json:"code"`
+			Param  string `json:"param"`
+		} `json:"bad_grammar_error"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if len(r.SchemaChat) != 3 || len(r.SchemaStream) != 2 || len(r.GrammarCompletion) != 2 {
+		t.Fatalf("choices: %s", out)
+	}
+	for _, c := range r.SchemaChat {
+		checkPerson(t, "json_schema chat", c.Content)
+		if c.Logprobs == 0 {
+			t.Errorf("json_schema chat %q: no logprobs", c.Content)
+		}
+	}
+	for _, c := range r.SchemaStream {
+		checkPerson(t, "json_schema chat stream", c)
+	}
+	checkPerson(t, "json_schema completion stream", r.SchemaCompletion)
+	var obj map[string]any
+	if err := json.Unmarshal([]byte(r.ObjectChat), &obj); err != nil {
+		t.Errorf("json_object chat %q: %v", r.ObjectChat, err)
+	}
+	re := regexp.MustCompile(`^(yes|no), [0-9]{1,3}$`)
+	for _, c := range r.GrammarCompletion {
+		if !re.MatchString(c) {
+			t.Errorf("grammar completion %q is not in the grammar's language", c)
+		}
+	}
+	if e := r.BadSchema; e == nil || e.Status != 400 || e.Code != "invalid_json_schema" || e.Param != "response_format.json_schema.schema" {
+		t.Errorf("uncompilable schema: %+v", e)
+	}
+	if e := r.BadGrammar; e == nil || e.Status != 400 || e.Code != "invalid_grammar" || e.Param != "grammar" {
+		t.Errorf("bad grammar: %+v", e)
+	}
+}
