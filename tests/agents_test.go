@@ -134,3 +134,74 @@ func TestServeStructuredOutput(t *testing.T) {
 		t.Errorf("bad grammar: %+v", e)
 	}
 }
+
+// TestServeEmbeddings: a random-weight bge-small written by `parley synth`, and the stories model
+// run as a decoder embedder (--embeddings), through the openai npm client's embeddings API.
+func TestServeEmbeddings(t *testing.T) {
+	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
+	bge := filepath.Join(t.TempDir(), "bge-small.gguf")
+	if r := parley(t, "", "synth", "--arch", "bert", "--shape", "bge-small", "--type", "q8_0", "-o", bge); r.code != 0 {
+		t.Fatalf("synth: %d %s", r.code, r.stderr)
+	}
+	srv := startServer(t, "--backend", "go", "-m", "bge="+bge, "-m", "stories="+model, "--embeddings", "--ctx", "128")
+	out := nodeScript(t, "embeddings.mjs", srv.base+"/v1", "bge", "stories")
+	type apiErr struct {
+		Status int    `json:"status"`
+		Code   string `json:"code"`
+		Param  string `json:"param"`
+	}
+	var r struct {
+		One struct {
+			N, Dim int
+			Norm   float64
+			Object string
+			Model  string
+			Usage  struct {
+				PromptTokens int `json:"prompt_tokens"`
+			}
+		}
+		Many struct {
+			N        int
+			Indexes  []int
+			CosSame  float64 `json:"cos_same"`
+			CosOther float64 `json:"cos_other"`
+		}
+		IDs struct {
+			N, Dim int
+			Usage  struct {
+				PromptTokens int `json:"prompt_tokens"`
+			}
+		}
+		Decoder struct {
+			N, Dim int
+			Norm   float64
+		}
+		Dimensions *apiErr `json:"dimensions_error"`
+		Empty      *apiErr `json:"empty_error"`
+		Generate   *apiErr `json:"generate_error"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if r.One.N != 1 || r.One.Dim != 384 || r.One.Norm < 0.9999 || r.One.Norm > 1.0001 || r.One.Object != "list" || r.One.Model != "bge" || r.One.Usage.PromptTokens < 3 {
+		t.Errorf("one input: %+v", r.One)
+	}
+	if r.Many.N != 3 || !slices.Equal(r.Many.Indexes, []int{0, 1, 2}) || r.Many.CosSame < 0.99999 || r.Many.CosOther > 0.9999 {
+		t.Errorf("three inputs: %+v", r.Many)
+	}
+	if r.IDs.N != 2 || r.IDs.Dim != 384 || r.IDs.Usage.PromptTokens != 6 {
+		t.Errorf("token ids: %+v", r.IDs)
+	}
+	if r.Decoder.N != 2 || r.Decoder.Dim == 0 || r.Decoder.Norm < 0.9999 || r.Decoder.Norm > 1.0001 {
+		t.Errorf("decoder embedder: %+v", r.Decoder)
+	}
+	if e := r.Dimensions; e == nil || e.Status != 400 || e.Param != "dimensions" || e.Code != "unsupported_parameter" {
+		t.Errorf("dimensions: %+v", e)
+	}
+	if e := r.Empty; e == nil || e.Status != 400 || e.Param != "input" {
+		t.Errorf("empty input: %+v", e)
+	}
+	if e := r.Generate; e == nil || e.Status != 400 || e.Param != "model" || e.Code != "model_not_supported" {
+		t.Errorf("chat on an embedding model: %+v", e)
+	}
+}
