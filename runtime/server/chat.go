@@ -44,6 +44,29 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
+	tl, e := parseTools(req.Tools, req.ToolChoice, req.ParallelToolCalls)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	if tl != nil {
+		tl.format = toolFormatOf(m.ChatTemplate)
+	}
+	if tl.forced() {
+		if cons != nil {
+			writeError(w, invalid("tool_choice", fmt.Sprintf("Invalid 'tool_choice': a call cannot be forced together with '%s'.", cons.param)))
+			return
+		}
+		gbnf, e := tl.grammar()
+		if e != nil {
+			writeError(w, e)
+			return
+		}
+		cons = &constraint{param: "tools", gbnf: gbnf}
+	}
+	if !tl.active() {
+		tl = nil
+	}
 	lp := -1
 	if req.TopLogprobs != nil {
 		if *req.TopLogprobs < 0 || *req.TopLogprobs > decode.MaxTopLogprobs {
@@ -70,7 +93,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	text, err := m.tmpl.render(msgs, kw)
+	var offered []any
+	if tl != nil {
+		offered = tl.raw
+	}
+	text, err := m.tmpl.renderTools(msgs, offered, kw)
 	if err != nil {
 		var te *templateError
 		if errors.As(err, &te) {
@@ -96,5 +123,5 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	s.generate(w, r, &job{m: m, g: g, prompts: [][]int32{toks}, promptChars: []int{0}, logprobs: lp, chat: true, grammar: gram})
+	s.generate(w, r, &job{m: m, g: g, prompts: [][]int32{toks}, promptChars: []int{0}, logprobs: lp, chat: true, grammar: gram, tools: tl})
 }

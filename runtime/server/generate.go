@@ -25,6 +25,7 @@ type job struct {
 	logprobs    int // alternatives per token; -1: no logprobs
 	chat        bool
 	grammar     *grammar.Automaton // every choice's output is in its language; nil: free
+	tools       *tools             // chat: the answers may call these functions; nil: none
 	id          string
 	created     int64
 

@@ -64,9 +64,11 @@ type chatRequest struct {
 	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs"`
 	// ResponseFormat is text, json_object or json_schema (constrain.go).
 	ResponseFormat json.RawMessage `json:"response_format"`
+	// Tools, ToolChoice and ParallelToolCalls offer functions to call (tools.go).
+	Tools             json.RawMessage `json:"tools"`
+	ToolChoice        json.RawMessage `json:"tool_choice"`
+	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
 	// Not implemented: refused when set to anything but their defaults.
-	Tools        json.RawMessage `json:"tools"`
-	ToolChoice   json.RawMessage `json:"tool_choice"`
 	Functions    json.RawMessage `json:"functions"`
 	FunctionCall json.RawMessage `json:"function_call"`
 	Audio        json.RawMessage `json:"audio"`
@@ -113,20 +115,8 @@ func nonEmptyArray(param string, raw json.RawMessage) (bool, *apiError) {
 }
 
 // checkUnsupported refuses the fields of /v1/chat/completions that parley does not implement
-// (tools, audio, predicted outputs) when they ask for something.
+// (legacy functions, audio, predicted outputs) when they ask for something.
 func (c *chatRequest) checkUnsupported() *apiError {
-	if yes, e := nonEmptyArray("tools", c.Tools); e != nil || yes {
-		if e == nil {
-			e = unsupported("tools", "(tool calling)")
-		}
-		return e
-	}
-	if !isNull(c.ToolChoice) {
-		var s string
-		if err := json.Unmarshal(c.ToolChoice, &s); err != nil || (s != "none" && s != "auto") {
-			return unsupported("tool_choice", "other than \"none\" or \"auto\"")
-		}
-	}
 	if yes, e := nonEmptyArray("functions", c.Functions); e != nil || yes {
 		if e == nil {
 			e = unsupported("functions", "(function calling)")
@@ -410,8 +400,11 @@ func parseOnePrompt(raw json.RawMessage, vocab int, what string) (p *promptInput
 
 // chatMessage is one entry of messages as sent.
 type chatMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	ToolCalls  json.RawMessage `json:"tool_calls"`   // assistant
+	ToolCallID string          `json:"tool_call_id"` // tool
+	Name       string          `json:"name"`
 }
 
 var chatRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true}
@@ -439,7 +432,25 @@ func parseMessages(raw json.RawMessage) ([]message, *apiError) {
 		if e != nil {
 			return nil, e
 		}
-		out[i] = message{Role: m.Role, Content: text}
+		out[i] = message{Role: m.Role, Content: text, Name: m.Name, ToolCallID: m.ToolCallID}
+		if !isNull(m.ToolCalls) {
+			if m.Role != "assistant" {
+				return nil, invalid(param+".tool_calls", fmt.Sprintf("Invalid '%s.tool_calls': only assistant messages make tool calls.", param))
+			}
+			var calls []toolCall
+			if err := json.Unmarshal(m.ToolCalls, &calls); err != nil {
+				return nil, invalid(param+".tool_calls", fmt.Sprintf("Invalid '%s.tool_calls': expected an array of {id, type, function: {name, arguments}}.", param))
+			}
+			for k, c := range calls {
+				if c.Function.Name == "" {
+					return nil, invalid(fmt.Sprintf("%s.tool_calls[%d].function.name", param, k), fmt.Sprintf("Missing required parameter: '%s.tool_calls[%d].function.name'.", param, k))
+				}
+			}
+			out[i].ToolCalls = calls
+		}
+		if m.Role == "tool" && m.ToolCallID == "" {
+			return nil, invalid(param+".tool_call_id", fmt.Sprintf("Missing required parameter: '%s.tool_call_id'.", param))
+		}
 	}
 	return out, nil
 }
