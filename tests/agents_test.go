@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/parleyhq/parley/internal/sharedtest"
+	"github.com/parleyhq/parley/runtime/gguf"
 )
 
 // nodeScript runs tests/node/<script> with args and returns its stdout, skipping (failing on CI)
@@ -203,5 +204,99 @@ func TestServeEmbeddings(t *testing.T) {
 	}
 	if e := r.Generate; e == nil || e.Status != 400 || e.Param != "model" || e.Code != "model_not_supported" {
 		t.Errorf("chat on an embedding model: %+v", e)
+	}
+}
+
+// toolsTemplate is a Hermes-style chat template with a tool section, for the stories model.
+const toolsTemplate = `{%- if tools %}<|system|>{% for tool in tools %}{{ tool.function.name }} {% endfor %}<tool_call></tool_call>
+{% endif %}
+{%- for m in messages %}
+{%- if m.role == 'assistant' and m.tool_calls %}<|assistant|>{% for tc in m.tool_calls %}{{ tc.function.name }}{{ tc.function.arguments | tojson }}{% endfor %}
+{% elif m.role == 'tool' %}<|tool|>{{ m.content }}
+{% else %}<|{{ m.role }}|>{{ m.content }}
+{% endif %}
+{%- endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}`
+
+// TestServeTools: the openai npm client offers tools to the stories model with a Hermes-style
+// template; forced calls (required, named) parse, validate against their parameters, and
+// stream into the same calls through the client's stream helper.
+func TestServeTools(t *testing.T) {
+	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
+	chat := filepath.Join(t.TempDir(), "tools.gguf")
+	rewriteGGUF(t, model, chat, func(w *gguf.Writer) { w.SetString("tokenizer.chat_template", toolsTemplate) })
+	srv := startServer(t, "--backend", "go", "-m", "tools="+chat, "--parallel", "8")
+	out := nodeScript(t, "tools.mjs", srv.base+"/v1", "tools")
+	type call struct {
+		ID, Type, Name, Arguments string
+	}
+	type answer struct {
+		FinishReason string  `json:"finish_reason"`
+		Content      *string `json:"content"`
+		Calls        []call  `json:"calls"`
+	}
+	var r struct {
+		Required, Named answer
+		RequiredStream  answer `json:"required_stream"`
+		NamedStream     answer `json:"named_stream"`
+		Single          []int
+		Auto            struct {
+			FinishReason string `json:"finish_reason"`
+			HasContent   bool   `json:"has_content"`
+			Calls        int
+		}
+		History struct {
+			FinishReason string `json:"finish_reason"`
+			Calls, Usage int
+		}
+		Absent *struct {
+			Status int
+			Param  string
+		} `json:"absent_error"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	valid := func(c call) bool {
+		var args map[string]any
+		if json.Unmarshal([]byte(c.Arguments), &args) != nil || len(args) != 2 || c.Type != "function" || len(c.ID) < 6 {
+			return false
+		}
+		switch c.Name {
+		case "get_weather":
+			city, ok := args["city"].(string)
+			return ok && len([]rune(city)) <= 8 && (args["unit"] == "c" || args["unit"] == "f")
+		case "add":
+			a, oka := args["a"].(float64)
+			b, okb := args["b"].(float64)
+			return oka && okb && a == float64(int64(a)) && b == float64(int64(b))
+		}
+		return false
+	}
+	for name, pair := range map[string][2]answer{"required": {r.Required, r.RequiredStream}, "named": {r.Named, r.NamedStream}} {
+		whole, streamed := pair[0], pair[1]
+		if whole.FinishReason != "tool_calls" || len(whole.Calls) == 0 || streamed.FinishReason != "tool_calls" || len(streamed.Calls) != len(whole.Calls) {
+			t.Errorf("%s: %+v, streamed %+v", name, whole, streamed)
+			continue
+		}
+		for i, c := range whole.Calls {
+			if !valid(c) || (name == "named" && c.Name != "add") {
+				t.Errorf("%s: call %+v", name, c)
+			}
+			if s := streamed.Calls[i]; s.Name != c.Name || s.Arguments != c.Arguments || !valid(s) {
+				t.Errorf("%s: streamed call %+v, whole %+v", name, s, c)
+			}
+		}
+	}
+	if !slices.Equal(r.Single, []int{1, 1, 1}) {
+		t.Errorf("parallel_tool_calls false: calls per choice %v", r.Single)
+	}
+	if (r.Auto.Calls > 0) != (r.Auto.FinishReason == "tool_calls") || (r.Auto.Calls == 0 && !r.Auto.HasContent) {
+		t.Errorf("auto: %+v", r.Auto)
+	}
+	if r.History.Calls != 0 || r.History.FinishReason == "tool_calls" || r.History.Usage < 30 {
+		t.Errorf("a conversation with a call and its answer, tool_choice none: %+v", r.History)
+	}
+	if r.Absent == nil || r.Absent.Status != 400 || r.Absent.Param != "tool_choice" {
+		t.Errorf("tool_choice naming an absent function: %+v", r.Absent)
 	}
 }
