@@ -12,6 +12,7 @@ import (
 	"fmt"
 
 	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/ggml"
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/models/bert"
 	"github.com/parleyhq/parley/runtime/models/llama"
@@ -102,6 +103,32 @@ func (e *Encoder) Close() error { return errors.Join(e.Model.Close(), e.file.Clo
 // Pooling is the pooling the language model's file names (<arch>.pooling_type), for running
 // it as an embedder; pooling.Unspecified when it names none.
 func (l *LLM) Pooling() (pooling.Type, error) { return pooling.Read(l.file, l.file.Architecture()) }
+
+// Check reads the header of the model file at path, as the reader that will open it reads it
+// (a whisper.cpp ggml file's hyper-parameters, vocabulary and tensor table; a GGUF file's
+// metadata and tensor table, every tensor within the file), without loading any weight, and
+// says what kind of model it holds. A program that serves several files checks them all this
+// way before it starts, so that a corrupt or truncated one is refused at once.
+func Check(path string) (Kind, error) {
+	kind, err := Probe(path)
+	if err != nil {
+		return 0, err
+	}
+	if isGGML, err := ggml.IsFile(path); err != nil {
+		return 0, err
+	} else if isGGML {
+		f, err := ggml.Open(path)
+		if err != nil {
+			return 0, err
+		}
+		return kind, f.Close()
+	}
+	f, err := gguf.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	return kind, f.Close()
+}
 
 // LLM is an open language model: its GGUF file, weights on a backend and tokenizer.
 type LLM struct {
