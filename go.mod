@@ -3,6 +3,7 @@ module github.com/parleyhq/parley
 go 1.26.0
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/NVIDIA/go-nvml v0.13.0-1
 	github.com/ardanlabs/jinja v1.8.0
 	github.com/coder/websocket v1.8.14
@@ -15,6 +16,7 @@ require (
 	github.com/prometheus/client_model v0.6.2
 	github.com/prometheus/common v0.66.1
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.2
+	go.yaml.in/yaml/v3 v3.0.4
 	golang.org/x/sys v0.43.0
 	golang.org/x/text v0.34.0
 	google.golang.org/protobuf v1.36.12-0.20260120151049-f2248ac996af
@@ -64,7 +66,6 @@ require (
 	github.com/x448/float16 v0.8.4 // indirect
 	github.com/xlab/treeprint v1.2.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.3 // indirect
-	go.yaml.in/yaml/v3 v3.0.4 // indirect
 	golang.org/x/net v0.49.0 // indirect
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect

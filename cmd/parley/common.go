@@ -155,12 +155,14 @@ type multiFlag []string
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
 func (m *multiFlag) repeatable()        {}
+func (m *multiFlag) reset()             { *m = nil }
 
 // biasFlag collects --logit-bias ID=BIAS flags.
 type biasFlag map[int32]float32
 
 func (b biasFlag) String() string { return fmt.Sprint(map[int32]float32(b)) }
 func (b biasFlag) repeatable()    {}
+func (b biasFlag) reset()         { clear(b) }
 func (b biasFlag) Set(s string) error {
 	k, v, ok := strings.Cut(s, "=")
 	if !ok {

@@ -20,7 +20,7 @@ const envPrefix = "PARLEY_"
 // variable set to "" counts as unset; a repeatable flag's variable holds its values separated by
 // commas. Values from either source are parsed by the same flag.Value (booleans as
 // strconv.ParseBool parses them), and a bad one is a usage error (exit status 2) that names the
-// flag.
+// flag. What neither gives is read from the config file --config names (config.go).
 type flags struct {
 	*flag.FlagSet
 	e        *env
@@ -28,15 +28,19 @@ type flags struct {
 	long     map[string]string // one-letter name → its long name
 	short    map[string]string // long name → its one-letter name
 	fromEnv  map[string]string // long name → the variable that set it
+	fromFile map[string]string // long name → where in the config file it was set
+	config   *string           // --config FILE
+	models   *[]configModel    // a config file's models list, for a command that takes one
 }
 
 // newFlags makes a command's flag set. Its errors are returned (not printed and exited on); on a
 // mistake it prints the usage, and run prints the error itself once, with the command's name.
 func newFlags(e *env, name, synopsis string) *flags {
 	f := &flags{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError), e: e, synopsis: synopsis,
-		long: map[string]string{}, short: map[string]string{}, fromEnv: map[string]string{}}
+		long: map[string]string{}, short: map[string]string{}, fromEnv: map[string]string{}, fromFile: map[string]string{}}
 	f.SetOutput(io.Discard) // flag would print the error line too
 	f.Usage = f.printUsage
+	f.config = f.String("config", "", "config file (.toml, .yaml) whose keys are these flags' long names; the command line and the variables win over it")
 	return f
 }
 
@@ -108,11 +112,20 @@ func (f *flags) parse(args []string) ([]string, error) {
 			}
 		}
 		f.fromEnv[name] = key
+		given[name] = true
 	})
-	return pos, err
+	if err != nil || *f.config == "" {
+		return pos, err
+	}
+	c, err := readConfig(*f.config)
+	if err != nil {
+		return nil, err
+	}
+	return pos, f.applyConfig(c, given)
 }
 
-// isSet reports whether the flag called n was given, on the command line or by its variable.
+// isSet reports whether the flag called n was given, on the command line, by its variable or by
+// the config file.
 func (f *flags) isSet(n string) bool {
 	n = f.name(n)
 	set := false
@@ -121,10 +134,13 @@ func (f *flags) isSet(n string) bool {
 }
 
 // from names where the flag called n got its value, for messages: "$PARLEY_X" when its variable
-// gave it, else the flag as written (-t, --kv-type).
+// gave it, "FILE: key" when the config file did, else the flag as written (-t, --kv-type).
 func (f *flags) from(n string) string {
 	if v, ok := f.fromEnv[f.name(n)]; ok {
 		return "$" + v
+	}
+	if w, ok := f.fromFile[f.name(n)]; ok {
+		return w + ": " + f.name(n)
 	}
 	if len(n) == 1 {
 		return "-" + n

@@ -35,7 +35,7 @@ func runServe(e *env, args []string) (err error) {
 	fs := newFlags(e, "serve", "-m [ALIAS=]MODEL [-m ...] [flags]")
 	bf := addBackendFlags(fs)
 	var modelArgs multiFlag
-	fs.Var(&modelArgs, "m", "model file, or ALIAS=FILE, where FILE may be hf://owner/repo[@rev]/file.gguf (downloaded once into $PARLEY_CACHE; repeatable; the variable holds them comma-separated); a Whisper model (whisper.cpp ggml file, or GGUF of architecture whisper) is served as a speech recognition model")
+	fs.Var(&modelArgs, "m", "model file, or ALIAS=FILE, where FILE may be hf://owner/repo[@rev]/file.gguf or hf://owner/repo[@rev]:QUANT (downloaded once into $PARLEY_CACHE; repeatable; the variable holds them comma-separated); a Whisper model (whisper.cpp ggml file, or GGUF of architecture whisper) is served as a speech recognition model")
 	fs.alias("m", "model")
 	host := fs.String("host", "127.0.0.1", "address to listen on")
 	port := fs.Int("port", 8080, "port to listen on (0: any free port, printed at start)")
@@ -65,6 +65,8 @@ func runServe(e *env, args []string) (err error) {
 	asrBestOf := fs.Int("asr-best-of", asr.DefaultParams().BestOf, "candidates sampled at temperatures above 0 (transcriptions' fallback)")
 	embeddings := fs.Bool("embeddings", false, "language models also serve /v1/embeddings (pooling as the file says, else the last token's); embedding models (GGUF of architecture bert) always do")
 	prefix := fs.Bool("prefix-cache", true, "reuse the KV blocks of prompt prefixes shared between requests")
+	var fileModels []configModel // a config file's models list
+	fs.models = &fileModels
 	pos, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -72,7 +74,10 @@ func runServe(e *env, args []string) (err error) {
 	if len(pos) != 0 {
 		return usagef("unexpected arguments %q", pos)
 	}
-	if len(modelArgs) == 0 {
+	if _, inFile := fs.fromFile["model"]; fs.isSet("m") && !inFile {
+		fileModels = nil // -m or $PARLEY_MODEL replaces the config file's models
+	}
+	if len(modelArgs) == 0 && len(fileModels) == 0 {
 		return usagef("at least one -m MODEL is required")
 	}
 	if *port < 0 || *port > 65535 {
@@ -101,7 +106,7 @@ func runServe(e *env, args []string) (err error) {
 	}
 	var tmpl string
 	if *chatTemplate != "" {
-		if tmpl, err = readChatTemplate(fs, *chatTemplate); err != nil {
+		if tmpl, err = readChatTemplate(fs.from("chat-template"), *chatTemplate); err != nil {
 			return err
 		}
 	}
@@ -118,9 +123,50 @@ func runServe(e *env, args []string) (err error) {
 			}
 		}()
 	}
-	type spec struct{ name, path string }
+	// Each model has the flags' options, or a config file's models entry's own.
+	def := modelOptions{ctx: *ctxLen, parallel: *parallel, kvMiB: *kvMiB, stepTokens: *stepTokens, queue: *queue,
+		kvType: *kvType, chatTemplate: *chatTemplate, prefix: *prefix, asrParallel: *asrParallel, asrQueue: *asrQueue, asrEncode: *asrEncode}
+	type spec struct {
+		name, path string
+		opt        modelOptions
+		kv         tensor.DType
+		tmpl       string // the chat template replacing the model's own, if any
+	}
 	var specs []spec
 	seen := map[string]bool{}
+	for _, m := range fileModels {
+		path, name, opt, err := m.options(def)
+		if err != nil {
+			return err
+		}
+		if name == "" {
+			name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+		}
+		if seen[name] {
+			return usagef("%s: model alias %q given twice", m.where, name)
+		}
+		if hub.IsRemote(path) {
+			if err := hub.CheckName(path); err != nil {
+				return usageError{fmt.Errorf("%s: %w", m.where, err)}
+			}
+		}
+		sp := spec{name: name, path: path, opt: opt, kv: kv, tmpl: tmpl}
+		if err := opt.check(m.where); err != nil {
+			return err
+		}
+		if opt.kvType != def.kvType {
+			if sp.kv, err = tensor.ParseDType(opt.kvType); err != nil || (sp.kv != tensor.F16 && sp.kv != tensor.BF16 && sp.kv != tensor.F32) {
+				return usagef("%s: kv-type %q: want f16, bf16 or f32", m.where, opt.kvType)
+			}
+		}
+		if opt.chatTemplate != def.chatTemplate {
+			if sp.tmpl, err = readChatTemplate(m.where+": chat-template", opt.chatTemplate); err != nil {
+				return err
+			}
+		}
+		seen[name] = true
+		specs = append(specs, sp)
+	}
 	for _, m := range modelArgs {
 		name, path, ok := strings.Cut(m, "=")
 		if !ok {
@@ -139,7 +185,7 @@ func runServe(e *env, args []string) (err error) {
 			}
 		}
 		seen[name] = true
-		specs = append(specs, spec{name, path})
+		specs = append(specs, spec{name: name, path: path, opt: def, kv: kv, tmpl: tmpl})
 	}
 
 	if err := bf.check(); err != nil {
@@ -258,7 +304,7 @@ func runServe(e *env, args []string) (err error) {
 				return fmt.Errorf("%s: %w", sp.name, err)
 			}
 			closers = append(closers, func() { wm.Close() })
-			we, err := asr.NewWhisper(wm, asr.Config{MaxActive: *asrParallel, MaxQueue: *asrQueue, EncodeBatch: *asrEncode,
+			we, err := asr.NewWhisper(wm, asr.Config{MaxActive: sp.opt.asrParallel, MaxQueue: sp.opt.asrQueue, EncodeBatch: sp.opt.asrEncode,
 				OnStep: steps.OnStep(sp.name), Logger: logger.With("model", sp.name)})
 			if err != nil {
 				hs.Close()
@@ -267,7 +313,7 @@ func runServe(e *env, args []string) (err error) {
 			closers = append(closers, func() { we.Close() })
 			speechModels = append(speechModels, &server.SpeechModel{Name: sp.name, Recognizer: we, Params: &asrParams})
 			speechEngines = append(speechEngines, we)
-			logger.Info("speech model loaded", "model", sp.name, "path", sp.path, "multilingual", wm.Multilingual(), "parallel", *asrParallel, "took", time.Since(t0).Round(time.Millisecond))
+			logger.Info("speech model loaded", "model", sp.name, "path", sp.path, "multilingual", wm.Multilingual(), "parallel", sp.opt.asrParallel, "took", time.Since(t0).Round(time.Millisecond))
 			continue
 		}
 		if kind, _ := models.Probe(sp.path); kind == models.KindEmbedding {
@@ -277,7 +323,7 @@ func runServe(e *env, args []string) (err error) {
 				return fmt.Errorf("%s: %w", sp.name, err)
 			}
 			closers = append(closers, func() { enc.Close() })
-			bc, err := enc.Model.NewContext(bert.ContextConfig{StepTokens: max(*stepTokens, enc.Model.Positions)})
+			bc, err := enc.Model.NewContext(bert.ContextConfig{StepTokens: max(sp.opt.stepTokens, enc.Model.Positions)})
 			if err != nil {
 				hs.Close()
 				return fmt.Errorf("%s: %w", sp.name, err)
@@ -288,7 +334,7 @@ func runServe(e *env, args []string) (err error) {
 				hs.Close()
 				return fmt.Errorf("%s: %w", sp.name, err)
 			}
-			es, err := sched.NewEmbedder(em, sched.EmbedConfig{MaxQueue: *queue, OnStep: steps.OnStep(sp.name)})
+			es, err := sched.NewEmbedder(em, sched.EmbedConfig{MaxQueue: sp.opt.queue, OnStep: steps.OnStep(sp.name)})
 			if err != nil {
 				hs.Close()
 				return fmt.Errorf("%s: %w", sp.name, err)
@@ -305,16 +351,16 @@ func runServe(e *env, args []string) (err error) {
 		}
 		closers = append(closers, func() { llm.Close() })
 		m := llm.Model
-		perPos := kvBytesPerPos(m, kv)
+		perPos := kvBytesPerPos(m, sp.kv)
 		var budget int64
-		if *kvMiB == 0 {
+		if sp.opt.kvMiB == 0 {
 			budget = kvBudget(be) / int64(len(specs)) // shared by the models served
 		}
-		plan := planKV(*ctxLen, *kvMiB, *parallel, llm.TrainingContext(), perPos, budget)
+		plan := planKV(sp.opt.ctx, sp.opt.kvMiB, sp.opt.parallel, llm.TrainingContext(), perPos, budget)
 		n, slots := plan.ctx, plan.slots
-		if *kvMiB > 0 && slots < n {
+		if sp.opt.kvMiB > 0 && slots < n {
 			hs.Close()
-			return fmt.Errorf("%s: --kv-mem %d MiB holds %d positions, less than one sequence of %d", sp.name, *kvMiB, slots, n)
+			return fmt.Errorf("%s: --kv-mem %d MiB holds %d positions, less than one sequence of %d", sp.name, sp.opt.kvMiB, slots, n)
 		}
 		if plan.capped && n < min(llm.TrainingContext(), minCutCtx) {
 			hs.Close()
@@ -322,23 +368,23 @@ func runServe(e *env, args []string) (err error) {
 		}
 		if plan.capped {
 			logger.Warn("KV cache cut to fit memory; --ctx and --kv-mem choose", "model", sp.name, "trained_ctx", llm.TrainingContext(), "ctx", n,
-				"kv_slots", slots, "wanted_slots", int64(n)*int64(*parallel), "budget_mib", budget>>20)
+				"kv_slots", slots, "wanted_slots", int64(n)*int64(sp.opt.parallel), "budget_mib", budget>>20)
 		}
-		if *ctxLen > llm.TrainingContext() {
+		if sp.opt.ctx > llm.TrainingContext() {
 			logger.Warn("--ctx is beyond the model's training context: generations past it may degrade", "model", sp.name, "ctx", n, "trained_ctx", llm.TrainingContext())
 		}
 		if plan.tight {
 			logger.Warn("one sequence of --ctx needs more than the KV memory budget", "model", sp.name, "ctx", n,
 				"needs_mib", int64(n)*perPos>>20, "budget_mib", budget>>20)
 		}
-		c, err := m.NewContext(llama.ContextConfig{StepTokens: *stepTokens, MaxSeqs: *parallel, KVSlots: slots, KVType: kv, SeqContext: n})
+		c, err := m.NewContext(llama.ContextConfig{StepTokens: sp.opt.stepTokens, MaxSeqs: sp.opt.parallel, KVSlots: slots, KVType: sp.kv, SeqContext: n})
 		if err != nil {
 			hs.Close()
 			return fmt.Errorf("%s: %w", sp.name, err)
 		}
 		closers = append(closers, func() { c.Close() })
 		s, err := sched.New(sched.NewLlamaModel(c), llm.Text(), sched.Config{
-			MaxQueue: *queue, StepTokens: *stepTokens, MaxActive: *parallel, MaxContext: n, PrefixCache: *prefix, OnStep: steps.OnStep(sp.name), Logger: logger.With("model", sp.name),
+			MaxQueue: sp.opt.queue, StepTokens: sp.opt.stepTokens, MaxActive: sp.opt.parallel, MaxContext: n, PrefixCache: sp.opt.prefix, OnStep: steps.OnStep(sp.name), Logger: logger.With("model", sp.name),
 		})
 		if err != nil {
 			hs.Close()
@@ -346,12 +392,12 @@ func runServe(e *env, args []string) (err error) {
 		}
 		scheds = append(scheds, s)
 		chat := llm.ChatTemplate()
-		if tmpl != "" {
-			chat = tmpl // --chat-template replaces the file's own
+		if sp.tmpl != "" {
+			chat = sp.tmpl // --chat-template replaces the file's own
 		}
 		sm := &server.Model{Name: sp.name, Tokenizer: llm.Text(), ChatTemplate: chat, Sched: s, Ctx: n}
 		if *embeddings {
-			es, err := decoderEmbedder(llm, min(*stepTokens, n), kv, *parallel, *queue, steps.OnStep(sp.name), &closers)
+			es, err := decoderEmbedder(llm, min(sp.opt.stepTokens, n), sp.kv, sp.opt.parallel, sp.opt.queue, steps.OnStep(sp.name), &closers)
 			if err != nil {
 				hs.Close()
 				return fmt.Errorf("%s: %w", sp.name, err)
@@ -360,7 +406,7 @@ func runServe(e *env, args []string) (err error) {
 			sm.Embedder = es
 		}
 		served = append(served, sm)
-		logger.Info("model loaded", "model", sp.name, "path", sp.path, "arch", m.Arch, "ctx", n, "kv_slots", c.Pool().Slots(), "parallel", *parallel, "prefix_cache", *prefix, "chat_template", templateSource(*chatTemplate, llm.ChatTemplate()), "embeddings", *embeddings, "took", time.Since(t0).Round(time.Millisecond))
+		logger.Info("model loaded", "model", sp.name, "path", sp.path, "arch", m.Arch, "ctx", n, "kv_slots", c.Pool().Slots(), "parallel", sp.opt.parallel, "prefix_cache", sp.opt.prefix, "chat_template", templateSource(sp.opt.chatTemplate, llm.ChatTemplate()), "embeddings", *embeddings, "took", time.Since(t0).Round(time.Millisecond))
 	}
 	srv, err := server.New(server.Config{APIKey: *apiKey, AllowedOrigins: origins, CheckHost: checkHost, AllowedHosts: hosts, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout, RequestTimeout: *timeout, Logger: logger, Steps: steps,
 		SpeechModels: speechModels, MaxAudioBytes: *maxAudio, MaxAudioDuration: *maxAudioDur, Stream: server.StreamConfig{MaxSessions: *maxStreams}}, served)
@@ -507,19 +553,19 @@ func secondsAttr(_ []string, a slog.Attr) slog.Attr {
 
 // readChatTemplate is the source of --chat-template's template: a built-in one by name, else the
 // file value names.
-func readChatTemplate(fs *flags, value string) (string, error) {
+func readChatTemplate(from, value string) (string, error) {
 	if src, ok := server.BuiltinChatTemplate(value); ok {
 		return src, nil
 	}
 	b, err := os.ReadFile(value)
 	if errors.Is(err, os.ErrNotExist) {
-		return "", usagef("%s %q: no such file, nor a built-in template (%s)", fs.from("chat-template"), value, strings.Join(server.ChatTemplateNames(), ", "))
+		return "", usagef("%s %q: no such file, nor a built-in template (%s)", from, value, strings.Join(server.ChatTemplateNames(), ", "))
 	}
 	if err != nil {
 		return "", err
 	}
 	if err := server.CheckChatTemplate(string(b)); err != nil {
-		return "", fmt.Errorf("%s %q: %w", fs.from("chat-template"), value, err)
+		return "", fmt.Errorf("%s %q: %w", from, value, err)
 	}
 	return string(b), nil
 }

@@ -97,6 +97,7 @@ type TensorInfo struct {
 	Shape  []int64
 	Offset int64 // from the start of the data section; a multiple of the file's alignment
 	Size   int64 // bytes
+	part   int   // 0: the file's own; i: in parts[i-1], the split model's file i+1
 }
 
 // Elements returns the number of elements of t (the product of its shape).
@@ -157,12 +158,13 @@ type File struct {
 	data       []byte        // the whole file
 	dataOffset int64         // start of the data section within data
 	mapped     *mapfile.File // the mapping to release on Close, if any
+	parts      []split       // a split model's further files (split.go)
 	kvIndex    map[string]int
 	tensorIdx  map[string]int
 }
 
 // DataOffset returns the byte offset of the data section from the start of the file; a tensor's
-// bytes start at DataOffset() + Offset.
+// bytes start at DataOffset() + Offset (a split model's tensors of its first file only).
 func (f *File) DataOffset() int64 { return f.dataOffset }
 
 // Tensor returns the tensor named name.
@@ -181,12 +183,19 @@ func (f *File) TensorData(t *TensorInfo) []byte {
 	if f.data == nil || t == nil || t.Offset < 0 || t.Size < 0 {
 		return nil
 	}
-	avail := int64(len(f.data)) - f.dataOffset
+	data, off := f.data, f.dataOffset
+	if t.part > 0 {
+		if t.part > len(f.parts) {
+			return nil
+		}
+		data, off = f.parts[t.part-1].data, f.parts[t.part-1].dataOffset
+	}
+	avail := int64(len(data)) - off
 	if t.Offset > avail || t.Size > avail-t.Offset {
 		return nil
 	}
-	start := f.dataOffset + t.Offset
-	return f.data[start : start+t.Size : start+t.Size]
+	start := off + t.Offset
+	return data[start : start+t.Size : start+t.Size]
 }
 
 // Release tells the system that b, tensor data of f that the caller has copied, need not stay
@@ -194,6 +203,9 @@ func (f *File) TensorData(t *TensorInfo) []byte {
 func (f *File) Release(b []byte) {
 	if f.mapped != nil {
 		f.mapped.Release(b)
+	}
+	for _, p := range f.parts {
+		p.mapped.Release(b) // a no-op outside its mapping
 	}
 }
 

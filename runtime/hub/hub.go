@@ -2,6 +2,12 @@
 //
 //	hf://owner/repo/path/in/repo/file.gguf
 //	hf://owner/repo@revision/path/in/repo/file.gguf
+//	hf://owner/repo[@revision]:QUANT
+//
+// The last form names a quantisation (Q4_K_M, q8_0, IQ4_XS...) rather than a file: the
+// repository's file list picks the one GGUF model whose name carries it, as llama.cpp's -hf does
+// (quant.go). A model split into several files (name-00001-of-00003.gguf...) is downloaded whole,
+// whichever of its files is named, and resolves to its first file.
 //
 // to local files, downloading each file once from a Hugging Face compatible endpoint into a cache
 // directory laid out as {CacheDir}/hf/{owner}/{repo}/{revision}/{path}. A file found complete in
@@ -42,6 +48,8 @@ var (
 	ErrAuth     = errors.New("hub: access denied")
 	ErrNotFound = errors.New("hub: no such file")
 	ErrChecksum = errors.New("hub: checksum mismatch")
+	// ErrAmbiguous: a quantisation matches more than one model of the repository.
+	ErrAmbiguous = errors.New("hub: more than one file matches")
 )
 
 // Options configures Resolve. The zero value is usable.
@@ -74,10 +82,14 @@ func CheckName(name string) error {
 // ref is a parsed remote name.
 type ref struct {
 	owner, repo, revision string
-	path                  string // slash-separated, relative, validated
+	path                  string // slash-separated, relative, validated; "" until a tag is picked
+	tag                   string // the quantisation of hf://owner/repo:TAG
 }
 
 func (r ref) String() string {
+	if r.path == "" {
+		return Scheme + r.owner + "/" + r.repo + "@" + r.revision + ":" + r.tag
+	}
 	return Scheme + r.owner + "/" + r.repo + "@" + r.revision + "/" + r.path
 }
 
@@ -88,6 +100,8 @@ var (
 	revRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,255}$`)
 	// One component of a file path inside a repository.
 	segRE = regexp.MustCompile(`^[A-Za-z0-9._+-][A-Za-z0-9 ._+=,()\[\]-]{0,254}$`)
+	// A quantisation tag: Q4_K_M, UD-Q4_K_XL, bf16.
+	tagRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 )
 
 func badName(name, format string, args ...any) error {
@@ -105,10 +119,20 @@ func parse(name string) (ref, error) {
 		return ref{}, badName(name, `contains one of \ ? # %%`)
 	}
 	parts := strings.Split(rest, "/")
-	if len(parts) < 3 {
+	var tag string
+	if len(parts) == 2 {
+		var ok bool
+		if parts[1], tag, ok = strings.Cut(parts[1], ":"); !ok {
+			return ref{}, badName(name, "want %sowner/repo[@revision]/path/to/file or %sowner/repo[@revision]:QUANT", Scheme, Scheme)
+		}
+		if !tagRE.MatchString(tag) {
+			return ref{}, badName(name, "invalid quantisation %q", tag)
+		}
+	}
+	if len(parts) < 2 {
 		return ref{}, badName(name, "want %sowner/repo[@revision]/path/to/file", Scheme)
 	}
-	r := ref{owner: parts[0], repo: parts[1], revision: "main"}
+	r := ref{owner: parts[0], repo: parts[1], revision: "main", tag: tag}
 	if i := strings.IndexByte(r.repo, '@'); i >= 0 {
 		r.repo, r.revision = r.repo[:i], r.repo[i+1:]
 		if !revRE.MatchString(r.revision) || strings.Contains(r.revision, "..") || r.revision == "." {
@@ -132,7 +156,9 @@ func parse(name string) (ref, error) {
 			return ref{}, badName(name, "path component %q uses a reserved suffix", seg)
 		}
 	}
-	r.path = strings.Join(parts[2:], "/")
+	if tag == "" {
+		r.path = strings.Join(parts[2:], "/")
+	}
 	return r, nil
 }
 
@@ -192,6 +218,34 @@ func Resolve(ctx context.Context, name string, o Options) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if r.tag != "" {
+		if r, err = pick(ctx, opt, r); err != nil {
+			return "", err
+		}
+	}
+	shards := splitShards(r.path)
+	if shards == nil {
+		return resolveFile(ctx, opt, r, name)
+	}
+	// Every file of a split model, the first one's path for the model.
+	var first string
+	for i, p := range shards {
+		s := r
+		s.path = p
+		local, err := resolveFile(ctx, opt, s, name)
+		if err != nil {
+			return "", err
+		}
+		if i == 0 {
+			first = local
+		}
+	}
+	return first, nil
+}
+
+// resolveFile returns the local path of the one file r names, downloading it first unless the
+// cache holds it.
+func resolveFile(ctx context.Context, opt resolved, r ref, name string) (string, error) {
 	final := localPath(opt.cacheDir, r)
 	if ok, err := complete(final); err != nil || ok {
 		return final, err
