@@ -76,14 +76,7 @@ func TestServeASR(t *testing.T) {
 	})
 
 	t.Run("openai node client", func(t *testing.T) {
-		node, err := exec.LookPath("node")
-		mods := filepath.Join("node", "node_modules", "openai")
-		if _, serr := os.Stat(mods); err != nil || serr != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatalf("node or the openai package is missing (run npm ci in tests/node): %v %v", err, serr)
-			}
-			t.Skip("node or tests/node/node_modules is missing; run `npm ci` in tests/node")
-		}
+		node := openAINode(t, "")
 		out, err := exec.Command(node, "node/transcribe.mjs", srv.base+"/v1", "whisper", short).CombinedOutput()
 		if err != nil {
 			t.Fatalf("node: %v\n%s", err, out)
@@ -109,10 +102,7 @@ func TestServeASR(t *testing.T) {
 					Start, End float64
 				} `json:"words"`
 			} `json:"verbose"`
-			Unknown *struct {
-				Status int    `json:"status"`
-				Code   string `json:"code"`
-			} `json:"unknown_model_error"`
+			Unknown *clientError `json:"unknown_model_error"`
 		}
 		if err := json.Unmarshal(out, &r); err != nil {
 			t.Fatalf("%v: %s", err, out)

@@ -46,7 +46,15 @@ type result struct {
 
 func parley(t testing.TB, stdin string, args ...string) result {
 	t.Helper()
+	return runParley(t, nil, stdin, args)
+}
+
+// runParley runs the binary under test with args, env added to this process's environment and
+// stdin as its standard input, and fails t if it could not start or panicked.
+func runParley(t testing.TB, env []string, stdin string, args []string) result {
+	t.Helper()
 	cmd := exec.Command(parleyBin, args...)
+	cmd.Env = append(cmd.Environ(), env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -61,6 +69,21 @@ func parley(t testing.TB, stdin string, args ...string) result {
 		t.Fatalf("parley %q panicked:\n%s", args, errb.String())
 	}
 	return result{code, out.String(), errb.String()}
+}
+
+// openAINode returns the node binary, for scripts that import the openai package from
+// tests/node. Without node or the package the test fails under CI and is skipped elsewhere, the
+// message ending in skipNote.
+func openAINode(t testing.TB, skipNote string) string {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if _, serr := os.Stat(filepath.Join("node", "node_modules", "openai")); err != nil || serr != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("node or the openai package is missing (run npm ci in tests/node): %v %v", err, serr)
+		}
+		t.Skip("node or tests/node/node_modules is missing; run `npm ci` in tests/node" + skipNote)
+	}
+	return node
 }
 
 // backends lists the backends the binary under test has.

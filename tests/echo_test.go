@@ -2,9 +2,7 @@ package tests
 
 import (
 	"encoding/json"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -84,13 +82,7 @@ func TestServeEcho(t *testing.T) {
 	}
 
 	t.Run("openai node client", func(t *testing.T) {
-		node, err := exec.LookPath("node")
-		if _, serr := os.Stat(filepath.Join("node", "node_modules", "openai")); err != nil || serr != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatalf("node or the openai package is missing (run npm ci in tests/node): %v %v", err, serr)
-			}
-			t.Skip("node or tests/node/node_modules is missing; run `npm ci` in tests/node")
-		}
+		node := openAINode(t, "")
 		const script = `import OpenAI from "openai";
 const [baseURL, prompt] = process.argv.slice(1);
 const client = new OpenAI({ baseURL, apiKey: "none", maxRetries: 0 });

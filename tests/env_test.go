@@ -1,9 +1,7 @@
 package tests
 
 import (
-	"bytes"
 	"encoding/json"
-	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
@@ -14,21 +12,7 @@ import (
 // parleyEnv runs parley with extra environment variables.
 func parleyEnv(t testing.TB, env []string, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(parleyBin, args...)
-	cmd.Env = append(cmd.Environ(), env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(errb.String(), "panic:") {
-		t.Fatalf("parley %q panicked:\n%s", args, errb.String())
-	}
-	return result{code, out.String(), errb.String()}
+	return runParley(t, env, "", args)
 }
 
 // TestCLIEnvironment: every flag of every command is read from PARLEY_<NAME> when the command

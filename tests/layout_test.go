@@ -26,7 +26,7 @@ var layers = []struct {
 	{"sched", []string{"runtime/sched", "runtime/sched/"}},
 	{"opener", []string{"runtime/models"}},
 	{"server", []string{"runtime/server"}},
-	{"test support", []string{"internal/sharedtest"}},
+	{"test support", []string{"internal/sharedtest", "internal/modeltest"}},
 	{"cmd", []string{"cmd/"}},
 }
 

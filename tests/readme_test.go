@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -104,13 +103,7 @@ func TestREADMEExamples(t *testing.T) {
 		case "js":
 			js++
 			t.Run(fmt.Sprintf("js %d", js), func(t *testing.T) {
-				node, err := exec.LookPath("node")
-				if _, serr := os.Stat(filepath.Join("node", "node_modules", "openai")); err != nil || serr != nil {
-					if os.Getenv("CI") != "" {
-						t.Fatalf("node or the openai package is missing (run npm ci in tests/node): %v %v", err, serr)
-					}
-					t.Skip("node or tests/node/node_modules is missing; run `npm ci` in tests/node to run the README's JavaScript")
-				}
+				node := openAINode(t, " to run the README's JavaScript")
 				// Beside tests/node's package.json, so that "openai" resolves to its pinned copy.
 				f, err := os.CreateTemp("node", "readme-example-*.mjs")
 				if err != nil {

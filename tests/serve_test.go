@@ -242,14 +242,7 @@ func TestServe(t *testing.T) {
 	})
 
 	t.Run("openai node client", func(t *testing.T) {
-		node, err := exec.LookPath("node")
-		mods := filepath.Join("node", "node_modules", "openai")
-		if _, serr := os.Stat(mods); err != nil || serr != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatalf("node or the openai package is missing (run npm ci in tests/node): %v %v", err, serr)
-			}
-			t.Skip("node or tests/node/node_modules is missing; run `npm ci` in tests/node")
-		}
+		node := openAINode(t, "")
 		out, err := exec.Command(node, "node/client.mjs", srv.base+"/v1", "stories", "chat").CombinedOutput()
 		if err != nil {
 			t.Fatalf("client: %v\n%s", err, out)
@@ -271,14 +264,8 @@ func TestServe(t *testing.T) {
 			ChatStream struct {
 				Content string `json:"content"`
 			} `json:"chat_stream"`
-			NoTemplate *struct {
-				Status int    `json:"status"`
-				Code   string `json:"code"`
-			} `json:"no_template_error"`
-			Unknown *struct {
-				Status int    `json:"status"`
-				Code   string `json:"code"`
-			} `json:"unknown_model_error"`
+			NoTemplate *clientError `json:"no_template_error"`
+			Unknown    *clientError `json:"unknown_model_error"`
 		}
 		if err := json.Unmarshal(out, &r); err != nil {
 			t.Fatalf("%v\n%s", err, out)
@@ -753,4 +740,11 @@ func TestServePhi3(t *testing.T) {
 	if err := json.Unmarshal(b, &r); code != 200 || err != nil || len(r.Choices) != 1 || r.Choices[0].Text != want.Text {
 		t.Fatalf("completion %d %s; parley generate gave %q", code, b, want.Text)
 	}
+}
+
+// clientError is what the client scripts report of a request the server refused: its HTTP
+// status and the error's code.
+type clientError struct {
+	Status int    `json:"status"`
+	Code   string `json:"code"`
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -87,45 +88,12 @@ func runInspect(e *env, args []string) error {
 	return nil
 }
 
+// arrayLen is the number of elements of an array value (every array's V is a slice).
 func arrayLen(v gguf.Value) int {
-	switch a := v.V.(type) {
-	case []string:
-		return len(a)
-	case []gguf.Value:
-		return len(a)
-	}
-	if s, ok := sliceLen(v.V); ok {
-		return s
+	if r := reflect.ValueOf(v.V); r.Kind() == reflect.Slice {
+		return r.Len()
 	}
 	return 0
-}
-
-func sliceLen(v any) (int, bool) {
-	switch a := v.(type) {
-	case []uint8:
-		return len(a), true
-	case []int8:
-		return len(a), true
-	case []uint16:
-		return len(a), true
-	case []int16:
-		return len(a), true
-	case []uint32:
-		return len(a), true
-	case []int32:
-		return len(a), true
-	case []float32:
-		return len(a), true
-	case []bool:
-		return len(a), true
-	case []uint64:
-		return len(a), true
-	case []int64:
-		return len(a), true
-	case []float64:
-		return len(a), true
-	}
-	return 0, false
 }
 
 // valueSummary is v as a JSON-friendly value; arrays are cut to their first 8 elements unless
@@ -140,42 +108,30 @@ func valueSummary(v gguf.Value, full bool) any {
 		limit = 8
 	}
 	var head any
-	switch a := v.V.(type) {
-	case []string:
-		head = a[:limit]
-	case []gguf.Value:
+	if a, ok := v.V.([]gguf.Value); ok {
 		s := make([]any, limit)
 		for i := range s {
 			s[i] = valueSummary(a[i], full)
 		}
 		head = s
-	case []uint8:
-		head = a[:limit]
-	case []int8:
-		head = a[:limit]
-	case []uint16:
-		head = a[:limit]
-	case []int16:
-		head = a[:limit]
-	case []uint32:
-		head = a[:limit]
-	case []int32:
-		head = a[:limit]
-	case []float32:
-		head = a[:limit]
-	case []bool:
-		head = a[:limit]
-	case []uint64:
-		head = a[:limit]
-	case []int64:
-		head = a[:limit]
-	case []float64:
-		head = a[:limit]
+	} else if r := reflect.ValueOf(v.V); r.Kind() == reflect.Slice {
+		head = r.Slice(0, limit).Interface()
 	}
 	if limit == n {
 		return head
 	}
 	return map[string]any{"len": n, "head": head}
+}
+
+// nonFiniteScalar is nonFinite of x, a float32 or float64; ok is false for any other x.
+func nonFiniteScalar(x any) (string, bool) {
+	switch v := x.(type) {
+	case float32:
+		return nonFinite(float64(v))
+	case float64:
+		return nonFinite(v)
+	}
+	return "", false
 }
 
 // nonFinite is how NaN and the infinities are written, as text and as JSON strings (JSON has no
@@ -210,15 +166,10 @@ func jsonSafe(x any) any {
 		}
 		return out
 	}
+	if s, ok := nonFiniteScalar(x); ok {
+		return s
+	}
 	switch v := x.(type) {
-	case float32:
-		if s, ok := nonFinite(float64(v)); ok {
-			return s
-		}
-	case float64:
-		if s, ok := nonFinite(v); ok {
-			return s
-		}
 	case []float32:
 		return floats(len(v), func(i int) float64 { return float64(v[i]) })
 	case []float64:
@@ -249,15 +200,10 @@ func textValue(x any) string {
 		}
 		return open + strings.Join(parts, ",") + close
 	}
+	if s, ok := nonFiniteScalar(x); ok {
+		return s
+	}
 	switch v := x.(type) {
-	case float32:
-		if s, ok := nonFinite(float64(v)); ok {
-			return s
-		}
-	case float64:
-		if s, ok := nonFinite(v); ok {
-			return s
-		}
 	case []float32:
 		return join("[", "]", len(v), func(i int) string { return textValue(v[i]) })
 	case []float64:

@@ -3,6 +3,7 @@
 package mapfile
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"unsafe"
@@ -57,4 +58,22 @@ func Magic(path string) (magic [4]byte, ok bool, err error) {
 		return magic, false, nil
 	}
 	return magic, true, nil
+}
+
+// OpenParsed opens the file at path (see Open) and parses its bytes with parse. It returns the
+// parsed value and the mapping, which the caller releases once it is done with the bytes. An
+// error opening the file is prefixed with format (such as "gguf"); a parse error is prefixed
+// with path, and the mapping is released.
+func OpenParsed[T any](path, format string, parse func([]byte) (T, error)) (T, *File, error) {
+	var zero T
+	m, err := Open(path)
+	if err != nil {
+		return zero, nil, fmt.Errorf("%s: %w", format, err)
+	}
+	v, err := parse(m.Data)
+	if err != nil {
+		m.Close()
+		return zero, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return v, m, nil
 }

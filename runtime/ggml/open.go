@@ -2,7 +2,6 @@ package ggml
 
 import (
 	"encoding/binary"
-	"fmt"
 
 	"github.com/parleyhq/parley/internal/mapfile"
 )
@@ -11,14 +10,9 @@ import (
 // it. Tensor data is not copied: it aliases the mapping, which Close releases. The file must not
 // be truncated while it is open: reading a mapped page past the new end faults.
 func Open(path string) (*File, error) {
-	m, err := mapfile.Open(path)
+	f, m, err := mapfile.OpenParsed(path, "ggml", Parse)
 	if err != nil {
-		return nil, fmt.Errorf("ggml: %w", err)
-	}
-	f, perr := parse(m.Data)
-	if perr != nil {
-		m.Close()
-		return nil, fmt.Errorf("%s: %w", path, perr)
+		return nil, err
 	}
 	f.mapped = m
 	return f, nil

@@ -60,12 +60,7 @@ func synthLayout(hp HParams) []synthTensor {
 	add("encoder.conv2.bias", kindZeros, 1, S)
 	for i := 0; i < hp.NAudioLayer; i++ {
 		p := fmt.Sprintf("encoder.blocks.%d.", i)
-		add(p+"mlp_ln.weight", kindOnes, S)
-		add(p+"mlp_ln.bias", kindZeros, S)
-		add(p+"mlp.0.weight", kindMatrix, S, 4*S)
-		add(p+"mlp.0.bias", kindZeros, 4*S)
-		add(p+"mlp.2.weight", kindMatrix, 4*S, S)
-		add(p+"mlp.2.bias", kindZeros, S)
+		mlp(add, p, S)
 		attention(add, p+"attn", S)
 	}
 	add("encoder.ln_post.weight", kindOnes, S)
@@ -74,12 +69,7 @@ func synthLayout(hp HParams) []synthTensor {
 	add("decoder.token_embedding.weight", kindMatrix, T, hp.NVocab)
 	for i := 0; i < hp.NTextLayer; i++ {
 		p := fmt.Sprintf("decoder.blocks.%d.", i)
-		add(p+"mlp_ln.weight", kindOnes, T)
-		add(p+"mlp_ln.bias", kindZeros, T)
-		add(p+"mlp.0.weight", kindMatrix, T, 4*T)
-		add(p+"mlp.0.bias", kindZeros, 4*T)
-		add(p+"mlp.2.weight", kindMatrix, 4*T, T)
-		add(p+"mlp.2.bias", kindZeros, T)
+		mlp(add, p, T)
 		attention(add, p+"attn", T)
 		attention(add, p+"cross_attn", T)
 	}
@@ -89,6 +79,16 @@ func synthLayout(hp HParams) []synthTensor {
 }
 
 // attention adds one attention block's layer norm and projections (the key has no bias).
+// mlp adds the feed-forward network of a block (prefix p) of width n.
+func mlp(add func(string, synthKind, ...int), p string, n int) {
+	add(p+"mlp_ln.weight", kindOnes, n)
+	add(p+"mlp_ln.bias", kindZeros, n)
+	add(p+"mlp.0.weight", kindMatrix, n, 4*n)
+	add(p+"mlp.0.bias", kindZeros, 4*n)
+	add(p+"mlp.2.weight", kindMatrix, 4*n, n)
+	add(p+"mlp.2.bias", kindZeros, n)
+}
+
 func attention(add func(string, synthKind, ...int), p string, n int) {
 	add(p+"_ln.weight", kindOnes, n)
 	add(p+"_ln.bias", kindZeros, n)

@@ -13,36 +13,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/sharedtest"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
-
-// sharedDir returns ../shared relative to the module root, or "" if absent.
-func sharedDir() string {
-	dir, err := os.Getwd()
-	if err != nil {
-		return ""
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			s := filepath.Join(dir, "..", "shared")
-			if st, err := os.Stat(s); err == nil && st.IsDir() {
-				return s
-			}
-			return ""
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return ""
-		}
-		dir = parent
-	}
-}
 
 // modelFiles returns the real GGUF files under ../shared/models/{llm,vocab}, skipping the test
 // if there are none.
 func modelFiles(tb testing.TB) []string {
 	tb.Helper()
-	s := sharedDir()
+	s := sharedtest.Lookup()
 	if s == "" {
 		tb.Skip("../shared (real model files) not found next to the module root")
 	}
@@ -869,7 +848,7 @@ func FuzzParse(f *testing.F) {
 	f.Add(corruptBase(f))
 	f.Add(buildFile(f, 2, everyValue()[:10], makeTensors(r)[:3]))
 	f.Add(buildFile(f, 3, everyValue()[25:], nil))
-	if s := sharedDir(); s != "" {
+	if s := sharedtest.Lookup(); s != "" {
 		for _, sub := range []string{"llm", "vocab"} {
 			m, _ := filepath.Glob(filepath.Join(s, "models", sub, "*.gguf"))
 			for _, p := range m {

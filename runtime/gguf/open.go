@@ -1,8 +1,6 @@
 package gguf
 
 import (
-	"fmt"
-
 	"github.com/parleyhq/parley/internal/mapfile"
 )
 
@@ -17,14 +15,9 @@ func IsFile(path string) (bool, error) {
 // Tensor data is not copied: TensorData returns slices of the mapping, which Close releases.
 // The file must not be truncated while it is open: reading a mapped page past the new end faults.
 func Open(path string) (*File, error) {
-	m, err := mapfile.Open(path)
+	f, m, err := mapfile.OpenParsed(path, "gguf", Parse)
 	if err != nil {
-		return nil, fmt.Errorf("gguf: %w", err)
-	}
-	f, err := parse(m.Data)
-	if err != nil {
-		m.Close()
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, err
 	}
 	f.mapped = m
 	if n, ok := f.Int("split.count"); ok && n > 1 {

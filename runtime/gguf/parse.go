@@ -349,25 +349,25 @@ func (d *decoder) value(t ValueType, typeOff, depth int) (Value, *FormatError) {
 		case Uint8:
 			v.V = p[0]
 		case Int8:
-			v.V = int8(p[0])
+			v.V = getInt8(p)
 		case Bool:
-			v.V = p[0] != 0
+			v.V = getBool(p)
 		case Uint16:
 			v.V = le.Uint16(p)
 		case Int16:
-			v.V = int16(le.Uint16(p))
+			v.V = getInt16(p)
 		case Uint32:
 			v.V = le.Uint32(p)
 		case Int32:
-			v.V = int32(le.Uint32(p))
+			v.V = getInt32(p)
 		case Float32:
-			v.V = math.Float32frombits(le.Uint32(p))
+			v.V = getFloat32(p)
 		case Uint64:
 			v.V = le.Uint64(p)
 		case Int64:
-			v.V = int64(le.Uint64(p))
+			v.V = getInt64(p)
 		case Float64:
-			v.V = math.Float64frombits(le.Uint64(p))
+			v.V = getFloat64(p)
 		}
 		d.off += n
 		return v, nil
@@ -415,65 +415,25 @@ func (d *decoder) array(typeOff, depth int) (Value, *FormatError) {
 	case Uint8:
 		v.V = append(make([]uint8, 0, n), p[:n]...)
 	case Int8:
-		s := make([]int8, n)
-		for i := range s {
-			s[i] = int8(p[i])
-		}
-		v.V = s
+		v.V = decodeElems(p, n, size, getInt8)
 	case Bool:
-		s := make([]bool, n)
-		for i := range s {
-			s[i] = p[i] != 0
-		}
-		v.V = s
+		v.V = decodeElems(p, n, size, getBool)
 	case Uint16:
-		s := make([]uint16, n)
-		for i := range s {
-			s[i] = le.Uint16(p[2*i:])
-		}
-		v.V = s
+		v.V = decodeElems(p, n, size, le.Uint16)
 	case Int16:
-		s := make([]int16, n)
-		for i := range s {
-			s[i] = int16(le.Uint16(p[2*i:]))
-		}
-		v.V = s
+		v.V = decodeElems(p, n, size, getInt16)
 	case Uint32:
-		s := make([]uint32, n)
-		for i := range s {
-			s[i] = le.Uint32(p[4*i:])
-		}
-		v.V = s
+		v.V = decodeElems(p, n, size, le.Uint32)
 	case Int32:
-		s := make([]int32, n)
-		for i := range s {
-			s[i] = int32(le.Uint32(p[4*i:]))
-		}
-		v.V = s
+		v.V = decodeElems(p, n, size, getInt32)
 	case Float32:
-		s := make([]float32, n)
-		for i := range s {
-			s[i] = math.Float32frombits(le.Uint32(p[4*i:]))
-		}
-		v.V = s
+		v.V = decodeElems(p, n, size, getFloat32)
 	case Uint64:
-		s := make([]uint64, n)
-		for i := range s {
-			s[i] = le.Uint64(p[8*i:])
-		}
-		v.V = s
+		v.V = decodeElems(p, n, size, le.Uint64)
 	case Int64:
-		s := make([]int64, n)
-		for i := range s {
-			s[i] = int64(le.Uint64(p[8*i:]))
-		}
-		v.V = s
+		v.V = decodeElems(p, n, size, getInt64)
 	case Float64:
-		s := make([]float64, n)
-		for i := range s {
-			s[i] = math.Float64frombits(le.Uint64(p[8*i:]))
-		}
-		v.V = s
+		v.V = decodeElems(p, n, size, getFloat64)
 	case String:
 		s, e := d.strings(n)
 		if e != nil {
@@ -496,6 +456,24 @@ func (d *decoder) array(typeOff, depth int) (Value, *FormatError) {
 	d.off += n * size
 	return v, nil
 }
+
+// decodeElems decodes n elements of size bytes each from p with get.
+func decodeElems[T any](p []byte, n, size int, get func([]byte) T) []T {
+	s := make([]T, n)
+	for i := range s {
+		s[i] = get(p[size*i:])
+	}
+	return s
+}
+
+// The little-endian decodings of GGUF's fixed-size types, shared by single values and arrays.
+func getInt8(p []byte) int8       { return int8(p[0]) }
+func getBool(p []byte) bool       { return p[0] != 0 }
+func getInt16(p []byte) int16     { return int16(binary.LittleEndian.Uint16(p)) }
+func getInt32(p []byte) int32     { return int32(binary.LittleEndian.Uint32(p)) }
+func getInt64(p []byte) int64     { return int64(binary.LittleEndian.Uint64(p)) }
+func getFloat32(p []byte) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(p)) }
+func getFloat64(p []byte) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(p)) }
 
 // strings reads n length-prefixed strings. A first pass checks every length against the bytes
 // left; the second copies all string bytes into one buffer that the strings share, so a

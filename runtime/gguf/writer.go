@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 
+	"github.com/parleyhq/parley/internal/outfile"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
@@ -203,17 +203,7 @@ func (w *Writer) WriteTo(out io.Writer) (int64, error) {
 }
 
 // WriteFile writes the file to path, replacing an existing file.
-func (w *Writer) WriteFile(path string) error {
-	fd, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := w.WriteTo(fd); err != nil {
-		fd.Close()
-		return err
-	}
-	return fd.Close()
-}
+func (w *Writer) WriteFile(path string) error { return outfile.Write(path, w) }
 
 func appendString(b []byte, s string) []byte {
 	b = binary.LittleEndian.AppendUint64(b, uint64(len(s)))
@@ -223,97 +213,80 @@ func appendString(b []byte, s string) []byte {
 // appendValue appends the encoding of v without its type field (which a metadata entry carries
 // and an element of an array of arrays does not).
 func appendValue(b []byte, v Value, depth int) ([]byte, error) {
-	le := binary.LittleEndian
-	bad := func() ([]byte, error) {
-		if v.Type == Array {
-			return b, fmt.Errorf("array of %v holds %T", v.Elem, v.V)
-		}
-		return b, fmt.Errorf("%v value holds %T", v.Type, v.V)
-	}
 	switch v.Type {
 	case Uint8:
-		x, ok := v.V.(uint8)
-		if !ok {
-			return bad()
-		}
-		return append(b, x), nil
+		return appendScalar(b, v, putUint8)
 	case Int8:
-		x, ok := v.V.(int8)
-		if !ok {
-			return bad()
-		}
-		return append(b, byte(x)), nil
+		return appendScalar(b, v, putInt8)
 	case Bool:
-		x, ok := v.V.(bool)
-		if !ok {
-			return bad()
-		}
-		return append(b, boolByte(x)), nil
+		return appendScalar(b, v, putBool)
 	case Uint16:
-		x, ok := v.V.(uint16)
-		if !ok {
-			return bad()
-		}
-		return le.AppendUint16(b, x), nil
+		return appendScalar(b, v, binary.LittleEndian.AppendUint16)
 	case Int16:
-		x, ok := v.V.(int16)
-		if !ok {
-			return bad()
-		}
-		return le.AppendUint16(b, uint16(x)), nil
+		return appendScalar(b, v, putInt16)
 	case Uint32:
-		x, ok := v.V.(uint32)
-		if !ok {
-			return bad()
-		}
-		return le.AppendUint32(b, x), nil
+		return appendScalar(b, v, binary.LittleEndian.AppendUint32)
 	case Int32:
-		x, ok := v.V.(int32)
-		if !ok {
-			return bad()
-		}
-		return le.AppendUint32(b, uint32(x)), nil
+		return appendScalar(b, v, putInt32)
 	case Float32:
-		x, ok := v.V.(float32)
-		if !ok {
-			return bad()
-		}
-		return le.AppendUint32(b, math.Float32bits(x)), nil
+		return appendScalar(b, v, putFloat32)
 	case Uint64:
-		x, ok := v.V.(uint64)
-		if !ok {
-			return bad()
-		}
-		return le.AppendUint64(b, x), nil
+		return appendScalar(b, v, binary.LittleEndian.AppendUint64)
 	case Int64:
-		x, ok := v.V.(int64)
-		if !ok {
-			return bad()
-		}
-		return le.AppendUint64(b, uint64(x)), nil
+		return appendScalar(b, v, putInt64)
 	case Float64:
-		x, ok := v.V.(float64)
-		if !ok {
-			return bad()
-		}
-		return le.AppendUint64(b, math.Float64bits(x)), nil
+		return appendScalar(b, v, putFloat64)
 	case String:
-		x, ok := v.V.(string)
-		if !ok {
-			return bad()
-		}
-		return appendString(b, x), nil
+		return appendScalar(b, v, appendString)
 	case Array:
 		return appendArray(b, v, depth)
 	}
 	return b, fmt.Errorf("invalid value type %d", uint32(v.Type))
 }
 
-func boolByte(x bool) byte {
+// The little-endian encodings of GGUF's fixed-size types, shared by single values and arrays.
+func putUint8(b []byte, x uint8) []byte { return append(b, x) }
+func putInt8(b []byte, x int8) []byte   { return append(b, byte(x)) }
+func putInt16(b []byte, x int16) []byte { return binary.LittleEndian.AppendUint16(b, uint16(x)) }
+func putInt32(b []byte, x int32) []byte { return binary.LittleEndian.AppendUint32(b, uint32(x)) }
+func putInt64(b []byte, x int64) []byte { return binary.LittleEndian.AppendUint64(b, uint64(x)) }
+
+func putFloat32(b []byte, x float32) []byte {
+	return binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
+}
+
+func putFloat64(b []byte, x float64) []byte {
+	return binary.LittleEndian.AppendUint64(b, math.Float64bits(x))
+}
+
+func putBool(b []byte, x bool) []byte {
 	if x {
-		return 1
+		return append(b, 1)
 	}
-	return 0
+	return append(b, 0)
+}
+
+// appendScalar appends v.V encoded by put, or fails if v.V is not a T.
+func appendScalar[T any](b []byte, v Value, put func([]byte, T) []byte) ([]byte, error) {
+	x, ok := v.V.(T)
+	if !ok {
+		return b, fmt.Errorf("%v value holds %T", v.Type, v.V)
+	}
+	return put(b, x), nil
+}
+
+// appendElems appends the count and the elements of v, a []T, each encoded by put; it reports
+// false if v is not a []T.
+func appendElems[T any](b []byte, v any, put func([]byte, T) []byte) ([]byte, bool) {
+	s, ok := v.([]T)
+	if !ok {
+		return b, false
+	}
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(s)))
+	for _, x := range s {
+		b = put(b, x)
+	}
+	return b, true
 }
 
 func appendArray(b []byte, v Value, depth int) ([]byte, error) {
@@ -328,93 +301,27 @@ func appendArray(b []byte, v Value, depth int) ([]byte, error) {
 			b = append(b, s...)
 		}
 	case Int8:
-		var s []int8
-		if s, ok = v.V.([]int8); ok {
-			b = le.AppendUint64(b, uint64(len(s)))
-			for _, x := range s {
-				b = append(b, byte(x))
-			}
-		}
+		b, ok = appendElems(b, v.V, putInt8)
 	case Bool:
-		var s []bool
-		if s, ok = v.V.([]bool); ok {
-			b = le.AppendUint64(b, uint64(len(s)))
-			for _, x := range s {
-				b = append(b, boolByte(x))
-			}
-		}
+		b, ok = appendElems(b, v.V, putBool)
 	case Uint16:
-		var s []uint16
-		if s, ok = v.V.([]uint16); ok {
-			b = le.AppendUint64(b, uint64(len(s)))
-			for _, x := range s {
-				b = le.AppendUint16(b, x)
-			}
-		}
+		b, ok = appendElems(b, v.V, le.AppendUint16)
 	case Int16:
-		var s []int16
-		if s, ok = v.V.([]int16); ok {
-			b = le.AppendUint64(b, uint64(len(s)))
-			for _, x := range s {
-				b = le.AppendUint16(b, uint16(x))
-			}
-		}
+		b, ok = appendElems(b, v.V, putInt16)
 	case Uint32:
-		var s []uint32
-		if s, ok = v.V.([]uint32); ok {
-			b = le.AppendUint64(b, uint64(len(s)))
-			for _, x := range s {
-				b = le.AppendUint32(b, x)
-			}
-		}
+		b, ok = appendElems(b, v.V, le.AppendUint32)
 	case Int32:
-		var s []int32
-		if s, ok = v.V.([]int32); ok {
-			b = le.AppendUint64(b, uint64(len(s)))
-			for _, x := range s {
-				b = le.AppendUint32(b, uint32(x))
-			}
-		}
+		b, ok = appendElems(b, v.V, putInt32)
 	case Float32:
-		var s []float32
-		if s, ok = v.V.([]float32); ok {
-			b = le.AppendUint64(b, uint64(len(s)))
-			for _, x := range s {
-				b = le.AppendUint32(b, math.Float32bits(x))
-			}
-		}
+		b, ok = appendElems(b, v.V, putFloat32)
 	case Uint64:
-		var s []uint64
-		if s, ok = v.V.([]uint64); ok {
-			b = le.AppendUint64(b, uint64(len(s)))
-			for _, x := range s {
-				b = le.AppendUint64(b, x)
-			}
-		}
+		b, ok = appendElems(b, v.V, le.AppendUint64)
 	case Int64:
-		var s []int64
-		if s, ok = v.V.([]int64); ok {
-			b = le.AppendUint64(b, uint64(len(s)))
-			for _, x := range s {
-				b = le.AppendUint64(b, uint64(x))
-			}
-		}
+		b, ok = appendElems(b, v.V, putInt64)
 	case Float64:
-		var s []float64
-		if s, ok = v.V.([]float64); ok {
-			b = le.AppendUint64(b, uint64(len(s)))
-			for _, x := range s {
-				b = le.AppendUint64(b, math.Float64bits(x))
-			}
-		}
+		b, ok = appendElems(b, v.V, putFloat64)
 	case String:
-		var s []string
-		if s, ok = v.V.([]string); ok {
-			b = le.AppendUint64(b, uint64(len(s)))
-			for _, x := range s {
-				b = appendString(b, x)
-			}
-		}
+		b, ok = appendElems(b, v.V, appendString)
 	case Array:
 		if depth+1 >= maxNesting {
 			return b, fmt.Errorf("arrays nested more than %d deep", maxNesting)

@@ -1,12 +1,12 @@
 package pooling_test
 
 import (
-	"bytes"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/modeltest"
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/pooling"
 )
@@ -16,14 +16,7 @@ func file(t *testing.T, set func(w *gguf.Writer)) *gguf.File {
 	w := gguf.NewWriter()
 	w.SetString("general.architecture", "bert")
 	set(w)
-	var buf bytes.Buffer
-	if _, err := w.WriteTo(&buf); err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Parse(buf.Bytes())
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := modeltest.Parse(t, w)
 	return f
 }
 

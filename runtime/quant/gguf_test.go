@@ -4,8 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
-	"path/filepath"
-	"testing"
 
 	"github.com/parleyhq/parley/runtime/tensor"
 )
@@ -142,27 +140,4 @@ func readGGUF(path string) (map[string]ggufTensor, error) {
 		out[in.name] = ggufTensor{in.dt, in.shape, b[start : start+uint64(sz)]}
 	}
 	return out, nil
-}
-
-// sharedDir returns ../shared relative to the directory holding go.mod, or skips the test.
-func sharedDir(t testing.TB) string {
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("go.mod not found above the package directory; shared test data unavailable")
-		}
-		dir = parent
-	}
-	s := filepath.Join(dir, "..", "shared")
-	if _, err := os.Stat(s); err != nil {
-		t.Skipf("shared test data not found at %s", s)
-	}
-	return s
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/sharedtest"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
@@ -14,7 +15,7 @@ import (
 // (the bounds of TestQuantizeRoundTrip), and quantising the F32 tensors must reproduce
 // llama.cpp's bytes exactly (these formats use the reference quantizers).
 func TestRealModelTensors(t *testing.T) {
-	dir := filepath.Join(sharedDir(t), "models", "llm")
+	dir := filepath.Join(sharedtest.Dir(t), "models", "llm")
 	ref, err := readGGUF(filepath.Join(dir, "stories260K-ffn192-f32.gguf"))
 	if err != nil {
 		t.Fatal(err)

@@ -72,6 +72,26 @@ func Quantize(dt tensor.DType, src []float32, dst []byte) error {
 	return nil
 }
 
+// QuantizeRows converts src, rows of cols values each, to dt row by row (as Quantize does) and
+// returns the rows' bytes, dt.RowSize(cols) each.
+func QuantizeRows(dt tensor.DType, src []float32, cols int) ([]byte, error) {
+	if cols <= 0 || len(src)%cols != 0 {
+		return nil, fmt.Errorf("quant: quantize %v: %d elements are not rows of %d", dt, len(src), cols)
+	}
+	rs, err := dt.RowSize(int64(cols))
+	if err != nil {
+		return nil, err
+	}
+	rows := len(src) / cols
+	data := make([]byte, int(rs)*rows)
+	for r := range rows {
+		if err := Quantize(dt, src[r*cols:(r+1)*cols], data[r*int(rs):(r+1)*int(rs)]); err != nil {
+			return nil, err
+		}
+	}
+	return data, nil
+}
+
 // VecDotType is the type activations are converted to before a dot product with weights of dt,
 // as in llama.cpp's CPU backend: F32->F32, F16->F16, BF16->BF16, Q4_0/Q5_0/Q8_0/IQ4_NL->Q8_0,
 // Q4_1/Q5_1->Q8_1, Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS->Q8_K.

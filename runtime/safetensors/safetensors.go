@@ -119,14 +119,9 @@ type File struct {
 // Open memory-maps the file at path read-only (reads it where there is no mapping) and parses it.
 // The file must not be truncated while it is open.
 func Open(path string) (*File, error) {
-	m, err := mapfile.Open(path)
+	f, m, err := mapfile.OpenParsed(path, "safetensors", Parse)
 	if err != nil {
-		return nil, fmt.Errorf("safetensors: %w", err)
-	}
-	f, err := Parse(m.Data)
-	if err != nil {
-		m.Close()
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, err
 	}
 	f.mapped = m
 	return f, nil

@@ -7,8 +7,9 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"strings"
+
+	"github.com/parleyhq/parley/internal/outfile"
 )
 
 // Writer builds a safetensors file: tensors in the order they were added, packed with no gaps,
@@ -156,14 +157,4 @@ func (w *Writer) WriteTo(out io.Writer) (int64, error) {
 }
 
 // WriteFile writes the file to path, replacing an existing file.
-func (w *Writer) WriteFile(path string) error {
-	fd, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := w.WriteTo(fd); err != nil {
-		fd.Close()
-		return err
-	}
-	return fd.Close()
-}
+func (w *Writer) WriteFile(path string) error { return outfile.Write(path, w) }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/sharedtest"
 	"github.com/parleyhq/parley/runtime/gguf"
 )
 
@@ -74,7 +75,7 @@ func BenchmarkEncodeGPT2(b *testing.B) { benchEncode(b, "ggml-vocab-gpt-2.gguf")
 // BenchmarkNew measures building a tokenizer from an open file (the 102k-token DeepSeek LLM
 // vocabulary with its 100k merges).
 func BenchmarkNew(b *testing.B) {
-	f, err := gguf.Open(filepath.Join(sharedDir(b), "models/vocab/ggml-vocab-deepseek-llm.gguf"))
+	f, err := gguf.Open(filepath.Join(sharedtest.Dir(b), "models/vocab/ggml-vocab-deepseek-llm.gguf"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/sharedtest"
 	"github.com/parleyhq/parley/runtime/gguf"
 )
 
@@ -22,7 +23,7 @@ func FuzzEncode(f *testing.F) {
 		"a\u200bb\u00ad\ufeffc", "x\u0378y", "¿‽⸘«»・", "[CLS] [UNK]"} {
 		f.Add(s)
 	}
-	shared := sharedDir(f)
+	shared := sharedtest.Dir(f)
 	var toks []*Tokenizer
 	for _, name := range []string{"ggml-vocab-gpt-2.gguf", "ggml-vocab-deepseek-llm.gguf", "ggml-vocab-deepseek-coder.gguf",
 		"ggml-vocab-falcon.gguf", "ggml-vocab-starcoder.gguf", "ggml-vocab-gpt-neox.gguf", "ggml-vocab-llama-spm.gguf",

@@ -12,32 +12,9 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/parleyhq/parley/internal/sharedtest"
 	"github.com/parleyhq/parley/runtime/gguf"
 )
-
-// sharedDir returns the reference-material directory: ../shared next to the module root.
-func sharedDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("no go.mod above the package directory")
-		}
-		dir = parent
-	}
-	shared := filepath.Join(filepath.Dir(dir), "shared")
-	if _, err := os.Stat(shared); err != nil {
-		t.Skipf("reference material not available (%s): %v", shared, err)
-	}
-	return shared
-}
 
 var (
 	tokMu    sync.Mutex
@@ -91,7 +68,7 @@ func loadWithPre(t testing.TB, path, pre string) *Tokenizer {
 // vocabPath finds a vocabulary file among the shared models.
 func vocabPath(t testing.TB, name string) string {
 	t.Helper()
-	shared := sharedDir(t)
+	shared := sharedtest.Dir(t)
 	for _, d := range []string{"models/vocab", "models/llm"} {
 		p := filepath.Join(shared, d, name)
 		if _, err := os.Stat(p); err == nil {
@@ -123,7 +100,7 @@ type tokRef struct {
 
 func loadTokRef(t *testing.T) *tokRef {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(sharedDir(t), "reference/llm/tokenize.json"))
+	data, err := os.ReadFile(filepath.Join(sharedtest.Dir(t), "reference/llm/tokenize.json"))
 	if err != nil {
 		t.Skipf("tokenize.json: %v", err)
 	}
@@ -230,7 +207,7 @@ func readVocabTests(t *testing.T, inp, out string) []vocabTest {
 // TestVocabFiles runs every X.gguf.inp/X.gguf.out pair: llama.cpp's test-tokenizer-0 tokenises
 // with add_special=false, parse_special=false.
 func TestVocabFiles(t *testing.T) {
-	dir := filepath.Join(sharedDir(t), "models/vocab")
+	dir := filepath.Join(sharedtest.Dir(t), "models/vocab")
 	inps, _ := filepath.Glob(filepath.Join(dir, "*.gguf.inp"))
 	if len(inps) == 0 {
 		t.Skipf("no .inp files in %s", dir)
@@ -290,7 +267,7 @@ func TestRoundTrip(t *testing.T) {
 			texts[v.ModelFile] = append(texts[v.ModelFile], c.Text)
 		}
 	}
-	dir := filepath.Join(sharedDir(t), "models/vocab")
+	dir := filepath.Join(sharedtest.Dir(t), "models/vocab")
 	inps, _ := filepath.Glob(filepath.Join(dir, "*.gguf.inp"))
 	for _, inp := range inps {
 		model := strings.TrimSuffix(inp, ".inp")

@@ -278,22 +278,7 @@ func TestDecoderMatchesDecode(t *testing.T) {
 
 func TestWordPieceSynthetic(t *testing.T) {
 	tokens := []string{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "▁hello", "▁world", "▁,", "▁un", "aff", "able", "▁cafe", "▁日", "▁!"}
-	types := make([]int64, len(tokens))
-	for i := range types {
-		types[i] = int64(TypeNormal)
-	}
-	for i := 0; i < 4; i++ {
-		types[i] = int64(TypeControl)
-	}
-	md := mapMeta{
-		"tokenizer.ggml.model":              "bert",
-		"tokenizer.ggml.tokens":             tokens,
-		"tokenizer.ggml.token_type":         types,
-		"tokenizer.ggml.unknown_token_id":   int64(1),
-		"tokenizer.ggml.cls_token_id":       int64(2),
-		"tokenizer.ggml.seperator_token_id": int64(3),
-		"tokenizer.ggml.padding_token_id":   int64(0),
-	}
+	md := wordPieceMeta(tokens)
 	tk := mustNew(t, md)
 	got, err := tk.Encode("Hello,  WORLD! Unaffable Café 日xyz\u200b", true, false)
 	if err != nil {

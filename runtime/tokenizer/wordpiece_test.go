@@ -71,8 +71,13 @@ func wpmReference(t *Tokenizer, text string) []int32 {
 // wordPieceVocab is a small WordPiece vocabulary as GGUF stores one (word-initial pieces after
 // U+2581, "##" continuations bare) over "cafe", Devanagari and a few CJK and punctuation tokens.
 func wordPieceVocab() mapMeta {
-	tokens := []string{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "▁cafe", "▁caf", "e", "▁न", "म", "स", "त",
-		"▁.", "▁日", "▁ab", "▁Cafe", "▁Café", "▁a", "b", "▁!", "▁‽"}
+	return wordPieceMeta([]string{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "▁cafe", "▁caf", "e", "▁न", "म", "स", "त",
+		"▁.", "▁日", "▁ab", "▁Cafe", "▁Café", "▁a", "b", "▁!", "▁‽"})
+}
+
+// wordPieceMeta is the metadata of an uncased BERT vocabulary of tokens whose first four are
+// [PAD], [UNK], [CLS] and [SEP] (control tokens), the rest normal.
+func wordPieceMeta(tokens []string) mapMeta {
 	types := make([]int64, len(tokens))
 	for i := range types {
 		types[i] = int64(TypeNormal)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -72,6 +73,51 @@ func parse(t *testing.T, name string) parsed {
 	return p
 }
 
+// settings is what a stage's instructions set: the last USER, HEALTHCHECK, ENTRYPOINT (and
+// whether it is in exec form, run as PID 1) and CMD; every EXPOSE, VOLUME, ENV and RUN; and its
+// COPY --from instructions.
+type settings struct {
+	user             string
+	health           *instructions.HealthCheckCommand
+	exposed, volumes []string
+	entrypoint, cmd  []string
+	onPID            bool
+	env              map[string]string
+	runs             []string
+	copies           []*instructions.CopyCommand
+}
+
+func settingsOf(s *instructions.Stage) settings {
+	st := settings{env: map[string]string{}}
+	for _, c := range s.Commands {
+		switch c := c.(type) {
+		case *instructions.UserCommand:
+			st.user = c.User
+		case *instructions.HealthCheckCommand:
+			st.health = c
+		case *instructions.ExposeCommand:
+			st.exposed = append(st.exposed, c.Ports...)
+		case *instructions.VolumeCommand:
+			st.volumes = append(st.volumes, c.Volumes...)
+		case *instructions.EntrypointCommand:
+			st.entrypoint, st.onPID = c.CmdLine, !c.PrependShell
+		case *instructions.CmdCommand:
+			st.cmd = c.CmdLine
+		case *instructions.EnvCommand:
+			for _, kv := range c.Env {
+				st.env[kv.Key] = kv.Value
+			}
+		case *instructions.RunCommand:
+			st.runs = append(st.runs, strings.Join(c.CmdLine, " "))
+		case *instructions.CopyCommand:
+			if c.From != "" {
+				st.copies = append(st.copies, c)
+			}
+		}
+	}
+	return st
+}
+
 // TestDockerfileCUDA checks Dockerfile.cuda: no parser or lint warnings; a build stage on a CUDA
 // devel image that builds the kernels and the server with the cuda tag; a final stage on a CUDA
 // runtime image that runs `parley serve` as a non-root user with a health check on /health,
@@ -81,19 +127,6 @@ func TestDockerfileCUDA(t *testing.T) {
 	for _, w := range p.warnings {
 		t.Errorf("Dockerfile.cuda: %s", w)
 	}
-	args := map[string]string{}
-	for _, a := range p.metaArgs {
-		for _, kv := range a.Args {
-			v := ""
-			if kv.Value != nil {
-				v = *kv.Value
-			}
-			args[kv.Key] = v
-		}
-	}
-	expand := func(s string) string {
-		return os.Expand(s, func(k string) string { return args[k] })
-	}
 	if len(p.stages) < 2 {
 		t.Fatalf("%d stages, want a build stage and a runtime stage", len(p.stages))
 	}
@@ -102,7 +135,7 @@ func TestDockerfileCUDA(t *testing.T) {
 		if s.Name != "" {
 			names[s.Name] = true
 		}
-		base := expand(s.BaseName)
+		base := p.expand(s.BaseName)
 		if strings.Contains(base, "$") {
 			t.Errorf("stage %q: base image %q refers to an undefined argument", s.Name, s.BaseName)
 		}
@@ -111,83 +144,48 @@ func TestDockerfileCUDA(t *testing.T) {
 		}
 	}
 
-	var build *instructions.Stage
-	for i := range p.stages {
-		if p.stages[i].Name == "build" {
-			build = &p.stages[i]
-		}
-	}
+	build := p.stage("build")
 	if build == nil {
 		t.Fatal("no stage named build")
 	}
-	if base := expand(build.BaseName); !strings.HasPrefix(base, "nvidia/cuda:") || !strings.Contains(base, "-devel-") {
+	if base := p.expand(build.BaseName); !strings.HasPrefix(base, "nvidia/cuda:") || !strings.Contains(base, "-devel-") {
 		t.Errorf("build stage is based on %q, want an nvidia/cuda devel image", base)
 	}
-	runs := ""
-	for _, c := range build.Commands {
-		if r, ok := c.(*instructions.RunCommand); ok {
-			runs += strings.Join(r.CmdLine, " ") + "\n"
-		}
-	}
+	runs := strings.Join(settingsOf(build).runs, "\n")
 	for _, want := range []string{"scripts/cuda-build", "go build -tags cuda", "./cmd/parley"} {
 		if !strings.Contains(runs, want) {
 			t.Errorf("build stage never runs %q", want)
 		}
 	}
 
-	final := p.stages[len(p.stages)-1]
-	if base := expand(final.BaseName); !strings.HasPrefix(base, "nvidia/cuda:") || !strings.Contains(base, "-runtime-") {
+	final := &p.stages[len(p.stages)-1]
+	if base := p.expand(final.BaseName); !strings.HasPrefix(base, "nvidia/cuda:") || !strings.Contains(base, "-runtime-") {
 		t.Errorf("final stage is based on %q, want an nvidia/cuda runtime image", base)
 	}
-	var (
-		user                   string
-		health                 *instructions.HealthCheckCommand
-		exposed, volumes       []string
-		entrypoint, cmd        []string
-		copiedFromBuild, onPID bool
-	)
-	for _, c := range final.Commands {
-		switch c := c.(type) {
-		case *instructions.UserCommand:
-			user = c.User
-		case *instructions.HealthCheckCommand:
-			health = c
-		case *instructions.ExposeCommand:
-			exposed = append(exposed, c.Ports...)
-		case *instructions.VolumeCommand:
-			volumes = append(volumes, c.Volumes...)
-		case *instructions.EntrypointCommand:
-			entrypoint, onPID = c.CmdLine, !c.PrependShell
-		case *instructions.CmdCommand:
-			cmd = c.CmdLine
-		case *instructions.CopyCommand:
-			if c.From != "" && names[c.From] {
-				copiedFromBuild = true
-			}
-		}
+	st := settingsOf(final)
+	copiedFromBuild := slices.ContainsFunc(st.copies, func(c *instructions.CopyCommand) bool { return names[c.From] })
+	if u := strings.Split(st.user, ":")[0]; u == "" || u == "root" || u == "0" {
+		t.Errorf("final stage runs as %q, want a non-root USER", st.user)
 	}
-	if u := strings.Split(user, ":")[0]; u == "" || u == "root" || u == "0" {
-		t.Errorf("final stage runs as %q, want a non-root USER", user)
-	}
-	if health == nil || health.Health == nil || len(health.Health.Test) < 2 || health.Health.Test[0] == "NONE" {
+	if st.health == nil || st.health.Health == nil || len(st.health.Health.Test) < 2 || st.health.Health.Test[0] == "NONE" {
 		t.Error("final stage has no HEALTHCHECK")
-	} else if !strings.Contains(strings.Join(health.Health.Test, " "), "/health") {
-		t.Errorf("HEALTHCHECK %q does not probe /health", health.Health.Test)
+	} else if !strings.Contains(strings.Join(st.health.Health.Test, " "), "/health") {
+		t.Errorf("HEALTHCHECK %q does not probe /health", st.health.Health.Test)
 	}
-	if len(exposed) == 0 || !strings.HasPrefix(exposed[0], "8080") {
-		t.Errorf("final stage exposes %q, want 8080", exposed)
+	if len(st.exposed) == 0 || !strings.HasPrefix(st.exposed[0], "8080") {
+		t.Errorf("final stage exposes %q, want 8080", st.exposed)
 	}
-	if len(volumes) == 0 || volumes[0] != "/models" {
-		t.Errorf("final stage declares volumes %q, want /models", volumes)
+	if len(st.volumes) == 0 || st.volumes[0] != "/models" {
+		t.Errorf("final stage declares volumes %q, want /models", st.volumes)
 	}
 	if !copiedFromBuild {
 		t.Error("final stage copies nothing from an earlier stage")
 	}
-	if !onPID || len(entrypoint) == 0 || !strings.HasSuffix(entrypoint[0], "parley") {
-		t.Errorf("ENTRYPOINT %q, want the parley binary in exec form", entrypoint)
+	if !st.onPID || len(st.entrypoint) == 0 || !strings.HasSuffix(st.entrypoint[0], "parley") {
+		t.Errorf("ENTRYPOINT %q, want the parley binary in exec form", st.entrypoint)
 	}
-	if len(cmd) == 0 || cmd[0] != "serve" {
-		t.Errorf("CMD %q, want serve", cmd)
+	if len(st.cmd) == 0 || st.cmd[0] != "serve" {
+		t.Errorf("CMD %q, want serve", st.cmd)
 	}
 }
 

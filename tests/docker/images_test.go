@@ -108,39 +108,11 @@ func TestImages(t *testing.T) {
 			if base := p.expand(final.BaseName); !strings.HasPrefix(base, im.base) || !strings.Contains(base, im.baseHas) {
 				t.Errorf("final stage is based on %q, want %s…%s", base, im.base, im.baseHas)
 			}
-			var (
-				user, from       string
-				health           *instructions.HealthCheckCommand
-				exposed, volumes []string
-				entrypoint, cmd  []string
-				onPID            bool
-				runs             []string
-			)
-			env := map[string]string{}
-			for _, c := range final.Commands {
-				switch c := c.(type) {
-				case *instructions.UserCommand:
-					user = c.User
-				case *instructions.HealthCheckCommand:
-					health = c
-				case *instructions.ExposeCommand:
-					exposed = append(exposed, c.Ports...)
-				case *instructions.VolumeCommand:
-					volumes = append(volumes, c.Volumes...)
-				case *instructions.EntrypointCommand:
-					entrypoint, onPID = c.CmdLine, !c.PrependShell
-				case *instructions.CmdCommand:
-					cmd = c.CmdLine
-				case *instructions.EnvCommand:
-					for _, kv := range c.Env {
-						env[kv.Key] = kv.Value
-					}
-				case *instructions.RunCommand:
-					runs = append(runs, strings.Join(c.CmdLine, " "))
-				case *instructions.CopyCommand:
-					if c.From != "" && slices.Contains(c.SourcePaths, "/out/parley") {
-						from = c.From
-					}
+			st := settingsOf(final)
+			from := ""
+			for _, c := range st.copies {
+				if slices.Contains(c.SourcePaths, "/out/parley") {
+					from = c.From
 				}
 			}
 
@@ -151,18 +123,8 @@ func TestImages(t *testing.T) {
 			if base := p.expand(build.BaseName); !strings.HasPrefix(base, im.buildBase) {
 				t.Errorf("build stage %q is based on %q, want %s…", build.Name, base, im.buildBase)
 			}
-			buildEnv := map[string]string{}
-			buildRuns := ""
-			for _, c := range build.Commands {
-				switch c := c.(type) {
-				case *instructions.EnvCommand:
-					for _, kv := range c.Env {
-						buildEnv[kv.Key] = kv.Value
-					}
-				case *instructions.RunCommand:
-					buildRuns += strings.Join(c.CmdLine, " ") + "\n"
-				}
-			}
+			bst := settingsOf(build)
+			buildEnv, buildRuns := bst.env, strings.Join(bst.runs, "\n")
 			for k, v := range im.buildEnv {
 				if buildEnv[k] != v {
 					t.Errorf("build stage %q sets %s=%q, want %q", build.Name, k, buildEnv[k], v)
@@ -177,52 +139,52 @@ func TestImages(t *testing.T) {
 				t.Errorf("build stage %q does not strip the binary (-ldflags=\"-s -w\")", build.Name)
 			}
 
-			if im.runs == nil && len(runs) > 0 {
-				t.Errorf("final stage runs %q; its base has no shell", runs)
+			if im.runs == nil && len(st.runs) > 0 {
+				t.Errorf("final stage runs %q; its base has no shell", st.runs)
 			}
 			for _, want := range im.runs {
-				if !strings.Contains(strings.Join(runs, "\n"), want) {
+				if !strings.Contains(strings.Join(st.runs, "\n"), want) {
 					t.Errorf("final stage never installs %q", want)
 				}
 			}
 
-			uid, gid, _ := strings.Cut(user, ":")
+			uid, gid, _ := strings.Cut(st.user, ":")
 			if n, err := strconv.Atoi(uid); err != nil || n != ImageUID {
-				t.Errorf("final stage runs as %q, want the numeric user %d", user, ImageUID)
+				t.Errorf("final stage runs as %q, want the numeric user %d", st.user, ImageUID)
 			}
 			if gid != "" {
 				if n, err := strconv.Atoi(gid); err != nil || n == 0 {
 					t.Errorf("final stage runs with group %q, want a numeric non-root group", gid)
 				}
 			}
-			if len(exposed) != 1 || exposed[0] != env["PARLEY_PORT"]+"/tcp" {
-				t.Errorf("final stage exposes %q with PARLEY_PORT=%q; want that port alone, /tcp", exposed, env["PARLEY_PORT"])
+			if len(st.exposed) != 1 || st.exposed[0] != st.env["PARLEY_PORT"]+"/tcp" {
+				t.Errorf("final stage exposes %q with PARLEY_PORT=%q; want that port alone, /tcp", st.exposed, st.env["PARLEY_PORT"])
 			}
-			if env["PARLEY_HOST"] != "0.0.0.0" {
-				t.Errorf("PARLEY_HOST=%q, want 0.0.0.0 (the server's default listens on loopback only)", env["PARLEY_HOST"])
+			if st.env["PARLEY_HOST"] != "0.0.0.0" {
+				t.Errorf("PARLEY_HOST=%q, want 0.0.0.0 (the server's default listens on loopback only)", st.env["PARLEY_HOST"])
 			}
-			if len(volumes) != 1 || volumes[0] != "/models" || !strings.HasPrefix(env["PARLEY_MODEL"], "/models/") || !strings.HasPrefix(env["PARLEY_CACHE"], "/models/") {
-				t.Errorf("volumes %q, PARLEY_MODEL=%q, PARLEY_CACHE=%q; want both under the volume /models", volumes, env["PARLEY_MODEL"], env["PARLEY_CACHE"])
+			if len(st.volumes) != 1 || st.volumes[0] != "/models" || !strings.HasPrefix(st.env["PARLEY_MODEL"], "/models/") || !strings.HasPrefix(st.env["PARLEY_CACHE"], "/models/") {
+				t.Errorf("volumes %q, PARLEY_MODEL=%q, PARLEY_CACHE=%q; want both under the volume /models", st.volumes, st.env["PARLEY_MODEL"], st.env["PARLEY_CACHE"])
 			}
-			if !onPID || len(entrypoint) != 1 || !strings.HasSuffix(entrypoint[0], "/parley") {
-				t.Errorf("ENTRYPOINT %q, want the parley binary alone, in exec form", entrypoint)
+			if !st.onPID || len(st.entrypoint) != 1 || !strings.HasSuffix(st.entrypoint[0], "/parley") {
+				t.Errorf("ENTRYPOINT %q, want the parley binary alone, in exec form", st.entrypoint)
 			}
-			if len(cmd) != 1 || cmd[0] != "serve" {
-				t.Errorf("CMD %q, want serve", cmd)
+			if len(st.cmd) != 1 || st.cmd[0] != "serve" {
+				t.Errorf("CMD %q, want serve", st.cmd)
 			}
 			switch {
-			case health == nil:
+			case st.health == nil:
 				t.Error("no HEALTHCHECK instruction (HEALTHCHECK NONE says there is deliberately none)")
 			case !im.health:
-				if health.Health == nil || len(health.Health.Test) != 1 || health.Health.Test[0] != "NONE" {
-					t.Errorf("HEALTHCHECK %q, want NONE", health.Health.Test)
+				if st.health.Health == nil || len(st.health.Health.Test) != 1 || st.health.Health.Test[0] != "NONE" {
+					t.Errorf("HEALTHCHECK %q, want NONE", st.health.Health.Test)
 				}
 			default:
-				test := health.Health.Test
+				test := st.health.Health.Test
 				if len(test) < 2 || test[0] != "CMD" || !strings.Contains(strings.Join(test, " "), "/health") {
 					t.Errorf("HEALTHCHECK %q, want an exec-form command that probes /health", test)
 				}
-				if health.Health.StartPeriod == 0 {
+				if st.health.Health.StartPeriod == 0 {
 					t.Error("HEALTHCHECK has no start period for loading the models")
 				}
 			}

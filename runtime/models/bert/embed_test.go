@@ -93,16 +93,7 @@ func TestEmbedMatchesFloat64(t *testing.T) {
 		}
 		for _, be := range backendsUnderTest(t) {
 			t.Run(dt.String()+"/"+be.Name(), func(t *testing.T) {
-				m, err := bert.Load(f, be)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer m.Close()
-				c, err := m.NewContext(bert.ContextConfig{StepTokens: 80})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer c.Close()
+				_, c := newContext(t, f, be, bert.ContextConfig{StepTokens: 80})
 				if c.Pooling() != pooling.CLS {
 					t.Fatalf("pooling %v, want the file's cls", c.Pooling())
 				}
@@ -172,16 +163,7 @@ func TestEmbedBatchIndependent(t *testing.T) {
 	f := testModel(t, tensor.Q8_0, nil)
 	for _, be := range backendsUnderTest(t) {
 		t.Run(be.Name(), func(t *testing.T) {
-			m, err := bert.Load(f, be)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
-			c, err := m.NewContext(bert.ContextConfig{StepTokens: 80, Pooling: pooling.Mean})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			_, c := newContext(t, f, be, bert.ContextConfig{StepTokens: 80, Pooling: pooling.Mean})
 			batched := embedAll(t, c, testSeqs, pooling.NormEuclidean)
 			reversed := make([][]int32, len(testSeqs))
 			for i, s := range testSeqs {

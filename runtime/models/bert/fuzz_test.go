@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/modeltest"
 	"github.com/parleyhq/parley/internal/sharedtest"
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/models/bert"
@@ -38,7 +39,7 @@ func FuzzLoad(f *testing.F) {
 			}
 			return gguf.Value{Type: gguf.Bool, V: iv != 0}
 		}
-		file := rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+		file := modeltest.Rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 			if ti == nil {
 				w.Set(fuzzKeys[int(key)%len(fuzzKeys)], value(iv, fv, kind))
 				w.Set(fuzzKeys[int(key2)%len(fuzzKeys)], value(iv2, fv2, kind2))

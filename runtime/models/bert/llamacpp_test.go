@@ -140,16 +140,7 @@ func TestLlamaCppParity(t *testing.T) {
 				n += len(s)
 			}
 			for _, be := range backendsUnderTest(t) {
-				m, err := bert.Load(f, be)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer m.Close()
-				c, err := m.NewContext(bert.ContextConfig{StepTokens: n})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer c.Close()
+				_, c := newContext(t, f, be, bert.ContextConfig{StepTokens: n})
 				got := embedAll(t, c, seqs, pooling.NormEuclidean)
 				minCos, worst := 1.0, 0.0
 				for i, row := range got {

@@ -4,7 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/modeltest"
 	"github.com/parleyhq/parley/internal/sharedtest"
+	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/models/bert"
 	"github.com/parleyhq/parley/runtime/pooling"
@@ -51,13 +53,7 @@ func TestLoadRejectsBadModels(t *testing.T) {
 	add := func(name string, shape []int64) func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		return func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 			if ti == nil {
-				n := int64(1)
-				for _, d := range shape {
-					n *= d
-				}
-				if err := w.AddTensor(name, tensor.F32, shape, make([]byte, 4*n)); err != nil {
-					t.Fatal(err)
-				}
+				addZeros(t, w, name, shape)
 			}
 			return true
 		}
@@ -68,27 +64,27 @@ func TestLoadRejectsBadModels(t *testing.T) {
 		f    *gguf.File
 		want string
 	}{
-		{"another architecture", rebuild(t, good, set("general.architecture", gguf.Value{Type: gguf.String, V: "nomic-bert"})), `"nomic-bert" is not "bert"`},
-		{"zero layers", rebuild(t, good, set("bert.block_count", u32(0))), "bert.block_count = 0"},
-		{"width not a multiple of the heads", rebuild(t, good, set("bert.attention.head_count", u32(5))), "not a multiple of 5 heads"},
-		{"kv heads that do not divide", rebuild(t, good, set("bert.attention.head_count_kv", u32(3))), "cannot share 3"},
-		{"key length other than width over heads", rebuild(t, good, set("bert.attention.key_length", u32(32))), "key_length = 32"},
+		{"another architecture", modeltest.Rebuild(t, good, set("general.architecture", gguf.Value{Type: gguf.String, V: "nomic-bert"})), `"nomic-bert" is not "bert"`},
+		{"zero layers", modeltest.Rebuild(t, good, set("bert.block_count", u32(0))), "bert.block_count = 0"},
+		{"width not a multiple of the heads", modeltest.Rebuild(t, good, set("bert.attention.head_count", u32(5))), "not a multiple of 5 heads"},
+		{"kv heads that do not divide", modeltest.Rebuild(t, good, set("bert.attention.head_count_kv", u32(3))), "cannot share 3"},
+		{"key length other than width over heads", modeltest.Rebuild(t, good, set("bert.attention.key_length", u32(32))), "key_length = 32"},
 		{"no epsilon", withoutKey(t, good, "bert.attention.layer_norm_epsilon"), "lacks bert.attention.layer_norm_epsilon"},
 		{"no causal flag", withoutKey(t, good, "bert.attention.causal"), "lacks bert.attention.causal"},
 		{"no context length", withoutKey(t, good, "bert.context_length"), "lacks bert.context_length"},
-		{"epsilon out of range", rebuild(t, good, set("bert.attention.layer_norm_epsilon", gguf.Value{Type: gguf.Float32, V: float32(0)})), "epsilon 0"},
-		{"causal", rebuild(t, good, set("bert.attention.causal", gguf.Value{Type: gguf.Bool, V: true})), "attention.causal = true"},
-		{"rank pooling", rebuild(t, good, set("bert.pooling_type", u32(4))), "rank pooling"},
-		{"unknown pooling", rebuild(t, good, set("bert.pooling_type", u32(7))), "pooling type 7"},
-		{"token type count", rebuild(t, good, set("tokenizer.ggml.token_type_count", u32(3))), "token_type_count = 3"},
-		{"missing tensor", rebuild(t, good, drop("blk.1.ffn_down.bias")), "lacks tensor blk.1.ffn_down.bias"},
-		{"missing position embeddings", rebuild(t, good, drop("position_embd.weight")), "lacks tensor position_embd.weight"},
-		{"positions other than the context", rebuild(t, good, replace("position_embd.weight", tensor.F32, []int64{64, 40})), "position_embd.weight has shape [64 40]"},
-		{"matrix of the wrong shape", rebuild(t, good, replace("blk.0.attn_k.weight", tensor.F32, []int64{64, 32})), "blk.0.attn_k.weight has shape"},
-		{"F16 bias", rebuild(t, good, replace("blk.0.attn_q.bias", tensor.F16, []int64{64})), "want F32"},
-		{"unknown tensor", rebuild(t, good, add("blk.0.ffn_gate.weight", []int64{64, 128})), "blk.0.ffn_gate.weight is not part of the bert architecture"},
-		{"fused query/key/value", rebuild(t, good, add("blk.0.attn_qkv.weight", []int64{64, 192})), "fused query/key/value"},
-		{"no vocabulary", rebuild(t, good, drop("token_embd.weight")), "lacks tensor token_embd.weight"},
+		{"epsilon out of range", modeltest.Rebuild(t, good, set("bert.attention.layer_norm_epsilon", gguf.Value{Type: gguf.Float32, V: float32(0)})), "epsilon 0"},
+		{"causal", modeltest.Rebuild(t, good, set("bert.attention.causal", gguf.Value{Type: gguf.Bool, V: true})), "attention.causal = true"},
+		{"rank pooling", modeltest.Rebuild(t, good, set("bert.pooling_type", u32(4))), "rank pooling"},
+		{"unknown pooling", modeltest.Rebuild(t, good, set("bert.pooling_type", u32(7))), "pooling type 7"},
+		{"token type count", modeltest.Rebuild(t, good, set("tokenizer.ggml.token_type_count", u32(3))), "token_type_count = 3"},
+		{"missing tensor", modeltest.Rebuild(t, good, drop("blk.1.ffn_down.bias")), "lacks tensor blk.1.ffn_down.bias"},
+		{"missing position embeddings", modeltest.Rebuild(t, good, drop("position_embd.weight")), "lacks tensor position_embd.weight"},
+		{"positions other than the context", modeltest.Rebuild(t, good, replace("position_embd.weight", tensor.F32, []int64{64, 40})), "position_embd.weight has shape [64 40]"},
+		{"matrix of the wrong shape", modeltest.Rebuild(t, good, replace("blk.0.attn_k.weight", tensor.F32, []int64{64, 32})), "blk.0.attn_k.weight has shape"},
+		{"F16 bias", modeltest.Rebuild(t, good, replace("blk.0.attn_q.bias", tensor.F16, []int64{64})), "want F32"},
+		{"unknown tensor", modeltest.Rebuild(t, good, add("blk.0.ffn_gate.weight", []int64{64, 128})), "blk.0.ffn_gate.weight is not part of the bert architecture"},
+		{"fused query/key/value", modeltest.Rebuild(t, good, add("blk.0.attn_qkv.weight", []int64{64, 192})), "fused query/key/value"},
+		{"no vocabulary", modeltest.Rebuild(t, good, drop("token_embd.weight")), "lacks tensor token_embd.weight"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, err := bert.Load(tc.f, be)
@@ -107,16 +103,10 @@ func TestLoadRejectsBadModels(t *testing.T) {
 // reads only for rank pooling, load with a file of another pooling and change nothing.
 func TestLoadIgnoresClassificationHead(t *testing.T) {
 	f := testModel(t, tensor.F32, nil)
-	withHead := rebuild(t, f, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+	withHead := modeltest.Rebuild(t, f, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti == nil {
 			for name, shape := range map[string][]int64{"cls.weight": {64, 64}, "cls.bias": {64}, "cls.output.weight": {64, 1}, "cls.output.bias": {1}} {
-				n := int64(1)
-				for _, d := range shape {
-					n *= d
-				}
-				if err := w.AddTensor(name, tensor.F32, shape, make([]byte, 4*n)); err != nil {
-					t.Fatal(err)
-				}
+				addZeros(t, w, name, shape)
 			}
 		}
 		return true
@@ -124,16 +114,7 @@ func TestLoadIgnoresClassificationHead(t *testing.T) {
 	be := sharedtest.Backend(t, "go", 1)
 	var embs [2][][]float32
 	for i, file := range []*gguf.File{f, withHead} {
-		m, err := bert.Load(file, be)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Close()
-		c, err := m.NewContext(bert.ContextConfig{StepTokens: 16})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
+		_, c := newContext(t, file, be, bert.ContextConfig{StepTokens: 16})
 		embs[i] = embedAll(t, c, testSeqs[:1], pooling.NormEuclidean)
 	}
 	for j := range embs[0][0] {
@@ -147,7 +128,7 @@ func TestLoadIgnoresClassificationHead(t *testing.T) {
 // takes attn_k and attn_v of n_embd_gqa rows), against the float64 reference.
 func TestEmbedGroupedHeads(t *testing.T) {
 	src := testModel(t, tensor.F32, nil)
-	f := rebuild(t, src, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+	f := modeltest.Rebuild(t, src, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti == nil {
 			w.SetUint32("bert.attention.head_count_kv", 2)
 			return true
@@ -176,16 +157,7 @@ func TestEmbedGroupedHeads(t *testing.T) {
 		want = append(want, ref.embed(s, pooling.Mean)...)
 	}
 	for _, be := range backendsUnderTest(t) {
-		m, err := bert.Load(f, be)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Close()
-		c, err := m.NewContext(bert.ContextConfig{StepTokens: 80, Pooling: pooling.Mean})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
+		_, c := newContext(t, f, be, bert.ContextConfig{StepTokens: 80, Pooling: pooling.Mean})
 		if diff, _ := worstDiff(embedAll(t, c, testSeqs, pooling.NormEuclidean), want); !(diff <= 1e-6) {
 			t.Fatalf("%s: embeddings differ from the float64 reference's by up to %g", be.Name(), diff)
 		}
@@ -258,5 +230,33 @@ func withoutKey(t testing.TB, f *gguf.File, key string) *gguf.File {
 			t.Fatal(err)
 		}
 	}
-	return parse(t, w)
+	return modeltest.Parse(t, w)
+}
+
+// newContext loads f on be and makes a context of cfg, both closed when t ends.
+func newContext(t testing.TB, f *gguf.File, be backend.Backend, cfg bert.ContextConfig) (*bert.Model, *bert.Context) {
+	t.Helper()
+	m, err := bert.Load(f, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	c, err := m.NewContext(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return m, c
+}
+
+// addZeros adds an F32 tensor of shape (ggml order) holding zeros.
+func addZeros(t testing.TB, w *gguf.Writer, name string, shape []int64) {
+	t.Helper()
+	n := int64(1)
+	for _, d := range shape {
+		n *= d
+	}
+	if err := w.AddTensor(name, tensor.F32, shape, make([]byte, 4*n)); err != nil {
+		t.Fatal(err)
+	}
 }

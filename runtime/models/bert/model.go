@@ -191,30 +191,13 @@ func (m *Model) load(f *gguf.File, name string, rows, cols int, vector bool) (ba
 	return t, nil
 }
 
-// check finds tensor name, marks it used, and checks its dtype and shape ([cols, rows] in ggml
-// order, or [cols] for vectors, which must be F32).
+// check finds tensor name, marks it used, and checks its dtype and shape (gguf.File.Weight) and
+// that its rows are whole blocks of its dtype.
 func (m *Model) check(f *gguf.File, name string, rows, cols int, vector bool) (*gguf.TensorInfo, error) {
-	ti, ok := f.Tensor(name)
-	if !ok {
-		return nil, fmt.Errorf("bert: model lacks tensor %s", name)
-	}
 	m.used[name] = true
-	if !ti.DType.Supported() {
-		return nil, fmt.Errorf("bert: tensor %s has dtype %v, which Parley cannot compute with", name, ti.DType)
-	}
-	var shapeOK bool
-	want := fmt.Sprintf("[%d %d]", cols, rows)
-	if vector {
-		shapeOK = len(ti.Shape) == 1 && ti.Shape[0] == int64(cols)
-		want = fmt.Sprintf("[%d]", cols)
-	} else {
-		shapeOK = len(ti.Shape) == 2 && ti.Shape[0] == int64(cols) && ti.Shape[1] == int64(rows)
-	}
-	if !shapeOK {
-		return nil, fmt.Errorf("bert: tensor %s has shape %v, want %s", name, ti.Shape, want)
-	}
-	if vector && ti.DType != tensor.F32 {
-		return nil, fmt.Errorf("bert: tensor %s has dtype %v, want F32", name, ti.DType)
+	ti, err := f.Weight(name, rows, cols, vector)
+	if err != nil {
+		return nil, fmt.Errorf("bert: %w", err)
 	}
 	if _, err := ti.DType.RowSize(int64(cols)); err != nil {
 		return nil, fmt.Errorf("bert: tensor %s: %w", name, err)

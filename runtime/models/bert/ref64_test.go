@@ -1,12 +1,12 @@
 package bert_test
 
 import (
-	"bytes"
 	"fmt"
 	"math"
 	"strings"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/modeltest"
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/models/bert"
 	"github.com/parleyhq/parley/runtime/pooling"
@@ -32,19 +32,8 @@ func newRef64(t testing.TB, f *gguf.File) *ref64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &ref64{c: c, w: map[string][]float64{}, types: map[string]tensor.DType{}}
-	for i := range f.Tensors {
-		ti := &f.Tensors[i]
-		dst := make([]float32, ti.Elements())
-		if err := quant.Dequantize(ti.DType, f.TensorData(ti), dst); err != nil {
-			t.Fatalf("%s: %v", ti.Name, err)
-		}
-		w := make([]float64, len(dst))
-		for j, x := range dst {
-			w[j] = float64(x)
-		}
-		r.w[ti.Name], r.types[ti.Name] = w, ti.DType
-	}
+	r := &ref64{c: c}
+	r.w, r.types = modeltest.Weights64(t, f)
 	return r
 }
 
@@ -52,7 +41,7 @@ func newRef64(t testing.TB, f *gguf.File) *ref64 {
 func (r *ref64) linear(name string, x []float64, rows int) []float64 {
 	w, b := r.w[name+".weight"], r.w[name+".bias"]
 	if r.actRound {
-		x = roundTrip(r.types[name+".weight"], x)
+		x = modeltest.RoundTrip(r.types[name+".weight"], x)
 	}
 	cols := len(x)
 	y := make([]float64, rows)
@@ -190,67 +179,6 @@ func (r *ref64) embed(toks []int32, pool pooling.Type) [][]float64 {
 	return out
 }
 
-// roundTrip converts x to the dot-product type of weights of type dt and back.
-func roundTrip(dt tensor.DType, x []float64) []float64 {
-	vt, err := quant.VecDotType(dt)
-	if err != nil || vt == tensor.F32 {
-		return x
-	}
-	f := make([]float32, len(x))
-	for i, v := range x {
-		f[i] = float32(v)
-	}
-	rs, _ := vt.RowSize(int64(len(f)))
-	buf := make([]byte, rs)
-	if err := quant.Quantize(vt, f, buf); err != nil {
-		panic(err)
-	}
-	if err := quant.Dequantize(vt, buf, f); err != nil {
-		panic(err)
-	}
-	y := make([]float64, len(x))
-	for i, v := range f {
-		y[i] = float64(v)
-	}
-	return y
-}
-
-func parse(t testing.TB, w *gguf.Writer) *gguf.File {
-	t.Helper()
-	var buf bytes.Buffer
-	if _, err := w.WriteTo(&buf); err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Parse(buf.Bytes())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
-
-// rebuild copies f into a writer, letting edit change metadata (ti nil, after the tensors) and
-// drop (false) or replace (adding its own, then false) tensors.
-func rebuild(t testing.TB, f *gguf.File, edit func(w *gguf.Writer, ti *gguf.TensorInfo) bool) *gguf.File {
-	t.Helper()
-	w := gguf.NewWriter()
-	for _, kv := range f.KVs {
-		w.Set(kv.Key, kv.Value)
-	}
-	for i := range f.Tensors {
-		ti := &f.Tensors[i]
-		if edit != nil && !edit(w, ti) {
-			continue
-		}
-		if err := w.AddTensor(ti.Name, ti.DType, ti.Shape, f.TensorData(ti)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if edit != nil {
-		edit(w, nil)
-	}
-	return parse(t, w)
-}
-
 // tinyShape is small enough to build and check against float64 in a test: four heads of 16,
 // rows that Q8_0 and Q4_0 blocks divide.
 var tinyShape = bert.Shape{Name: "tiny", Dim: 64, Layers: 2, Heads: 4, FFN: 128, Positions: 48, Vocab: 200, TokenTypes: 2, Pooling: pooling.CLS, NormEps: 1e-12}
@@ -274,7 +202,7 @@ func testModel(t testing.TB, dt tensor.DType, fileKVs func(w *gguf.Writer)) *ggu
 		}
 		return 1
 	}
-	return rebuild(t, src, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+	return modeltest.Rebuild(t, src, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti == nil {
 			if fileKVs != nil {
 				fileKVs(w)
@@ -293,16 +221,9 @@ func testModel(t testing.TB, dt tensor.DType, fileKVs func(w *gguf.Writer)) *ggu
 		for i := range vals {
 			vals[i] *= k
 		}
-		cols := int(ti.Shape[0])
-		rs, err := dt.RowSize(int64(cols))
+		data, err := quant.QuantizeRows(dt, vals, int(ti.Shape[0]))
 		if err != nil {
 			t.Fatal(err)
-		}
-		data := make([]byte, int(rs)*int(ti.Shape[1]))
-		for r := 0; r < int(ti.Shape[1]); r++ {
-			if err := quant.Quantize(dt, vals[r*cols:(r+1)*cols], data[r*int(rs):(r+1)*int(rs)]); err != nil {
-				t.Fatal(err)
-			}
 		}
 		if err := w.AddTensor(ti.Name, dt, ti.Shape, data); err != nil {
 			t.Fatal(err)

@@ -101,7 +101,7 @@ func Synth(s Shape, dt tensor.DType, seed uint64, vocab *gguf.File) (*gguf.Write
 	w.SetUint32(p+"feed_forward_length", uint32(s.FFN))
 	w.SetUint32(p+"attention.head_count", uint32(s.Heads))
 	w.SetFloat32(p+"attention.layer_norm_epsilon", eps)
-	w.SetUint32("general.file_type", fileType(dt))
+	w.SetUint32("general.file_type", gguf.FileType(dt))
 	w.SetBool(p+"attention.causal", false)
 	w.SetUint32(p+"pooling_type", pool)
 	w.SetUint32("tokenizer.ggml.token_type_count", uint32(s.TokenTypes))
@@ -146,15 +146,9 @@ func Synth(s Shape, dt tensor.DType, seed uint64, vocab *gguf.File) (*gguf.Write
 		if cols%typ.BlockSize() != 0 {
 			typ = tensor.F16
 		}
-		rs, err := typ.RowSize(int64(cols))
+		data, err := quant.QuantizeRows(typ, buf, cols)
 		if err != nil {
-			return err
-		}
-		data := make([]byte, int(rs)*rows)
-		for r := range rows {
-			if err := quant.Quantize(typ, buf[r*cols:(r+1)*cols], data[r*int(rs):(r+1)*int(rs)]); err != nil {
-				return fmt.Errorf("bert synth: %s: %w", name, err)
-			}
+			return fmt.Errorf("bert synth: %s: %w", name, err)
 		}
 		shape := []int64{int64(cols), int64(rows)}
 		if vector {
@@ -197,27 +191,6 @@ func Synth(s Shape, dt tensor.DType, seed uint64, vocab *gguf.File) (*gguf.Write
 		}
 	}
 	return w, nil
-}
-
-// fileType is llama.cpp's general.file_type (enum llama_ftype) for a file mostly of type dt.
-func fileType(dt tensor.DType) uint32 {
-	switch dt {
-	case tensor.F16:
-		return 1
-	case tensor.Q4_0:
-		return 2
-	case tensor.Q4_1:
-		return 3
-	case tensor.Q8_0:
-		return 7
-	case tensor.Q5_0:
-		return 8
-	case tensor.Q5_1:
-		return 9
-	case tensor.BF16:
-		return 32
-	}
-	return 0
 }
 
 // synthVocab makes an uncased WordPiece vocabulary of n tokens (n >= 104) in the form llama.cpp's

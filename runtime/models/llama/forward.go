@@ -229,13 +229,10 @@ func (c *Context) ForwardDraw(tokens []int32, b *backend.Batch, out []int32, log
 	n := len(tokens)
 	m := c.m
 	nout := len(out) + len(pick)
+	if err := c.checkBatch(n, b); err != nil {
+		return err
+	}
 	switch {
-	case n == 0:
-		return errors.New("llama: empty batch")
-	case n > c.cfg.StepTokens:
-		return fmt.Errorf("llama: %d tokens in one step exceed the context's %d", n, c.cfg.StepTokens)
-	case len(b.Pos) != n || len(b.Slot) != n:
-		return fmt.Errorf("llama: batch describes %d positions and %d slots for %d tokens", len(b.Pos), len(b.Slot), n)
 	case nout > c.cfg.MaxSeqs:
 		return fmt.Errorf("llama: %d output rows exceed the context's %d", nout, c.cfg.MaxSeqs)
 	case len(logits) != len(out)*m.Vocab:
@@ -248,17 +245,14 @@ func (c *Context) ForwardDraw(tokens []int32, b *backend.Batch, out []int32, log
 	if err := backend.CheckDraws(draws); err != nil {
 		return fmt.Errorf("llama: %w", err)
 	}
-	for _, t := range tokens {
-		if t < 0 || int(t) >= m.Vocab {
-			return fmt.Errorf("llama: token id %d is outside the vocabulary of %d", t, m.Vocab)
-		}
+	if err := m.checkTokens(tokens); err != nil {
+		return err
 	}
-	for _, rows := range [][]int32{out, pick} {
-		for _, i := range rows {
-			if i < 0 || int(i) >= n {
-				return fmt.Errorf("llama: output row %d is outside the batch of %d", i, n)
-			}
-		}
+	if err := checkRows("output", out, n); err != nil {
+		return err
+	}
+	if err := checkRows("output", pick, n); err != nil {
+		return err
 	}
 	vs, err := c.tokViews(n)
 	if err != nil {
@@ -478,4 +472,39 @@ func addBias(be backend.Backend, x, bias backend.Tensor) error {
 		return nil
 	}
 	return be.AddRows(x, x, bias)
+}
+
+// checkTokens checks that every id of tokens is in the vocabulary.
+func (m *Model) checkTokens(tokens []int32) error {
+	for _, t := range tokens {
+		if t < 0 || int(t) >= m.Vocab {
+			return fmt.Errorf("llama: token id %d is outside the vocabulary of %d", t, m.Vocab)
+		}
+	}
+	return nil
+}
+
+// checkRows checks that every row of rows (what they are for: "output", "hidden") is in a batch
+// of n tokens.
+func checkRows(what string, rows []int32, n int) error {
+	for _, i := range rows {
+		if i < 0 || int(i) >= n {
+			return fmt.Errorf("llama: %s row %d is outside the batch of %d", what, i, n)
+		}
+	}
+	return nil
+}
+
+// checkBatch checks that a step of n tokens is not empty, fits the context and that b describes
+// n tokens.
+func (c *Context) checkBatch(n int, b *backend.Batch) error {
+	switch {
+	case n == 0:
+		return errors.New("llama: empty batch")
+	case n > c.cfg.StepTokens:
+		return fmt.Errorf("llama: %d tokens in one step exceed the context's %d", n, c.cfg.StepTokens)
+	case len(b.Pos) != n || len(b.Slot) != n:
+		return fmt.Errorf("llama: batch describes %d positions and %d slots for %d tokens", len(b.Pos), len(b.Slot), n)
+	}
+	return nil
 }

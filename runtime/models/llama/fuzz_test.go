@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/modeltest"
 	"github.com/parleyhq/parley/internal/sharedtest"
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/kvcache"
@@ -32,7 +33,7 @@ func FuzzLoad(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	synth := parse(f, w)
+	synth := modeltest.Parse(f, w)
 	phi, olmo, granite := phi3Model(f, phi3Opts{longRoPE: true}), olmo2Model(f), graniteModel(f, nil, "")
 	be := sharedtest.Backend(f, "go", 1)
 	arches := []string{"llama", "qwen2", "qwen3", "phi3", "smollm3", "olmo2", "granite", "gemma"}
@@ -49,7 +50,7 @@ func FuzzLoad(f *testing.F) {
 			base = granite
 		}
 		from := base.Architecture()
-		file := rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+		file := modeltest.Rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 			if ti != nil {
 				return true
 			}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/modeltest"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/models/llama"
@@ -15,12 +16,11 @@ import (
 // feed-forward network, NeoX rotation, output tied to the embeddings) runs on every backend as
 // the float64 reference computes it, which differs from the llama model of the same weights.
 func TestGemmaMatchesFloat64(t *testing.T) {
-	w, err := llama.Synth(tinyShape, tensor.F32, 23)
+	synth, err := llama.SynthFile(tinyShape, tensor.F32, 23)
 	if err != nil {
 		t.Fatal(err)
 	}
-	synth := parse(t, w)
-	f := rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+	f := modeltest.Rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti == nil {
 			setArch(w, synth, "gemma")
 			return true
@@ -59,13 +59,12 @@ func TestGemmaMatchesFloat64(t *testing.T) {
 
 // TestGemma23Refused: Gemma 2 and 3 files are refused with what they need.
 func TestGemma23Refused(t *testing.T) {
-	w, err := llama.Synth(tinyShape, tensor.F32, 23)
+	synth, err := llama.SynthFile(tinyShape, tensor.F32, 23)
 	if err != nil {
 		t.Fatal(err)
 	}
-	synth := parse(t, w)
 	for _, arch := range []string{"gemma2", "gemma3"} {
-		f := rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+		f := modeltest.Rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 			if ti == nil {
 				setArch(w, synth, arch)
 			}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/modeltest"
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/models/llama"
 	"github.com/parleyhq/parley/runtime/tensor"
@@ -16,12 +17,11 @@ import (
 // model's.
 func graniteModel(t testing.TB, finetuned *bool, drop string) *gguf.File {
 	t.Helper()
-	w, err := llama.Synth(tinyShape, tensor.F32, 19)
+	base, err := llama.SynthFile(tinyShape, tensor.F32, 19)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := parse(t, w)
-	return rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+	return modeltest.Rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti == nil {
 			setArch(w, base, "granite")
 			for k, v := range map[string]float32{"embedding_scale": 12, "residual_scale": 0.22, "logit_scale": 8, "attention.scale": 0.0625} {

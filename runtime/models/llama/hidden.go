@@ -1,7 +1,6 @@
 package llama
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/parleyhq/parley/runtime/backend"
@@ -18,27 +17,20 @@ import (
 func (c *Context) ForwardHidden(tokens []int32, b *backend.Batch, rows []int32, hidden []float32) error {
 	n := len(tokens)
 	m := c.m
+	if err := c.checkBatch(n, b); err != nil {
+		return err
+	}
 	switch {
-	case n == 0:
-		return errors.New("llama: empty batch")
-	case n > c.cfg.StepTokens:
-		return fmt.Errorf("llama: %d tokens in one step exceed the context's %d", n, c.cfg.StepTokens)
-	case len(b.Pos) != n || len(b.Slot) != n:
-		return fmt.Errorf("llama: batch describes %d positions and %d slots for %d tokens", len(b.Pos), len(b.Slot), n)
 	case len(rows) > c.cfg.StepTokens:
 		return fmt.Errorf("llama: %d hidden rows exceed the context's %d", len(rows), c.cfg.StepTokens)
 	case len(hidden) != len(rows)*m.Dim:
 		return fmt.Errorf("llama: hidden-state buffer holds %d values, want %d", len(hidden), len(rows)*m.Dim)
 	}
-	for _, t := range tokens {
-		if t < 0 || int(t) >= m.Vocab {
-			return fmt.Errorf("llama: token id %d is outside the vocabulary of %d", t, m.Vocab)
-		}
+	if err := m.checkTokens(tokens); err != nil {
+		return err
 	}
-	for _, i := range rows {
-		if i < 0 || int(i) >= n {
-			return fmt.Errorf("llama: hidden row %d is outside the batch of %d", i, n)
-		}
+	if err := checkRows("hidden", rows, n); err != nil {
+		return err
 	}
 	vs, err := c.tokViews(n)
 	if err != nil {

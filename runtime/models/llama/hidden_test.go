@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/modeltest"
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/kvcache"
 	"github.com/parleyhq/parley/runtime/models/llama"
@@ -21,7 +22,7 @@ import (
 // on its CPU emulation).
 func TestForwardHiddenPooled(t *testing.T) {
 	base := qwen3Model(t, 24, true, true)
-	f := rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+	f := modeltest.Rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti == nil {
 			w.SetUint32("qwen3.pooling_type", 3)
 		}
@@ -60,34 +61,14 @@ func TestForwardHiddenPooled(t *testing.T) {
 		}
 		for _, be := range backendsUnderTest(t) {
 			t.Run(pool.String()+"/"+be.Name(), func(t *testing.T) {
-				m, err := llama.Load(f, be)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer m.Close()
-				c, err := m.NewContext(llama.ContextConfig{StepTokens: 16, MaxSeqs: 2, KVSlots: 64, KVType: tensor.F32})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer c.Close()
-				var bb kvcache.BatchBuilder
-				var toks []int32
-				for _, p := range prompts {
-					seq := c.Pool().NewSeq(32)
-					if err := seq.Reserve(len(p)); err != nil {
-						t.Fatal(err)
-					}
-					if err := bb.Add(seq, len(p)); err != nil {
-						t.Fatal(err)
-					}
-					toks = append(toks, p...)
-				}
+				m, c := newContext(t, f, be, llama.ContextConfig{StepTokens: 16, MaxSeqs: 2, KVSlots: 64, KVType: tensor.F32})
+				toks, b := promptBatch(t, c, prompts, 32)
 				rows, err := pooling.Rows(nil, pool, lens)
 				if err != nil {
 					t.Fatal(err)
 				}
 				hidden := make([]float32, len(rows)*m.Dim)
-				if err := c.ForwardHidden(toks, bb.Batch(), rows, hidden); err != nil {
+				if err := c.ForwardHidden(toks, b, rows, hidden); err != nil {
 					t.Fatal(err)
 				}
 				out := make([]float32, len(prompts)*m.Dim)
@@ -120,16 +101,7 @@ func TestForwardHiddenRejects(t *testing.T) {
 		t.Fatal(err)
 	}
 	be := backendsUnderTest(t)[0]
-	m, err := llama.Load(f, be)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	c, err := m.NewContext(llama.ContextConfig{StepTokens: 4, MaxSeqs: 1, KVSlots: 32, KVType: tensor.F32})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	m, c := newContext(t, f, be, llama.ContextConfig{StepTokens: 4, MaxSeqs: 1, KVSlots: 32, KVType: tensor.F32})
 	seq := c.Pool().NewSeq(32)
 	var bb kvcache.BatchBuilder
 	_ = seq.Reserve(2)

@@ -1,12 +1,12 @@
 package llama_test
 
 import (
-	"bytes"
 	"encoding/binary"
 	"math"
 	"strings"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/modeltest"
 	"github.com/parleyhq/parley/internal/sharedtest"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/gguf"
@@ -16,41 +16,6 @@ import (
 
 // tinyShape is small enough to build in a test and still has grouped-query attention.
 var tinyShape = llama.Shape{Name: "tiny", Dim: 64, Layers: 2, Heads: 4, KVHeads: 2, FFN: 96, Ctx: 64, Vocab: 300}
-
-func parse(t testing.TB, w *gguf.Writer) *gguf.File {
-	t.Helper()
-	var buf bytes.Buffer
-	if _, err := w.WriteTo(&buf); err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Parse(buf.Bytes())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
-
-// rebuild copies f into a writer, letting edit change metadata and drop or replace tensors.
-func rebuild(t testing.TB, f *gguf.File, edit func(w *gguf.Writer, ti *gguf.TensorInfo) bool) *gguf.File {
-	t.Helper()
-	w := gguf.NewWriter()
-	for _, kv := range f.KVs {
-		w.Set(kv.Key, kv.Value)
-	}
-	for i := range f.Tensors {
-		ti := &f.Tensors[i]
-		if edit != nil && !edit(w, ti) {
-			continue
-		}
-		if err := w.AddTensor(ti.Name, ti.DType, ti.Shape, f.TensorData(ti)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if edit != nil {
-		edit(w, nil)
-	}
-	return parse(t, w)
-}
 
 // setArch makes w, a copy of f's llama model, a model of arch: its llama.* keys under arch's name.
 func setArch(w *gguf.Writer, f *gguf.File, arch string) {
@@ -63,11 +28,10 @@ func setArch(w *gguf.Writer, f *gguf.File, arch string) {
 }
 
 func TestLoadRejectsBadModels(t *testing.T) {
-	w, err := llama.Synth(tinyShape, tensor.F32, 1)
+	good, err := llama.SynthFile(tinyShape, tensor.F32, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	good := parse(t, w)
 	be := sharedtest.Backend(t, "go", 1)
 	if m, err := llama.Load(good, be); err != nil {
 		t.Fatalf("the synthetic model does not load: %v", err)
@@ -144,7 +108,7 @@ func TestLoadRejectsBadModels(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			f := rebuild(t, good, c.edit)
+			f := modeltest.Rebuild(t, good, c.edit)
 			m, err := llama.Load(f, be)
 			if err == nil {
 				m.Close()
@@ -159,22 +123,12 @@ func TestLoadRejectsBadModels(t *testing.T) {
 
 // TestForwardRejectsBadBatches: malformed steps are errors, not panics.
 func TestForwardRejectsBadBatches(t *testing.T) {
-	w, err := llama.Synth(tinyShape, tensor.Q8_0, 2)
+	f, err := llama.SynthFile(tinyShape, tensor.Q8_0, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := parse(t, w)
 	be := sharedtest.Backend(t, "go", 1)
-	m, err := llama.Load(f, be)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	c, err := m.NewContext(llama.ContextConfig{StepTokens: 4, MaxSeqs: 1, KVSlots: 32})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	m, c := newContext(t, f, be, llama.ContextConfig{StepTokens: 4, MaxSeqs: 1, KVSlots: 32})
 	seq := c.Pool().NewSeq(8)
 	_ = seq.Reserve(2)
 	b := &backend.Batch{Pos: []int32{0, 1}, Slot: []int32{seq.Slot(0), seq.Slot(1)}, Seqs: []backend.Seq{{Start: 0, Count: 2, CtxLen: 2, Blocks: seq.Blocks()}}}
@@ -275,4 +229,20 @@ func TestSynthArches(t *testing.T) {
 			}
 		}
 	}
+}
+
+// newContext loads f on be and makes a context of cfg, both closed when t ends.
+func newContext(t testing.TB, f *gguf.File, be backend.Backend, cfg llama.ContextConfig) (*llama.Model, *llama.Context) {
+	t.Helper()
+	m, err := llama.Load(f, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	c, err := m.NewContext(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return m, c
 }

@@ -6,7 +6,6 @@ import (
 
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/gguf"
-	"github.com/parleyhq/parley/runtime/tensor"
 )
 
 // Model is a loaded model: its hyper-parameters and its weights on one backend. It holds no
@@ -258,35 +257,10 @@ func (m *Model) load(f *gguf.File, name string, rows, cols int, vector bool) (ba
 	return t, nil
 }
 
-// check finds tensor name, marks it used, and checks its dtype and shape ([cols, rows] in ggml
-// order, or [cols] for vectors, which must be F32).
+// check finds tensor name, marks it used, and checks its dtype and shape (gguf.File.Weight).
 func (m *Model) check(f *gguf.File, name string, rows, cols int, vector bool) (*gguf.TensorInfo, error) {
-	ti, ok := f.Tensor(name)
-	if !ok {
-		return nil, fmt.Errorf("model lacks tensor %s", name)
-	}
 	m.used[name] = true
-	if !ti.DType.Supported() {
-		return nil, fmt.Errorf("tensor %s has dtype %v, which Parley cannot compute with", name, ti.DType)
-	}
-	shapeOK := false
-	switch {
-	case vector:
-		shapeOK = len(ti.Shape) == 1 && ti.Shape[0] == int64(cols)
-	default:
-		shapeOK = len(ti.Shape) == 2 && ti.Shape[0] == int64(cols) && ti.Shape[1] == int64(rows)
-	}
-	if !shapeOK {
-		want := fmt.Sprintf("[%d %d]", cols, rows)
-		if vector {
-			want = fmt.Sprintf("[%d]", cols)
-		}
-		return nil, fmt.Errorf("tensor %s has shape %v, want %s", name, ti.Shape, want)
-	}
-	if vector && ti.DType != tensor.F32 {
-		return nil, fmt.Errorf("tensor %s has dtype %v, want F32", name, ti.DType)
-	}
-	return ti, nil
+	return f.Weight(name, rows, cols, vector)
 }
 
 // Backend is the backend the model computes on.

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/modeltest"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/models/llama"
@@ -19,11 +20,10 @@ import (
 // weight random around 1, so that each one matters.
 func olmo2Model(t testing.TB) *gguf.File {
 	t.Helper()
-	w, err := llama.Synth(tinyShape, tensor.F32, 17)
+	base, err := llama.SynthFile(tinyShape, tensor.F32, 17)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := parse(t, w)
 	rng := rand.New(rand.NewPCG(17, 18))
 	norm := func(n int) []byte {
 		b := make([]byte, 4*n)
@@ -34,7 +34,7 @@ func olmo2Model(t testing.TB) *gguf.File {
 	}
 	s := tinyShape
 	qDim, kvDim := s.Dim, s.KVHeads*s.Dim/s.Heads
-	return rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+	return modeltest.Rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti == nil {
 			setArch(w, base, "olmo2")
 			return true
@@ -101,7 +101,7 @@ func TestOLMo2MatchesFloat64(t *testing.T) {
 		t.Fatalf("an output norm's weights move the logits by at most %g", diff)
 	}
 	be := backendsUnderTest(t)[0]
-	swa := rebuild(t, f, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+	swa := modeltest.Rebuild(t, f, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti == nil {
 			w.SetUint32("olmo2.attention.sliding_window", 4096)
 		}
@@ -110,7 +110,7 @@ func TestOLMo2MatchesFloat64(t *testing.T) {
 	if _, err := llama.ConfigFrom(swa); err == nil || !strings.Contains(err.Error(), "sliding-window") {
 		t.Errorf("OLMo 3's window: %v", err)
 	}
-	noQ := rebuild(t, f, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+	noQ := modeltest.Rebuild(t, f, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		return ti == nil || ti.Name != "blk.1.attn_q_norm.weight"
 	})
 	if m, err := llama.Load(noQ, be); err == nil || !strings.Contains(err.Error(), "blk.1.attn_q_norm.weight") {

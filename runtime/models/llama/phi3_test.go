@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/modeltest"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/models/llama"
@@ -35,11 +36,10 @@ func phi3Model(t testing.TB, o phi3Opts) *gguf.File {
 	if o.dt == 0 {
 		o.dt = tensor.F32
 	}
-	w, err := llama.Synth(tinyShape, o.dt, 11)
+	base, err := llama.SynthFile(tinyShape, o.dt, 11)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := parse(t, w)
 	s := tinyShape
 	dim := int64(s.Dim)
 	qDim, kvDim := int64(s.Dim), int64(s.KVHeads*s.Dim/s.Heads)
@@ -73,7 +73,7 @@ func phi3Model(t testing.TB, o phi3Opts) *gguf.File {
 			t.Fatal(err)
 		}
 	}
-	return rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+	return modeltest.Rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti == nil {
 			setArch(w, base, "phi3")
 			w.SetUint32("phi3.attention.sliding_window", 2047)
@@ -215,7 +215,7 @@ func TestPhi3Refused(t *testing.T) {
 		f    *gguf.File
 		want string
 	}{
-		{"up matrix of one half", rebuild(t, good, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+		{"up matrix of one half", modeltest.Rebuild(t, good, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 			if ti != nil && ti.Name == "blk.1.ffn_up.weight" {
 				b := good.TensorData(ti)
 				if err := w.AddTensor(ti.Name, ti.DType, []int64{ti.Shape[0], ti.Shape[1] / 2}, b[:len(b)/2]); err != nil {
@@ -226,7 +226,7 @@ func TestPhi3Refused(t *testing.T) {
 			return true
 		}), "blk.1.ffn_up.weight has shape"},
 		{"attention factor below 0", phi3Model(t, phi3Opts{longRoPE: true, attnFactor: -1}), "attention factor"},
-		{"factors in llama", rebuild(t, good, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+		{"factors in llama", modeltest.Rebuild(t, good, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 			if ti == nil {
 				w.SetString("general.architecture", "llama")
 				for _, kv := range good.KVs {
@@ -285,7 +285,7 @@ func TestSynthPhi3(t *testing.T) {
 		t.Fatalf("config %+v, %v", cfg, err)
 	}
 	// An original context of 0 is the training context's, as llama.cpp reads it.
-	zero := rebuild(t, b, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+	zero := modeltest.Rebuild(t, b, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti == nil {
 			w.SetUint32("phi3.rope.scaling.original_context_length", 0)
 		}

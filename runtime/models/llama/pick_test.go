@@ -171,19 +171,8 @@ func TestForwardDraw(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer c.Close()
-				var bb kvcache.BatchBuilder
-				var toks []int32
-				for _, p := range prompts {
-					s := c.Pool().NewSeq(64)
-					if err := s.Reserve(len(p)); err != nil {
-						t.Fatal(err)
-					}
-					if err := bb.Add(s, len(p)); err != nil {
-						t.Fatal(err)
-					}
-					toks = append(toks, p...)
-				}
-				return do(c, toks, bb.Batch())
+				toks, b := promptBatch(t, c, prompts, 64)
+				return do(c, toks, b)
 			}
 			all := make([]float32, len(ends)*V)
 			if err := run(func(c *llama.Context, toks []int32, b *backend.Batch) error {
@@ -225,4 +214,23 @@ func TestForwardDraw(t *testing.T) {
 			}
 		})
 	}
+}
+
+// promptBatch gives each prompt a fresh sequence of c (seqCap tokens) and returns the prompts'
+// tokens, concatenated, and the batch that feeds them in one step.
+func promptBatch(t testing.TB, c *llama.Context, prompts [][]int32, seqCap int) ([]int32, *backend.Batch) {
+	t.Helper()
+	var bb kvcache.BatchBuilder
+	var toks []int32
+	for _, p := range prompts {
+		s := c.Pool().NewSeq(seqCap)
+		if err := s.Reserve(len(p)); err != nil {
+			t.Fatal(err)
+		}
+		if err := bb.Add(s, len(p)); err != nil {
+			t.Fatal(err)
+		}
+		toks = append(toks, p...)
+	}
+	return toks, bb.Batch()
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/modeltest"
 	"github.com/parleyhq/parley/internal/sharedtest"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/gguf"
@@ -19,13 +20,12 @@ import (
 // TestQwen2MatchesFloat64: the qwen2 architecture (query/key/value biases, NeoX RoPE, its own
 // metadata prefix and rope base) runs on every backend as the float64 reference computes it.
 func TestQwen2MatchesFloat64(t *testing.T) {
-	w, err := llama.Synth(tinyShape, tensor.F32, 5)
+	base, err := llama.SynthFile(tinyShape, tensor.F32, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := parse(t, w)
 	rng := rand.New(rand.NewPCG(5, 6))
-	f := rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+	f := modeltest.Rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti != nil {
 			if strings.HasSuffix(ti.Name, "attn_k.weight") || strings.HasSuffix(ti.Name, "attn_q.weight") || strings.HasSuffix(ti.Name, "attn_v.weight") {
 				n := int(ti.Shape[1])
@@ -103,14 +103,13 @@ func oneByOneIn(t *testing.T, be backend.Backend, f *gguf.File, toks []int32, cf
 // as the float64 reference computes it; factors of 1 change nothing; a malformed tensor is
 // refused at load.
 func TestRopeFreqsMatchesFloat64(t *testing.T) {
-	w, err := llama.Synth(tinyShape, tensor.F32, 7)
+	synth, err := llama.SynthFile(tinyShape, tensor.F32, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
-	synth := parse(t, w)
 	// Queries and keys 30 times the synthetic model's, so that attention, and with it the
 	// logits, depends strongly on the rotary angles.
-	base := rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+	base := modeltest.Rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		return ti == nil || !addScaled(t, w, synth, ti, 30, isQK)
 	})
 	cfg, err := llama.ConfigFrom(base)
@@ -119,7 +118,7 @@ func TestRopeFreqsMatchesFloat64(t *testing.T) {
 	}
 	half := cfg.RoPE.Dims / 2
 	withFreqs := func(dt tensor.DType, n int, value func(i int) float32) *gguf.File {
-		return rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+		return modeltest.Rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 			if ti == nil {
 				b := make([]byte, 4*n)
 				for i := 0; i < n; i++ {
@@ -189,11 +188,10 @@ func TestRopeFreqsMatchesFloat64(t *testing.T) {
 // runs on every backend as the float64 reference computes it; a tensor the architecture does not
 // have is refused at load instead of being left out.
 func TestLlamaBiasesMatchFloat64(t *testing.T) {
-	w, err := llama.Synth(tinyShape, tensor.F32, 9)
+	synth, err := llama.SynthFile(tinyShape, tensor.F32, 9)
 	if err != nil {
 		t.Fatal(err)
 	}
-	synth := parse(t, w)
 	cfg, err := llama.ConfigFrom(synth)
 	if err != nil {
 		t.Fatal(err)
@@ -207,7 +205,7 @@ func TestLlamaBiasesMatchFloat64(t *testing.T) {
 		return b
 	}
 	qDim, kvDim := cfg.Heads*cfg.HeadDim, cfg.KVHeads*cfg.HeadDim
-	biased := rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+	biased := modeltest.Rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti == nil {
 			if err := w.AddTensor("output.bias", tensor.F32, []int64{int64(cfg.Vocab)}, vec(cfg.Vocab)); err != nil {
 				t.Fatal(err)
@@ -247,7 +245,7 @@ func TestLlamaBiasesMatchFloat64(t *testing.T) {
 			}
 		})
 	}
-	stray := rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+	stray := modeltest.Rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti == nil {
 			_ = w.AddTensor("blk.0.attn_q_norm.weight", tensor.F32, []int64{int64(cfg.HeadDim)}, vec(cfg.HeadDim))
 		}
@@ -266,13 +264,12 @@ func TestLlamaBiasesMatchFloat64(t *testing.T) {
 // it says none; the older rope.scale_linear serves when the factor is absent; yarn adds its ramp
 // over the pairs of the original context; another type is refused.
 func TestRopeScalingFactor(t *testing.T) {
-	w, err := llama.Synth(tinyShape, tensor.F32, 3)
+	synth, err := llama.SynthFile(tinyShape, tensor.F32, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	synth := parse(t, w)
 	with := func(kv map[string]gguf.Value) *gguf.File {
-		return rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+		return modeltest.Rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 			if ti == nil {
 				for k, v := range kv {
 					w.Set(k, v)
@@ -320,13 +317,12 @@ func TestRopeScalingFactor(t *testing.T) {
 // an original context of 4096) runs on every backend as the float64 reference computes it,
 // which derives the ramp's pairs itself; and YaRN gives other logits than linear scaling.
 func TestYaRNMatchesFloat64(t *testing.T) {
-	w, err := llama.Synth(tinyShape, tensor.F32, 7)
+	synth, err := llama.SynthFile(tinyShape, tensor.F32, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
-	synth := parse(t, w)
 	with := func(typ string, qk float32) *gguf.File {
-		return rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+		return modeltest.Rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 			if ti == nil {
 				w.SetString("llama.rope.scaling.type", typ)
 				w.SetFloat32("llama.rope.scaling.factor", 4)
@@ -343,7 +339,7 @@ func TestYaRNMatchesFloat64(t *testing.T) {
 		t.Fatalf("yarn config %+v, %v", cfg.RoPE, err)
 	}
 	// A base of 1 makes ggml's ramp bounds infinite: clamped, they still run.
-	one := rebuild(t, yarn, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+	one := modeltest.Rebuild(t, yarn, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti == nil {
 			w.SetFloat32("llama.rope.freq_base", 1)
 		}

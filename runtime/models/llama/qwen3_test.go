@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/modeltest"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/models/llama"
@@ -20,11 +21,10 @@ import (
 // With norms false the norm weights are left out.
 func qwen3Model(t *testing.T, headDim int, tied, norms bool) *gguf.File {
 	t.Helper()
-	w, err := llama.Synth(tinyShape, tensor.F32, 9)
+	base, err := llama.SynthFile(tinyShape, tensor.F32, 9)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := parse(t, w)
 	rng := rand.New(rand.NewPCG(9, 10))
 	f32s := func(n int, mean, sd float64) []byte {
 		b := make([]byte, 4*n)
@@ -44,7 +44,7 @@ func qwen3Model(t *testing.T, headDim int, tied, norms bool) *gguf.File {
 			t.Fatal(err)
 		}
 	}
-	return rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+	return modeltest.Rebuild(t, base, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti == nil {
 			setArch(w, base, "qwen3")
 			w.SetUint32("qwen3.attention.key_length", uint32(headDim))
@@ -139,7 +139,7 @@ func TestQwen3RefusesMissingNorms(t *testing.T) {
 		t.Fatalf("qwen3 without norms: %v", err)
 	}
 	f := qwen3Model(t, 24, true, true)
-	g := rebuild(t, f, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+	g := modeltest.Rebuild(t, f, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 		if ti == nil {
 			w.SetUint32("qwen3.attention.value_length", 16)
 		}

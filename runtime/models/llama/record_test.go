@@ -1,9 +1,9 @@
 package llama_test
 
 import (
-	"slices"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/modeltest"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/backend/backendtest"
 	"github.com/parleyhq/parley/runtime/kvcache"
@@ -20,14 +20,6 @@ func TestRecordedSteps(t *testing.T) {
 	f, err := llama.SynthFile(llama.Shape{Name: "tiny", Dim: 64, Layers: 2, Heads: 4, KVHeads: 2, FFN: 96, Ctx: 128, Vocab: 512}, tensor.Q8_0, 7)
 	if err != nil {
 		t.Fatal(err)
-	}
-	newBE := func() backend.Backend {
-		be, _, err := backend.New("go", backend.Options{Threads: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { be.Close() })
-		return be
 	}
 	// steps runs a 70-token prompt (not recorded), a 5-token prompt, then six decode steps of
 	// both sequences, and returns every step's logits.
@@ -67,31 +59,12 @@ func TestRecordedSteps(t *testing.T) {
 		}
 		return got
 	}
-	want := steps(t, newBE())
-
-	for _, tc := range []struct {
-		name                       string
-		rb                         *backendtest.Recorder
-		records, replays, discards int
-	}{
+	modeltest.CheckRecorded(t, steps, []modeltest.RecordCase{
 		// 7 steps of at most 64 tokens, each recorded and replayed.
-		{name: "recorded", rb: &backendtest.Recorder{}, records: 7, replays: 7},
+		{Name: "recorded", Recorder: &backendtest.Recorder{}, Records: 7, Replays: 7},
 		// Three steps fail to record (and run unrecorded); the context then stops trying.
-		{name: "op not recordable", rb: &backendtest.Recorder{FailOp: "Attention"}, records: 3, discards: 3},
-		{name: "replay refused", rb: &backendtest.Recorder{FailReplay: true}, records: 3},
-		{name: "recording off", rb: &backendtest.Recorder{Off: true}, records: 1},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			tc.rb.Backend = newBE()
-			got := steps(t, tc.rb)
-			for i := range want {
-				if !slices.Equal(got[i], want[i]) {
-					t.Fatalf("step %d: logits differ from the unrecorded run's", i)
-				}
-			}
-			if tc.rb.Records != tc.records || tc.rb.Replays != tc.replays || tc.rb.Discards != tc.discards {
-				t.Fatalf("records/replays/discards = %d/%d/%d, want %d/%d/%d", tc.rb.Records, tc.rb.Replays, tc.rb.Discards, tc.records, tc.replays, tc.discards)
-			}
-		})
-	}
+		{Name: "op not recordable", Recorder: &backendtest.Recorder{FailOp: "Attention"}, Records: 3, Discards: 3},
+		{Name: "replay refused", Recorder: &backendtest.Recorder{FailReplay: true}, Records: 3},
+		{Name: "recording off", Recorder: &backendtest.Recorder{Off: true}, Records: 1},
+	})
 }

@@ -5,9 +5,9 @@ import (
 	"math"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/modeltest"
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/models/llama"
-	"github.com/parleyhq/parley/runtime/quant"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
@@ -36,21 +36,8 @@ func newRef64(t *testing.T, f *gguf.File) *ref64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &ref64{c: c, w: map[string][]float64{}, k: make([][][]float64, c.Layers), v: make([][][]float64, c.Layers), types: map[string]tensor.DType{}}
-	for i := range f.Tensors {
-		ti := &f.Tensors[i]
-		n := ti.Elements()
-		dst := make([]float32, n)
-		if err := quant.Dequantize(ti.DType, f.TensorData(ti), dst); err != nil {
-			t.Fatalf("%s: %v", ti.Name, err)
-		}
-		w := make([]float64, n)
-		for j, x := range dst {
-			w[j] = float64(x)
-		}
-		r.w[ti.Name] = w
-		r.types[ti.Name] = ti.DType
-	}
+	r := &ref64{c: c, k: make([][][]float64, c.Layers), v: make([][][]float64, c.Layers)}
+	r.w, r.types = modeltest.Weights64(t, f)
 	if c.TiedEmbed {
 		r.w["output.weight"] = r.w["token_embd.weight"]
 		r.types["output.weight"] = r.types["token_embd.weight"]
@@ -82,7 +69,7 @@ func (r *ref64) matvec(name string, x []float64, rows int) []float64 {
 	w := r.w[name]
 	cols := len(x)
 	if r.actRound {
-		x = roundTrip(r.types[name], x)
+		x = modeltest.RoundTrip(r.types[name], x)
 	}
 	y := make([]float64, rows)
 	for i := range y {
@@ -290,29 +277,4 @@ func (r *ref64) bias(x []float64, name string) {
 			x[i] += b[i]
 		}
 	}
-}
-
-// roundTrip converts x to the dot-product type of weights of type dt and back.
-func roundTrip(dt tensor.DType, x []float64) []float64 {
-	vt, err := quant.VecDotType(dt)
-	if err != nil || vt == tensor.F32 {
-		return x
-	}
-	f := make([]float32, len(x))
-	for i, v := range x {
-		f[i] = float32(v)
-	}
-	rs, _ := vt.RowSize(int64(len(f)))
-	buf := make([]byte, rs)
-	if err := quant.Quantize(vt, f, buf); err != nil {
-		panic(err)
-	}
-	if err := quant.Dequantize(vt, buf, f); err != nil {
-		panic(err)
-	}
-	y := make([]float64, len(x))
-	for i, v := range f {
-		y[i] = float64(v)
-	}
-	return y
 }

@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/modeltest"
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/models/llama"
 	"github.com/parleyhq/parley/runtime/tensor"
@@ -15,14 +16,13 @@ import (
 func TestSmolLM3MatchesFloat64(t *testing.T) {
 	s := tinyShape
 	s.Layers = 5 // layer 3 is unrotated
-	w, err := llama.Synth(s, tensor.F32, 13)
+	synth, err := llama.SynthFile(s, tensor.F32, 13)
 	if err != nil {
 		t.Fatal(err)
 	}
-	synth := parse(t, w)
 	// Queries and keys scaled up, so that attention depends on the rotation.
 	scaled := func(arch string) *gguf.File {
-		return rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
+		return modeltest.Rebuild(t, synth, func(w *gguf.Writer, ti *gguf.TensorInfo) bool {
 			if ti == nil {
 				if arch != "llama" {
 					setArch(w, synth, arch)

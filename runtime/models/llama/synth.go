@@ -93,7 +93,7 @@ func Synth(s Shape, dt tensor.DType, seed uint64) (*gguf.Writer, error) {
 	w := gguf.NewWriter()
 	w.SetString("general.architecture", arch)
 	w.SetString("general.name", "parley-synth-"+s.Name)
-	w.SetUint32("general.file_type", fileType(dt))
+	w.SetUint32("general.file_type", gguf.FileType(dt))
 	w.SetUint32("general.alignment", 32)
 	p := arch + "."
 	w.SetUint32(p+"context_length", uint32(s.Ctx))
@@ -150,15 +150,9 @@ func Synth(s Shape, dt tensor.DType, seed uint64) (*gguf.Writer, error) {
 				typ = tensor.F16
 			}
 		}
-		rs, err := typ.RowSize(int64(cols))
+		data, err := quant.QuantizeRows(typ, buf, cols)
 		if err != nil {
-			return err
-		}
-		data := make([]byte, int(rs)*rows)
-		for r := 0; r < rows; r++ {
-			if err := quant.Quantize(typ, buf[r*cols:(r+1)*cols], data[r*int(rs):(r+1)*int(rs)]); err != nil {
-				return fmt.Errorf("synth: %s: %w", name, err)
-			}
+			return fmt.Errorf("synth: %s: %w", name, err)
 		}
 		shape := []int64{int64(cols), int64(rows)}
 		if norm {
@@ -225,43 +219,6 @@ type synthTensor struct {
 	typ        tensor.DType
 	rows, cols int
 	norm       bool
-}
-
-// fileType is llama.cpp's general.file_type (enum llama_ftype) for a file mostly of type dt.
-func fileType(dt tensor.DType) uint32 {
-	switch dt {
-	case tensor.F32:
-		return 0
-	case tensor.F16:
-		return 1
-	case tensor.Q4_0:
-		return 2
-	case tensor.Q4_1:
-		return 3
-	case tensor.Q8_0:
-		return 7
-	case tensor.Q5_0:
-		return 8
-	case tensor.Q5_1:
-		return 9
-	case tensor.Q2_K:
-		return 10
-	case tensor.Q3_K:
-		return 12 // Q3_K_M
-	case tensor.Q4_K:
-		return 15 // Q4_K_M
-	case tensor.Q5_K:
-		return 17 // Q5_K_M
-	case tensor.Q6_K:
-		return 18
-	case tensor.IQ4_NL:
-		return 25
-	case tensor.IQ4_XS:
-		return 30
-	case tensor.BF16:
-		return 32
-	}
-	return 0
 }
 
 // synthVocab makes a SentencePiece vocabulary of n tokens: <unk>, <s>, </s>, the 256 byte

@@ -1,7 +1,6 @@
 package whisper_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"math"
@@ -11,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/modeltest"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/ggml"
 	"github.com/parleyhq/parley/runtime/gguf"
@@ -461,14 +461,7 @@ func TestGGUFVectorShapes(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		var buf bytes.Buffer
-		if _, err := w.WriteTo(&buf); err != nil {
-			t.Fatal(err)
-		}
-		f, err := gguf.Parse(buf.Bytes())
-		if err != nil {
-			t.Fatal(err)
-		}
+		f := modeltest.Parse(t, w)
 		m, err := whisper.LoadGGUF(be, f, nil)
 		if m != nil {
 			m.Close()

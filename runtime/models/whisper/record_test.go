@@ -1,9 +1,9 @@
 package whisper_test
 
 import (
-	"slices"
 	"testing"
 
+	"github.com/parleyhq/parley/internal/modeltest"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/backend/backendtest"
 	"github.com/parleyhq/parley/runtime/ggml"
@@ -18,14 +18,6 @@ import (
 // and after three such steps the decoder stops recording.
 func TestRecordedDecoderSteps(t *testing.T) {
 	path := synthModel(t, ggml.Shape{Name: "mini", State: 64, Head: 2, AudioLayer: 1, TextLayer: 2}, "tiny.en")
-	newGo := func() backend.Backend {
-		be, _, err := backend.New("go", backend.Options{Threads: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { be.Close() })
-		return be
-	}
 	// steps returns the logits of a 70-token prompt (not recorded), a 4-token one, then eight
 	// decode steps of both sequences.
 	steps := func(t *testing.T, be backend.Backend) [][]float32 {
@@ -87,28 +79,10 @@ func TestRecordedDecoderSteps(t *testing.T) {
 		}
 		return got
 	}
-	want := steps(t, newGo())
-	for _, tc := range []struct {
-		name                       string
-		rb                         *backendtest.Recorder
-		records, replays, discards int
-	}{
-		{name: "recorded", rb: &backendtest.Recorder{}, records: 9, replays: 9},
-		{name: "op not recordable", rb: &backendtest.Recorder{FailOp: "FullAttention"}, records: 3, discards: 3},
-		{name: "replay refused", rb: &backendtest.Recorder{FailReplay: true}, records: 3},
-		{name: "recording off", rb: &backendtest.Recorder{Off: true}, records: 1},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			tc.rb.Backend = newGo()
-			got := steps(t, tc.rb)
-			for i := range want {
-				if !slices.Equal(got[i], want[i]) {
-					t.Fatalf("step %d: logits differ from the unrecorded run's", i)
-				}
-			}
-			if tc.rb.Records != tc.records || tc.rb.Replays != tc.replays || tc.rb.Discards != tc.discards {
-				t.Fatalf("records/replays/discards = %d/%d/%d, want %d/%d/%d", tc.rb.Records, tc.rb.Replays, tc.rb.Discards, tc.records, tc.replays, tc.discards)
-			}
-		})
-	}
+	modeltest.CheckRecorded(t, steps, []modeltest.RecordCase{
+		{Name: "recorded", Recorder: &backendtest.Recorder{}, Records: 9, Replays: 9},
+		{Name: "op not recordable", Recorder: &backendtest.Recorder{FailOp: "FullAttention"}, Records: 3, Discards: 3},
+		{Name: "replay refused", Recorder: &backendtest.Recorder{FailReplay: true}, Records: 3},
+		{Name: "recording off", Recorder: &backendtest.Recorder{Off: true}, Records: 1},
+	})
 }
