@@ -13,18 +13,11 @@ import (
 	"github.com/parleyhq/parley/runtime/gguf"
 )
 
-// nodeScript runs tests/node/<script> with args and returns its stdout, skipping (failing on CI)
-// when node or the openai package is missing.
+// nodeScript runs tests/node/<script> with args and returns its stdout (openAINode says when
+// node or the openai package is missing).
 func nodeScript(t *testing.T, script string, args ...string) []byte {
 	t.Helper()
-	node, err := exec.LookPath("node")
-	mods := filepath.Join("node", "node_modules", "openai")
-	if _, serr := os.Stat(mods); err != nil || serr != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("node or the openai package is missing (run npm ci in tests/node): %v %v", err, serr)
-		}
-		t.Skip("node or tests/node/node_modules is missing; run `npm ci` in tests/node")
-	}
+	node := openAINode(t, "")
 	cmd := exec.Command(node, append([]string{filepath.Join("node", script)}, args...)...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
