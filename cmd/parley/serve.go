@@ -21,8 +21,10 @@ import (
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/hub"
 	"github.com/parleyhq/parley/runtime/models"
+	"github.com/parleyhq/parley/runtime/models/bert"
 	"github.com/parleyhq/parley/runtime/models/llama"
 	"github.com/parleyhq/parley/runtime/models/whisper"
+	"github.com/parleyhq/parley/runtime/pooling"
 	"github.com/parleyhq/parley/runtime/sched"
 	"github.com/parleyhq/parley/runtime/sched/asr"
 	"github.com/parleyhq/parley/runtime/server"
@@ -61,6 +63,7 @@ func runServe(e *env, args []string) (err error) {
 	maxStreams := fs.Int("max-streams", 16, "live transcription sessions (/v1/audio/stream) open at once")
 	asrBeam := fs.Int("asr-beam", 1, "beam size of transcriptions (1: greedy)")
 	asrBestOf := fs.Int("asr-best-of", asr.DefaultParams().BestOf, "candidates sampled at temperatures above 0 (transcriptions' fallback)")
+	embeddings := fs.Bool("embeddings", false, "language models also serve /v1/embeddings (pooling as the file says, else the last token's); embedding models (GGUF of architecture bert) always do")
 	var ttsVoices multiFlag
 	fs.Var(&ttsVoices, "tts-voice", "a voice of the speech synthesis models, NAME=FILE (a Pocket TTS voice-state .safetensors; repeatable), besides those a checkpoint holds")
 	prefix := fs.Bool("prefix-cache", true, "reuse the KV blocks of prompt prefixes shared between requests")
@@ -260,6 +263,7 @@ func runServe(e *env, args []string) (err error) {
 	var speechModels []*server.SpeechModel
 	var ttsModels []*server.TTSModel
 	var scheds []*sched.Scheduler
+	var embedders []*sched.Embedder
 	var speechEngines []*asr.Whisper
 	var closers []func()
 	defer func() {
@@ -325,6 +329,34 @@ func runServe(e *env, args []string) (err error) {
 			logger.Info("speech model loaded", "model", sp.name, "path", sp.path, "multilingual", wm.Multilingual(), "parallel", sp.opt.asrParallel, "took", time.Since(t0).Round(time.Millisecond))
 			continue
 		}
+		if kind, _ := models.Probe(sp.path); kind == models.KindEmbedding {
+			enc, err := models.OpenEncoder(sp.path, be)
+			if err != nil {
+				hs.Close()
+				return fmt.Errorf("%s: %w", sp.name, err)
+			}
+			closers = append(closers, func() { enc.Close() })
+			bc, err := enc.Model.NewContext(bert.ContextConfig{StepTokens: max(sp.opt.stepTokens, enc.Model.Positions)})
+			if err != nil {
+				hs.Close()
+				return fmt.Errorf("%s: %w", sp.name, err)
+			}
+			closers = append(closers, func() { bc.Close() })
+			em, err := sched.NewEncoderEmbedModel(bc)
+			if err != nil {
+				hs.Close()
+				return fmt.Errorf("%s: %w", sp.name, err)
+			}
+			es, err := sched.NewEmbedder(em, sched.EmbedConfig{MaxQueue: sp.opt.queue, OnStep: steps.OnStep(sp.name)})
+			if err != nil {
+				hs.Close()
+				return fmt.Errorf("%s: %w", sp.name, err)
+			}
+			embedders = append(embedders, es)
+			served = append(served, &server.Model{Name: sp.name, Tokenizer: enc.Text(), Embedder: es})
+			logger.Info("embedding model loaded", "model", sp.name, "path", sp.path, "dim", enc.Model.Dim, "pooling", bc.Pooling(), "took", time.Since(t0).Round(time.Millisecond))
+			continue
+		}
 		llm, err := models.OpenLLM(sp.path, be)
 		if err != nil {
 			hs.Close()
@@ -376,8 +408,18 @@ func runServe(e *env, args []string) (err error) {
 		if sp.tmpl != "" {
 			chat = sp.tmpl // --chat-template replaces the file's own
 		}
-		served = append(served, &server.Model{Name: sp.name, Tokenizer: llm.Text(), ChatTemplate: chat, Sched: s, Ctx: n})
-		logger.Info("model loaded", "model", sp.name, "path", sp.path, "arch", m.Arch, "ctx", n, "kv_slots", c.Pool().Slots(), "parallel", sp.opt.parallel, "prefix_cache", sp.opt.prefix, "chat_template", templateSource(sp.opt.chatTemplate, llm.ChatTemplate()), "took", time.Since(t0).Round(time.Millisecond))
+		sm := &server.Model{Name: sp.name, Tokenizer: llm.Text(), ChatTemplate: chat, Sched: s, Ctx: n}
+		if *embeddings {
+			es, err := decoderEmbedder(llm, min(sp.opt.stepTokens, n), sp.kv, sp.opt.parallel, sp.opt.queue, steps.OnStep(sp.name), &closers)
+			if err != nil {
+				hs.Close()
+				return fmt.Errorf("%s: %w", sp.name, err)
+			}
+			embedders = append(embedders, es)
+			sm.Embedder = es
+		}
+		served = append(served, sm)
+		logger.Info("model loaded", "model", sp.name, "path", sp.path, "arch", m.Arch, "ctx", n, "kv_slots", c.Pool().Slots(), "parallel", sp.opt.parallel, "prefix_cache", sp.opt.prefix, "chat_template", templateSource(sp.opt.chatTemplate, llm.ChatTemplate()), "embeddings", *embeddings, "took", time.Since(t0).Round(time.Millisecond))
 	}
 	srv, err := server.New(server.Config{APIKey: *apiKey, AllowedOrigins: origins, CheckHost: checkHost, AllowedHosts: hosts, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout, RequestTimeout: *timeout, Logger: logger, Steps: steps,
 		SpeechModels: speechModels, TTSModels: ttsModels, MaxAudioBytes: *maxAudio, MaxAudioDuration: *maxAudioDur, Stream: server.StreamConfig{MaxSessions: *maxStreams}}, served)
@@ -388,6 +430,15 @@ func runServe(e *env, args []string) (err error) {
 	runCtx, cancelRun := context.WithCancel(context.Background())
 	defer cancelRun()
 	var wg sync.WaitGroup
+	for _, es := range embedders {
+		wg.Add(1)
+		go func(es *sched.Embedder) {
+			defer wg.Done()
+			if err := es.Run(runCtx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, sched.ErrClosed) {
+				logger.Error("embedding scheduler stopped", "err", err)
+			}
+		}(es)
+	}
 	for _, s := range scheds {
 		wg.Add(1)
 		go func(s *sched.Scheduler) {
@@ -434,6 +485,9 @@ func runServe(e *env, args []string) (err error) {
 	for _, s := range scheds {
 		s.Close()
 	}
+	for _, es := range embedders {
+		es.Close()
+	}
 	for _, we := range speechEngines {
 		we.Close()
 	}
@@ -447,6 +501,28 @@ func runServe(e *env, args []string) (err error) {
 	hs.Close()
 	logger.Info("stopped")
 	return nil
+}
+
+// decoderEmbedder runs llm as an embedder on a context of its own, of steps of stepTokens tokens
+// (the longest input), pooling as the file says, else with the last token's hidden state.
+func decoderEmbedder(llm *models.LLM, stepTokens int, kv tensor.DType, seqs, queue int, onStep func(time.Duration, int, int), closers *[]func()) (*sched.Embedder, error) {
+	p, err := llm.Pooling()
+	if err != nil {
+		return nil, err
+	}
+	if p == pooling.Unspecified {
+		p = pooling.Last
+	}
+	c, err := llm.Model.NewContext(llama.ContextConfig{StepTokens: stepTokens, MaxSeqs: max(seqs, 16), KVSlots: stepTokens, KVType: kv})
+	if err != nil {
+		return nil, err
+	}
+	*closers = append(*closers, func() { c.Close() })
+	dm, err := sched.NewDecoderEmbedModel(c, p)
+	if err != nil {
+		return nil, err
+	}
+	return sched.NewEmbedder(dm, sched.EmbedConfig{MaxQueue: queue, OnStep: onStep})
 }
 
 // levelTrace is below slog's Debug: per-step scheduler records.

@@ -14,9 +14,11 @@ import (
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/ggml"
 	"github.com/parleyhq/parley/runtime/gguf"
+	"github.com/parleyhq/parley/runtime/models/bert"
 	"github.com/parleyhq/parley/runtime/models/llama"
 	"github.com/parleyhq/parley/runtime/models/pockettts"
 	"github.com/parleyhq/parley/runtime/models/whisper"
+	"github.com/parleyhq/parley/runtime/pooling"
 	"github.com/parleyhq/parley/runtime/tokenizer"
 )
 
@@ -27,6 +29,7 @@ type Kind int
 const (
 	KindLLM               Kind = iota + 1 // a language model (GGUF): OpenLLM opens it
 	KindSpeechRecognition                 // Whisper (whisper.cpp's ggml file, or GGUF of architecture whisper): whisper.Open opens it
+	KindEmbedding                         // a text encoder (GGUF of architecture bert): OpenEncoder opens it
 	KindSpeechSynthesis                   // Pocket TTS (upstream's safetensors checkpoint, or GGUF of architecture pockettts): pockettts.Open opens it
 )
 
@@ -36,6 +39,8 @@ func (k Kind) String() string {
 		return "language model"
 	case KindSpeechRecognition:
 		return "speech recognition model"
+	case KindEmbedding:
+		return "embedding model"
 	case KindSpeechSynthesis:
 		return "speech synthesis model"
 	}
@@ -43,10 +48,10 @@ func (k Kind) String() string {
 }
 
 // Probe reads the head of the file at path and says what kind of model it holds: a speech
-// recognition model (whisper.IsModelFile), a speech synthesis model (pockettts.IsModelFile),
-// else a language model, which is all a file that is
-// neither can be taken for (OpenLLM then says why it cannot be opened). The error is the file's
-// when it cannot be read.
+// recognition model (whisper.IsModelFile), an embedding model (GGUF of architecture bert), a
+// speech synthesis model (pockettts.IsModelFile), else a language model, which is all a file
+// that is neither can be taken for (OpenLLM then says why it cannot be opened). The error is
+// the file's when it cannot be read.
 func Probe(path string) (Kind, error) {
 	speech, err := whisper.IsModelFile(path)
 	if err != nil {
@@ -55,6 +60,13 @@ func Probe(path string) (Kind, error) {
 	if speech {
 		return KindSpeechRecognition, nil
 	}
+	if f, err := gguf.Open(path); err == nil {
+		arch := f.Architecture()
+		f.Close()
+		if arch == "bert" {
+			return KindEmbedding, nil
+		}
+	}
 	if tts, err := pockettts.IsModelFile(path); err != nil {
 		return 0, err
 	} else if tts {
@@ -62,6 +74,45 @@ func Probe(path string) (Kind, error) {
 	}
 	return KindLLM, nil
 }
+
+// Encoder is an open text-embedding model (BERT family): its weights on a backend and
+// tokenizer.
+type Encoder struct {
+	Model     *bert.Model
+	Tokenizer *tokenizer.Tokenizer
+	file      *gguf.File
+	text      *Text
+}
+
+// OpenEncoder opens the embedding model at path on be.
+func OpenEncoder(path string, be backend.Backend) (*Encoder, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	m, err := bert.Load(f, be)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	tok, err := tokenizer.New(f)
+	if err != nil {
+		m.Close()
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &Encoder{Model: m, Tokenizer: tok, file: f, text: NewText(tok)}, nil
+}
+
+// Text is the model's tokenizer as the server uses it.
+func (e *Encoder) Text() *Text { return e.text }
+
+// Close releases the weights and unmaps the file.
+func (e *Encoder) Close() error { return errors.Join(e.Model.Close(), e.file.Close()) }
+
+// Pooling is the pooling the language model's file names (<arch>.pooling_type), for running
+// it as an embedder; pooling.Unspecified when it names none.
+func (l *LLM) Pooling() (pooling.Type, error) { return pooling.Read(l.file, l.file.Architecture()) }
 
 // Check reads the header of the model file at path, as the reader that will open it reads it
 // (a whisper.cpp ggml file's hyper-parameters, vocabulary and tensor table; a GGUF file's

@@ -56,6 +56,7 @@ import (
 
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/decode"
+	"github.com/parleyhq/parley/runtime/decode/grammar"
 	"github.com/parleyhq/parley/runtime/kvcache"
 )
 
@@ -135,6 +136,14 @@ type Request struct {
 	// those before it (with TopLogprobs alternatives), as events of sequence 0 with Prompt set,
 	// in prompt order, before any generated token's event. See the package comment.
 	PromptLogprobs bool
+
+	// Grammar, when set, constrains every sequence's output to its language: each sequence
+	// walks it with a Matcher of its own, and samples from the tokens its mask allows
+	// (decode.Sampler.SampleMasked). When few tokens are left to MaxTokens, a sequence keeps to
+	// the tokens after which the rest can still complete the text (grammar.Matcher.Fits). A
+	// sequence whose grammar is complete and that has no end-of-generation token left to
+	// sample (IgnoreEOS) ends with reason eos. The Automaton's vocabulary must be the model's.
+	Grammar *grammar.Automaton
 }
 
 // Reasons beyond decode's stop reasons.
@@ -337,6 +346,8 @@ type seqState struct {
 	textSlab []byte
 	tops     *topSlab // where the events' alternatives are copied to, from ntop on
 	ntop     int
+	gram     *grammar.Matcher // the sequence's place in Request.Grammar; nil without one
+	ngen     int              // tokens generated
 }
 
 const (
@@ -389,6 +400,10 @@ type Scheduler struct {
 	scoreTok  []int32
 	scoreBase int // the first scoring row's index in lout
 	nscoring  int // scoring sequences in the step's batch
+
+	gramOnce  sync.Once
+	grammars  *grammar.Cache
+	grammarEr error
 
 	promptTok, genTok, hitTok                     atomic.Uint64
 	nActive, usedBlocks, cachedBlocks, idleBlocks atomic.Int32
@@ -512,6 +527,9 @@ func (s *Scheduler) Submit(ctx context.Context, r *Request) (*Stream, error) {
 	case r.TopLogprobs < 0 || r.TopLogprobs > decode.MaxTopLogprobs:
 		return nil, fmt.Errorf("%w: %d top log-probabilities, want 0..%d", ErrInvalid, r.TopLogprobs, decode.MaxTopLogprobs)
 	}
+	if r.Grammar != nil && r.Grammar.Vocab().Size() != s.vocab {
+		return nil, fmt.Errorf("%w: grammar over %d tokens, model of %d", ErrInvalid, r.Grammar.Vocab().Size(), s.vocab)
+	}
 	for i, id := range r.Prompt {
 		if id < 0 || int(id) >= s.vocab {
 			return nil, fmt.Errorf("%w: prompt token %d is %d, outside the vocabulary of %d", ErrInvalid, i, id, s.vocab)
@@ -554,10 +572,14 @@ func (s *Scheduler) Submit(ctx context.Context, r *Request) (*Stream, error) {
 			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 		_, drawable := smp.Drawable()
+		free := !q.logprobs && r.Grammar == nil // its tokens may be chosen where its logits are
 		q.seqs[i] = &seqState{r: q, idx: i, sampler: smp, stopper: stp, topBuf: make([]decode.TokenLogprob, 0, r.TopLogprobs),
 			scores: r.PromptLogprobs && i == 0,
-			pick:   s.picker != nil && smp.ArgmaxOnly() && !q.logprobs,
-			draw:   s.drawer != nil && drawable && !q.logprobs}
+			pick:   s.picker != nil && smp.ArgmaxOnly() && free,
+			draw:   s.drawer != nil && drawable && free}
+		if r.Grammar != nil {
+			q.seqs[i].gram = r.Grammar.NewMatcher()
+		}
 	}
 	st := &Stream{s: s, ready: make(chan struct{}, 1)}
 	st.usage.PromptTokens = p
@@ -589,6 +611,31 @@ func (s *Scheduler) Submit(ctx context.Context, r *Request) (*Stream, error) {
 		return nil, err
 	}
 	return st, nil
+}
+
+// Grammar cache bounds: automata kept, and the token masks each keeps.
+const (
+	grammarEntries   = 16
+	grammarMaskBytes = 4 << 20
+)
+
+// Grammars is the cache of grammars compiled over the model's vocabulary (the tokens' pieces as
+// Text gives them, its end-of-generation tokens), for Request.Grammar; built on first use and
+// shared by every request. Safe to call from any goroutine.
+func (s *Scheduler) Grammars() (*grammar.Cache, error) {
+	s.gramOnce.Do(func() {
+		pieces := make([][]byte, s.vocab)
+		for id := range pieces {
+			pieces[id] = s.t.Piece(int32(id))
+		}
+		v, err := grammar.NewVocab(pieces, s.eog)
+		if err != nil {
+			s.grammarEr = err
+			return
+		}
+		s.grammars, s.grammarEr = grammar.NewCache(v, grammarEntries, grammarMaskBytes)
+	})
+	return s.grammars, s.grammarEr
 }
 
 // SeqSeed is the sampling seed of sequence i of a request seeded with seed: seed itself for
@@ -965,7 +1012,49 @@ func (s *Scheduler) forkChildren(r *request) {
 
 // sample draws q's next token from its logits ([vocab]) and emits its event.
 func (s *Scheduler) sample(q *seqState, lg []float32) {
+	if q.gram != nil {
+		s.sampleGrammar(q, lg)
+		return
+	}
 	id, err := q.sampler.Sample(lg)
+	s.emit(q, id, err, lg)
+}
+
+// sampleGrammar draws q's next token among those its grammar allows. When the token drawn
+// leaves a text that the tokens left after it cannot complete (one byte a token at least), it
+// draws again among those that leave one they can, if any do.
+func (s *Scheduler) sampleGrammar(q *seqState, lg []float32) {
+	m := q.gram
+	mask, err := m.Mask()
+	if err != nil {
+		if m.Ended() || m.Complete() {
+			// Complete with no end-of-generation token to sample (IgnoreEOS, or a vocabulary
+			// without one), or one already accepted: the text is whole.
+			s.endSeq(q, decode.StopEOS, nil)
+			return
+		}
+		s.endSeq(q, ReasonError, fmt.Errorf("sched: %w", err))
+		return
+	}
+	id, err := q.sampler.SampleMasked(lg, mask)
+	if err == nil {
+		if left := q.r.maxTokens - q.ngen - 1; !m.Fits(id, left) {
+			if within, werr := m.MaskWithin(left); werr == nil {
+				id, err = q.sampler.SampleMasked(lg, within)
+			}
+		}
+	}
+	if err == nil {
+		err = m.Accept(id)
+	}
+	if err == nil && m.Ended() {
+		// An end-of-generation token, which the grammar allows only once its text is whole,
+		// ends the sequence even where the stopper would not (IgnoreEOS).
+		q.r.st.usage.CompletionTokens++
+		s.genTok.Add(1)
+		s.endSeq(q, decode.StopEOS, nil)
+		return
+	}
 	s.emit(q, id, err, lg)
 }
 
@@ -991,6 +1080,7 @@ func (s *Scheduler) emit(q *seqState, id int32, err error, lg []float32) {
 	}
 	q.decoding = true
 	q.last = id
+	q.ngen++
 	r.st.usage.CompletionTokens++
 	s.genTok.Add(1)
 	ev := Event{Seq: q.idx, Token: id, Piece: s.t.Piece(id)}

@@ -20,7 +20,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	m, e := s.model(req.Model)
+	m, e := s.genModel(req.Model)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -38,6 +38,34 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	if e := req.checkUnsupported(); e != nil {
 		writeError(w, e)
 		return
+	}
+	cons, e := parseConstraint(&req.commonRequest, req.ResponseFormat)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	tl, e := parseTools(req.Tools, req.ToolChoice, req.ParallelToolCalls)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	if tl != nil {
+		tl.format = toolFormatOf(m.ChatTemplate)
+	}
+	if tl.forced() {
+		if cons != nil {
+			writeError(w, invalid("tool_choice", fmt.Sprintf("Invalid 'tool_choice': a call cannot be forced together with '%s'.", cons.param)))
+			return
+		}
+		gbnf, e := tl.grammar()
+		if e != nil {
+			writeError(w, e)
+			return
+		}
+		cons = &constraint{param: "tools", gbnf: gbnf}
+	}
+	if !tl.active() {
+		tl = nil
 	}
 	lp := -1
 	if req.TopLogprobs != nil {
@@ -65,7 +93,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	text, err := m.tmpl.render(msgs, kw)
+	var offered []any
+	if tl != nil {
+		offered = tl.raw
+	}
+	text, err := m.tmpl.renderTools(msgs, offered, kw)
 	if err != nil {
 		var te *templateError
 		if errors.As(err, &te) {
@@ -86,5 +118,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, invalid("messages", "Invalid 'messages': they could not be tokenized."))
 		return
 	}
-	s.generate(w, r, &job{m: m, g: g, prompts: [][]int32{toks}, promptChars: []int{0}, logprobs: lp, chat: true})
+	gram, e := s.compile(m, cons)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	s.generate(w, r, &job{m: m, g: g, prompts: [][]int32{toks}, promptChars: []int{0}, logprobs: lp, chat: true, grammar: gram, tools: tl})
 }

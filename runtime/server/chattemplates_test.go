@@ -24,7 +24,7 @@ func TestBuiltinChatTemplatesAgainstJinja2(t *testing.T) {
 // texts are those templates' output, written out by hand from their sources), with "<s>" and
 // "</s>" as the BOS and EOS tokens.
 func TestBuiltinChatTemplates(t *testing.T) {
-	conv := []message{{"system", "S"}, {"user", "U1"}, {"assistant", "A1"}, {"user", "U2"}}
+	conv := []message{{Role: "system", Content: "S"}, {Role: "user", Content: "U1"}, {Role: "assistant", Content: "A1"}, {Role: "user", Content: "U2"}}
 	want := map[string]string{
 		"chatml":     "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU1<|im_end|>\n<|im_start|>assistant\nA1<|im_end|>\n<|im_start|>user\nU2<|im_end|>\n<|im_start|>assistant\n",
 		"llama2":     "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\nU1 [/INST] A1 </s><s>[INST] U2 [/INST]",

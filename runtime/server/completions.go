@@ -60,7 +60,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	m, e := s.model(req.Model)
+	m, e := s.genModel(req.Model)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -76,6 +76,11 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if e := req.checkUnsupported(g.n); e != nil {
+		writeError(w, e)
+		return
+	}
+	cons, e := parseConstraint(&req.commonRequest, nil)
+	if e != nil {
 		writeError(w, e)
 		return
 	}
@@ -96,7 +101,12 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, invalid("prompt", fmt.Sprintf("Invalid 'prompt': %d prompts of %d choices each make %d choices; a request may have at most %d.", len(ps), g.n, len(ps)*g.n, maxN)))
 		return
 	}
-	j := &job{m: m, g: g, logprobs: lp, echo: echo}
+	gram, e := s.compile(m, cons)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	j := &job{m: m, g: g, logprobs: lp, echo: echo, grammar: gram}
 	for _, p := range ps {
 		toks, chars, text, lead := p.tokens, 0, p.text, 0
 		if p.isText {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/parleyhq/parley/runtime/decode"
+	"github.com/parleyhq/parley/runtime/decode/grammar"
 	"github.com/parleyhq/parley/runtime/sched"
 )
 
@@ -23,6 +24,8 @@ type job struct {
 	promptChars []int
 	logprobs    int // alternatives per token; -1: no logprobs
 	chat        bool
+	grammar     *grammar.Automaton // every choice's output is in its language; nil: free
+	tools       *tools             // chat: the answers may call these functions; nil: none
 	id          string
 	created     int64
 
@@ -90,6 +93,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, j *job) {
 			// The prompt's log-probabilities for echo's logprobs; a request that generates
 			// nothing must ask for them (and pays for them).
 			PromptLogprobs: j.echo && (j.logprobs >= 0 || g.scoreOnly),
+			Grammar:        j.grammar,
 		}
 		if s.cfg.RequestTimeout > 0 {
 			reqs[k].Deadline = ri.start.Add(s.cfg.RequestTimeout)

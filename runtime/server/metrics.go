@@ -96,6 +96,10 @@ func (c *schedCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *schedCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range c.models {
+		if m.Sched == nil {
+			collectLoop(ch, m.Name, m.Embedder.Stats(), 0, 0, 0)
+			continue
+		}
 		st := m.Sched.Stats()
 		loop := sched.LoopStats{Queued: st.Queued, Steps: st.Steps, LastStep: st.LastStep,
 			LastBatchSeqs: st.LastBatchSeqs, LastBatchTokens: st.LastBatchTokens}

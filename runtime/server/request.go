@@ -39,6 +39,9 @@ type commonRequest struct {
 	TopK      *int     `json:"top_k"`
 	MinP      *float64 `json:"min_p"`
 	IgnoreEOS bool     `json:"ignore_eos"`
+	// Grammar (GBNF) and JSONSchema constrain the output, as llama.cpp's server's fields do.
+	Grammar    *string         `json:"grammar"`
+	JSONSchema json.RawMessage `json:"json_schema"`
 }
 
 type completionRequest struct {
@@ -59,15 +62,18 @@ type chatRequest struct {
 	// ChatTemplateKwargs are extra variables for the model's chat template (an extension, as in
 	// vLLM and llama-server), such as Qwen3's enable_thinking.
 	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs"`
-	// Not implemented: refused when set to anything but their defaults.
+	// ResponseFormat is text, json_object or json_schema (constrain.go).
 	ResponseFormat json.RawMessage `json:"response_format"`
-	Tools          json.RawMessage `json:"tools"`
-	ToolChoice     json.RawMessage `json:"tool_choice"`
-	Functions      json.RawMessage `json:"functions"`
-	FunctionCall   json.RawMessage `json:"function_call"`
-	Audio          json.RawMessage `json:"audio"`
-	Modalities     json.RawMessage `json:"modalities"`
-	Prediction     json.RawMessage `json:"prediction"`
+	// Tools, ToolChoice and ParallelToolCalls offer functions to call (tools.go).
+	Tools             json.RawMessage `json:"tools"`
+	ToolChoice        json.RawMessage `json:"tool_choice"`
+	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
+	// Not implemented: refused when set to anything but their defaults.
+	Functions    json.RawMessage `json:"functions"`
+	FunctionCall json.RawMessage `json:"function_call"`
+	Audio        json.RawMessage `json:"audio"`
+	Modalities   json.RawMessage `json:"modalities"`
+	Prediction   json.RawMessage `json:"prediction"`
 }
 
 // unsupported is the 400 for a parameter this server does not implement, set to a value that
@@ -109,34 +115,8 @@ func nonEmptyArray(param string, raw json.RawMessage) (bool, *apiError) {
 }
 
 // checkUnsupported refuses the fields of /v1/chat/completions that parley does not implement
-// (tools, structured output, audio, predicted outputs) when they ask for something.
+// (legacy functions, audio, predicted outputs) when they ask for something.
 func (c *chatRequest) checkUnsupported() *apiError {
-	if !isNull(c.ResponseFormat) {
-		var rf struct {
-			Type *string `json:"type"`
-		}
-		if err := json.Unmarshal(c.ResponseFormat, &rf); err != nil {
-			return invalid("response_format", "Invalid type for 'response_format': expected an object.")
-		}
-		if rf.Type == nil {
-			return invalid("response_format.type", "Missing required parameter: 'response_format.type'.")
-		}
-		if *rf.Type != "text" {
-			return unsupported("response_format", fmt.Sprintf("of type %q", *rf.Type))
-		}
-	}
-	if yes, e := nonEmptyArray("tools", c.Tools); e != nil || yes {
-		if e == nil {
-			e = unsupported("tools", "(tool calling)")
-		}
-		return e
-	}
-	if !isNull(c.ToolChoice) {
-		var s string
-		if err := json.Unmarshal(c.ToolChoice, &s); err != nil || (s != "none" && s != "auto") {
-			return unsupported("tool_choice", "other than \"none\" or \"auto\"")
-		}
-	}
 	if yes, e := nonEmptyArray("functions", c.Functions); e != nil || yes {
 		if e == nil {
 			e = unsupported("functions", "(function calling)")
@@ -423,8 +403,11 @@ func parseOnePrompt(raw json.RawMessage, vocab int, what string) (p *promptInput
 
 // chatMessage is one entry of messages as sent.
 type chatMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	ToolCalls  json.RawMessage `json:"tool_calls"`   // assistant
+	ToolCallID string          `json:"tool_call_id"` // tool
+	Name       string          `json:"name"`
 }
 
 var chatRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true}
@@ -452,7 +435,25 @@ func parseMessages(raw json.RawMessage) ([]message, *apiError) {
 		if e != nil {
 			return nil, e
 		}
-		out[i] = message{Role: m.Role, Content: text}
+		out[i] = message{Role: m.Role, Content: text, Name: m.Name, ToolCallID: m.ToolCallID}
+		if !isNull(m.ToolCalls) {
+			if m.Role != "assistant" {
+				return nil, invalid(param+".tool_calls", fmt.Sprintf("Invalid '%s.tool_calls': only assistant messages make tool calls.", param))
+			}
+			var calls []toolCall
+			if err := json.Unmarshal(m.ToolCalls, &calls); err != nil {
+				return nil, invalid(param+".tool_calls", fmt.Sprintf("Invalid '%s.tool_calls': expected an array of {id, type, function: {name, arguments}}.", param))
+			}
+			for k, c := range calls {
+				if c.Function.Name == "" {
+					return nil, invalid(fmt.Sprintf("%s.tool_calls[%d].function.name", param, k), fmt.Sprintf("Missing required parameter: '%s.tool_calls[%d].function.name'.", param, k))
+				}
+			}
+			out[i].ToolCalls = calls
+		}
+		if m.Role == "tool" && m.ToolCallID == "" {
+			return nil, invalid(param+".tool_call_id", fmt.Sprintf("Missing required parameter: '%s.tool_call_id'.", param))
+		}
 	}
 	return out, nil
 }

@@ -18,9 +18,10 @@ func usageOf(u sched.Usage) *usageJSON {
 }
 
 type chatMessageJSON struct {
-	Role    string  `json:"role"`
-	Content string  `json:"content"`
-	Refusal *string `json:"refusal"` // always null, as OpenAI's when the model did not refuse
+	Role      string     `json:"role"`
+	Content   *string    `json:"content"` // null for an answer of tool calls alone
+	Refusal   *string    `json:"refusal"` // always null, as OpenAI's when the model did not refuse
+	ToolCalls []toolCall `json:"tool_calls,omitempty"`
 }
 
 type choiceJSON struct {
@@ -90,7 +91,19 @@ func (s *Server) collect(w http.ResponseWriter, r *http.Request, j *job, sts []*
 		c := choiceJSON{Index: i, FinishReason: &fr, StopReason: stopReason(o.reason)}
 		text := string(o.text)
 		if j.chat {
-			c.Message = &chatMessageJSON{Role: "assistant", Content: text}
+			c.Message = &chatMessageJSON{Role: "assistant", Content: &text}
+			if j.tools != nil {
+				content, calls := j.tools.parse(text)
+				if len(calls) > 0 {
+					c.Message.Content, c.Message.ToolCalls = nil, calls
+					if content != "" {
+						c.Message.Content = &content
+					}
+					if o.reason != sched.ReasonTimeout {
+						fr = "tool_calls"
+					}
+				}
+			}
 			if j.logprobs >= 0 {
 				c.Logprobs = newChatLogprobs(o.entries)
 			}

@@ -40,6 +40,7 @@ var endpoints = []endpoint{
 	{http.MethodGet, "/v1/models/{model...}", (*Server).getModel, noBody},
 	{http.MethodPost, "/v1/completions", (*Server).completions, jsonBody},
 	{http.MethodPost, "/v1/chat/completions", (*Server).chat, jsonBody},
+	{http.MethodPost, "/v1/embeddings", (*Server).embeddings, jsonBody},
 	{http.MethodPost, "/v1/audio/transcriptions", (*Server).transcriptions, audioBody},
 	{http.MethodPost, "/v1/audio/translations", (*Server).translations, audioBody},
 	{http.MethodGet, "/v1/audio/stream", (*Server).audioStream, noBody},

@@ -28,6 +28,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/parleyhq/parley/runtime/decode/grammar"
 	"github.com/parleyhq/parley/runtime/sched"
 )
 
@@ -37,8 +38,11 @@ type Model struct {
 	Name         string    // id clients pass as "model"; unique within a Server
 	Tokenizer    Tokenizer // encodes prompts (models.Text)
 	ChatTemplate string    // Jinja source (tokenizer.chat_template); "": chat requests are answered 400 no_chat_template
-	Sched        Scheduler // runs this model's requests (*sched.Scheduler); the caller runs its loop
-	Ctx          int       // positions one sequence may hold, prompt plus generated (> 1)
+	Sched        Scheduler // runs this model's requests (*sched.Scheduler); the caller runs its loop; nil: an embedding model only
+	Ctx          int       // positions one sequence may hold, prompt plus generated (> 1); with no Sched, the Embedder's MaxTokens
+	// Embedder, when set, computes the model's embeddings (/v1/embeddings); the caller runs its
+	// loop. Sched, Embedder or both.
+	Embedder Embedder
 }
 
 // Tokenizer is a served model's text side, as models.Text gives it.
@@ -68,6 +72,9 @@ type Scheduler interface {
 	MaxSeqs() int
 	// Stats is a snapshot for /metrics.
 	Stats() sched.Stats
+	// Grammars is the cache of grammars compiled over the model's vocabulary, for
+	// sched.Request.Grammar.
+	Grammars() (*grammar.Cache, error)
 }
 
 // Config configures a Server. The zero value serves without authentication or CORS.
@@ -199,8 +206,8 @@ func New(cfg Config, models []*Model) (*Server, error) {
 	}
 	for i, m := range models {
 		switch {
-		case m == nil || m.Tokenizer == nil || m.Sched == nil:
-			return nil, fmt.Errorf("server: model %d: tokenizer and scheduler are required", i)
+		case m == nil || m.Tokenizer == nil || (m.Sched == nil && m.Embedder == nil):
+			return nil, fmt.Errorf("server: model %d: a tokenizer and a scheduler or an embedder are required", i)
 		case m.Name == "":
 			return nil, fmt.Errorf("server: model %d: empty name", i)
 		case s.byName[m.Name] != nil:
@@ -209,6 +216,9 @@ func New(cfg Config, models []*Model) (*Server, error) {
 			return nil, fmt.Errorf("server: model %q: negative context %d", m.Name, m.Ctx)
 		}
 		sv := &served{Model: m, ctx: m.Ctx, vocab: m.Tokenizer.VocabSize()}
+		if m.Sched == nil && sv.ctx == 0 {
+			sv.ctx = m.Embedder.MaxTokens()
+		}
 		if sv.ctx <= 1 {
 			return nil, fmt.Errorf("server: model %q: context of %d positions", m.Name, sv.ctx)
 		}
@@ -342,6 +352,15 @@ func (s *Server) getModel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, s.modelObject(m))
+}
+
+// genModel is model for a generation request: an embedding-only model is a 400.
+func (s *Server) genModel(name string) (*served, *apiError) {
+	m, e := s.model(name)
+	if e == nil && m.Sched == nil {
+		return nil, invalidCode("model", "model_not_supported", fmt.Sprintf("The model '%s' is an embedding model; use /v1/embeddings.", m.Name))
+	}
+	return m, e
 }
 
 // model finds the named model; an empty name picks the only one when there is one.

@@ -19,8 +19,23 @@ type chunkJSON struct {
 }
 
 type deltaJSON struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string          `json:"role,omitempty"`
+	Content   *string         `json:"content,omitempty"`
+	ToolCalls []toolCallDelta `json:"tool_calls,omitempty"`
+}
+
+// toolCallDelta is a piece of a streamed tool call, as OpenAI streams them: the call's index,
+// id, type and name first, then its arguments.
+type toolCallDelta struct {
+	Index    int               `json:"index"`
+	ID       string            `json:"id,omitempty"`
+	Type     string            `json:"type,omitempty"`
+	Function toolCallFuncDelta `json:"function"`
+}
+
+type toolCallFuncDelta struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
 }
 
 type chunkChoiceJSON struct {
@@ -114,6 +129,13 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, sts []*s
 	if j.echo {
 		prompts, echoed = make([][]logprobEntry, j.choices()), make([]bool, j.choices())
 	}
+	// With tools, a choice's answer is held back until it ends, then sent as content or as
+	// tool calls, whichever it turns out to be.
+	var held []string
+	var heldLP [][]logprobEntry
+	if j.tools != nil {
+		held, heldLP = make([]string, j.choices()), make([][]logprobEntry, j.choices())
+	}
 	failed := false
 	ok := s.pump(r.Context(), j, sts, func(choice int, ev *sched.Event) bool {
 		if ev.Prompt {
@@ -136,7 +158,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, sts []*s
 			}
 		}
 		es := queues[choice].push(j, ev)
-		if len(ev.Text) > 0 || len(es) > 0 {
+		if held != nil {
+			held[choice] += string(ev.Text)
+			heldLP[choice] = append(heldLP[choice], es...)
+		} else if len(ev.Text) > 0 || len(es) > 0 {
 			if !textChunk(choice, string(ev.Text), es) {
 				return false
 			}
@@ -159,6 +184,30 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, sts []*s
 			}
 			failed = true
 			return false
+		}
+		if held != nil {
+			content, calls := j.tools.parse(held[choice])
+			if len(calls) == 0 {
+				content = held[choice]
+			}
+			if content != "" || len(heldLP[choice]) > 0 {
+				if !textChunk(choice, content, heldLP[choice]) {
+					return false
+				}
+			}
+			for k, tc := range calls {
+				start := toolCallDelta{Index: k, ID: tc.ID, Type: "function", Function: toolCallFuncDelta{Name: tc.Function.Name}}
+				if !send(chunk(chunkChoiceJSON{Index: choice, Delta: &deltaJSON{ToolCalls: []toolCallDelta{start}}})) {
+					return false
+				}
+				args := toolCallDelta{Index: k, Function: toolCallFuncDelta{Arguments: tc.Function.Arguments}}
+				if !send(chunk(chunkChoiceJSON{Index: choice, Delta: &deltaJSON{ToolCalls: []toolCallDelta{args}}})) {
+					return false
+				}
+			}
+			if len(calls) > 0 && ev.Reason != sched.ReasonTimeout {
+				fr = "tool_calls"
+			}
 		}
 		c := chunkChoiceJSON{Index: choice, FinishReason: &fr, StopReason: stopReason(ev.Reason)}
 		if j.chat {

@@ -29,10 +29,14 @@ type templateError struct{ msg string }
 
 func (e *templateError) Error() string { return e.msg }
 
-// message is one chat message as passed to the template: role and text content.
+// message is one chat message as passed to the template: role and text content, an
+// assistant's tool calls, a tool message's call id, and a name where one is given.
 type message struct {
-	Role    string
-	Content string
+	Role       string
+	Content    string
+	Name       string
+	ToolCalls  []toolCall
+	ToolCallID string
 }
 
 var (
@@ -146,6 +150,12 @@ func templateKwargs(raw json.RawMessage) (map[string]jinja.Value, *apiError) {
 // returned as a *templateError. A developer message goes to a template that does not name that
 // role as a system message (OpenAI's newer name for it).
 func (t *chatTemplate) render(msgs []message, extra map[string]jinja.Value) (out string, err error) {
+	return t.renderTools(msgs, nil, extra)
+}
+
+// renderTools is render with tools (nil: none), the tools as sent, passed to the template as
+// apply_chat_template(tools=...) passes them.
+func (t *chatTemplate) renderTools(msgs []message, tools []any, extra map[string]jinja.Value) (out string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			out, err = "", fmt.Errorf("chat template: %v", r)
@@ -161,6 +171,15 @@ func (t *chatTemplate) render(msgs []message, extra map[string]jinja.Value) (out
 		d := v.AsDict()
 		d.Set("role", jinja.NewString(role))
 		d.Set("content", jinja.NewString(m.Content))
+		if m.Name != "" {
+			d.Set("name", jinja.NewString(m.Name))
+		}
+		if m.ToolCalls != nil {
+			d.Set("tool_calls", toolCallsValue(m.ToolCalls))
+		}
+		if m.ToolCallID != "" {
+			d.Set("tool_call_id", jinja.NewString(m.ToolCallID))
+		}
 		list[i] = v
 	}
 	vars := map[string]jinja.Value{
@@ -168,7 +187,7 @@ func (t *chatTemplate) render(msgs []message, extra map[string]jinja.Value) (out
 		"add_generation_prompt": jinja.NewBool(true),
 		"bos_token":             t.bos,
 		"eos_token":             t.eos,
-		"tools":                 jinja.None(),
+		"tools":                 toolsValue(tools),
 		"documents":             jinja.None(),
 		"raise_exception":       raiseException,
 		"strftime_now":          strftimeNow,
@@ -188,6 +207,14 @@ func (t *chatTemplate) render(msgs []message, extra map[string]jinja.Value) (out
 		return "", fmt.Errorf("chat template: %w", err)
 	}
 	return out, nil
+}
+
+// toolsValue is tools as the template variable: none without any.
+func toolsValue(tools []any) jinja.Value {
+	if len(tools) == 0 {
+		return jinja.None()
+	}
+	return jinja.FromGoValue(tools)
 }
 
 // strftime formats t with the C strftime directives chat templates use (%d %b %Y and friends).

@@ -3,6 +3,7 @@ package grammar
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"sync"
 	"unsafe"
@@ -50,6 +51,8 @@ type Automaton struct {
 	ncls int
 	cls  [256]uint8 // byte → class: bytes of one class are in exactly the same byte sets
 	rep  []byte     // [ncls] a byte of each class
+	// clsSet is the bytes of each class.
+	clsSet []byteSet // [ncls]
 
 	mu sync.Mutex
 
@@ -57,6 +60,7 @@ type Automaton struct {
 	// Node 0 is the empty stack.
 	nodePos    []int32
 	nodeParent []int32
+	nodeMin    []int32 // fewest bytes that empty the stack
 	nodeIndex  map[uint64]int32
 
 	// States: state s is the sorted set of stacks stacks[stateOff[s]:stateOff[s+1]].
@@ -65,21 +69,25 @@ type Automaton struct {
 	stateIndex map[string]int32
 	trans      []int32   // [states*ncls] next state, or stUnknown, stDead, stError
 	complete   []bool    // [states] holds the empty stack
-	rowDone    []bool    // [states] every transition computed, and loop set
-	loop       []byteSet // [states] bytes that lead back to the same state (when rowDone)
-	utf8Loop   []bool    // [states] every valid UTF-8 character leads back (when rowDone)
+	minBytes   []int32   // [states] fewest bytes to a complete state (infBytes: none)
+	rowDone    []bool    // [states] every transition computed, and loopKnown full
+	loopKnown  []byteSet // [states] bytes whose transition is known to loop or not
+	loop       []byteSet // [states] bytes known to lead back to the same state
+	utf8Known  []bool    // [states] utf8Loop computed
+	utf8Loop   []bool    // [states] every valid UTF-8 character leads back (when utf8Known)
 	masks      [][]uint64
 	empty      []bool // [states] mask computed and found empty
 	maskBytes  int
 	maskBudget int
 
 	// Scratch for step.
-	seen  []uint32 // [nodes] stamp of the last step that expanded the node
-	stamp uint32
-	work  []int32
-	out   []int32
-	key   []byte
-	walk  []int32 // [depth] state at each depth of a trie walk
+	seen   []uint32 // [nodes] stamp of the last step that expanded the node
+	stamp  uint32
+	work   []int32
+	out    []int32
+	key    []byte
+	walk   []int32 // [depth] state at each depth of a trie walk
+	loopAt []bool  // [depth] the walk has only looped on its first state so far
 }
 
 // NewAutomaton prepares g for the tokens of v. Nothing is determinised until the first Mask or
@@ -100,6 +108,7 @@ func NewAutomaton(g *Grammar, v *Vocab, maskCache int) (*Automaton, error) {
 	a.classify()
 	a.nodePos = append(a.nodePos, -1)
 	a.nodeParent = append(a.nodeParent, -1)
+	a.nodeMin = append(a.nodeMin, 0)
 	a.stateOff = append(a.stateOff, 0)
 	a.seen = append(a.seen, 0)
 	// State 0: the root rule's alternatives on the empty stack.
@@ -118,6 +127,9 @@ func NewAutomaton(g *Grammar, v *Vocab, maskCache int) (*Automaton, error) {
 	}
 	return a, nil
 }
+
+// Vocab is the vocabulary a is compiled over.
+func (a *Automaton) Vocab() *Vocab { return a.v }
 
 // newStep starts an expansion: a fresh stamp and empty work and output lists.
 func (a *Automaton) newStep() {
@@ -155,6 +167,10 @@ func (a *Automaton) classify() {
 	}
 	a.ncls = n
 	a.rep = make([]byte, n)
+	a.clsSet = make([]byteSet, n)
+	for b := 0; b < 256; b++ {
+		a.clsSet[a.cls[b]].add(byte(b), byte(b))
+	}
 	done := make([]bool, n)
 	for b := 0; b < 256; b++ {
 		if c := a.cls[b]; !done[c] {
@@ -173,6 +189,7 @@ func (a *Automaton) push(pos, parent int32) int32 {
 	n := int32(len(a.nodePos))
 	a.nodePos = append(a.nodePos, pos)
 	a.nodeParent = append(a.nodeParent, parent)
+	a.nodeMin = append(a.nodeMin, addBytes(a.g.rest[pos], a.nodeMin[parent]))
 	a.seen = append(a.seen, 0)
 	a.nodeIndex[k] = n
 	return n
@@ -243,8 +260,15 @@ func (a *Automaton) intern() int32 {
 		a.trans = append(a.trans, stUnknown)
 	}
 	a.complete = append(a.complete, a.out[0] == 0)
+	least := int32(infBytes)
+	for _, n := range a.out {
+		least = min(least, a.nodeMin[n])
+	}
+	a.minBytes = append(a.minBytes, least)
 	a.rowDone = append(a.rowDone, false)
+	a.loopKnown = append(a.loopKnown, byteSet{})
 	a.loop = append(a.loop, byteSet{})
+	a.utf8Known = append(a.utf8Known, false)
 	a.utf8Loop = append(a.utf8Loop, false)
 	a.masks = append(a.masks, nil)
 	a.empty = append(a.empty, false)
@@ -273,27 +297,62 @@ func (a *Automaton) next(s int32, c uint8) int32 {
 	return r
 }
 
-// row computes every transition of s and the set of bytes that lead back to s.
+// row computes every transition of s, the set of bytes that lead back to s, and whether every
+// UTF-8 character does.
 func (a *Automaton) row(s int32) {
-	var l byteSet
-	for c := 0; c < a.ncls; c++ {
-		if a.next(s, uint8(c)) == s {
-			for b := 0; b < 256; b++ {
-				if a.cls[b] == uint8(c) {
-					l.add(byte(b), byte(b))
-				}
+	for c := range a.ncls {
+		ns := a.next(s, uint8(c))
+		cs := &a.clsSet[c]
+		for k := range cs {
+			a.loopKnown[s][k] |= cs[k]
+			if ns == s {
+				a.loop[s][k] |= cs[k]
 			}
 		}
 	}
-	a.loop[s] = l
-	ok := true
-	for _, seq := range utf8Encodings {
-		if ok = a.seqLoops(s, s, seq); !ok {
-			break
+	a.utf8Loops(s)
+	a.rowDone[s] = true
+}
+
+// loopsOver reports whether every byte of set leads from s back to s, computing the
+// transitions it needs and no more: it stops at the first byte that does not.
+func (a *Automaton) loopsOver(s int32, set *byteSet) bool {
+	for w := range set {
+		if set[w]&a.loopKnown[s][w]&^a.loop[s][w] != 0 {
+			return false
 		}
 	}
-	a.utf8Loop[s] = ok
-	a.rowDone[s] = true
+	for w := range set {
+		for unknown := set[w] &^ a.loopKnown[s][w]; unknown != 0; unknown = set[w] &^ a.loopKnown[s][w] {
+			c := a.cls[byte(w*64+bits.TrailingZeros64(unknown))]
+			ns := a.next(s, c) // may grow the per-state slices: index them afresh
+			cs := &a.clsSet[c]
+			for k := range cs {
+				a.loopKnown[s][k] |= cs[k]
+			}
+			if ns != s {
+				return false
+			}
+			for k := range cs {
+				a.loop[s][k] |= cs[k]
+			}
+		}
+	}
+	return true
+}
+
+// utf8Loops reports whether every UTF-8 character leads from s through live states back to s.
+func (a *Automaton) utf8Loops(s int32) bool {
+	if !a.utf8Known[s] {
+		ok := true
+		for _, seq := range utf8Encodings {
+			if ok = a.seqLoops(s, s, seq); !ok {
+				break
+			}
+		}
+		a.utf8Loop[s], a.utf8Known[s] = ok, true
+	}
+	return a.utf8Loop[s]
 }
 
 // utf8Encodings are the byte ranges of every multi-byte UTF-8 encoding (RFC 3629's table).
@@ -347,14 +406,46 @@ func (a *Automaton) Classes() int { return a.ncls }
 // transitions to try accepting the subtree at once; smaller ones are walked.
 const bulkMin = 16
 
+// known reports whether every byte of set is known to loop on s or not.
+func (a *Automaton) known(s int32, set *byteSet) bool {
+	k := &a.loopKnown[s]
+	return set[0]&^k[0]|set[1]&^k[1]|set[2]&^k[2]|set[3]&^k[3] == 0
+}
+
+// loopMin is the fewest bytes a state must loop on for mask to start from the Vocab's loop
+// mask of that set (a string's body loops on about a hundred) instead of setting the bits of
+// those tokens one by one.
+const loopMin = 32
+
 // mask computes the token mask of state s into m (cleared here, a.v.maskWords() long): the
 // trie is walked depth first with the state reached at each depth; a dead state prunes its
 // subtree, and a subtree all of whose bytes loop on the state reached at its root is accepted
-// whole. End-of-generation tokens are set when s is complete.
-func (a *Automaton) mask(s int32, m []uint64) (bool, error) {
-	clear(m)
+// whole. When s itself loops on many bytes, the tokens that never leave s come from the Vocab's
+// loop mask of those bytes (shared by every state and every Automaton with the same loop), and
+// the walk skips the subtrees whose tokens all stay in s. End-of-generation tokens are set
+// when s is complete.
+//
+// With within below infBytes, only the tokens after which the grammar can be completed within
+// that many more bytes are set (and no subtree is accepted whole).
+func (a *Automaton) mask(s int32, m []uint64, within int32) (bool, error) {
 	v := a.v
 	any := false
+	bounded := within < infBytes
+	if !a.rowDone[s] && !bounded {
+		a.row(s)
+	}
+	var loop *byteSet
+	loopSet := a.loop[s]
+	if setSize(&loopSet) >= loopMin && !bounded {
+		if lm := v.loopMask(loopSet, a.utf8Loop[s]); lm != nil {
+			copy(m, lm)
+			loop = &loopSet
+			any = slices.ContainsFunc(lm, func(w uint64) bool { return w != 0 })
+		}
+	}
+	if loop == nil {
+		clear(m)
+	}
 	if a.complete[s] {
 		for _, id := range v.eog {
 			m[id>>6] |= 1 << (uint(id) & 63)
@@ -363,13 +454,29 @@ func (a *Automaton) mask(s int32, m []uint64) (bool, error) {
 	}
 	if cap(a.walk) < 64 {
 		a.walk = make([]int32, 64)
+		a.loopAt = make([]bool, 64)
 	}
 	a.walk = a.walk[:cap(a.walk)]
+	a.loopAt = a.loopAt[:cap(a.walk)]
 	a.walk[0] = s
+	a.loopAt[0] = loop != nil // loopAt[d]: every byte to depth d is in loop, so the walk is in s
+	wholeChars := a.utf8Loop[s]
 	nodes := int32(len(v.edge))
 	ncls := a.ncls
 	for i := int32(1); i < nodes; {
 		d := int(v.depth[i])
+		if a.loopAt[d-1] {
+			// Skip a subtree whose tokens are all in the loop mask: its ASCII bytes loop, and
+			// so do its other bytes, or they form whole characters that loop.
+			var sub byteSet
+			sub = v.below[i]
+			sub.add(v.edge[i], v.edge[i])
+			ascii := sub[0]&^loop[0] | sub[1]&^loop[1]
+			if ascii == 0 && (sub[2]&^loop[2]|sub[3]&^loop[3] == 0 || wholeChars && v.sub[i]) {
+				i = v.end[i]
+				continue
+			}
+		}
 		ps := a.walk[d-1]
 		ns := a.trans[int(ps)*ncls+int(a.cls[v.edge[i]])]
 		if ns == stUnknown {
@@ -383,16 +490,13 @@ func (a *Automaton) mask(s int32, m []uint64) (bool, error) {
 			continue
 		}
 		end := v.end[i]
-		if end-i >= bulkMin || end > i+1 && a.rowDone[ns] {
-			if !a.rowDone[ns] {
-				a.row(ns)
-			}
+		if !bounded && (end-i >= bulkMin || end > i+1 && a.known(ns, &v.below[i])) {
 			// The whole subtree is allowed when every byte below loops on ns, or when its
 			// tokens are UTF-8 from a character boundary, ns loops on every character, and its
-			// ASCII bytes loop on ns.
-			bl, lp := &v.below[i], &a.loop[ns]
-			ascii := bl[0]&^lp[0] | bl[1]&^lp[1]
-			if ascii == 0 && (bl[2]&^lp[2]|bl[3]&^lp[3] == 0 || v.utf8[i] && a.utf8Loop[ns]) {
+			// ASCII bytes loop on ns. Transitions are computed only until one fails.
+			bl := &v.below[i]
+			ascii, high := byteSet{bl[0], bl[1]}, byteSet{2: bl[2], 3: bl[3]}
+			if a.loopsOver(ns, &ascii) && (a.loopsOver(ns, &high) || v.utf8[i] && a.utf8Loops(ns)) {
 				for _, id := range v.order[v.tokLo[i]:v.tokLo[end]] {
 					m[id>>6] |= 1 << (uint(id) & 63)
 				}
@@ -401,15 +505,18 @@ func (a *Automaton) mask(s int32, m []uint64) (bool, error) {
 				continue
 			}
 		}
-		lo := v.tokLo[i]
-		for _, id := range v.order[lo : lo+v.own[i]] {
-			m[id>>6] |= 1 << (uint(id) & 63)
-			any = true
+		if lo := v.tokLo[i]; !bounded || a.minBytes[ns] <= within {
+			for _, id := range v.order[lo : lo+v.own[i]] {
+				m[id>>6] |= 1 << (uint(id) & 63)
+				any = true
+			}
 		}
 		if d >= len(a.walk) {
 			a.walk = append(a.walk, make([]int32, len(a.walk))...)
+			a.loopAt = append(a.loopAt, make([]bool, len(a.loopAt))...)
 		}
 		a.walk[d] = ns
+		a.loopAt[d] = a.loopAt[d-1] && loop.has(v.edge[i])
 		i++
 	}
 	return any, nil
@@ -436,7 +543,7 @@ func (a *Automaton) cachedMask(s int32, buf []uint64) ([]uint64, []uint64, error
 		}
 		m = buf[:words]
 	}
-	any, err := a.mask(s, m)
+	any, err := a.mask(s, m, infBytes)
 	if err != nil {
 		return nil, buf, err
 	}

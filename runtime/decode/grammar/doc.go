@@ -13,7 +13,10 @@
 //     sequences), or kept across requests with the same grammar.
 //   - Matcher: one sequence's position in the Automaton: Mask gives the tokens allowed next,
 //     Accept advances by a token, Complete says whether end of generation is allowed. A
-//     Matcher is a small value; Clone copies it for n > 1 or beam search.
+//     Matcher is a small value; Clone copies it for n > 1 or beam search. MinBytes, Fits and
+//     MaskWithin steer a sequence that must end within a number of tokens to a complete text.
+//   - Cache: the Automata of one Vocab by key (a grammar's or a schema's text), least recently
+//     used dropped first, so that a grammar seen before starts warm.
 //
 // A server uses it so: per model, NewVocab from the tokenizer's pieces and end-of-generation
 // ids; per request, ParseGBNF or FromJSONSchema (a *SyntaxError or *SchemaError is the
@@ -30,5 +33,11 @@
 // token is matched byte by byte with no UTF-8 decoding at run time, and the set of stacks after
 // each byte is interned as one state of a lazily built DFA. A mask is computed by walking the
 // vocabulary's trie and the DFA together; a subtree whose bytes all keep the DFA in its state
-// (a string's body, for instance) is accepted whole without visiting it.
+// (a string's body, for instance) is accepted whole without visiting it. A state that loops on
+// many bytes (inside a string) starts from the Vocab's mask of the tokens spelt within those
+// bytes, computed once per Vocab and shared by every state and Automaton with the same loop,
+// and walks only the subtrees holding a byte that leaves it (a quote, a backslash), so that
+// the first visit to a string in a new context costs its transitions, not a bit per token.
+// Each state also knows the fewest bytes that complete the grammar from it (from every rule's
+// shortest derivation, computed when the grammar is lowered).
 package grammar

@@ -41,6 +41,7 @@ type Grammar struct {
 	elems []elem
 	sets  []byteSet
 	root  int32
+	rest  []int32 // [elems] fewest bytes that finish the alternative from each position
 }
 
 // String returns the grammar's GBNF text.
@@ -132,6 +133,7 @@ func lower(src string, defs []ruleDef) (g *Grammar, err error) {
 	if !g.productive()[g.root] {
 		return nil, l.p.errAt(defs[root].off, `rule "root" matches no finite text`)
 	}
+	g.rest = g.minRest()
 	return g, nil
 }
 

@@ -60,6 +60,70 @@ func (m *Matcher) Mask() ([]uint64, error) {
 	return mask, err
 }
 
+// MinBytes is the fewest bytes of text that complete the grammar from here: 0 when Complete,
+// -1 when no finite text does (or after an end-of-generation token). A caller that must finish
+// within a number of tokens steers by it (Fits, MaskWithin): with a token for every byte value,
+// as byte-fallback and byte-level vocabularies have, n bytes take at most n tokens.
+func (m *Matcher) MinBytes() int {
+	if m.ended {
+		return -1
+	}
+	m.a.mu.Lock()
+	defer m.a.mu.Unlock()
+	if n := m.a.minBytes[m.state]; n < infBytes {
+		return int(n)
+	}
+	return -1
+}
+
+// Fits reports whether token id may come next and leaves a text that n more bytes can complete
+// (an end-of-generation token: whether the grammar is complete, whatever n).
+func (m *Matcher) Fits(id int32, n int) bool {
+	if m.ended {
+		return false
+	}
+	a := m.a
+	if id < 0 || int(id) >= a.v.size {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.v.IsEOG(id) {
+		return a.complete[m.state]
+	}
+	p := a.v.pieces[id]
+	if len(p) == 0 {
+		return false
+	}
+	s, ok := a.walkBytes(m.state, p)
+	return ok && int64(a.minBytes[s]) <= int64(n)
+}
+
+// MaskWithin is Mask restricted to the tokens after which n more bytes can complete the
+// grammar (end-of-generation tokens when it is complete, whatever n; n below 0 leaves only
+// them), for a sequence that must end soon.
+// It is computed on every call (it walks the whole vocabulary), into the Matcher's own
+// storage: the slice stays valid until m's next call. ErrDeadEnd when no token qualifies.
+func (m *Matcher) MaskWithin(n int) ([]uint64, error) {
+	if m.ended {
+		return nil, ErrFinished
+	}
+	a := m.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if words := a.v.maskWords(); len(m.buf) < words {
+		m.buf = make([]uint64, words)
+	}
+	any, err := a.mask(m.state, m.buf[:a.v.maskWords()], int32(max(min(n, infBytes-1), -1)))
+	if err != nil {
+		return nil, err
+	}
+	if !any {
+		return nil, fmt.Errorf("%w: no token leaves a text that %d more bytes complete", ErrDeadEnd, n)
+	}
+	return m.buf[:a.v.maskWords()], nil
+}
+
 // Allowed reports whether token id may come next (the bit Mask would set), without computing
 // the whole mask.
 func (m *Matcher) Allowed(id int32) bool {

@@ -3,7 +3,9 @@ package grammar
 import (
 	"bytes"
 	"fmt"
+	"math/bits"
 	"slices"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -24,11 +26,28 @@ type Vocab struct {
 	below []byteSet // [nodes] bytes on the edges strictly below the node
 	// utf8 marks nodes whose path from the root is complete, valid UTF-8 and below which every
 	// token is valid UTF-8 but for a possibly unfinished last character.
-	utf8  []bool  // [nodes]
+	utf8 []bool // [nodes]
+	// sub marks nodes below which every token (its bytes from the root) is valid UTF-8 but for
+	// a possibly unfinished last character.
+	sub   []bool  // [nodes]
 	order []int32 // token ids in trie order
 
 	pieces [][]byte // [size] each token's bytes (nil: never allowed, unless end of generation)
+
+	// Masks of the tokens spelt within a byte set (loopMask), shared by every Automaton.
+	loopMu sync.Mutex
+	loops  map[loopKey][]uint64
 }
+
+// loopKey names a loop mask: the byte set, and whether whole UTF-8 characters count too.
+type loopKey struct {
+	set  byteSet
+	utf8 bool
+}
+
+// maxLoopMasks bounds the loop masks a Vocab keeps (a grammar has few distinct loops: the
+// characters of its strings, its digits).
+const maxLoopMasks = 64
 
 // MaxTokenBytes is the longest token the trie accepts; longer tokens are never allowed.
 const MaxTokenBytes = 1 << 12
@@ -135,6 +154,7 @@ func NewVocab(pieces [][]byte, eog []int32) (*Vocab, error) {
 	closeTo(0)
 	v.end[0] = int32(len(v.edge))
 	v.tokLo = append(v.tokLo, int32(len(ids)))
+	v.sub = subValid
 	return v, nil
 }
 
@@ -191,4 +211,48 @@ func validPrefix(p []byte) bool {
 		return false
 	}
 	return true
+}
+
+// loopMask returns the mask of the tokens whose every byte is in set (with wholeChars, every
+// byte below 0x80, and the token valid UTF-8 but for a possibly unfinished last character):
+// from a state that each byte of set leads back to (and each whole character too, with
+// wholeChars), exactly the tokens that never leave it. Masks are computed once per Vocab and
+// shared, read-only; nil when the Vocab already holds maxLoopMasks others.
+func (v *Vocab) loopMask(set byteSet, wholeChars bool) []uint64 {
+	k := loopKey{set, wholeChars}
+	v.loopMu.Lock()
+	defer v.loopMu.Unlock()
+	if m, ok := v.loops[k]; ok {
+		return m
+	}
+	if len(v.loops) >= maxLoopMasks {
+		return nil
+	}
+	m := make([]uint64, v.maskWords())
+	for _, id := range v.order {
+		p := v.pieces[id]
+		in, high := true, false
+		for _, b := range p {
+			if !set.has(b) {
+				if b < 0x80 || !wholeChars {
+					in = false
+					break
+				}
+				high = true
+			}
+		}
+		if in && (!high || validPrefix(p)) {
+			m[id>>6] |= 1 << (uint(id) & 63)
+		}
+	}
+	if v.loops == nil {
+		v.loops = map[loopKey][]uint64{}
+	}
+	v.loops[k] = m
+	return m
+}
+
+// setSize is the number of bytes in s.
+func setSize(s *byteSet) int {
+	return bits.OnesCount64(s[0]) + bits.OnesCount64(s[1]) + bits.OnesCount64(s[2]) + bits.OnesCount64(s[3])
 }
