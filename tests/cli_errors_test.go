@@ -28,7 +28,7 @@ type cliCase struct {
 }
 
 // commandNames are parley's commands, as its usage lists them.
-var commandNames = []string{"bench", "convert", "generate", "inspect", "pull", "serve", "synth", "tokenize", "transcribe", "version"}
+var commandNames = []string{"bench", "convert", "generate", "inspect", "pull", "serve", "speak", "synth", "tokenize", "transcribe", "version"}
 
 func runCLICases(t *testing.T, cases []cliCase) {
 	t.Helper()

@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "1ed829d3f9ba3c676dbab6e5b957031a6da8e9fa7d135808a9ee490db05caeac"
+const nativeSources = "1b6f9f3bc1da78427bb8ea4333848e16dc74b4c06e2893bb11f03f6c45365399"

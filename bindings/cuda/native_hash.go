@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "1c783e83cf91aa01b30778fda774745c1e1e44a99b878222a146d29ce870a7d5"
+const nativeSources = "80bf4f2f311be4b33eea0668cb5cb30cc6425a5a534be8da66777f5eeaee7ed4"

@@ -101,6 +101,9 @@ func openModel(e *env, bf backendFlags, path string) (*models.LLM, backend.Backe
 // takenBy adds to an error of a speech recognition model given for a language model the command
 // that takes it.
 func takenBy(err error) error {
+	if errors.Is(err, models.ErrSpeechSynthesis) {
+		return fmt.Errorf("%w: parley speak takes it", err)
+	}
 	if errors.Is(err, models.ErrNotLLM) {
 		return fmt.Errorf("%w: parley transcribe takes it", err)
 	}

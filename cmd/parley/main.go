@@ -9,15 +9,16 @@
 //	parley synth --shape 15M|110M|1B --type f32|f16|q8_0|q4_0|q4_k|... -o FILE
 //	parley transcribe -m WHISPER_MODEL [--beam N] [--language L] [--output-format F] [--json] [--output-dir DIR] FILE...
 //	parley convert -o OUT [--type q8_0] [--format gguf|ggml] WHISPER_MODEL.bin
+//	parley speak -m POCKET_TTS_MODEL --voice VOICE [-o OUT.wav] [--noise NOISE.npy] (TEXT | -)
 //	parley pull hf://owner/repo[@rev]/file.gguf | hf://owner/repo[@rev]:QUANT ...
 //	parley version   (or parley --version)
 //
-// Every command takes --help. The commands that run a model (generate, bench, serve, transcribe)
-// also take --backend go|cpu|auto and -t THREADS; tokenize, inspect, synth and convert only read
-// or write files and take neither. Every flag of every command is also read from its environment
-// variable, PARLEY_ and its long name in upper case with '_' for '-' (flags.go), and from the
-// config file --config names (config.go): the command line wins over the variable, the
-// variable over the file.
+// Every command takes --help. The commands that run a model (generate, bench, serve, transcribe,
+// speak) also take --backend go|cpu|auto and -t THREADS; tokenize, inspect, synth and convert
+// only read or write files and take neither. Every flag of every command is also read from its
+// environment variable, PARLEY_ and its long name in upper case with '_' for '-' (flags.go),
+// and from the config file --config names (config.go): the command line wins over the
+// variable, the variable over the file.
 //
 // Exit status: 0 on success, 2 for a command-line mistake (an unknown flag, command, backend or
 // language, a value out of range), 1 for a failure while running (a missing or corrupt file, a
@@ -56,6 +57,7 @@ func init() {
 		"synth":      {"write a GGUF model with random weights in a real shape", runSynth},
 		"serve":      {"serve models over an OpenAI-compatible HTTP API", runServe},
 		"transcribe": {"transcribe audio files with a Whisper model", runTranscribe},
+		"speak":      {"synthesise speech from text with a Pocket TTS model", runSpeak},
 		"convert":    {"write a whisper.cpp model as GGUF or ggml, optionally quantised", runConvert},
 		"pull":       {"download hf:// models into the cache and print their local paths", runPull},
 		"version":    {"print the version, the build and the processor and GPUs this binary sees", runVersion},

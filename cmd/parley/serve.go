@@ -35,7 +35,7 @@ func runServe(e *env, args []string) (err error) {
 	fs := newFlags(e, "serve", "-m [ALIAS=]MODEL [-m ...] [flags]")
 	bf := addBackendFlags(fs)
 	var modelArgs multiFlag
-	fs.Var(&modelArgs, "m", "model file, or ALIAS=FILE, where FILE may be hf://owner/repo[@rev]/file.gguf or hf://owner/repo[@rev]:QUANT (downloaded once into $PARLEY_CACHE; repeatable; the variable holds them comma-separated); a Whisper model (whisper.cpp ggml file, or GGUF of architecture whisper) is served as a speech recognition model")
+	fs.Var(&modelArgs, "m", "model file, or ALIAS=FILE, where FILE may be hf://owner/repo[@rev]/file.gguf or hf://owner/repo[@rev]:QUANT (downloaded once into $PARLEY_CACHE; repeatable; the variable holds them comma-separated); a Whisper model (whisper.cpp ggml file, or GGUF of architecture whisper) is served as a speech recognition model, a Pocket TTS checkpoint (safetensors with tokenizer.model beside it, or GGUF) as a speech synthesis model")
 	fs.alias("m", "model")
 	host := fs.String("host", "127.0.0.1", "address to listen on")
 	port := fs.Int("port", 8080, "port to listen on (0: any free port, printed at start)")
@@ -64,6 +64,8 @@ func runServe(e *env, args []string) (err error) {
 	asrBeam := fs.Int("asr-beam", 1, "beam size of transcriptions (1: greedy)")
 	asrBestOf := fs.Int("asr-best-of", asr.DefaultParams().BestOf, "candidates sampled at temperatures above 0 (transcriptions' fallback)")
 	embeddings := fs.Bool("embeddings", false, "language models also serve /v1/embeddings (pooling as the file says, else the last token's); embedding models (GGUF of architecture bert) always do")
+	var ttsVoices multiFlag
+	fs.Var(&ttsVoices, "tts-voice", "a voice of the speech synthesis models, NAME=FILE (a Pocket TTS voice-state .safetensors; repeatable), besides those a checkpoint holds")
 	prefix := fs.Bool("prefix-cache", true, "reuse the KV blocks of prompt prefixes shared between requests")
 	var fileModels []configModel // a config file's models list
 	fs.models = &fileModels
@@ -259,6 +261,7 @@ func runServe(e *env, args []string) (err error) {
 	steps := server.NewStepMetrics()
 	var served []*server.Model
 	var speechModels []*server.SpeechModel
+	var ttsModels []*server.TTSModel
 	var scheds []*sched.Scheduler
 	var embedders []*sched.Embedder
 	var speechEngines []*asr.Whisper
@@ -297,6 +300,16 @@ func runServe(e *env, args []string) (err error) {
 		if kind, err := models.Check(sp.path); err != nil {
 			hs.Close()
 			return fmt.Errorf("%s: %w", sp.name, err)
+		} else if kind == models.KindSpeechSynthesis {
+			synth, closeSynth, err := openSynth(be, sp.path, ttsVoices)
+			if err != nil {
+				hs.Close()
+				return fmt.Errorf("%s: %w", sp.name, err)
+			}
+			closers = append(closers, closeSynth)
+			ttsModels = append(ttsModels, &server.TTSModel{Name: sp.name, Synth: synth})
+			logger.Info("speech synthesis model loaded", "model", sp.name, "path", sp.path, "voices", strings.Join(synth.Voices(), ","), "took", time.Since(t0).Round(time.Millisecond))
+			continue
 		} else if kind == models.KindSpeechRecognition {
 			wm, err := whisper.Open(be, sp.path)
 			if err != nil {
@@ -409,7 +422,7 @@ func runServe(e *env, args []string) (err error) {
 		logger.Info("model loaded", "model", sp.name, "path", sp.path, "arch", m.Arch, "ctx", n, "kv_slots", c.Pool().Slots(), "parallel", sp.opt.parallel, "prefix_cache", sp.opt.prefix, "chat_template", templateSource(sp.opt.chatTemplate, llm.ChatTemplate()), "embeddings", *embeddings, "took", time.Since(t0).Round(time.Millisecond))
 	}
 	srv, err := server.New(server.Config{APIKey: *apiKey, AllowedOrigins: origins, CheckHost: checkHost, AllowedHosts: hosts, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout, RequestTimeout: *timeout, Logger: logger, Steps: steps,
-		SpeechModels: speechModels, MaxAudioBytes: *maxAudio, MaxAudioDuration: *maxAudioDur, Stream: server.StreamConfig{MaxSessions: *maxStreams}}, served)
+		SpeechModels: speechModels, TTSModels: ttsModels, MaxAudioBytes: *maxAudio, MaxAudioDuration: *maxAudioDur, Stream: server.StreamConfig{MaxSessions: *maxStreams}}, served)
 	if err != nil {
 		hs.Close()
 		return err
@@ -438,7 +451,7 @@ func runServe(e *env, args []string) (err error) {
 	h := srv.Handler()
 	handler.Store(&h)
 	srv.SetReady(true)
-	logger.Info("ready", "models", len(served), "speech_models", len(speechModels))
+	logger.Info("ready", "models", len(served), "speech_models", len(speechModels), "tts_models", len(ttsModels))
 
 	select {
 	case err := <-serveErr:

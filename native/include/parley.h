@@ -267,6 +267,13 @@ int pl_im2col_1d(pl_ctx *ctx, float *dst, const float *x, int64_t t, int64_t c, 
 int pl_full_attention(pl_ctx *ctx, float *dst, const float *q, int64_t n, const void *k,
                       const void *v, int kvtype, int64_t m, const pl_attn_cfg *a);
 
+/* ---- Operations of streaming codecs and flow-matching heads (Pocket TTS) ---- */
+
+/* pl_mul: dst[i,:] = a[i,:] * b[i % b_rows,:] elementwise, b_rows 1 or n. [n, d]; dst may be a,
+ * and b when b_rows is n. */
+int pl_mul(pl_ctx *ctx, float *dst, const float *a, const float *b, int64_t n, int64_t d,
+           int64_t b_rows);
+
 #ifdef __cplusplus
 }
 #endif

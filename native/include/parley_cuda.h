@@ -367,6 +367,13 @@ typedef struct {
 int plc_choose(plc_ctx *ctx, const float *logits, int64_t n, int64_t vocab, const plc_choice *choices,
                const int32_t *drop, int32_t ndrop, int32_t k, plc_chosen *rows, int32_t *ids, float *logp);
 
+/* ---- Operations of streaming codecs and flow-matching heads (Pocket TTS) ---- */
+
+/* plc_mul: dst[i,:] = a[i,:] * b[i % b_rows,:] elementwise, b_rows 1 or n. [n, d]; dst may be
+ * a, and b when b_rows is n. */
+int plc_mul(plc_ctx *ctx, float *dst, const float *a, const float *b, int64_t n, int64_t d,
+            int64_t b_rows);
+
 #ifdef __cplusplus
 }
 #endif

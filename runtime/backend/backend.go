@@ -247,6 +247,18 @@ type Backend interface {
 	// Attention: q is rounded to F16 before q·k and the normalised weights before p·v.
 	FullAttention(dst, q, k, v Tensor, a Attn) error
 
+	// Operations for streaming codecs and flow-matching heads (Pocket TTS: the Mimi decoder's
+	// layer scales and transposed convolutions, the flow head's adaptive norms and gates).
+
+	// Mul: dst[i,:] = a[i,:] * b[i,:], or b[0,:] when b has one row (a gain), elementwise. F32.
+	// dst may be a, and may be b when b has as many rows as a.
+	Mul(dst, a, b Tensor) error
+	// Reshape returns a tensor sharing all of t's memory as rows×cols elements, which are t's in
+	// their row-major order (rows*cols = t.Rows()*t.Cols()): a product [T, r*C] read as the
+	// [T*r, C] rows it lays out. t is F32. As for View, operations on the result read and write
+	// t, closing it frees nothing, and t must outlive it.
+	Reshape(t Tensor, rows, cols int) (Tensor, error)
+
 	// Close releases the backend's resources. Tensors made by it must not be used afterwards.
 	Close() error
 }

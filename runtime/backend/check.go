@@ -420,3 +420,27 @@ func CheckFullAttention(q, k, v Tensor, a Attn) error {
 	}
 	return nil
 }
+
+// Checks of the operations of streaming codecs and flow-matching heads (Mul, Reshape).
+
+// CheckMul: dst like a, b like a or one row as wide.
+func CheckMul(dst, a, b Tensor) error {
+	const op = "mul"
+	if dst.Rows() != a.Rows() || dst.Cols() != a.Cols() {
+		return shapeErr(op, "dst", dst, a.Rows(), a.Cols())
+	}
+	if b.Cols() != a.Cols() || (b.Rows() != a.Rows() && b.Rows() != 1) {
+		return fmt.Errorf("%s: b is [%d, %d], want [%d, %d] or [1, %d]", op, b.Rows(), b.Cols(), a.Rows(), a.Cols(), a.Cols())
+	}
+	return nil
+}
+
+// CheckReshape: rows and cols not negative, and rows*cols elements, t's number.
+func CheckReshape(t Tensor, rows, cols int) error {
+	const op = "reshape"
+	n := int64(t.Rows()) * int64(t.Cols())
+	if rows < 0 || cols < 0 || (cols != 0 && int64(rows) > n/int64(cols)) || int64(rows)*int64(cols) != n {
+		return fmt.Errorf("%s: [%d, %d] into [%d, %d]: the number of elements differs", op, t.Rows(), t.Cols(), rows, cols)
+	}
+	return nil
+}

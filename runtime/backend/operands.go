@@ -660,3 +660,39 @@ func (o *Operands[T, K]) FullAttention(dst, q, k, v Tensor, a Attn) (d, qt, kt, 
 	}
 	return d, qt, kt, vt, nil
 }
+
+// Operands of the operations of streaming codecs and flow-matching heads (Mul, Reshape).
+
+// Mul resolves Mul's operands (CheckMul); dst is a or apart from it, and is b (as many rows as
+// a) or apart from it.
+func (o *Operands[T, K]) Mul(dst, a, b Tensor) (d, at, bt T, err error) {
+	const op = "mul"
+	d, dr, err := o.resolve(op, "dst", dst, f32Out)
+	if err != nil {
+		return d, at, bt, err
+	}
+	at, ar, err := o.resolve(op, "a", a, f32In)
+	if err != nil {
+		return d, at, bt, err
+	}
+	bt, br, err := o.resolve(op, "b", b, f32In)
+	if err != nil {
+		return d, at, bt, err
+	}
+	if err := CheckMul(d, at, bt); err != nil {
+		return d, at, bt, o.wrap(err)
+	}
+	if !apart(dr, ar, true) || !apart(dr, br, bt.Rows() == at.Rows()) {
+		return d, at, bt, o.errorf(op, "dst partly overlaps an operand")
+	}
+	return d, at, bt, nil
+}
+
+// Reshape resolves the F32 tensor Reshape reads as rows×cols (CheckReshape).
+func (o *Operands[T, K]) Reshape(t Tensor, rows, cols int) (T, error) {
+	ct, _, err := o.resolve("reshape", "t", t, f32In)
+	if err != nil {
+		return ct, err
+	}
+	return ct, o.wrap(CheckReshape(ct, rows, cols))
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/models/bert"
 	"github.com/parleyhq/parley/runtime/models/llama"
+	"github.com/parleyhq/parley/runtime/models/pockettts"
 	"github.com/parleyhq/parley/runtime/models/whisper"
 	"github.com/parleyhq/parley/runtime/pooling"
 	"github.com/parleyhq/parley/runtime/tokenizer"
@@ -29,6 +30,7 @@ const (
 	KindLLM               Kind = iota + 1 // a language model (GGUF): OpenLLM opens it
 	KindSpeechRecognition                 // Whisper (whisper.cpp's ggml file, or GGUF of architecture whisper): whisper.Open opens it
 	KindEmbedding                         // a text encoder (GGUF of architecture bert): OpenEncoder opens it
+	KindSpeechSynthesis                   // Pocket TTS (upstream's safetensors checkpoint, or GGUF of architecture pockettts): pockettts.Open opens it
 )
 
 func (k Kind) String() string {
@@ -39,14 +41,17 @@ func (k Kind) String() string {
 		return "speech recognition model"
 	case KindEmbedding:
 		return "embedding model"
+	case KindSpeechSynthesis:
+		return "speech synthesis model"
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
 
 // Probe reads the head of the file at path and says what kind of model it holds: a speech
-// recognition model (whisper.IsModelFile), else a language model, which is all a file that is
-// neither can be taken for (OpenLLM then says why it cannot be opened). The error is the file's
-// when it cannot be read.
+// recognition model (whisper.IsModelFile), an embedding model (GGUF of architecture bert), a
+// speech synthesis model (pockettts.IsModelFile), else a language model, which is all a file
+// that is neither can be taken for (OpenLLM then says why it cannot be opened). The error is
+// the file's when it cannot be read.
 func Probe(path string) (Kind, error) {
 	speech, err := whisper.IsModelFile(path)
 	if err != nil {
@@ -61,6 +66,11 @@ func Probe(path string) (Kind, error) {
 		if arch == "bert" {
 			return KindEmbedding, nil
 		}
+	}
+	if tts, err := pockettts.IsModelFile(path); err != nil {
+		return 0, err
+	} else if tts {
+		return KindSpeechSynthesis, nil
 	}
 	return KindLLM, nil
 }
@@ -114,6 +124,9 @@ func Check(path string) (Kind, error) {
 	if err != nil {
 		return 0, err
 	}
+	if kind == KindSpeechSynthesis {
+		return kind, nil // Probe has read its header (pockettts.IsModelFile)
+	}
 	if isGGML, err := ggml.IsFile(path); err != nil {
 		return 0, err
 	} else if isGGML {
@@ -138,13 +151,21 @@ type LLM struct {
 	text      *Text
 }
 
-// ErrNotLLM is what OpenLLM and CheckLLM return, wrapped, for a speech recognition model.
+// ErrNotLLM is what OpenLLM and CheckLLM return, wrapped, for a speech recognition or synthesis
+// model.
 var ErrNotLLM = errors.New("not a language model")
 
+// ErrSpeechSynthesis is wrapped with ErrNotLLM for a speech synthesis model.
+var ErrSpeechSynthesis = errors.New("speech-synthesis model")
+
 // CheckLLM returns an error wrapping ErrNotLLM when the file at path holds a speech recognition
-// model; nil otherwise, also when the file cannot be read (the reader that opens it says why).
+// or synthesis model; nil otherwise, also when the file cannot be read (the reader that opens it
+// says why).
 func CheckLLM(path string) error {
-	if k, _ := Probe(path); k == KindSpeechRecognition {
+	switch k, _ := Probe(path); k {
+	case KindSpeechSynthesis:
+		return fmt.Errorf("%s is a Pocket TTS %w, %w", path, ErrSpeechSynthesis, ErrNotLLM)
+	case KindSpeechRecognition:
 		return fmt.Errorf("%s is a Whisper speech-recognition model, %w", path, ErrNotLLM)
 	}
 	return nil

@@ -24,7 +24,7 @@ func goBackend(t *testing.T) backend.Backend {
 	return be
 }
 
-// TestProbe: a GGUF language model, a Whisper model and a file that is neither are told apart;
+// TestProbe: a GGUF language model, a Whisper model, a Pocket TTS checkpoint and a file that is neither are told apart;
 // a file that cannot be read is an error.
 func TestProbe(t *testing.T) {
 	other := filepath.Join(t.TempDir(), "notes.txt")
@@ -37,6 +37,7 @@ func TestProbe(t *testing.T) {
 	}{
 		{sharedtest.Path(t, "models/llm/stories260K-f32.gguf"), models.KindLLM},
 		{sharedtest.WhisperRandomModel(t, "tiny.en"), models.KindSpeechRecognition},
+		{sharedtest.PocketTTSRandomWeights(t), models.KindSpeechSynthesis},
 		{other, models.KindLLM}, // what OpenLLM refuses with the reason
 	} {
 		if k, err := models.Probe(c.path); err != nil || k != c.want {
@@ -101,6 +102,15 @@ func TestOpenLLM(t *testing.T) {
 	}
 }
 
+// TestOpenLLMRefusesSynthesis: a Pocket TTS checkpoint is refused as a language model, saying so.
+func TestOpenLLMRefusesSynthesis(t *testing.T) {
+	p := sharedtest.PocketTTSRandomWeights(t)
+	err := models.CheckLLM(p)
+	if !errors.Is(err, models.ErrNotLLM) || !errors.Is(err, models.ErrSpeechSynthesis) || !strings.Contains(err.Error(), "Pocket TTS") {
+		t.Errorf("CheckLLM: %v", err)
+	}
+}
+
 // TestCheck: the headers of a language model and of a Whisper model (ggml and GGUF) pass and
 // say their kind; a truncated file, a file of garbage, a missing file fail, without loading
 // anything.
@@ -111,7 +121,7 @@ func TestCheck(t *testing.T) {
 	for _, c := range []struct {
 		path string
 		want models.Kind
-	}{{llm, models.KindLLM}, {whisperGGML, models.KindSpeechRecognition}} {
+	}{{llm, models.KindLLM}, {whisperGGML, models.KindSpeechRecognition}, {sharedtest.PocketTTSRandomWeights(t), models.KindSpeechSynthesis}} {
 		if k, err := models.Check(c.path); err != nil || k != c.want {
 			t.Errorf("%s: %v, %v; want %v", c.path, k, err, c.want)
 		}

@@ -44,6 +44,7 @@ var endpoints = []endpoint{
 	{http.MethodPost, "/v1/audio/transcriptions", (*Server).transcriptions, audioBody},
 	{http.MethodPost, "/v1/audio/translations", (*Server).translations, audioBody},
 	{http.MethodGet, "/v1/audio/stream", (*Server).audioStream, noBody},
+	{http.MethodPost, "/v1/audio/speech", (*Server).speak, jsonBody},
 }
 
 // routes builds the mux of endpoints: "METHOD path" for each, the same path without a method

@@ -110,6 +110,8 @@ type Config struct {
 
 	// SpeechModels are served at /v1/audio/*; their names share one namespace with the LLMs.
 	SpeechModels []*SpeechModel
+	// TTSModels are served at /v1/audio/speech; their names share the same namespace.
+	TTSModels []*TTSModel
 	// MaxAudioBytes bounds an upload to /v1/audio/transcriptions and /translations; 0 means
 	// 25 MiB (OpenAI's limit). Larger bodies are answered 413.
 	MaxAudioBytes int64
@@ -152,6 +154,9 @@ type Server struct {
 	start    time.Time
 	mux      *http.ServeMux // the endpoints (routes); nil while loading
 	handler  http.Handler
+
+	// ttsN are the text-to-speech models by name.
+	ttsN map[string]*TTSModel
 }
 
 // served is a Model with what the server derives from it once.
@@ -176,7 +181,7 @@ const (
 // is absent or does not parse still serves completions, and its chat requests are answered 400
 // no_chat_template. The Server reports not ready (GET /health 503) until SetReady(true).
 func New(cfg Config, models []*Model) (*Server, error) {
-	if len(models) == 0 && len(cfg.SpeechModels) == 0 {
+	if len(models) == 0 && len(cfg.SpeechModels) == 0 && len(cfg.TTSModels) == 0 {
 		return nil, errors.New("server: no models")
 	}
 	if cfg.MaxBodyBytes < 0 {
@@ -222,6 +227,9 @@ func New(cfg Config, models []*Model) (*Server, error) {
 		s.byName[m.Name] = sv
 	}
 	if err := s.addSpeech(); err != nil {
+		return nil, err
+	}
+	if err := s.addTTS(); err != nil {
 		return nil, err
 	}
 	s.metrics = newMetrics(s.models, s.speech)
@@ -319,6 +327,9 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
 	for _, m := range s.speech {
 		data = append(data, modelObject{ID: m.Name, Object: "model", Created: s.start.Unix(), OwnedBy: "parley"})
 	}
+	for _, m := range s.cfg.TTSModels {
+		data = append(data, modelObject{ID: m.Name, Object: "model", Created: s.start.Unix(), OwnedBy: "parley"})
+	}
 	writeJSON(w, struct {
 		Object string        `json:"object"`
 		Data   []modelObject `json:"data"`
@@ -329,6 +340,10 @@ func (s *Server) getModel(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("model")
 	if sm := s.speechN[name]; sm != nil {
 		writeJSON(w, modelObject{ID: sm.Name, Object: "model", Created: s.start.Unix(), OwnedBy: "parley"})
+		return
+	}
+	if tm := s.ttsN[name]; tm != nil {
+		writeJSON(w, modelObject{ID: tm.Name, Object: "model", Created: s.start.Unix(), OwnedBy: "parley"})
 		return
 	}
 	m, e := s.model(name)

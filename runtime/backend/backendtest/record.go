@@ -153,6 +153,9 @@ func (r *Recorder) GELU(dst, x backend.Tensor) error {
 func (r *Recorder) Im2Col1D(dst, x backend.Tensor, kernel, stride, pad int) error {
 	return r.do("Im2Col1D", func() error { return r.Backend.Im2Col1D(dst, x, kernel, stride, pad) })
 }
+func (r *Recorder) Mul(dst, a, b backend.Tensor) error {
+	return r.do("Mul", func() error { return r.Backend.Mul(dst, a, b) })
+}
 func (r *Recorder) FullAttention(dst, q, k, v backend.Tensor, a backend.Attn) error {
 	return r.do("FullAttention", func() error { return r.Backend.FullAttention(dst, q, k, v, a) })
 }

@@ -68,6 +68,10 @@ func Run(t *testing.T, newBackend func() (backend.Backend, error)) {
 		{"EncoderErrors", testEncoderErrors},
 		{"ArgChecks", testArgChecks},
 		{"ZeroAllocs", testZeroAllocs},
+		// Streaming codecs and flow-matching heads.
+		{"Mul", testMul},
+		{"Reshape", testReshape},
+		{"CodecErrors", testCodecErrors},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

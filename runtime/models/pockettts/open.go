@@ -61,3 +61,31 @@ func Open(path string) (*Checkpoint, error) {
 	}
 	return ck, nil
 }
+
+// IsModelFile reports whether the file at path is a Pocket TTS checkpoint: a GGUF file of
+// architecture Architecture, or a safetensors file with the FlowLM's text embedding. The error is
+// the file's when it cannot be read; a file of neither format is not one, without error.
+func IsModelFile(path string) (bool, error) {
+	isGGUF, err := gguf.IsFile(path)
+	if err != nil {
+		return false, err
+	}
+	if isGGUF {
+		f, err := gguf.Open(path)
+		if err != nil {
+			return false, nil
+		}
+		defer f.Close()
+		return f.Architecture() == Architecture, nil
+	}
+	f, err := safetensors.Open(path)
+	if err != nil {
+		if errors.Is(err, safetensors.ErrFormat) {
+			return false, nil
+		}
+		return false, err
+	}
+	defer f.Close()
+	_, ok := f.Tensor("flow_lm.conditioner.embed.weight")
+	return ok, nil
+}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/parleyhq/parley/runtime/quant"
 	"github.com/parleyhq/parley/runtime/safetensors"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
@@ -46,8 +47,26 @@ func (t *Tensor) Float32s() []float32 {
 		for i := range out {
 			out[i] = math.Float32frombits(uint32(le.Uint16(t.Data[2*i:])) << 16)
 		}
+	case tensor.Q8_0:
+		// bind checked that Data holds whole rows of whole blocks
+		_ = quant.Dequantize(tensor.Q8_0, t.Data, out)
 	}
 	return out
+}
+
+// quantisable reports whether the checkpoint may hold tensor name as Q8_0: the FlowLM
+// transformer's matrices, which a frame step reads in full (GGUF files only; see WriteGGUF).
+func quantisable(name string) bool {
+	rest, ok := strings.CutPrefix(name, "flow_lm.transformer.layers.")
+	if !ok {
+		return false
+	}
+	_, m, _ := strings.Cut(rest, ".")
+	switch m {
+	case "self_attn.in_proj.weight", "self_attn.out_proj.weight", "linear1.weight", "linear2.weight":
+		return true
+	}
+	return false
 }
 
 // Linear is y = x Wᵀ + b. W is [out, in]; B is [out] or nil.
@@ -303,10 +322,14 @@ func bind(src source, cfg Config) (*Weights, error) {
 		if !slices.Equal(t.Shape, s.Shape) {
 			return nil, fmt.Errorf("pockettts: tensor %q has shape %v, the configuration needs %v", s.Name, t.Shape, s.Shape)
 		}
-		switch t.DType {
-		case tensor.F32, tensor.F16, tensor.BF16:
+		switch {
+		case t.DType == tensor.F32, t.DType == tensor.F16, t.DType == tensor.BF16:
+		case t.DType == tensor.Q8_0 && quantisable(s.Name) && len(s.Shape) == 2 && s.Shape[1]%tensor.Q8_0.BlockSize() == 0:
 		default:
-			return nil, fmt.Errorf("pockettts: tensor %q is %v; weights must be F32, F16 or BF16", s.Name, t.DType)
+			return nil, fmt.Errorf("pockettts: tensor %q is %v; weights must be F32, F16 or BF16 (Q8_0 only for the FlowLM transformer's matrices)", s.Name, t.DType)
+		}
+		if want, err := t.DType.RowSize(int64(t.Elements())); err != nil || int64(len(t.Data)) != want {
+			return nil, fmt.Errorf("pockettts: tensor %q has %d bytes, its shape %v of %v needs %d", s.Name, len(t.Data), t.Shape, t.DType, want)
 		}
 	}
 	var extra []string

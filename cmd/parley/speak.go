@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/parleyhq/parley/internal/npy"
+	"github.com/parleyhq/parley/runtime/audio"
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/models/pockettts"
+	"github.com/parleyhq/parley/runtime/sched/tts"
+	"github.com/parleyhq/parley/runtime/tokenizer/sentencepiece"
+)
+
+// speakHelp follows the flags in `parley speak -h`.
+const speakHelp = `
+TEXT is spoken with VOICE: the name of a voice the checkpoint holds, a voice-state safetensors
+file (upstream's export_model_state format, as its predefined voices are published), or an
+audio file (WAV, FLAC, MP3, Ogg) whose speaker is cloned. TEXT "-" reads the text from standard
+input. The audio is 16-bit mono PCM at the model's sample rate (24 kHz), as a WAV file or, with
+--format pcm, the bare samples; -o - writes it to standard output (not a terminal).
+`
+
+// runSpeak synthesises speech with a Pocket TTS checkpoint.
+func runSpeak(e *env, args []string) error {
+	fs := newFlags(e, "speak", "-m MODEL --voice VOICE [flags] (TEXT | -)")
+	fs.Usage = func() {
+		fs.printUsage()
+		fmt.Fprint(e.stderr, speakHelp)
+	}
+	bf := addBackendFlags(fs)
+	model := fs.String("m", "", "Pocket TTS checkpoint: upstream's model.safetensors (tokenizer.model beside it) or GGUF")
+	tokPath := fs.String("tokenizer", "", "SentencePiece tokenizer.model (default: the checkpoint's, or tokenizer.model beside it)")
+	voiceArg := fs.String("voice", "", "a voice `NAME` in the checkpoint, a voice-state .safetensors file, or an audio file to clone")
+	out := fs.String("o", "-", "output `FILE` (- for standard output)")
+	format := fs.String("format", "wav", "output format: wav, pcm (16-bit little-endian mono)")
+	temp := fs.Float64("temperature", tts.DefaultTemperature, "variance of the flow head's starting noise (0: deterministic)")
+	seed := fs.Uint64("seed", 0, "seed of the sampling noise")
+	noisePath := fs.String("noise", "", "the flow head's x0 of every frame step, a float32 .npy of rows of 32 (recorded noise, for comparing with a reference; replaces --temperature and --seed)")
+	fs.alias("m", "model")
+	fs.alias("o", "output")
+	pos, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := bf.check(); err != nil {
+		return err
+	}
+	switch {
+	case *model == "":
+		return usagef("-m MODEL is required")
+	case *voiceArg == "":
+		return usagef("--voice VOICE is required")
+	case len(pos) == 0:
+		return usagef("no text given (TEXT, or - to read standard input)")
+	case len(pos) > 1:
+		return usagef("%d texts given: quote the text as one argument", len(pos))
+	case *format != "wav" && *format != "pcm":
+		return usagef("--format %q: want wav or pcm", *format)
+	case !(*temp >= 0) || math.IsInf(*temp, 0):
+		return usagef("--temperature %v: want a finite value of at least 0", *temp)
+	}
+	if *out == "-" && isTerminal(e.stdout) {
+		return usagef("the audio would go to a terminal: give -o FILE, or redirect standard output")
+	}
+	text := pos[0]
+	if text == "-" {
+		b, err := io.ReadAll(e.stdin)
+		if err != nil {
+			return err
+		}
+		text = string(b)
+	}
+	var noise []float32
+	if *noisePath != "" {
+		a, err := npy.ReadFile(*noisePath)
+		if err != nil {
+			return fmt.Errorf("--noise: %w", err)
+		}
+		if _, cols := a.Rows(); cols != 32 || len(a.Shape) != 2 {
+			return fmt.Errorf("--noise: %s has shape %v, want [steps, 32]", *noisePath, a.Shape)
+		}
+		noise = a.Data
+	}
+
+	path, err := resolveModel(e, *model)
+	if err != nil {
+		return err
+	}
+	ck, err := pockettts.Open(path)
+	if err != nil {
+		return err
+	}
+	defer ck.Close()
+	var tok pockettts.Tokenizer
+	if ck.Tokenizer != nil {
+		tok = ck.Tokenizer
+	}
+	if *tokPath != "" {
+		t, err := sentencepiece.Load(*tokPath)
+		if err != nil {
+			return err
+		}
+		if t.Len() != ck.Weights.Config.Vocab {
+			return fmt.Errorf("%s has %d pieces, the model's vocabulary %d", *tokPath, t.Len(), ck.Weights.Config.Vocab)
+		}
+		tok = t
+	}
+	if tok == nil {
+		return fmt.Errorf("%s has no tokenizer and there is no %s beside it: give --tokenizer", path, pockettts.TokenizerFile)
+	}
+	if _, err := pockettts.SplitText(tok, text, ck.Text); err != nil { // before the model loads
+		return err
+	}
+	b, err := bf.open(e)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	m, err := pockettts.New(b, ck.Weights)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	s, err := tts.New(m, tok, tts.Config{Text: ck.Text})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	voice, err := speakVoice(s, ck, m.Config(), *voiceArg)
+	if err != nil {
+		return err
+	}
+	pcm := []byte{}
+	r := tts.Request{Text: text, Voice: voice, Temperature: *temp, Seed: *seed, Noise: noise}
+	if err := s.Speak(context.Background(), r, func(a []float32) error {
+		pcm = audio.FloatToPCM16(pcm, a)
+		return nil
+	}); err != nil {
+		return err
+	}
+	data := pcm
+	if *format == "wav" {
+		h, err := audio.WAVHeader(int64(len(pcm)/2), s.SampleRate())
+		if err != nil {
+			return err
+		}
+		data = append(h, pcm...)
+	}
+	if *out == "-" {
+		_, err = e.stdout.Write(data)
+		return err
+	}
+	return os.WriteFile(*out, data, 0o644)
+}
+
+// speakVoice resolves --voice: a voice of the checkpoint, a voice-state file, or audio to clone.
+func speakVoice(s *tts.Synthesizer, ck *pockettts.Checkpoint, cfg pockettts.Config, arg string) (*pockettts.Voice, error) {
+	if v, ok := ck.Voices[arg]; ok {
+		return v, nil
+	}
+	data, err := os.ReadFile(arg)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) && !strings.ContainsAny(arg, `/\.`) {
+			names := make([]string, 0, len(ck.Voices))
+			for n := range ck.Voices {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			have := "it has none"
+			if len(names) > 0 {
+				have = "it has " + strings.Join(names, ", ")
+			}
+			return nil, fmt.Errorf("--voice %q: no such voice in the checkpoint (%s) and no such file", arg, have)
+		}
+		return nil, fmt.Errorf("--voice: %w", err)
+	}
+	if strings.EqualFold(filepath.Ext(arg), ".safetensors") {
+		return pockettts.LoadVoice(arg, &cfg)
+	}
+	samples, _, err := audio.Decode(data)
+	if err != nil {
+		return nil, fmt.Errorf("--voice %s: %w", arg, err)
+	}
+	rs, err := audio.NewResampler(audio.SampleRate, cfg.SampleRate)
+	if err != nil {
+		return nil, err
+	}
+	prompt := rs.Flush(rs.Process(nil, samples))
+	return s.CloneVoice(prompt)
+}
+
+// openSynth opens the Pocket TTS checkpoint at path on be for serving, with the checkpoint's
+// voices and the voice-state files of voiceArgs (NAME=FILE each). close releases it all.
+func openSynth(be backend.Backend, path string, voiceArgs []string) (s *tts.Synthesizer, close func(), err error) {
+	ck, err := pockettts.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	var closers []func()
+	close = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	closers = append(closers, func() { ck.Close() })
+	defer func() {
+		if err != nil {
+			close()
+		}
+	}()
+	if ck.Tokenizer == nil {
+		return nil, nil, fmt.Errorf("%s has no tokenizer and there is no %s beside it", path, pockettts.TokenizerFile)
+	}
+	voices := map[string]*pockettts.Voice{}
+	for n, v := range ck.Voices {
+		voices[n] = v
+	}
+	cfg := ck.Weights.Config
+	for _, a := range voiceArgs {
+		name, file, ok := strings.Cut(a, "=")
+		if !ok || name == "" || file == "" {
+			return nil, nil, usagef("--tts-voice %q: want NAME=FILE", a)
+		}
+		v, err := pockettts.LoadVoice(file, &cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		voices[name] = v
+	}
+	if len(voices) == 0 {
+		return nil, nil, fmt.Errorf("%s holds no voices: give --tts-voice NAME=FILE (a voice-state .safetensors)", path)
+	}
+	m, err := pockettts.New(be, ck.Weights)
+	if err != nil {
+		return nil, nil, err
+	}
+	closers = append(closers, func() { m.Close() })
+	s, err = tts.New(m, ck.Tokenizer, tts.Config{Text: ck.Text, Voices: voices})
+	if err != nil {
+		return nil, nil, err
+	}
+	closers = append(closers, func() { s.Close() })
+	return s, close, nil
+}

@@ -1,0 +1,268 @@
+package pockettts
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+// Model is a checkpoint's weights on a backend: what the forward steps compute with. The steps
+// and their state live in the runners made from it: FlowLM (the backbone over text and latent
+// frames, the EOS head and the flow head, with its KV cache shared by many syntheses), Decoder
+// (the streaming Mimi decoder, with per-synthesis state in slots) and CloneVoice (the Mimi
+// encoder and the voice prompt pass).
+//
+// Matrices are loaded in the checkpoint's type where the backend multiplies it (F32, F16, BF16,
+// Q8_0), else converted to F32; vectors (norms, biases, gains) are F32. Convolution weights are
+// laid out for Im2Col1D and MatMul at load.
+type Model struct {
+	be    backend.Backend
+	cfg   Config
+	owned []backend.Tensor
+
+	// Trace, when set, is called with intermediate tensors of the steps (rows of the stages
+	// upstream's reference records: "text_emb", "text_layer0", "text_backbone", "step_layer0",
+	// "backbone", "enc_seanet", "enc_transformer", "latent", "conditioning", "mimi_in",
+	// "quantizer", "upsample", "dec_transformer", "audio"), before the step goes on. It is for
+	// tests: a step that traces computes what it would otherwise skip.
+	Trace func(stage string, x backend.Tensor) error
+
+	// FlowLM.
+	embed       backend.Tensor // [vocab+1, d]
+	inputLinear backend.Tensor // [d, latent]
+	layers      []lmLayer
+	outNorm     norm
+	eosW        backend.Tensor // [1, d]
+	eosB        float32
+	bosEmb      []float32 // [latent]: the input of a chunk's first frame step
+	bosVoice    []float32 // [d] or nil: the voice prompt's first row
+	speakerProj backend.Tensor
+
+	flow flowWeights
+	mimi mimiWeights
+}
+
+// norm is a LayerNorm's gain and bias, [1, width] F32 each.
+type norm struct{ w, b backend.Tensor }
+
+// linear is y = x·wᵀ + b: w [out, in], b [1, out] F32 or nil.
+type linear struct{ w, b backend.Tensor }
+
+// lmLayer is one FlowLM layer: q, k, v are the rows of in_proj.
+type lmLayer struct {
+	norm1, norm2     norm
+	q, k, v, o       backend.Tensor // [d, d]
+	linear1, linear2 backend.Tensor // [ff, d], [d, ff]
+}
+
+// New loads w onto be. The weights must stay valid (their file open) while the model lives:
+// host backends compute from the checkpoint's bytes in place.
+func New(be backend.Backend, w *Weights) (*Model, error) {
+	m := &Model{be: be, cfg: w.Config}
+	if err := m.load(w); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// Config is the model's shape.
+func (m *Model) Config() Config { return m.cfg }
+
+// Backend is the backend the model computes on.
+func (m *Model) Backend() backend.Backend { return m.be }
+
+// Close releases the model's tensors. Runners made from it must be closed first.
+func (m *Model) Close() error {
+	var errs []error
+	for i := len(m.owned) - 1; i >= 0; i-- {
+		errs = append(errs, m.owned[i].Close())
+	}
+	m.owned = nil
+	return errors.Join(errs...)
+}
+
+func (m *Model) trace(stage string, x backend.Tensor) error {
+	if m.Trace == nil {
+		return nil
+	}
+	return m.Trace(stage, x)
+}
+
+func (m *Model) keep(t backend.Tensor) backend.Tensor {
+	m.owned = append(m.owned, t)
+	return t
+}
+
+// f32Data returns x as little-endian bytes (a new slice, which a host backend keeps).
+func f32Data(x []float32) []byte {
+	b := make([]byte, 4*len(x))
+	for i, v := range x {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+	}
+	return b
+}
+
+// loadF32 loads x as an F32 [rows, cols] tensor.
+func (m *Model) loadF32(x []float32, rows, cols int) (backend.Tensor, error) {
+	t, err := m.be.Load(tensor.F32, rows, cols, f32Data(x))
+	if err != nil {
+		return nil, err
+	}
+	return m.keep(t), nil
+}
+
+// matrix loads rows [row0, row0+rows) of t, a checkpoint matrix of cols columns per row, in t's
+// type where the backend multiplies it and as F32 otherwise, and repacks it where the backend
+// has a faster layout.
+func (m *Model) matrix(t *Tensor, row0, rows, cols int) (backend.Tensor, error) {
+	if t.Elements()%cols != 0 || row0 < 0 || rows < 0 || (row0+rows)*cols > t.Elements() {
+		return nil, fmt.Errorf("pockettts: %s: rows [%d, %d) of %d columns outside its shape %v", t.Name, row0, row0+rows, cols, t.Shape)
+	}
+	rs, err := t.DType.RowSize(int64(cols))
+	if err != nil {
+		return nil, fmt.Errorf("pockettts: %s: %w", t.Name, err)
+	}
+	data := t.Data[int64(row0)*rs : int64(row0+rows)*rs]
+	var x backend.Tensor
+	if m.be.Capabilities().Weights.Has(t.DType) {
+		x, err = m.be.Load(t.DType, rows, cols, data)
+	} else {
+		part := Tensor{Name: t.Name, Shape: []int{rows, cols}, DType: t.DType, Data: data}
+		x, err = m.be.Load(tensor.F32, rows, cols, f32Data(part.Float32s()))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pockettts: %s: %w", t.Name, err)
+	}
+	m.keep(x)
+	if _, err := backend.Repack(m.be, x); err != nil {
+		return nil, fmt.Errorf("pockettts: %s: %w", t.Name, err)
+	}
+	return x, nil
+}
+
+// whole loads all of t as a matrix of cols columns.
+func (m *Model) whole(t *Tensor, cols int) (backend.Tensor, error) {
+	return m.matrix(t, 0, t.Elements()/cols, cols)
+}
+
+// row loads t's values as one F32 row, plus add to each (0 for none).
+func (m *Model) row(t *Tensor, add float32) (backend.Tensor, error) {
+	v := t.Float32s()
+	if add != 0 {
+		for i := range v {
+			v[i] += add
+		}
+	}
+	x, err := m.loadF32(v, 1, len(v))
+	if err != nil {
+		return nil, fmt.Errorf("pockettts: %s: %w", t.Name, err)
+	}
+	return x, nil
+}
+
+// rowPart loads values [off, off+n) of t as one F32 row, plus add to each.
+func (m *Model) rowPart(t *Tensor, off, n int, add float32) (backend.Tensor, error) {
+	v := t.Float32s()[off : off+n]
+	for i := range v {
+		v[i] += add
+	}
+	x, err := m.loadF32(v, 1, n)
+	if err != nil {
+		return nil, fmt.Errorf("pockettts: %s: %w", t.Name, err)
+	}
+	return x, nil
+}
+
+// loader collects the first error of a sequence of loads.
+type loader struct {
+	m   *Model
+	err error
+}
+
+func (l *loader) matrix(t *Tensor, row0, rows, cols int) backend.Tensor {
+	if l.err != nil {
+		return nil
+	}
+	x, err := l.m.matrix(t, row0, rows, cols)
+	l.err = err
+	return x
+}
+
+func (l *loader) whole(t *Tensor, cols int) backend.Tensor {
+	if l.err != nil {
+		return nil
+	}
+	x, err := l.m.whole(t, cols)
+	l.err = err
+	return x
+}
+
+func (l *loader) row(t *Tensor, add float32) backend.Tensor {
+	if l.err != nil || t == nil {
+		return nil
+	}
+	x, err := l.m.row(t, add)
+	l.err = err
+	return x
+}
+
+func (l *loader) rowPart(t *Tensor, off, n int, add float32) backend.Tensor {
+	if l.err != nil {
+		return nil
+	}
+	x, err := l.m.rowPart(t, off, n, add)
+	l.err = err
+	return x
+}
+
+func (l *loader) f32(x []float32, rows, cols int) backend.Tensor {
+	if l.err != nil {
+		return nil
+	}
+	t, err := l.m.loadF32(x, rows, cols)
+	l.err = err
+	return t
+}
+
+func (l *loader) norm(n Norm) norm { return norm{l.row(n.W, 0), l.row(n.B, 0)} }
+
+func (l *loader) linear(ln Linear) linear {
+	return linear{l.whole(ln.W, ln.W.Shape[len(ln.W.Shape)-1]), l.row(ln.B, 0)}
+}
+
+func (m *Model) load(w *Weights) error {
+	c := &m.cfg
+	l := &loader{m: m}
+	d := c.Dim
+	m.embed = l.whole(w.Embed, d)
+	m.inputLinear = l.whole(w.InputLinear, c.LatentDim)
+	for _, ly := range w.Layers {
+		m.layers = append(m.layers, lmLayer{
+			norm1: l.norm(ly.Norm1), norm2: l.norm(ly.Norm2),
+			q: l.matrix(ly.InProj, 0, d, d), k: l.matrix(ly.InProj, d, d, d), v: l.matrix(ly.InProj, 2*d, d, d),
+			o: l.whole(ly.OutProj, d), linear1: l.whole(ly.Linear1, d), linear2: l.whole(ly.Linear2, c.FFDim),
+		})
+	}
+	m.outNorm = l.norm(w.OutNorm)
+	m.eosW = l.whole(w.OutEOS.W, d)
+	m.eosB = w.OutEOS.B.Float32s()[0]
+	m.bosEmb = w.BOSEmb.Float32s()
+	if w.BOSBeforeVoice != nil {
+		m.bosVoice = w.BOSBeforeVoice.Float32s()
+	}
+	if w.SpeakerProj != nil {
+		m.speakerProj = l.whole(w.SpeakerProj, c.EncoderLatentDim)
+	}
+	if l.err != nil {
+		return l.err
+	}
+	if err := m.loadFlow(l, &w.Flow); err != nil {
+		return err
+	}
+	return m.loadMimi(l, w)
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package pockettts
+
+const raceEnabled = false

@@ -1,0 +1,5 @@
+//go:build !race
+
+package tts
+
+const raceEnabled = false

@@ -1,0 +1,185 @@
+package tts
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/parleyhq/parley/internal/npy"
+	"github.com/parleyhq/parley/internal/sharedtest"
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/models/pockettts"
+	"github.com/parleyhq/parley/runtime/tokenizer/sentencepiece"
+
+	_ "github.com/parleyhq/parley/runtime/backend/all"
+)
+
+// End to end against upstream's recordings (../shared/reference/tts): the text through the
+// front end, the reference voice state, the recorded noise, the frame loop with its stop rule and
+// the decoder; the same number of frames and the waveform within 1e-4 absolute (F32 weights; the
+// model's stages are compared one by one, with their figures, in pockettts's parity tests).
+const waveTol = 1e-4
+
+type fixture struct {
+	ck    *pockettts.Checkpoint
+	m     *pockettts.Model
+	s     *Synthesizer
+	voice *pockettts.Voice
+	ref   string
+}
+
+func newFixture(t *testing.T, be backend.Backend) *fixture {
+	t.Helper()
+	ref := sharedtest.Path(t, "reference/tts")
+	ck, err := pockettts.Open(sharedtest.PocketTTSRandomWeights(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ck.Close() })
+	tok, err := sentencepiece.Load(filepath.Join(ref, "tokenizer", "random-unigram-4000.model"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := pockettts.New(be, ck.Weights)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	s, err := New(m, tok, Config{Text: ck.Text})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	cfg := m.Config()
+	v, err := pockettts.LoadVoice(filepath.Join(ref, "voice", "voice_state.safetensors"), &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{ck: ck, m: m, s: s, voice: v, ref: ref}
+}
+
+func readArray(t *testing.T, path string) []float32 {
+	t.Helper()
+	a, err := npy.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.Data
+}
+
+func TestSpeakParity(t *testing.T) {
+	for _, be := range sharedtest.Backends(t, 2) {
+		t.Run(be.Name(), func(t *testing.T) {
+			runs := []string{"t1-hello"}
+			if be.Name() == "cpu" && !raceEnabled {
+				runs = append(runs, "t3-numbers", "t2-fox-greedy")
+			} else if raceEnabled || be.Name() == "cuda" {
+				t.Skip("a whole synthesis takes minutes here; the cpu backend compares them")
+			}
+			f := newFixture(t, be)
+			for _, run := range runs {
+				t.Run(run, func(t *testing.T) {
+					dir := filepath.Join(f.ref, run)
+					var meta struct {
+						Text string  `json:"text"`
+						Temp float64 `json:"temp"`
+					}
+					b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := json.Unmarshal(b, &meta); err != nil {
+						t.Fatal(err)
+					}
+					want := readArray(t, filepath.Join(dir, "audio.npy"))
+					r := Request{Text: meta.Text, Voice: f.voice, Temperature: meta.Temp}
+					if meta.Temp > 0 {
+						r.Noise = readArray(t, filepath.Join(dir, "noise.npy"))
+					}
+					var got []float32
+					err = f.s.Speak(context.Background(), r, func(a []float32) error {
+						if len(a) != f.s.FrameSamples() {
+							t.Fatalf("a frame of %d samples, want %d", len(a), f.s.FrameSamples())
+						}
+						got = append(got, a...)
+						return nil
+					})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(got) != len(want) {
+						t.Fatalf("%d samples (%d frames), the reference %d (%d frames)", len(got), len(got)/1920, len(want), len(want)/1920)
+					}
+					maxDiff := 0.0
+					for i := range want {
+						maxDiff = max(maxDiff, math.Abs(float64(got[i]-want[i])))
+					}
+					if !(maxDiff <= waveTol) {
+						t.Fatalf("waveform differs by %.3g, over %.0e", maxDiff, waveTol)
+					}
+					t.Logf("%d frames, waveform within %.2g", len(got)/f.s.FrameSamples(), maxDiff)
+				})
+			}
+		})
+	}
+}
+
+// TestSpeakErrors: bad requests fail with an error before anything is emitted, and emit's
+// error and a cancelled context stop a synthesis.
+func TestSpeakErrors(t *testing.T) {
+	be := sharedtest.Backends(t, 2)[0]
+	f := newFixture(t, be)
+	ctx := context.Background()
+	emitted := 0
+	count := func([]float32) error { emitted++; return nil }
+	for name, r := range map[string]Request{
+		"empty text":   {Text: " \n\t", Voice: f.voice},
+		"no voice":     {Text: "Hello."},
+		"NaN temp":     {Text: "Hello.", Voice: f.voice, Temperature: math.NaN()},
+		"ragged noise": {Text: "Hello.", Voice: f.voice, Noise: make([]float32, 33)},
+		"unknown name": {Text: "Hello.", VoiceName: "nobody"},
+	} {
+		if err := f.s.Speak(ctx, r, count); !errors.Is(err, ErrInput) {
+			t.Errorf("%s: %v, want ErrInput", name, err)
+		}
+	}
+	if emitted != 0 {
+		t.Errorf("%d frames emitted by bad requests", emitted)
+	}
+	emitted = 0
+	err := f.s.Speak(ctx, Request{Text: "Hello world.", Voice: f.voice, Noise: make([]float32, 2*32)}, count)
+	if !errors.Is(err, ErrNoiseExhausted) || emitted != 2 {
+		t.Errorf("two rows of noise: %v after %d frames, want ErrNoiseExhausted after 2", err, emitted)
+	}
+	stop := errors.New("enough")
+	emitted = 0
+	err = f.s.Speak(ctx, Request{Text: "Hello world.", Voice: f.voice, Temperature: 0}, func([]float32) error {
+		emitted++
+		if emitted == 3 {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) || emitted != 3 {
+		t.Errorf("emit's error: %v after %d frames", err, emitted)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := f.s.Speak(cctx, Request{Text: "Hello world.", Voice: f.voice}, count); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v", err)
+	}
+	// a synthesis waiting for another's turn gives up when its context ends
+	f.s.turn <- struct{}{}
+	wctx, wcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer wcancel()
+	err = f.s.Speak(wctx, Request{Text: "Hello world.", Voice: f.voice}, count)
+	<-f.s.turn
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("waiting past the deadline: %v", err)
+	}
+}
