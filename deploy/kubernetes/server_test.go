@@ -93,9 +93,11 @@ func cleanEnv(extra map[string]string) []string {
 }
 
 var (
-	goFlagLine    = regexp.MustCompile(`^  -(-?[A-Za-z0-9][A-Za-z0-9-]*)(?: ([A-Za-z0-9]+))?(?:\t(.*))?$`)
+	goFlagLine = regexp.MustCompile(`^  -(-?[A-Za-z0-9][A-Za-z0-9-]*)(?: ([A-Za-z0-9]+))?(?:\t(.*))?$`)
+	// "  -m, --model value": a flag with a one-letter name beside its long one.
+	pairFlagLine  = regexp.MustCompile(`^  -([A-Za-z0-9]), --([A-Za-z0-9][A-Za-z0-9-]*)(?: ([A-Za-z0-9]+))?$`)
 	posixFlagLine = regexp.MustCompile(`^\s+(?:-[A-Za-z0-9], )?--([A-Za-z0-9][A-Za-z0-9-]*)(?:[ =]([A-Za-z0-9]+))?(?:\s{2,}(.*))?$`)
-	defaultRE     = regexp.MustCompile(`\(default (.*)\)\s*$`)
+	defaultRE     = regexp.MustCompile(`\(default ([^()]*)\)(?:\s*\(\$PARLEY_[A-Z0-9_]+\))?\s*$`)
 )
 
 // parseHelp reads the flags of a command's help: Go's flag package layout ("  -name type" and the
@@ -114,7 +116,14 @@ func parseHelp(text string) map[string]flagInfo {
 		}
 		flags[cur] = f
 	}
+	short := map[string]string{} // one-letter name: long name
 	for _, line := range strings.Split(text, "\n") {
+		if m := pairFlagLine.FindStringSubmatch(line); m != nil {
+			short[m[1]] = m[2]
+			cur = m[2]
+			flags[cur] = flagInfo{typ: m[3]}
+			continue
+		}
 		m := goFlagLine.FindStringSubmatch(line)
 		if m == nil {
 			m = posixFlagLine.FindStringSubmatch(line)
@@ -130,6 +139,9 @@ func parseHelp(text string) map[string]flagInfo {
 		} else {
 			cur = ""
 		}
+	}
+	for s, l := range short {
+		flags[s] = flags[l]
 	}
 	return flags
 }
