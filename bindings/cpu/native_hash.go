@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "1ed829d3f9ba3c676dbab6e5b957031a6da8e9fa7d135808a9ee490db05caeac"
+const nativeSources = "a78f6c33baab631a3eecce6c6ee9b0a449c6fbfebd0eb2b03e9a7f8c7e2d4bf4"

@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "1c783e83cf91aa01b30778fda774745c1e1e44a99b878222a146d29ce870a7d5"
+const nativeSources = "cffa8d21a36e49ba7b4a77bda072af1d18ad5a2f760e1b5cd225f21f96f615a6"
