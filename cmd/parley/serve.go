@@ -22,7 +22,6 @@ import (
 	"github.com/parleyhq/parley/runtime/hub"
 	"github.com/parleyhq/parley/runtime/models"
 	"github.com/parleyhq/parley/runtime/models/llama"
-	"github.com/parleyhq/parley/runtime/models/whisper"
 	"github.com/parleyhq/parley/runtime/sched"
 	"github.com/parleyhq/parley/runtime/sched/asr"
 	"github.com/parleyhq/parley/runtime/server"
@@ -193,7 +192,7 @@ func runServe(e *env, args []string) error {
 	var served []*server.Model
 	var speechModels []*server.SpeechModel
 	var scheds []*sched.Scheduler
-	var speechEngines []*asr.Whisper
+	var speechEngines []asr.Recognizer
 	var closers []func()
 	defer func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -230,22 +229,16 @@ func runServe(e *env, args []string) error {
 			hs.Close()
 			return fmt.Errorf("%s: %w", sp.name, err)
 		} else if kind == models.KindSpeechRecognition {
-			wm, err := whisper.Open(be, sp.path)
-			if err != nil {
-				hs.Close()
-				return fmt.Errorf("%s: %w", sp.name, err)
-			}
-			closers = append(closers, func() { wm.Close() })
-			we, err := asr.NewWhisper(wm, asr.Config{MaxActive: *asrParallel, MaxQueue: *asrQueue, EncodeBatch: *asrEncode,
+			we, err := models.OpenRecognizer(sp.path, be, asr.Config{MaxActive: *asrParallel, MaxQueue: *asrQueue, EncodeBatch: *asrEncode,
 				OnStep: steps.OnStep(sp.name), Logger: logger.With("model", sp.name)})
 			if err != nil {
 				hs.Close()
 				return fmt.Errorf("%s: %w", sp.name, err)
 			}
 			closers = append(closers, func() { we.Close() })
-			speechModels = append(speechModels, &server.SpeechModel{Name: sp.name, Recognizer: we, Params: &asrParams})
-			speechEngines = append(speechEngines, we)
-			logger.Info("speech model loaded", "model", sp.name, "path", sp.path, "multilingual", wm.Multilingual(), "parallel", *asrParallel, "took", time.Since(t0).Round(time.Millisecond))
+			speechModels = append(speechModels, &server.SpeechModel{Name: sp.name, Recognizer: we.Recognizer, Params: &asrParams})
+			speechEngines = append(speechEngines, we.Recognizer)
+			logger.Info("speech model loaded", "model", sp.name, "path", sp.path, "family", we.Family, "multilingual", we.Multilingual(), "parallel", *asrParallel, "took", time.Since(t0).Round(time.Millisecond))
 			continue
 		}
 		llm, err := models.OpenLLM(sp.path, be)

@@ -2,9 +2,9 @@
 // holds, and OpenLLM opens a language model with everything the scheduler (runtime/sched), the
 // server (runtime/server) and the command line need of it: the weights bound to a backend, the
 // tokenizer, the chat template and the training context. The families under it compute
-// (runtime/models/llama, runtime/models/whisper); this package only decides which family a file
-// is for and puts the family's pieces together. Speech recognition models are opened by their
-// family (whisper.Open).
+// (runtime/models/llama, runtime/models/whisper, runtime/models/parakeet); this package only
+// decides which family a file is for and puts the family's pieces together. OpenRecognizer opens
+// a speech recognition model of any family with its scheduler (runtime/sched/asr).
 package models
 
 import (
@@ -14,7 +14,6 @@ import (
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/models/llama"
-	"github.com/parleyhq/parley/runtime/models/whisper"
 	"github.com/parleyhq/parley/runtime/tokenizer"
 )
 
@@ -24,7 +23,7 @@ type Kind int
 // Kinds of model.
 const (
 	KindLLM               Kind = iota + 1 // a language model (GGUF): OpenLLM opens it
-	KindSpeechRecognition                 // Whisper (whisper.cpp's ggml file, or GGUF of architecture whisper): whisper.Open opens it
+	KindSpeechRecognition                 // Whisper or Parakeet (whisper.cpp's ggml files, or GGUF): OpenRecognizer opens it
 )
 
 func (k Kind) String() string {
@@ -38,15 +37,15 @@ func (k Kind) String() string {
 }
 
 // Probe reads the head of the file at path and says what kind of model it holds: a speech
-// recognition model (whisper.IsModelFile), else a language model, which is all a file that is
+// recognition model (SpeechFamily), else a language model, which is all a file that is
 // neither can be taken for (OpenLLM then says why it cannot be opened). The error is the file's
 // when it cannot be read.
 func Probe(path string) (Kind, error) {
-	speech, err := whisper.IsModelFile(path)
+	family, err := SpeechFamily(path)
 	if err != nil {
 		return 0, err
 	}
-	if speech {
+	if family != "" {
 		return KindSpeechRecognition, nil
 	}
 	return KindLLM, nil
@@ -66,8 +65,11 @@ var ErrNotLLM = errors.New("not a language model")
 // CheckLLM returns an error wrapping ErrNotLLM when the file at path holds a speech recognition
 // model; nil otherwise, also when the file cannot be read (the reader that opens it says why).
 func CheckLLM(path string) error {
-	if k, _ := Probe(path); k == KindSpeechRecognition {
+	switch family, _ := SpeechFamily(path); family {
+	case FamilyWhisper:
 		return fmt.Errorf("%s is a Whisper speech-recognition model, %w", path, ErrNotLLM)
+	case FamilyParakeet:
+		return fmt.Errorf("%s is a Parakeet speech-recognition model, %w", path, ErrNotLLM)
 	}
 	return nil
 }
