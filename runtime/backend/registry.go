@@ -26,7 +26,28 @@ var (
 	mu       sync.Mutex
 	registry = map[string]entry{}
 	aliases  = map[string]string{} // other name: registered name
+	infos    = map[string]func() string{}
 )
+
+// RegisterInfo gives the backend called name a description of what it would run on here, for
+// `parley version`: the CPU kernels' instruction set, the GPUs it sees or why it sees none. The
+// function must not start the backend.
+func RegisterInfo(name string, info func() string) {
+	mu.Lock()
+	defer mu.Unlock()
+	infos[name] = info
+}
+
+// Info is the description of the backend called name (RegisterInfo); "" when it has none.
+func Info(name string) string {
+	mu.Lock()
+	f := infos[name]
+	mu.Unlock()
+	if f == nil {
+		return ""
+	}
+	return f()
+}
 
 // Register makes a backend available under name. "auto" prefers the backend of highest priority
 // that starts. Backends call it from init functions.

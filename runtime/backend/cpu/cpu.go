@@ -27,7 +27,15 @@ import (
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
-func init() { backend.Register("cpu", 10, New) }
+func init() {
+	backend.Register("cpu", 10, New)
+	backend.RegisterInfo("cpu", func() string {
+		if !cpu.Available() {
+			return "not in this build (it needs cgo)"
+		}
+		return "kernels " + cpu.BestISA().String() + " (the best this processor runs)"
+	})
+}
 
 // Backend is the native CPU backend.
 type Backend struct {

@@ -28,7 +28,26 @@ const (
 	EnvMMQ    = "PARLEY_CUDA_MMQ"    // "0" multiplies batches by quantised weights as F16 products (Options.QuantF16)
 )
 
-func init() { backend.Register("cuda", Priority, factory) }
+func init() {
+	backend.Register("cuda", Priority, factory)
+	backend.RegisterInfo("cuda", describeDevices)
+}
+
+// describeDevices lists the GPUs this process sees, or says why it sees none.
+func describeDevices() string {
+	devs, err := bcuda.Devices()
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for i, d := range devs {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "GPU %d: %s (compute capability %d.%d, %.1f GiB)", d.Index, d.Name, d.Major, d.Minor, float64(d.MemoryTotal)/(1<<30))
+	}
+	return b.String()
+}
 
 // Options configure a CUDA backend.
 type Options struct {
