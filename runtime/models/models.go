@@ -15,6 +15,7 @@ import (
 	"github.com/parleyhq/parley/runtime/ggml"
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/models/llama"
+	"github.com/parleyhq/parley/runtime/models/parakeet"
 	"github.com/parleyhq/parley/runtime/tokenizer"
 )
 
@@ -53,14 +54,26 @@ func Probe(path string) (Kind, error) {
 }
 
 // Check reads the header of the model file at path, as the reader that will open it reads it
-// (a whisper.cpp ggml file's hyper-parameters, vocabulary and tensor table; a GGUF file's
-// metadata and tensor table, every tensor within the file), without loading any weight, and
-// says what kind of model it holds. A program that serves several files checks them all this
-// way before it starts, so that a corrupt or truncated one is refused at once.
+// (a whisper.cpp ggml file's hyper-parameters, vocabulary and tensor table, Whisper's or
+// Parakeet's; a GGUF file's metadata and tensor table, every tensor within the file), without
+// loading any weight, and says what kind of model it holds. A program that serves several files
+// checks them all this way before it starts, so that a corrupt or truncated one is refused at
+// once.
 func Check(path string) (Kind, error) {
-	kind, err := Probe(path)
+	family, err := SpeechFamily(path)
 	if err != nil {
 		return 0, err
+	}
+	kind := KindLLM
+	if family != "" {
+		kind = KindSpeechRecognition
+	}
+	if family == FamilyParakeet { // its ggml files are not Whisper's
+		f, err := parakeet.Open(path)
+		if err != nil {
+			return 0, err
+		}
+		return kind, f.Close()
 	}
 	if isGGML, err := ggml.IsFile(path); err != nil {
 		return 0, err

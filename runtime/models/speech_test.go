@@ -14,7 +14,8 @@ import (
 )
 
 // TestSpeechFamily: a Parakeet ggml file (whose magic is Whisper's) is told from a Whisper one,
-// both are speech recognition models, and OpenLLM names the family it refuses.
+// both are speech recognition models, Check reads Parakeet's header with Parakeet's reader (and
+// refuses a truncated file), and OpenLLM names the family it refuses.
 func TestSpeechFamily(t *testing.T) {
 	pk, wh := sharedtest.ParakeetRandomModel(t, "small", false), sharedtest.WhisperRandomModel(t, "tiny.en")
 	other := filepath.Join(t.TempDir(), "notes.txt")
@@ -31,6 +32,20 @@ func TestSpeechFamily(t *testing.T) {
 	}
 	if k, err := models.Probe(pk); err != nil || k != models.KindSpeechRecognition {
 		t.Errorf("Probe(Parakeet): %v, %v", k, err)
+	}
+	if k, err := models.Check(pk); err != nil || k != models.KindSpeechRecognition {
+		t.Errorf("Check(Parakeet): %v, %v", k, err)
+	}
+	b, err := os.ReadFile(pk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := filepath.Join(t.TempDir(), "parakeet.cut")
+	if err := os.WriteFile(cut, b[:len(b)-1000], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := models.Check(cut); err == nil {
+		t.Errorf("a truncated Parakeet file passed as %v", k)
 	}
 	if _, err := models.OpenLLM(pk, goBackend(t)); !errors.Is(err, models.ErrNotLLM) || !strings.Contains(err.Error(), "Parakeet") {
 		t.Errorf("OpenLLM(Parakeet): %v", err)
