@@ -214,6 +214,7 @@ type Context struct {
 	// the local escape, an allocation per call.
 	rope C.pl_rope_cfg
 	attn C.pl_attn_cfg
+	tr   transducerArgs
 	// ff holds a copy of the RoPE frequency factors in C memory (a Go pointer inside rope
 	// would break cgo's pointer rules); ffCap floats.
 	ff    *C.float

@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "1b6f9f3bc1da78427bb8ea4333848e16dc74b4c06e2893bb11f03f6c45365399"
+const nativeSources = "677cc4c755fab9ed6ed27429c052c0936fef99090eef83d8ab954831e3c0207c"

@@ -95,6 +95,9 @@ type Context struct {
 	// allocate nothing (the address of a local passed to C would escape to the heap).
 	rope C.plc_rope_cfg
 	attn C.plc_attn_cfg
+	// the convolutions' geometry and relative-position attention's heads (transducer.go)
+	geomArg   C.plc_conv_geom
+	relPosArg C.plc_relpos_cfg
 	// ff holds a copy of the RoPE frequency factors in C memory (a Go pointer inside rope would
 	// break cgo's pointer rules); ffCap floats.
 	ff    *C.float

@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "80bf4f2f311be4b33eea0668cb5cb30cc6425a5a534be8da66777f5eeaee7ed4"
+const nativeSources = "64d1ad3da46700d637d8f289127790d065b86933097547d5b99b0b8d00079fd5"

@@ -11,6 +11,7 @@ import (
 
 	"github.com/parleyhq/parley/runtime/audio"
 	"github.com/parleyhq/parley/runtime/kvcache"
+	"github.com/parleyhq/parley/runtime/models"
 	"github.com/parleyhq/parley/runtime/models/whisper"
 	"github.com/parleyhq/parley/runtime/sched/asr"
 )
@@ -40,6 +41,9 @@ type asrBenchResult struct {
 // step each against its own window (--parallel), and with audio files, whole greedy
 // transcriptions as a real-time factor (processing time ÷ audio duration).
 func benchASR(e *env, bf backendFlags, path string, reps, tg int, seqCounts []int, files []string, asJSON bool) error {
+	if family, _ := models.SpeechFamily(path); family == models.FamilyParakeet {
+		return fmt.Errorf("%s: parley bench measures Whisper models; a Parakeet model is measured by timing parley transcribe", path)
+	}
 	m, be, err := openWhisper(e, bf, path)
 	if err != nil {
 		return err

@@ -23,7 +23,6 @@ import (
 	"github.com/parleyhq/parley/runtime/models"
 	"github.com/parleyhq/parley/runtime/models/bert"
 	"github.com/parleyhq/parley/runtime/models/llama"
-	"github.com/parleyhq/parley/runtime/models/whisper"
 	"github.com/parleyhq/parley/runtime/pooling"
 	"github.com/parleyhq/parley/runtime/sched"
 	"github.com/parleyhq/parley/runtime/sched/asr"
@@ -264,7 +263,7 @@ func runServe(e *env, args []string) (err error) {
 	var ttsModels []*server.TTSModel
 	var scheds []*sched.Scheduler
 	var embedders []*sched.Embedder
-	var speechEngines []*asr.Whisper
+	var speechEngines []asr.Recognizer
 	var closers []func()
 	defer func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -311,22 +310,16 @@ func runServe(e *env, args []string) (err error) {
 			logger.Info("speech synthesis model loaded", "model", sp.name, "path", sp.path, "voices", strings.Join(synth.Voices(), ","), "took", time.Since(t0).Round(time.Millisecond))
 			continue
 		} else if kind == models.KindSpeechRecognition {
-			wm, err := whisper.Open(be, sp.path)
-			if err != nil {
-				hs.Close()
-				return fmt.Errorf("%s: %w", sp.name, err)
-			}
-			closers = append(closers, func() { wm.Close() })
-			we, err := asr.NewWhisper(wm, asr.Config{MaxActive: sp.opt.asrParallel, MaxQueue: sp.opt.asrQueue, EncodeBatch: sp.opt.asrEncode,
+			we, err := models.OpenRecognizer(sp.path, be, asr.Config{MaxActive: sp.opt.asrParallel, MaxQueue: sp.opt.asrQueue, EncodeBatch: sp.opt.asrEncode,
 				OnStep: steps.OnStep(sp.name), Logger: logger.With("model", sp.name)})
 			if err != nil {
 				hs.Close()
 				return fmt.Errorf("%s: %w", sp.name, err)
 			}
 			closers = append(closers, func() { we.Close() })
-			speechModels = append(speechModels, &server.SpeechModel{Name: sp.name, Recognizer: we, Params: &asrParams})
-			speechEngines = append(speechEngines, we)
-			logger.Info("speech model loaded", "model", sp.name, "path", sp.path, "multilingual", wm.Multilingual(), "parallel", sp.opt.asrParallel, "took", time.Since(t0).Round(time.Millisecond))
+			speechModels = append(speechModels, &server.SpeechModel{Name: sp.name, Recognizer: we.Recognizer, Params: &asrParams})
+			speechEngines = append(speechEngines, we.Recognizer)
+			logger.Info("speech model loaded", "model", sp.name, "path", sp.path, "family", we.Family, "multilingual", we.Multilingual(), "parallel", sp.opt.asrParallel, "took", time.Since(t0).Round(time.Millisecond))
 			continue
 		}
 		if kind, _ := models.Probe(sp.path); kind == models.KindEmbedding {

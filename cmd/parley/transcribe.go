@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/parleyhq/parley/runtime/audio"
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/models"
 	"github.com/parleyhq/parley/runtime/sched/asr"
 	wtok "github.com/parleyhq/parley/runtime/tokenizer/whisper"
 )
@@ -24,7 +26,7 @@ DIR; it never overwrites an input. A FILE that cannot be read or transcribed is 
 standard error and the others are transcribed; the exit status is then 1.
 `
 
-// runTranscribe transcribes audio files with a Whisper model.
+// runTranscribe transcribes audio files with a speech recognition model (Whisper, Parakeet).
 func runTranscribe(e *env, args []string) error {
 	fs := newFlags(e, "transcribe", "-m MODEL [flags] FILE...")
 	fs.Usage = func() {
@@ -32,7 +34,7 @@ func runTranscribe(e *env, args []string) error {
 		fmt.Fprint(e.stderr, transcribeHelp)
 	}
 	bf := addBackendFlags(fs)
-	model := fs.String("m", "", "Whisper model file (whisper.cpp ggml, or GGUF), or hf://owner/repo[@rev]/file")
+	model := fs.String("m", "", "Whisper or Parakeet model file (whisper.cpp ggml, or GGUF), or hf://owner/repo[@rev]/file")
 	def := asr.DefaultParams()
 	beam := fs.Int("beam", 1, "beam size (1: greedy)")
 	bestOf := fs.Int("best-of", def.BestOf, "candidates sampled at temperatures above 0")
@@ -85,31 +87,35 @@ func runTranscribe(e *env, args []string) error {
 	if err := p.Validate(); err != nil {
 		return usageError{withoutHTTP(err)}
 	}
+	// A local Whisper file's language is checked before the model loads; Parakeet takes none.
 	if l := p.Language; l != "" && l != "auto" {
-		if _, ok := wtok.LanguageIndex(l); !ok {
-			return usagef("--language %q: unknown language; want a code such as en, de or zh, an English name such as german, or auto", l)
+		if family, _ := models.SpeechFamily(*model); family != models.FamilyParakeet {
+			if _, ok := wtok.LanguageIndex(l); !ok {
+				return usagef("--language %q: unknown language; want a code such as en, de or zh, an English name such as german, or auto", l)
+			}
 		}
 	}
-	m, be, err := openWhisper(e, bf, *model)
+	eng, be, err := openOn(e, bf, *model, func(p string, b backend.Backend) (*models.Recognizer, error) {
+		return models.OpenRecognizer(p, b, asr.Config{MaxActive: 1})
+	})
 	if err != nil {
 		return err
 	}
 	defer be.Close()
-	defer m.Close()
-	eng, err := asr.NewWhisper(m, asr.Config{MaxActive: 1})
-	if err != nil {
-		return err
-	}
 	defer eng.Close()
 	// What the model cannot do is a mistake in the command line too: say so before any file.
-	if _, err := eng.ResolveLanguage(p.Language); err != nil {
-		if !m.Multilingual() {
-			return usagef("--language %q: %s is an English-only model; leave out --language (or give en), or use a multilingual model", p.Language, *model)
+	if m := eng.Whisper; m != nil {
+		if _, err := eng.ResolveLanguage(p.Language); err != nil {
+			if !m.Multilingual() {
+				return usagef("--language %q: %s is an English-only model; leave out --language (or give en), or use a multilingual model", p.Language, *model)
+			}
+			return usagef("--language %q: %s does not know this language", p.Language, *model)
 		}
-		return usagef("--language %q: %s does not know this language", p.Language, *model)
-	}
-	if p.Translate && !m.Multilingual() {
-		return usagef("--translate: %s is an English-only model and cannot translate; use a multilingual model", *model)
+		if p.Translate && !m.Multilingual() {
+			return usagef("--translate: %s is an English-only model and cannot translate; use a multilingual model", *model)
+		}
+	} else if p.Translate {
+		return usagef("--translate: %s is a %s model and cannot translate", *model, eng.Family)
 	}
 	if *outDir != "" {
 		if err := os.MkdirAll(*outDir, 0o755); err != nil {

@@ -274,6 +274,51 @@ int pl_full_attention(pl_ctx *ctx, float *dst, const float *q, int64_t n, const 
 int pl_mul(pl_ctx *ctx, float *dst, const float *a, const float *b, int64_t n, int64_t d,
            int64_t b_rows);
 
+/* ---- Operations of convolutional encoders and transducers (Parakeet) ---- */
+
+/* The geometry of a 2-D convolution over an image of h rows of w pixels (x [h*w, c], pixel
+ * (ih, iw) in row ih*w+iw): kernel kh x kw, strides sh, sw, zero padding ph rows above and below
+ * and pw columns left and right. The output has ho = (h+2ph-kh)/sh+1 rows of wo = (w+2pw-kw)/sw+1
+ * pixels. Every size >= 1, paddings >= 0, the kernel no larger than the padded image. */
+typedef struct {
+    int64_t h, w, kh, kw, sh, sw, ph, pw;
+} pl_conv_geom;
+
+/* pl_im2col_2d lays out the receptive fields of a 2-D convolution of x [h*w, c]: for output pixel
+ * o = oh*wo+ow, dst[o, ch*kh*kw + i*kw + j] = x[(oh*sh+i-ph)*w + ow*sw+j-pw, ch], or 0 where that
+ * pixel is outside the image. dst [ho*wo, c*kh*kw] must not overlap x. */
+int pl_im2col_2d(pl_ctx *ctx, float *dst, const float *x, int64_t c, const pl_conv_geom *g);
+
+/* pl_depthwise_conv_2d convolves each channel of x [h*w, c] with its own kernel:
+ * dst[o, ch] = b[ch] + sum over the taps (i, j) inside the image of w[ch, i*kw+j] * x[tap, ch],
+ * summed in float in tap order (fused multiply-adds where the ISA has them). w [c, kh*kw],
+ * b [c]; dst [ho*wo, c] must not overlap x, w or b. */
+int pl_depthwise_conv_2d(pl_ctx *ctx, float *dst, const float *x, const float *w, const float *b,
+                         int64_t c, const pl_conv_geom *g);
+
+/* Relative-position attention heads: n_head heads of head_dim, scores scaled by scale, and
+ * window 0 (every row of a clip) or the largest distance |i-j| attended to. */
+typedef struct {
+    int32_t n_head, head_dim;
+    float scale;
+    int32_t window;
+} pl_relpos_cfg;
+
+/* pl_relpos_attention: self-attention with Transformer-XL's relative positions over n_clips clips
+ * of clips[c] consecutive rows (together n rows). For rows i, j of one clip and head h:
+ * s(i,j) = scale * ((q[i,h] + u[h]).k[j,h] + (q[i,h] + bv[h]).p[half-(i-j), h]) and
+ * dst[i,h] = sum_j softmax_j(s(i,j)) v[j,h] over the j of the clip with |i-j| <= window (all when
+ * window is 0), half = (p_rows-1)/2 covering every such distance. q, k, v, dst [n, n_head*head_dim];
+ * p [p_rows, n_head*head_dim] (p_rows odd); u, bv [n_head*head_dim]. dst overlaps no input. */
+int pl_relpos_attention(pl_ctx *ctx, float *dst, const float *q, const float *k, const float *v,
+                        const float *p, int64_t p_rows, const float *u, const float *bv,
+                        const int32_t *clips, int64_t n_clips, const pl_relpos_cfg *a);
+
+/* pl_lstm_cell: for each row r < n of gates [n, 4p] in blocks [i, f, o, g],
+ * c[r,:] = sigmoid(f)*c[r,:] + sigmoid(i)*tanh(g) and h[r,:] = sigmoid(o)*tanh(c[r,:]).
+ * c, h [n, p]; no two of h, c and gates overlap. */
+int pl_lstm_cell(pl_ctx *ctx, float *h, float *c, const float *gates, int64_t n, int64_t p);
+
 #ifdef __cplusplus
 }
 #endif

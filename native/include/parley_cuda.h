@@ -226,6 +226,50 @@ int plc_copy(plc_ctx *ctx, void *dst, int32_t dst_type, const void *src, int32_t
 int plc_im2col_1d(plc_ctx *ctx, float *dst, const float *x, int64_t t_in, int64_t c,
                   int32_t kernel, int32_t stride, int32_t pad, int64_t t_out);
 
+/* ---- Operations of convolutional encoders and transducers (Parakeet) ---- */
+
+/* The geometry of a 2-D convolution over an image of h rows of w pixels (x [h*w, c], pixel
+ * (ih, iw) in row ih*w+iw): kernel kh x kw, strides sh, sw, zero padding ph rows above and below
+ * and pw columns left and right; ho = (h+2ph-kh)/sh+1 output rows of wo = (w+2pw-kw)/sw+1. Every
+ * size >= 1, paddings >= 0, the kernel no larger than the padded image. */
+typedef struct {
+    int64_t h, w, kh, kw, sh, sw, ph, pw;
+} plc_conv_geom;
+
+/* plc_im2col_2d: for output pixel o = oh*wo+ow of a convolution of x [h*w, c],
+ * dst[o, ch*kh*kw + i*kw + j] = x[(oh*sh+i-ph)*w + ow*sw+j-pw, ch], or 0 outside the image.
+ * dst [ho*wo, c*kh*kw] does not overlap x. */
+int plc_im2col_2d(plc_ctx *ctx, float *dst, const float *x, int64_t c, const plc_conv_geom *g);
+
+/* plc_depthwise_conv_2d: dst[o, ch] = b[ch] + sum over the taps (i, j) inside the image of
+ * w[ch, i*kw+j] * x[tap, ch], in tap order. x [h*w, c], w [c, kh*kw], b [c], dst [ho*wo, c]
+ * overlapping none of them. */
+int plc_depthwise_conv_2d(plc_ctx *ctx, float *dst, const float *x, const float *w, const float *b,
+                          int64_t c, const plc_conv_geom *g);
+
+/* Relative-position attention heads: n_head heads of head_dim (at most 1024), scores scaled by
+ * scale, window 0 (whole clips) or the largest distance attended to. */
+typedef struct {
+    int32_t n_head, head_dim;
+    float scale;
+    int32_t window;
+} plc_relpos_cfg;
+
+/* plc_relpos_attention: self-attention with Transformer-XL's relative positions over n_clips
+ * clips (host array clips, each >= 1 row, together n): for rows i, j of one clip and head h,
+ * s(i,j) = scale * ((q[i,h] + u[h]).k[j,h] + (q[i,h] + bv[h]).p[half-(i-j), h]), and dst[i,h] the
+ * softmax-weighted sum of v[j,h] over the j with |i-j| <= window (all when 0), half =
+ * (p_rows-1)/2 covering every such distance. One block per row and head, keys in tiles with a
+ * running softmax. q, k, v, dst [n, n_head*head_dim]; p [p_rows, ...]; u, bv [n_head*head_dim]. */
+int plc_relpos_attention(plc_ctx *ctx, float *dst, const float *q, const float *k, const float *v,
+                         const float *p, int64_t p_rows, const float *u, const float *bv,
+                         const int32_t *clips, int64_t n_clips, const plc_relpos_cfg *a);
+
+/* plc_lstm_cell: for each row r < n of gates [n, 4p] in blocks [i, f, o, g],
+ * c[r,:] = sigmoid(f)*c[r,:] + sigmoid(i)*tanh(g) and h[r,:] = sigmoid(o)*tanh(c[r,:]) (expf,
+ * tanhf). c, h [n, p]; no two of h, c and gates overlap. */
+int plc_lstm_cell(plc_ctx *ctx, float *h, float *c, const float *gates, int64_t n, int64_t p);
+
 /* Rotary embedding. */
 #define PLC_ROPE_NORMAL 0 /* pairs (2i, 2i+1) */
 #define PLC_ROPE_NEOX 1   /* pairs (i, i+dims/2) */

@@ -138,6 +138,33 @@ type Attn struct {
 	Scale                   float32
 }
 
+// ConvGeom is the geometry of a 2-D convolution over an image of H rows and W columns, which a
+// tensor [H*W, C] holds pixel by pixel (pixel (h, w) in row h*W+w, its C channels in the
+// columns): a kernel of KH×KW taps moved SH rows and SW columns at a time over the image
+// padded with PH rows of zeros above and below it and PW columns left and right. Every field
+// is at least 1, the paddings at least 0, and the kernel fits the padded image.
+type ConvGeom struct {
+	H, W   int // image rows and columns
+	KH, KW int // kernel
+	SH, SW int // stride
+	PH, PW int // padding on each side
+}
+
+// Out is the size of the convolution's output image: (H+2PH-KH)/SH+1 rows of (W+2PW-KW)/SW+1.
+func (g ConvGeom) Out() (h, w int) {
+	return (g.H+2*g.PH-g.KH)/g.SH + 1, (g.W+2*g.PW-g.KW)/g.SW + 1
+}
+
+// RelPos describes the heads of RelPosAttention: NHead heads of HeadDim elements, scores scaled
+// by Scale (finite; 1/sqrt(HeadDim) in NeMo), and Window: 0 to attend to every row of a clip, or
+// the largest distance |i-j| attended to (whisper.cpp's local attention uses 128 for clips over
+// 8192 frames).
+type RelPos struct {
+	NHead, HeadDim int
+	Scale          float32
+	Window         int
+}
+
 // Backend computes. All tensors passed to a backend's methods must have been made by it.
 //
 // Shapes in the comments are [rows, cols]; n is the number of tokens in a batch. An output and
@@ -246,6 +273,52 @@ type Backend interface {
 	// both F32 or both F16. With F16 keys and values the products are F16 products as in
 	// Attention: q is rounded to F16 before q·k and the normalised weights before p·v.
 	FullAttention(dst, q, k, v Tensor, a Attn) error
+
+	// Operations for convolutional encoders and transducers (Parakeet's FastConformer encoder
+	// and LSTM prediction network).
+
+	// Im2Col2D lays out the receptive fields of a 2-D convolution as rows: for an image x
+	// [g.H*g.W, C] (row h*W+w holds the C channels of pixel (h, w)) and each output pixel
+	// o = oh*Wout+ow (Wout from g.Out), dst[o, c*KH*KW + kh*KW + kw] = x[ih*W+iw, c] at
+	// ih = oh*SH+kh-PH, iw = ow*SW+kw-PW, or 0 where (ih, iw) is outside the image.
+	// dst [Hout*Wout, C*KH*KW] F32, sharing no memory with x. The convolution with weights w
+	// [Cout, C*KH*KW] (PyTorch's [Cout, C, KH, KW] flattened) is then MatMul(out, dst, w): out
+	// [Hout*Wout, Cout], an image again.
+	Im2Col2D(dst, x Tensor, g ConvGeom) error
+	// DepthwiseConv2D convolves each channel of an image x [g.H*g.W, C] with a kernel of its
+	// own: dst[o, c] = b[0, c] + Σ_{kh,kw} w[c, kh*KW+kw]·x[ih*W+iw, c] over the taps whose
+	// (ih, iw), as Im2Col2D's, lies inside the image (the padding is zeros). w [C, KH*KW]
+	// (PyTorch's [C, 1, KH, KW]) and b [1, C] F32; dst [Hout*Wout, C] F32, sharing no memory
+	// with x, w or b. A 1-D convolution over the rows of x [T, C] is the geometry
+	// {H: T, W: 1, KH: K, KW: 1, SH: 1, SW: 1, PH: pad}.
+	DepthwiseConv2D(dst, x, w, b Tensor, g ConvGeom) error
+	// RelPosAttention is self-attention with Transformer-XL's relative positions, as NeMo's
+	// RelPositionMultiHeadAttention computes it, over several clips at once: the rows of q, k
+	// and v are clips of clips[0], clips[1], ... consecutive rows (each at least 1, together all
+	// of them), and each row attends to the rows of its own clip only. For row i and row j of
+	// one clip (indices within it), and each head h (columns h*HeadDim ..):
+	//
+	//	s(i, j) = Scale · ((q[i,h] + u[0,h])·k[j,h] + (q[i,h] + bv[0,h])·p[L-1-(i-j), h])
+	//	dst[i,h] = Σ_j softmax_j(s(i, j)) · v[j,h]
+	//
+	// over the rows j of the clip with |i-j| ≤ a.Window when a.Window > 0 (local attention),
+	// or all of them. p [2L-1, NHead*HeadDim] holds the projected position embeddings of the
+	// relative distances L-1 down to -(L-1) (row r: distance L-1-r), so L-1 must cover every
+	// distance attended to; u and bv [1, NHead*HeadDim] are the content and position biases
+	// (pos_bias_u and pos_bias_v). This is rel_shift without its [T, 2T-1] matrix; the scores
+	// of a row are never all held at once either. q, k, v, dst [n, NHead*HeadDim] F32; dst shares
+	// no memory with an input.
+	RelPosAttention(dst, q, k, v, p, u, bv Tensor, a RelPos, clips []int32) error
+	// LSTMCell is one step of LSTM cells after their gates' products: for each row i of gates
+	// [n, 4P], the pre-activations of the input, forget, output and cell gates in blocks
+	// [i, f, o, g] (whisper.cpp's order; PyTorch stores [i, f, g, o]), with W_ih·x + W_hh·h + b
+	// already summed,
+	//
+	//	c[i,:] = σ(f)·c[i,:] + σ(i)·tanh(g),   h[i,:] = σ(o)·tanh(c[i,:])
+	//
+	// c [n, P] is read (the previous cell state) and written (the new one); h [n, P] is written.
+	// F32; no two of them share memory.
+	LSTMCell(h, c, gates Tensor) error
 
 	// Operations for streaming codecs and flow-matching heads (Pocket TTS: the Mimi decoder's
 	// layer scales and transposed convolutions, the flow head's adaptive norms and gates).

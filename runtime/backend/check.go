@@ -444,3 +444,140 @@ func CheckReshape(t Tensor, rows, cols int) error {
 	}
 	return nil
 }
+
+// The checks of the convolutional encoders' and transducers' operations (Im2Col2D,
+// DepthwiseConv2D, RelPosAttention, LSTMCell).
+
+// maxConvDim bounds each field of a ConvGeom, so that the index arithmetic of every backend
+// stays far inside int64 and the output's size inside int32.
+const maxConvDim = 1 << 24
+
+// CheckConvGeom: every size of g at least 1 (paddings at least 0) and at most 2^24, an image of
+// at most 2^31-1 pixels, at most 2^16 taps, and a kernel that fits the padded image.
+func CheckConvGeom(op string, g ConvGeom) error {
+	for _, v := range [...]int{g.H, g.W, g.KH, g.KW, g.SH, g.SW} {
+		if v < 1 || v > maxConvDim {
+			return fmt.Errorf("%s: geometry %+v: sizes must be 1 to %d", op, g, maxConvDim)
+		}
+	}
+	switch {
+	case g.PH < 0 || g.PW < 0 || g.PH > maxConvDim || g.PW > maxConvDim:
+		return fmt.Errorf("%s: geometry %+v: paddings must be 0 to %d", op, g, maxConvDim)
+	case int64(g.H)*int64(g.W) > math.MaxInt32 || int64(g.KH)*int64(g.KW) > 1<<16:
+		return fmt.Errorf("%s: geometry %+v: more than 2^31-1 pixels or 2^16 taps", op, g)
+	case g.H+2*g.PH < g.KH || g.W+2*g.PW < g.KW:
+		return fmt.Errorf("%s: geometry %+v: the kernel is larger than the padded image", op, g)
+	}
+	if ho, wo := g.Out(); int64(ho)*int64(wo) > math.MaxInt32 {
+		return fmt.Errorf("%s: geometry %+v: more than 2^31-1 output pixels", op, g)
+	}
+	return nil
+}
+
+// CheckIm2Col2D: a valid geometry, x [H*W, C], dst [Hout*Wout, C*KH*KW].
+func CheckIm2Col2D(dst, x Tensor, g ConvGeom) error {
+	const op = "im2col 2d"
+	if err := CheckConvGeom(op, g); err != nil {
+		return err
+	}
+	if x.Rows() != g.H*g.W {
+		return fmt.Errorf("%s: x has %d rows, not the %d×%d pixels of the image", op, x.Rows(), g.H, g.W)
+	}
+	if x.Cols() > math.MaxInt32/(g.KH*g.KW) {
+		return fmt.Errorf("%s: %d channels of %d taps is too large", op, x.Cols(), g.KH*g.KW)
+	}
+	ho, wo := g.Out()
+	if dst.Rows() != ho*wo || dst.Cols() != x.Cols()*g.KH*g.KW {
+		return shapeErr(op, "dst", dst, ho*wo, x.Cols()*g.KH*g.KW)
+	}
+	return nil
+}
+
+// CheckDepthwiseConv2D: a valid geometry, x [H*W, C], w [C, KH*KW], b [1, C], dst
+// [Hout*Wout, C].
+func CheckDepthwiseConv2D(dst, x, w, b Tensor, g ConvGeom) error {
+	const op = "depthwise conv 2d"
+	if err := CheckConvGeom(op, g); err != nil {
+		return err
+	}
+	c := x.Cols()
+	if x.Rows() != g.H*g.W {
+		return fmt.Errorf("%s: x has %d rows, not the %d×%d pixels of the image", op, x.Rows(), g.H, g.W)
+	}
+	if w.Rows() != c || w.Cols() != g.KH*g.KW {
+		return shapeErr(op, "w", w, c, g.KH*g.KW)
+	}
+	if b.Rows() != 1 || b.Cols() != c {
+		return shapeErr(op, "b", b, 1, c)
+	}
+	ho, wo := g.Out()
+	if dst.Rows() != ho*wo || dst.Cols() != c {
+		return shapeErr(op, "dst", dst, ho*wo, c)
+	}
+	return nil
+}
+
+// CheckRelPosAttention: heads of at most 2^31-1 columns and a finite scale; q, k, v and dst
+// [n, NHead*HeadDim]; u and bv [1, NHead*HeadDim]; p [2L-1, NHead*HeadDim]; clips of at least
+// one row each making up the n rows; a window of 0 or more; and L-1 at least every distance
+// attended to (the longest clip's less one, or the window if that is smaller).
+func CheckRelPosAttention(dst, q, k, v, p, u, bv Tensor, a RelPos, clips []int32) error {
+	const op = "relpos attention"
+	if a.NHead <= 0 || a.HeadDim <= 0 || a.NHead > math.MaxInt32/a.HeadDim {
+		return fmt.Errorf("%s: %d heads of %d", op, a.NHead, a.HeadDim)
+	}
+	if !finite(a.Scale) {
+		return fmt.Errorf("%s: scale %v", op, a.Scale)
+	}
+	if a.Window < 0 || a.Window > math.MaxInt32 {
+		return fmt.Errorf("%s: window %d", op, a.Window)
+	}
+	width, n := a.NHead*a.HeadDim, q.Rows()
+	if q.Cols() != width {
+		return fmt.Errorf("%s: q has %d columns, not %d heads of %d", op, q.Cols(), a.NHead, a.HeadDim)
+	}
+	for _, c := range []struct {
+		what string
+		t    Tensor
+		rows int
+	}{{"k", k, n}, {"v", v, n}, {"dst", dst, n}, {"u", u, 1}, {"bv", bv, 1}} {
+		if c.t.Rows() != c.rows || c.t.Cols() != width {
+			return shapeErr(op, c.what, c.t, c.rows, width)
+		}
+	}
+	sum, longest := 0, 0
+	for i, c := range clips {
+		if c < 1 || int(c) > n-sum {
+			return fmt.Errorf("%s: clip %d has %d rows, with %d of the %d rows left", op, i, c, n-sum, n)
+		}
+		sum += int(c)
+		longest = max(longest, int(c))
+	}
+	if sum != n {
+		return fmt.Errorf("%s: the clips hold %d rows, q %d", op, sum, n)
+	}
+	reach := longest - 1
+	if a.Window > 0 {
+		reach = min(reach, a.Window)
+	}
+	if p.Cols() != width || p.Rows()%2 != 1 || (p.Rows()-1)/2 < reach {
+		return fmt.Errorf("%s: p is [%d, %d], want [2L-1, %d] with L-1 at least %d, the longest distance attended to", op, p.Rows(), p.Cols(), width, reach)
+	}
+	return nil
+}
+
+// CheckLSTMCell: gates [n, 4P], h and c [n, P].
+func CheckLSTMCell(h, c, gates Tensor) error {
+	const op = "lstm cell"
+	if gates.Cols()%4 != 0 {
+		return fmt.Errorf("%s: gates have %d columns, not four blocks", op, gates.Cols())
+	}
+	n, p := gates.Rows(), gates.Cols()/4
+	if c.Rows() != n || c.Cols() != p {
+		return shapeErr(op, "c", c, n, p)
+	}
+	if h.Rows() != n || h.Cols() != p {
+		return shapeErr(op, "h", h, n, p)
+	}
+	return nil
+}

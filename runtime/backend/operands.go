@@ -696,3 +696,105 @@ func (o *Operands[T, K]) Reshape(t Tensor, rows, cols int) (T, error) {
 	}
 	return ct, o.wrap(CheckReshape(ct, rows, cols))
 }
+
+// The operands of the convolutional encoders' and transducers' operations.
+
+// Im2Col2D resolves Im2Col2D's operands (CheckIm2Col2D); dst shares no byte with x.
+func (o *Operands[T, K]) Im2Col2D(dst, x Tensor, g ConvGeom) (d, xt T, err error) {
+	const op = "im2col 2d"
+	d, dr, err := o.resolve(op, "dst", dst, f32Out)
+	if err != nil {
+		return d, xt, err
+	}
+	xt, xr, err := o.resolve(op, "x", x, f32In)
+	if err != nil {
+		return d, xt, err
+	}
+	if err := CheckIm2Col2D(d, xt, g); err != nil {
+		return d, xt, o.wrap(err)
+	}
+	if overlap(dr, xr) {
+		return d, xt, o.errorf(op, "dst overlaps x")
+	}
+	return d, xt, nil
+}
+
+// DepthwiseConv2D resolves DepthwiseConv2D's operands (CheckDepthwiseConv2D); dst shares no
+// byte with x, w or b.
+func (o *Operands[T, K]) DepthwiseConv2D(dst, x, w, b Tensor, g ConvGeom) (d, xt, wt, bt T, err error) {
+	const op = "depthwise conv 2d"
+	d, dr, err := o.resolve(op, "dst", dst, f32Out)
+	if err != nil {
+		return d, xt, wt, bt, err
+	}
+	xt, xr, err := o.resolve(op, "x", x, f32In)
+	if err != nil {
+		return d, xt, wt, bt, err
+	}
+	wt, wr, err := o.resolve(op, "w", w, f32In)
+	if err != nil {
+		return d, xt, wt, bt, err
+	}
+	bt, br, err := o.resolve(op, "b", b, f32In)
+	if err != nil {
+		return d, xt, wt, bt, err
+	}
+	if err := CheckDepthwiseConv2D(d, xt, wt, bt, g); err != nil {
+		return d, xt, wt, bt, o.wrap(err)
+	}
+	if overlap(dr, xr) || overlap(dr, wr) || overlap(dr, br) {
+		return d, xt, wt, bt, o.errorf(op, "dst overlaps x, w or b")
+	}
+	return d, xt, wt, bt, nil
+}
+
+// RelPosAttention resolves RelPosAttention's operands (CheckRelPosAttention) into ts: dst, q,
+// k, v, p, u and bv, in that order; dst shares no byte with any of the others.
+func (o *Operands[T, K]) RelPosAttention(dst, q, k, v, p, u, bv Tensor, a RelPos, clips []int32) (ts [7]T, err error) {
+	const op = "relpos attention"
+	var rs [7]*Residence
+	for i, x := range [7]Tensor{dst, q, k, v, p, u, bv} {
+		use := f32In
+		if i == 0 {
+			use = f32Out
+		}
+		if ts[i], rs[i], err = o.resolve(op, relPosNames[i], x, use); err != nil {
+			return ts, err
+		}
+	}
+	if err := CheckRelPosAttention(ts[0], ts[1], ts[2], ts[3], ts[4], ts[5], ts[6], a, clips); err != nil {
+		return ts, o.wrap(err)
+	}
+	for _, r := range rs[1:] {
+		if overlap(rs[0], r) {
+			return ts, o.errorf(op, "dst overlaps an input")
+		}
+	}
+	return ts, nil
+}
+
+var relPosNames = [7]string{"dst", "q", "k", "v", "p", "u", "bv"}
+
+// LSTMCell resolves LSTMCell's operands (CheckLSTMCell); no two of them share a byte.
+func (o *Operands[T, K]) LSTMCell(h, c, gates Tensor) (ht, ct, gt T, err error) {
+	const op = "lstm cell"
+	ht, hr, err := o.resolve(op, "h", h, f32Out)
+	if err != nil {
+		return ht, ct, gt, err
+	}
+	ct, cr, err := o.resolve(op, "c", c, f32Out)
+	if err != nil {
+		return ht, ct, gt, err
+	}
+	gt, gr, err := o.resolve(op, "gates", gates, f32In)
+	if err != nil {
+		return ht, ct, gt, err
+	}
+	if err := CheckLSTMCell(ht, ct, gt); err != nil {
+		return ht, ct, gt, o.wrap(err)
+	}
+	if overlap(hr, cr) || overlap(hr, gr) || overlap(cr, gr) {
+		return ht, ct, gt, o.errorf(op, "h, c and gates must not overlap")
+	}
+	return ht, ct, gt, nil
+}

@@ -2,9 +2,9 @@
 // holds, and OpenLLM opens a language model with everything the scheduler (runtime/sched), the
 // server (runtime/server) and the command line need of it: the weights bound to a backend, the
 // tokenizer, the chat template and the training context. The families under it compute
-// (runtime/models/llama, runtime/models/whisper); this package only decides which family a file
-// is for and puts the family's pieces together. Speech recognition models are opened by their
-// family (whisper.Open).
+// (runtime/models/llama, runtime/models/whisper, runtime/models/parakeet); this package only
+// decides which family a file is for and puts the family's pieces together. OpenRecognizer opens
+// a speech recognition model of any family with its scheduler (runtime/sched/asr).
 package models
 
 import (
@@ -16,8 +16,8 @@ import (
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/models/bert"
 	"github.com/parleyhq/parley/runtime/models/llama"
+	"github.com/parleyhq/parley/runtime/models/parakeet"
 	"github.com/parleyhq/parley/runtime/models/pockettts"
-	"github.com/parleyhq/parley/runtime/models/whisper"
 	"github.com/parleyhq/parley/runtime/pooling"
 	"github.com/parleyhq/parley/runtime/tokenizer"
 )
@@ -28,7 +28,7 @@ type Kind int
 // Kinds of model.
 const (
 	KindLLM               Kind = iota + 1 // a language model (GGUF): OpenLLM opens it
-	KindSpeechRecognition                 // Whisper (whisper.cpp's ggml file, or GGUF of architecture whisper): whisper.Open opens it
+	KindSpeechRecognition                 // Whisper or Parakeet (whisper.cpp's ggml files, or GGUF): OpenRecognizer opens it
 	KindEmbedding                         // a text encoder (GGUF of architecture bert): OpenEncoder opens it
 	KindSpeechSynthesis                   // Pocket TTS (upstream's safetensors checkpoint, or GGUF of architecture pockettts): pockettts.Open opens it
 )
@@ -48,16 +48,16 @@ func (k Kind) String() string {
 }
 
 // Probe reads the head of the file at path and says what kind of model it holds: a speech
-// recognition model (whisper.IsModelFile), an embedding model (GGUF of architecture bert), a
+// recognition model (SpeechFamily), an embedding model (GGUF of architecture bert), a
 // speech synthesis model (pockettts.IsModelFile), else a language model, which is all a file
 // that is neither can be taken for (OpenLLM then says why it cannot be opened). The error is
 // the file's when it cannot be read.
 func Probe(path string) (Kind, error) {
-	speech, err := whisper.IsModelFile(path)
+	family, err := SpeechFamily(path)
 	if err != nil {
 		return 0, err
 	}
-	if speech {
+	if family != "" {
 		return KindSpeechRecognition, nil
 	}
 	if f, err := gguf.Open(path); err == nil {
@@ -115,9 +115,9 @@ func (e *Encoder) Close() error { return errors.Join(e.Model.Close(), e.file.Clo
 func (l *LLM) Pooling() (pooling.Type, error) { return pooling.Read(l.file, l.file.Architecture()) }
 
 // Check reads the header of the model file at path, as the reader that will open it reads it
-// (a whisper.cpp ggml file's hyper-parameters, vocabulary and tensor table; a GGUF file's
-// metadata and tensor table, every tensor within the file), without loading any weight, and
-// says what kind of model it holds. A program that serves several files checks them all this
+// (a whisper.cpp ggml file's hyper-parameters, vocabulary and tensor table, Whisper's or
+// Parakeet's; a GGUF file's metadata and tensor table, every tensor within the file), without
+// loading any weight, and says what kind of model it holds. A program that serves several files checks them all this
 // way before it starts, so that a corrupt or truncated one is refused at once.
 func Check(path string) (Kind, error) {
 	kind, err := Probe(path)
@@ -126,6 +126,15 @@ func Check(path string) (Kind, error) {
 	}
 	if kind == KindSpeechSynthesis {
 		return kind, nil // Probe has read its header (pockettts.IsModelFile)
+	}
+	if family, err := SpeechFamily(path); err != nil {
+		return 0, err
+	} else if family == FamilyParakeet { // its ggml files are not Whisper's
+		f, err := parakeet.Open(path)
+		if err != nil {
+			return 0, err
+		}
+		return kind, f.Close()
 	}
 	if isGGML, err := ggml.IsFile(path); err != nil {
 		return 0, err
@@ -166,6 +175,9 @@ func CheckLLM(path string) error {
 	case KindSpeechSynthesis:
 		return fmt.Errorf("%s is a Pocket TTS %w, %w", path, ErrSpeechSynthesis, ErrNotLLM)
 	case KindSpeechRecognition:
+		if family, _ := SpeechFamily(path); family == FamilyParakeet {
+			return fmt.Errorf("%s is a Parakeet speech-recognition model, %w", path, ErrNotLLM)
+		}
 		return fmt.Errorf("%s is a Whisper speech-recognition model, %w", path, ErrNotLLM)
 	}
 	return nil

@@ -294,6 +294,21 @@ func testArgChecks(t *testing.T, b backend.Backend, _ func() (backend.Backend, e
 		})
 	}
 
+	runArgCases(t, cases)
+
+	// The backend still computes after all of that.
+	good("Attention after the argument errors", b.Attention(out, q, kv, 1, a, bt))
+	for i, v := range read(t, b, out) {
+		if v != v {
+			t.Fatalf("Attention after the argument errors: element %d is NaN", i)
+		}
+	}
+}
+
+// runArgCases runs each case in a subtest: the shared check must refuse its arguments, and the
+// backend with the check's words after its name (and ErrUnsupported where the check wraps it),
+// without panicking.
+func runArgCases(t *testing.T, cases []argCase) {
 	for _, c := range cases {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
 			want := c.check()
@@ -318,14 +333,6 @@ func testArgChecks(t *testing.T, b backend.Backend, _ func() (backend.Backend, e
 				t.Fatalf("error %q: errors.Is(err, ErrUnsupported) = %v, want %v", got, errors.Is(got, backend.ErrUnsupported), errors.Is(want, backend.ErrUnsupported))
 			}
 		})
-	}
-
-	// The backend still computes after all of that.
-	good("Attention after the argument errors", b.Attention(out, q, kv, 1, a, bt))
-	for i, v := range read(t, b, out) {
-		if v != v {
-			t.Fatalf("Attention after the argument errors: element %d is NaN", i)
-		}
 	}
 }
 

@@ -159,6 +159,19 @@ func (r *Recorder) Mul(dst, a, b backend.Tensor) error {
 func (r *Recorder) FullAttention(dst, q, k, v backend.Tensor, a backend.Attn) error {
 	return r.do("FullAttention", func() error { return r.Backend.FullAttention(dst, q, k, v, a) })
 }
+func (r *Recorder) Im2Col2D(dst, x backend.Tensor, g backend.ConvGeom) error {
+	return r.do("Im2Col2D", func() error { return r.Backend.Im2Col2D(dst, x, g) })
+}
+func (r *Recorder) DepthwiseConv2D(dst, x, w, b backend.Tensor, g backend.ConvGeom) error {
+	return r.do("DepthwiseConv2D", func() error { return r.Backend.DepthwiseConv2D(dst, x, w, b, g) })
+}
+func (r *Recorder) RelPosAttention(dst, q, k, v, p, u, bv backend.Tensor, a backend.RelPos, clips []int32) error {
+	clips = slices.Clone(clips)
+	return r.do("RelPosAttention", func() error { return r.Backend.RelPosAttention(dst, q, k, v, p, u, bv, a, clips) })
+}
+func (r *Recorder) LSTMCell(h, c, gates backend.Tensor) error {
+	return r.do("LSTMCell", func() error { return r.Backend.LSTMCell(h, c, gates) })
+}
 
 // Drawing is a backend.Drawer over another backend, for testing the models' and the engine's use
 // of drawing without a GPU: Draw reads the logits and applies backend.DrawRows, counting its

@@ -72,6 +72,14 @@ func Run(t *testing.T, newBackend func() (backend.Backend, error)) {
 		{"Mul", testMul},
 		{"Reshape", testReshape},
 		{"CodecErrors", testCodecErrors},
+		{"Im2Col2D", testIm2Col2D},
+		{"DepthwiseConv2D", testDepthwiseConv2D},
+		{"ConvErrors", testConvErrors},
+		{"RelPosAttention", testRelPosAttention},
+		{"RelPosErrors", testRelPosErrors},
+		{"LSTMCell", testLSTMCell},
+		{"LSTMErrors", testLSTMErrors},
+		{"TransducerAllocs", testTransducerAllocs},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

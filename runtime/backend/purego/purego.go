@@ -56,14 +56,17 @@ type Backend struct {
 	mu   sync.Mutex
 	pool *pool
 
-	mm   matmulJob
-	cv   convertJob
-	gr   getRowsJob
-	at   attnJob
-	fa   fullAttnJob
-	rows rowJob
-	fn   funcJob
-	xq   []byte // converted activations [n, VecType row]
+	mm    matmulJob
+	cv    convertJob
+	gr    getRowsJob
+	at    attnJob
+	fa    fullAttnJob
+	rows  rowJob
+	conv  convJob
+	rp    relPosJob
+	convW []float32 // DepthwiseConv2D's kernels, tap-major
+	fn    funcJob
+	xq    []byte // converted activations [n, VecType row]
 	// xqFrom and xqType say which activations xq holds, converted to which type, so that the
 	// products of one input with several matrices (q, k, v; gate, up) convert it once. Every
 	// operation that writes activations forgets them.

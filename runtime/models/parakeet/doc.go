@@ -12,6 +12,11 @@
 //   - Front end: FrontEnd.LogMel, the normalised log-mel spectrogram the encoder reads.
 //   - Vocabulary and text: Vocab (pieces, the blank after them, text as whisper.cpp joins it)
 //     and Transcript, which turns emitted tokens into timed tokens and a segment.
+//   - Compute: Load binds a file's weights to a backend (batch norms folded into the depthwise
+//     convolutions); Encoder runs the subsampling and the FastConformer blocks over several
+//     clips in one call; ProjectEncoder gives the joint's encoder projection of its output; and
+//     Decoder runs the LSTM prediction network and the joint, batched over hypotheses that
+//     name their state slots.
 //
 // The greedy decision rule of the transducer (which token, which duration, where the next joint
 // call looks) is a search policy and lives in runtime/decode (decode.TDT); running the encoder,

@@ -1,0 +1,453 @@
+package asr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/decode"
+	"github.com/parleyhq/parley/runtime/models/parakeet"
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+// Parakeet transcribes many requests at once with a Parakeet TDT (or RNN-T) model, scheduled by
+// the queue and loop every recogniser shares. A step encodes the whole clips of up to
+// EncodeBatch waiting transcriptions in one batched encoder call, then advances every decoding
+// transcription: one batched prediction-network call for all the tokens emitted in the last
+// step, then joint rows (decode.TDT, greedy) until each transcription emits its next token or
+// reaches the end of its clip. The clip is encoded in one pass, as whisper.cpp's parakeet_full
+// encodes it (local attention above parakeet.LocalAttentionFrames frames).
+//
+// Beam search, temperatures and prompts are not used: the transducer decodes greedily, as
+// whisper.cpp's parakeet-cli does. Times come from the encoder frames of the tokens.
+type Parakeet struct {
+	m     *parakeet.Model
+	cfg   Config
+	rule  decode.TDT
+	vocab *parakeet.Vocab
+
+	q    *queue[*pjob]
+	mu   sync.Mutex
+	shut bool
+
+	// step state, owned by the loop goroutine
+	enc             *parakeet.Encoder // grown to the longest call seen
+	dec             *parakeet.Decoder // one state slot per active transcription
+	active          []*pjob
+	freeSlots       []int32
+	encJobs         []*pjob
+	encMels         [][]float32
+	tokIn, from, to []int32
+	row             []float32
+	frame, slot     [1]int32
+
+	nActive atomic.Int64
+}
+
+// Parakeet is a Recognizer.
+var _ Recognizer = (*Parakeet)(nil)
+
+type pphase int
+
+const (
+	ppEncode pphase = iota // the clip waits for the encoder
+	ppDecode               // greedy decoding
+	ppDone
+)
+
+// pjob is one transcription of a Parakeet recogniser.
+type pjob struct {
+	request
+	p         Params
+	onSegment func(Segment)
+	mel       []float32
+	melRows   int
+	frames    int // encoder frames
+	nSamples  int
+	ph        pphase
+
+	proj    backend.Tensor // [frames, P]: the joint's encoder projection of the clip
+	slot    int32          // the decoder's state slot; -1 none
+	started bool           // the prediction network has run on the blank
+	pending bool           // tok waits for the prediction network
+	tok     int32
+	state   decode.TDTState
+	toks    []parakeet.Token
+	segs    []Segment
+}
+
+// NewParakeet makes the scheduler of Parakeet model m (MaxActive default 4) and starts its loop.
+func NewParakeet(m *parakeet.Model, cfg Config) (*Parakeet, error) {
+	cfg, err := cfg.withDefaults(4)
+	if err != nil {
+		return nil, err
+	}
+	h := m.HParams
+	e := &Parakeet{m: m, cfg: cfg, vocab: m.Vocab,
+		rule: decode.TDT{Blank: int32(h.NVocab), Durations: m.Durations, MaxSymbols: h.NMaxTokens}}
+	if err := e.rule.Validate(); err != nil {
+		return nil, err
+	}
+	e.dec, err = m.NewDecoder(cfg.MaxActive, cfg.MaxActive)
+	if err != nil {
+		return nil, err
+	}
+	e.q, err = newQueue[*pjob]((*parakeetWork)(e), cfg, "parakeet step")
+	if err != nil {
+		e.dec.Close()
+		return nil, err
+	}
+	for s := cfg.MaxActive - 1; s >= 0; s-- {
+		e.freeSlots = append(e.freeSlots, int32(s))
+	}
+	e.row = make([]float32, e.dec.Width())
+	e.encJobs, e.encMels = make([]*pjob, 0, cfg.EncodeBatch), make([][]float32, 0, cfg.EncodeBatch)
+	e.tokIn, e.from, e.to = make([]int32, 0, cfg.MaxActive), make([]int32, 0, cfg.MaxActive), make([]int32, 0, cfg.MaxActive)
+	if !noLoop {
+		go e.q.loop.Run(context.Background())
+	}
+	return e, nil
+}
+
+// Model is the recogniser's model.
+func (e *Parakeet) Model() *parakeet.Model { return e.m }
+
+// IsSpecial reports whether token id is not text: a control piece (<unk>, <s>, </s>) or the
+// blank.
+func (e *Parakeet) IsSpecial(id int32) bool {
+	p, ok := e.vocab.Piece(id)
+	return !ok || p == "<unk>" || p == "<s>" || p == "</s>"
+}
+
+// DetectLanguage is not available: a transducer has no language tokens.
+func (e *Parakeet) DetectLanguage(context.Context, []float32) ([]LangProb, error) {
+	return nil, fmt.Errorf("parakeet: %w: the model does not detect languages", ErrBadRequest)
+}
+
+// ResolveLanguage accepts any request: the model transcribes what it hears and cannot be told a
+// language. "" and "auto" give "", a code is returned as given (lower case).
+func (e *Parakeet) ResolveLanguage(lang string) (string, error) {
+	if lang == "auto" {
+		return "", nil
+	}
+	return strings.ToLower(lang), nil
+}
+
+// Close stops the recogniser; transcriptions in flight fail with ErrClosed.
+func (e *Parakeet) Close() error {
+	e.mu.Lock()
+	if e.shut {
+		e.mu.Unlock()
+		return nil
+	}
+	e.shut = true
+	e.mu.Unlock()
+	e.q.loop.Close()
+	errs := []error{e.dec.Close()}
+	if e.enc != nil {
+		errs = append(errs, e.enc.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Transcribe transcribes 16 kHz mono samples into one segment. onSegment, if not nil, is
+// called (from the recogniser's goroutine; it must not block) with the segment when it is
+// finished.
+func (e *Parakeet) Transcribe(ctx context.Context, samples []float32, p Params, onSegment func(Segment)) (*Result, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if p.Translate {
+		return nil, fmt.Errorf("parakeet: %w: the model cannot translate", ErrBadRequest)
+	}
+	lang, err := e.ResolveLanguage(p.Language)
+	if err != nil {
+		return nil, err
+	}
+	if p.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.Timeout)
+		defer cancel()
+	}
+	if err := checkAudio(samples); err != nil {
+		return nil, err
+	}
+	j := &pjob{p: p, onSegment: onSegment, nSamples: len(samples), slot: -1}
+	j.start(ctx)
+	if len(samples) < parakeet.MinSamples {
+		j.ph = ppDone // too short for one frame of features: no text
+	} else {
+		h := e.m.HParams
+		if j.mel, err = e.m.FrontEnd.LogMel(nil, samples); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		}
+		j.melRows = len(j.mel) / h.NMels
+		j.frames = parakeet.EncoderFrames(j.melRows)
+	}
+	if err := e.q.submit(ctx, j); err != nil {
+		return nil, err
+	}
+	return newResult(len(samples), j.segs, lang), nil
+}
+
+// parakeetWork is the Parakeet scheduler as the Work its loop steps (sched.Work).
+type parakeetWork Parakeet
+
+func (w *parakeetWork) Reap(time.Time)                             { (*Parakeet)(w).reap() }
+func (w *parakeetWork) Step(time.Time) (seqs, toks int, busy bool) { return (*Parakeet)(w).step() }
+func (w *parakeetWork) Shutdown()                                  { (*Parakeet)(w).shutdown() }
+
+func (w *parakeetWork) Admit(j *pjob) bool {
+	e := (*Parakeet)(w)
+	if len(e.active) >= e.cfg.MaxActive {
+		return false
+	}
+	j.admitted.Store(true)
+	if j.ph == ppDone || j.ctx.Err() != nil {
+		e.finish(j, nil)
+		return true
+	}
+	j.slot = e.freeSlots[len(e.freeSlots)-1]
+	e.freeSlots = e.freeSlots[:len(e.freeSlots)-1]
+	e.active = append(e.active, j)
+	return true
+}
+
+func (w *parakeetWork) Expire(j *pjob, _ time.Time) bool {
+	if j.ctx.Err() == nil {
+		return false
+	}
+	j.admitted.Store(true)
+	(*Parakeet)(w).finish(j, nil)
+	return true
+}
+
+func (w *parakeetWork) Abort(j *pjob) {
+	j.admitted.Store(true)
+	(*Parakeet)(w).finish(j, ErrClosed)
+}
+
+// shutdown fails every active transcription with ErrClosed.
+func (e *Parakeet) shutdown() {
+	for _, j := range e.active {
+		e.finish(j, ErrClosed)
+	}
+	clear(e.active)
+	e.active = e.active[:0]
+	e.nActive.Store(0)
+}
+
+// finish releases a job's slot and projection and wakes its caller.
+func (e *Parakeet) finish(j *pjob, err error) {
+	if j.slot >= 0 {
+		e.freeSlots = append(e.freeSlots, j.slot)
+		j.slot = -1
+	}
+	if j.proj != nil {
+		if cerr := j.proj.Close(); err == nil && j.err == nil {
+			err = cerr
+		}
+		j.proj = nil
+	}
+	e.q.end(&j.request, err)
+}
+
+// Load reports the transcriptions being decoded and those waiting.
+func (e *Parakeet) Load() (active, queued int) {
+	return int(e.nActive.Load()), e.q.loop.Queued()
+}
+
+// Stats returns a snapshot of the recogniser's counters. Safe from any goroutine.
+func (e *Parakeet) Stats() Stats {
+	return Stats{LoopStats: e.q.loop.Stats(), Active: int(e.nActive.Load())}
+}
+
+// reap ends the transcriptions that are finished or whose context is done.
+func (e *Parakeet) reap() {
+	k := 0
+	for _, j := range e.active {
+		if err := j.ctx.Err(); err != nil {
+			e.finish(j, err)
+			continue
+		}
+		if j.ph == ppDone {
+			e.finish(j, nil)
+			continue
+		}
+		e.active[k] = j
+		k++
+	}
+	clear(e.active[k:])
+	e.active = e.active[:k]
+}
+
+// step encodes the clips of up to EncodeBatch waiting transcriptions, then advances every
+// decoding one to its next emitted token. It reports the transcriptions decoded and the tokens
+// they emitted, and false when none is active.
+func (e *Parakeet) step() (seqs, tokens int, busy bool) {
+	e.nActive.Store(int64(len(e.active)))
+	if len(e.active) == 0 {
+		return 0, 0, false
+	}
+	e.encode()
+	return e.decodeStep()
+}
+
+// encode runs the encoder on the clips of the longest-waiting transcriptions in one call and
+// keeps each clip's joint projection.
+func (e *Parakeet) encode() {
+	e.encJobs, e.encMels = e.encJobs[:0], e.encMels[:0]
+	maxMel, frames := 0, 0
+	for _, j := range e.active {
+		if j.ph != ppEncode || len(e.encJobs) == e.cfg.EncodeBatch {
+			continue
+		}
+		e.encJobs, e.encMels = append(e.encJobs, j), append(e.encMels, j.mel)
+		maxMel, frames = max(maxMel, j.melRows), frames+j.frames
+	}
+	if len(e.encJobs) == 0 {
+		return
+	}
+	fail := func(err error) {
+		for _, j := range e.encJobs {
+			j.err, j.ph = fmt.Errorf("parakeet: %w", err), ppDone
+		}
+	}
+	if e.enc == nil || e.enc.MaxMelFrames() < maxMel || e.enc.MaxFrames() < frames {
+		if e.enc != nil {
+			maxMel, frames = max(maxMel, e.enc.MaxMelFrames()), max(frames, e.enc.MaxFrames())
+			e.enc.Close()
+			e.enc = nil
+		}
+		enc, err := e.m.NewEncoder(maxMel, max(frames, parakeet.EncoderFrames(maxMel)))
+		if err != nil {
+			fail(err)
+			return
+		}
+		e.enc = enc
+	}
+	out, err := e.enc.Encode(e.encMels)
+	if err != nil {
+		fail(err)
+		return
+	}
+	be, P := e.m.Backend(), e.m.HParams.NPredDim
+	at := 0
+	for _, j := range e.encJobs {
+		err := func() error {
+			v, err := be.View(out, at, j.frames)
+			if err != nil {
+				return err
+			}
+			defer v.Close()
+			if j.proj, err = be.Alloc(tensor.F32, j.frames, P); err != nil {
+				return err
+			}
+			return e.m.ProjectEncoder(j.proj, v)
+		}()
+		at += j.frames
+		j.mel = nil
+		if err != nil {
+			j.err, j.ph = fmt.Errorf("parakeet: %w", err), ppDone
+			continue
+		}
+		j.ph, j.pending, j.tok = ppDecode, true, e.rule.Blank
+	}
+}
+
+// decodeStep runs the prediction network on every pending token in one call, then joint rows
+// of each decoding transcription until it emits a token or its clip ends.
+func (e *Parakeet) decodeStep() (seqs, tokens int, busy bool) {
+	e.tokIn, e.from, e.to = e.tokIn[:0], e.from[:0], e.to[:0]
+	for _, j := range e.active {
+		if j.ph == ppDecode && j.pending {
+			from := j.slot
+			if !j.started {
+				from = -1
+			}
+			e.tokIn, e.from, e.to = append(e.tokIn, j.tok), append(e.from, from), append(e.to, j.slot)
+		}
+	}
+	if len(e.tokIn) > 0 {
+		if err := e.dec.Predict(e.tokIn, e.from, e.to); err != nil {
+			for _, j := range e.active {
+				if j.ph == ppDecode && j.pending {
+					j.err, j.ph = err, ppDone
+				}
+			}
+		}
+	}
+	for _, j := range e.active {
+		if j.ph != ppDecode {
+			continue
+		}
+		j.started, j.pending = true, false
+		seqs++
+		if err := e.advance(j); err != nil {
+			j.err, j.ph = err, ppDone
+			continue
+		}
+		if j.pending {
+			tokens++
+		}
+		if j.state.Frame >= j.frames {
+			e.emit(j)
+			j.ph = ppDone
+		}
+	}
+	return seqs, tokens, true
+}
+
+// advance computes j's joint rows from its frame on until it emits a token (pending, for the
+// next prediction step) or passes its last frame.
+func (e *Parakeet) advance(j *pjob) error {
+	e.slot[0] = j.slot
+	for j.state.Frame < j.frames {
+		e.frame[0] = int32(j.state.Frame)
+		if err := e.dec.Joint(e.row, j.proj, e.frame[:], e.slot[:]); err != nil {
+			return err
+		}
+		st, err := e.rule.Step(&j.state, e.row)
+		if err != nil {
+			return errNonFiniteParakeet
+		}
+		if st.Emit {
+			j.toks = append(j.toks, parakeet.Token{ID: st.Token, Frame: st.Frame, DurIdx: st.DurIdx, Dur: st.Dur, P: st.P, PLog: st.PLog})
+			j.pending, j.tok = true, st.Token
+			return nil
+		}
+	}
+	return nil
+}
+
+// errNonFiniteParakeet ends a transcription whose joint produced logits that are not numbers.
+var errNonFiniteParakeet = errors.New("parakeet: the model's output is not finite (are its weights corrupt?)")
+
+// emit turns j's tokens into its segment (none when they make no text), as whisper.cpp reports
+// one pass over a clip: from 0 to the clip's end, token times from their frames and durations.
+func (e *Parakeet) emit(j *pjob) {
+	h := e.m.HParams
+	seg, ok := e.vocab.Segment(j.toks, h.SegmentEnd(j.melRows, j.frames))
+	if !ok {
+		return
+	}
+	s := Segment{Start: float64(seg.T0) / 100, End: float64(seg.T1) / 100, Text: seg.Text, Tokens: make([]Token, len(seg.Tokens))}
+	var text []byte
+	var sum float64
+	for i, t := range seg.Tokens {
+		n := len(text)
+		text = e.vocab.AppendText(text, t.ID, n == 0)
+		s.Tokens[i] = Token{ID: t.ID, Text: string(text[n:]), P: t.P, PLog: t.PLog, T0: float64(t.T0) / 100, T1: float64(t.T1) / 100}
+		sum += float64(t.PLog)
+	}
+	s.AvgLogprob = sum / float64(len(seg.Tokens))
+	j.segs = append(j.segs, s)
+	if j.onSegment != nil {
+		j.onSegment(s)
+	}
+}

@@ -1,0 +1,90 @@
+package tests
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/parleyhq/parley/internal/sharedtest"
+)
+
+// TestParakeetTranscribeAndServe transcribes reference clips with the random-weight small
+// Parakeet TDT model through `parley transcribe --json` (the file found to be Parakeet's, not
+// Whisper's, by its header) and compares text, token ids and probabilities with whisper.cpp's
+// (reference/asr-transducer: plog within 2e-2, p within 5e-3); then serves the model and checks
+// that /v1/audio/transcriptions answers what the command line printed.
+func TestParakeetTranscribeAndServe(t *testing.T) {
+	model := sharedtest.ParakeetRandomModel(t, "small", false)
+	clips := []string{"psx-cards-001", "jfk"}
+	be := asrBackend()
+	args := []string{"transcribe", "--backend", be, "-m", model, "--json"}
+	for _, c := range clips {
+		args = append(args, sharedtest.Path(t, "data/asr/wav/"+c+".wav"))
+	}
+	res := parley(t, "", args...)
+	if res.code != 0 {
+		t.Fatalf("exit %d: %s", res.code, res.stderr)
+	}
+	dec := json.NewDecoder(strings.NewReader(res.stdout))
+	texts := map[string]string{}
+	for _, c := range clips {
+		var got struct {
+			Text   string
+			Tokens []struct {
+				ID   int32
+				P    float64
+				PLog float64
+			}
+		}
+		if err := dec.Decode(&got); err != nil {
+			t.Fatalf("%s: %v in %q", c, err, res.stdout)
+		}
+		b, err := os.ReadFile(sharedtest.Path(t, "reference/asr-transducer/decode/small-f32/"+c+".json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want struct {
+			Text   string `json:"text"`
+			Tokens []struct {
+				ID   int32   `json:"id"`
+				P    float64 `json:"p"`
+				PLog float64 `json:"plog"`
+			} `json:"tokens"`
+		}
+		if err := json.Unmarshal(b, &want); err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimSpace(got.Text) != want.Text || len(got.Tokens) != len(want.Tokens) {
+			t.Fatalf("%s: %q in %d tokens, whisper.cpp %q in %d", c, got.Text, len(got.Tokens), want.Text, len(want.Tokens))
+		}
+		for i, w := range want.Tokens {
+			g := got.Tokens[i]
+			if g.ID != w.ID || math.Abs(g.P-w.P) > 5e-3 || math.Abs(g.PLog-w.PLog) > 2e-2 {
+				t.Fatalf("%s: token %d: %+v, whisper.cpp %+v", c, i, g, w)
+			}
+		}
+		texts[c] = want.Text
+	}
+
+	srv := startServer(t, "--backend", be, "-m", "parakeet="+model, "--asr-parallel", "2")
+	wav, err := os.ReadFile(sharedtest.Path(t, "data/asr/wav/jfk.wav"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, ct, body := postTranscription(t, srv.base, wav, "model", "parakeet", "response_format", "text")
+	if code != 200 || !strings.HasPrefix(ct, "text/plain") || body != texts["jfk"]+"\n" {
+		t.Errorf("text: %d %s %q, want %q", code, ct, body, texts["jfk"])
+	}
+	code, _, body = postTranscription(t, srv.base, wav, "model", "parakeet", "response_format", "verbose_json")
+	var vj struct {
+		Text     string `json:"text"`
+		Segments []struct {
+			Start, End float64
+		} `json:"segments"`
+	}
+	if err := json.Unmarshal([]byte(body), &vj); code != 200 || err != nil || vj.Text != texts["jfk"] || len(vj.Segments) != 1 || vj.Segments[0].End != 11.01 {
+		t.Errorf("verbose_json: %d %v %s", code, err, body)
+	}
+}
