@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"mime/multipart"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"strconv"
 	"strings"
@@ -118,6 +120,23 @@ func speechSteps(t *testing.T, base string) int {
 
 // postAudio posts file to base's /v1/audio/transcriptions under ctx and reports the outcome.
 func postAudio(ctx context.Context, base string, file []byte, fileType string) error {
+	code, body, err := postAudioStatus(ctx, base, file, fileType)
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("status %d: %s", code, body)
+}
+
+// postAudioStatus posts file, of type fileType, to base's /v1/audio/transcriptions under ctx and
+// returns the status and body.
+func postAudioStatus(ctx context.Context, base string, file []byte, fileType string) (int, string, error) {
+	code, body, _, err := postAudioTimed(ctx, base, file, fileType)
+	return code, body, err
+}
+
+// postAudioTimed is postAudioStatus that also returns the time from the request's last byte
+// being sent to the response's first byte.
+func postAudioTimed(ctx context.Context, base string, file []byte, fileType string) (int, string, time.Duration, error) {
 	var b bytes.Buffer
 	mw := multipart.NewWriter(&b)
 	mw.WriteField("model", "whisper")
@@ -125,18 +144,46 @@ func postAudio(ctx context.Context, base string, file []byte, fileType string) e
 	w, _ := mw.CreatePart(h)
 	w.Write(file)
 	mw.Close()
+	var sent, answered time.Time
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest:         func(httptrace.WroteRequestInfo) { sent = time.Now() },
+		GotFirstResponseByte: func() { answered = time.Now() },
+	})
 	req, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/audio/transcriptions", &b)
 	if err != nil {
-		return err
+		return 0, "", 0, err
 	}
 	req.Header.Set("Content-Type", mw.FormDataContentType())
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return err
+		return 0, "", 0, err
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	return fmt.Errorf("status %d: %s", resp.StatusCode, body)
+	return resp.StatusCode, string(body), answered.Sub(sent), nil
+}
+
+// lowRateWAV is sec seconds of 8-bit mono PCM at 1 kHz, a low-level ripple: a small upload
+// (1 kB a second) that decodes to 16 times as many samples.
+func lowRateWAV(sec int) []byte {
+	n := 1000 * sec
+	b := make([]byte, 0, 44+n)
+	b = append(b, "RIFF"...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(36+n))
+	b = append(b, "WAVEfmt "...)
+	b = binary.LittleEndian.AppendUint32(b, 16)
+	b = binary.LittleEndian.AppendUint16(b, 1)    // PCM
+	b = binary.LittleEndian.AppendUint16(b, 1)    // mono
+	b = binary.LittleEndian.AppendUint32(b, 1000) // rate
+	b = binary.LittleEndian.AppendUint32(b, 1000) // bytes a second
+	b = binary.LittleEndian.AppendUint16(b, 1)    // block align
+	b = binary.LittleEndian.AppendUint16(b, 8)    // bits
+	b = append(b, "data"...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(n))
+	for i := range n {
+		b = append(b, byte(128+(i*7)%5))
+	}
+	return b
 }
 
 // waitIdle waits, after a client has left, for the server to stop using the CPU: it returns how
@@ -254,5 +301,62 @@ func TestTranscriptionCancelStopsCPU(t *testing.T) {
 	}
 	if code, _, body := postTranscription(t, srv.base, wav, "model", "whisper"); code != 200 {
 		t.Errorf("the next transcription: %d %s", code, body)
+	}
+}
+
+// TestTranscriptionAdmissionRefusesFast: while the server's one transcription runs (a two-hour
+// FLAC, in the first pass over its audio), requests it will refuse are refused before their
+// audio is decoded, each within 100 ms of its last byte being sent: a second two-hour FLAC for
+// the full queue (429), a FLAC whose header states three hours for its length (400), and bytes
+// in no audio format (415). A two-hour 1 kHz WAV (7 MB, 115 million samples once resampled) is
+// refused for the full queue within 1 s: the server parses its 7 MB first (tens of milliseconds
+// when the machine is idle; decoding it first took 52 s).
+func TestTranscriptionAdmissionRefusesFast(t *testing.T) {
+	srv := admissionServer(t)
+	pid := srv.cmd.Process.Pid
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	cpu0 := procCPU(t, pid)
+	go func() { done <- postAudio(ctx, srv.base, squareFLAC(t, 2*3600), "audio/flac") }()
+	for procCPU(t, pid)-cpu0 < 500*time.Millisecond {
+		select {
+		case err := <-done:
+			t.Fatalf("the running transcription ended: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	for _, c := range []struct {
+		name, fileType string
+		file           []byte
+		status         int
+		code           string
+		bound          time.Duration
+	}{
+		{"two-hour FLAC, queue full", "audio/flac", squareFLAC(t, 2*3600), 429, "queue_full", 100 * time.Millisecond},
+		{"two-hour WAV, queue full", "audio/wav", lowRateWAV(7140), 429, "queue_full", time.Second},
+		{"three-hour FLAC", "audio/flac", squareFLAC(t, 3*3600), 400, "audio_too_long", 100 * time.Millisecond},
+		{"not audio", "application/pdf", bytes.Repeat([]byte("%PDF-1.4 not audio "), 1000), 415, "unsupported_format", 100 * time.Millisecond},
+	} {
+		var worst time.Duration
+		for range 3 {
+			code, body, took, err := postAudioTimed(context.Background(), srv.base, c.file, c.fileType)
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			if code != c.status || !strings.Contains(body, c.code) {
+				t.Fatalf("%s: %d %s, want %d %s", c.name, code, body, c.status, c.code)
+			}
+			worst = max(worst, took)
+		}
+		t.Logf("%s (%d bytes): %d in %v at worst", c.name, len(c.file), c.status, worst.Round(100*time.Microsecond))
+		if worst > c.bound {
+			t.Errorf("%s: answered %d %v after its last byte was sent, want within %v", c.name, c.status, worst, c.bound)
+		}
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the running transcription ended: %v", err)
+	default:
 	}
 }
