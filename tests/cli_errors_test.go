@@ -28,7 +28,7 @@ type cliCase struct {
 }
 
 // commandNames are parley's commands, as its usage lists them.
-var commandNames = []string{"bench", "convert", "generate", "inspect", "serve", "synth", "tokenize", "transcribe"}
+var commandNames = []string{"bench", "convert", "generate", "inspect", "serve", "synth", "tokenize", "transcribe", "version"}
 
 func runCLICases(t *testing.T, cases []cliCase) {
 	t.Helper()
@@ -93,6 +93,19 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"bench unknown backend", []string{"bench", "--backend", "foo", "-m", model}, 2, `--backend "foo": unknown backend`, nil},
 		{"transcribe unknown backend", []string{"transcribe", "--backend", "foo", "-m", filepath.Join(dir, "none.bin"), "a.wav"}, 2, `--backend "foo": unknown backend`, nil},
 		{"serve unknown backend", []string{"serve", "--backend", "foo", "-m", model, "--port", "0"}, 2, `--backend "foo": unknown backend`, nil},
+		{"serve port out of range", []string{"serve", "-m", model, "--port", "99999"}, 2, "--port 99999: want a port number from 0 to 65535", nil},
+		{"serve malformed hf name", []string{"serve", "-m", "stories=hf://owner/repo", "--port", "0"}, 2, `invalid model name "hf://owner/repo"`, []string{"listening on"}},
+		{"generate malformed hf name", []string{"generate", "-m", "hf://owner//x.gguf", "-p", "x"}, 2, `invalid model name "hf://owner//x.gguf"`, nil},
+		{"transcribe malformed hf name", []string{"transcribe", "-m", "hf://o/r@../x.bin", filepath.Join(dir, "a.wav")}, 2, "invalid model name", nil},
+		{"generate negative temperature", []string{"generate", "-m", model, "-p", "x", "--temp", "-1"}, 2, "--temp -1: Invalid 'temperature': expected a value in [0, 2], but got -1 instead.", nil},
+		{"generate temperature the server refuses", []string{"generate", "-m", model, "-p", "x", "--temp", "3"}, 2, "Invalid 'temperature': expected a value in [0, 2]", nil},
+		{"generate top-p zero", []string{"generate", "-m", model, "-p", "x", "--top-p", "0"}, 2, "--top-p 0: Invalid 'top_p'", nil},
+		{"generate presence penalty the server refuses", []string{"generate", "-m", model, "-p", "x", "--presence-penalty", "5"}, 2, "Invalid 'presence_penalty': expected a value in [-2, 2], but got 5 instead.", nil},
+		{"generate logit bias the server refuses", []string{"generate", "-m", model, "-p", "x", "--logit-bias", "5=500"}, 2, "Invalid 'logit_bias': value for token 5 must be in [-100, 100].", nil},
+		{"generate logit bias outside the vocabulary", []string{"generate", "-m", model, "-p", "x", "--logit-bias", "99999=1"}, 2, `Invalid 'logit_bias': key "99999" is not a token id of this model`, nil},
+		{"serve unknown chat template", []string{"serve", "-m", model, "--port", "0", "--chat-template", "nonesuch"}, 2, `--chat-template "nonesuch": no such file, nor a built-in template (chatml,`, []string{"listening on"}},
+		{"serve ctx beyond any model", []string{"serve", "-m", model, "--port", "0", "--ctx", "999999999"}, 2, "--ctx 999999999: want 0", nil},
+		{"version takes no arguments", []string{"version", "x"}, 2, `unexpected arguments ["x"]`, nil},
 	}
 	if buildTags != "cuda" { // a backend of Parley's that this build lacks: how to build it in
 		cases = append(cases, cliCase{"backend not in this build", []string{"generate", "--backend", "cuda", "-m", model, "-p", "x"}, 2, `--backend "cuda": not in this build (build the CUDA library`, nil})
@@ -246,7 +259,7 @@ func TestCLIDocBackendFlags(t *testing.T) {
 		if h.code != 0 {
 			t.Fatalf("%s --help: exit %d\n%s", n, h.code, h.stderr)
 		}
-		b, th := strings.Contains(h.stderr, "\n  -backend "), strings.Contains(h.stderr, "\n  -t ")
+		b, th := strings.Contains(h.stderr, "\n  -backend "), strings.Contains(h.stderr, "\n  -t ") || strings.Contains(h.stderr, "\n  -t, ")
 		if b != th {
 			t.Errorf("%s --help: --backend %v, -t %v", n, b, th)
 		}

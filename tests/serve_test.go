@@ -85,7 +85,10 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-var listenRE = regexp.MustCompile(`listening on (http://[0-9.:\[\]]+)`)
+var (
+	listenRE     = regexp.MustCompile(`listening on (http://[0-9.:\[\]]+)`)
+	jsonListenRE = regexp.MustCompile(`"msg":"listening".*"url":"(http://[0-9.:\[\]]+)"`) // --log-format json
+)
 
 func startServer(t testing.TB, args ...string) *serverProc {
 	t.Helper()
@@ -114,6 +117,8 @@ func startServerEnv(t testing.TB, env []string, args ...string) *serverProc {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		if m := listenRE.FindStringSubmatch(sb.String()); m != nil && p.base == "" {
+			p.base = m[1]
+		} else if m := jsonListenRE.FindStringSubmatch(sb.String()); m != nil && p.base == "" {
 			p.base = m[1]
 		}
 		if p.base != "" {
@@ -563,8 +568,29 @@ func TestServeGracefulShutdown(t *testing.T) {
 	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
+	// While the stream finishes, /health tells a load balancer that the instance drains.
+	health := make(chan string, 1)
+	go func() {
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			r, err := http.Get(srv.base + "/health")
+			if err != nil {
+				health <- "GET /health: " + err.Error()
+				return
+			}
+			b, _ := io.ReadAll(r.Body)
+			r.Body.Close()
+			if r.StatusCode != 200 {
+				health <- fmt.Sprintf("%d %s", r.StatusCode, strings.TrimSpace(string(b)))
+				return
+			}
+		}
+		health <- "still 200 after SIGTERM"
+	}()
 	rest, _ := io.ReadAll(br)
 	resp.Body.Close()
+	if h := <-health; h != `503 {"status":"draining"}` {
+		t.Errorf("/health during the shutdown grace: %s; want 503 {\"status\":\"draining\"}", h)
+	}
 	if !bytes.Contains(rest, []byte("data: [DONE]")) {
 		t.Fatalf("the in-flight stream was cut off: %.300s", rest)
 	}

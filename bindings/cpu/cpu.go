@@ -42,7 +42,6 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
@@ -73,12 +72,18 @@ func Supports(op Op, dt tensor.DType) bool {
 	return C.pl_supports(C.int(op), C.int(dt)) == 1
 }
 
+// SupportsFunc reports whether Unary and GLU compute the function f (the native kernels' own
+// answer).
+func SupportsFunc(f tensor.Func) bool {
+	return f.Known() && C.pl_supports(C.int(opUnary), C.int(f)) == 1
+}
+
 func statusErr(op string, st C.int) error {
 	switch st {
 	case C.PL_ERR_ARG:
 		return fmt.Errorf("cpu: %s: invalid argument", op)
 	case C.PL_ERR_UNSUPPORTED:
-		return fmt.Errorf("cpu: %s: %w", op, backend.ErrUnsupported)
+		return fmt.Errorf("cpu: %s: %w", op, tensor.ErrUnsupported)
 	case C.PL_ERR_NOMEM:
 		return fmt.Errorf("cpu: %s: out of memory", op)
 	case C.PL_ERR_THREAD:
@@ -334,7 +339,7 @@ func init() { refreshPacked() }
 
 // packedCheck returns the size of the packed form of m rows of k elements of wt, or the error
 // an operation op on it gets: a shape error for rows that are not whole blocks, one wrapping
-// backend.ErrUnsupported for a type or instruction-set level without the layout.
+// tensor.ErrUnsupported for a type or instruction-set level without the layout.
 func packedCheck(op string, wt tensor.DType, m, k int) (int, error) {
 	if m < 0 || k <= 0 {
 		return 0, fmt.Errorf("cpu: %s: bad shape m=%d k=%d", op, m, k)
@@ -384,7 +389,7 @@ func (c *Context) PackWeights(dst, w []byte, wt tensor.DType, m, k int) error {
 }
 
 // MatMulPacked is MatMul with w given as PackWeights wrote it. It fails with an error wrapping
-// backend.ErrUnsupported when the current instruction-set level has no kernel for the layout
+// tensor.ErrUnsupported when the current instruction-set level has no kernel for the layout
 // (after SetISA lowered it), in which case the caller multiplies the rows themselves.
 func (c *Context) MatMulPacked(dst, x []float32, n, k int, wp []byte, wt tensor.DType, m int) error {
 	return c.MatMulPackedN(x, n, k, wt, []PackedProduct{{dst, wp, m}})
@@ -547,24 +552,57 @@ func (c *Context) RMSNorm(dst, x, w []float32, n, d int, eps float32) error {
 	return nil
 }
 
-// GeGLU: dst[i] = gelu(gate[i]) * up[i] over len(dst) elements. dst may be gate or up.
-func (c *Context) GeGLU(dst, gate, up []float32) error {
-	return c.glu("geglu", dst, gate, up, func(d, g, u *C.float, n C.int64_t) C.int { return C.pl_geglu(c.c, d, g, u, n) })
+// Unary: dst[i] = f(x[i]) over len(dst) elements, f a function the native kernels know
+// (tensor.Func, passed to pl_unary as it is; another is refused with tensor.ErrUnsupported).
+// dst may be x, or apart from it.
+func (c *Context) Unary(dst, x []float32, f tensor.Func) error {
+	const op = "unary"
+	if !f.Known() {
+		return fmt.Errorf("cpu: %s: function %v: %w", op, f, tensor.ErrUnsupported)
+	}
+	if len(x) < len(dst) {
+		return fmt.Errorf("cpu: %s: x %d shorter than dst %d", op, len(x), len(dst))
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	if n := len(dst) * 4; unsafe.Pointer(&dst[0]) != unsafe.Pointer(&x[0]) && overlap(unsafe.Pointer(&dst[0]), n, unsafe.Pointer(&x[0]), n) {
+		return fmt.Errorf("cpu: %s: dst overlaps x without being x", op)
+	}
+	if err := c.lock(op); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	if st := C.pl_unary(c.c, C.int(f), f32p(dst), f32p(x), C.int64_t(len(dst))); st != C.PL_OK {
+		return statusErr(op, st)
+	}
+	return nil
 }
 
-// glu runs a gated activation kernel over len(dst) elements.
-func (c *Context) glu(op string, dst, gate, up []float32, kernel func(d, g, u *C.float, n C.int64_t) C.int) error {
+// GLU: dst[i] = f(gate[i]) * up[i] over len(dst) elements, f as Unary's (tensor.SiLU: SwiGLU,
+// tensor.GELU: GeGLU). dst may be gate or up, or apart from them.
+func (c *Context) GLU(dst, gate, up []float32, f tensor.Func) error {
+	const op = "glu"
+	if !f.Known() {
+		return fmt.Errorf("cpu: %s: function %v: %w", op, f, tensor.ErrUnsupported)
+	}
 	if len(gate) < len(dst) || len(up) < len(dst) {
 		return fmt.Errorf("cpu: %s: gate %d / up %d shorter than dst %d", op, len(gate), len(up), len(dst))
 	}
 	if len(dst) == 0 {
 		return nil
 	}
+	n := len(dst) * 4
+	for _, in := range [2][]float32{gate, up} {
+		if unsafe.Pointer(&dst[0]) != unsafe.Pointer(&in[0]) && overlap(unsafe.Pointer(&dst[0]), n, unsafe.Pointer(&in[0]), n) {
+			return fmt.Errorf("cpu: %s: dst partly overlaps gate or up", op)
+		}
+	}
 	if err := c.lock(op); err != nil {
 		return err
 	}
 	defer c.mu.Unlock()
-	if st := kernel(f32p(dst), f32p(gate), f32p(up), C.int64_t(len(dst))); st != C.PL_OK {
+	if st := C.pl_glu(c.c, C.int(f), f32p(dst), f32p(gate), f32p(up), C.int64_t(len(dst))); st != C.PL_OK {
 		return statusErr(op, st)
 	}
 	return nil
@@ -587,11 +625,6 @@ func (c *Context) Scale(dst, x []float32, s float32) error {
 		return statusErr(op, st)
 	}
 	return nil
-}
-
-// SwiGLU: dst[i] = silu(gate[i]) * up[i] over len(dst) elements. dst may be gate or up.
-func (c *Context) SwiGLU(dst, gate, up []float32) error {
-	return c.glu("swiglu", dst, gate, up, func(d, g, u *C.float, n C.int64_t) C.int { return C.pl_swiglu(c.c, d, g, u, n) })
 }
 
 // Rope rotates x [n, nHead*r.HeadDim] in place, token i at position pos[i] >= 0.
@@ -828,30 +861,6 @@ func (c *Context) LayerNorm(dst, x, w, b []float32, n, d int, eps float32) error
 	}
 	defer c.mu.Unlock()
 	if st := C.pl_layer_norm(c.c, f32p(dst), f32p(x), f32p(w), f32p(b), C.int64_t(n), C.int64_t(d), C.float(eps)); st != C.PL_OK {
-		return statusErr(op, st)
-	}
-	return nil
-}
-
-// GELU: dst[i] = 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x^3))) for x = x[i], i < len(dst).
-// dst may be x.
-func (c *Context) GELU(dst, x []float32) error {
-	const op = "gelu"
-	if len(x) < len(dst) {
-		return fmt.Errorf("cpu: %s: x %d shorter than dst %d", op, len(x), len(dst))
-	}
-	if len(dst) == 0 {
-		return nil
-	}
-	n := len(dst) * 4
-	if unsafe.Pointer(&dst[0]) != unsafe.Pointer(&x[0]) && overlap(unsafe.Pointer(&dst[0]), n, unsafe.Pointer(&x[0]), n) {
-		return fmt.Errorf("cpu: %s: dst overlaps x without being x", op)
-	}
-	if err := c.lock(op); err != nil {
-		return err
-	}
-	defer c.mu.Unlock()
-	if st := C.pl_gelu(c.c, f32p(dst), f32p(x), C.int64_t(len(dst))); st != C.PL_OK {
 		return statusErr(op, st)
 	}
 	return nil

@@ -90,14 +90,17 @@ func (c *Context) AddRows(dst, a, b []float32, n, d, bRows int) error { return E
 // RMSNorm normalises rows.
 func (c *Context) RMSNorm(dst, x, w []float32, n, d int, eps float32) error { return ErrNotBuilt }
 
-// GeGLU applies gelu(gate)*up.
-func (c *Context) GeGLU(dst, gate, up []float32) error { return ErrNotBuilt }
+// SupportsFunc reports whether Unary and GLU compute f: in this build, none.
+func SupportsFunc(f tensor.Func) bool { return false }
+
+// Unary applies f elementwise.
+func (c *Context) Unary(dst, x []float32, f tensor.Func) error { return ErrNotBuilt }
+
+// GLU applies f(gate)*up.
+func (c *Context) GLU(dst, gate, up []float32, f tensor.Func) error { return ErrNotBuilt }
 
 // Scale multiplies by s.
 func (c *Context) Scale(dst, x []float32, s float32) error { return ErrNotBuilt }
-
-// SwiGLU applies silu(gate)*up.
-func (c *Context) SwiGLU(dst, gate, up []float32) error { return ErrNotBuilt }
 
 // Rope rotates heads in place.
 func (c *Context) Rope(x []float32, n, nHead int, r Rope, pos []int32) error { return ErrNotBuilt }
@@ -119,9 +122,6 @@ func (c *Context) Convert(dst []byte, dt tensor.DType, src []byte, st tensor.DTy
 
 // LayerNorm normalises rows to zero mean and unit variance, then scales and shifts them.
 func (c *Context) LayerNorm(dst, x, w, b []float32, n, d int, eps float32) error { return ErrNotBuilt }
-
-// GELU applies the tanh form of GELU.
-func (c *Context) GELU(dst, x []float32) error { return ErrNotBuilt }
 
 // Im2Col1D lays out the receptive fields of a 1-D convolution.
 func (c *Context) Im2Col1D(dst, x []float32, t, ch, k, stride, pad int) error { return ErrNotBuilt }

@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/quant"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
@@ -327,7 +326,10 @@ func TestErrors(t *testing.T) {
 		{"AddRows bad b rows", c.AddRows(f[:8], f[:8], f[:8], 2, 4, 3)},
 		{"RMSNorm negative eps", c.RMSNorm(f[:8], f[:8], f[:4], 2, 4, -1)},
 		{"RMSNorm short w", c.RMSNorm(f[:8], f[:8], f[:3], 2, 4, 1e-5)},
-		{"SwiGLU short up", c.SwiGLU(f[:8], f[:8], f[:7])},
+		{"SwiGLU short up", c.GLU(f[:8], f[:8], f[:7], tensor.SiLU)},
+		{"GLU unknown function", c.GLU(f[:8], f[:8], f[:8], tensor.Func(0))},
+		{"GLU dst partly overlaps up", c.GLU(f[:8], f[16:24], f[4:12], tensor.Sigmoid)},
+		{"Unary unknown function", c.Unary(f[:8], f[:8], tensor.Func(99))},
 		{"Rope odd dims", c.Rope(f[:16], 2, 1, Rope{HeadDim: 8, Dims: 7, Base: 1e4, FreqScale: 1}, []int32{0, 1})},
 		{"Rope negative position", c.Rope(f[:16], 1, 2, Rope{HeadDim: 8, Dims: 8, Base: 1e4, FreqScale: 1}, []int32{-1})},
 		{"Rope NaN scale", c.Rope(f[:16], 1, 2, Rope{HeadDim: 8, Dims: 8, Base: 1e4, FreqScale: float32(math.NaN())}, []int32{0})},
@@ -352,8 +354,8 @@ func TestErrors(t *testing.T) {
 		{"LayerNorm NaN eps", c.LayerNorm(f[:8], f[:8], f[8:12], f[12:16], 2, 4, float32(math.NaN()))},
 		{"LayerNorm dst overlaps w", c.LayerNorm(f[:8], f[16:24], f[4:8], f[12:16], 2, 4, 1e-5)},
 		{"LayerNorm dst overlaps x", c.LayerNorm(f[:8], f[2:10], f[16:20], f[20:24], 2, 4, 1e-5)},
-		{"GELU short x", c.GELU(f[:8], f[8:15])},
-		{"GELU dst overlaps x", c.GELU(f[:8], f[4:12])},
+		{"GELU short x", c.Unary(f[:8], f[8:15], tensor.GELU)},
+		{"GELU dst overlaps x", c.Unary(f[:8], f[4:12], tensor.GELU)},
 		{"Im2Col1D stride 0", c.Im2Col1D(f[:12], f[16:24], 4, 2, 3, 0, 1)},
 		{"Im2Col1D kernel past the padded signal", c.Im2Col1D(f[:12], f[16:24], 4, 2, 7, 1, 1)},
 		{"Im2Col1D short dst", c.Im2Col1D(f[:23], f[32:40], 4, 2, 3, 1, 1)},
@@ -370,11 +372,11 @@ func TestErrors(t *testing.T) {
 			t.Errorf("%s: no error", cs.name)
 		}
 	}
-	if err := c.MatMul(f[:4], f[:32], 1, 32, w[:4*17], tensor.MXFP4, 4); !errors.Is(err, backend.ErrUnsupported) {
+	if err := c.MatMul(f[:4], f[:32], 1, 32, w[:4*17], tensor.MXFP4, 4); !errors.Is(err, tensor.ErrUnsupported) {
 		t.Errorf("unsupported weight type: %v does not wrap ErrUnsupported", err)
 	}
 	// A shape error is not a missing kernel: callers fall back only for the latter.
-	if err := c.MatMulPacked(f[:4], f[32:64], 1, 33, make([]byte, 16*34), tensor.Q8_0, 4); err == nil || errors.Is(err, backend.ErrUnsupported) {
+	if err := c.MatMulPacked(f[:4], f[32:64], 1, 33, make([]byte, 16*34), tensor.Q8_0, 4); err == nil || errors.Is(err, tensor.ErrUnsupported) {
 		t.Errorf("MatMulPacked k=33: %v, want a shape error", err)
 	}
 	// Where the interleaved kernels exist, a well-formed call works; below them it says so.
@@ -387,11 +389,11 @@ func TestErrors(t *testing.T) {
 		if err := c.MatMulPacked(f[:4], f[32:64], 1, 32, wp, tensor.Q8_0, 4); err != nil {
 			t.Errorf("MatMulPacked: %v", err)
 		}
-	} else if !errors.Is(err, backend.ErrUnsupported) {
+	} else if !errors.Is(err, tensor.ErrUnsupported) {
 		t.Errorf("PackWeights without the interleaved kernels: %v does not wrap ErrUnsupported", err)
 	}
 	c.Close()
-	if err := c.SwiGLU(f[:8], f[:8], f[:8]); err == nil {
+	if err := c.GLU(f[:8], f[:8], f[:8], tensor.SiLU); err == nil {
 		t.Error("SwiGLU on a closed context: no error")
 	}
 }

@@ -5,4 +5,4 @@ package cpu
 // nativeSources fingerprints the C sources under native/ that this package compiles through
 // #include. The go command does not see those files; changing this constant (go generate)
 // after editing them makes it rebuild the package.
-const nativeSources = "8385b7ca2ee2dc7dddd0576452dffb71e2eb569633b8d746badf238ce1991f86"
+const nativeSources = "1ed829d3f9ba3c676dbab6e5b957031a6da8e9fa7d135808a9ee490db05caeac"

@@ -21,7 +21,6 @@ import (
 	"math"
 	"unsafe"
 
-	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
@@ -62,6 +61,9 @@ const (
 	OpDequantize Op = 5 // DequantizeRow source dtype
 )
 
+// opUnary asks pl_supports about a function of Unary and GLU (SupportsFunc).
+const opUnary = 6
+
 // Rope describes rotary embedding of heads of HeadDim elements, the first Dims rotated.
 type Rope struct {
 	NeoX      bool // pairs (i, i+Dims/2) instead of (2i, 2i+1)
@@ -84,13 +86,8 @@ type Attn struct {
 	Scale                   float32
 }
 
-// Seq is one sequence of an attention batch, laid out as the C struct pl_seq: tokens
-// [Start, Start+Count) at positions CtxLen-Count .. CtxLen-1, whose block table is
-// blocks[BlocksOff : BlocksOff+NBlocks].
-type Seq struct {
-	Start, Count, CtxLen int32
-	BlocksOff, NBlocks   int32
-}
+// Seq is one sequence of an attention batch, laid out as the C struct pl_seq (tensor.FlatSeq).
+type Seq = tensor.FlatSeq
 
 // maxElems bounds every shape product, so that sizes computed from shapes cannot overflow.
 const maxElems = math.MaxInt / 16
@@ -119,7 +116,7 @@ func rowBytes(op string, dt tensor.DType, cols int) (int, error) {
 }
 
 func unsupported(op string, dt tensor.DType) error {
-	return fmt.Errorf("cpu: %s: dtype %v: %w", op, dt, backend.ErrUnsupported)
+	return fmt.Errorf("cpu: %s: dtype %v: %w", op, dt, tensor.ErrUnsupported)
 }
 
 // need checks that a slice of length have holds want elements.

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
@@ -57,6 +56,9 @@ func TestArgumentChecks(t *testing.T) {
 		{"GetRows negative id", c.GetRows(dst, w, tensor.F32, m, k, []int32{-1})},
 		{"AddRows b rows", c.AddRows(x, x, x, n, k, 2)},
 		{"RMSNorm w too small", c.RMSNorm(x, x, small, n, k, 1e-5)},
+		{"Unary no function", c.Unary(x, x, n*k, 0)},
+		{"Unary x too small", c.Unary(x, small, n*k, tensor.ReLU)},
+		{"GLU up too small", c.GLU(x, x, small, n*k, tensor.SiLU)},
 		{"Rope positions", c.Rope(x, n, 4, RoPE{HeadDim: 16, Dims: 16, Base: 1e4, FreqScale: 1}, []int32{0})},
 		{"StoreKV slot out of range", c.StoreKV(w, w, tensor.F32, m, k, x, x, 1, []int32{int32(m)})},
 		{"StoreKV Q8_0 cache", c.StoreKV(w, w, tensor.Q8_0, m, k, x, x, 1, []int32{0})},
@@ -69,16 +71,16 @@ func TestArgumentChecks(t *testing.T) {
 		{"Copy Q8_0", c.Copy(x, tensor.F32, w, tensor.Q8_0, 32)},
 		{"Im2Col1D dst too small", c.Im2Col1D(small, x, n, k, 1, 1, 0, n)},
 		{"Argmax ids", c.Argmax(x, n, k, make([]int32, n-1))},
-		{"Draw negative temperature", c.Draw(x, n, k, slices.Repeat([]backend.Draw{{Temperature: -1, TopP: 1}}, n), make([]int32, n))},
-		{"Draw top-p 0", c.Draw(x, n, k, slices.Repeat([]backend.Draw{{Temperature: 1}}, n), make([]int32, n))},
-		{"Draw rows", c.Draw(x, n, k, slices.Repeat([]backend.Draw{{Temperature: 1, TopP: 1}}, n-1), make([]int32, n))},
+		{"Draw negative temperature", c.Draw(x, n, k, slices.Repeat([]tensor.Draw{{Temperature: -1, TopP: 1}}, n), make([]int32, n))},
+		{"Draw top-p 0", c.Draw(x, n, k, slices.Repeat([]tensor.Draw{{Temperature: 1}}, n), make([]int32, n))},
+		{"Draw rows", c.Draw(x, n, k, slices.Repeat([]tensor.Draw{{Temperature: 1, TopP: 1}}, n-1), make([]int32, n))},
 		{"BeamStep k > vocab", c.BeamStep(x, k, make([]float32, n), 1, 1, make([]int32, k+1), make([]int32, k+1), make([]float32, k+1), make([]float32, k+1))},
 		{"BeamStep output lengths", c.BeamStep(x, k, make([]float32, n), 1, 1, make([]int32, 2), make([]int32, 1), make([]float32, 2), make([]float32, 2))},
-		{"Choose k > vocab", c.Choose(x, k, make([]backend.Choice, n), nil, k+1, make([]backend.Chosen, n), make([]int32, n*(k+1)), make([]float32, n*(k+1)))},
-		{"Choose drop id", c.Choose(x, k, make([]backend.Choice, n), []int32{k}, 1, make([]backend.Chosen, n), make([]int32, n), make([]float32, n))},
-		{"Choose cut", c.Choose(x, k, []backend.Choice{{Cut: [4][2]int32{{0, k + 1}}, Split: k, Probe: -1}}, nil, 1, make([]backend.Chosen, 1), make([]int32, 1), make([]float32, 1))},
-		{"Choose output lengths", c.Choose(x, k, make([]backend.Choice, n), nil, 2, make([]backend.Chosen, n), make([]int32, n), make([]float32, n*2))},
-		{"Choose rows past the logits", c.Choose(x, k, slices.Repeat([]backend.Choice{{Split: k, Probe: -1}}, n+1), nil, 1, make([]backend.Chosen, n+1), make([]int32, n+1), make([]float32, n+1))},
+		{"Choose k > vocab", c.Choose(x, k, make([]tensor.Choice, n), nil, k+1, make([]tensor.Chosen, n), make([]int32, n*(k+1)), make([]float32, n*(k+1)))},
+		{"Choose drop id", c.Choose(x, k, make([]tensor.Choice, n), []int32{k}, 1, make([]tensor.Chosen, n), make([]int32, n), make([]float32, n))},
+		{"Choose cut", c.Choose(x, k, []tensor.Choice{{Cut: [4][2]int32{{0, k + 1}}, Split: k, Probe: -1}}, nil, 1, make([]tensor.Chosen, 1), make([]int32, 1), make([]float32, 1))},
+		{"Choose output lengths", c.Choose(x, k, make([]tensor.Choice, n), nil, 2, make([]tensor.Chosen, n), make([]int32, n), make([]float32, n*2))},
+		{"Choose rows past the logits", c.Choose(x, k, slices.Repeat([]tensor.Choice{{Split: k, Probe: -1}}, n+1), nil, 1, make([]tensor.Chosen, n+1), make([]int32, n+1), make([]float32, n+1))},
 		{"Upload past the buffer", c.Upload(small, make([]byte, 11))},
 		{"Download past the buffer", c.Download(make([]byte, 11), small)},
 	}
@@ -89,7 +91,7 @@ func TestArgumentChecks(t *testing.T) {
 			t.Errorf("%s: reached C: %v", tc.name, tc.err)
 		}
 	}
-	if err := c.GetRows(dst, w, tensor.IQ2_XXS, m, 256, nil); !errors.Is(err, backend.ErrUnsupported) {
+	if err := c.GetRows(dst, w, tensor.IQ2_XXS, m, 256, nil); !errors.Is(err, tensor.ErrUnsupported) {
 		t.Errorf("GetRows of IQ2_XXS: %v, want ErrUnsupported", err)
 	}
 
@@ -101,11 +103,13 @@ func TestArgumentChecks(t *testing.T) {
 		{"MatMul Q8_0", c.MatMul(dst, x, n, k, w, tensor.Q8_0, m)},
 		{"MatMuls Q8_0", c.MatMuls([]Ref{dst, dst}, x, n, k, []Ref{w, w}, tensor.Q8_0, []int{m, m})},
 		{"GetRows", c.GetRows(x, w, tensor.F32, m, k, []int32{0, 4})},
+		{"Unary", c.Unary(x, x, n*k, tensor.ELU)},
+		{"GLU", c.GLU(x, x, x, n*k, tensor.Sigmoid)},
 		{"Attention", c.Attention(x, x, 1, w, w, tensor.F32, m, k, 1, Attn{NHead: 1, NKVHead: 1, HeadDim: k, Scale: 1},
 			[]Seq{{Start: 0, Count: 1, CtxLen: 1, NBlocks: 1}}, []int32{4})},
-		{"Draw", c.Draw(x, n, k, slices.Repeat([]backend.Draw{{Temperature: 0.7, TopK: 5, TopP: 0.9}, {TopP: 1}}, (n+1)/2)[:n], make([]int32, n))},
-		{"Choose", c.Choose(x, k, slices.Repeat([]backend.Choice{{Cut: [4][2]int32{{0, 3}}, Drop: [2]int32{0, 1}, Split: k - 4, Probe: 2}}, n), []int32{7}, 5,
-			make([]backend.Chosen, n), make([]int32, n*5), make([]float32, n*5))},
+		{"Draw", c.Draw(x, n, k, slices.Repeat([]tensor.Draw{{Temperature: 0.7, TopK: 5, TopP: 0.9}, {TopP: 1}}, (n+1)/2)[:n], make([]int32, n))},
+		{"Choose", c.Choose(x, k, slices.Repeat([]tensor.Choice{{Cut: [4][2]int32{{0, 3}}, Drop: [2]int32{0, 1}, Split: k - 4, Probe: 2}}, n), []int32{7}, 5,
+			make([]tensor.Chosen, n), make([]int32, n*5), make([]float32, n*5))},
 	}
 	for _, tc := range good {
 		if tc.err == nil || !strings.Contains(tc.err.Error(), "invalid argument") {

@@ -19,7 +19,6 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
@@ -44,6 +43,11 @@ const (
 	OpKV      Op = C.PLC_OP_KV       // dtype: KV-cache (or full-attention key/value) type
 	OpCopy    Op = C.PLC_OP_COPY     // dtype: source or destination of Copy
 )
+
+// SupportsFunc reports whether Unary and GLU compute the function f (the kernels' own answer).
+func SupportsFunc(f tensor.Func) bool {
+	return f.Known() && C.plc_supports(C.PLC_OP_UNARY, C.int(f)) == 1
+}
 
 // Supports reports whether operation op handles dtype dt.
 func Supports(op Op, dt tensor.DType) bool {
@@ -115,7 +119,7 @@ func NewContext(dev int) (*Context, error) {
 	case C.PLC_ERR_NO_DEVICE:
 		return nil, fmt.Errorf("cuda: device %d: %w: %s", dev, ErrNoDevice, C.GoString(&buf[0]))
 	case C.PLC_ERR_UNSUPPORTED:
-		return nil, fmt.Errorf("cuda: device %d: %s: %w", dev, C.GoString(&buf[0]), backend.ErrUnsupported)
+		return nil, fmt.Errorf("cuda: device %d: %s: %w", dev, C.GoString(&buf[0]), tensor.ErrUnsupported)
 	default:
 		return nil, fmt.Errorf("cuda: device %d: %s (status %d)", dev, C.GoString(&buf[0]), int(st))
 	}
@@ -170,7 +174,7 @@ func (c *Context) status(op string, st C.int) error {
 	case C.PLC_ERR_ARG:
 		return fmt.Errorf("cuda: %s: invalid argument: %s", op, msg)
 	case C.PLC_ERR_UNSUPPORTED:
-		return fmt.Errorf("cuda: %s: %w", op, backend.ErrUnsupported)
+		return fmt.Errorf("cuda: %s: %w", op, tensor.ErrUnsupported)
 	case C.PLC_ERR_NOMEM:
 		return fmt.Errorf("cuda: %s: out of memory: %s", op, msg)
 	case C.PLC_ERR_NO_DEVICE:
@@ -185,14 +189,14 @@ func (c *Context) SetTF32(on bool) error {
 }
 
 // SetFlashMMA computes attention over F16 keys and values on tensor cores (on; compute
-// capability 8.0 and later, else backend.ErrUnsupported) or on the CUDA cores (off, the default).
+// capability 8.0 and later, else tensor.ErrUnsupported) or on the CUDA cores (off, the default).
 func (c *Context) SetFlashMMA(on bool) error {
 	return c.setSwitch("set flash", on, func(v C.int32_t) C.int { return C.plc_ctx_set_flash(c.c, v) })
 }
 
 // SetMMQ multiplies more than eight activation rows by quantised weights on int8 tensor cores,
 // with the activations quantised as for fewer rows (on, the default from compute capability
-// 8.0; before it backend.ErrUnsupported), or expands the weights to F16 for cuBLAS and rounds
+// 8.0; before it tensor.ErrUnsupported), or expands the weights to F16 for cuBLAS and rounds
 // the activations to F16 (off).
 func (c *Context) SetMMQ(on bool) error {
 	return c.setSwitch("set mmq", on, func(v C.int32_t) C.int { return C.plc_ctx_set_mmq(c.c, v) })
@@ -313,6 +317,10 @@ func (c *Context) Alloc(n int) (*Buffer, error) {
 
 // Len is the buffer's size in bytes.
 func (b *Buffer) Len() int { return b.n }
+
+// Addr is the buffer's device address (never dereferenced by Go), by which overlapping
+// operands are told apart.
+func (b *Buffer) Addr() uintptr { return uintptr(b.p) }
 
 // Close frees the buffer after the work queued before it. Closing twice is a no-op.
 func (b *Buffer) Close() error {
@@ -481,7 +489,7 @@ func (c *Context) Zero(dst Ref, n int) error {
 func (c *Context) MatMul(dst, x Ref, n, k int, w Ref, wt tensor.DType, m int) error {
 	const op = "matmul"
 	if !Supports(OpMatMul, wt) {
-		return fmt.Errorf("cuda: %s: weights of %v: %w", op, wt, backend.ErrUnsupported)
+		return fmt.Errorf("cuda: %s: weights of %v: %w", op, wt, tensor.ErrUnsupported)
 	}
 	if err := c.lock(op); err != nil {
 		return err
@@ -515,7 +523,7 @@ func (c *Context) MatMuls(dst []Ref, x Ref, n, k int, w []Ref, wt tensor.DType, 
 		return fmt.Errorf("cuda: %s: %d destinations, %d matrices and %d row counts (1 to %d)", op, len(dst), len(w), len(m), len(c.mmD))
 	}
 	if !Supports(OpMatMul, wt) {
-		return fmt.Errorf("cuda: %s: weights of %v: %w", op, wt, backend.ErrUnsupported)
+		return fmt.Errorf("cuda: %s: weights of %v: %w", op, wt, tensor.ErrUnsupported)
 	}
 	rb := rowBytes(wt, k)
 	if rb < 0 {
@@ -548,7 +556,7 @@ func (c *Context) MatMuls(dst []Ref, x Ref, n, k int, w []Ref, wt tensor.DType, 
 func (c *Context) GetRows(dst, table Ref, dt tensor.DType, rows, cols int, ids []int32) error {
 	const op = "get rows"
 	if !Supports(OpGetRows, dt) {
-		return fmt.Errorf("cuda: %s: table of %v: %w", op, dt, backend.ErrUnsupported)
+		return fmt.Errorf("cuda: %s: table of %v: %w", op, dt, tensor.ErrUnsupported)
 	}
 	for i, id := range ids {
 		if id < 0 || int(id) >= rows {
@@ -648,13 +656,23 @@ func (c *Context) LayerNorm(dst, x, w, b Ref, n, d int, eps float32) error {
 	return c.status(op, C.plc_layer_norm(c.c, fp(dp), fp(xp), fp(wp), fp(bp), C.int64_t(n), C.int64_t(d), C.float(eps)))
 }
 
-// GeGLU: dst = gelu(gate)*up over n F32 elements. dst may be gate or up.
-func (c *Context) GeGLU(dst, gate, up Ref, n int) error {
-	return c.glu("geglu", dst, gate, up, n, func(d, g, u *C.float, n C.int64_t) C.int { return C.plc_geglu(c.c, d, g, u, n) })
+// Unary: dst = f(x) over n F32 elements, f a function the kernels know (tensor.Func, passed to
+// plc_unary as it is; another is refused with tensor.ErrUnsupported). dst may be x.
+func (c *Context) Unary(dst, x Ref, n int, f tensor.Func) error {
+	return c.fn("unary", dst, x, Ref{}, n, f)
 }
 
-// glu runs a gated activation kernel over n F32 elements.
-func (c *Context) glu(op string, dst, gate, up Ref, n int, kernel func(d, g, u *C.float, n C.int64_t) C.int) error {
+// GLU: dst = f(gate)*up over n F32 elements, f as Unary's (tensor.SiLU: SwiGLU, tensor.GELU:
+// GeGLU). dst may be gate or up.
+func (c *Context) GLU(dst, gate, up Ref, n int, f tensor.Func) error {
+	return c.fn("glu", dst, gate, up, n, f)
+}
+
+// fn runs plc_unary, or plc_glu when up has a buffer.
+func (c *Context) fn(op string, dst, x, up Ref, n int, f tensor.Func) error {
+	if !f.Known() {
+		return fmt.Errorf("cuda: %s: function %v: %w", op, f, tensor.ErrUnsupported)
+	}
 	if err := c.lock(op); err != nil {
 		return err
 	}
@@ -663,15 +681,18 @@ func (c *Context) glu(op string, dst, gate, up Ref, n int, kernel func(d, g, u *
 	if err != nil {
 		return err
 	}
-	gp, err := gate.at(c, op, "gate", mul(n, 4))
+	xp, err := x.at(c, op, "x", mul(n, 4))
 	if err != nil {
 		return err
+	}
+	if up.Buf == nil {
+		return c.status(op, C.plc_unary(c.c, C.int(f), fp(dp), fp(xp), C.int64_t(n)))
 	}
 	upp, err := up.at(c, op, "up", mul(n, 4))
 	if err != nil {
 		return err
 	}
-	return c.status(op, kernel(fp(dp), fp(gp), fp(upp), C.int64_t(n)))
+	return c.status(op, C.plc_glu(c.c, C.int(f), fp(dp), fp(xp), fp(upp), C.int64_t(n)))
 }
 
 // Scale: dst = x*s over n F32 elements. dst may be x.
@@ -692,35 +713,12 @@ func (c *Context) Scale(dst, x Ref, s float32, n int) error {
 	return c.status(op, C.plc_scale(c.c, fp(dp), fp(xp), C.float(s), C.int64_t(n)))
 }
 
-// SwiGLU: dst = silu(gate)*up over n F32 elements. dst may be gate or up.
-func (c *Context) SwiGLU(dst, gate, up Ref, n int) error {
-	return c.glu("swiglu", dst, gate, up, n, func(d, g, u *C.float, n C.int64_t) C.int { return C.plc_swiglu(c.c, d, g, u, n) })
-}
-
-// GELU (tanh form) over n F32 elements. dst may be x.
-func (c *Context) GELU(dst, x Ref, n int) error {
-	const op = "gelu"
-	if err := c.lock(op); err != nil {
-		return err
-	}
-	defer c.mu.Unlock()
-	dp, err := dst.at(c, op, "dst", mul(n, 4))
-	if err != nil {
-		return err
-	}
-	xp, err := x.at(c, op, "x", mul(n, 4))
-	if err != nil {
-		return err
-	}
-	return c.status(op, C.plc_gelu(c.c, fp(dp), fp(xp), C.int64_t(n)))
-}
-
 // Copy converts n elements of srcType at src to dstType at dst: F32 to F16 (nearest even), F16
 // to F32, or a copy between buffers of one float type.
 func (c *Context) Copy(dst Ref, dstType tensor.DType, src Ref, srcType tensor.DType, n int) error {
 	const op = "copy"
 	if !Supports(OpCopy, dstType) || !Supports(OpCopy, srcType) {
-		return fmt.Errorf("cuda: %s: %v to %v: %w", op, srcType, dstType, backend.ErrUnsupported)
+		return fmt.Errorf("cuda: %s: %v to %v: %w", op, srcType, dstType, tensor.ErrUnsupported)
 	}
 	if err := c.lock(op); err != nil {
 		return err
@@ -827,7 +825,7 @@ func (c *Context) Rope(x Ref, n, nHead int, r RoPE, pos []int32) error {
 func (c *Context) StoreKV(kc, vc Ref, kvType tensor.DType, slots, width int, k, v Ref, n int, slot []int32) error {
 	const op = "store kv"
 	if !Supports(OpKV, kvType) {
-		return fmt.Errorf("cuda: %s: cache of %v: %w", op, kvType, backend.ErrUnsupported)
+		return fmt.Errorf("cuda: %s: cache of %v: %w", op, kvType, tensor.ErrUnsupported)
 	}
 	if len(slot) != n {
 		return fmt.Errorf("cuda: %s: %d slots for %d tokens", op, len(slot), n)
@@ -875,7 +873,7 @@ func (a Attn) cfg(op string) (C.plc_attn_cfg, error) {
 func (c *Context) Attention(dst, q Ref, n int, kc, vc Ref, kvType tensor.DType, slots, width, blockSize int, a Attn, seqs []Seq, blocks []int32) error {
 	const op = "attention"
 	if !Supports(OpKV, kvType) {
-		return fmt.Errorf("cuda: %s: cache of %v: %w", op, kvType, backend.ErrUnsupported)
+		return fmt.Errorf("cuda: %s: cache of %v: %w", op, kvType, tensor.ErrUnsupported)
 	}
 	cfg, err := a.cfg(op)
 	if err != nil {
@@ -931,7 +929,7 @@ func (c *Context) Attention(dst, q Ref, n int, kc, vc Ref, kvType tensor.DType, 
 func (c *Context) FullAttention(dst, q Ref, n int, k, v Ref, kvType tensor.DType, m int, a Attn) error {
 	const op = "full attention"
 	if !Supports(OpKV, kvType) {
-		return fmt.Errorf("cuda: %s: keys and values of %v: %w", op, kvType, backend.ErrUnsupported)
+		return fmt.Errorf("cuda: %s: keys and values of %v: %w", op, kvType, tensor.ErrUnsupported)
 	}
 	cfg, err := a.cfg(op)
 	if err != nil {
@@ -985,14 +983,14 @@ func (c *Context) Argmax(logits Ref, n, vocab int, ids []int32) error {
 	return c.status(op, C.plc_argmax(c.c, fp(lp), C.int64_t(n), C.int64_t(vocab), i32p(ids)))
 }
 
-// Draw writes ids (len n) for the rows of logits [n, vocab] F32 as draws says (backend.Draw,
+// Draw writes ids (len n) for the rows of logits [n, vocab] F32 as draws says (tensor.Draw,
 // which has plc_draw_row's layout). Waits.
-func (c *Context) Draw(logits Ref, n, vocab int, draws []backend.Draw, ids []int32) error {
+func (c *Context) Draw(logits Ref, n, vocab int, draws []tensor.Draw, ids []int32) error {
 	const op = "draw"
 	if len(ids) != n || len(draws) != n || vocab <= 0 {
 		return fmt.Errorf("cuda: %s: %d ids and %d draws for %d rows of %d", op, len(ids), len(draws), n, vocab)
 	}
-	if err := backend.CheckDraws(draws); err != nil {
+	if err := tensor.CheckDraws(draws); err != nil {
 		return fmt.Errorf("cuda: %s: %w", op, err)
 	}
 	if err := c.lock(op); err != nil {
@@ -1036,24 +1034,24 @@ func (c *Context) BeamStep(logits Ref, vocab int, scores []float32, length int, 
 }
 
 // MaxChooseVocab is the largest vocabulary Choose takes (the CUDA library's
-// PLC_CHOOSE_MAX_VOCAB); wider rows are refused with backend.ErrUnsupported.
+// PLC_CHOOSE_MAX_VOCAB); wider rows are refused with tensor.ErrUnsupported.
 const MaxChooseVocab = 40 * 1024 * 8
 
-// Choose filters the rows of logits [len(choices), vocab] F32 as choices says (backend.Choice,
+// Choose filters the rows of logits [len(choices), vocab] F32 as choices says (tensor.Choice,
 // which has plc_choice's layout; drop: the ids their Drop ranges index) and writes each row's k
 // most probable tokens after filtering to ids and logp ([len(choices)*k]) and the rest of what
-// was found to rows (backend.Chosen, plc_chosen's layout). Waits.
-func (c *Context) Choose(logits Ref, vocab int, choices []backend.Choice, drop []int32, k int, rows []backend.Chosen, ids []int32, logp []float32) error {
+// was found to rows (tensor.Chosen, plc_chosen's layout). Waits.
+func (c *Context) Choose(logits Ref, vocab int, choices []tensor.Choice, drop []int32, k int, rows []tensor.Chosen, ids []int32, logp []float32) error {
 	const op = "choose"
 	n := len(choices)
 	if len(rows) != n || len(ids) != n*k || len(logp) != n*k {
 		return fmt.Errorf("cuda: %s: %d row reports, %d ids and %d log-probabilities for %d rows of %d tokens", op, len(rows), len(ids), len(logp), n, k)
 	}
-	if err := backend.CheckChoices(choices, drop, vocab, k); err != nil {
+	if err := tensor.CheckChoices(choices, drop, vocab, k); err != nil {
 		return fmt.Errorf("cuda: %s: %w", op, err)
 	}
 	if vocab > MaxChooseVocab || len(drop) > math.MaxInt32 || n > math.MaxInt32 {
-		return fmt.Errorf("cuda: %s: rows of %d: %w", op, vocab, backend.ErrUnsupported)
+		return fmt.Errorf("cuda: %s: rows of %d: %w", op, vocab, tensor.ErrUnsupported)
 	}
 	if n == 0 {
 		return nil
@@ -1070,18 +1068,18 @@ func (c *Context) Choose(logits Ref, vocab int, choices []backend.Choice, drop [
 		i32p(drop), C.int32_t(len(drop)), C.int32_t(k), (*C.plc_chosen)(unsafe.Pointer(&rows[0])), i32p(ids), f32p(logp)))
 }
 
-// backend.Choice and backend.Chosen are passed to C as plc_choice and plc_chosen: the build
+// tensor.Choice and tensor.Chosen are passed to C as plc_choice and plc_chosen: the build
 // fails if their sizes or the offsets of their later fields ever differ.
-var _ = [1]struct{}{}[unsafe.Sizeof(backend.Choice{})-uintptr(C.sizeof_plc_choice)]
-var _ = [1]struct{}{}[unsafe.Offsetof(backend.Choice{}.Probe)-unsafe.Offsetof(C.plc_choice{}.probe)]
-var _ = [1]struct{}{}[unsafe.Offsetof(backend.Choice{}.Random)-unsafe.Offsetof(C.plc_choice{}.random)]
-var _ = [1]struct{}{}[unsafe.Sizeof(backend.Chosen{})-uintptr(C.sizeof_plc_chosen)]
-var _ = [1]struct{}{}[unsafe.Offsetof(backend.Chosen{}.Probe)-unsafe.Offsetof(C.plc_chosen{}.probe)]
+var _ = [1]struct{}{}[unsafe.Sizeof(tensor.Choice{})-uintptr(C.sizeof_plc_choice)]
+var _ = [1]struct{}{}[unsafe.Offsetof(tensor.Choice{}.Probe)-unsafe.Offsetof(C.plc_choice{}.probe)]
+var _ = [1]struct{}{}[unsafe.Offsetof(tensor.Choice{}.Random)-unsafe.Offsetof(C.plc_choice{}.random)]
+var _ = [1]struct{}{}[unsafe.Sizeof(tensor.Chosen{})-uintptr(C.sizeof_plc_chosen)]
+var _ = [1]struct{}{}[unsafe.Offsetof(tensor.Chosen{}.Probe)-unsafe.Offsetof(C.plc_chosen{}.probe)]
 
-// backend.Draw is passed to C as plc_draw_row: the build fails if their sizes or the offset of
+// tensor.Draw is passed to C as plc_draw_row: the build fails if their sizes or the offset of
 // the last field ever differ.
-var _ = [1]struct{}{}[unsafe.Sizeof(backend.Draw{})-uintptr(C.sizeof_plc_draw_row)]
-var _ = [1]struct{}{}[unsafe.Offsetof(backend.Draw{}.Random)-unsafe.Offsetof(C.plc_draw_row{}.random)]
+var _ = [1]struct{}{}[unsafe.Sizeof(tensor.Draw{})-uintptr(C.sizeof_plc_draw_row)]
+var _ = [1]struct{}{}[unsafe.Offsetof(tensor.Draw{}.Random)-unsafe.Offsetof(C.plc_draw_row{}.random)]
 
 // Seq is passed to C as plc_seq: the build fails if their sizes ever differ.
 var _ = [1]struct{}{}[unsafe.Sizeof(Seq{})-uintptr(C.sizeof_plc_seq)]

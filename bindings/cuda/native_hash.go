@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "c5c145dd80d258de0ef942bb36adbc8b74325688133a38f4b110a5224c39ae78"
+const nativeSources = "1c783e83cf91aa01b30778fda774745c1e1e44a99b878222a146d29ce870a7d5"

@@ -1,6 +1,10 @@
 package cuda
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/parleyhq/parley/runtime/tensor"
+)
 
 // ErrNotBuilt is returned by every operation of a binary built without the cuda tag.
 var ErrNotBuilt = errors.New("cuda: this binary was built without CUDA (build with -tags cuda after scripts/cuda-build)")
@@ -33,13 +37,8 @@ type RoPE struct {
 	CorrDims        [2]float32
 }
 
-// Seq is one sequence of an attention batch, laid out as the C plc_seq: tokens [Start,
-// Start+Count) at positions CtxLen-Count .. CtxLen-1, whose block table is
-// blocks[BlocksOff : BlocksOff+NBlocks].
-type Seq struct {
-	Start, Count, CtxLen int32
-	BlocksOff, NBlocks   int32
-}
+// Seq is one sequence of an attention batch, laid out as the C plc_seq (tensor.FlatSeq).
+type Seq = tensor.FlatSeq
 
 // Attn describes attention heads: NHead query heads, NKVHead key/value heads of HeadDim
 // elements, scores scaled by Scale.

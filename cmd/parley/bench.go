@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -36,7 +35,11 @@ func runBench(e *env, args []string) error {
 	kvType := fs.String("kv-type", "f16", kvTypeUsage)
 	asJSON := fs.Bool("json", false, "print JSON")
 	parallel := fs.String("parallel", "", "comma-separated sequence counts for batched generation of -n tokens each (e.g. 1,4,8,16)")
-	pos, err := parse(fs, args)
+	fs.alias("m", "model")
+	fs.alias("p", "n-prompt")
+	fs.alias("n", "n-gen")
+	fs.alias("r", "repetitions")
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
@@ -75,11 +78,11 @@ func runBench(e *env, args []string) error {
 		// A Whisper decoder's prompt is its fixed start of transcript and its caches are F16:
 		// say so rather than measure something other than what was asked.
 		var bad []string
-		fs.Visit(func(f *flag.Flag) {
-			if f.Name == "p" || f.Name == "kv-type" {
-				bad = append(bad, "-"+f.Name)
+		for _, n := range []string{"p", "kv-type"} {
+			if fs.isSet(n) {
+				bad = append(bad, fs.from(n))
 			}
-		})
+		}
 		if len(bad) > 0 {
 			return usagef("%s: for language models only (a Whisper model's decoder prompt is its start of transcript and its caches are F16)", strings.Join(bad, " and "))
 		}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -33,24 +32,19 @@ func parseKVType(s string) (tensor.DType, error) {
 
 // backendFlags are the flags every model-running command shares.
 type backendFlags struct {
+	fs      *flags
 	name    *string
 	threads *int
 }
 
-func addBackendFlags(fs *flag.FlagSet) backendFlags {
-	return backendFlags{
-		name:    fs.String("backend", "", "compute backend: "+strings.Join(append(backend.Names(), "auto"), ", ")+" (default $"+backend.EnvVar+" or auto)"),
-		threads: fs.Int("t", threadsDefault(), "CPU threads (0: one per core; default $PARLEY_THREADS or 0)"),
+func addBackendFlags(fs *flags) backendFlags {
+	bf := backendFlags{
+		fs:      fs,
+		name:    fs.String("backend", "", "compute backend: "+strings.Join(append(backend.Names(), "auto"), ", ")+" (default auto)"),
+		threads: fs.Int("t", 0, "CPU threads (0: one per core)"),
 	}
-}
-
-// threadsDefault is $PARLEY_THREADS when it is a number, else 0.
-func threadsDefault() int {
-	n, err := strconv.Atoi(os.Getenv("PARLEY_THREADS"))
-	if err != nil {
-		return 0
-	}
-	return n
+	fs.alias("t", "threads")
+	return bf
 }
 
 // check reports the flags' command-line mistakes: a negative thread count, or a backend name
@@ -58,16 +52,17 @@ func threadsDefault() int {
 // to start is not a mistake in the command line; open reports it.
 func (bf backendFlags) check() error {
 	if *bf.threads < 0 {
-		return usagef("-t %d: thread count must not be negative", *bf.threads)
+		src := ""
+		if from := bf.fs.from("t"); from != "-t" {
+			src = " (from " + from + ")"
+		}
+		return usagef("-t %d%s: thread count must not be negative", *bf.threads, src)
 	}
 	name := backend.Choose(*bf.name)
 	if name == "auto" || slices.Contains(backend.Names(), name) {
 		return nil
 	}
-	from := "--backend"
-	if *bf.name == "" {
-		from = "$" + backend.EnvVar
-	}
+	from := bf.fs.from("backend")
 	if why := backend.NotBuilt(name); why != "" {
 		return usagef("%s %q: %s", from, name, why)
 	}
@@ -75,13 +70,19 @@ func (bf backendFlags) check() error {
 }
 
 func (bf backendFlags) open(e *env) (backend.Backend, error) {
+	return bf.start(func(n string) { fmt.Fprintln(e.stderr, "parley:", n) })
+}
+
+// start starts the backend the flags choose, passing each note (why "auto" skipped a backend)
+// to note.
+func (bf backendFlags) start(note func(string)) (backend.Backend, error) {
 	if err := bf.check(); err != nil {
 		return nil, err
 	}
 	name := backend.Choose(*bf.name)
 	b, notes, err := backend.New(name, backend.Options{Threads: *bf.threads})
 	for _, n := range notes {
-		fmt.Fprintln(e.stderr, "parley:", n)
+		note(n)
 	}
 	return b, err
 }
@@ -142,6 +143,9 @@ func resolveModel(e *env, path string) (string, error) {
 	if !hub.IsRemote(path) {
 		return path, nil
 	}
+	if err := hub.CheckName(path); err != nil {
+		return "", usageError{err}
+	}
 	return hub.Resolve(context.Background(), path, hub.Options{Progress: e.stderr})
 }
 
@@ -150,11 +154,13 @@ type multiFlag []string
 
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
+func (m *multiFlag) repeatable()        {}
 
 // biasFlag collects --logit-bias ID=BIAS flags.
 type biasFlag map[int32]float32
 
 func (b biasFlag) String() string { return fmt.Sprint(map[int32]float32(b)) }
+func (b biasFlag) repeatable()    {}
 func (b biasFlag) Set(s string) error {
 	k, v, ok := strings.Cut(s, "=")
 	if !ok {

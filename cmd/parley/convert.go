@@ -18,7 +18,8 @@ func runConvert(e *env, args []string) error {
 	name := fs.String("name", "", "general.name of the output (default: the input's file name)")
 	typ := fs.String("type", "", "quantise the matrices to this type, as whisper.cpp's quantize tool does (default: keep them)")
 	format := fs.String("format", "gguf", "output format: gguf, or ggml (whisper.cpp's)")
-	pos, err := parse(fs, args)
+	fs.alias("o", "output")
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}

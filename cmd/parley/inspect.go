@@ -17,7 +17,7 @@ func runInspect(e *env, args []string) error {
 	fs := newFlags(e, "inspect", "[--json] [--full] MODEL")
 	asJSON := fs.Bool("json", false, `print JSON (float values that are not finite as the strings "NaN", "+Inf" and "-Inf")`)
 	full := fs.Bool("full", false, "print arrays in full (default: the first 8 elements)")
-	pos, err := parse(fs, args)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}

@@ -35,8 +35,8 @@ type kvPlan struct {
 // to the budget only when --ctx was not given (a model trained on 128k positions gets as many as
 // the memory holds, not an allocation that cannot be backed).
 func planKV(ctxFlag, kvMiB, parallel, trained int, perPos, budget int64) kvPlan {
-	p := kvPlan{ctx: ctxFlag}
-	if p.ctx == 0 || p.ctx > trained {
+	p := kvPlan{ctx: ctxFlag} // past the training context too, as llama.cpp allows (serve warns)
+	if p.ctx == 0 {
 		p.ctx = trained
 	}
 	if kvMiB > 0 {

@@ -16,7 +16,8 @@ func TestPlanKV(t *testing.T) {
 		{"slots cut", 0, 0, 8, 4096, mib, 10 << 30, 4096, 10240, true, false},
 		{"context cut", 0, 0, 8, 131072, 128 << 10, 1 << 30, 8192, 8192, true, false},
 		{"explicit ctx kept", 16384, 0, 8, 131072, 128 << 10, 1 << 30, 16384, 16384, true, true},
-		{"explicit ctx over the training context", 1 << 20, 0, 2, 4096, 1024, 1 << 30, 4096, 8192, false, false},
+		{"explicit ctx over the training context, honoured", 8192, 0, 2, 4096, 1024, 1 << 30, 8192, 16384, false, false},
+		{"explicit ctx over a tiny model's context", 512, 0, 8, 128, 1024, 1 << 30, 512, 4096, false, false},
 		{"kv-mem decides", 0, 512, 8, 131072, 128 << 10, 1 << 30, 131072, 4096, false, false},
 	} {
 		p := planKV(c.ctxFlag, c.kvMiB, c.par, c.trained, c.perPos, c.budget)

@@ -9,10 +9,12 @@
 //	parley synth --shape 15M|110M|1B --type f32|f16|q8_0|q4_0|q4_k|... -o FILE
 //	parley transcribe -m WHISPER_MODEL [--beam N] [--language L] [--output-format F] [--json] [--output-dir DIR] FILE...
 //	parley convert -o OUT [--type q8_0] [--format gguf|ggml] WHISPER_MODEL.bin
+//	parley version   (or parley --version)
 //
 // Every command takes --help. The commands that run a model (generate, bench, serve, transcribe)
-// also take --backend go|cpu|auto (or $PARLEY_BACKEND) and -t THREADS; tokenize, inspect, synth
-// and convert only read or write files and take neither.
+// also take --backend go|cpu|auto and -t THREADS; tokenize, inspect, synth and convert only read
+// or write files and take neither. Every flag of every command is also read from its environment
+// variable, PARLEY_ and its long name in upper case with '_' for '-' (flags.go).
 //
 // Exit status: 0 on success, 2 for a command-line mistake (an unknown flag, command, backend or
 // language, a value out of range), 1 for a failure while running (a missing or corrupt file, a
@@ -48,12 +50,21 @@ var commands = map[string]command{
 	"serve":      {"serve models over an OpenAI-compatible HTTP API", runServe},
 	"transcribe": {"transcribe audio files with a Whisper model", runTranscribe},
 	"convert":    {"write a whisper.cpp model as GGUF or ggml, optionally quantised", runConvert},
+	"version":    {"print the version, the build and the processor and GPUs this binary sees", runVersion},
 }
 
 // usageError is a command-line mistake: exit status 2, as flag does.
 type usageError struct{ error }
 
 func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+func (u usageError) Unwrap() error { return u.error }
+
+// reportedError is an error the command has written to its log already (a JSON record):
+// run prints nothing more.
+type reportedError struct{ error }
+
+func (r reportedError) Unwrap() error { return r.error }
 
 func main() {
 	os.Exit(run(&env{os.Stdin, os.Stdout, os.Stderr}, os.Args[1:]))
@@ -67,6 +78,9 @@ func run(e *env, args []string) int {
 		}
 		return 0
 	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args[0] = "version"
+	}
 	c, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(e.stderr, "parley: unknown command %q\n\n", args[0])
@@ -79,6 +93,11 @@ func run(e *env, args []string) int {
 		return 0
 	case errors.Is(err, flag.ErrHelp):
 		return 0
+	case errors.As(err, new(reportedError)): // logged already
+		if errors.As(err, new(usageError)) {
+			return 2
+		}
+		return 1
 	case errors.As(err, new(usageError)):
 		fmt.Fprintf(e.stderr, "parley %s: %v\n", args[0], err)
 		return 2
@@ -103,39 +122,4 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-*s  %s\n", width, n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun 'parley COMMAND --help' for a command's flags.")
-}
-
-// newFlags makes a flag set whose errors are returned (not printed and exited on) and whose
-// usage names the command. On a mistake it prints the usage; the error itself is printed once,
-// by run, with the command's name.
-func newFlags(e *env, name, synopsis string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // flag would print the error line too
-	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "usage: parley %s %s\n\nflags:\n", name, synopsis)
-		fs.SetOutput(e.stderr) // PrintDefaults writes to the flag set's output
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
-	return fs
-}
-
-// parse parses flags, turning mistakes into usage errors. Flags may follow positional
-// arguments (parley inspect MODEL --json).
-func parse(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, usageError{err}
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
 }

@@ -28,74 +28,40 @@ import (
 	"github.com/parleyhq/parley/runtime/server"
 )
 
-// envDefault returns $name, or def when it is unset.
-func envDefault(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok {
-		return v
-	}
-	return def
-}
-
-func envInt(name string, def int) int {
-	if v, ok := os.LookupEnv(name); ok {
-		if n, err := strconv.Atoi(v); err == nil {
-			return n
-		}
-	}
-	return def
-}
-
-func runServe(e *env, args []string) error {
-	fs := newFlags(e, "serve", "-m [ALIAS=]MODEL [-m ...] [flags]   (every flag also reads $PARLEY_<FLAG>)")
+func runServe(e *env, args []string) (err error) {
+	fs := newFlags(e, "serve", "-m [ALIAS=]MODEL [-m ...] [flags]")
 	bf := addBackendFlags(fs)
 	var modelArgs multiFlag
-	fs.Var(&modelArgs, "m", "model file, or ALIAS=FILE, where FILE may be hf://owner/repo[@rev]/file.gguf (downloaded once into $PARLEY_CACHE; repeatable; $PARLEY_MODEL, comma-separated); a Whisper model (whisper.cpp ggml file, or GGUF of architecture whisper) is served as a speech recognition model")
-	host := fs.String("host", envDefault("PARLEY_HOST", "127.0.0.1"), "address to listen on")
-	port := fs.Int("port", envInt("PARLEY_PORT", 8080), "port to listen on (0: any free port, printed at start)")
-	ctxLen := fs.Int("ctx", envInt("PARLEY_CTX", 0), "positions per sequence (0: the model's training context)")
-	parallel := fs.Int("parallel", envInt("PARLEY_PARALLEL", 8), "most sequences decoded together per model")
-	kvMiB := fs.Int("kv-mem", envInt("PARLEY_KV_MEM", 0), "KV-cache memory budget per model in MiB (0: ctx × parallel positions, cut to fit half the memory available, three quarters of a GPU's)")
-	stepTokens := fs.Int("step-tokens", envInt("PARLEY_STEP_TOKENS", 512), "token budget of one batched step (decode tokens plus prompt chunks)")
-	queue := fs.Int("queue", envInt("PARLEY_QUEUE", 64), "waiting requests per model beyond which requests get 429")
-	apiKey := fs.String("api-key", envDefault("PARLEY_API_KEY", ""), "require this bearer token")
-	cors := fs.String("cors", envDefault("PARLEY_CORS", ""), "comma-separated origins browsers may call from (* for any)")
-	maxBody := fs.Int64("max-body", int64(envInt("PARLEY_MAX_BODY", 4<<20)), "largest request body in bytes")
-	timeout := fs.Duration("timeout", 10*time.Minute, "longest a generation may run ($PARLEY_TIMEOUT)")
-	bodyTimeout := fs.Duration("body-timeout", 5*time.Minute, "longest a request body may take to arrive; a slower one is answered 408 ($PARLEY_BODY_TIMEOUT)")
-	grace := fs.Duration("shutdown-grace", 30*time.Second, "on SIGTERM, how long in-flight requests and live transcriptions may finish ($PARLEY_SHUTDOWN_GRACE)")
-	logFormat := fs.String("log-format", envDefault("PARLEY_LOG_FORMAT", "text"), "log format: text or json")
-	logLevel := fs.String("log-level", envDefault("PARLEY_LOG_LEVEL", "info"), "log level: trace, debug, info, warn, error")
-	kvType := fs.String("kv-type", envDefault("PARLEY_KV_TYPE", "f16"), kvTypeUsage)
-	asrParallel := fs.Int("asr-parallel", envInt("PARLEY_ASR_PARALLEL", 4), "most transcriptions decoded together per speech model")
-	asrQueue := fs.Int("asr-queue", envInt("PARLEY_ASR_QUEUE", 16), "waiting transcriptions per speech model beyond which requests get 429")
-	asrEncode := fs.Int("asr-encode-batch", envInt("PARLEY_ASR_ENCODE_BATCH", 1), "most audio windows encoded in one batched encoder call (1..--asr-parallel; more pays on a GPU, not on a CPU)")
-	maxAudio := fs.Int64("max-audio-body", int64(envInt("PARLEY_MAX_AUDIO_BODY", 25<<20)), "largest audio upload in bytes")
-	maxAudioDur := fs.Duration("max-audio-duration", 2*time.Hour, "longest audio accepted for transcription ($PARLEY_MAX_AUDIO_DURATION)")
-	maxStreams := fs.Int("max-streams", envInt("PARLEY_MAX_STREAMS", 16), "live transcription sessions (/v1/audio/stream) open at once")
-	asrBeam := fs.Int("asr-beam", envInt("PARLEY_ASR_BEAM", 1), "beam size of transcriptions (1: greedy)")
-	asrBestOf := fs.Int("asr-best-of", envInt("PARLEY_ASR_BEST_OF", asr.DefaultParams().BestOf), "candidates sampled at temperatures above 0 (transcriptions' fallback)")
-	prefix := fs.Bool("prefix-cache", envDefault("PARLEY_PREFIX_CACHE", "true") != "false", "reuse the KV blocks of prompt prefixes shared between requests")
-	if v, ok := os.LookupEnv("PARLEY_TIMEOUT"); ok {
-		if d, err := time.ParseDuration(v); err == nil {
-			*timeout = d
-		}
-	}
-	if v, ok := os.LookupEnv("PARLEY_MAX_AUDIO_DURATION"); ok {
-		if d, err := time.ParseDuration(v); err == nil {
-			*maxAudioDur = d
-		}
-	}
-	for _, d := range []struct {
-		env string
-		dst *time.Duration
-	}{{"PARLEY_SHUTDOWN_GRACE", grace}, {"PARLEY_BODY_TIMEOUT", bodyTimeout}} {
-		if v, ok := os.LookupEnv(d.env); ok {
-			if t, err := time.ParseDuration(v); err == nil {
-				*d.dst = t
-			}
-		}
-	}
-	pos, err := parse(fs, args)
+	fs.Var(&modelArgs, "m", "model file, or ALIAS=FILE, where FILE may be hf://owner/repo[@rev]/file.gguf (downloaded once into $PARLEY_CACHE; repeatable; the variable holds them comma-separated); a Whisper model (whisper.cpp ggml file, or GGUF of architecture whisper) is served as a speech recognition model")
+	fs.alias("m", "model")
+	host := fs.String("host", "127.0.0.1", "address to listen on")
+	port := fs.Int("port", 8080, "port to listen on (0: any free port, printed at start)")
+	ctxLen := fs.Int("ctx", 0, "positions per sequence (0: the model's training context; more than it is honoured, with a warning)")
+	parallel := fs.Int("parallel", 8, "most sequences decoded together per model")
+	kvMiB := fs.Int("kv-mem", 0, "KV-cache memory budget per model in MiB (0: ctx × parallel positions, cut to fit half the memory available, three quarters of a GPU's)")
+	stepTokens := fs.Int("step-tokens", 512, "token budget of one batched step (decode tokens plus prompt chunks)")
+	queue := fs.Int("queue", 64, "waiting requests per model beyond which requests get 429")
+	apiKey := fs.String("api-key", "", "require this bearer token (a browser's WebSocket may send it as the subprotocol openai-insecure-api-key.KEY)")
+	cors := fs.String("cors", "", "comma-separated origins browsers may call from (* for any); a request from any other origin is refused with 403")
+	allowedHosts := fs.String("allowed-hosts", "", "comma-separated host names requests may address besides the loopback ones (localhost, 127.0.0.1, [::1]), which alone are accepted on a loopback address (.example.com: it and its subdomains; *: any)")
+	chatTemplate := fs.String("chat-template", "", "chat template of the language models served, in place of their own: a Jinja file, or one of "+strings.Join(server.ChatTemplateNames(), ", "))
+	maxBody := fs.Int64("max-body", 4<<20, "largest request body in bytes")
+	timeout := fs.Duration("timeout", 10*time.Minute, "longest a generation may run")
+	bodyTimeout := fs.Duration("body-timeout", 5*time.Minute, "longest a request body may take to arrive; a slower one is answered 408")
+	grace := fs.Duration("shutdown-grace", 30*time.Second, "on SIGTERM, how long in-flight requests and live transcriptions may finish")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
+	kvType := fs.String("kv-type", "f16", kvTypeUsage)
+	asrParallel := fs.Int("asr-parallel", 4, "most transcriptions decoded together per speech model")
+	asrQueue := fs.Int("asr-queue", 16, "waiting transcriptions per speech model beyond which requests get 429")
+	asrEncode := fs.Int("asr-encode-batch", 1, "most audio windows encoded in one batched encoder call (1..--asr-parallel; more pays on a GPU, not on a CPU)")
+	maxAudio := fs.Int64("max-audio-body", 25<<20, "largest audio upload in bytes")
+	maxAudioDur := fs.Duration("max-audio-duration", 2*time.Hour, "longest audio accepted for transcription")
+	maxStreams := fs.Int("max-streams", 16, "live transcription sessions (/v1/audio/stream) open at once")
+	asrBeam := fs.Int("asr-beam", 1, "beam size of transcriptions (1: greedy)")
+	asrBestOf := fs.Int("asr-best-of", asr.DefaultParams().BestOf, "candidates sampled at temperatures above 0 (transcriptions' fallback)")
+	prefix := fs.Bool("prefix-cache", true, "reuse the KV blocks of prompt prefixes shared between requests")
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
@@ -103,14 +69,16 @@ func runServe(e *env, args []string) error {
 		return usagef("unexpected arguments %q", pos)
 	}
 	if len(modelArgs) == 0 {
-		if v := os.Getenv("PARLEY_MODEL"); v != "" {
-			modelArgs = strings.Split(v, ",")
-		} else {
-			return usagef("at least one -m MODEL is required")
-		}
+		return usagef("at least one -m MODEL is required")
+	}
+	if *port < 0 || *port > 65535 {
+		return usagef("%s %d: want a port number from 0 to 65535", fs.from("port"), *port)
 	}
 	if *parallel < 1 || *stepTokens < 1 || *queue < 0 || *ctxLen < 0 || *kvMiB < 0 || *maxBody < 1 {
 		return usagef("--parallel, --step-tokens and --max-body must be positive; --queue, --ctx and --kv-mem not negative")
+	}
+	if *ctxLen > llama.MaxContextSlots {
+		return usagef("%s %d: want 0 (the model's context) to %d", fs.from("ctx"), *ctxLen, llama.MaxContextSlots)
 	}
 	if *asrParallel < 1 || *asrQueue < 0 || *maxAudio < 1 || *maxAudioDur <= 0 || *maxStreams < 1 || *asrEncode < 1 || *asrEncode > min(*asrParallel, 64) {
 		return usagef("--asr-parallel, --max-audio-body, --max-audio-duration and --max-streams must be positive; --asr-queue not negative; --asr-encode-batch 1..--asr-parallel (64 at most)")
@@ -127,9 +95,24 @@ func runServe(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	var tmpl string
+	if *chatTemplate != "" {
+		if tmpl, err = readChatTemplate(fs, *chatTemplate); err != nil {
+			return err
+		}
+	}
 	logger, err := newLogger(e, *logFormat, *logLevel)
 	if err != nil {
 		return usageError{err}
+	}
+	if *logFormat == "json" {
+		// From here on every line is a JSON record, the error that ends the command too.
+		defer func() {
+			if err != nil {
+				logger.Error("exit", "err", err.Error())
+				err = reportedError{err}
+			}
+		}()
 	}
 	type spec struct{ name, path string }
 	var specs []spec
@@ -146,12 +129,33 @@ func runServe(e *env, args []string) error {
 		if seen[name] {
 			return usagef("model alias %q given twice", name)
 		}
+		if hub.IsRemote(path) {
+			if err := hub.CheckName(path); err != nil {
+				return usageError{fmt.Errorf("-m %q: %w", m, err)}
+			}
+		}
 		seen[name] = true
 		specs = append(specs, spec{name, path})
 	}
 
 	if err := bf.check(); err != nil {
 		return err
+	}
+	// Every local file's header is read before the server listens: a corrupt or truncated file
+	// ends the command before it has said it is listening. (A download is checked once it is
+	// there.)
+	for _, sp := range specs {
+		if !hub.IsRemote(sp.path) {
+			if _, err := models.Check(sp.path); err != nil {
+				return fmt.Errorf("%s: %w", sp.name, err)
+			}
+		}
+	}
+	var hosts []string
+	for _, h := range strings.Split(*allowedHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			hosts = append(hosts, h)
+		}
 	}
 
 	// Listen first, so that /health answers 503 while the models load.
@@ -165,8 +169,18 @@ func runServe(e *env, args []string) error {
 			origins = append(origins, o)
 		}
 	}
+	// On a loopback address only loopback host names (and --allowed-hosts) are served: a web
+	// page that makes its own name resolve to 127.0.0.1 (DNS rebinding) is refused.
+	loopback := false
+	if a, ok := ln.Addr().(*net.TCPAddr); ok {
+		loopback = a.IP.IsLoopback()
+	}
+	checkHost := loopback || len(hosts) > 0
+	if !loopback && *apiKey == "" {
+		logger.Warn("listening on a non-loopback address without --api-key: anyone who can reach it can use every endpoint", "addr", ln.Addr().String())
+	}
 	var handler atomic.Pointer[http.Handler]
-	loading := server.Loading(server.Config{AllowedOrigins: origins, Logger: logger})
+	loading := server.Loading(server.Config{AllowedOrigins: origins, CheckHost: checkHost, AllowedHosts: hosts, Logger: logger})
 	handler.Store(&loading)
 	hs := &http.Server{
 		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }),
@@ -175,13 +189,16 @@ func runServe(e *env, args []string) error {
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
-	logger.Info("listening", "addr", ln.Addr().String())
-	fmt.Fprintf(e.stderr, "parley: listening on http://%s\n", ln.Addr())
+	logger.Info("listening", "addr", ln.Addr().String(), "url", "http://"+ln.Addr().String())
+	if *logFormat != "json" {
+		fmt.Fprintf(e.stderr, "parley: listening on http://%s\n", ln.Addr())
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	be, err := bf.open(e)
+	note := func(n string) { logger.Info(n) }
+	be, err := bf.start(note)
 	if err != nil {
 		hs.Close()
 		return err
@@ -207,7 +224,7 @@ func runServe(e *env, args []string) error {
 			// A backend that records its steps (CUDA graphs) records everything called on it
 			// meanwhile: each model, stepped by its own goroutine, gets a backend of its own (on
 			// a GPU, its own stream).
-			if be, err = bf.open(e); err != nil {
+			if be, err = bf.start(note); err != nil {
 				hs.Close()
 				return fmt.Errorf("%s: %w", sp.name, err)
 			}
@@ -226,7 +243,7 @@ func runServe(e *env, args []string) error {
 			}
 			sp.path = local
 		}
-		if kind, err := models.Probe(sp.path); err != nil {
+		if kind, err := models.Check(sp.path); err != nil {
 			hs.Close()
 			return fmt.Errorf("%s: %w", sp.name, err)
 		} else if kind == models.KindSpeechRecognition {
@@ -274,6 +291,9 @@ func runServe(e *env, args []string) error {
 			logger.Warn("KV cache cut to fit memory; --ctx and --kv-mem choose", "model", sp.name, "trained_ctx", llm.TrainingContext(), "ctx", n,
 				"kv_slots", slots, "wanted_slots", int64(n)*int64(*parallel), "budget_mib", budget>>20)
 		}
+		if *ctxLen > llm.TrainingContext() {
+			logger.Warn("--ctx is beyond the model's training context: generations past it may degrade", "model", sp.name, "ctx", n, "trained_ctx", llm.TrainingContext())
+		}
 		if plan.tight {
 			logger.Warn("one sequence of --ctx needs more than the KV memory budget", "model", sp.name, "ctx", n,
 				"needs_mib", int64(n)*perPos>>20, "budget_mib", budget>>20)
@@ -292,10 +312,14 @@ func runServe(e *env, args []string) error {
 			return fmt.Errorf("%s: %w", sp.name, err)
 		}
 		scheds = append(scheds, s)
-		served = append(served, &server.Model{Name: sp.name, Tokenizer: llm.Text(), ChatTemplate: llm.ChatTemplate(), Sched: s, Ctx: n})
-		logger.Info("model loaded", "model", sp.name, "path", sp.path, "arch", m.Arch, "ctx", n, "kv_slots", c.Pool().Slots(), "parallel", *parallel, "took", time.Since(t0).Round(time.Millisecond))
+		chat := llm.ChatTemplate()
+		if tmpl != "" {
+			chat = tmpl // --chat-template replaces the file's own
+		}
+		served = append(served, &server.Model{Name: sp.name, Tokenizer: llm.Text(), ChatTemplate: chat, Sched: s, Ctx: n})
+		logger.Info("model loaded", "model", sp.name, "path", sp.path, "arch", m.Arch, "ctx", n, "kv_slots", c.Pool().Slots(), "parallel", *parallel, "prefix_cache", *prefix, "chat_template", templateSource(*chatTemplate, llm.ChatTemplate()), "took", time.Since(t0).Round(time.Millisecond))
 	}
-	srv, err := server.New(server.Config{APIKey: *apiKey, AllowedOrigins: origins, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout, RequestTimeout: *timeout, Logger: logger, Steps: steps,
+	srv, err := server.New(server.Config{APIKey: *apiKey, AllowedOrigins: origins, CheckHost: checkHost, AllowedHosts: hosts, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout, RequestTimeout: *timeout, Logger: logger, Steps: steps,
 		SpeechModels: speechModels, MaxAudioBytes: *maxAudio, MaxAudioDuration: *maxAudioDur, Stream: server.StreamConfig{MaxSessions: *maxStreams}}, served)
 	if err != nil {
 		hs.Close()
@@ -325,11 +349,12 @@ func runServe(e *env, args []string) error {
 		return err
 	case <-ctx.Done():
 	}
-	// Graceful shutdown: stop accepting; let in-flight requests and live transcriptions finish
-	// up to the grace period; then cancel what is left, and give the handlers a few seconds to
-	// tell their clients so (an error event and [DONE] for a stream, 503 for a transcription).
+	// Graceful shutdown: drain (/health answers 503 "draining" so that a load balancer takes the
+	// instance out, new requests are refused with 503) while in-flight requests and live
+	// transcriptions finish, up to the grace period; then stop listening, cancel what is left,
+	// and give the handlers a few seconds to tell their clients so (an error event and [DONE]
+	// for a stream, 503 for a transcription).
 	logger.Info("shutting down", "grace", *grace)
-	srv.SetReady(false)
 	sctx, cancel := context.WithTimeout(context.Background(), *grace)
 	defer cancel()
 	liveDone := make(chan struct{})
@@ -339,6 +364,8 @@ func runServe(e *env, args []string) error {
 			logger.Warn("live transcriptions cut at the end of the grace period", "err", err)
 		}
 	}()
+	srv.Drain(sctx)
+	srv.SetReady(false)
 	shutErr := hs.Shutdown(sctx)
 	<-liveDone
 	if shutErr != nil && !errors.Is(shutErr, context.DeadlineExceeded) {
@@ -386,7 +413,47 @@ func newLogger(e *env, format, level string) (*slog.Logger, error) {
 	case "text":
 		return slog.New(slog.NewTextHandler(e.stderr, opts)), nil
 	case "json":
+		opts.ReplaceAttr = secondsAttr
 		return slog.New(slog.NewJSONHandler(e.stderr, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// secondsAttr writes a duration as seconds (a number) in JSON records, where slog would write
+// integer nanoseconds.
+func secondsAttr(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.Float64(a.Key, a.Value.Duration().Seconds())
+	}
+	return a
+}
+
+// readChatTemplate is the source of --chat-template's template: a built-in one by name, else the
+// file value names.
+func readChatTemplate(fs *flags, value string) (string, error) {
+	if src, ok := server.BuiltinChatTemplate(value); ok {
+		return src, nil
+	}
+	b, err := os.ReadFile(value)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", usagef("%s %q: no such file, nor a built-in template (%s)", fs.from("chat-template"), value, strings.Join(server.ChatTemplateNames(), ", "))
+	}
+	if err != nil {
+		return "", err
+	}
+	if err := server.CheckChatTemplate(string(b)); err != nil {
+		return "", fmt.Errorf("%s %q: %w", fs.from("chat-template"), value, err)
+	}
+	return string(b), nil
+}
+
+// templateSource says where a served model's chat template comes from, for its log record.
+func templateSource(flag, own string) string {
+	switch {
+	case flag != "":
+		return flag
+	case own != "":
+		return "the model's"
+	}
+	return "none"
 }

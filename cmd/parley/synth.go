@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"slices"
 	"strings"
@@ -23,7 +22,8 @@ func runSynth(e *env, args []string) error {
 	typ := fs.String("type", "f32", "weight type: "+strings.Join(synthTypes, ", "))
 	out := fs.String("o", "", "output file (required)")
 	seed := fs.Uint64("seed", 1, "random seed")
-	pos, err := parse(fs, args)
+	fs.alias("o", "output")
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
@@ -35,11 +35,9 @@ func runSynth(e *env, args []string) error {
 	}
 	if *arch == "bert" {
 		s := "bge-small"
-		fs.Visit(func(f *flag.Flag) {
-			if f.Name == "shape" {
-				s = *shape
-			}
-		})
+		if fs.isSet("shape") {
+			s = *shape
+		}
 		return synthBERT(e, s, *typ, *out, *vocab, *seed)
 	}
 	if *vocab != "" {

@@ -14,7 +14,8 @@ func runTokenize(e *env, args []string) error {
 	model := fs.String("m", "", "model or vocabulary file (GGUF)")
 	noBOS := fs.Bool("no-bos", false, "do not add BOS/EOS as the vocabulary says")
 	noSpecial := fs.Bool("no-parse-special", false, "treat special-token text (e.g. <s>) as plain text")
-	pos, err := parse(fs, args)
+	fs.alias("m", "model")
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}

@@ -27,9 +27,8 @@ standard error and the others are transcribed; the exit status is then 1.
 // runTranscribe transcribes audio files with a Whisper model.
 func runTranscribe(e *env, args []string) error {
 	fs := newFlags(e, "transcribe", "-m MODEL [flags] FILE...")
-	flagsUsage := fs.Usage
 	fs.Usage = func() {
-		flagsUsage()
+		fs.printUsage()
 		fmt.Fprint(e.stderr, transcribeHelp)
 	}
 	bf := addBackendFlags(fs)
@@ -46,8 +45,9 @@ func runTranscribe(e *env, args []string) error {
 	prompt := fs.String("prompt", "", "initial prompt")
 	format := fs.String("output-format", "txt", "output format: txt, srt, vtt, json")
 	asJSON := fs.Bool("json", false, `print {"text", "segments", "tokens":[{"id","p","plog"}]} per file`)
+	fs.alias("m", "model")
 	outDir := fs.String("output-dir", "", "write each FILE's transcript to `DIR`/NAME.txt (.srt, .vtt, .json), NAME being FILE's name without its extension")
-	pos, err := parse(fs, args)
+	pos, err := fs.parse(args)
 	if err != nil {
 		return err
 	}

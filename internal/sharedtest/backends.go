@@ -21,10 +21,13 @@ func Backends(t testing.TB, threads int) []backend.Backend {
 	t.Helper()
 	var bs []backend.Backend
 	only := strings.FieldsFunc(os.Getenv("PARLEY_TEST_BACKENDS"), func(r rune) bool { return r == ',' || r == ' ' })
+	for i, n := range only {
+		only[i] = backend.Canonical(n)
+	}
 	names := backend.Names()
 	rank := func(n string) int {
 		switch n {
-		case "go":
+		case "purego":
 			return 0
 		case "cpu":
 			return 1

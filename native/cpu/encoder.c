@@ -1,6 +1,6 @@
 /*
  * encoder.c: the row-wise and element-wise operations of encoder-decoder models: type
- * conversion (Copy), LayerNorm, GELU and the im2col layout of a 1-D convolution.
+ * conversion (Copy), LayerNorm and the im2col layout of a 1-D convolution.
  *
  * Small operations run on the calling thread; larger ones hand out rows (or spans of elements)
  * to the pool.
@@ -291,118 +291,6 @@ int pl_layer_norm(pl_ctx *ctx, float *dst, const float *x, const float *w, const
     plx_chunk_reset(ctx);
     plx_run(ctx, job_ln, &j);
     return PL_OK;
-}
-
-/* ================================================================ GELU
- *
- * 0.5*x*(1 + tanh(u)) with u = sqrt(2/pi)*(x + 0.044715*x^3) equals x / (1 + exp(-2u)), which
- * has no cancellation where x is negative: where exp(-2u) overflows the result is -0, where it
- * underflows x.
- */
-
-#define GELU_2C (-1.5957691216057308f) /* -2*sqrt(2/pi) */
-#define GELU_A 0.044715f
-
-static inline float gelu1(float x) {
-    float e = expf(GELU_2C * x * fmaf(GELU_A * x, x, 1.0f));
-    return x / (1.0f + e);
-}
-
-#if PL_X86
-/* The kernels below multiply each result by u[i] when u is not NULL (GeGLU); every element of
- * x and u is read before y's is written, so y may be either. */
-PL_TARGET_AVX2 static void gelu_avx2(float *y, const float *x, const float *u, int64_t n) {
-    const __m256 one = _mm256_set1_ps(1.0f), a = _mm256_set1_ps(GELU_A), c = _mm256_set1_ps(GELU_2C);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_loadu_ps(x + i);
-        __m256 t = _mm256_fmadd_ps(_mm256_mul_ps(a, v), v, one);
-        __m256 e = plx_exp256(_mm256_mul_ps(_mm256_mul_ps(c, v), t));
-        __m256 r = _mm256_div_ps(v, _mm256_add_ps(one, e));
-        if (u != NULL) r = _mm256_mul_ps(r, _mm256_loadu_ps(u + i));
-        _mm256_storeu_ps(y + i, r);
-    }
-    for (; i < n; i++) y[i] = u != NULL ? gelu1(x[i]) * u[i] : gelu1(x[i]);
-}
-
-PL_TARGET_AVX512 static void gelu_avx512(float *y, const float *x, const float *u, int64_t n) {
-    const __m512 one = _mm512_set1_ps(1.0f), a = _mm512_set1_ps(GELU_A), c = _mm512_set1_ps(GELU_2C);
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 v = _mm512_loadu_ps(x + i);
-        __m512 t = _mm512_fmadd_ps(_mm512_mul_ps(a, v), v, one);
-        __m512 e = plx_exp512(_mm512_mul_ps(_mm512_mul_ps(c, v), t));
-        __m512 r = _mm512_div_ps(v, _mm512_add_ps(one, e));
-        if (u != NULL) r = _mm512_mul_ps(r, _mm512_loadu_ps(u + i));
-        _mm512_storeu_ps(y + i, r);
-    }
-    if (i < n) { /* masked loads are slow: only for the tail */
-        const __mmask16 mk = (__mmask16)((1u << (n - i)) - 1);
-        __m512 v = _mm512_maskz_loadu_ps(mk, x + i);
-        __m512 t = _mm512_fmadd_ps(_mm512_mul_ps(a, v), v, one);
-        __m512 e = plx_exp512(_mm512_mul_ps(_mm512_mul_ps(c, v), t));
-        __m512 r = _mm512_div_ps(v, _mm512_add_ps(one, e));
-        if (u != NULL) r = _mm512_mul_ps(r, _mm512_maskz_loadu_ps(mk, u + i));
-        _mm512_mask_storeu_ps(y + i, mk, r);
-    }
-}
-#endif
-
-static void gelu_span(float *y, const float *x, const float *u, int64_t n) {
-#if PL_X86
-    if (plx_isa >= PL_ISA_AVX512) {
-        gelu_avx512(y, x, u, n);
-        return;
-    }
-    if (plx_isa >= PL_ISA_AVX2) {
-        gelu_avx2(y, x, u, n);
-        return;
-    }
-#endif
-    for (int64_t i = 0; i < n; i++) y[i] = u != NULL ? gelu1(x[i]) * u[i] : gelu1(x[i]);
-}
-
-typedef struct {
-    pl_ctx *ctx;
-    float *dst;
-    const float *x, *u;
-    int64_t n;
-} gelu_job;
-
-static void job_gelu(void *p, int ith, int nth) {
-    gelu_job *j = (gelu_job *)p;
-    (void)ith;
-    (void)nth;
-    int64_t c, nc = (j->n + ENC_SPAN - 1) / ENC_SPAN;
-    while ((c = plx_chunk_next(j->ctx)) < nc) {
-        int64_t o = c * ENC_SPAN;
-        gelu_span(j->dst + o, j->x + o, j->u != NULL ? j->u + o : NULL, PL_MIN(ENC_SPAN, j->n - o));
-    }
-}
-
-static int gelu_run(pl_ctx *ctx, float *dst, const float *x, const float *u, int64_t len) {
-    if (len <= ENC_INLINE_ELEMS) {
-        gelu_span(dst, x, u, len);
-        return PL_OK;
-    }
-    gelu_job j = {ctx, dst, x, u, len};
-    plx_chunk_reset(ctx);
-    plx_run(ctx, job_gelu, &j);
-    return PL_OK;
-}
-
-int pl_gelu(pl_ctx *ctx, float *dst, const float *x, int64_t len) {
-    if (ctx == NULL || len < 0) return PL_ERR_ARG;
-    if (len == 0) return PL_OK;
-    if (dst == NULL || x == NULL) return PL_ERR_ARG;
-    return gelu_run(ctx, dst, x, NULL, len);
-}
-
-int pl_geglu(pl_ctx *ctx, float *dst, const float *gate, const float *up, int64_t len) {
-    if (ctx == NULL || len < 0) return PL_ERR_ARG;
-    if (len == 0) return PL_OK;
-    if (dst == NULL || gate == NULL || up == NULL) return PL_ERR_ARG;
-    return gelu_run(ctx, dst, gate, up, len);
 }
 
 /* ================================================================ Im2Col1D */

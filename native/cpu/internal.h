@@ -44,6 +44,9 @@
 
 /* ---- ISA selection (runtime.c) ---- */
 
+/* plx_unary_supports reports whether pl_unary and pl_glu compute the function fn (unary.c). */
+int plx_unary_supports(int fn);
+
 /* plx_isa is the level in use; read it after plx_init has run. */
 extern int plx_isa;
 /* plx_force_blas sends float matrix products to OpenBLAS at every level (PARLEY_CPU_BLAS). */

@@ -1,5 +1,5 @@
 /*
- * ops.c: row-wise and element-wise operations: RMSNorm, AddRows, SwiGLU, RoPE.
+ * ops.c: row-wise and element-wise operations: RMSNorm, AddRows, Scale, RoPE.
  *
  * Small operations (a decode step's single row) run on the calling thread: waking the pool would
  * cost more than the work.
@@ -203,82 +203,6 @@ int pl_scale(pl_ctx *ctx, float *dst, const float *x, float s, int64_t len) {
     scale_job j = {ctx, dst, x, s, len};
     plx_chunk_reset(ctx);
     plx_run(ctx, job_scale, &j);
-    return PL_OK;
-}
-
-/* ================================================================ SwiGLU */
-
-#if PL_X86
-PL_TARGET_AVX2 static void swiglu_avx2(float *y, const float *g, const float *u, int64_t len) {
-    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= len; i += 8) {
-        __m256 gv = _mm256_loadu_ps(g + i);
-        __m256 e = plx_exp256(_mm256_sub_ps(zero, gv));
-        __m256 s = _mm256_div_ps(gv, _mm256_add_ps(one, e));
-        _mm256_storeu_ps(y + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
-    }
-    for (; i < len; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-}
-
-PL_TARGET_AVX512 static void swiglu_avx512(float *y, const float *g, const float *u, int64_t len) {
-    const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= len; i += 16) {
-        __m512 gv = _mm512_loadu_ps(g + i);
-        __m512 e = plx_exp512(_mm512_sub_ps(zero, gv));
-        __m512 s = _mm512_div_ps(gv, _mm512_add_ps(one, e));
-        _mm512_storeu_ps(y + i, _mm512_mul_ps(s, _mm512_loadu_ps(u + i)));
-    }
-    for (; i < len; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-}
-#endif
-
-static void swiglu_span(float *y, const float *g, const float *u, int64_t len) {
-#if PL_X86
-    if (plx_isa >= PL_ISA_AVX512) {
-        swiglu_avx512(y, g, u, len);
-        return;
-    }
-    if (plx_isa >= PL_ISA_AVX2) {
-        swiglu_avx2(y, g, u, len);
-        return;
-    }
-#endif
-    for (int64_t i = 0; i < len; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-}
-
-typedef struct {
-    pl_ctx *ctx;
-    float *dst;
-    const float *g, *u;
-    int64_t len;
-} swiglu_job;
-
-#define PLX_SPAN 4096
-
-static void job_swiglu(void *p, int ith, int nth) {
-    swiglu_job *j = (swiglu_job *)p;
-    (void)ith;
-    (void)nth;
-    int64_t c, nc = (j->len + PLX_SPAN - 1) / PLX_SPAN;
-    while ((c = plx_chunk_next(j->ctx)) < nc) {
-        int64_t o = c * PLX_SPAN;
-        swiglu_span(j->dst + o, j->g + o, j->u + o, PL_MIN(PLX_SPAN, j->len - o));
-    }
-}
-
-int pl_swiglu(pl_ctx *ctx, float *dst, const float *gate, const float *up, int64_t len) {
-    if (ctx == NULL || len < 0) return PL_ERR_ARG;
-    if (len == 0) return PL_OK;
-    if (dst == NULL || gate == NULL || up == NULL) return PL_ERR_ARG;
-    if (len <= PLX_INLINE_ELEMS) {
-        swiglu_span(dst, gate, up, len);
-        return PL_OK;
-    }
-    swiglu_job j = {ctx, dst, gate, up, len};
-    plx_chunk_reset(ctx);
-    plx_run(ctx, job_swiglu, &j);
     return PL_OK;
 }
 

@@ -134,6 +134,8 @@ int pl_supports(int op, int dtype) {
                dtype == PL_Q8_K;
     case PL_OP_DEQUANTIZE:
         return plx_block_size(dtype) != 0;
+    case PL_OP_UNARY:
+        return plx_unary_supports(dtype);
     }
     return 0;
 }

@@ -8,6 +8,7 @@
 #include "attention.cuh"
 #include "blas.cuh"
 #include "copy.cuh"
+#include "elementwise.cuh"
 #include "getrows.cuh"
 #include "gemm.cuh"
 #include "kv.cuh"
@@ -241,6 +242,7 @@ extern "C" int plc_supports(int op, int dtype) {
     case PLC_OP_GET_ROWS: return plc_get_rows_supports(dtype);
     case PLC_OP_KV: return plc_kv_supports(dtype);
     case PLC_OP_COPY: return plc_copy_supports(dtype);
+    case PLC_OP_UNARY: return plc_unary_supports(dtype);
     }
     return 0;
 }

@@ -1,5 +1,6 @@
-// elementwise.cu: plc_add_rows, plc_swiglu, plc_gelu. All F32, all in-place safe (each element
-// is read before it is written, by the same thread).
+// elementwise.cu: plc_add_rows, plc_scale, and the elementwise functions of parley_fn.h alone
+// (plc_unary) and as gates (plc_glu). All F32, all in-place safe (each element is read before it
+// is written, by the same thread).
 #include "elementwise.cuh"
 
 int plc_grid1d(plc_ctx *ctx, int64_t len, int threads) {
@@ -14,42 +15,6 @@ int plc_grid1d(plc_ctx *ctx, int64_t len, int threads) {
 
 __global__ void plc_add_rows_k(float *dst, const float *a, const float *b, int64_t len, int64_t d, int bcast) {
     PLC_GRID_STRIDE(i, len) dst[i] = a[i] + (bcast ? b[i % d] : b[i]);
-}
-
-// silu(g)*u = g/(1+exp(-g))*u: for g < -88, exp(-g) is +inf and the quotient -0, never NaN.
-__global__ void plc_swiglu_k(float *dst, const float *g, const float *u, int64_t len) {
-    PLC_GRID_STRIDE(i, len) {
-        const float gv = g[i];
-        dst[i] = gv / (1.f + expf(-gv)) * u[i];
-    }
-}
-
-// The tanh form of GELU, as ggml and whisper.cpp compute it. tanhf saturates to ±1 for large
-// arguments, so x^3 overflowing to ±inf gives 0 or x, not NaN.
-__global__ void plc_gelu_k(float *dst, const float *x, int64_t len) {
-    const float c = 0.7978845608028654f;  // sqrt(2/pi)
-    PLC_GRID_STRIDE(i, len) {
-        const float v = x[i];
-        dst[i] = 0.5f * v * (1.f + tanhf(c * (v + 0.044715f * v * v * v)));
-    }
-}
-
-__global__ void plc_geglu_k(float *dst, const float *g, const float *u, int64_t len) {
-    const float c = 0.7978845608028654f;  // sqrt(2/pi)
-    PLC_GRID_STRIDE(i, len) {
-        const float v = g[i];
-        dst[i] = 0.5f * v * (1.f + tanhf(c * (v + 0.044715f * v * v * v))) * u[i];
-    }
-}
-
-extern "C" int plc_geglu(plc_ctx *ctx, float *dst, const float *gate, const float *up, int64_t len) {
-    if (ctx == NULL) return PLC_ERR_ARG;
-    if (len < 0) return plc_fail_arg(ctx, "geglu: negative length");
-    if (len == 0) return PLC_OK;
-    if (dst == NULL || gate == NULL || up == NULL) return plc_fail_arg(ctx, "geglu: null pointer");
-    PLC_ENTER(ctx);
-    plc_geglu_k<<<plc_grid1d(ctx, len, 256), 256, 0, ctx->stream>>>(dst, gate, up, len);
-    return plc_launched(ctx, "geglu");
 }
 
 extern "C" int plc_add_rows(plc_ctx *ctx, float *dst, const float *a, const float *b, int64_t n, int64_t d, int64_t b_rows) {
@@ -76,22 +41,86 @@ extern "C" int plc_scale(plc_ctx *ctx, float *dst, const float *x, float s, int6
     return plc_launched(ctx, "scale");
 }
 
-extern "C" int plc_swiglu(plc_ctx *ctx, float *dst, const float *gate, const float *up, int64_t len) {
-    if (ctx == NULL) return PLC_ERR_ARG;
-    if (len < 0) return plc_fail_arg(ctx, "swiglu: negative length");
-    if (len == 0) return PLC_OK;
-    if (dst == NULL || gate == NULL || up == NULL) return plc_fail_arg(ctx, "swiglu: null pointer");
-    PLC_ENTER(ctx);
-    plc_swiglu_k<<<plc_grid1d(ctx, len, 256), 256, 0, ctx->stream>>>(dst, gate, up, len);
-    return plc_launched(ctx, "swiglu");
+// The elementwise functions, one instance of the kernels each. Adding a function: its case in
+// plc_fn and its entry in PLC_FNS.
+template <int F>
+__device__ __forceinline__ float plc_fn(float x) {
+    if constexpr (F == PL_FN_RELU) {
+        return x > 0.f ? x : 0.f;
+    } else if constexpr (F == PL_FN_SILU) {
+        // x/(1+exp(-x)): for x < -88, exp(-x) is +inf and the quotient -0, never NaN.
+        return x / (1.f + expf(-x));
+    } else if constexpr (F == PL_FN_SIGMOID) {
+        return 1.f / (1.f + expf(-x));
+    } else if constexpr (F == PL_FN_TANH) {
+        return tanhf(x);
+    } else if constexpr (F == PL_FN_GELU) {
+        // The tanh form, as ggml and whisper.cpp compute it. tanhf saturates to ±1 for large
+        // arguments, so x^3 overflowing to ±inf gives 0 or x, not NaN.
+        const float c = 0.7978845608028654f;  // sqrt(2/pi)
+        return 0.5f * x * (1.f + tanhf(c * (x + 0.044715f * x * x * x)));
+    } else if constexpr (F == PL_FN_GELU_ERF) {
+        // erfc, not 1 + erf, keeps the relative precision of the small values of negative x.
+        return 0.5f * x * erfcf(-x * 0.70710678118654752f);
+    } else if constexpr (F == PL_FN_ELU) {
+        return x > 0.f ? x : expm1f(x);
+    } else {
+        static_assert(F == PL_FN_EXP, "a function of parley_fn.h without a case");
+        return expf(x);
+    }
 }
 
-extern "C" int plc_gelu(plc_ctx *ctx, float *dst, const float *x, int64_t len) {
+#define PLC_FNS(X) X(PL_FN_RELU) X(PL_FN_SILU) X(PL_FN_SIGMOID) X(PL_FN_TANH) X(PL_FN_GELU) X(PL_FN_GELU_ERF) X(PL_FN_ELU) X(PL_FN_EXP)
+
+// dst = f(x), or f(x)*u where u is not NULL.
+template <int F>
+__global__ void plc_fn_k(float *dst, const float *x, const float *u, int64_t len) {
+    PLC_GRID_STRIDE(i, len) {
+        const float v = plc_fn<F>(x[i]);
+        dst[i] = u != NULL ? v * u[i] : v;
+    }
+}
+
+int plc_unary_supports(int fn) {
+    switch (fn) {
+#define PLC_FN_KNOWN(F) case F:
+        PLC_FNS(PLC_FN_KNOWN)
+        return 1;
+#undef PLC_FN_KNOWN
+    }
+    return 0;
+}
+
+// plc_fn_launch queues f over len elements; PLC_ERR_UNSUPPORTED for an unknown fn.
+static int plc_fn_launch(plc_ctx *ctx, const char *op, int fn, float *dst, const float *x, const float *u, int64_t len) {
+    const int grid = plc_grid1d(ctx, len, 256);
+    switch (fn) {
+#define PLC_FN_LAUNCH(F) \
+    case F: plc_fn_k<F><<<grid, 256, 0, ctx->stream>>>(dst, x, u, len); break;
+        PLC_FNS(PLC_FN_LAUNCH)
+#undef PLC_FN_LAUNCH
+    default:
+        return PLC_ERR_UNSUPPORTED;
+    }
+    return plc_launched(ctx, op);
+}
+
+extern "C" int plc_unary(plc_ctx *ctx, int fn, float *dst, const float *x, int64_t len) {
     if (ctx == NULL) return PLC_ERR_ARG;
-    if (len < 0) return plc_fail_arg(ctx, "gelu: negative length");
+    if (len < 0) return plc_fail_arg(ctx, "unary: negative length");
+    if (!plc_unary_supports(fn)) return PLC_ERR_UNSUPPORTED;
     if (len == 0) return PLC_OK;
-    if (dst == NULL || x == NULL) return plc_fail_arg(ctx, "gelu: null pointer");
+    if (dst == NULL || x == NULL) return plc_fail_arg(ctx, "unary: null pointer");
     PLC_ENTER(ctx);
-    plc_gelu_k<<<plc_grid1d(ctx, len, 256), 256, 0, ctx->stream>>>(dst, x, len);
-    return plc_launched(ctx, "gelu");
+    return plc_fn_launch(ctx, "unary", fn, dst, x, NULL, len);
+}
+
+extern "C" int plc_glu(plc_ctx *ctx, int fn, float *dst, const float *gate, const float *up, int64_t len) {
+    if (ctx == NULL) return PLC_ERR_ARG;
+    if (len < 0) return plc_fail_arg(ctx, "glu: negative length");
+    if (!plc_unary_supports(fn)) return PLC_ERR_UNSUPPORTED;
+    if (len == 0) return PLC_OK;
+    if (dst == NULL || gate == NULL || up == NULL) return plc_fail_arg(ctx, "glu: null pointer");
+    PLC_ENTER(ctx);
+    return plc_fn_launch(ctx, "glu", fn, dst, gate, up, len);
 }

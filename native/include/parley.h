@@ -27,6 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "parley_fn.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -79,6 +81,7 @@ const char *pl_isa_name(int isa);
 #define PL_OP_KV 3       /* dtype: KV-cache element type (StoreKV, Attention): F32, F16, BF16 */
 #define PL_OP_QUANTIZE 4 /* dtype: target of pl_quantize_row */
 #define PL_OP_DEQUANTIZE 5
+#define PL_OP_UNARY 6 /* dtype: a function of parley_fn.h, of pl_unary and pl_glu */
 
 /* pl_supports reports 1 if operation op handles element type dtype, else 0. */
 int pl_supports(int op, int dtype);
@@ -163,9 +166,18 @@ int pl_rms_norm(pl_ctx *ctx, float *dst, const float *x, const float *w, int64_t
 /* pl_scale: dst[i] = x[i] * s for i < len, s finite. dst may be x. */
 int pl_scale(pl_ctx *ctx, float *dst, const float *x, float s, int64_t len);
 
-/* pl_swiglu: dst[i] = silu(gate[i]) * up[i] for i < len, silu(g) = g/(1+exp(-g)). dst may be
- * gate or up. */
-int pl_swiglu(pl_ctx *ctx, float *dst, const float *gate, const float *up, int64_t len);
+/* pl_unary: dst[i] = f(x[i]) for i < len, f the function fn of parley_fn.h (PL_FN_RELU ...);
+ * PL_ERR_UNSUPPORTED for another fn. dst may be x. Each function is computed as its scalar form
+ * (libm's expf, tanhf, erfcf, expm1f; GELU's tanh form as x/(1+exp(-2*sqrt(2/pi)*(x+0.044715*x^3))),
+ * the same function without cancellation for negative x), or, with AVX2 and AVX-512, by vector
+ * forms over whole vectors (the rest of len in the scalar form) within a few float ulp of it:
+ * exp from a degree-6 polynomial, tanh as Cephes' tanhf does, erfc by a Chebyshev fit of
+ * t*exp(-z^2+P(t)), t = 1/(1+z/2), expm1 by its Taylor polynomial near 0. */
+int pl_unary(pl_ctx *ctx, int fn, float *dst, const float *x, int64_t len);
+
+/* pl_glu: dst[i] = f(gate[i]) * up[i] for i < len, f as pl_unary's (PL_FN_SILU: SwiGLU,
+ * PL_FN_GELU: GeGLU, PL_FN_SIGMOID: GLU). dst may be gate or up. */
+int pl_glu(pl_ctx *ctx, int fn, float *dst, const float *gate, const float *up, int64_t len);
 
 /* Rotary embedding. */
 #define PL_ROPE_NORMAL 0 /* pairs (2i, 2i+1) */
@@ -237,15 +249,6 @@ int pl_convert(pl_ctx *ctx, void *dst, int dtype, const void *src, int stype, in
  * w, b [d]. dst may be x. */
 int pl_layer_norm(pl_ctx *ctx, float *dst, const float *x, const float *w, const float *b,
                   int64_t n, int64_t d, float eps);
-
-/* pl_gelu: dst[i] = 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x^3))), x = x[i], for i < len,
- * computed in float as x / (1 + exp(-2*sqrt(2/pi)*(x + 0.044715*x^3))), the same function
- * without cancellation for negative x. dst may be x. */
-int pl_gelu(pl_ctx *ctx, float *dst, const float *x, int64_t len);
-
-/* pl_geglu: dst[i] = gelu(gate[i]) * up[i] for i < len, gelu as pl_gelu's. dst may be gate or
- * up. */
-int pl_geglu(pl_ctx *ctx, float *dst, const float *gate, const float *up, int64_t len);
 
 /* pl_im2col_1d lays out the receptive fields of a 1-D convolution of x [t, c] (row = time step)
  * with kernel k, stride and padding pad: dst[o, ch*k + j] = x[o*stride + j - pad, ch], or 0

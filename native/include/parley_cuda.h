@@ -32,6 +32,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "parley_fn.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -66,6 +68,7 @@ extern "C" {
 #define PLC_OP_GET_ROWS 2 /* dtype: table type */
 #define PLC_OP_KV 3       /* dtype: KV-cache element type (store, attention, full attention) */
 #define PLC_OP_COPY 4     /* dtype: source or destination type of plc_copy */
+#define PLC_OP_UNARY 5    /* dtype: a function of parley_fn.h, of plc_unary and plc_glu */
 
 /* plc_supports reports 1 if operation op handles element type dtype, else 0. */
 int plc_supports(int op, int dtype);
@@ -202,15 +205,15 @@ int plc_layer_norm(plc_ctx *ctx, float *dst, const float *x, const float *w, con
 /* plc_scale: dst[i] = x[i] * s for i < len (device), s finite. dst may be x. */
 int plc_scale(plc_ctx *ctx, float *dst, const float *x, float s, int64_t len);
 
-/* plc_swiglu: dst[i] = silu(gate[i]) * up[i] for i < len, silu(g) = g/(1+exp(-g)). dst may be
- * gate or up. */
-int plc_swiglu(plc_ctx *ctx, float *dst, const float *gate, const float *up, int64_t len);
+/* plc_unary: dst[i] = f(x[i]) for i < len (device), f the function fn of parley_fn.h
+ * (PL_FN_RELU ...), computed with CUDA's float functions (expf, tanhf, erfcf, expm1f; GELU's
+ * tanh form as 0.5*x*(1 + tanhf(sqrt(2/pi)*(x + 0.044715*x^3)))); PLC_ERR_UNSUPPORTED for
+ * another fn. dst may be x. */
+int plc_unary(plc_ctx *ctx, int fn, float *dst, const float *x, int64_t len);
 
-/* plc_gelu: dst[i] = 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x^3))). dst may be x. */
-int plc_gelu(plc_ctx *ctx, float *dst, const float *x, int64_t len);
-
-/* plc_geglu: dst[i] = gelu(gate[i]) * up[i], gelu as plc_gelu's. dst may be gate or up. */
-int plc_geglu(plc_ctx *ctx, float *dst, const float *gate, const float *up, int64_t len);
+/* plc_glu: dst[i] = f(gate[i]) * up[i] for i < len, f as plc_unary's (PL_FN_SILU: SwiGLU,
+ * PL_FN_GELU: GeGLU, PL_FN_SIGMOID: GLU). dst may be gate or up. */
+int plc_glu(plc_ctx *ctx, int fn, float *dst, const float *gate, const float *up, int64_t len);
 
 /* plc_copy converts len elements: F32 to F16 (nearest even), F16 to F32, or copies between
  * buffers of one type (F32, F16, BF16). Buffers must not overlap. */

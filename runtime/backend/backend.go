@@ -7,7 +7,8 @@
 // Execution may be asynchronous: an operation may return before its result exists, as long as
 // operations on one backend take effect in the order they were issued. Read is the only call that
 // waits for results. A backend that cannot do a case returns an error wrapping ErrUnsupported;
-// nothing panics on bad arguments.
+// nothing panics on bad arguments. Every backend resolves and checks its operands through one
+// Operands, and states as data what it computes beyond what all do (Capabilities): docs/backends.md.
 //
 // Backends register themselves (Register) from an init function; New picks one by name, or the
 // best available for "auto". The nocgo build registers only the pure-Go backend.
@@ -22,8 +23,9 @@ import (
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
-// ErrUnsupported is wrapped by errors for cases a backend does not implement.
-var ErrUnsupported = errors.New("not supported by this backend")
+// ErrUnsupported is wrapped by errors for cases a backend does not implement: tensor.ErrUnsupported,
+// which the native bindings wrap too.
+var ErrUnsupported = tensor.ErrUnsupported
 
 // Tensor is a two-dimensional, row-major array owned by one backend: Rows() rows of Cols()
 // elements of DType(). A row of a quantised type is DType().RowSize(Cols()) bytes. Vectors are
@@ -35,6 +37,10 @@ type Tensor interface {
 	// Close releases the tensor's memory. Closing twice is a no-op.
 	Close() error
 }
+
+// Func names an elementwise function of Unary and GLU (tensor.Func: tensor.ReLU, tensor.SiLU,
+// tensor.GELU...), passed down to the native kernels as it is.
+type Func = tensor.Func
 
 // RoPEMode selects how rotary embedding pairs the elements of a head.
 type RoPEMode int
@@ -134,10 +140,17 @@ type Attn struct {
 
 // Backend computes. All tensors passed to a backend's methods must have been made by it.
 //
-// Shapes in the comments are [rows, cols]; n is the number of tokens in a batch.
+// Shapes in the comments are [rows, cols]; n is the number of tokens in a batch. An output and
+// an input share no memory unless a comment allows it: "dst may be x" means dst is exactly x
+// (the operation is in place) or shares no byte with it; a view overlapping part of an input is
+// refused. Every backend checks its operands the same way, through Operands.
 type Backend interface {
-	// Name is the name the backend registered under ("go", "cpu", "cuda").
+	// Name is the name the backend registered under ("purego", "cpu", "cuda").
 	Name() string
+	// Capabilities says which cases of the operations below the backend computes (weight and
+	// cache types, the functions of Unary and GLU); the same value every time. Callers read it
+	// through CapabilitiesOf, which adds the optional operations the backend has.
+	Capabilities() Capabilities
 
 	// Load makes a tensor of rows×cols elements of dt whose contents are data (row-major,
 	// dt.RowSize(cols) bytes a row). Host backends may keep data itself without copying it, so
@@ -156,16 +169,16 @@ type Backend interface {
 	View(t Tensor, row0, rows int) (Tensor, error)
 
 	// GetRows: dst[i,:] = float32(table[ids[i],:]) for a table of any supported dtype.
-	// dst [len(ids), cols] F32.
+	// dst [len(ids), cols] F32, sharing no memory with the table.
 	GetRows(dst, table Tensor, ids []int32) error
 	// MatMul: dst[i,j] = sum_k x[i,k]*w[j,k]. x [n, k] F32, w [m, k] any supported dtype,
-	// dst [n, m] F32. Quantised weights are multiplied as llama.cpp does: each row of x is first
-	// converted to w's dot-product type (F16, Q8_0, Q8_1 or Q8_K). The CUDA backend departs from
-	// this where its tensor cores pay: by default it multiplies F32 weights with TF32 inputs
-	// (10-bit mantissas; PARLEY_CUDA_TF32=0 keeps full F32), and with PARLEY_CUDA_MMQ=0 it
-	// multiplies more than eight rows of x against quantised weights as F16 products of x and the
-	// expanded weights (a row of x with values beyond F16's range divided by a power of two for
-	// the product, then multiplied back).
+	// dst [n, m] F32, sharing no memory with x or w. Quantised weights are multiplied as
+	// llama.cpp does: each row of x is first converted to w's dot-product type (F16, Q8_0, Q8_1
+	// or Q8_K). The CUDA backend departs from this where its tensor cores pay: by default it
+	// multiplies F32 weights with TF32 inputs (10-bit mantissas; PARLEY_CUDA_TF32=0 keeps full
+	// F32), and with PARLEY_CUDA_MMQ=0 it multiplies more than eight rows of x against quantised
+	// weights as F16 products of x and the expanded weights (a row of x with values beyond F16's
+	// range divided by a power of two for the product, then multiplied back).
 	MatMul(dst, x, w Tensor) error
 	// AddRows: dst[i,:] = a[i,:] + b[i,:], or b[0,:] when b has one row (a bias). dst may be a.
 	AddRows(dst, a, b Tensor) error
@@ -174,10 +187,17 @@ type Backend interface {
 	// consecutive elements of a row on its own (x [n, h*g] as [n*h, g]: Qwen3's per-head norm of
 	// queries and keys).
 	RMSNorm(dst, x, w Tensor, eps float32) error
-	// SwiGLU: dst = silu(gate) * up elementwise, silu(g) = g/(1+exp(-g)). dst may be gate.
+	// Unary: dst = f(x) elementwise, for a function f the backend computes (Capabilities.Funcs;
+	// any other is refused with an error wrapping ErrUnsupported). F32; dst may be x.
+	Unary(dst, x Tensor, f Func) error
+	// GLU: dst = f(gate) * up elementwise, f as Unary's: the gated linear units (tensor.Sigmoid
+	// the original GLU, tensor.SiLU SwiGLU, tensor.GELU GeGLU). F32; dst may be gate or up.
+	GLU(dst, gate, up Tensor, f Func) error
+	// SwiGLU: dst = silu(gate) * up elementwise, silu(g) = g/(1+exp(-g)): GLU with tensor.SiLU.
+	// dst may be gate.
 	SwiGLU(dst, gate, up Tensor) error
-	// GeGLU: dst = gelu(gate) * up elementwise, gelu the tanh form as GELU's. dst may be gate
-	// or up. (Gemma's feed-forward network.)
+	// GeGLU: dst = gelu(gate) * up elementwise, gelu the tanh form as GELU's: GLU with
+	// tensor.GELU. dst may be gate or up. (Gemma's feed-forward network.)
 	GeGLU(dst, gate, up Tensor) error
 	// Scale: dst = x * s elementwise, s finite. dst may be x. (Granite's embedding, residual and
 	// logit multipliers.)
@@ -205,14 +225,14 @@ type Backend interface {
 	// Operations for encoder-decoder models (Whisper).
 
 	// Copy converts src into dst elementwise: F32 to F16 (round to nearest even), F16 to F32, or
-	// a plain copy between tensors of one float type. Same shape.
+	// a plain copy between tensors of one float type. Same shape; dst may be src.
 	Copy(dst, src Tensor) error
 	// LayerNorm: dst[i,:] = (x[i,:] - mean(x[i,:])) / sqrt(var(x[i,:]) + eps) * w[0,:] + b[0,:]
 	// (the biased variance). x, dst [n, d] F32; w, b [1, d] F32; eps finite and above 0. dst may
 	// be x.
 	LayerNorm(dst, x, w, b Tensor, eps float32) error
 	// GELU: dst = 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x^3))) elementwise, the tanh form
-	// ggml and whisper.cpp compute. F32. dst may be x.
+	// ggml and whisper.cpp compute: Unary with tensor.GELU. F32. dst may be x.
 	GELU(dst, x Tensor) error
 	// Im2Col1D lays out the receptive fields of a 1-D convolution as rows: for a signal x [T, C]
 	// (row t = time step t, C channels), dst[t, c*K+k] = x[t*stride+k-pad, c], or 0 where that row

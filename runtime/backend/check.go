@@ -9,9 +9,9 @@ import (
 
 // Argument checks shared by the backends, so that all of them reject the same arguments with the
 // same words: each returns a description of what is wrong with an operation's arguments (the
-// operands' types and shapes, its parameters, the batch), or nil; backends add their name and
-// check what only they know (ownership, liveness, writability, overlap), after resolving the
-// operands and before computing.
+// operands' shapes, its parameters, the batch), or nil. Backends reach them through Operands,
+// which resolves the operands first (ownership, liveness, dtype, writability), adds the
+// backend's name and checks the overlaps an operation allows.
 //
 // They run on every call, so they stay cheap: none allocates (CheckAttention's scratch grows to
 // the largest batch seen, and only then), and the only loops are over the ids, slots, positions,
@@ -134,17 +134,36 @@ func CheckScale(dst, x Tensor, s float32) error {
 }
 
 // CheckSwiGLU: up and dst shaped like gate.
-func CheckSwiGLU(dst, gate, up Tensor) error { return checkGLU("swiglu", dst, gate, up) }
+func CheckSwiGLU(dst, gate, up Tensor) error { return CheckGLU("swiglu", dst, gate, up, tensor.SiLU) }
 
 // CheckGeGLU: up and dst shaped like gate.
-func CheckGeGLU(dst, gate, up Tensor) error { return checkGLU("geglu", dst, gate, up) }
+func CheckGeGLU(dst, gate, up Tensor) error { return CheckGLU("geglu", dst, gate, up, tensor.GELU) }
 
-func checkGLU(op string, dst, gate, up Tensor) error {
+// CheckGLU: up and dst shaped like gate, f one of tensor.Func's functions (the operation named
+// op: "glu", "swiglu", "geglu").
+func CheckGLU(op string, dst, gate, up Tensor, f Func) error {
 	if up.Rows() != gate.Rows() || up.Cols() != gate.Cols() {
 		return shapeErr(op, "up", up, gate.Rows(), gate.Cols())
 	}
 	if dst.Rows() != gate.Rows() || dst.Cols() != gate.Cols() {
 		return shapeErr(op, "dst", dst, gate.Rows(), gate.Cols())
+	}
+	return checkFunc(op, f)
+}
+
+// CheckUnary: dst shaped like x, f one of tensor.Func's functions (the operation named op:
+// "unary", "gelu").
+func CheckUnary(op string, dst, x Tensor, f Func) error {
+	if err := CheckSameShape(op, dst, x); err != nil {
+		return err
+	}
+	return checkFunc(op, f)
+}
+
+// checkFunc: f is one of tensor.Func's functions.
+func checkFunc(op string, f Func) error {
+	if !f.Known() {
+		return fmt.Errorf("%s: %v is no elementwise function", op, f)
 	}
 	return nil
 }

@@ -4,27 +4,13 @@ import (
 	"fmt"
 	"math"
 	"sort"
+
+	"github.com/parleyhq/parley/runtime/tensor"
 )
 
-// Draw says how a row's token is chosen where the logits are (Drawer). Temperature 0 takes the
-// argmax, as Argmaxer does (the other fields are not read; the zero Draw is the argmax). Above 0 the token is drawn as llama.cpp's sampler chain draws it:
-// the candidates are chosen at temperature 1, the TopK largest logits (0: all; ties at the
-// boundary all kept), then the smallest top set of those whose mass exp(x - max x) is at least
-// TopP (in (0, 1]) of theirs, then those at least MinP (in [0, 1]; 0: off) times as likely as
-// the most likely (x >= max x + log MinP, in float32); the token is then drawn from the
-// candidates with weights exp((x - max x)/Temperature): with u = (Random >> 40)·2^-24 in [0, 1),
-// the first candidate, in id order, at which the running weight exceeds u times the
-// candidates' total. A row that holds a NaN or +Inf, or no logit above -Inf, gets -1.
-//
-// The layout is the CUDA library's plc_draw_row, so that a slice of Draws goes to the device as
-// it is.
-type Draw struct {
-	Temperature float32
-	TopK        int32
-	TopP        float32
-	MinP        float32
-	Random      uint64
-}
+// Draw says how a row's token is chosen where the logits are (Drawer); see tensor.Draw, which
+// the native bindings share.
+type Draw = tensor.Draw
 
 // Drawer is implemented by backends that choose tokens where the logits are (on a GPU, only the
 // ids leave the device): Draw waits for the logits, then writes into ids[i] the token of row
@@ -35,19 +21,8 @@ type Drawer interface {
 	Draw(logits Tensor, row0 int, draws []Draw, ids []int32) error
 }
 
-// CheckDraws reports an error for a draw whose parameters are out of range.
-func CheckDraws(draws []Draw) error {
-	for i, d := range draws {
-		t := float64(d.Temperature)
-		if t == 0 {
-			continue // the argmax: nothing else is read
-		}
-		if !(t > 0) || math.IsInf(t, 0) || d.TopK < 0 || !(d.TopP > 0 && d.TopP <= 1) || !(d.MinP >= 0 && d.MinP <= 1) {
-			return fmt.Errorf("draw %d: temperature %v, top-k %d, top-p %v, min-p %v out of range", i, d.Temperature, d.TopK, d.TopP, d.MinP)
-		}
-	}
-	return nil
-}
+// CheckDraws reports an error for a draw whose parameters are out of range (tensor.CheckDraws).
+func CheckDraws(draws []Draw) error { return tensor.CheckDraws(draws) }
 
 // drawKey maps floats to unsigned keys in the same order, -0 and +0 to one key (as the CUDA
 // library's plc_key), so that comparing keys is comparing the floats.

@@ -25,7 +25,29 @@ type entry struct {
 var (
 	mu       sync.Mutex
 	registry = map[string]entry{}
+	aliases  = map[string]string{} // other name: registered name
+	infos    = map[string]func() string{}
 )
+
+// RegisterInfo gives the backend called name a description of what it would run on here, for
+// `parley version`: the CPU kernels' instruction set, the GPUs it sees or why it sees none. The
+// function must not start the backend.
+func RegisterInfo(name string, info func() string) {
+	mu.Lock()
+	defer mu.Unlock()
+	infos[name] = info
+}
+
+// Info is the description of the backend called name (RegisterInfo); "" when it has none.
+func Info(name string) string {
+	mu.Lock()
+	f := infos[name]
+	mu.Unlock()
+	if f == nil {
+		return ""
+	}
+	return f()
+}
 
 // Register makes a backend available under name. "auto" prefers the backend of highest priority
 // that starts. Backends call it from init functions.
@@ -33,6 +55,25 @@ func Register(name string, priority int, f Factory) {
 	mu.Lock()
 	defer mu.Unlock()
 	registry[name] = entry{name, priority, f}
+}
+
+// Alias makes New, Choose and Canonical take alias for the backend registered as name (a name
+// it was known by before). Names lists name alone.
+func Alias(alias, name string) {
+	mu.Lock()
+	defer mu.Unlock()
+	aliases[alias] = name
+}
+
+// Canonical returns the name the backend called name is registered under: name itself, or the
+// backend's name when name is an alias of it.
+func Canonical(name string) string {
+	mu.Lock()
+	defer mu.Unlock()
+	if n, ok := aliases[name]; ok {
+		return n
+	}
+	return name
 }
 
 // Names lists the registered backends, most preferred first.
@@ -56,19 +97,21 @@ func Names() []string {
 	return names
 }
 
-// Choose resolves the backend name to use: flag if set, else $PARLEY_BACKEND, else "auto".
+// Choose resolves the backend name to use: flag if set, else $PARLEY_BACKEND, else "auto"; an
+// alias becomes the name it stands for (Canonical).
 func Choose(flag string) string {
 	if flag != "" {
-		return flag
+		return Canonical(flag)
 	}
 	if v := strings.TrimSpace(os.Getenv(EnvVar)); v != "" {
-		return v
+		return Canonical(v)
 	}
 	return "auto"
 }
 
-// New starts the backend called name, or for "auto" (or "") the most preferred one that starts.
-// For "auto", the returned notes say which backends were skipped and why, for the caller to log.
+// New starts the backend called name (or an alias of it), or for "auto" (or "") the most
+// preferred one that starts. For "auto", the returned notes say which backends were skipped and
+// why, for the caller to log.
 func New(name string, opts Options) (b Backend, notes []string, err error) {
 	if name == "" || name == "auto" {
 		var errs []error
@@ -85,6 +128,7 @@ func New(name string, opts Options) (b Backend, notes []string, err error) {
 		}
 		return nil, notes, fmt.Errorf("no backend available: %w", errors.Join(errs...))
 	}
+	name = Canonical(name)
 	mu.Lock()
 	e, ok := registry[name]
 	mu.Unlock()

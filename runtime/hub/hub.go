@@ -64,6 +64,13 @@ func IsRemote(name string) bool {
 	return strings.HasPrefix(name, Scheme)
 }
 
+// CheckName reports, without a request, whether name is a well-formed hf:// name: an error
+// wrapping ErrBadName that says what is wrong when it is not.
+func CheckName(name string) error {
+	_, err := parse(name)
+	return err
+}
+
 // ref is a parsed remote name.
 type ref struct {
 	owner, repo, revision string

@@ -436,6 +436,9 @@ func TestBadNames(t *testing.T) {
 		if !errors.Is(err, ErrBadName) {
 			t.Errorf("%q: err %v, want ErrBadName", name, err)
 		}
+		if err := CheckName(name); !errors.Is(err, ErrBadName) {
+			t.Errorf("CheckName(%q): %v, want ErrBadName", name, err)
+		}
 	}
 	for _, name := range []string{
 		"hf://owner/repo/f.gguf",
@@ -444,6 +447,9 @@ func TestBadNames(t *testing.T) {
 	} {
 		if _, err := parse(name); err != nil {
 			t.Errorf("%q: %v", name, err)
+		}
+		if err := CheckName(name); err != nil {
+			t.Errorf("CheckName(%q): %v", name, err)
 		}
 	}
 	if !IsRemote("hf://a/b/c") || IsRemote("/models/hf://x") || IsRemote("model.gguf") {

@@ -12,6 +12,7 @@ import (
 	"fmt"
 
 	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/ggml"
 	"github.com/parleyhq/parley/runtime/gguf"
 	"github.com/parleyhq/parley/runtime/models/llama"
 	"github.com/parleyhq/parley/runtime/models/whisper"
@@ -50,6 +51,32 @@ func Probe(path string) (Kind, error) {
 		return KindSpeechRecognition, nil
 	}
 	return KindLLM, nil
+}
+
+// Check reads the header of the model file at path, as the reader that will open it reads it
+// (a whisper.cpp ggml file's hyper-parameters, vocabulary and tensor table; a GGUF file's
+// metadata and tensor table, every tensor within the file), without loading any weight, and
+// says what kind of model it holds. A program that serves several files checks them all this
+// way before it starts, so that a corrupt or truncated one is refused at once.
+func Check(path string) (Kind, error) {
+	kind, err := Probe(path)
+	if err != nil {
+		return 0, err
+	}
+	if isGGML, err := ggml.IsFile(path); err != nil {
+		return 0, err
+	} else if isGGML {
+		f, err := ggml.Open(path)
+		if err != nil {
+			return 0, err
+		}
+		return kind, f.Close()
+	}
+	f, err := gguf.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	return kind, f.Close()
 }
 
 // LLM is an open language model: its GGUF file, weights on a backend and tokenizer.

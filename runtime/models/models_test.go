@@ -100,3 +100,44 @@ func TestOpenLLM(t *testing.T) {
 		t.Error("a file that is no model opened")
 	}
 }
+
+// TestCheck: the headers of a language model and of a Whisper model (ggml and GGUF) pass and
+// say their kind; a truncated file, a file of garbage, a missing file fail, without loading
+// anything.
+func TestCheck(t *testing.T) {
+	dir := t.TempDir()
+	llm := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
+	whisperGGML := sharedtest.WhisperRandomModel(t, "tiny.en")
+	for _, c := range []struct {
+		path string
+		want models.Kind
+	}{{llm, models.KindLLM}, {whisperGGML, models.KindSpeechRecognition}} {
+		if k, err := models.Check(c.path); err != nil || k != c.want {
+			t.Errorf("%s: %v, %v; want %v", c.path, k, err, c.want)
+		}
+	}
+	cut := func(src string, n int) string {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, filepath.Base(src)+".cut")
+		if err := os.WriteFile(p, b[:min(n, len(b))], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	garbage := filepath.Join(dir, "garbage.gguf")
+	if err := os.WriteFile(garbage, []byte("GGUF but nothing a GGUF file holds"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	text := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(text, []byte("not a model at all"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{cut(llm, 4096), cut(llm, 100_000), cut(whisperGGML, 4096), garbage, text, filepath.Join(dir, "missing.gguf")} {
+		if k, err := models.Check(p); err == nil {
+			t.Errorf("%s: passed as %v", p, k)
+		}
+	}
+}

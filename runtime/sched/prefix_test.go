@@ -103,8 +103,8 @@ func TestPrefixEviction(t *testing.T) {
 		if got := int(st.PrefixHitTokens - before); got != hit || st.CachedBlocks != cached {
 			t.Fatalf("prompt %d: %d tokens hit, %d blocks cached; want %d, %d", p[0], got, st.CachedBlocks, hit, cached)
 		}
-		if st.KVBlocksUsed != cached {
-			t.Fatalf("%d blocks used, %d cached", st.KVBlocksUsed, st.CachedBlocks)
+		if st.KVBlocksUsed != cached || st.IdleBlocks != cached {
+			t.Fatalf("%d blocks used, %d cached, %d idle; want every cached block idle once nothing runs", st.KVBlocksUsed, st.CachedBlocks, st.IdleBlocks)
 		}
 	}
 	step(a, 1, 0, 2)
@@ -115,6 +115,34 @@ func TestPrefixEviction(t *testing.T) {
 	step(prompt(11, 70), 11, 0, 17) // needs all 20 blocks
 	step(prompt(11, 3), 1, 0, 17)   // nothing whole to share
 	step(prompt(11, 9), 2, 8, 17)
+}
+
+// TestPrefixIdleBlocks: the cached blocks a running sequence shares are not idle (they cannot be
+// freed for admission) until it ends.
+func TestPrefixIdleBlocks(t *testing.T) {
+	m := newFake(t, 32, 4, 16, 4)
+	h := newHarness(t, m, Config{PrefixCache: true})
+	h.run()
+	base := prompt(3, 9) // two whole blocks cached, the last token fed again by a sharer
+	runOne(t, h, &Request{Prompt: base, MaxTokens: 1, Sampling: greedy()})
+	if st := h.s.Stats(); st.CachedBlocks != 2 || st.IdleBlocks != 2 || st.BlockSize != 4 {
+		t.Fatalf("after one request: %d blocks of %d positions cached, %d idle; want 2 of 4, 2", st.CachedBlocks, st.BlockSize, st.IdleBlocks)
+	}
+	// Every step of a sequence that shares both blocks and caches a third publishes, at its end,
+	// the blocks it pins as not idle.
+	var pinned []int
+	m.hook = func(int) {
+		st := h.s.Stats()
+		pinned = append(pinned, st.CachedBlocks-st.IdleBlocks)
+	}
+	runOne(t, h, &Request{Prompt: append(slices.Clone(base[:8]), prompt(7, 5)...), MaxTokens: 6, Sampling: greedy()})
+	m.hook = nil
+	if len(pinned) < 2 || slices.Max(pinned[1:]) != 3 {
+		t.Fatalf("blocks pinned at each step: %v, want 3 after the first step", pinned)
+	}
+	if st := h.s.Stats(); st.CachedBlocks != 3 || st.IdleBlocks != 3 {
+		t.Fatalf("after the sharer: %d blocks cached, %d idle; want 3, 3", st.CachedBlocks, st.IdleBlocks)
+	}
 }
 
 // TestPrefixTwiceAtOnce: two requests with the same prompt admitted in the same step both compute

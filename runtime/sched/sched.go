@@ -189,6 +189,8 @@ type Stats struct {
 	LastBatchSeqs   int    // sequences in the last batch
 	PrefixHitTokens uint64 // prompt tokens taken from the prefix cache instead of processed
 	CachedBlocks    int    // blocks the prefix cache holds (counted in KVBlocksUsed; those no sequence shares are reclaimable)
+	IdleBlocks      int    // the cached blocks no sequence shares: freed, least recently used first, when admission needs them
+	BlockSize       int    // positions per KV-cache block
 }
 
 const (
@@ -388,8 +390,8 @@ type Scheduler struct {
 	scoreBase int // the first scoring row's index in lout
 	nscoring  int // scoring sequences in the step's batch
 
-	promptTok, genTok, hitTok         atomic.Uint64
-	nActive, usedBlocks, cachedBlocks atomic.Int32
+	promptTok, genTok, hitTok                     atomic.Uint64
+	nActive, usedBlocks, cachedBlocks, idleBlocks atomic.Int32
 }
 
 // New makes a scheduler for m and t. The pool of m must be empty and is owned by the scheduler
@@ -481,6 +483,7 @@ func (s *Scheduler) Stats() Stats {
 		PromptTokens: s.promptTok.Load(), GeneratedTokens: s.genTok.Load(), Steps: l.Steps,
 		LastStep: l.LastStep, LastBatchTokens: l.LastBatchTokens, LastBatchSeqs: l.LastBatchSeqs,
 		PrefixHitTokens: s.hitTok.Load(), CachedBlocks: int(s.cachedBlocks.Load()),
+		IdleBlocks: int(s.idleBlocks.Load()), BlockSize: s.bs,
 	}
 }
 
@@ -861,6 +864,7 @@ func (s *Scheduler) publishBlocks() {
 	s.usedBlocks.Store(int32(s.blocks - s.pool.FreeBlocks()))
 	if s.cache != nil {
 		s.cachedBlocks.Store(int32(len(s.cache.nodes)))
+		s.idleBlocks.Store(int32(s.cache.idle))
 	}
 }
 

@@ -5,11 +5,16 @@ import (
 	"crypto/subtle"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 )
 
 // preflight sets the CORS headers of a request from an Origin and answers it when it is a
-// preflight, reporting whether it did.
+// preflight or comes from an origin that Config.AllowedOrigins does not list, reporting whether
+// it did. Such a request is refused with 403 whatever its method and content type: a page may
+// send a "simple" cross-site request (a form, or text/plain, without a preflight) and a
+// WebSocket handshake, and neither may make the server work for it. Requests without an Origin
+// (curl, SDKs, servers) pass.
 func (s *Server) preflight(w http.ResponseWriter, r *http.Request) bool {
 	origin := r.Header.Get("Origin")
 	if origin == "" {
@@ -18,17 +23,18 @@ func (s *Server) preflight(w http.ResponseWriter, r *http.Request) bool {
 	allowed := s.originAllowed(origin)
 	h := w.Header()
 	h.Add("Vary", "Origin") // the answer differs between origins, allowed or not
-	if allowed {
-		h.Set("Access-Control-Allow-Origin", origin)
-		h.Set("Access-Control-Expose-Headers", "X-Request-Id, Retry-After")
+	isPreflight := r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != ""
+	if isPreflight {
+		h.Add("Vary", "Access-Control-Request-Method, Access-Control-Request-Headers")
 	}
-	if r.Method != http.MethodOptions || r.Header.Get("Access-Control-Request-Method") == "" {
-		return false
-	}
-	h.Add("Vary", "Access-Control-Request-Method, Access-Control-Request-Headers")
 	if !allowed {
-		writeError(w, &apiError{Status: http.StatusForbidden, Message: "Origin not allowed.", Type: typeInvalidRequest})
+		writeError(w, &apiError{Status: http.StatusForbidden, Message: "Origin not allowed: the server's --cors does not list " + quoteHeader(origin) + ".", Type: typeInvalidRequest, Code: strptr("origin_not_allowed")})
 		return true
+	}
+	h.Set("Access-Control-Allow-Origin", origin)
+	h.Set("Access-Control-Expose-Headers", "X-Request-Id, Retry-After")
+	if !isPreflight {
+		return false
 	}
 	h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
 	h.Set("Access-Control-Allow-Headers", allowHeaders(r.Header.Values("Access-Control-Request-Headers")))
@@ -83,13 +89,84 @@ func isTokenChar(c rune) bool {
 	return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || strings.ContainsRune("!#$%&'*+-.^_`|~", c)
 }
 
-// authorized reports whether r carries "Authorization: Bearer <key>"; the scheme is
-// case-insensitive (RFC 9110 section 11.1).
-func (s *Server) authorized(r *http.Request) bool {
-	scheme, key, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return false
+// quoteHeader is a header value for a message: quoted, and cut to 200 bytes.
+func quoteHeader(v string) string {
+	if len(v) > 200 {
+		v = v[:200] + "..."
 	}
-	h := sha256.Sum256([]byte(strings.TrimSpace(key)))
-	return subtle.ConstantTimeCompare(h[:], s.keyHash) == 1
+	return strconv.Quote(v)
+}
+
+// keyProtocol begins the WebSocket subprotocol that carries an API key, as OpenAI's browser
+// clients send it: a browser cannot set the Authorization header of a WebSocket.
+const keyProtocol = "openai-insecure-api-key."
+
+// checkKey answers a request without the API key (401, "missing" or "incorrect"), reporting
+// whether it did. The key is "Authorization: Bearer <key>" (the scheme case-insensitive, RFC
+// 9110 section 11.1) or, on a WebSocket handshake, a Sec-WebSocket-Protocol entry
+// openai-insecure-api-key.<key>.
+func (s *Server) checkKey(w http.ResponseWriter, r *http.Request) bool {
+	var keys []string
+	if a := strings.TrimSpace(r.Header.Get("Authorization")); a != "" {
+		scheme, key, ok := strings.Cut(a, " ")
+		if ok && strings.EqualFold(scheme, "Bearer") {
+			key = strings.TrimSpace(key)
+		} else {
+			key = "" // present but not a bearer token: incorrect
+		}
+		keys = append(keys, key)
+	}
+	if isWebSocket(r) {
+		for _, p := range subprotocols(r) {
+			if k, ok := strings.CutPrefix(p, keyProtocol); ok {
+				keys = append(keys, k)
+			}
+		}
+	}
+	for _, k := range keys {
+		h := sha256.Sum256([]byte(k))
+		if k != "" && subtle.ConstantTimeCompare(h[:], s.keyHash) == 1 {
+			return false
+		}
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="parley"`)
+	msg := "Incorrect API key provided."
+	if len(keys) == 0 {
+		msg = "Missing API key: send it as 'Authorization: Bearer <key>' (a browser's WebSocket: as the subprotocol '" + keyProtocol + "<key>')."
+	}
+	writeError(w, &apiError{Status: http.StatusUnauthorized, Message: msg, Type: typeInvalidRequest, Code: strptr("invalid_api_key")})
+	return true
+}
+
+// isWebSocket reports whether r asks to upgrade to a WebSocket.
+func isWebSocket(r *http.Request) bool {
+	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
+}
+
+// subprotocols are the entries of r's Sec-WebSocket-Protocol headers.
+func subprotocols(r *http.Request) []string {
+	var out []string
+	for _, v := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for p := range strings.SplitSeq(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// acceptProtocols is the order of preference of the subprotocols a WebSocket handshake offers:
+// a browser fails the connection unless the answer names one of those it offered, so one is
+// chosen, an API key's entry only when nothing else is offered.
+func acceptProtocols(r *http.Request) []string {
+	var plain, keys []string
+	for _, p := range subprotocols(r) {
+		if strings.HasPrefix(p, keyProtocol) {
+			keys = append(keys, p)
+		} else {
+			plain = append(plain, p)
+		}
+	}
+	return append(plain, keys...)
 }

@@ -60,7 +60,7 @@ func newMetrics(models []*served, speech []*speechServed) *metrics {
 		}),
 	}
 	m.reg.MustRegister(m.requests, m.duration, m.ttft, m.itl, m.prompt, m.generated, m.audioSec, m.asrTime, m.streams,
-		&schedCollector{models: models, speech: speech},
+		&schedCollector{models: models, speech: speech}, &poolCollector{models: models},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m

@@ -237,7 +237,7 @@ func (s *Server) audioStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lv.sess = sess
-	opts := &websocket.AcceptOptions{}
+	opts := &websocket.AcceptOptions{Subprotocols: acceptProtocols(r)}
 	for _, o := range s.cfg.AllowedOrigins {
 		if o == "*" {
 			opts.InsecureSkipVerify = true

@@ -220,26 +220,26 @@ type genParams struct {
 	includeUsage bool
 }
 
-// float32In stores the request number v, when given, in dst, checking that it lies in [lo, hi]
-// ((lo, hi] when openLo) both as given and as the float32 the sampler gets: a top_p of 1e-300
-// is 0 there.
-func float32In(param string, v *float64, dst *float32, lo, hi float32, openLo bool) *apiError {
+// float32In stores the request number v, when given, in dst as a float32, once decode.CheckParam
+// finds it in param's range.
+func float32In(param string, v *float64, dst *float32) *apiError {
 	if v == nil {
 		return nil
 	}
-	in := func(x float64) bool { // false for NaN and ±Inf too
-		return x <= float64(hi) && (x > float64(lo) || !openLo && x == float64(lo))
+	if err := decode.CheckParam(param, *v); err != nil {
+		return paramError(err)
 	}
-	f := float32(*v)
-	if !in(*v) || !in(float64(f)) {
-		open := "["
-		if openLo {
-			open = "("
-		}
-		return invalid(param, fmt.Sprintf("Invalid '%s': expected a value in %s%v, %v], but got %v instead.", param, open, lo, hi, *v))
-	}
-	*dst = f
+	*dst = float32(*v)
 	return nil
+}
+
+// paramError is the 400 of a sampling parameter that decode's request checks refuse.
+func paramError(err error) *apiError {
+	var pe *decode.ParamError
+	if errors.As(err, &pe) {
+		return invalid(pe.Param, pe.Error())
+	}
+	return invalid("", "Invalid sampling parameters: "+err.Error())
 }
 
 // parseCommon validates the shared fields against a vocabulary of vocab tokens and a context of
@@ -265,7 +265,7 @@ func parseGen(c *commonRequest, vocab, ctx, minTokens int, seed func() uint64) (
 		}
 		g.scoreOnly = *mt == 0
 		if *mt > ctx {
-			return nil, invalid(param, fmt.Sprintf("Invalid '%s': %d is larger than the model's context of %d tokens.", param, *mt, ctx))
+			return nil, invalidCode(param, "context_length_exceeded", fmt.Sprintf("Invalid '%s': %d is larger than the model's context of %d tokens.", param, *mt, ctx))
 		}
 		g.maxTokens, g.maxParam = *mt, param
 	}
@@ -283,22 +283,22 @@ func parseGen(c *commonRequest, vocab, ctx, minTokens int, seed func() uint64) (
 	p.MinP = 0
 	p.RepeatPenalty = 1
 	p.RepeatLastN = 0
-	if e := float32In("temperature", c.Temperature, &p.Temperature, 0, 2, false); e != nil {
+	if e := float32In("temperature", c.Temperature, &p.Temperature); e != nil {
 		return nil, e
 	}
-	if e := float32In("top_p", c.TopP, &p.TopP, 0, 1, true); e != nil {
+	if e := float32In("top_p", c.TopP, &p.TopP); e != nil {
 		return nil, e
 	}
 	if v := c.TopK; v != nil && *v > 0 { // 0 or negative (vLLM's -1): no top-k
 		p.TopK = *v
 	}
-	if e := float32In("min_p", c.MinP, &p.MinP, 0, 1, false); e != nil {
+	if e := float32In("min_p", c.MinP, &p.MinP); e != nil {
 		return nil, e
 	}
-	if e := float32In("presence_penalty", c.PresencePenalty, &p.PresencePenalty, -2, 2, false); e != nil {
+	if e := float32In("presence_penalty", c.PresencePenalty, &p.PresencePenalty); e != nil {
 		return nil, e
 	}
-	if e := float32In("frequency_penalty", c.FrequencyPenalty, &p.FrequencyPenalty, -2, 2, false); e != nil {
+	if e := float32In("frequency_penalty", c.FrequencyPenalty, &p.FrequencyPenalty); e != nil {
 		return nil, e
 	}
 	if len(c.LogitBias) > 0 {
@@ -308,11 +308,11 @@ func parseGen(c *commonRequest, vocab, ctx, minTokens int, seed func() uint64) (
 		p.LogitBias = make(map[int32]float32, len(c.LogitBias))
 		for k, v := range c.LogitBias {
 			id, err := strconv.ParseInt(k, 10, 32)
-			if err != nil || id < 0 || int(id) >= vocab {
+			if err != nil {
 				return nil, invalid("logit_bias", fmt.Sprintf("Invalid 'logit_bias': key %q is not a token id of this model (0 to %d).", k, vocab-1))
 			}
-			if !(v >= -100 && v <= 100) { // NaN fails too
-				return nil, invalid("logit_bias", fmt.Sprintf("Invalid 'logit_bias': value for token %d must be in [-100, 100].", id))
+			if err := decode.CheckLogitBias(id, v, vocab); err != nil {
+				return nil, paramError(err)
 			}
 			p.LogitBias[int32(id)] = float32(v)
 		}
@@ -321,6 +321,9 @@ func parseGen(c *commonRequest, vocab, ctx, minTokens int, seed func() uint64) (
 		p.Seed = uint64(*c.Seed)
 	} else {
 		p.Seed = seed()
+	}
+	if err := p.Check(vocab); err != nil { // what the command line checks too
+		return nil, paramError(err)
 	}
 	stop, e := parseStop(c.Stop)
 	if e != nil {

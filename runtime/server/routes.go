@@ -189,6 +189,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Request-Id", ri.id)
 	rec := &recorder{ResponseWriter: w}
 	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, ri))
+	if r.URL.Path != "/health" && r.URL.Path != "/metrics" {
+		s.inflight.Add(1)
+		defer s.inflight.Add(-1)
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			ri.log.Error("panic serving request", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
@@ -210,9 +214,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.route(rec, r)
 }
 
-// route answers what comes before routing (CORS preflights, the loading stand-in, the API key)
-// and routes the rest.
+// route answers what comes before routing (a host not allowed, origins not allowed and CORS
+// preflights, the loading stand-in, the API key, a server draining) and routes the rest.
 func (s *Server) route(w http.ResponseWriter, r *http.Request) {
+	if !s.hostAllowed(r.Host) {
+		writeError(w, misdirected(r.Host))
+		return
+	}
 	if s.preflight(w, r) {
 		return
 	}
@@ -223,9 +231,12 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"status":"loading","error":{"message":"models are loading","type":"server_error","param":null,"code":"loading"}}`+"\n")
 		return
 	}
-	if s.keyHash != nil && r.URL.Path != "/health" && !s.authorized(r) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="parley"`)
-		writeError(w, &apiError{Status: http.StatusUnauthorized, Message: "Incorrect API key provided.", Type: typeInvalidRequest, Code: strptr("invalid_api_key")})
+	if s.keyHash != nil && r.URL.Path != "/health" && s.checkKey(w, r) {
+		return
+	}
+	if s.draining.Load() && r.URL.Path != "/health" && r.URL.Path != "/metrics" {
+		w.Header().Set("Connection", "close")
+		writeError(w, &apiError{Status: http.StatusServiceUnavailable, Message: "The server is shutting down.", Type: typeServer, Code: strptr("shutting_down"), RetryAfter: 5})
 		return
 	}
 	if !clean(r.URL.Path) {

@@ -75,8 +75,16 @@ type Config struct {
 	// APIKey, when not empty, must be sent as "Authorization: Bearer <key>" on every request but
 	// GET /health and CORS preflights.
 	APIKey string
-	// AllowedOrigins lists the origins browsers may call from ("*": any). Empty: none.
+	// AllowedOrigins lists the origins browsers may call from ("*": any). Empty: none. A request
+	// with an Origin header naming another origin is refused with 403 before any work.
 	AllowedOrigins []string
+	// CheckHost guards against DNS rebinding: when set, a request's Host must be a loopback name
+	// (localhost, a name under .localhost, 127.0.0.0/8, ::1) or one of AllowedHosts, else it is
+	// answered 421. A server listening on a loopback address sets it.
+	CheckHost bool
+	// AllowedHosts are the host names besides the loopback ones that requests may name when
+	// CheckHost is set: a name, ".example.com" for it and its subdomains, "*" for any.
+	AllowedHosts []string
 	// MaxBodyBytes bounds a request body; 0 means 4 MiB. Larger bodies are answered 413.
 	MaxBodyBytes int64
 	// BodyTimeout bounds the time a request body takes to arrive whole, from the end of its
@@ -130,10 +138,13 @@ type Server struct {
 	lives   liveSet      // the same sessions, for Shutdown
 	loading bool         // Loading's stand-in: every request but a preflight is answered 503
 	ready   atomic.Bool
-	metrics *metrics
-	start   time.Time
-	mux     *http.ServeMux // the endpoints (routes); nil while loading
-	handler http.Handler
+	// draining is set by Drain: /health answers "draining" and new requests 503.
+	draining atomic.Bool
+	inflight atomic.Int64 // requests being served, but /health and /metrics
+	metrics  *metrics
+	start    time.Time
+	mux      *http.ServeMux // the endpoints (routes); nil while loading
+	handler  http.Handler
 }
 
 // served is a Model with what the server derives from it once.
@@ -242,7 +253,34 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // Registry returns the Prometheus registry behind /metrics, for adding collectors.
 func (s *Server) Registry() *prometheus.Registry { return s.metrics.reg }
 
+// Drain begins the server's end: GET /health answers 503 {"status":"draining"} (a load balancer
+// takes the instance out of rotation), every new request but /health and /metrics is answered
+// 503 shutting_down, and Drain waits until the requests in flight, live transcriptions
+// included, have ended, or until ctx is done (and returns its error). Shutdown is what tells live
+// transcriptions to finish; the caller closes its listener once Drain returns, and /health
+// answers "draining" until then.
+func (s *Server) Drain(ctx context.Context) error {
+	s.draining.Store(true)
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for s.inflight.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Connection", "close")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, `{"status":"draining"}`+"\n")
+		return
+	}
 	if !s.ready.Load() {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusServiceUnavailable)

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -591,7 +592,9 @@ func TestErrors(t *testing.T) {
 		{"prompt of objects", "POST", "/v1/completions", `{"model":"stories","prompt":{"a":1}}`, 400, "prompt", ""},
 		{"negative max_tokens", "POST", "/v1/completions", `{"model":"stories","prompt":"a","max_tokens":-5}`, 400, "max_tokens", ""},
 		{"zero max_tokens", "POST", "/v1/completions", `{"model":"stories","prompt":"a","max_tokens":0}`, 400, "max_tokens", ""},
-		{"absurd max_tokens", "POST", "/v1/completions", `{"model":"stories","prompt":"a","max_tokens":100000000}`, 400, "max_tokens", ""},
+		{"absurd max_tokens", "POST", "/v1/completions", `{"model":"stories","prompt":"a","max_tokens":100000000}`, 400, "max_tokens", "context_length_exceeded"},
+		{"max_tokens over the context", "POST", "/v1/completions", `{"model":"stories","prompt":"a","max_tokens":` + strconv.Itoa(testCtx+1) + `}`, 400, "max_tokens", "context_length_exceeded"},
+		{"max_completion_tokens over the context", "POST", "/v1/chat/completions", `{"model":"stories-chat","messages":[{"role":"user","content":"hi"}],"max_completion_tokens":` + strconv.Itoa(testCtx+1) + `}`, 400, "max_completion_tokens", "context_length_exceeded"},
 		{"overflowing max_tokens", "POST", "/v1/completions", `{"model":"stories","prompt":"a","max_tokens":1e40}`, 400, "max_tokens", ""},
 		{"temperature", "POST", "/v1/completions", `{"model":"stories","prompt":"a","temperature":3}`, 400, "temperature", ""},
 		{"top_p zero", "POST", "/v1/completions", `{"model":"stories","prompt":"a","top_p":0}`, 400, "top_p", ""},

@@ -26,6 +26,29 @@ import (
 // {%+ %}, printing none as None, and the indentation before a {{ }} that a block tag follows on
 // the same line (stripped).
 func TestChatTemplatesAgainstJinja2(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "chat", "*.jinja"))
+	if err != nil || len(files) < 50 {
+		t.Fatalf("templates: %d found, %v", len(files), err)
+	}
+	var srcs []namedTemplate
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srcs = append(srcs, namedTemplate{filepath.Base(f), string(src)})
+	}
+	compareWithJinja2(t, srcs)
+}
+
+// namedTemplate is a chat template's source and the name a test reports it under.
+type namedTemplate struct{ name, src string }
+
+// compareWithJinja2 renders every template with every conversation of
+// testdata/chat/conversations.json, here and with jinja2 (testdata/chat/render_jinja2.py), and
+// reports every difference.
+func compareWithJinja2(t *testing.T, templates []namedTemplate) {
+	t.Helper()
 	py, err := exec.LookPath("python3")
 	if err != nil {
 		t.Skip("python3 is not installed: the jinja2 reference cannot run")
@@ -46,10 +69,6 @@ func TestChatTemplatesAgainstJinja2(t *testing.T) {
 		convNames = append(convNames, n)
 	}
 	sort.Strings(convNames)
-	files, err := filepath.Glob(filepath.Join("testdata", "chat", "*.jinja"))
-	if err != nil || len(files) < 50 {
-		t.Fatalf("templates: %d found, %v", len(files), err)
-	}
 
 	type refMessage struct { // role before content, as the messages of a request
 		Role    string `json:"role"`
@@ -71,29 +90,26 @@ func TestChatTemplatesAgainstJinja2(t *testing.T) {
 	}
 	var jobs []job
 	var got []ours
-	for _, f := range files {
-		src, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tm, perr := parseChatTemplate(string(src), "<s>", "</s>")
+	for _, nt := range templates {
+		src := nt.src
+		tm, perr := parseChatTemplate(src, "<s>", "</s>")
 		for _, cn := range convNames {
 			msgs := make([]message, len(convs[cn]))
 			ref := make([]refMessage, len(convs[cn]))
 			for i, m := range convs[cn] {
 				msgs[i] = message{Role: m["role"], Content: m["content"]}
 				role := m["role"]
-				if role == "developer" && !strings.Contains(string(src), "developer") {
+				if role == "developer" && !strings.Contains(src, "developer") {
 					role = "system" // what render does for such a template
 				}
 				ref[i] = refMessage{Role: role, Content: m["content"]}
 			}
-			o := ours{name: filepath.Base(f) + " / " + cn, err: perr}
+			o := ours{name: nt.name + " / " + cn, err: perr}
 			if perr == nil {
 				o.out, o.err = tm.render(msgs, nil)
 			}
 			got = append(got, o)
-			jobs = append(jobs, job{Template: string(src), Messages: ref})
+			jobs = append(jobs, job{Template: src, Messages: ref})
 		}
 	}
 	in, err := json.Marshal(map[string]any{"bos": "<s>", "eos": "</s>", "jobs": jobs})

@@ -1,5 +1,9 @@
 // Package tensor names the element types (dtypes) that Parley's model files and backends use,
 // with the block geometry of each: how many elements one block holds and how many bytes it takes.
+// It also holds the plain values that cross between the backends (runtime/backend) and their
+// native bindings (bindings/cpu, bindings/cuda), which import no other runtime package: the error
+// for a case a backend does not implement (ErrUnsupported), the elementwise functions (Func), and
+// the per-row decoding instructions whose layouts the CUDA library shares (Draw, Choice, Chosen).
 //
 // The numeric values are ggml's type ids (ggml.h, enum ggml_type), so a DType read from a GGUF
 // tensor-info record is used as is. Types Parley recognises but cannot compute with are still

@@ -119,6 +119,13 @@ func testArgChecks(t *testing.T, b backend.Backend, _ func() (backend.Backend, e
 	good("GeGLU", b.GeGLU(dst, x, x))
 	add("GeGLU up shape", func() error { return b.GeGLU(dst, x, wide) }, func() error { return backend.CheckGeGLU(dst, x, wide) })
 	add("GeGLU dst shape", func() error { return b.GeGLU(wide, x, x) }, func() error { return backend.CheckGeGLU(wide, x, x) })
+	good("Unary", b.Unary(dst, x, tensor.SiLU))
+	add("Unary dst shape", func() error { return b.Unary(wide, x, tensor.SiLU) }, func() error { return backend.CheckUnary("unary", wide, x, tensor.SiLU) })
+	add("Unary no function", func() error { return b.Unary(dst, x, 0) }, func() error { return backend.CheckUnary("unary", dst, x, 0) })
+	good("GLU", b.GLU(dst, x, x, tensor.Sigmoid))
+	add("GLU up shape", func() error { return b.GLU(dst, x, wide, tensor.Sigmoid) }, func() error { return backend.CheckGLU("glu", dst, x, wide, tensor.Sigmoid) })
+	add("GLU dst shape", func() error { return b.GLU(wide, x, x, tensor.Sigmoid) }, func() error { return backend.CheckGLU("glu", wide, x, x, tensor.Sigmoid) })
+	add("GLU function 99", func() error { return b.GLU(dst, x, x, 99) }, func() error { return backend.CheckGLU("glu", dst, x, x, 99) })
 	good("Scale", b.Scale(dst, x, 2))
 	add("Scale dst shape", func() error { return b.Scale(wide, x, 2) }, func() error { return backend.CheckScale(wide, x, 2) })
 	for _, s := range []float32{inf, nan} {

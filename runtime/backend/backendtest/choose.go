@@ -22,10 +22,10 @@ import (
 // of its threshold, or whose draw within 1e-5 of a boundary, are left out. Its argument checks
 // too.
 func testChoose(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)) {
-	ch, ok := b.(backend.Chooser)
-	if !ok {
+	if !backend.Supports(b, backend.OpChoose) {
 		t.Skipf("%s is not a backend.Chooser", b.Name())
 	}
+	ch := b.(backend.Chooser)
 	const lead = 3
 	for _, sh := range []struct{ vocab, split, k, rows int }{{51865, 50364, 5, 39}, {997, 900, 8, 52}} {
 		r := rng(fmt.Sprintf("choose %d", sh.vocab))

@@ -338,7 +338,7 @@ type weightForm struct {
 // implements backend.Repacker and takes the case: every MatMul check runs on each form.
 func weightForms(t *testing.T, b backend.Backend, dt tensor.DType, m, k int, data []byte) []weightForm {
 	forms := []weightForm{{"", load(t, b, dt, m, k, data)}}
-	if _, ok := b.(backend.Repacker); !ok {
+	if !backend.Supports(b, backend.OpRepack) {
 		return forms
 	}
 	w := load(t, b, dt, m, k, data)

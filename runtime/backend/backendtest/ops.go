@@ -443,6 +443,48 @@ func testAliasing(t *testing.T, b backend.Backend, _ func() (backend.Backend, er
 	}
 }
 
+// testPartialOverlap checks that every backend refuses, in the same way, an output that shares
+// part of its memory with an input (two views of one tensor, a row apart), where the operation
+// allows at most that the output be the input itself; and that the operations still compute
+// after.
+func testPartialOverlap(t *testing.T, b backend.Backend, _ func() (backend.Backend, error)) {
+	const n, d = 4, 32
+	r := rng("partial overlap")
+	parent := alloc(t, b, n+1, d, randVec(r, (n+1)*d, 1))
+	view := func(row0 int) backend.Tensor {
+		v, err := b.View(parent, row0, n)
+		must(t, err, "View")
+		t.Cleanup(func() { v.Close() })
+		return v
+	}
+	x, dst := view(0), view(1)
+	up, w, lb := alloc(t, b, n, d, randVec(r, n*d, 1)), alloc(t, b, 1, d, randVec(r, d, 1)), alloc(t, b, 1, d, randVec(r, d, 1))
+	wdata, _ := quantRows(t, tensor.F32, d, d, randVec(r, d*d, 1))
+	wm := load(t, b, tensor.F32, d, d, wdata)
+	for _, c := range []struct {
+		name string
+		run  func() error
+	}{
+		{"AddRows", func() error { return b.AddRows(dst, x, up) }},
+		{"RMSNorm", func() error { return b.RMSNorm(dst, x, w, 1e-5) }},
+		{"Scale", func() error { return b.Scale(dst, x, 2) }},
+		{"SwiGLU", func() error { return b.SwiGLU(dst, x, up) }},
+		{"GeGLU", func() error { return b.GeGLU(dst, up, x) }},
+		{"GELU", func() error { return b.GELU(dst, x) }},
+		{"Unary", func() error { return b.Unary(dst, x, tensor.Tanh) }},
+		{"GLU", func() error { return b.GLU(dst, up, x, tensor.Sigmoid) }},
+		{"LayerNorm", func() error { return b.LayerNorm(dst, x, w, lb, 1e-5) }},
+		{"Copy", func() error { return b.Copy(dst, x) }},
+		{"MatMul", func() error { return b.MatMul(dst, x, wm) }},
+		{"MatMulInPlace", func() error { return b.MatMul(x, x, wm) }},
+	} {
+		if err := c.run(); err == nil {
+			t.Errorf("%s with dst one row past x in the same tensor: no error", c.name)
+		}
+	}
+	must(t, b.Scale(x, x, 0.5), "Scale in place after the refusals")
+}
+
 // f16Round rounds v to F16 and back, as an F16 KV cache stores it.
 func f16Round(v float32) float64 { return float64(quant.F16ToF32(quant.F32ToF16(v))) }
 

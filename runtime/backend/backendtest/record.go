@@ -114,6 +114,12 @@ func (r *Recorder) AddRows(dst, a, b backend.Tensor) error {
 func (r *Recorder) RMSNorm(dst, x, w backend.Tensor, eps float32) error {
 	return r.do("RMSNorm", func() error { return r.Backend.RMSNorm(dst, x, w, eps) })
 }
+func (r *Recorder) Unary(dst, x backend.Tensor, f backend.Func) error {
+	return r.do("Unary", func() error { return r.Backend.Unary(dst, x, f) })
+}
+func (r *Recorder) GLU(dst, gate, up backend.Tensor, f backend.Func) error {
+	return r.do("GLU", func() error { return r.Backend.GLU(dst, gate, up, f) })
+}
 func (r *Recorder) GeGLU(dst, gate, up backend.Tensor) error {
 	return r.do("GeGLU", func() error { return r.Backend.GeGLU(dst, gate, up) })
 }

@@ -40,6 +40,7 @@ func Run(t *testing.T, newBackend func() (backend.Backend, error)) {
 		f    func(t *testing.T, b backend.Backend, newBackend func() (backend.Backend, error))
 	}{
 		{"Tensors", testTensors},
+		{"Capabilities", testCapabilities},
 		{"GetRows", testGetRows},
 		{"MatMul", testMatMul},
 		{"MatMulBatchInvariance", testMatMulBatch},
@@ -54,11 +55,15 @@ func Run(t *testing.T, newBackend func() (backend.Backend, error)) {
 		{"Copy", testCopy},
 		{"LayerNorm", testLayerNorm},
 		{"GELU", testGELU},
+		{"Unary", testUnary},
+		{"GLU", testGLU},
+		{"FuncErrors", testFuncErrors},
 		{"Im2Col1D", testIm2Col1D},
 		{"FullAttention", testFullAttention},
 		{"Argmax", testArgmax},
 		{"Choose", testChoose},
 		{"Aliasing", testAliasing},
+		{"PartialOverlap", testPartialOverlap},
 		{"Errors", testErrors},
 		{"EncoderErrors", testEncoderErrors},
 		{"ArgChecks", testArgChecks},

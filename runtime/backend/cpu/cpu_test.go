@@ -58,6 +58,7 @@ func TestRegistered(t *testing.T) {
 	if b.Name() != "cpu" {
 		t.Fatalf("Name() = %q", b.Name())
 	}
+	backendtest.AllFuncs(t, b)
 }
 
 // BenchmarkBackend runs the shared benchmarks with 2 threads.

@@ -36,6 +36,10 @@ func newExact() (backend.Backend, error) { return New(Options{ExactF32: true}) }
 // TestConformance runs the shared suite on GPU 0.
 func TestConformance(t *testing.T) {
 	gpu(t)
+	if b, err := newExact(); err == nil {
+		backendtest.AllFuncs(t, b)
+		b.Close()
+	}
 	backendtest.Run(t, newExact)
 	if n := bcuda.LiveBuffers(); n != 0 {
 		t.Errorf("%d device buffers still allocated after every backend closed", n)

@@ -62,12 +62,9 @@ func (b *Backend) Choose(logits backend.Tensor, row0 int, choices []backend.Choi
 // logitRows checks that logits is an F32 tensor of this backend with rows row0 .. row0+n-1, and
 // returns the device memory of the first of them and the row length.
 func (b *Backend) logitRows(op string, logits backend.Tensor, row0, n int) (bcuda.Ref, int, error) {
-	l, err := b.f32Of(op, "logits", logits, false)
+	l, err := b.ops.Logits(op, logits, row0, n)
 	if err != nil {
 		return bcuda.Ref{}, 0, err
-	}
-	if err := backend.CheckSpan(op, l, row0, n*l.cols); err != nil {
-		return bcuda.Ref{}, 0, fmt.Errorf("cuda: %w", err)
 	}
 	ref := l.ref()
 	ref.Off += row0 * l.rowBytes
@@ -80,7 +77,7 @@ func (b *Backend) logitRows(op string, logits backend.Tensor, row0, n int) (bcud
 // and that score divided by length^penalty (for comparing finished hypotheses of length tokens).
 func (b *Backend) BeamStep(logits *Tensor, scores []float32, length int, penalty float32, beam, token []int32, score, norm []float32) error {
 	const op = "beam step"
-	l, err := b.f32Of(op, "logits", logits, false)
+	l, err := b.ops.F32(op, "logits", logits)
 	if err != nil {
 		return err
 	}

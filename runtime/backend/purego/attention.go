@@ -10,23 +10,24 @@ import (
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
-// kvCache holds keys and values of every layer: k32/v32 for F32 caches, k16/v16 (F16 or BF16
+// KV holds keys and values of every layer: k32/v32 for F32 caches, k16/v16 (F16 or BF16
 // bits) for F16 and BF16 ones, each [layer][slot*Width + e].
-type kvCache struct {
+type KV struct {
 	be       *Backend
 	cfg      backend.KVConfig
 	k32, v32 [][]float32
 	k16, v16 [][]uint16
-	closed   bool
+	res      backend.Residence
 }
 
-func (c *kvCache) Config() backend.KVConfig { return c.cfg }
+// Config returns the cache's configuration.
+func (c *KV) Config() backend.KVConfig { return c.cfg }
 
 // Close releases the cache. Closing twice is a no-op.
-func (c *kvCache) Close() error {
+func (c *KV) Close() error {
 	c.be.mu.Lock()
 	defer c.be.mu.Unlock()
-	c.closed = true
+	c.res.Closed = true
 	c.k32, c.v32, c.k16, c.v16 = nil, nil, nil, nil
 	return nil
 }
@@ -35,16 +36,16 @@ func (c *kvCache) Close() error {
 func (be *Backend) NewKV(cfg backend.KVConfig) (backend.KV, error) {
 	be.mu.Lock()
 	defer be.mu.Unlock()
-	if be.closed {
+	if be.ops.Closed() {
 		return nil, errClosed
 	}
-	if err := backend.CheckKVConfig(cfg); err != nil {
-		return nil, fmt.Errorf("purego: %w", err)
+	if err := be.ops.NewKV(cfg); err != nil {
+		return nil, err
 	}
 	if cfg.Slots > maxElems/cfg.Width || cfg.Layers > maxElems/(cfg.Slots*cfg.Width) {
 		return nil, fmt.Errorf("purego: new kv: config %+v is too large", cfg)
 	}
-	c := &kvCache{be: be, cfg: cfg}
+	c := &KV{be: be, cfg: cfg, res: backend.Residence{Owner: be.ops.Owner}}
 	n := cfg.Slots * cfg.Width
 	for l := 0; l < cfg.Layers; l++ {
 		if cfg.DType == tensor.F32 {
@@ -61,43 +62,16 @@ func (be *Backend) NewKV(cfg backend.KVConfig) (backend.KV, error) {
 	return c, nil
 }
 
-func (be *Backend) getKV(op string, kv backend.KV, layer int) (*kvCache, error) {
-	c, ok := kv.(*kvCache)
-	switch {
-	case be.closed:
-		return nil, errClosed
-	case !ok || c == nil:
-		return nil, fmt.Errorf("purego: %s: KV cache (%T) was not made by this backend", op, kv)
-	case c.be != be:
-		return nil, fmt.Errorf("purego: %s: KV cache was made by another backend", op)
-	case c.closed:
-		return nil, fmt.Errorf("purego: %s: KV cache is closed", op)
-	}
-	if err := backend.CheckLayer(op, c.cfg, layer); err != nil {
-		return nil, fmt.Errorf("purego: %w", err)
-	}
-	return c, nil
-}
+// Residence is what the shared operand checks read of c (backend.Operands).
+func (c *KV) Residence() *backend.Residence { return &c.res }
 
 // StoreKV writes k and v [n, Width] into layer's cache at slots b.Slot.
 func (be *Backend) StoreKV(kv backend.KV, layer int, k, v backend.Tensor, b *backend.Batch) error {
-	const op = "store kv"
 	be.mu.Lock()
 	defer be.mu.Unlock()
-	c, err := be.getKV(op, kv, layer)
+	c, kt, vt, err := be.ops.StoreKV(kv, layer, k, v, b)
 	if err != nil {
 		return err
-	}
-	kt, err := be.getF32(op, "k", k)
-	if err != nil {
-		return err
-	}
-	vt, err := be.getF32(op, "v", v)
-	if err != nil {
-		return err
-	}
-	if err := backend.CheckStoreKV(c.cfg, kt, vt, b); err != nil {
-		return fmt.Errorf("purego: %w", err)
 	}
 	w := c.cfg.Width
 	for i, s := range b.Slot {
@@ -144,7 +118,7 @@ type attnScratch struct {
 // attnJob computes attention by units of (token, kv head): each unit serves the group of query
 // heads that share the kv head, so each key and value row is read once for all of them.
 type attnJob struct {
-	c       *kvCache
+	c       *KV
 	layer   int
 	a       backend.Attn
 	b       *backend.Batch
@@ -325,30 +299,15 @@ func (j *attnJob) attend(sc *attnScratch, i, kh int) {
 // i's sequence. With an F16 (BF16) cache, q and the normalised weights are rounded to F16 (BF16)
 // before their products (backend.Backend.Attention).
 func (be *Backend) Attention(dst, q backend.Tensor, kv backend.KV, layer int, a backend.Attn, b *backend.Batch) error {
-	const op = "attention"
 	be.mu.Lock()
 	defer be.mu.Unlock()
-	be.xqFrom = nil // writes activations
-	c, err := be.getKV(op, kv, layer)
-	if err != nil {
-		return err
-	}
-	qt, err := be.getF32(op, "q", q)
-	if err != nil {
-		return err
-	}
-	d, err := be.getOut(op, "dst", dst)
-	if err != nil {
-		return err
-	}
 	// The check also finds the sequence of every token (be.tok): each is in exactly one, whose
 	// blocks hold its positions.
-	if be.tok, err = backend.CheckAttention(d, qt, c.cfg, a, b, be.tok); err != nil {
-		return fmt.Errorf("purego: %w", err)
+	c, d, qt, err := be.ops.Attention(dst, q, kv, layer, a, b, &be.tok)
+	if err != nil {
+		return err
 	}
-	if overlap(d.f32, qt.f32) {
-		return fmt.Errorf("purego: %s: dst overlaps q", op)
-	}
+	be.xqFrom = nil // writes activations
 	n := len(b.Pos)
 	maxCtx := 0
 	for _, s := range b.Seqs {

@@ -4,13 +4,12 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/parleyhq/parley/internal/vec"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/quant"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
-// The element-wise and row-wise operations of encoder-decoder models: Copy, LayerNorm, GELU and
+// The element-wise and row-wise operations of encoder-decoder models: Copy, LayerNorm and
 // Im2Col1D. Each splits its rows among the workers in chunks of about minParallelElems elements.
 
 // rowOp names the operation a rowJob runs.
@@ -19,7 +18,6 @@ type rowOp int
 const (
 	opCopy rowOp = iota
 	opLayerNorm
-	opGELU
 	opIm2Col
 )
 
@@ -35,7 +33,7 @@ type rowJob struct {
 	src32, dst32 []float32 // [rows, cols] F32 operands
 	src16, dst16 []byte    // [rows, 2*cols] F16 operands
 
-	// LayerNorm: x and dst [rows, cols], w and b [cols]. GELU: x and dst [rows, cols].
+	// LayerNorm: x and dst [rows, cols], w and b [cols].
 	x, w, b []float32
 	eps     float64
 
@@ -54,8 +52,6 @@ func (j *rowJob) unit(_, u int) {
 		for r := r0; r < r1; r++ {
 			layerNormRow(j.dst32[r*n:(r+1)*n], j.x[r*n:(r+1)*n], j.w[:n], j.b[:n], j.eps)
 		}
-	case opGELU:
-		gelu(j.dst32[r0*n:r1*n], j.x[r0*n:r1*n])
 	case opIm2Col:
 		for r := r0; r < r1; r++ {
 			j.im2colRow(r)
@@ -111,26 +107,6 @@ func layerNormRow(y, x, w, b []float32, eps float64) {
 	}
 }
 
-// geluC is sqrt(2/pi); geluA the cubic coefficient of the tanh form.
-const (
-	geluC = 0.7978845608028654
-	geluA = 0.044715
-)
-
-// gelu sets y = 0.5*x*(1 + tanh(u)), u = sqrt(2/pi)*(x + 0.044715*x^3), computed in float32 as
-// x / (1 + exp(-2u)), the same quantity without the cancellation of 1 + tanh(u) for negative x:
-// where exp(-2u) overflows the result is -0, where it underflows it is x. y may be x. Assembly
-// where the CPU allows (simd_amd64.go), geluGo elsewhere.
-var gelu = geluGo
-
-func geluGo(y, x []float32) {
-	y = y[:len(x)]
-	for i, v := range x {
-		u := geluC * v * (1 + geluA*v*v)
-		y[i] = v / (1 + vec.Expf(-2*u))
-	}
-}
-
 // im2colRow fills output row t: dst[t, c*K+k] = x[t*stride+k-pad, c], zero outside x.
 func (j *rowJob) im2colRow(t int) {
 	C, K := j.c, j.k
@@ -170,26 +146,15 @@ func (be *Backend) Copy(dst, src backend.Tensor) error {
 	const op = "copy"
 	be.mu.Lock()
 	defer be.mu.Unlock()
+	d, s, err := be.ops.Copy(dst, src)
+	if err != nil {
+		return err
+	}
 	be.xqFrom = nil // writes activations
-	s, err := be.get(op, "src", src)
-	if err != nil {
-		return err
-	}
-	d, err := be.get(op, "dst", dst)
-	if err != nil {
-		return err
-	}
-	if d.readOnly {
-		return fmt.Errorf("purego: %s: dst is loaded (read-only) memory", op)
-	}
-	if err := backend.CheckCopy(d, s); err != nil {
-		return fmt.Errorf("purego: %w", err)
-	}
 	if s.rows*s.cols > 0 && ((s.dt == tensor.F16 && s.data == nil) || (d.dt == tensor.F16 && d.data == nil)) {
 		return fmt.Errorf("purego: %s: %v into %v without bytes: %w", op, s, d, backend.ErrUnsupported)
 	}
 	if s.dt == d.dt {
-		// One copy handles overlapping views of one tensor; chunks of it might not.
 		if s.dt == tensor.F32 {
 			copy(d.f32, s.f32)
 		} else {
@@ -207,37 +172,15 @@ func (be *Backend) Copy(dst, src backend.Tensor) error {
 // LayerNorm: dst[i,:] = (x[i,:] - mean) / sqrt(var + eps) * w[0,:] + b[0,:], with the mean and
 // biased variance of each row taken in float64.
 func (be *Backend) LayerNorm(dst, x, w, b backend.Tensor, eps float32) error {
-	const op = "layer norm"
 	be.mu.Lock()
 	defer be.mu.Unlock()
+	d, xt, wt, bt, err := be.ops.LayerNorm(dst, x, w, b, eps)
+	if err != nil {
+		return err
+	}
 	be.xqFrom = nil // writes activations
-	xt, err := be.getF32(op, "x", x)
-	if err != nil {
-		return err
-	}
-	wt, err := be.getF32(op, "w", w)
-	if err != nil {
-		return err
-	}
-	bt, err := be.getF32(op, "b", b)
-	if err != nil {
-		return err
-	}
-	d, err := be.getOut(op, "dst", dst)
-	if err != nil {
-		return err
-	}
-	if err := backend.CheckLayerNorm(d, xt, wt, bt, eps); err != nil {
-		return fmt.Errorf("purego: %w", err)
-	}
 	if xt.cols == 0 {
 		return nil
-	}
-	if overlap(d.f32, wt.f32) || overlap(d.f32, bt.f32) {
-		return fmt.Errorf("purego: %s: dst overlaps w or b", op)
-	}
-	if overlap(d.f32, xt.f32) && !same(d.f32, xt.f32) {
-		return fmt.Errorf("purego: %s: dst overlaps x without being x", op)
 	}
 	j := &be.rows
 	j.op, j.dst32, j.x, j.w, j.b, j.eps = opLayerNorm, d.f32, xt.f32, wt.f32, bt.f32, float64(eps)
@@ -245,53 +188,15 @@ func (be *Backend) LayerNorm(dst, x, w, b backend.Tensor, eps float32) error {
 	return nil
 }
 
-// GELU: dst = 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x^3))) element-wise, in float32.
-func (be *Backend) GELU(dst, x backend.Tensor) error {
-	const op = "gelu"
-	be.mu.Lock()
-	defer be.mu.Unlock()
-	be.xqFrom = nil // writes activations
-	xt, err := be.getF32(op, "x", x)
-	if err != nil {
-		return err
-	}
-	d, err := be.getOut(op, "dst", dst)
-	if err != nil {
-		return err
-	}
-	if err := backend.CheckSameShape(op, d, xt); err != nil {
-		return fmt.Errorf("purego: %w", err)
-	}
-	if overlap(d.f32, xt.f32) && !same(d.f32, xt.f32) {
-		return fmt.Errorf("purego: %s: dst overlaps x without being x", op)
-	}
-	j := &be.rows
-	j.op, j.dst32, j.x = opGELU, d.f32, xt.f32
-	be.runRows(j, xt.rows, xt.cols)
-	return nil
-}
-
 // Im2Col1D: dst[t, c*K+k] = x[t*stride+k-pad, c] (0 outside x) for x [T, C], dst [Tout, C*K].
 func (be *Backend) Im2Col1D(dst, x backend.Tensor, kernel, stride, pad int) error {
-	const op = "im2col"
 	be.mu.Lock()
 	defer be.mu.Unlock()
+	d, xt, tOut, err := be.ops.Im2Col1D(dst, x, kernel, stride, pad)
+	if err != nil {
+		return err
+	}
 	be.xqFrom = nil // writes activations
-	xt, err := be.getF32(op, "x", x)
-	if err != nil {
-		return err
-	}
-	d, err := be.getOut(op, "dst", dst)
-	if err != nil {
-		return err
-	}
-	tOut, err := backend.CheckIm2Col1D(d, xt, kernel, stride, pad)
-	if err != nil {
-		return fmt.Errorf("purego: %w", err)
-	}
-	if overlap(d.f32, xt.f32) {
-		return fmt.Errorf("purego: %s: dst overlaps x", op)
-	}
 	j := &be.rows
 	j.op, j.dst32, j.x = opIm2Col, d.f32, xt.f32
 	j.t, j.c, j.k, j.stride, j.pad = xt.rows, xt.cols, kernel, stride, pad

@@ -265,35 +265,14 @@ func (be *Backend) FullAttention(dst, q, k, v backend.Tensor, a backend.Attn) er
 	const op = "full attention"
 	be.mu.Lock()
 	defer be.mu.Unlock()
+	d, qt, kt, vt, err := be.ops.FullAttention(dst, q, k, v, a)
+	if err != nil {
+		return err
+	}
 	be.xqFrom = nil // writes activations
-	d, err := be.getOut(op, "dst", dst)
-	if err != nil {
-		return err
-	}
-	qt, err := be.getF32(op, "q", q)
-	if err != nil {
-		return err
-	}
-	kt, err := be.get(op, "k", k)
-	if err != nil {
-		return err
-	}
-	vt, err := be.get(op, "v", v)
-	if err != nil {
-		return err
-	}
-	if err := backend.CheckFullAttention(qt, kt, vt, a); err != nil {
-		return fmt.Errorf("purego: %w", err)
-	}
-	if err := backend.CheckSameShape(op, d, qt); err != nil {
-		return fmt.Errorf("purego: %w", err)
-	}
 	n, m := qt.rows, kt.rows
 	if n == 0 {
 		return nil
-	}
-	if overlap(d.f32, qt.f32) || (kt.dt == tensor.F32 && (overlap(d.f32, kt.f32) || overlap(d.f32, vt.f32))) {
-		return fmt.Errorf("purego: %s: dst overlaps q, k or v", op)
 	}
 	j := &be.fa
 	j.a, j.n, j.m, j.q, j.dst = a, n, m, qt.f32, d.f32

@@ -8,18 +8,6 @@ import (
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
-// getWeight returns x as a live tensor of be that MatMul and GetRows can read rows of.
-func (be *Backend) getWeight(op string, x backend.Tensor) (*tens, error) {
-	t, err := be.get(op, "weights", x)
-	if err != nil {
-		return nil, err
-	}
-	if t.data == nil && t.rows > 0 {
-		return nil, fmt.Errorf("purego: %s: %v weights made by Alloc on a big-endian platform: %w", op, t, backend.ErrUnsupported)
-	}
-	return t, nil
-}
-
 // Work sizes below which an operation runs on the calling goroutine alone: waking workers
 // costs a few microseconds.
 const (
@@ -107,23 +95,15 @@ func (be *Backend) MatMul(dst, x, w backend.Tensor) error {
 	const op = "matmul"
 	be.mu.Lock()
 	defer be.mu.Unlock()
-	xt, err := be.getF32(op, "x", x)
+	d, xt, wt, err := be.ops.MatMul(dst, x, w)
 	if err != nil {
 		return err
 	}
-	wt, err := be.getWeight(op, w)
-	if err != nil {
-		return err
+	if wt.data == nil && wt.rows > 0 {
+		return fmt.Errorf("purego: %s: %v weights made by Alloc on a big-endian platform: %w", op, wt, backend.ErrUnsupported)
 	}
 	if wt.kernErr != nil {
 		return fmt.Errorf("purego: %s: %v weights: %v: %w", op, wt.dt, wt.kernErr, backend.ErrUnsupported)
-	}
-	d, err := be.getOut(op, "dst", dst)
-	if err != nil {
-		return err
-	}
-	if err := backend.CheckMatMul(d, xt, wt); err != nil {
-		return fmt.Errorf("purego: %w", err)
 	}
 	n, m, k := xt.rows, wt.rows, wt.cols
 	if n == 0 || m == 0 {
@@ -138,7 +118,7 @@ func (be *Backend) MatMul(dst, x, w backend.Tensor) error {
 	// converted copy.
 	var xb []byte
 	xRow := wt.vecRow
-	if wt.kern.VecType == tensor.F32 && xt.data != nil && !overlap(xt.f32, d.f32) {
+	if wt.kern.VecType == tensor.F32 && xt.data != nil {
 		xb = xt.data
 	} else {
 		xb = be.xq[:min(len(be.xq), n*xRow)]
@@ -192,26 +172,15 @@ func (be *Backend) GetRows(dst, table backend.Tensor, ids []int32) error {
 	const op = "get rows"
 	be.mu.Lock()
 	defer be.mu.Unlock()
+	d, t, err := be.ops.GetRows(dst, table, ids)
+	if err != nil {
+		return err
+	}
 	be.xqFrom = nil // writes activations
-	t, err := be.get(op, "table", table)
-	if err != nil {
-		return err
-	}
-	d, err := be.getOut(op, "dst", dst)
-	if err != nil {
-		return err
-	}
-	if err := backend.CheckGetRows(d, t, ids); err != nil {
-		return fmt.Errorf("purego: %w", err)
-	}
 	if t.dt == tensor.F32 {
 		// Exact copies; also the path for activation tables on big-endian platforms.
 		for i, id := range ids {
-			src := t.f32[int(id)*t.cols : int(id+1)*t.cols]
-			dr := d.f32[i*t.cols : (i+1)*t.cols]
-			if !same(src, dr) {
-				copy(dr, src)
-			}
+			copy(d.f32[i*t.cols:(i+1)*t.cols], t.f32[int(id)*t.cols:int(id+1)*t.cols])
 		}
 		return nil
 	}

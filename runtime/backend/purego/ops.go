@@ -1,34 +1,20 @@
 package purego
 
 import (
-	"fmt"
 	"math"
 
-	"github.com/parleyhq/parley/internal/vec"
 	"github.com/parleyhq/parley/runtime/backend"
 )
 
 // AddRows: dst[i,:] = a[i,:] + b[i,:], or + b[0,:] when b has one row.
 func (be *Backend) AddRows(dst, a, b backend.Tensor) error {
-	const op = "add rows"
 	be.mu.Lock()
 	defer be.mu.Unlock()
+	d, at, bt, err := be.ops.AddRows(dst, a, b)
+	if err != nil {
+		return err
+	}
 	be.xqFrom = nil // writes activations
-	at, err := be.getF32(op, "a", a)
-	if err != nil {
-		return err
-	}
-	bt, err := be.getF32(op, "b", b)
-	if err != nil {
-		return err
-	}
-	d, err := be.getOut(op, "dst", dst)
-	if err != nil {
-		return err
-	}
-	if err := backend.CheckAddRows(d, at, bt); err != nil {
-		return fmt.Errorf("purego: %w", err)
-	}
 	c := at.cols
 	for i := 0; i < at.rows; i++ {
 		ar, dr := at.f32[i*c:(i+1)*c], d.f32[i*c:(i+1)*c]
@@ -46,26 +32,14 @@ func (be *Backend) AddRows(dst, a, b backend.Tensor) error {
 // RMSNorm: dst[i,:] = x[i,:] / sqrt(mean(x[i,:]²) + eps) * w[0,:]; a w narrower than x normalises
 // groups of its width apart (see backend.Backend). The sum of squares is taken in float64.
 func (be *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) error {
-	const op = "rms norm"
 	be.mu.Lock()
 	defer be.mu.Unlock()
+	d, xt, wt, err := be.ops.RMSNorm(dst, x, w, eps)
+	if err != nil {
+		return err
+	}
 	be.xqFrom = nil // writes activations
-	xt, err := be.getF32(op, "x", x)
-	if err != nil {
-		return err
-	}
-	wt, err := be.getF32(op, "w", w)
-	if err != nil {
-		return err
-	}
-	d, err := be.getOut(op, "dst", dst)
-	if err != nil {
-		return err
-	}
-	if err := backend.CheckRMSNorm(d, xt, wt, eps); err != nil {
-		return fmt.Errorf("purego: %w", err)
-	}
-	c := wt.cols // rows of x are normalised in groups of w's width
+	c := wt.cols    // rows of x are normalised in groups of w's width
 	if xt.cols == 0 {
 		return nil
 	}
@@ -94,74 +68,15 @@ func (be *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) error {
 	return nil
 }
 
-// SwiGLU: dst = gate/(1+exp(-gate)) * up.
-func (be *Backend) SwiGLU(dst, gate, up backend.Tensor) error {
-	be.mu.Lock()
-	defer be.mu.Unlock()
-	g, u, o, err := be.gluOperands("swiglu", dst, gate, up, backend.CheckSwiGLU)
-	if err != nil {
-		return err
-	}
-	for i, v := range g {
-		o[i] = v / (1 + vec.Expf(-v)) * u[i]
-	}
-	return nil
-}
-
-// GeGLU: dst = gelu(gate) * up, gelu as GELU's.
-func (be *Backend) GeGLU(dst, gate, up backend.Tensor) error {
-	be.mu.Lock()
-	defer be.mu.Unlock()
-	g, u, o, err := be.gluOperands("geglu", dst, gate, up, backend.CheckGeGLU)
-	if err != nil {
-		return err
-	}
-	for i, v := range g {
-		w := geluC * v * (1 + geluA*v*v)
-		o[i] = v / (1 + vec.Expf(-2*w)) * u[i]
-	}
-	return nil
-}
-
-// gluOperands checks a gated activation's operands and returns their elements, gate's length
-// each; be.mu is held.
-func (be *Backend) gluOperands(op string, dst, gate, up backend.Tensor, check func(dst, gate, up backend.Tensor) error) (g, u, o []float32, err error) {
-	be.xqFrom = nil // writes activations
-	gt, err := be.getF32(op, "gate", gate)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	ut, err := be.getF32(op, "up", up)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	d, err := be.getOut(op, "dst", dst)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	if err := check(d, gt, ut); err != nil {
-		return nil, nil, nil, fmt.Errorf("purego: %w", err)
-	}
-	return gt.f32, ut.f32[:len(gt.f32)], d.f32[:len(gt.f32)], nil
-}
-
 // Scale: dst = x * s.
 func (be *Backend) Scale(dst, x backend.Tensor, s float32) error {
-	const op = "scale"
 	be.mu.Lock()
 	defer be.mu.Unlock()
+	d, xt, err := be.ops.Scale(dst, x, s)
+	if err != nil {
+		return err
+	}
 	be.xqFrom = nil // writes activations
-	xt, err := be.getF32(op, "x", x)
-	if err != nil {
-		return err
-	}
-	d, err := be.getOut(op, "dst", dst)
-	if err != nil {
-		return err
-	}
-	if err := backend.CheckScale(d, xt, s); err != nil {
-		return fmt.Errorf("purego: %w", err)
-	}
 	o := d.f32[:len(xt.f32)]
 	for i, v := range xt.f32 {
 		o[i] = v * s
@@ -177,17 +92,13 @@ func yarnRamp(r backend.RoPE, k int) float64 {
 
 // Rope rotates x [n, nHead*r.HeadDim] in place. Angles are computed in float64.
 func (be *Backend) Rope(x backend.Tensor, nHead int, r backend.RoPE, b *backend.Batch) error {
-	const op = "rope"
 	be.mu.Lock()
 	defer be.mu.Unlock()
-	be.xqFrom = nil // writes activations
-	xt, err := be.getOut(op, "x", x)
+	xt, err := be.ops.Rope(x, nHead, r, b)
 	if err != nil {
 		return err
 	}
-	if err := backend.CheckRope(xt, nHead, r, b); err != nil {
-		return fmt.Errorf("purego: %w", err)
-	}
+	be.xqFrom = nil // writes activations
 	half, hd := r.Dims/2, r.HeadDim
 	if be.ropeBase != r.Base || be.ropeDims != r.Dims {
 		be.inv = grow(be.inv, half)

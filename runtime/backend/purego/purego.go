@@ -1,4 +1,5 @@
-// Package purego is the pure-Go backend (registered as "go"): it computes on the host without
+// Package purego is the pure-Go backend, registered as "purego" (and still found as "go", its
+// former name, by backend.New and $PARLEY_BACKEND): it computes on the host without
 // cgo, so it is built everywhere, including nocgo builds. Weights are used in place (Load keeps
 // the caller's bytes), activations are float32 slices (F16 ones, for Copy and FullAttention,
 // bytes), and the heavy operations (MatMul, GetRows, Attention, FullAttention and the row-wise
@@ -33,7 +34,10 @@ import (
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
-func init() { backend.Register("go", 1, New) }
+func init() {
+	backend.Register("purego", 1, New)
+	backend.Alias("go", "purego")
+}
 
 // littleEndian reports whether float32 slices can be viewed as the little-endian bytes that
 // quant's kernels read.
@@ -48,9 +52,9 @@ const maxElems = math.MaxInt / 8
 
 // Backend is the pure-Go backend. Its zero value is not usable; call New.
 type Backend struct {
-	mu     sync.Mutex
-	closed bool
-	pool   *pool
+	ops  backend.Operands[*Tensor, *KV] // also says whether the backend is closed (set under mu)
+	mu   sync.Mutex
+	pool *pool
 
 	mm   matmulJob
 	cv   convertJob
@@ -58,6 +62,7 @@ type Backend struct {
 	at   attnJob
 	fa   fullAttnJob
 	rows rowJob
+	fn   funcJob
 	xq   []byte // converted activations [n, VecType row]
 	// xqFrom and xqType say which activations xq holds, converted to which type, so that the
 	// products of one input with several matrices (q, k, v; gate, up) convert it once. Every
@@ -81,27 +86,35 @@ func New(opts backend.Options) (backend.Backend, error) {
 	if n == 0 {
 		n = runtime.NumCPU()
 	}
-	return &Backend{pool: newPool(n)}, nil
+	caps := backend.Capabilities{
+		Weights: backend.DTypes(func(dt tensor.DType) bool { _, err := quant.KernelFor(dt); return dt.Supported() && err == nil }),
+		KV:      backend.SetOf(tensor.F32, tensor.F16, tensor.BF16),
+		Funcs:   funcs,
+	}
+	return &Backend{ops: backend.NewOperands[*Tensor, *KV]("purego", caps), pool: newPool(n)}, nil
 }
 
-// Name returns "go".
-func (be *Backend) Name() string { return "go" }
+// Capabilities says what the backend computes: every weight type package quant has a dot
+// product for, F32, F16 and BF16 caches, and the functions of applyFunc.
+func (be *Backend) Capabilities() backend.Capabilities { return be.ops.Capabilities() }
+
+// Name returns "purego".
+func (be *Backend) Name() string { return "purego" }
 
 // Close stops the workers. Tensors made by be must not be used afterwards.
 func (be *Backend) Close() error {
 	be.mu.Lock()
 	defer be.mu.Unlock()
-	if !be.closed {
-		be.closed = true
+	if be.ops.Close() {
 		be.pool.stop()
 	}
 	return nil
 }
 
-// tens is a tensor of this backend. F32 tensors hold their elements in f32 (a view of the
+// Tensor is a tensor of this backend. F32 tensors hold their elements in f32 (a view of the
 // caller's bytes for loaded ones where the platform allows); every tensor that can be a weight
 // holds its rows in data, rowBytes each.
-type tens struct {
+type Tensor struct {
 	be         *Backend
 	dt         tensor.DType
 	rows, cols int
@@ -109,94 +122,51 @@ type tens struct {
 	data       []byte    // [rows*rowBytes]; nil for F32 tensors on big-endian platforms
 	f32        []float32 // [rows*cols] for F32 tensors
 	readOnly   bool      // loaded: the memory is the caller's
-	parent     *tens     // for views: the tensor whose memory this shares
-	closed     bool
+	root       *Tensor   // for views: the tensor whose memory this shares; nil for others
+	res        backend.Residence
 
 	kern    quant.Kernel // dot product with weights of dt; kernErr when there is none
 	kernErr error
 	vecRow  int // bytes of one activation row converted to kern.VecType
 }
 
-func (t *tens) DType() tensor.DType { return t.dt }
-func (t *tens) Rows() int           { return t.rows }
-func (t *tens) Cols() int           { return t.cols }
+// DType is the tensor's element type.
+func (t *Tensor) DType() tensor.DType { return t.dt }
+
+// Rows is the number of rows.
+func (t *Tensor) Rows() int { return t.rows }
+
+// Cols is the number of elements a row.
+func (t *Tensor) Cols() int { return t.cols }
 
 // Close releases the tensor (a view releases nothing of its parent). Closing twice is a no-op.
-func (t *tens) Close() error {
+func (t *Tensor) Close() error {
 	t.be.mu.Lock()
 	defer t.be.mu.Unlock()
-	t.closed = true
+	t.res.Closed = true
 	t.data, t.f32 = nil, nil
 	return nil
 }
 
-// live reports whether t and every tensor it is a view of are open.
-func (t *tens) live() bool {
-	for p := t; p != nil; p = p.parent {
-		if p.closed {
-			return false
-		}
-	}
-	return true
-}
-
-func (t *tens) String() string { return fmt.Sprintf("%v [%d, %d]", t.dt, t.rows, t.cols) }
+func (t *Tensor) String() string { return fmt.Sprintf("%v [%d, %d]", t.dt, t.rows, t.cols) }
 
 var errClosed = errors.New("purego: backend closed")
 
-// get returns x as a live tensor of be.
-func (be *Backend) get(op, name string, x backend.Tensor) (*tens, error) {
-	t, ok := x.(*tens)
+// Residence is what the shared operand checks read of t (backend.Operands).
+func (t *Tensor) Residence() *backend.Residence { return &t.res }
+
+// reside records t's memory for the operand checks.
+func (t *Tensor) reside() {
+	t.res = backend.Residence{Owner: t.be.ops.Owner, DType: t.dt, ReadOnly: t.readOnly}
 	switch {
-	case be.closed:
-		return nil, errClosed
-	case !ok || t == nil:
-		return nil, fmt.Errorf("purego: %s: %s (%T) was not made by this backend", op, name, x)
-	case t.be != be:
-		return nil, fmt.Errorf("purego: %s: %s was made by another backend", op, name)
-	case !t.live():
-		return nil, fmt.Errorf("purego: %s: %s is closed", op, name)
+	case len(t.f32) > 0:
+		t.res.Addr, t.res.Bytes = uintptr(unsafe.Pointer(&t.f32[0])), 4*len(t.f32)
+	case len(t.data) > 0:
+		t.res.Addr, t.res.Bytes = uintptr(unsafe.Pointer(&t.data[0])), len(t.data)
 	}
-	return t, nil
-}
-
-// getF32 returns x as a live F32 tensor of be.
-func (be *Backend) getF32(op, name string, x backend.Tensor) (*tens, error) {
-	t, err := be.get(op, name, x)
-	if err != nil {
-		return nil, err
+	if t.root != nil {
+		t.res.View = &t.root.res
 	}
-	if t.dt != tensor.F32 {
-		return nil, fmt.Errorf("purego: %s: %s is %v, want F32", op, name, t.dt)
-	}
-	return t, nil
-}
-
-// getOut returns x as a live, writable F32 tensor of be (named name).
-func (be *Backend) getOut(op, name string, x backend.Tensor) (*tens, error) {
-	t, err := be.getF32(op, name, x)
-	if err != nil {
-		return nil, err
-	}
-	if t.readOnly {
-		return nil, fmt.Errorf("purego: %s: %s is loaded (read-only) memory", op, name)
-	}
-	return t, nil
-}
-
-// checkSize validates rows and cols and returns dt.RowSize(cols).
-func checkSize(op string, dt tensor.DType, rows, cols int) (int, error) {
-	if rows < 0 || cols < 0 {
-		return 0, fmt.Errorf("purego: %s: negative shape [%d, %d]", op, rows, cols)
-	}
-	if cols > 0 && rows > maxElems/cols {
-		return 0, fmt.Errorf("purego: %s: [%d, %d] is too large", op, rows, cols)
-	}
-	rs, err := dt.RowSize(int64(cols))
-	if err != nil {
-		return 0, fmt.Errorf("purego: %s: %w", op, err)
-	}
-	return int(rs), nil
 }
 
 // f32View returns the float32 elements stored little-endian in b, without copying where the
@@ -243,7 +213,7 @@ func byteView(f []float32) []byte {
 }
 
 // setKernel resolves t's dot-product kernel.
-func (t *tens) setKernel() {
+func (t *Tensor) setKernel() {
 	t.kern, t.kernErr = quant.KernelFor(t.dt)
 	if t.kernErr == nil {
 		vr, err := t.kern.VecType.RowSize(int64(t.cols))
@@ -255,24 +225,19 @@ func (t *tens) setKernel() {
 func (be *Backend) Load(dt tensor.DType, rows, cols int, data []byte) (backend.Tensor, error) {
 	be.mu.Lock()
 	defer be.mu.Unlock()
-	if be.closed {
+	if be.ops.Closed() {
 		return nil, errClosed
 	}
-	if !dt.Supported() {
-		return nil, fmt.Errorf("purego: load: dtype %v: %w", dt, backend.ErrUnsupported)
-	}
-	rs, err := checkSize("load", dt, rows, cols)
+	_, rs, err := be.ops.Load(dt, rows, cols, data)
 	if err != nil {
 		return nil, err
 	}
-	if len(data) != rows*rs {
-		return nil, fmt.Errorf("purego: load: %v [%d, %d] needs %d bytes, got %d", dt, rows, cols, rows*rs, len(data))
-	}
-	t := &tens{be: be, dt: dt, rows: rows, cols: cols, rowBytes: rs, data: data, readOnly: true}
+	t := &Tensor{be: be, dt: dt, rows: rows, cols: cols, rowBytes: rs, data: data, readOnly: true}
 	if dt == tensor.F32 {
 		t.f32 = f32View(data)
 	}
 	t.setKernel()
+	t.reside()
 	return t, nil
 }
 
@@ -280,17 +245,14 @@ func (be *Backend) Load(dt tensor.DType, rows, cols int, data []byte) (backend.T
 func (be *Backend) Alloc(dt tensor.DType, rows, cols int) (backend.Tensor, error) {
 	be.mu.Lock()
 	defer be.mu.Unlock()
-	if be.closed {
+	if be.ops.Closed() {
 		return nil, errClosed
 	}
-	if dt != tensor.F32 && dt != tensor.F16 {
-		return nil, fmt.Errorf("purego: alloc: dtype %v: activations are F32 or F16", dt)
-	}
-	rs, err := checkSize("alloc", dt, rows, cols)
+	_, rs, err := be.ops.Alloc(dt, rows, cols)
 	if err != nil {
 		return nil, err
 	}
-	t := &tens{be: be, dt: dt, rows: rows, cols: cols, rowBytes: rs}
+	t := &Tensor{be: be, dt: dt, rows: rows, cols: cols, rowBytes: rs}
 	if dt == tensor.F32 {
 		t.f32 = make([]float32, rows*cols)
 		t.data = byteView(t.f32)
@@ -298,6 +260,7 @@ func (be *Backend) Alloc(dt tensor.DType, rows, cols int) (backend.Tensor, error
 		t.data = make([]byte, rows*rs)
 	}
 	t.setKernel()
+	t.reside()
 	return t, nil
 }
 
@@ -305,70 +268,45 @@ func (be *Backend) Alloc(dt tensor.DType, rows, cols int) (backend.Tensor, error
 func (be *Backend) View(x backend.Tensor, row0, rows int) (backend.Tensor, error) {
 	be.mu.Lock()
 	defer be.mu.Unlock()
-	t, err := be.get("view", "t", x)
+	t, err := be.ops.View(x, row0, rows)
 	if err != nil {
 		return nil, err
 	}
-	if err := backend.CheckView(t, row0, rows); err != nil {
-		return nil, fmt.Errorf("purego: %w", err)
-	}
-	v := &tens{be: be, dt: t.dt, rows: rows, cols: t.cols, rowBytes: t.rowBytes, readOnly: t.readOnly, parent: t,
+	v := &Tensor{be: be, dt: t.dt, rows: rows, cols: t.cols, rowBytes: t.rowBytes, readOnly: t.readOnly, root: t,
 		kern: t.kern, kernErr: t.kernErr, vecRow: t.vecRow}
+	if t.root != nil {
+		v.root = t.root
+	}
 	if t.data != nil {
 		v.data = t.data[row0*t.rowBytes : (row0+rows)*t.rowBytes]
 	}
 	if t.f32 != nil {
 		v.f32 = t.f32[row0*t.cols : (row0+rows)*t.cols]
 	}
+	v.reside()
 	return v, nil
 }
 
 // Write copies src into rows row0.. of an F32 tensor.
 func (be *Backend) Write(dst backend.Tensor, row0 int, src []float32) error {
-	const op = "write"
 	be.mu.Lock()
 	defer be.mu.Unlock()
-	t, err := be.getOut(op, "dst", dst)
+	t, err := be.ops.Span("write", "dst", dst, row0, len(src), true)
 	if err != nil {
 		return err
-	}
-	if err := backend.CheckSpan(op, t, row0, len(src)); err != nil {
-		return fmt.Errorf("purego: %w", err)
 	}
 	be.xqFrom = nil
 	copy(t.f32[row0*t.cols:], src)
 	return nil
 }
 
-var _ backend.Argmaxer = (*Backend)(nil)
-
-// Argmax writes into ids[i] the index of the largest value of row row0+i of an F32 tensor
-// (backend.ArgmaxRows), without copying the rows out.
-func (be *Backend) Argmax(logits backend.Tensor, row0 int, ids []int32) error {
-	const op = "argmax"
-	be.mu.Lock()
-	defer be.mu.Unlock()
-	t, err := be.getF32(op, "logits", logits)
-	if err != nil {
-		return err
-	}
-	if err := backend.CheckSpan(op, t, row0, len(ids)*t.cols); err != nil {
-		return fmt.Errorf("purego: %w", err)
-	}
-	return backend.ArgmaxRows(t.f32[row0*t.cols:(row0+len(ids))*t.cols], t.cols, ids)
-}
-
 // Read copies rows row0.. of an F32 tensor into dst.
 func (be *Backend) Read(src backend.Tensor, row0 int, dst []float32) error {
-	const op = "read"
 	be.mu.Lock()
 	defer be.mu.Unlock()
-	t, err := be.getF32(op, "src", src)
+	t, err := be.ops.Span("read", "src", src, row0, len(dst), false)
 	if err != nil {
 		return err
-	}
-	if err := backend.CheckSpan(op, t, row0, len(dst)); err != nil {
-		return fmt.Errorf("purego: %w", err)
 	}
 	copy(dst, t.f32[row0*t.cols:])
 	return nil

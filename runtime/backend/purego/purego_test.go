@@ -18,13 +18,23 @@ func TestConformance(t *testing.T) {
 }
 
 func TestRegistered(t *testing.T) {
-	b, _, err := backend.New("go", backend.Options{})
-	if err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"purego", "go"} { // "go": its former name, still taken
+		b, _, err := backend.New(name, backend.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		if b.Name() != "purego" {
+			t.Fatalf("New(%q).Name() = %q", name, b.Name())
+		}
+		backendtest.AllFuncs(t, b)
 	}
-	defer b.Close()
-	if b.Name() != "go" {
-		t.Fatalf("Name() = %q", b.Name())
+	if got := backend.Choose("go"); got != "purego" {
+		t.Fatalf(`Choose("go") = %q`, got)
+	}
+	t.Setenv(backend.EnvVar, "go")
+	if got := backend.Choose(""); got != "purego" {
+		t.Fatalf(`Choose("") with %s=go: %q`, backend.EnvVar, got)
 	}
 }
 

@@ -16,8 +16,8 @@ import (
 
 // Sum returns a hex SHA-256 over the names and contents of the files bindings/cpu compiles
 // under root (the repository's native directory): every .c and .h file under cpu/, and
-// include/parley.h, in sorted order. Sources of other backends under root (cuda/, their
-// headers) do not count.
+// include/parley.h and include/parley_fn.h, in sorted order. Sources of other backends under
+// root (cuda/, their headers) do not count.
 func Sum(root string) (string, error) {
 	var files []string
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
@@ -32,7 +32,7 @@ func Sum(root string) (string, error) {
 			return err
 		}
 		rel = filepath.ToSlash(rel)
-		if strings.HasPrefix(rel, "cpu/") || rel == "include/parley.h" {
+		if strings.HasPrefix(rel, "cpu/") || rel == "include/parley.h" || rel == "include/parley_fn.h" {
 			files = append(files, p)
 		}
 		return nil

@@ -13,7 +13,8 @@ import (
 )
 
 // Sum returns a hex SHA-256 over the names and contents of native/cuda/*.cu and *.cuh,
-// native/include/parley_cuda.h and CMakeLists.txt under root (the repository), in sorted order.
+// native/include/parley_cuda.h and parley_fn.h, and CMakeLists.txt under root (the repository),
+// in sorted order.
 func Sum(root string) (string, error) {
 	var files []string
 	for _, pat := range []string{"native/cuda/*.cu", "native/cuda/*.cuh"} {
@@ -23,7 +24,8 @@ func Sum(root string) (string, error) {
 		}
 		files = append(files, m...)
 	}
-	files = append(files, filepath.Join(root, "native/include/parley_cuda.h"), filepath.Join(root, "CMakeLists.txt"))
+	files = append(files, filepath.Join(root, "native/include/parley_cuda.h"), filepath.Join(root, "native/include/parley_fn.h"),
+		filepath.Join(root, "CMakeLists.txt"))
 	sort.Strings(files)
 	h := sha256.New()
 	for _, f := range files {
