@@ -152,15 +152,15 @@ func (f *features) scanAudio(stop func() bool) error {
 			break
 		}
 	}
-	f.n, f.nc, f.nFrames, f.top = ms.Samples(), ms.Frames(), audio.MelFrames(ms.Samples()), ms.Max()
-	f.loud = loud.bits
-	kept := min(f.nc, featureRing)
-	audio.ClampMel(f.ring[:kept*nMel], f.top)
+	top := ms.Max()
+	kept := min(ms.Frames(), featureRing)
+	audio.ClampMel(f.ring[:kept*nMel], top)
 	pad := []float32{audio.MelFloor}
-	audio.ClampMel(pad, f.top)
-	f.pad = pad[0]
+	audio.ClampMel(pad, top)
+	// The loop reads what the first pass found once it is over (scanDone), under mu.
 	f.mu.Lock()
-	f.hi = kept
+	f.n, f.nc, f.nFrames, f.top = ms.Samples(), ms.Frames(), audio.MelFrames(ms.Samples()), top
+	f.loud, f.pad, f.hi = loud.bits, pad[0], kept
 	f.mu.Unlock()
 	return nil
 }
@@ -258,7 +258,10 @@ func (f *features) scanDone() (ok bool, n int, loud []uint64, err error) {
 	if f.err != nil {
 		return true, 0, nil, f.err
 	}
-	return f.scanned, f.n, f.loud, nil
+	if !f.scanned {
+		return false, 0, nil, nil
+	}
+	return true, f.n, f.loud, nil
 }
 
 // ready reports whether the window at seek can be read (window), or why it cannot be had,
