@@ -190,8 +190,8 @@ func TestAdmissionBeforeAudio(t *testing.T) {
 }
 
 // TestCancelStopsReading: a transcription whose caller leaves, while its audio is read for the
-// first pass or while its windows are decoded, returns within a window's work, and reads no more
-// than a second of audio after it has returned.
+// first pass or while its windows are decoded, returns within a window's work, reads at most a
+// window (30 s) of audio after the cancellation, and none after it has returned.
 func TestCancelStopsReading(t *testing.T) {
 	e, err := NewWhisper(testModel(t, "tiny.en"), Config{MaxActive: 1})
 	if err != nil {
@@ -220,6 +220,7 @@ func TestCancelStopsReading(t *testing.T) {
 			case <-time.After(time.Millisecond):
 			}
 		}
+		atCancel := src.read.Load()
 		cancel()
 		t0 := time.Now()
 		err := <-errc
@@ -228,6 +229,9 @@ func TestCancelStopsReading(t *testing.T) {
 			t.Errorf("%s: %v, want context.Canceled", c.name, err)
 		}
 		read := src.read.Load()
+		if more := read - atCancel; more > int64(audio.ChunkSamples) {
+			t.Errorf("%s: %.1f s of audio read after the cancellation, more than a window", c.name, float64(more)/SampleRate)
+		}
 		time.Sleep(200 * time.Millisecond)
 		if more := src.read.Load() - read; more > 0 {
 			t.Errorf("%s: %d samples read after the transcription returned", c.name, more)
