@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"mime"
-	"runtime/debug"
 	"strings"
 	"time"
 )
@@ -63,47 +62,33 @@ func Decode(data []byte) ([]float32, Info, error) {
 // DecodeWith decodes an audio file to 16 kHz mono float32: the format is sniffed from the bytes
 // (opt.ContentType only helps where they are ambiguous), channels are averaged and the result
 // is resampled with Resampler. 16-bit PCM maps to float as s16·2⁻¹⁵ exactly, and 16 kHz input
-// is not resampled, so a 16 kHz mono PCM16 WAV yields exactly what whisper.cpp reads.
-func DecodeWith(data []byte, opt Options) (samples []float32, info Info, err error) {
-	maxDur := opt.MaxDuration
-	if maxDur == 0 {
-		maxDur = DefaultMaxDuration
-	}
-	if maxDur < 0 {
-		return nil, Info{}, fmt.Errorf("audio: negative duration limit %v", maxDur)
-	}
-	f, body, err := detect(data, opt.ContentType)
+// is not resampled, so a 16 kHz mono PCM16 WAV yields exactly what whisper.cpp reads. It is
+// NewDecoder read to the end: the same samples, in one slice.
+func DecodeWith(data []byte, opt Options) ([]float32, Info, error) {
+	d, err := NewDecoder(data, opt)
 	if err != nil {
 		return nil, Info{}, err
 	}
-	lim := limits{maxDur: maxDur, inputBytes: len(data)}
-	defer func() {
-		// Third-party codecs are fed untrusted bytes; a panic in one is a malformed stream.
-		if p := recover(); p != nil {
-			if panicHook != nil {
-				panicHook(p, debug.Stack())
-			}
-			samples, info = nil, Info{}
-			err = fmt.Errorf("audio: %s decoder failed: %v: %w", f, p, ErrCorrupt)
+	// The output is sized from the header only where the input's size proves it (PCM);
+	// otherwise the first allocation is capped at 4 samples per input byte, and the output grows
+	// as decoding proves more.
+	var out []float32
+	if d.declared > 0 {
+		n := d.rs.OutLen(d.declared)
+		if !d.confirmed {
+			n = min(n, 4*int64(len(data)))
 		}
-	}()
-	switch f {
-	case FormatWAV:
-		return decodeWAV(body, lim)
-	case FormatFLAC:
-		return decodeFLAC(body, lim)
-	case FormatMP3:
-		return decodeMP3(body, lim)
-	case FormatVorbis:
-		return decodeVorbis(body, lim)
-	case FormatOpus:
-		return decodeOpus(body, lim)
+		out = make([]float32, 0, n)
 	}
-	return nil, Info{}, fmt.Errorf("audio: format %q: %w", f, ErrUnsupported)
+	out, err = d.readAll(out)
+	if err != nil {
+		return nil, Info{}, err
+	}
+	return out, d.Info(), nil
 }
 
-// panicHook, when set, sees each panic DecodeWith turns into ErrCorrupt, with its stack, so
-// that tests can tell a codec's panic from one in this package.
+// panicHook, when set, sees each panic a decoder turns into ErrCorrupt, with its stack, so that
+// tests can tell a codec's panic from one in this package.
 var panicHook func(p any, stack []byte)
 
 // limits is what every decoder checks before it grows its output.
@@ -117,72 +102,6 @@ func (l limits) maxFrames(rate int) int64 {
 	sec := int64(l.maxDur / time.Second)
 	ns := int64(l.maxDur % time.Second)
 	return sec*int64(rate) + ns*int64(rate)/int64(time.Second)
-}
-
-// sink collects mono samples at the input rate, enforces the duration limit and resamples to
-// SampleRate as it goes, so the full-rate signal is never held at once.
-type sink struct {
-	rate      int
-	maxFrames int64
-	frames    int64
-	rs        *Resampler
-	out       []float32
-}
-
-// newSink starts the output for a stream at rate. declared, when positive, is the frame count
-// the stream's header announces: more than the limit fails at once. It sizes the output only
-// when confirmed (the input's size proves it, as for PCM); otherwise the first allocation is
-// capped at 4 samples per input byte, and the output grows as decoding proves more.
-func newSink(rate int, lim limits, declared int64, confirmed bool) (*sink, error) {
-	if rate < MinRate || rate > MaxRate {
-		return nil, fmt.Errorf("audio: sample rate %d Hz outside [%d, %d]: %w", rate, MinRate, MaxRate, ErrUnsupported)
-	}
-	rs, err := NewResampler(rate, SampleRate)
-	if err != nil {
-		return nil, err
-	}
-	s := &sink{rate: rate, maxFrames: lim.maxFrames(rate), rs: rs}
-	if declared > s.maxFrames {
-		return nil, s.tooLong(declared)
-	}
-	if declared > 0 {
-		n := rs.OutLen(declared)
-		if !confirmed {
-			n = min(n, 4*int64(lim.inputBytes))
-		}
-		s.out = make([]float32, 0, n)
-	}
-	return s, nil
-}
-
-func (s *sink) tooLong(frames int64) error {
-	return fmt.Errorf("audio: %v of audio (at least) exceeds the limit of %v: %w",
-		samplesDuration(frames, s.rate).Round(time.Millisecond), samplesDuration(s.maxFrames, s.rate).Round(time.Millisecond), ErrTooLong)
-}
-
-// check reports whether n more frames fit.
-func (s *sink) check(n int) error {
-	if s.frames+int64(n) > s.maxFrames {
-		return s.tooLong(s.frames + int64(n))
-	}
-	return nil
-}
-
-func (s *sink) push(mono []float32) error {
-	if err := s.check(len(mono)); err != nil {
-		return err
-	}
-	s.frames += int64(len(mono))
-	s.out = s.rs.Process(s.out, mono)
-	return nil
-}
-
-func (s *sink) finish(info *Info) []float32 {
-	s.out = s.rs.Flush(s.out)
-	info.SampleRate = s.rate
-	info.Frames = s.frames
-	info.Duration = samplesDuration(s.frames, s.rate)
-	return s.out
 }
 
 // samplesDuration is n samples at rate as a Duration, rounded to the nanosecond.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +32,7 @@ func panicSite(stack []byte) string {
 
 // fuzzSeeds are small valid files of every format: WAV variants and FLAC always, MP3, Vorbis
 // and Opus when their encoders are installed.
-func fuzzSeeds(f *testing.F) [][]byte {
+func fuzzSeeds(f testing.TB) [][]byte {
 	rng := rand.New(rand.NewPCG(1, 2))
 	var seeds [][]byte
 	for _, s := range []wavSpec{
@@ -110,6 +111,44 @@ func FuzzDecode(f *testing.F) {
 			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 				t.Fatalf("sample %d is %v (%+v)", i, v, info)
 			}
+		}
+	})
+}
+
+// FuzzDecoderStream: a Decoder read in blocks of any size fails where DecodeWith fails, with an
+// error of the same kind, and otherwise reads exactly DecodeWith's samples.
+func FuzzDecoderStream(f *testing.F) {
+	for _, s := range fuzzSeeds(f) {
+		f.Add(s, uint16(1000))
+	}
+	f.Add([]byte("RIFF\x24\x00\x00\x00WAVEfmt \x10\x00\x00\x00"), uint16(1))
+	panicHook = func(p any, stack []byte) {
+		if site := panicSite(stack); strings.HasPrefix(site, "github.com/parleyhq/parley/") {
+			panic(p)
+		}
+	}
+	defer func() { panicHook = nil }()
+	opt := Options{MaxDuration: 20 * time.Second}
+	kind := func(err error) error {
+		for _, k := range []error{ErrUnsupported, ErrCorrupt, ErrTooLong} {
+			if errors.Is(err, k) {
+				return k
+			}
+		}
+		return err
+	}
+	f.Fuzz(func(t *testing.T, data []byte, size uint16) {
+		want, _, werr := DecodeWith(data, opt)
+		d, err := NewDecoder(data, opt)
+		var got []float32
+		if err == nil {
+			got, err = readStream(d, int(size%8192)+1, 1)
+		}
+		if kind(err) != kind(werr) {
+			t.Fatalf("stream: %v; DecodeWith: %v", err, werr)
+		}
+		if err == nil && !slices.Equal(got, want) {
+			t.Fatalf("stream: %d samples, DecodeWith %d, not equal", len(got), len(want))
 		}
 	})
 }

@@ -171,21 +171,30 @@ func LogMel(samples []float32, f MelFilters, threads int) (mel []float32, nFrame
 			}
 		}
 	}
-	// Clamp and scale as whisper.cpp does: the maximum and the arithmetic are double, the
-	// stored values float.
-	floor := float64(top) - melRange
-	floor32 := float64(float32(floor))
 	parallelRows(f.NMel, workers, func(j0, j1 int) {
-		row := mel[j0*nFrames : j1*nFrames]
-		for i, v := range row {
-			x := float64(v)
-			if x < floor {
-				x = floor32
-			}
-			row[i] = float32((x + 4) / 4)
-		}
+		ClampMel(mel[j0*nFrames:j1*nFrames], top)
 	})
 	return mel, nFrames, nil
+}
+
+// MelFloor is the value of a silent frame's every bin before ClampMel: log10 of the power floor.
+// LogMel's frames that lie entirely in the silence appended to the audio hold it.
+const MelFloor = logFloorValue
+
+// ClampMel is LogMel's last step, applied to log10 mel energies in place: values below top − 8,
+// top being the maximum over the whole spectrogram, are raised to it, then every value x becomes
+// (x + 4) / 4. As in whisper.cpp, the maximum and the arithmetic are double, the stored values
+// float.
+func ClampMel(mel []float32, top float32) {
+	floor := float64(top) - melRange
+	floor32 := float64(float32(floor))
+	for i, v := range mel {
+		x := float64(v)
+		if x < floor {
+			x = floor32
+		}
+		mel[i] = float32((x + 4) / 4)
+	}
 }
 
 // parallelRows calls fn over [0, n) split into at most workers contiguous ranges.
@@ -208,49 +217,67 @@ func melFrames(mel []float32, nFrames int, samples []float32, sf *sparseFilters,
 	if i0 >= i1 {
 		return top
 	}
-	const half = FrameLength / 2
-	z := make([]complex128, half)
-	tmp := make([]complex128, half)
-	pow := make([]float64, FreqBins)
-	n := len(samples)
+	sc := newMelScratch()
 	for i := i0; i < i1; i++ {
-		o := i*HopLength - padReflect // index into samples of the frame's first sample
-		if o >= 0 && o+FrameLength <= n {
-			x := samples[o : o+FrameLength]
-			for j := range z {
-				z[j] = complex(sh.hann[2*j]*float64(x[2*j]), sh.hann[2*j+1]*float64(x[2*j+1]))
-			}
-		} else {
-			for j := range z {
-				z[j] = complex(sh.hann[2*j]*paddedSample(samples, o+2*j), sh.hann[2*j+1]*paddedSample(samples, o+2*j+1))
-			}
-		}
-		sh.fft.power(pow, z, tmp)
-		for j := 0; j < sf.nMel; j++ {
-			w := sf.w[j]
-			p := pow[sf.lo[j] : sf.lo[j]+len(w)]
-			sum := 0.0
-			for k, c := range w {
-				sum += p[k] * c
-			}
-			v := float32(math.Log10(max(sum, logFloor)))
-			mel[j*nFrames+i] = v
-			top = max(top, v)
-		}
+		top = max(top, sc.frame(mel[i:], nFrames, samples, 0, len(samples), i, sf, sh))
 	}
 	return top
 }
 
-// paddedSample is sample t of the audio after reflect padding: t < 0 mirrors samples[-t]
-// (samples[1..200] reversed in front), t ≥ len(samples) is silence.
-func paddedSample(samples []float32, t int) float64 {
+// melScratch is one goroutine's work space for melScratch.frame.
+type melScratch struct {
+	z, tmp []complex128
+	pow    []float64
+}
+
+func newMelScratch() *melScratch {
+	const half = FrameLength / 2
+	return &melScratch{z: make([]complex128, half), tmp: make([]complex128, half), pow: make([]float64, FreqBins)}
+}
+
+// frame writes the log10 mel energies of frame i, bin j at out[j*stride], and returns their
+// maximum as stored (float32). buf holds samples [off, off+len(buf)) of audio of n samples: all
+// that the frame reads of it (its 400 samples from i·160 − 200 on, and samples[1..200] reflected
+// in front of the audio for the first frames).
+func (sc *melScratch) frame(out []float32, stride int, buf []float32, off, n, i int, sf *sparseFilters, sh *melShared) float32 {
+	top := float32(math.Inf(-1))
+	z, tmp, pow := sc.z, sc.tmp, sc.pow
+	o := i*HopLength - padReflect // index into the audio of the frame's first sample
+	if o >= 0 && o+FrameLength <= n {
+		x := buf[o-off : o-off+FrameLength]
+		for j := range z {
+			z[j] = complex(sh.hann[2*j]*float64(x[2*j]), sh.hann[2*j+1]*float64(x[2*j+1]))
+		}
+	} else {
+		for j := range z {
+			z[j] = complex(sh.hann[2*j]*paddedSample(buf, off, n, o+2*j), sh.hann[2*j+1]*paddedSample(buf, off, n, o+2*j+1))
+		}
+	}
+	sh.fft.power(pow, z, tmp)
+	for j := 0; j < sf.nMel; j++ {
+		w := sf.w[j]
+		p := pow[sf.lo[j] : sf.lo[j]+len(w)]
+		sum := 0.0
+		for k, c := range w {
+			sum += p[k] * c
+		}
+		v := float32(math.Log10(max(sum, logFloor)))
+		out[j*stride] = v
+		top = max(top, v)
+	}
+	return top
+}
+
+// paddedSample is sample t of the audio after reflect padding: t < 0 mirrors sample −t (samples
+// 1..200 reversed in front), t ≥ n is silence. buf holds samples [off, off+len(buf)) of the n.
+func paddedSample(buf []float32, off, n, t int) float64 {
 	if t < 0 {
 		t = -t
 	}
-	if t >= len(samples) {
+	if t >= n {
 		return 0
 	}
-	return float64(samples[t])
+	return float64(buf[t-off])
 }
 
 // MelWindow copies frames [offset, offset+width) of mel ([nMel, nFrames]) into dst, resized to

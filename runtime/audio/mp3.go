@@ -10,14 +10,14 @@ import (
 	"github.com/hajimehoshi/go-mp3"
 )
 
-// decodeMP3 reads MPEG-1/2 layer III with github.com/hajimehoshi/go-mp3, which always yields
+// openMP3 reads MPEG-1/2 layer III with github.com/hajimehoshi/go-mp3, which always yields
 // 16-bit stereo (mono duplicated). A LAME/Xing info frame's gapless fields, when present, trim
-// the encoder delay and padding.
-func decodeMP3(data []byte, lim limits) ([]float32, Info, error) {
+// the encoder delay and padding, and its frame count states the duration.
+func openMP3(data []byte) (opened, error) {
 	if n := len(data); n >= 128 && string(data[n-128:n-125]) == "TAG" {
 		data = data[:n-128] // ID3v1
 	}
-	info := Info{Format: FormatMP3, Codec: "mp3", Channels: 2}
+	info := Info{Codec: "mp3", Channels: 2}
 	var gap gapless
 	if off, h, ok := firstMPEGFrame(data); ok {
 		info.Channels = h.channels
@@ -26,50 +26,58 @@ func decodeMP3(data []byte, lim limits) ([]float32, Info, error) {
 	// A reader without Seek keeps go-mp3 from scanning the whole input up front.
 	d, err := mp3.NewDecoder(struct{ io.Reader }{bytes.NewReader(data)})
 	if err != nil {
-		return nil, Info{}, fmt.Errorf("audio: mp3: %v: %w", err, ErrCorrupt)
+		return opened{}, fmt.Errorf("audio: mp3: %v: %w", err, ErrCorrupt)
 	}
-	rate := d.SampleRate()
-	s, err := newSink(rate, lim, 0, false)
-	if err != nil {
-		return nil, Info{}, err
+	b := &mp3Blocks{d: d, skip: gap.skip, keep: gap.total, buf: make([]byte, 4*4096), mono: make([]float32, 4096)}
+	if b.keep <= 0 {
+		b.keep = -1
 	}
-	skip, keep := gap.skip, gap.total
-	if keep <= 0 {
-		keep = -1
+	return opened{info: info, rate: d.SampleRate(), declared: max(gap.total, 0), src: b}, nil
+}
+
+// mp3Blocks reads an MP3 stream 4096 samples at a time, dropping skip samples first and keeping
+// keep (all when negative).
+type mp3Blocks struct {
+	d          *mp3.Decoder
+	skip, keep int64
+	frames     int64 // kept so far, for errors
+	buf        []byte
+	mono       []float32
+}
+
+func (m *mp3Blocks) next() ([]float32, error) {
+	if m.keep == 0 {
+		return nil, io.EOF
 	}
-	buf := make([]byte, 4*4096)
-	mono := make([]float32, 4096)
-	for keep != 0 {
-		n, err := io.ReadFull(d, buf)
-		n /= 4
-		frames := mono[:n]
-		for i := range frames {
-			l := int16(binary.LittleEndian.Uint16(buf[4*i:]))
-			r := int16(binary.LittleEndian.Uint16(buf[4*i+2:]))
-			frames[i] = float32(int32(l)+int32(r)) * (1.0 / 65536)
-		}
-		if skip > 0 {
-			k := int(min(skip, int64(len(frames))))
-			frames = frames[k:]
-			skip -= int64(k)
-		}
-		if keep >= 0 && int64(len(frames)) > keep {
-			frames = frames[:keep]
-		}
-		if keep > 0 {
-			keep -= int64(len(frames))
-		}
-		if err := s.push(frames); err != nil {
-			return nil, Info{}, err
-		}
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			break
-		}
-		if err != nil {
-			return nil, Info{}, fmt.Errorf("audio: mp3: after %d samples: %v: %w", s.frames, err, ErrCorrupt)
-		}
+	n, err := io.ReadFull(m.d, m.buf)
+	n /= 4
+	frames := m.mono[:n]
+	for i := range frames {
+		l := int16(binary.LittleEndian.Uint16(m.buf[4*i:]))
+		r := int16(binary.LittleEndian.Uint16(m.buf[4*i+2:]))
+		frames[i] = float32(int32(l)+int32(r)) * (1.0 / 65536)
 	}
-	return s.finish(&info), info, nil
+	if m.skip > 0 {
+		k := int(min(m.skip, int64(len(frames))))
+		frames = frames[k:]
+		m.skip -= int64(k)
+	}
+	if m.keep >= 0 && int64(len(frames)) > m.keep {
+		frames = frames[:m.keep]
+	}
+	if m.keep > 0 {
+		m.keep -= int64(len(frames))
+	}
+	m.frames += int64(len(frames))
+	switch {
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return frames, io.EOF
+	case err != nil:
+		return frames, fmt.Errorf("audio: mp3: after %d samples: %v: %w", m.frames, err, ErrCorrupt)
+	case m.keep == 0:
+		return frames, io.EOF
+	}
+	return frames, nil
 }
 
 // firstMPEGFrame finds the first layer III frame header in the first 64 KiB.

@@ -2,6 +2,7 @@ package audio
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -12,42 +13,47 @@ import (
 	"github.com/pion/opus/pkg/oggreader"
 )
 
-// decodeVorbis reads Ogg Vorbis with github.com/jfreymuth/oggvorbis (first logical stream).
-func decodeVorbis(data []byte, lim limits) ([]float32, Info, error) {
+// openVorbis reads Ogg Vorbis with github.com/jfreymuth/oggvorbis (first logical stream). The
+// duration is the last page's granule position, which the reader finds at the end of the input.
+func openVorbis(data []byte) (opened, error) {
 	r, err := oggvorbis.NewReader(bytes.NewReader(data))
 	if err != nil {
-		return nil, Info{}, fmt.Errorf("audio: vorbis: %v: %w", err, ErrCorrupt)
+		return opened{}, fmt.Errorf("audio: vorbis: %v: %w", err, ErrCorrupt)
 	}
-	ch, rate := r.Channels(), r.SampleRate()
+	ch := r.Channels()
 	if ch < 1 {
-		return nil, Info{}, fmt.Errorf("audio: vorbis: %d channels: %w", ch, ErrCorrupt)
-	}
-	info := Info{Format: FormatVorbis, Codec: "vorbis", Channels: ch}
-	// Length is the last page's granule position.
-	s, err := newSink(rate, lim, max(r.Length(), 0), false)
-	if err != nil {
-		return nil, Info{}, err
+		return opened{}, fmt.Errorf("audio: vorbis: %d channels: %w", ch, ErrCorrupt)
 	}
 	const chunk = 4096
-	buf := make([]float32, chunk*ch)
-	mono := make([]float32, chunk)
-	for {
-		n, err := r.Read(buf)
-		n /= ch
-		if n > 0 {
-			mixFloat(mono[:n], buf[:n*ch], ch)
-			if err := s.push(mono[:n]); err != nil {
-				return nil, Info{}, err
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, Info{}, fmt.Errorf("audio: vorbis: after %d samples: %v: %w", s.frames, err, ErrCorrupt)
-		}
+	return opened{
+		info:     Info{Codec: "vorbis", Channels: ch},
+		rate:     r.SampleRate(),
+		declared: max(r.Length(), 0),
+		src:      &vorbisBlocks{r: r, ch: ch, buf: make([]float32, chunk*ch), mono: make([]float32, chunk)},
+	}, nil
+}
+
+// vorbisBlocks reads a Vorbis stream up to 4096 samples at a time.
+type vorbisBlocks struct {
+	r      *oggvorbis.Reader
+	ch     int
+	frames int64 // decoded so far, for errors
+	buf    []float32
+	mono   []float32
+}
+
+func (v *vorbisBlocks) next() ([]float32, error) {
+	n, err := v.r.Read(v.buf)
+	n /= v.ch
+	mixFloat(v.mono[:n], v.buf[:n*v.ch], v.ch)
+	v.frames += int64(n)
+	switch {
+	case errors.Is(err, io.EOF):
+		return v.mono[:n], io.EOF
+	case err != nil:
+		return v.mono[:n], fmt.Errorf("audio: vorbis: after %d samples: %v: %w", v.frames, err, ErrCorrupt)
 	}
-	return s.finish(&info), info, nil
+	return v.mono[:n], nil
 }
 
 // mixFloat averages interleaved float channels into dst.
@@ -65,40 +71,80 @@ func mixFloat(dst, src []float32, ch int) {
 	}
 }
 
-// decodeOpus reads Ogg Opus (RFC 7845, mono or stereo) with github.com/pion/opus, decoding
+// opusRatio is the 48 kHz of granule positions over the 16 kHz Opus is decoded at.
+const opusRatio = 48000 / SampleRate
+
+// openOpus reads Ogg Opus (RFC 7845, mono or stereo) with github.com/pion/opus, decoding
 // straight to 16 kHz. The pre-skip is dropped, the end is trimmed to the last granule position
-// and the header's output gain is applied.
-func decodeOpus(data []byte, lim limits) ([]float32, Info, error) {
+// and the header's output gain is applied. The duration the header states is the granule
+// position of the input's last page.
+func openOpus(data []byte) (opened, error) {
 	or, hdr, err := oggreader.NewWith(bytes.NewReader(data))
 	if err != nil {
-		return nil, Info{}, fmt.Errorf("audio: opus: %v: %w", err, ErrCorrupt)
+		return opened{}, fmt.Errorf("audio: opus: %v: %w", err, ErrCorrupt)
 	}
 	ch := int(hdr.Channels)
 	if ch < 1 || ch > 2 || hdr.ChannelMap != 0 {
-		return nil, Info{}, fmt.Errorf("audio: opus: %d channels, mapping family %d (only mono and stereo streams decode): %w", ch, hdr.ChannelMap, ErrUnsupported)
+		return opened{}, fmt.Errorf("audio: opus: %d channels, mapping family %d (only mono and stereo streams decode): %w", ch, hdr.ChannelMap, ErrUnsupported)
 	}
 	dec, err := opus.NewDecoderWithOutput(SampleRate, ch)
 	if err != nil {
-		return nil, Info{}, fmt.Errorf("audio: opus: %v: %w", err, ErrUnsupported)
+		return opened{}, fmt.Errorf("audio: opus: %v: %w", err, ErrUnsupported)
 	}
-	info := Info{Format: FormatOpus, Codec: "opus", Channels: ch}
-	s, err := newSink(SampleRate, lim, 0, false)
+	b := &opusBlocks{end: -1, data: data, or: or, dec: dec, ch: ch, preSkip: int64(hdr.PreSkip), skip: int64(hdr.PreSkip) / opusRatio,
+		gain: float32(math.Pow(10, float64(int16(hdr.OutputGain))/(20*256))),
+		buf:  make([]float32, 5760*ch), // 120 ms, the longest packet, at 48 kHz
+		mono: make([]float32, 5760)}
+	o := opened{info: Info{Codec: "opus", Channels: ch, SampleRate: 48000}, rate: SampleRate, src: b}
+	if g, ok := lastOggGranule(data); ok {
+		if n48 := g - int64(hdr.PreSkip); n48 > 0 {
+			o.declared = (n48 + opusRatio - 1) / opusRatio
+			o.info.Frames, o.info.Duration = n48, samplesDuration(n48, 48000)
+		}
+	}
+	o.finish = func(info *Info, _, out int64) {
+		info.SampleRate = 48000
+		info.Frames = out * opusRatio
+		if b.end >= 0 && out == b.end {
+			info.Frames = b.n48
+		}
+		info.Duration = samplesDuration(info.Frames, 48000)
+	}
+	return o, nil
+}
+
+// opusBlocks reads an Opus stream a packet at a time. Before the first packet it reads the
+// stream's packets through to the end without decoding them, as the decoding will, for the last
+// granule position: the output is trimmed to it (end samples; the rest of the last packet is
+// padding), which a stream read once could only do by holding its output back.
+type opusBlocks struct {
+	data     []byte
+	or       *oggreader.OggReader
+	dec      opus.Decoder
+	ch       int
+	preSkip  int64
+	skip     int64
+	gain     float32
+	frames   int64 // decoded so far, for errors
+	scanned  bool
+	end, n48 int64 // samples at 16 kHz the last granule position keeps (-1: all), and at 48 kHz
+	first    bool  // the first packet is yet to come
+	buf      []float32
+	mono     []float32
+}
+
+// scan finds the last granule position as the decoding loop will see it.
+func (o *opusBlocks) scan() {
+	o.scanned, o.first, o.end = true, true, -1
+	or, _, err := oggreader.NewWith(bytes.NewReader(o.data))
 	if err != nil {
-		return nil, Info{}, err
+		return
 	}
-	const ratio = 48000 / SampleRate // granule positions count 48 kHz samples
-	skip := int64(hdr.PreSkip) / ratio
-	gain := float32(math.Pow(10, float64(int16(hdr.OutputGain))/(20*256)))
-	buf := make([]float32, 5760*ch) // 120 ms, the longest packet, at 48 kHz
-	mono := make([]float32, 5760)
 	var granule int64 = -1
 	for first := true; ; first = false {
 		pkt, ph, err := or.ParseNextPacket()
-		if errors.Is(err, io.EOF) {
-			break
-		}
 		if err != nil {
-			return nil, Info{}, fmt.Errorf("audio: opus: after %d samples: %v: %w", s.frames, err, ErrCorrupt)
+			break // the end, or an error the decoding meets at the same packet
 		}
 		if first && bytes.HasPrefix(pkt, []byte("OpusTags")) {
 			continue
@@ -106,41 +152,83 @@ func decodeOpus(data []byte, lim limits) ([]float32, Info, error) {
 		if ph != nil && ph.GranulePosition != math.MaxUint64 {
 			granule = int64(min(ph.GranulePosition, math.MaxInt64))
 		}
-		n, err := dec.DecodeToFloat32(pkt, buf)
-		if err != nil {
-			return nil, Info{}, fmt.Errorf("audio: opus: packet after %d samples: %v: %w", s.frames, err, ErrCorrupt)
-		}
-		if n < 0 || n > len(mono) {
-			return nil, Info{}, fmt.Errorf("audio: opus: packet of %d samples: %w", n, ErrCorrupt)
-		}
-		mixFloat(mono[:n], buf[:n*ch], ch)
-		out := mono[:n]
-		if skip > 0 {
-			d := int(min(skip, int64(n)))
-			out = out[d:]
-			skip -= int64(d)
-		}
-		if gain != 1 {
-			for i := range out {
-				out[i] *= gain
-			}
-		}
-		if err := s.push(out); err != nil {
-			return nil, Info{}, err
-		}
 	}
-	samples := s.finish(&info)
-	info.Frames = int64(len(samples)) * ratio
 	if granule >= 0 {
 		// The last granule position counts 48 kHz samples including the pre-skip; the 16 kHz
 		// output keeps ceil(n/3) of n, as a resampler would.
-		n48 := granule - int64(hdr.PreSkip)
-		if end := (n48 + ratio - 1) / ratio; n48 >= 0 && end <= int64(len(samples)) {
-			samples = samples[:end]
-			info.Frames = n48
+		if n48 := granule - o.preSkip; n48 >= 0 {
+			o.n48, o.end = n48, (n48+opusRatio-1)/opusRatio
 		}
 	}
-	info.SampleRate = 48000
-	info.Duration = samplesDuration(info.Frames, 48000)
-	return samples, info, nil
+}
+
+func (o *opusBlocks) endAt() int64 { return o.end }
+
+func (o *opusBlocks) next() ([]float32, error) {
+	if !o.scanned {
+		o.scan()
+	}
+	for {
+		pkt, _, err := o.or.ParseNextPacket()
+		if errors.Is(err, io.EOF) {
+			return nil, io.EOF
+		}
+		if err != nil {
+			return nil, fmt.Errorf("audio: opus: after %d samples: %v: %w", o.frames, err, ErrCorrupt)
+		}
+		first := o.first
+		o.first = false
+		if first && bytes.HasPrefix(pkt, []byte("OpusTags")) {
+			continue
+		}
+		n, err := o.dec.DecodeToFloat32(pkt, o.buf)
+		if err != nil {
+			return nil, fmt.Errorf("audio: opus: packet after %d samples: %v: %w", o.frames, err, ErrCorrupt)
+		}
+		if n < 0 || n > len(o.mono) {
+			return nil, fmt.Errorf("audio: opus: packet of %d samples: %w", n, ErrCorrupt)
+		}
+		mixFloat(o.mono[:n], o.buf[:n*o.ch], o.ch)
+		out := o.mono[:n]
+		if o.skip > 0 {
+			d := int(min(o.skip, int64(n)))
+			out = out[d:]
+			o.skip -= int64(d)
+		}
+		if o.gain != 1 {
+			for i := range out {
+				out[i] *= o.gain
+			}
+		}
+		o.frames += int64(len(out))
+		return out, nil
+	}
+}
+
+// lastOggGranule is the granule position of the last complete page in data (looked for in the
+// last 64 KiB and the longest page before them), ok false when there is none with a position.
+func lastOggGranule(data []byte) (int64, bool) {
+	const maxPage = 27 + 255 + 255*255
+	lo := max(0, len(data)-(64<<10)-maxPage)
+	for at := len(data) - 27; at >= lo; at-- {
+		at = bytes.LastIndex(data[lo:at+4], []byte("OggS"))
+		if at < 0 {
+			return 0, false
+		}
+		at += lo
+		h := data[at:]
+		if len(h) < 27 || h[4] != 0 || len(h) < 27+int(h[26]) {
+			continue
+		}
+		size := 27 + int(h[26])
+		for _, s := range h[27 : 27+int(h[26])] {
+			size += int(s)
+		}
+		g := binary.LittleEndian.Uint64(h[6:14])
+		if size > len(h) || g == math.MaxUint64 {
+			continue
+		}
+		return int64(min(g, math.MaxInt64)), true
+	}
+	return 0, false
 }

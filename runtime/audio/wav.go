@@ -3,6 +3,7 @@ package audio
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
 )
 
@@ -47,13 +48,13 @@ type pcmLayout struct {
 // frameBytes is the size of one frame (one sample per channel).
 func (p pcmLayout) frameBytes() int { return p.width * p.channels }
 
-// decodeWAV reads RIFF (little-endian), RIFX (big-endian) and RF64/BW64 (64-bit sizes) WAVE
+// openWAV reads RIFF (little-endian), RIFX (big-endian) and RF64/BW64 (64-bit sizes) WAVE
 // files. Chunks may come in any order; unknown chunks are skipped. A data chunk whose size is
 // 0xffffffff, or 0 in a file whose RIFF size is unset too (a writer that could not seek back),
 // runs to the end of the input.
-func decodeWAV(data []byte, lim limits) ([]float32, Info, error) {
+func openWAV(data []byte) (opened, error) {
 	if len(data) < 12 {
-		return nil, Info{}, fmt.Errorf("audio: wav: %d-byte header: %w", len(data), ErrCorrupt)
+		return opened{}, fmt.Errorf("audio: wav: %d-byte header: %w", len(data), ErrCorrupt)
 	}
 	var order binary.ByteOrder = binary.LittleEndian
 	form := string(data[:4])
@@ -73,7 +74,7 @@ func decodeWAV(data []byte, lim limits) ([]float32, Info, error) {
 		switch {
 		case rf64 && id == "ds64":
 			if size < 28 || size > rest {
-				return nil, Info{}, fmt.Errorf("audio: wav: ds64 chunk of %d bytes, %d present: %w", size, rest, ErrCorrupt)
+				return opened{}, fmt.Errorf("audio: wav: ds64 chunk of %d bytes, %d present: %w", size, rest, ErrCorrupt)
 			}
 			ds64Data = binary.LittleEndian.Uint64(data[off+8 : off+16])
 			haveDS64 = true
@@ -81,19 +82,19 @@ func decodeWAV(data []byte, lim limits) ([]float32, Info, error) {
 			switch {
 			case rf64 && size == 0xffffffff:
 				if !haveDS64 {
-					return nil, Info{}, fmt.Errorf("audio: wav: %s data size deferred to a missing ds64 chunk: %w", form, ErrCorrupt)
+					return opened{}, fmt.Errorf("audio: wav: %s data size deferred to a missing ds64 chunk: %w", form, ErrCorrupt)
 				}
 				size = ds64Data
 			case size == 0xffffffff, size == 0 && rest > 0 && (riffSize == 0 || riffSize == 0xffffffff):
 				size = rest
 			}
 			if size > rest {
-				return nil, Info{}, fmt.Errorf("audio: wav: data chunk declares %d bytes, %d present: %w", size, rest, ErrCorrupt)
+				return opened{}, fmt.Errorf("audio: wav: data chunk declares %d bytes, %d present: %w", size, rest, ErrCorrupt)
 			}
 			body = data[off : off+int(size)]
 		case id == "fmt " && fmtBody == nil:
 			if size > rest {
-				return nil, Info{}, fmt.Errorf("audio: wav: fmt chunk declares %d bytes, %d present: %w", size, rest, ErrCorrupt)
+				return opened{}, fmt.Errorf("audio: wav: fmt chunk declares %d bytes, %d present: %w", size, rest, ErrCorrupt)
 			}
 			fmtBody = data[off : off+int(size)]
 		}
@@ -101,37 +102,51 @@ func decodeWAV(data []byte, lim limits) ([]float32, Info, error) {
 			break
 		}
 		if size > rest {
-			return nil, Info{}, fmt.Errorf("audio: wav: %q chunk declares %d bytes, %d present: %w", id, size, rest, ErrCorrupt)
+			return opened{}, fmt.Errorf("audio: wav: %q chunk declares %d bytes, %d present: %w", id, size, rest, ErrCorrupt)
 		}
 		off += int(size + size&1)
 	}
 	if fmtBody == nil {
-		return nil, Info{}, fmt.Errorf("audio: wav: no fmt chunk: %w", ErrCorrupt)
+		return opened{}, fmt.Errorf("audio: wav: no fmt chunk: %w", ErrCorrupt)
 	}
 	if body == nil {
-		return nil, Info{}, fmt.Errorf("audio: wav: no data chunk: %w", ErrCorrupt)
+		return opened{}, fmt.Errorf("audio: wav: no data chunk: %w", ErrCorrupt)
 	}
 	layout, rate, bits, err := parseWaveFormat(fmtBody, order)
 	if err != nil {
-		return nil, Info{}, err
+		return opened{}, err
 	}
-	info := Info{Format: FormatWAV, Channels: layout.channels, BitsPerSample: bits, Codec: layout.codec()}
 	fb := layout.frameBytes()
 	frames := len(body) / fb // a partial last frame is dropped
-	s, err := newSink(rate, lim, int64(frames), true)
-	if err != nil {
-		return nil, Info{}, err
+	// A block resamples to at most 2¹⁶ samples (fewer input frames at rates under 16 kHz).
+	chunk := max(1, min(1<<16, (1<<16)*rate/SampleRate))
+	return opened{
+		info:     Info{Channels: layout.channels, BitsPerSample: bits, Codec: layout.codec()},
+		rate:     rate,
+		declared: int64(frames), confirmed: true,
+		src: &pcmBlocks{layout: layout, body: body[:frames*fb], mono: make([]float32, min(frames, chunk))},
+	}, nil
+}
+
+// pcmBlocks reads a WAV's data chunk in blocks of len(mono) frames.
+type pcmBlocks struct {
+	layout pcmLayout
+	body   []byte // whole frames not yet read
+	mono   []float32
+}
+
+func (p *pcmBlocks) next() ([]float32, error) {
+	fb := p.layout.frameBytes()
+	n := min(len(p.mono), len(p.body)/fb)
+	if n == 0 {
+		return nil, io.EOF
 	}
-	const chunk = 1 << 16
-	mono := make([]float32, min(frames, chunk))
-	for i := 0; i < frames; i += chunk {
-		n := min(chunk, frames-i)
-		layout.mix(mono[:n], body[i*fb:(i+n)*fb])
-		if err := s.push(mono[:n]); err != nil {
-			return nil, Info{}, err
-		}
+	p.layout.mix(p.mono[:n], p.body[:n*fb])
+	p.body = p.body[n*fb:]
+	if len(p.body) == 0 {
+		return p.mono[:n], io.EOF
 	}
-	return s.finish(&info), info, nil
+	return p.mono[:n], nil
 }
 
 // parseWaveFormat reads a fmt chunk: WAVEFORMAT(EX) or WAVEFORMATEXTENSIBLE.

@@ -168,30 +168,33 @@ func (s *Server) audio(w http.ResponseWriter, r *http.Request, translate bool) {
 	if s.cfg.RequestTimeout > 0 {
 		p.Timeout = s.cfg.RequestTimeout
 	}
-	samples, _, err := audio.DecodeWith(req.file, audio.Options{MaxDuration: s.cfg.MaxAudioDuration, ContentType: req.fileType})
+	// The header alone is read here (format, and the duration where it states it); the
+	// recogniser decodes the file as it transcribes it, once the transcription has its place in
+	// the queue: a full queue is answered before any audio is decoded.
+	file, err := audio.NewFile(req.file, audio.Options{MaxDuration: s.cfg.MaxAudioDuration, ContentType: req.fileType})
 	if err != nil {
 		writeError(w, decodeError(err, s.cfg.MaxAudioDuration))
 		return
 	}
-	res := &asr.Result{Segments: []asr.Segment{}, Language: p.Language}
-	if len(samples) > 0 {
-		t0 := time.Now()
-		res, err = m.Recognizer.Transcribe(r.Context(), samples, p, nil)
-		s.metrics.asrTime.WithLabelValues(m.Name, kind).Observe(time.Since(t0).Seconds())
-		if err != nil {
-			if e := transcribeError(err); e != nil {
-				writeError(w, e)
-			} else {
-				ri.log.Error("transcription failed", "model", m.Name, "err", err)
-				writeError(w, internalError())
-			}
-			return
+	t0 := time.Now()
+	res, err := m.Recognizer.TranscribeSource(r.Context(), file, p, nil)
+	s.metrics.asrTime.WithLabelValues(m.Name, kind).Observe(time.Since(t0).Seconds())
+	if err != nil {
+		switch e := transcribeError(err); {
+		case errors.Is(err, audio.ErrUnsupported) || errors.Is(err, audio.ErrCorrupt) || errors.Is(err, audio.ErrTooLong):
+			writeError(w, decodeError(err, s.cfg.MaxAudioDuration))
+		case e != nil:
+			writeError(w, e)
+		default:
+			ri.log.Error("transcription failed", "model", m.Name, "err", err)
+			writeError(w, internalError())
 		}
+		return
 	}
 	s.metrics.audioSec.WithLabelValues(m.Name, kind).Add(res.Duration)
 	if res.Language == "" {
-		// The recogniser names the language of all audio it is given, detecting it also where it
-		// decodes nothing; audio of no samples is not given to it, and the decoder's language
+		// The recogniser names the language of all audio it decodes, detecting it also where it
+		// decodes no window; of audio of no samples it names none, and the decoder's language
 		// would have been English, as it is for English-only models (whisper.cpp's default).
 		res.Language = "en"
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -17,6 +18,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mewkiz/flac"
+	"github.com/mewkiz/flac/frame"
+	"github.com/mewkiz/flac/meta"
 
 	"github.com/parleyhq/parley/internal/sharedtest"
 	"github.com/parleyhq/parley/runtime/audio"
@@ -592,4 +597,115 @@ func TestTranscriptionStalledUpload(t *testing.T) {
 	if resp.StatusCode != http.StatusRequestTimeout {
 		t.Fatalf("stalled upload: %d %s", resp.StatusCode, b)
 	}
+}
+
+// squareFLAC is sec seconds of a 16 kHz square wave at about 2 Hz and -30 dBFS, as FLAC: one
+// constant subframe per 4096-sample frame, some 12 bytes, so that two hours are a 340 kB upload.
+func squareFLAC(t testing.TB, sec int) []byte {
+	t.Helper()
+	const block = 4096
+	n := sec * 16000
+	var buf bytes.Buffer
+	enc, err := flac.NewEncoder(&buf, &meta.StreamInfo{BlockSizeMin: 16, BlockSizeMax: block, SampleRate: 16000,
+		NChannels: 1, BitsPerSample: 16, NSamples: uint64(n)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc.EnablePredictionAnalysis(false)
+	levels := [2][]int32{make([]int32, block), make([]int32, block)}
+	for i := range block {
+		levels[0][i], levels[1][i] = 1000, -1000
+	}
+	for k, off := 0, 0; off < n; k, off = k+1, off+block {
+		bs := min(block, n-off)
+		fr := &frame.Frame{Header: frame.Header{HasFixedBlockSize: true, BlockSize: uint16(bs), SampleRate: 16000,
+			Channels: frame.ChannelsMono, BitsPerSample: 16},
+			Subframes: []*frame.Subframe{{SubHeader: frame.SubHeader{Pred: frame.PredConstant}, Samples: levels[k%2][:bs], NSamples: bs}}}
+		if err := enc.WriteFrame(fr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := enc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestTranscriptionAdmission: with the recogniser's one place taken by a two-hour transcription,
+// another two-hour upload is answered 429 within 100 ms of being sent (its audio is not decoded
+// first: the server reads the header only, and the recogniser takes the request's place in its
+// queue before it decodes); and the first, its client gone, leaves the recogniser idle.
+func TestTranscriptionAdmission(t *testing.T) {
+	path := sharedtest.WhisperRandomModel(t, "tiny.en")
+	be, _, err := backend.New(backend.Choose(""), backend.Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	m, err := whisper.Open(be, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	eng, err := asr.NewWhisper(m, asr.Config{MaxActive: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	p := asrParams()
+	s, err := New(Config{SpeechModels: []*SpeechModel{{Name: "whisper-tiny", Recognizer: eng, Params: &p}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetReady(true)
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	url := srv.URL + "/v1/audio/transcriptions"
+	ct, body := form(squareFLAC(t, 2*3600), "audio/flac", field{"model", "whisper-tiny"})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader(body))
+		req.Header.Set("Content-Type", ct)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			err = fmt.Errorf("status %d", resp.StatusCode)
+		}
+		first <- err
+	}()
+	for deadline := time.Now().Add(30 * time.Second); eng.Stats().Active == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first transcription was not admitted within 30 s")
+		}
+	}
+	var worst time.Duration
+	for range 5 {
+		t0 := time.Now()
+		code, b, h := post(t, url, ct, body)
+		took := time.Since(t0)
+		t.Logf("refused in %v", took)
+		worst = max(worst, took)
+		if code != http.StatusTooManyRequests || !strings.Contains(string(b), "queue_full") || h.Get("Retry-After") == "" {
+			t.Fatalf("a second two-hour upload: %d %s after %v, want 429", code, b, took)
+		}
+	}
+	t.Logf("%d-byte uploads refused in %v at worst", len(body), worst)
+	if worst > 100*time.Millisecond {
+		t.Errorf("a full queue answered a two-hour upload after %v, want within 100 ms", worst)
+	}
+	cancel()
+	if err := <-first; !errors.Is(err, context.Canceled) {
+		t.Errorf("the first upload: %v, want its own cancellation", err)
+	}
+	t0 := time.Now()
+	for eng.Stats().Active != 0 {
+		if time.Since(t0) > 10*time.Second {
+			t.Fatalf("the recogniser is still busy %v after its client left: %+v", time.Since(t0), eng.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Logf("the recogniser was idle %v after the client left", time.Since(t0))
 }

@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/parleyhq/parley/internal/sharedtest"
-	"github.com/parleyhq/parley/runtime/audio"
 	"github.com/parleyhq/parley/runtime/backend"
 	_ "github.com/parleyhq/parley/runtime/backend/all"
 	"github.com/parleyhq/parley/runtime/kvcache"
@@ -43,7 +42,8 @@ func newForcer(t *testing.T, e *Whisper, samples []float32, p Params) *forcer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, _ := audio.MelWindow(nil, j.mel, j.nMel, j.nFr, 0, whisper.WindowFrames)
+	w := make([]float32, e.m.Mels*whisper.WindowFrames)
+	j.feat.window(w, 0)
 	if err := enc.Encode(w, cross, nil); err != nil {
 		t.Fatal(err)
 	}

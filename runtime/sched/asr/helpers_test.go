@@ -2,6 +2,7 @@ package asr
 
 import (
 	"context"
+	"errors"
 	"os"
 	"testing"
 
@@ -48,4 +49,33 @@ func newJob(ctx context.Context, p Params) *job {
 	j := &job{p: p, lang: -1}
 	j.start(ctx)
 	return j
+}
+
+// prepare sets j up over samples as submit and the first pass of its features do, in the
+// caller's goroutine and before j is queued: a recording of up to 60 s then has all of its
+// features, and its transcription can be stepped by hand with no goroutine computing them.
+func (e *Whisper) prepare(j *job, samples []float32) error {
+	if err := e.setup(j); err != nil {
+		return err
+	}
+	j.feat = e.newFeatures(audio.Samples(samples))
+	j.feat.scan(func() bool { return false })
+	ok, n, loud, err := j.feat.scanDone()
+	if !ok {
+		return errors.New("asr: the first pass over the audio did not end")
+	}
+	e.plan(j, n, loud, err)
+	return err
+}
+
+// gateSilence turns the silence gate on for j over samples, its audio (as plan does with what
+// the first pass found).
+func (j *job) gateSilence(samples []float32) {
+	var l loudHops
+	l.add(samples)
+	j.loud = l.bits
+	if j.loud == nil {
+		j.loud = []uint64{}
+	}
+	j.skipSilence()
 }

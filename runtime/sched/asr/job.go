@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/parleyhq/parley/internal/vec"
-	"github.com/parleyhq/parley/runtime/audio"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/decode"
 	"github.com/parleyhq/parley/runtime/kvcache"
@@ -38,6 +37,7 @@ const (
 	phPrompt              // feeding the window's prompt
 	phDecode              // stepping the hypotheses
 	phDone
+	phScan // waiting for the first pass over the audio (features.scan)
 )
 
 // hyp is one decoder of a window: a beam, or one of best-of samples.
@@ -80,14 +80,12 @@ func (e *Whisper) newHyp() *hyp {
 type job struct {
 	request
 	p    Params
-	mel  []float32 // [Mels, nFrames]
-	nMel int
-	nFr  int // frames of mel (audio plus 30 s of padding)
+	feat *features
 
 	nSamples int // of the audio
-	// loud[i] is how many of the audio's first i hops (10 ms, a mel frame's step) hold a sample
-	// at silenceLevel or above: [hops+1]; nil, no silence gate.
-	loud []int32
+	// loud has bit h set where hop h (10 ms, a mel frame's step) of the audio holds a sample at
+	// silenceLevel or above (loudHops); nil, no silence gate.
+	loud []uint64
 
 	seek, seekEnd int
 	encSince      uint64 // the step since which the window at seek waits for its encoder
@@ -338,32 +336,13 @@ func (e *Whisper) endWindow(j *job) {
 	j.skipSilence()
 }
 
-// gateSilence turns the silence gate on for j: it records where samples, the audio, are loud
-// (job.loud) and skips the silent windows from seek on (skipSilence).
-func (j *job) gateSilence(samples []float32) {
-	hops := (len(samples) + audio.HopLength - 1) / audio.HopLength
-	j.loud = make([]int32, hops+1)
-	for i := range hops {
-		n := j.loud[i]
-		for _, v := range samples[i*audio.HopLength : min((i+1)*audio.HopLength, len(samples))] {
-			if v >= silenceLevel || v <= -silenceLevel {
-				n++
-				break
-			}
-		}
-		j.loud[i+1] = n
-	}
-	j.skipSilence()
-}
-
 // skipSilence moves seek past each window from it on that is silent (silenceLevel) up to its
 // end or the end of the audio's content, whichever comes first, as if the window had been
 // decoded to no text, and ends j when no window is left to decode.
 func (j *job) skipSilence() {
 	for j.loud != nil && j.seek+deltaMin < j.seekEnd {
 		end := min(j.seek+whisper.WindowFrames, j.seekEnd)
-		a, b := min(j.seek, len(j.loud)-1), min(end, len(j.loud)-1)
-		if j.loud[b] > j.loud[a] {
+		if anyLoud(j.loud, j.seek, end) {
 			break
 		}
 		j.seek = end

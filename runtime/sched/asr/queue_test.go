@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parleyhq/parley/runtime/audio"
 	"github.com/parleyhq/parley/runtime/models/whisper"
 )
 
@@ -64,7 +65,7 @@ func TestQueueBound(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if _, err := e.submit(ctx, samples, p, nil, false); !errors.Is(err, ErrQueueFull) {
+	if _, err := e.submit(ctx, audio.Samples(samples), p, nil, false); !errors.Is(err, ErrQueueFull) {
 		t.Errorf("a third request with one running and one waiting: %v, want ErrQueueFull", err)
 	}
 	if st := e.Stats(); st.Queued != 1 {

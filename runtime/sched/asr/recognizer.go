@@ -27,6 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/parleyhq/parley/runtime/audio"
 	"github.com/parleyhq/parley/runtime/sched"
 )
 
@@ -49,6 +50,13 @@ type Transcriber interface {
 // and the command line use of any family. Whisper is one.
 type Recognizer interface {
 	Transcriber
+	// TranscribeSource transcribes the recording src reads (an upload as an audio.File). The
+	// transcription takes its place in the queue, or fails with ErrQueueFull, before src is
+	// opened; once admitted it reads src as it goes, holding a bounded stretch of it whatever the
+	// recording's length, and stops within a stretch when ctx ends. A recording of no samples is
+	// an empty transcription. Errors reading src are returned as they are (audio.ErrCorrupt,
+	// audio.ErrTooLong...). onSegment is as Transcribe's.
+	TranscribeSource(ctx context.Context, src audio.Source, p Params, onSegment func(Segment)) (*Result, error)
 	// DetectLanguage returns the probability of every language the model knows for the start of
 	// samples. A model that cannot tell answers an error wrapping ErrBadRequest.
 	DetectLanguage(ctx context.Context, samples []float32) ([]LangProb, error)
@@ -134,6 +142,7 @@ func checkAudio(samples []float32) error {
 type request struct {
 	ctx      context.Context
 	done     chan struct{}
+	begin    chan struct{} // closed when the loop admits it to run (not when it ends it queued)
 	err      error
 	admitted atomic.Bool // taken from the queue by the loop
 	counted  bool        // counted in the queue's inFlight
@@ -141,7 +150,13 @@ type request struct {
 
 // start readies r for a caller whose context is ctx.
 func (r *request) start(ctx context.Context) {
-	r.ctx, r.done = ctx, make(chan struct{})
+	r.ctx, r.done, r.begin = ctx, make(chan struct{}), make(chan struct{})
+}
+
+// run marks r admitted to run: its caller may start the work it does itself (reading audio).
+func (r *request) run() {
+	r.admitted.Store(true)
+	close(r.begin)
 }
 
 func (r *request) base() *request { return r }
@@ -188,12 +203,17 @@ func (q *queue[J]) enqueue(j J) error {
 	return ErrClosed
 }
 
-// submit queues j and waits for its end: its error, or ctx's when ctx ends while j is still
-// queued (the loop discards it when it gets there).
+// submit queues j and waits for its end (wait).
 func (q *queue[J]) submit(ctx context.Context, j J) error {
 	if err := q.enqueue(j); err != nil {
 		return err
 	}
+	return q.wait(ctx, j)
+}
+
+// wait waits for the end of j, queued: its error, or ctx's when ctx ends while j is still queued
+// (the loop discards it when it gets there).
+func (q *queue[J]) wait(ctx context.Context, j J) error {
 	r := j.base()
 	select {
 	case <-r.done:

@@ -161,8 +161,22 @@ func (e *Whisper) Close() error {
 }
 
 // Transcribe transcribes 16 kHz mono samples. onSegment, if not nil, is called (from the
-// recogniser's goroutine; it must not block) with each segment as it is finished.
+// recogniser's goroutine; it must not block) with each segment as it is finished. It is
+// TranscribeSource over the samples, refused at once when they hold no recording (checkAudio).
 func (e *Whisper) Transcribe(ctx context.Context, samples []float32, p Params, onSegment func(Segment)) (*Result, error) {
+	if err := checkAudio(samples); err != nil {
+		return nil, err
+	}
+	return e.TranscribeSource(ctx, audio.Samples(samples), p, onSegment)
+}
+
+// TranscribeSource transcribes the recording src reads. The transcription takes its place in the
+// queue, or fails with ErrQueueFull, before src is opened; once admitted, its features are
+// computed in this goroutine as its windows need them (src is read twice: see features), holding
+// two windows of log-mel whatever the recording's length, and checking ctx between seconds of
+// audio. A recording of no samples is an empty transcription. Errors reading src are returned
+// as they are (audio.ErrCorrupt, audio.ErrTooLong...).
+func (e *Whisper) TranscribeSource(ctx context.Context, src audio.Source, p Params, onSegment func(Segment)) (*Result, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
@@ -171,44 +185,42 @@ func (e *Whisper) Transcribe(ctx context.Context, samples []float32, p Params, o
 		ctx, cancel = context.WithTimeout(ctx, p.Timeout)
 		defer cancel()
 	}
-	j, err := e.submit(ctx, samples, p, onSegment, false)
+	j, err := e.submit(ctx, src, p, onSegment, false)
 	if err != nil {
 		return nil, err
 	}
-	return newResult(len(samples), j.segments, j.langCode), nil
+	return newResult(j.nSamples, j.segments, j.langCode), nil
 }
 
-// submit queues a job and waits for it.
-func (e *Whisper) submit(ctx context.Context, samples []float32, p Params, onSegment func(Segment), detect bool) (*job, error) {
+// submit queues a job over src, computes its features once it is admitted, and waits for its end.
+func (e *Whisper) submit(ctx context.Context, src audio.Source, p Params, onSegment func(Segment), detect bool) (*job, error) {
 	if detect {
 		p.Language = ""
 	}
-	if err := checkAudio(samples); err != nil {
-		return nil, err
-	}
-	j := &job{p: p, onSegment: onSegment, lang: -1, detectOnly: detect}
+	j := &job{p: p, onSegment: onSegment, lang: -1, detectOnly: detect, ph: phScan}
 	j.start(ctx)
-	if err := e.prepare(j, samples); err != nil {
+	if err := e.setup(j); err != nil {
 		return nil, err
 	}
-	if detect && j.ph == phDone {
-		return nil, fmt.Errorf("whisper: %w: audio too short to detect its language", ErrBadRequest)
+	j.feat = e.newFeatures(src)
+	// A transcription waiting for its features leaves the loop idle: its caller's leaving must
+	// wake it to end the transcription.
+	defer context.AfterFunc(ctx, e.q.loop.Wake)()
+	if err := e.q.enqueue(j); err != nil {
+		return nil, err
 	}
-	if err := e.q.submit(ctx, j); err != nil {
+	j.feat.run(ctx, j.begin, j.done)
+	if err := e.q.wait(ctx, j); err != nil {
 		return nil, err
 	}
 	return j, nil
 }
 
-// prepare computes the features and the fixed parts of the prompt in the caller's goroutine.
-func (e *Whisper) prepare(j *job, samples []float32) error {
+// setup checks the request's parameters against the model and computes the fixed parts of the
+// prompt, before the transcription is queued.
+func (e *Whisper) setup(j *job) error {
 	m := e.m
-	mel, nFr, err := whisper.LogMel(samples, m, e.cfg.MelThreads)
-	if err != nil {
-		return err
-	}
-	j.mel, j.nMel, j.nFr, j.nSamples = mel, m.Mels, nFr, len(samples)
-	j.seekEnd = max(0, audio.MelContentFrames(len(samples))) // whisper.cpp's n_len
+	var err error
 	j.temps = decode.Temperatures(j.temps[:0], j.p.Temperature, j.p.TemperatureInc)
 	if j.lang, j.langCode, err = e.resolveLanguage(j.p.Language); err != nil {
 		return err
@@ -223,19 +235,43 @@ func (e *Whisper) prepare(j *job, samples []float32) error {
 		}
 		j.promptPast = append(j.promptPast, pt...)
 	}
+	return nil
+}
+
+// plan sets j up once the first pass over its audio is over: the end of its windows, the
+// silence gate, and whether any window is to be decoded.
+func (e *Whisper) plan(j *job, n int, loud []uint64, err error) {
+	if err != nil {
+		j.err, j.ph = err, phDone
+		return
+	}
+	j.nSamples = n
+	j.seekEnd = max(0, audio.MelContentFrames(n)) // whisper.cpp's n_len
+	j.ph = phEncode
+	if n == 0 {
+		j.ph = phDone
+		return
+	}
 	if j.seekEnd < deltaMin {
 		j.ph = phDone
 	}
-	if !j.detectOnly {
-		j.gateSilence(samples)
+	if j.detectOnly {
+		if j.ph == phDone {
+			j.err = fmt.Errorf("whisper: %w: audio too short to detect its language", ErrBadRequest)
+		}
+		return
 	}
+	j.loud = loud
+	if j.loud == nil {
+		j.loud = []uint64{} // nothing loud: the gate is on all the same
+	}
+	j.skipSilence()
 	// A transcription that decodes no window (silent, or too short) still names its language,
 	// as OpenAI's always does: a multilingual model detects it on the first window (padded as
 	// every window is), and decodes nothing.
-	if j.ph == phDone && j.lang < 0 && m.Multilingual() && !j.detectOnly && len(samples) > 0 {
+	if j.ph == phDone && j.lang < 0 && e.m.Multilingual() {
 		j.seek, j.ph, j.langOnly = 0, phEncode, true
 	}
-	return nil
 }
 
 // ResolveLanguage checks a requested language against the model. "" or "auto" means detect it
@@ -298,7 +334,7 @@ func (w *whisperWork) Abort(j *job) {
 }
 
 func (e *Whisper) admit(j *job) {
-	j.admitted.Store(true)
+	j.run()
 	j.encSince = e.steps
 	if j.ph == phDone || j.ctx.Err() != nil {
 		e.finish(j, nil)
@@ -389,12 +425,23 @@ func (e *Whisper) stepAll() (seqs, tokens int, busy bool) {
 	if len(e.active) == 0 {
 		return 0, 0, false
 	}
-	e.encodeSome()
+	// A step that finds every transcription waiting for its features does nothing, and says so:
+	// the loop then waits for a Wake (features.publish, or a caller leaving).
+	busy = false
+	for _, j := range e.active {
+		if j.ph == phScan {
+			if ok, n, loud, err := j.feat.scanDone(); ok {
+				e.plan(j, n, loud, err)
+				busy = true
+			}
+		}
+	}
+	busy = e.encodeSome() || busy
 	e.bb.Reset()
 	e.toks, e.outRows, e.cross, e.owners = e.toks[:0], e.outRows[:0], e.cross[:0], e.owners[:0]
 	e.picks, e.choices, e.chK = e.picks[:0], e.choices[:0], 1
 	for _, j := range e.active {
-		if j.ph == phDone || j.ph == phEncode {
+		if j.ph == phDone || j.ph == phEncode || j.ph == phScan {
 			continue
 		}
 		for _, h := range j.hyps[:j.nHyp] {
@@ -443,9 +490,10 @@ func (e *Whisper) stepAll() (seqs, tokens int, busy bool) {
 		for _, j := range e.active {
 			if j.ph == phDecode {
 				e.endWindow(j)
+				busy = true
 			}
 		}
-		return 0, 0, true
+		return 0, 0, busy || e.decoding()
 	}
 	lg := e.logits[:len(e.outRows)*e.m.NVocab]
 	np := len(e.picks)
@@ -499,31 +547,42 @@ func (e *Whisper) row(h *hyp) []float32 {
 // waits for one stage instead of a whole window's encoder (a tiny window costs about as much as
 // thirty eight-sequence decoder steps on a CPU; a stage, a sixth of that). A completed call sets
 // each of its transcriptions up to decode its window.
-func (e *Whisper) encodeSome() {
+func (e *Whisper) encodeSome() (worked bool) {
 	if len(e.encJobs) > 0 && !slices.ContainsFunc(e.encJobs, func(j *job) bool { return j != nil }) {
 		e.encJobs, e.encOuts = e.encJobs[:0], e.encOuts[:0] // all of its transcriptions ended
 	}
-	if len(e.encJobs) == 0 && !e.beginEncode() {
-		return
+	if len(e.encJobs) == 0 {
+		began, failed := e.beginEncode()
+		if !began {
+			return failed
+		}
 	}
 	for {
 		done, err := e.enc.Next()
 		if err != nil || done {
 			e.endEncode(err)
-			return
+			return true
 		}
 		if e.decoding() {
-			return
+			return true
 		}
 	}
 }
 
-// beginEncode begins an encoder call (see encodeSome) and reports whether it did.
-func (e *Whisper) beginEncode() bool {
+// beginEncode begins an encoder call (see encodeSome) over the windows whose features are
+// computed, and reports whether it did, and whether it ended transcriptions whose windows could
+// not be had.
+func (e *Whisper) beginEncode() (began, failed bool) {
 	for len(e.encJobs) < e.cfg.EncodeBatch {
 		var j *job
 		for _, c := range e.active {
 			if c.ph == phEncode && !c.encPicked && (j == nil || c.encSince < j.encSince) {
+				if ok, err := c.feat.ready(c.seek); err != nil {
+					c.err, c.ph, failed = err, phDone, true
+					continue
+				} else if !ok {
+					continue
+				}
 				j = c
 			}
 		}
@@ -532,20 +591,20 @@ func (e *Whisper) beginEncode() bool {
 		}
 		j.encPicked = true
 		if err := e.window(j, e.encMels[len(e.encJobs)]); err != nil {
-			j.err, j.ph = err, phDone
+			j.err, j.ph, failed = err, phDone, true
 			continue
 		}
 		e.encJobs = append(e.encJobs, j)
 		e.encOuts = append(e.encOuts, j.cross)
 	}
 	if len(e.encJobs) == 0 {
-		return false
+		return false, failed
 	}
 	if err := e.enc.Begin(e.encMels[:len(e.encJobs)], e.encOuts); err != nil {
 		e.endEncode(err)
-		return false
+		return false, true
 	}
-	return true
+	return true, failed
 }
 
 // endEncode ends the encoder call in progress: its transcriptions (those still running) fail
@@ -590,8 +649,8 @@ func (e *Whisper) window(j *job, mel []float32) error {
 			j.cross = c
 		}
 	}
-	_, err := audio.MelWindow(mel, j.mel, j.nMel, j.nFr, j.seek, whisper.WindowFrames)
-	return err
+	j.feat.window(mel, j.seek)
+	return nil
 }
 
 // encoded sets j up to decode the window just encoded: language detection first when it is
@@ -676,7 +735,10 @@ func (e *Whisper) DetectLanguage(ctx context.Context, samples []float32) ([]Lang
 	if !e.m.Multilingual() {
 		return nil, fmt.Errorf("whisper: %w: this model is English-only", ErrBadRequest)
 	}
-	j, err := e.submit(ctx, samples, DefaultParams(), nil, true)
+	if err := checkAudio(samples); err != nil {
+		return nil, err
+	}
+	j, err := e.submit(ctx, audio.Samples(samples), DefaultParams(), nil, true)
 	if err != nil {
 		return nil, err
 	}
