@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/parleyhq/parley/runtime/audio"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/decode"
 	"github.com/parleyhq/parley/runtime/models/parakeet"
@@ -159,6 +161,69 @@ func (e *Parakeet) Close() error {
 // called (from the recogniser's goroutine; it must not block) with the segment when it is
 // finished.
 func (e *Parakeet) Transcribe(ctx context.Context, samples []float32, p Params, onSegment func(Segment)) (*Result, error) {
+	if err := e.q.reserve(); err != nil {
+		return nil, err
+	}
+	return e.transcribe(ctx, samples, p, onSegment)
+}
+
+// TranscribeSource transcribes the recording src reads. The transcription takes its place among
+// those in flight, or fails with ErrQueueFull, before src is opened. The encoder takes a clip
+// whole, so src is read into memory (checking ctx between seconds of audio) before the
+// transcription is queued.
+func (e *Parakeet) TranscribeSource(ctx context.Context, src audio.Source, p Params, onSegment func(Segment)) (*Result, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if err := e.q.reserve(); err != nil {
+		return nil, err
+	}
+	samples, err := readSource(ctx, src)
+	if err != nil {
+		e.q.release()
+		return nil, err
+	}
+	if len(samples) == 0 {
+		e.q.release()
+		return newResult(0, nil, ""), nil
+	}
+	return e.transcribe(ctx, samples, p, onSegment)
+}
+
+// readSource reads all of src, checking ctx after every second of audio.
+func readSource(ctx context.Context, src audio.Source) ([]float32, error) {
+	st, err := src.Open()
+	if err != nil {
+		return nil, err
+	}
+	if c, ok := st.(io.Closer); ok {
+		defer c.Close()
+	}
+	var out []float32
+	buf := make([]float32, SampleRate)
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		n, err := st.Read(buf)
+		out = append(out, buf[:n]...)
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// transcribe is Transcribe in a place reserve took, which it uses or gives back.
+func (e *Parakeet) transcribe(ctx context.Context, samples []float32, p Params, onSegment func(Segment)) (res *Result, err error) {
+	queued := false
+	defer func() {
+		if !queued {
+			e.q.release()
+		}
+	}()
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
@@ -189,7 +254,11 @@ func (e *Parakeet) Transcribe(ctx context.Context, samples []float32, p Params, 
 		j.melRows = len(j.mel) / h.NMels
 		j.frames = parakeet.EncoderFrames(j.melRows)
 	}
-	if err := e.q.submit(ctx, j); err != nil {
+	queued = true // enqueueReserved gives the place back if it cannot queue j
+	if err := e.q.enqueueReserved(j); err != nil {
+		return nil, err
+	}
+	if err := e.q.wait(ctx, j); err != nil {
 		return nil, err
 	}
 	return newResult(len(samples), j.segs, lang), nil

@@ -185,3 +185,59 @@ func TestParakeetRequests(t *testing.T) {
 		t.Error("IsSpecial: the blank is special, piece 1 is text")
 	}
 }
+
+// blockingSource is a recording whose Open waits for release, counting its opens.
+type blockingSource struct {
+	opened  chan struct{}
+	release chan struct{}
+	opens   int32
+	mu      sync.Mutex
+}
+
+func (s *blockingSource) Open() (audio.Stream, error) {
+	s.mu.Lock()
+	s.opens++
+	s.mu.Unlock()
+	s.opened <- struct{}{}
+	<-s.release
+	return audio.Samples(make([]float32, 16000)).Open()
+}
+
+// TestParakeetSourceAdmission: a Parakeet transcription of a source takes its place among those
+// in flight before the source is opened, so a full recogniser refuses the next one without
+// reading its audio, and gives the place back when it ends.
+func TestParakeetSourceAdmission(t *testing.T) {
+	f, _ := openParakeet(t)
+	be := backendsUnderTest(t)[0]
+	m, err := parakeet.Load(f, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	eng, err := asr.NewParakeet(m, asr.Config{MaxActive: 1}) // one in flight, none waiting
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	ctx := context.Background()
+	p := asr.DefaultParams()
+	held := &blockingSource{opened: make(chan struct{}, 1), release: make(chan struct{})}
+	errc := make(chan error, 1)
+	go func() { _, err := eng.TranscribeSource(ctx, held, p, nil); errc <- err }()
+	<-held.opened
+	refused := &blockingSource{opened: make(chan struct{}, 1), release: make(chan struct{})}
+	close(refused.release)
+	if _, err := eng.TranscribeSource(ctx, refused, p, nil); !errors.Is(err, asr.ErrQueueFull) {
+		t.Errorf("second transcription while the first reads its audio: %v, want ErrQueueFull", err)
+	}
+	if refused.opens != 0 {
+		t.Errorf("the refused transcription's source was opened %d times, want 0", refused.opens)
+	}
+	close(held.release)
+	if err := <-errc; err != nil {
+		t.Fatalf("first transcription: %v", err)
+	}
+	if _, err := eng.TranscribeSource(ctx, audio.Samples(make([]float32, 16000)), p, nil); err != nil {
+		t.Errorf("a transcription after the first ended: %v", err)
+	}
+}

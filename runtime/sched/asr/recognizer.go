@@ -185,11 +185,30 @@ func newQueue[J queued](w sched.Work[J], cfg Config, name string) (*queue[J], er
 
 // enqueue queues j unless the queue is full.
 func (q *queue[J]) enqueue(j J) error {
-	r := j.base()
+	if err := q.reserve(); err != nil {
+		return err
+	}
+	return q.enqueueReserved(j)
+}
+
+// reserve takes a place among the transcriptions in flight for one whose job is still to be
+// made (its audio still to be read), or fails with ErrQueueFull; enqueueReserved then queues the
+// job in that place, or release gives it back.
+func (q *queue[J]) reserve() error {
 	if n := q.inFlight.Add(1); n > q.limit {
 		q.inFlight.Add(-1)
 		return ErrQueueFull
 	}
+	return nil
+}
+
+// release gives back a place reserve took and no job used.
+func (q *queue[J]) release() { q.inFlight.Add(-1) }
+
+// enqueueReserved queues j in the place reserve took; the place is given back if j cannot be
+// queued.
+func (q *queue[J]) enqueueReserved(j J) error {
+	r := j.base()
 	r.counted = true
 	err := q.loop.Enqueue(j)
 	if err == nil {
