@@ -136,6 +136,14 @@ func (s *Server) translations(w http.ResponseWriter, r *http.Request)   { s.audi
 
 func (s *Server) audio(w http.ResponseWriter, r *http.Request, translate bool) {
 	ri := info(r.Context())
+	if s.speechFull() {
+		// Every recogniser this upload could name is full: refused before its body is read,
+		// whatever its length. The connection closes after the answer, so that the server does not
+		// read the rest of the body first (net/http drains up to 256 KiB of it otherwise).
+		w.Header().Set("Connection", "close")
+		writeError(w, transcribeError(asr.ErrQueueFull))
+		return
+	}
 	req, e := parseAudioRequest(r)
 	if e != nil {
 		writeError(w, e)
@@ -199,6 +207,21 @@ func (s *Server) audio(w http.ResponseWriter, r *http.Request, translate bool) {
 		res.Language = "en"
 	}
 	writeTranscript(w, req, res, translate, m.Recognizer.IsSpecial)
+}
+
+// speechFull reports whether every speech recognition model served says it is full (a
+// recogniser with a Full method); false when one has room or cannot tell.
+func (s *Server) speechFull() bool {
+	if len(s.speech) == 0 {
+		return false
+	}
+	for _, m := range s.speech {
+		f, ok := m.Recognizer.(interface{ Full() bool })
+		if !ok || !f.Full() {
+			return false
+		}
+	}
+	return true
 }
 
 // transcribeError maps a recogniser's error to the client's answer; nil: an internal error.

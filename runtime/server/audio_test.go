@@ -696,11 +696,29 @@ func TestTranscriptionAdmission(t *testing.T) {
 	if worst > 100*time.Millisecond {
 		t.Errorf("a full queue answered a two-hour upload after %v, want within 100 ms", worst)
 	}
+	// An upload whose body has not all arrived (here: never will) is refused too, from its
+	// headers: the server does not wait for the body when every recogniser is full.
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go pw.Write(body[:len(body)/2])
+	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer rcancel()
+	req, _ := http.NewRequestWithContext(rctx, "POST", url, pr)
+	req.Header.Set("Content-Type", ct)
+	t0 := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("an upload still arriving: %v", err)
+	}
+	resp.Body.Close()
+	if took := time.Since(t0); resp.StatusCode != http.StatusTooManyRequests || took > 100*time.Millisecond {
+		t.Errorf("an upload still arriving: %d after %v, want 429 within 100 ms", resp.StatusCode, took)
+	}
 	cancel()
 	if err := <-first; !errors.Is(err, context.Canceled) {
 		t.Errorf("the first upload: %v, want its own cancellation", err)
 	}
-	t0 := time.Now()
+	t0 = time.Now()
 	for eng.Stats().Active != 0 {
 		if time.Since(t0) > 10*time.Second {
 			t.Fatalf("the recogniser is still busy %v after its client left: %+v", time.Since(t0), eng.Stats())

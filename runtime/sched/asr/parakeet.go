@@ -332,6 +332,10 @@ func (e *Parakeet) Load() (active, queued int) {
 }
 
 // Stats returns a snapshot of the recogniser's counters. Safe from any goroutine.
+// Full reports whether a transcription submitted now would be refused with ErrQueueFull: a
+// snapshot, which a server reads to refuse an upload before reading its body.
+func (e *Parakeet) Full() bool { return e.q.full() }
+
 func (e *Parakeet) Stats() Stats {
 	return Stats{LoopStats: e.q.loop.Stats(), Active: int(e.nActive.Load())}
 }

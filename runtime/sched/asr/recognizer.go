@@ -202,6 +202,9 @@ func (q *queue[J]) reserve() error {
 	return nil
 }
 
+// full reports whether reserve would fail now (a snapshot).
+func (q *queue[J]) full() bool { return q.inFlight.Load() >= q.limit }
+
 // release gives back a place reserve took and no job used.
 func (q *queue[J]) release() { q.inFlight.Add(-1) }
 

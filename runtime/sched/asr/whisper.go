@@ -385,6 +385,10 @@ func (e *Whisper) Load() (active, queued int) {
 }
 
 // Stats returns a snapshot of the recogniser's counters. Safe from any goroutine.
+// Full reports whether a transcription submitted now would be refused with ErrQueueFull: a
+// snapshot, which a server reads to refuse an upload before reading its body.
+func (e *Whisper) Full() bool { return e.q.full() }
+
 func (e *Whisper) Stats() Stats {
 	free, total := e.FreeBlocks()
 	return Stats{LoopStats: e.q.loop.Stats(), Active: int(e.nActive.Load()), KVBlocksUsed: total - free, KVBlocksFree: free}
