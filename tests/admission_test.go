@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -144,11 +145,19 @@ func postAudioTimed(ctx context.Context, base string, file []byte, fileType stri
 	w, _ := mw.CreatePart(h)
 	w.Write(file)
 	mw.Close()
+	// The transport's goroutines set these, the request's writer possibly after Do returns (an
+	// answer before the body was all sent).
+	var mu sync.Mutex
 	var began, sent, answered time.Time
+	mark := func(t *time.Time) {
+		mu.Lock()
+		*t = time.Now()
+		mu.Unlock()
+	}
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		WroteHeaders:         func() { began = time.Now() },
-		WroteRequest:         func(httptrace.WroteRequestInfo) { sent = time.Now() },
-		GotFirstResponseByte: func() { answered = time.Now() },
+		WroteHeaders:         func() { mark(&began) },
+		WroteRequest:         func(httptrace.WroteRequestInfo) { mark(&sent) },
+		GotFirstResponseByte: func() { mark(&answered) },
 	})
 	req, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/audio/transcriptions", &b)
 	if err != nil {
@@ -161,6 +170,8 @@ func postAudioTimed(ctx context.Context, base string, file []byte, fileType stri
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	mu.Lock()
+	defer mu.Unlock()
 	if sent.IsZero() || answered.Before(sent) {
 		// Answered before the body was all sent: from the request's arrival.
 		return resp.StatusCode, string(body), answered.Sub(began), nil
