@@ -17,45 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mewkiz/flac"
-	"github.com/mewkiz/flac/frame"
-	"github.com/mewkiz/flac/meta"
-
 	"github.com/parleyhq/parley/internal/sharedtest"
 )
-
-// squareFLAC is sec seconds of a 16 kHz square wave at about 2 Hz and -30 dBFS, as FLAC: one
-// constant subframe per 4096-sample frame, some 12 bytes, so that two hours are a 340 kB upload
-// that decodes to 115 million samples (460 MB as float32).
-func squareFLAC(t testing.TB, sec int) []byte {
-	t.Helper()
-	const block = 4096
-	n := sec * 16000
-	var buf bytes.Buffer
-	enc, err := flac.NewEncoder(&buf, &meta.StreamInfo{BlockSizeMin: 16, BlockSizeMax: block, SampleRate: 16000,
-		NChannels: 1, BitsPerSample: 16, NSamples: uint64(n)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	enc.EnablePredictionAnalysis(false)
-	levels := [2][]int32{make([]int32, block), make([]int32, block)}
-	for i := range block {
-		levels[0][i], levels[1][i] = 1000, -1000
-	}
-	for k, off := 0, 0; off < n; k, off = k+1, off+block {
-		bs := min(block, n-off)
-		fr := &frame.Frame{Header: frame.Header{HasFixedBlockSize: true, BlockSize: uint16(bs), SampleRate: 16000,
-			Channels: frame.ChannelsMono, BitsPerSample: 16},
-			Subframes: []*frame.Subframe{{SubHeader: frame.SubHeader{Pred: frame.PredConstant}, Samples: levels[k%2][:bs], NSamples: bs}}}
-		if err := enc.WriteFrame(fr); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := enc.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
 
 // procKB reads a "Name: N kB" line of /proc/pid/status, in bytes.
 func procKB(t *testing.T, pid int, name string) int64 {
@@ -255,7 +218,7 @@ func TestTranscriptionMemoryBounded(t *testing.T) {
 	headroom := int64(metric(t, srv.base, "go_memstats_heap_alloc_bytes") * metric(t, srv.base, "go_gc_gogc_percent") / 100)
 	bound := headroom + 48<<20
 	hwm0, steps0 := procKB(t, pid, "VmHWM"), speechSteps(t, srv.base)
-	file := squareFLAC(t, 2*3600)
+	file := sharedtest.SquareFLAC(t, 2*3600)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
@@ -291,7 +254,7 @@ func TestTranscriptionMemoryBounded(t *testing.T) {
 func TestTranscriptionCancelStopsCPU(t *testing.T) {
 	srv := admissionServer(t)
 	pid := srv.cmd.Process.Pid
-	file := squareFLAC(t, 2*3600)
+	file := sharedtest.SquareFLAC(t, 2*3600)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
@@ -334,7 +297,7 @@ func TestTranscriptionAdmissionRefusesFast(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	cpu0 := procCPU(t, pid)
-	go func() { done <- postAudio(ctx, srv.base, squareFLAC(t, 2*3600), "audio/flac") }()
+	go func() { done <- postAudio(ctx, srv.base, sharedtest.SquareFLAC(t, 2*3600), "audio/flac") }()
 	for procCPU(t, pid)-cpu0 < 500*time.Millisecond {
 		select {
 		case err := <-done:
@@ -349,9 +312,9 @@ func TestTranscriptionAdmissionRefusesFast(t *testing.T) {
 		code           string
 		bound          time.Duration
 	}{
-		{"two-hour FLAC, queue full", "audio/flac", squareFLAC(t, 2*3600), 429, "queue_full", 100 * time.Millisecond},
+		{"two-hour FLAC, queue full", "audio/flac", sharedtest.SquareFLAC(t, 2*3600), 429, "queue_full", 100 * time.Millisecond},
 		{"two-hour WAV, queue full", "audio/wav", lowRateWAV(7140), 429, "queue_full", 100 * time.Millisecond},
-		{"three-hour FLAC, queue full", "audio/flac", squareFLAC(t, 3*3600), 429, "queue_full", 100 * time.Millisecond},
+		{"three-hour FLAC, queue full", "audio/flac", sharedtest.SquareFLAC(t, 3*3600), 429, "queue_full", 100 * time.Millisecond},
 		{"not audio, queue full", "application/pdf", bytes.Repeat([]byte("%PDF-1.4 not audio "), 1000), 429, "queue_full", 100 * time.Millisecond},
 	} {
 		var worst time.Duration
@@ -384,7 +347,7 @@ func TestTranscriptionAdmissionRefusesFast(t *testing.T) {
 		status         int
 		code           string
 	}{
-		{"three-hour FLAC", "audio/flac", squareFLAC(t, 3*3600), 400, "audio_too_long"},
+		{"three-hour FLAC", "audio/flac", sharedtest.SquareFLAC(t, 3*3600), 400, "audio_too_long"},
 		{"not audio", "application/pdf", bytes.Repeat([]byte("%PDF-1.4 not audio "), 1000), 415, "unsupported_format"},
 	} {
 		var worst time.Duration

@@ -1,6 +1,6 @@
 // Package sharedtest locates the reference material that tests compare against: the directory
 // "shared" beside the repository root (real models, llama.cpp reference outputs). Tests that need
-// it skip, saying why, when it is absent.
+// it skip, saying why, when it is absent. It also makes inputs too large to keep (SquareFLAC).
 package sharedtest
 
 import (

@@ -14,10 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mewkiz/flac"
-	"github.com/mewkiz/flac/frame"
-	"github.com/mewkiz/flac/meta"
-
 	"github.com/parleyhq/parley/internal/sharedtest"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/models/whisper"
@@ -229,38 +225,6 @@ func TestTranscriptionStalledUpload(t *testing.T) {
 	}
 }
 
-// squareFLAC is sec seconds of a 16 kHz square wave at about 2 Hz and -30 dBFS, as FLAC: one
-// constant subframe per 4096-sample frame, some 12 bytes, so that two hours are a 340 kB upload.
-func squareFLAC(t testing.TB, sec int) []byte {
-	t.Helper()
-	const block = 4096
-	n := sec * 16000
-	var buf bytes.Buffer
-	enc, err := flac.NewEncoder(&buf, &meta.StreamInfo{BlockSizeMin: 16, BlockSizeMax: block, SampleRate: 16000,
-		NChannels: 1, BitsPerSample: 16, NSamples: uint64(n)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	enc.EnablePredictionAnalysis(false)
-	levels := [2][]int32{make([]int32, block), make([]int32, block)}
-	for i := range block {
-		levels[0][i], levels[1][i] = 1000, -1000
-	}
-	for k, off := 0, 0; off < n; k, off = k+1, off+block {
-		bs := min(block, n-off)
-		fr := &frame.Frame{Header: frame.Header{HasFixedBlockSize: true, BlockSize: uint16(bs), SampleRate: 16000,
-			Channels: frame.ChannelsMono, BitsPerSample: 16},
-			Subframes: []*frame.Subframe{{SubHeader: frame.SubHeader{Pred: frame.PredConstant}, Samples: levels[k%2][:bs], NSamples: bs}}}
-		if err := enc.WriteFrame(fr); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := enc.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
 // TestTranscriptionAdmission: with the recogniser's one place taken by a two-hour transcription,
 // another two-hour upload is answered 429 within 100 ms of being sent (its audio is not decoded
 // first: the server reads the header only, and the recogniser takes the request's place in its
@@ -291,7 +255,7 @@ func TestTranscriptionAdmission(t *testing.T) {
 	srv := httptest.NewServer(s.Handler())
 	defer srv.Close()
 	url := srv.URL + "/v1/audio/transcriptions"
-	ct, body := form(squareFLAC(t, 2*3600), "audio/flac", field{"model", "whisper-tiny"})
+	ct, body := form(sharedtest.SquareFLAC(t, 2*3600), "audio/flac", field{"model", "whisper-tiny"})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
