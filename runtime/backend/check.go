@@ -97,8 +97,11 @@ func CheckMatMul(dst, x, w Tensor) error {
 }
 
 // CheckAddRows: dst like a, b like a or one row as wide.
-func CheckAddRows(dst, a, b Tensor) error {
-	const op = "add rows"
+func CheckAddRows(dst, a, b Tensor) error { return checkRowPair("add rows", dst, a, b) }
+
+// checkRowPair is the check of an elementwise operation op of rows a and b: dst like a, b like a
+// or one row as wide.
+func checkRowPair(op string, dst, a, b Tensor) error {
 	if dst.Rows() != a.Rows() || dst.Cols() != a.Cols() {
 		return shapeErr(op, "dst", dst, a.Rows(), a.Cols())
 	}
@@ -424,16 +427,7 @@ func CheckFullAttention(q, k, v Tensor, a Attn) error {
 // Checks of the operations of streaming codecs and flow-matching heads (Mul, Reshape).
 
 // CheckMul: dst like a, b like a or one row as wide.
-func CheckMul(dst, a, b Tensor) error {
-	const op = "mul"
-	if dst.Rows() != a.Rows() || dst.Cols() != a.Cols() {
-		return shapeErr(op, "dst", dst, a.Rows(), a.Cols())
-	}
-	if b.Cols() != a.Cols() || (b.Rows() != a.Rows() && b.Rows() != 1) {
-		return fmt.Errorf("%s: b is [%d, %d], want [%d, %d] or [1, %d]", op, b.Rows(), b.Cols(), a.Rows(), a.Cols(), a.Cols())
-	}
-	return nil
-}
+func CheckMul(dst, a, b Tensor) error { return checkRowPair("mul", dst, a, b) }
 
 // CheckReshape: rows and cols not negative, and rows*cols elements, t's number.
 func CheckReshape(t Tensor, rows, cols int) error {

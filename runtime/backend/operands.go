@@ -358,7 +358,12 @@ func (o *Operands[T, K]) MatMuls(dst []Tensor, x Tensor, w []Tensor, ds, ws []T)
 // AddRows resolves AddRows' operands (CheckAddRows); dst is a or apart from it, and is b (as
 // many rows as a) or apart from it.
 func (o *Operands[T, K]) AddRows(dst, a, b Tensor) (d, at, bt T, err error) {
-	const op = "add rows"
+	return o.rowPair("add rows", dst, a, b)
+}
+
+// rowPair resolves the operands of an elementwise operation op of rows a and b (checkRowPair);
+// dst is a or apart from it, and is b (as many rows as a) or apart from it.
+func (o *Operands[T, K]) rowPair(op string, dst, a, b Tensor) (d, at, bt T, err error) {
 	d, dr, err := o.resolve(op, "dst", dst, f32Out)
 	if err != nil {
 		return d, at, bt, err
@@ -371,7 +376,7 @@ func (o *Operands[T, K]) AddRows(dst, a, b Tensor) (d, at, bt T, err error) {
 	if err != nil {
 		return d, at, bt, err
 	}
-	if err := CheckAddRows(d, at, bt); err != nil {
+	if err := checkRowPair(op, d, at, bt); err != nil {
 		return d, at, bt, o.wrap(err)
 	}
 	if !apart(dr, ar, true) || !apart(dr, br, bt.Rows() == at.Rows()) {
@@ -666,26 +671,7 @@ func (o *Operands[T, K]) FullAttention(dst, q, k, v Tensor, a Attn) (d, qt, kt, 
 // Mul resolves Mul's operands (CheckMul); dst is a or apart from it, and is b (as many rows as
 // a) or apart from it.
 func (o *Operands[T, K]) Mul(dst, a, b Tensor) (d, at, bt T, err error) {
-	const op = "mul"
-	d, dr, err := o.resolve(op, "dst", dst, f32Out)
-	if err != nil {
-		return d, at, bt, err
-	}
-	at, ar, err := o.resolve(op, "a", a, f32In)
-	if err != nil {
-		return d, at, bt, err
-	}
-	bt, br, err := o.resolve(op, "b", b, f32In)
-	if err != nil {
-		return d, at, bt, err
-	}
-	if err := CheckMul(d, at, bt); err != nil {
-		return d, at, bt, o.wrap(err)
-	}
-	if !apart(dr, ar, true) || !apart(dr, br, bt.Rows() == at.Rows()) {
-		return d, at, bt, o.errorf(op, "dst partly overlaps an operand")
-	}
-	return d, at, bt, nil
+	return o.rowPair("mul", dst, a, b)
 }
 
 // Reshape resolves the F32 tensor Reshape reads as rows×cols (CheckReshape).

@@ -15,17 +15,11 @@ func (be *Backend) Mul(dst, a, b backend.Tensor) error {
 		return err
 	}
 	be.xqFrom = nil // writes activations
-	c := at.cols
-	for i := 0; i < at.rows; i++ {
-		ar, dr := at.f32[i*c:(i+1)*c], d.f32[i*c:(i+1)*c]
-		br := bt.f32[:c]
-		if bt.rows != 1 {
-			br = bt.f32[i*c : (i+1)*c]
-		}
+	rowPair(d, at, bt, func(dr, ar, br []float32) {
 		for e := range dr {
 			dr[e] = ar[e] * br[e]
 		}
-	}
+	})
 	return nil
 }
 

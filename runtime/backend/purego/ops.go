@@ -15,18 +15,24 @@ func (be *Backend) AddRows(dst, a, b backend.Tensor) error {
 		return err
 	}
 	be.xqFrom = nil // writes activations
-	c := at.cols
-	for i := 0; i < at.rows; i++ {
-		ar, dr := at.f32[i*c:(i+1)*c], d.f32[i*c:(i+1)*c]
-		br := bt.f32[:c]
-		if bt.rows != 1 {
-			br = bt.f32[i*c : (i+1)*c]
-		}
+	rowPair(d, at, bt, func(dr, ar, br []float32) {
 		for e := range dr {
 			dr[e] = ar[e] + br[e]
 		}
-	}
+	})
 	return nil
+}
+
+// rowPair calls f with each row of d, the same row of a, and the same row of b, or b's one row.
+func rowPair(d, a, b *Tensor, f func(dr, ar, br []float32)) {
+	c := a.cols
+	for i := 0; i < a.rows; i++ {
+		br := b.f32[:c]
+		if b.rows != 1 {
+			br = b.f32[i*c : (i+1)*c]
+		}
+		f(d.f32[i*c:(i+1)*c], a.f32[i*c:(i+1)*c], br)
+	}
 }
 
 // RMSNorm: dst[i,:] = x[i,:] / sqrt(mean(x[i,:]²) + eps) * w[0,:]; a w narrower than x normalises
