@@ -342,21 +342,7 @@ func (e *Parakeet) Stats() Stats {
 
 // reap ends the transcriptions that are finished or whose context is done.
 func (e *Parakeet) reap() {
-	k := 0
-	for _, j := range e.active {
-		if err := j.ctx.Err(); err != nil {
-			e.finish(j, err)
-			continue
-		}
-		if j.ph == ppDone {
-			e.finish(j, nil)
-			continue
-		}
-		e.active[k] = j
-		k++
-	}
-	clear(e.active[k:])
-	e.active = e.active[:k]
+	e.active = reapActive(e.active, func(j *pjob) bool { return j.ph == ppDone }, e.finish)
 }
 
 // step encodes the clips of up to EncodeBatch waiting transcriptions, then advances every

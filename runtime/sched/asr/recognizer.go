@@ -202,6 +202,26 @@ func (q *queue[J]) reserve() error {
 	return nil
 }
 
+// reapActive ends, with finish, the jobs of active whose context is done (with its error) or
+// that done says are finished (nil), and returns the others, kept in order in active's memory.
+func reapActive[J queued](active []J, done func(J) bool, finish func(J, error)) []J {
+	k := 0
+	for _, j := range active {
+		if err := j.base().ctx.Err(); err != nil {
+			finish(j, err)
+			continue
+		}
+		if done(j) {
+			finish(j, nil)
+			continue
+		}
+		active[k] = j
+		k++
+	}
+	clear(active[k:])
+	return active[:k]
+}
+
 // full reports whether reserve would fail now (a snapshot).
 func (q *queue[J]) full() bool { return q.inFlight.Load() >= q.limit }
 

@@ -396,21 +396,7 @@ func (e *Whisper) Stats() Stats {
 
 // reap ends the transcriptions that are finished or whose context is done.
 func (e *Whisper) reap() {
-	k := 0
-	for _, j := range e.active {
-		if err := j.ctx.Err(); err != nil {
-			e.finish(j, err)
-			continue
-		}
-		if j.ph == phDone {
-			e.finish(j, nil)
-			continue
-		}
-		e.active[k] = j
-		k++
-	}
-	clear(e.active[k:])
-	e.active = e.active[:k]
+	e.active = reapActive(e.active, func(j *job) bool { return j.ph == phDone }, e.finish)
 }
 
 // step advances every active transcription: advances the encoder (see encodeSome), then runs one
