@@ -587,7 +587,14 @@ func (c *Context) GetRows(dst, table Ref, dt tensor.DType, rows, cols int, ids [
 
 // AddRows: dst[i,:] = a[i,:] + b[i % bRows,:] for [n, d] F32, bRows 1 or n. dst may be a.
 func (c *Context) AddRows(dst, a, b Ref, n, d, bRows int) error {
-	const op = "add rows"
+	return c.rowPair("add rows", dst, a, b, n, d, bRows, func(dp, ap, bp unsafe.Pointer) C.int {
+		return C.plc_add_rows(c.c, fp(dp), fp(ap), fp(bp), C.int64_t(n), C.int64_t(d), C.int64_t(bRows))
+	})
+}
+
+// rowPair checks the operands of an elementwise operation op of rows a [n, d] and b [bRows, d]
+// into dst [n, d] (bRows 1 or n) and makes its call with their device addresses.
+func (c *Context) rowPair(op string, dst, a, b Ref, n, d, bRows int, call func(dp, ap, bp unsafe.Pointer) C.int) error {
 	if bRows != 1 && bRows != n {
 		return fmt.Errorf("cuda: %s: b has %d rows, want 1 or %d", op, bRows, n)
 	}
@@ -607,7 +614,7 @@ func (c *Context) AddRows(dst, a, b Ref, n, d, bRows int) error {
 	if err != nil {
 		return err
 	}
-	return c.status(op, C.plc_add_rows(c.c, fp(dp), fp(ap), fp(bp), C.int64_t(n), C.int64_t(d), C.int64_t(bRows)))
+	return c.status(op, call(dp, ap, bp))
 }
 
 // RMSNorm: dst[i,:] = x[i,:]/sqrt(mean(x[i,:]^2)+eps)*w for x, dst [n, d], w [d]. dst may be x.
