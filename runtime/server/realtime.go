@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -188,8 +187,9 @@ type live struct {
 	// The session is idle when the client has sent nothing for the idle timeout and nothing of
 	// its is being transcribed: a client waiting for the results of audio it sent faster than
 	// the machine transcribes it is not idle. busy is set while the worker has taken items and
-	// not finished them; idle fires IdleTimeout after the last message or the last finished work.
-	busy atomic.Bool
+	// not finished them (guarded by mu, so that the timer sees inbox and busy together); idle
+	// fires IdleTimeout after the last message or the last finished work.
+	busy bool
 	idle *time.Timer
 
 	endOnce sync.Once
@@ -301,7 +301,7 @@ func (lv *live) run(ctx context.Context) {
 	defer lv.s.lives.remove(lv)
 	cfg := &lv.s.cfg.Stream
 	lv.idle = time.AfterFunc(time.Hour, func() { // armed below, once "ready" is sent
-		if lv.busy.Load() || lv.pending() {
+		if lv.active() {
 			lv.idle.Reset(cfg.IdleTimeout)
 			return
 		}
@@ -416,20 +416,24 @@ func (lv *live) take() []item {
 	defer lv.mu.Unlock()
 	its := lv.inbox
 	lv.inbox, lv.backlog = nil, 0
-	lv.busy.Store(len(its) > 0)
+	lv.busy = len(its) > 0
 	return its
 }
 
-// pending reports whether items wait in the inbox.
-func (lv *live) pending() bool {
+// active reports whether the worker holds items or items wait in the inbox.
+func (lv *live) active() bool {
 	lv.mu.Lock()
 	defer lv.mu.Unlock()
-	return len(lv.inbox) > 0
+	return lv.busy || len(lv.inbox) > 0
 }
 
 // done notes that the worker finished what it took: the idle timeout runs from now.
 func (lv *live) done() {
-	if lv.busy.Swap(false) {
+	lv.mu.Lock()
+	was := lv.busy
+	lv.busy = false
+	lv.mu.Unlock()
+	if was {
 		lv.idle.Reset(lv.s.cfg.Stream.IdleTimeout)
 	}
 }
