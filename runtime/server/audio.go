@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -67,12 +68,9 @@ func (s *Server) addSpeech() error {
 		case s.byName[m.Name] != nil || s.speechN[m.Name] != nil:
 			return fmt.Errorf("server: model %q listed twice", m.Name)
 		}
-		sm := &speechServed{SpeechModel: m, params: asr.DefaultParams()}
-		if m.Params != nil {
-			sm.params = *m.Params
-		}
-		if err := sm.params.Validate(); err != nil {
-			return fmt.Errorf("server: speech model %q: %w", m.Name, err)
+		sm, err := newSpeechServed(m)
+		if err != nil {
+			return err
 		}
 		s.speech = append(s.speech, sm)
 		s.speechN[m.Name] = sm
@@ -80,18 +78,39 @@ func (s *Server) addSpeech() error {
 	return nil
 }
 
-// speechModel finds the named speech model; an empty name picks the only one when there is one.
-func (s *Server) speechModel(name string) (*speechServed, *apiError) {
-	if name == "" && len(s.speech) == 1 {
+// newSpeechServed checks m's parameters.
+func newSpeechServed(m *SpeechModel) (*speechServed, error) {
+	sm := &speechServed{SpeechModel: m, params: asr.DefaultParams()}
+	if m.Params != nil {
+		sm.params = *m.Params
+	}
+	if err := sm.params.Validate(); err != nil {
+		return nil, fmt.Errorf("server: speech model %q: %w", m.Name, err)
+	}
+	return sm, nil
+}
+
+// speechModel finds the named speech model, loading an on-demand one and holding it until r is
+// answered (keep: the request's keep_alive); an empty name picks the only one when there is
+// one.
+func (s *Server) speechModel(r *http.Request, name string, keep json.RawMessage) (*speechServed, *apiError) {
+	if name == "" && len(s.speech) == 1 && len(s.reg.list) == 0 {
 		return s.speech[0], nil
 	}
 	if m := s.speechN[name]; m != nil {
 		return m, nil
 	}
+	if s.reg.kind(name) == KindSpeechRecognition {
+		e, ae := s.acquire(r, name, keep)
+		if ae != nil {
+			return nil, ae
+		}
+		return e.ss, nil
+	}
 	if name == "" {
 		return nil, invalid("model", "Missing required parameter: 'model'.")
 	}
-	if s.byName[name] != nil {
+	if k := s.kindOf(name); k == KindLLM || k == KindEmbedding {
 		return nil, invalidCode("model", "model_not_supported", fmt.Sprintf("The model '%s' is not a speech recognition model.", name))
 	}
 	return nil, &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("The model '%s' does not exist.", name), Type: typeInvalidRequest, Param: strptr("model"), Code: strptr("model_not_found")}
@@ -129,6 +148,7 @@ type audioRequest struct {
 	words       bool
 	segments    bool
 	stream      bool
+	keepAlive   json.RawMessage // an on-demand model's keep_alive, as a JSON string
 }
 
 func (s *Server) transcriptions(w http.ResponseWriter, r *http.Request) { s.audio(w, r, false) }
@@ -149,7 +169,7 @@ func (s *Server) audio(w http.ResponseWriter, r *http.Request, translate bool) {
 		writeError(w, e)
 		return
 	}
-	m, e := s.speechModel(req.model)
+	m, e := s.speechModel(r, req.model, req.keepAlive)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -212,7 +232,7 @@ func (s *Server) audio(w http.ResponseWriter, r *http.Request, translate bool) {
 // speechFull reports whether every speech recognition model served says it is full (a
 // recogniser with a Full method); false when one has room or cannot tell.
 func (s *Server) speechFull() bool {
-	if len(s.speech) == 0 {
+	if len(s.speech) == 0 || len(s.reg.list) > 0 {
 		return false
 	}
 	for _, m := range s.speech {
@@ -319,6 +339,8 @@ func parseAudioRequest(r *http.Request) (*audioRequest, *apiError) {
 			}
 		case "stream":
 			req.stream = v == "true"
+		case "keep_alive":
+			req.keepAlive, _ = json.Marshal(v)
 		}
 	}
 	switch {

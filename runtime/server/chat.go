@@ -20,7 +20,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	m, e := s.genModel(req.Model)
+	m, e := s.genModel(r, req.Model, req.KeepAlive)
 	if e != nil {
 		writeError(w, e)
 		return

@@ -60,7 +60,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	m, e := s.genModel(req.Model)
+	m, e := s.genModel(r, req.Model, req.KeepAlive)
 	if e != nil {
 		writeError(w, e)
 		return

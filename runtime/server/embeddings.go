@@ -35,6 +35,7 @@ type embeddingRequest struct {
 	Input          json.RawMessage `json:"input"`
 	EncodingFormat *string         `json:"encoding_format"`
 	Dimensions     *int            `json:"dimensions"`
+	KeepAlive      json.RawMessage `json:"keep_alive"` // an on-demand model's, as Ollama's
 }
 
 // parseEmbedInput reads input: a string, an array of strings, an array of token ids, or an
@@ -100,7 +101,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	m, e := s.model(req.Model)
+	m, e := s.model(r, req.Model, req.KeepAlive)
 	if e != nil {
 		writeError(w, e)
 		return

@@ -199,7 +199,11 @@ type live struct {
 func (s *Server) audioStream(w http.ResponseWriter, r *http.Request) {
 	ri := info(r.Context())
 	q := r.URL.Query()
-	m, e := s.speechModel(q.Get("model"))
+	var keep json.RawMessage
+	if k := q.Get("keep_alive"); k != "" {
+		keep, _ = json.Marshal(k)
+	}
+	m, e := s.speechModel(r, q.Get("model"), keep)
 	if e != nil {
 		writeError(w, e)
 		return

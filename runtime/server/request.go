@@ -42,6 +42,9 @@ type commonRequest struct {
 	// Grammar (GBNF) and JSONSchema constrain the output, as llama.cpp's server's fields do.
 	Grammar    *string         `json:"grammar"`
 	JSONSchema json.RawMessage `json:"json_schema"`
+	// KeepAlive is how long an on-demand model stays loaded after this request, as Ollama's
+	// keep_alive: a duration string or seconds; 0 unloads it, negative keeps it.
+	KeepAlive json.RawMessage `json:"keep_alive"`
 }
 
 type completionRequest struct {

@@ -21,6 +21,9 @@ type endpoint struct {
 	path   string // its net/http.ServeMux path pattern; without the "..." of a wildcard, its metrics label
 	handle func(*Server, http.ResponseWriter, *http.Request)
 	body   bodyKind // what a POST may send
+	// sub marks a path under another endpoint's wildcard, whose answer to other methods is
+	// that endpoint's.
+	sub bool
 }
 
 type bodyKind int
@@ -34,17 +37,19 @@ const (
 // endpoints is the API: the one list the routes, the answers to other methods and the metrics
 // labels come from.
 var endpoints = []endpoint{
-	{http.MethodGet, "/health", (*Server).health, noBody},
-	{http.MethodGet, "/metrics", (*Server).serveMetrics, noBody},
-	{http.MethodGet, "/v1/models", (*Server).listModels, noBody},
-	{http.MethodGet, "/v1/models/{model...}", (*Server).getModel, noBody},
-	{http.MethodPost, "/v1/completions", (*Server).completions, jsonBody},
-	{http.MethodPost, "/v1/chat/completions", (*Server).chat, jsonBody},
-	{http.MethodPost, "/v1/embeddings", (*Server).embeddings, jsonBody},
-	{http.MethodPost, "/v1/audio/transcriptions", (*Server).transcriptions, audioBody},
-	{http.MethodPost, "/v1/audio/translations", (*Server).translations, audioBody},
-	{http.MethodGet, "/v1/audio/stream", (*Server).audioStream, noBody},
-	{http.MethodPost, "/v1/audio/speech", (*Server).speak, jsonBody},
+	{http.MethodGet, "/health", (*Server).health, noBody, false},
+	{http.MethodGet, "/metrics", (*Server).serveMetrics, noBody, false},
+	{http.MethodGet, "/v1/models", (*Server).listModels, noBody, false},
+	{http.MethodGet, "/v1/models/{model...}", (*Server).getModel, noBody, false},
+	{http.MethodPost, "/v1/completions", (*Server).completions, jsonBody, false},
+	{http.MethodPost, "/v1/chat/completions", (*Server).chat, jsonBody, false},
+	{http.MethodPost, "/v1/embeddings", (*Server).embeddings, jsonBody, false},
+	{http.MethodPost, "/v1/audio/transcriptions", (*Server).transcriptions, audioBody, false},
+	{http.MethodPost, "/v1/audio/translations", (*Server).translations, audioBody, false},
+	{http.MethodGet, "/v1/audio/stream", (*Server).audioStream, noBody, false},
+	{http.MethodPost, "/v1/audio/speech", (*Server).speak, jsonBody, false},
+	{http.MethodPost, "/v1/models/{model}/load", (*Server).loadModel, jsonBody, true},
+	{http.MethodPost, "/v1/models/{model}/unload", (*Server).unloadModel, noBody, true},
 }
 
 // routes builds the mux of endpoints: "METHOD path" for each, the same path without a method
@@ -53,6 +58,9 @@ func (s *Server) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	for _, ep := range endpoints {
 		mux.HandleFunc(ep.method+" "+ep.path, s.bounded(ep))
+		if ep.sub {
+			continue
+		}
 		mux.HandleFunc(ep.path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", ep.method)
 			writeError(w, &apiError{Status: http.StatusMethodNotAllowed, Message: fmt.Sprintf("Method %s is not allowed on %s; use %s.", r.Method, r.URL.Path, ep.method), Type: typeInvalidRequest})
@@ -124,6 +132,8 @@ type reqInfo struct {
 	client bool   // id is the client's X-Request-Id, so not necessarily unique
 	log    *slog.Logger
 	start  time.Time
+	// releases end the request's holds on on-demand models, once its answer is done.
+	releases []func()
 }
 
 func info(ctx context.Context) *reqInfo {
@@ -196,6 +206,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		defer s.inflight.Add(-1)
 	}
 	defer func() {
+		for _, release := range ri.releases {
+			release()
+		}
 		if p := recover(); p != nil {
 			ri.log.Error("panic serving request", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			if rec.status == 0 {

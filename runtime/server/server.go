@@ -17,6 +17,7 @@ package server
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -120,6 +121,18 @@ type Config struct {
 	MaxAudioDuration time.Duration
 	// Stream configures /v1/audio/stream.
 	Stream StreamConfig
+
+	// OnDemand are the models loaded on their first request and unloaded when idle (or when
+	// another needs their memory); their names share the one namespace. The server closes them
+	// (CloseModels).
+	OnDemand []*OnDemandModel
+	// MaxMemory bounds the memory the on-demand models loaded at once take, by their
+	// OnDemandModel.Bytes; 0: no bound.
+	MaxMemory int64
+	// LoadTimeout bounds the time a request waits for its on-demand model to load (or for
+	// memory to load it in); it is then answered 503 with Retry-After. 0 means 5 minutes;
+	// negative, none.
+	LoadTimeout time.Duration
 }
 
 // Loading is the handler to serve while the models load (New needs them): every request is
@@ -157,6 +170,7 @@ type Server struct {
 
 	// ttsN are the text-to-speech models by name.
 	ttsN map[string]*TTSModel
+	reg  *registry // the on-demand models
 }
 
 // served is a Model with what the server derives from it once.
@@ -181,7 +195,7 @@ const (
 // is absent or does not parse still serves completions, and its chat requests are answered 400
 // no_chat_template. The Server reports not ready (GET /health 503) until SetReady(true).
 func New(cfg Config, models []*Model) (*Server, error) {
-	if len(models) == 0 && len(cfg.SpeechModels) == 0 && len(cfg.TTSModels) == 0 {
+	if len(models) == 0 && len(cfg.SpeechModels) == 0 && len(cfg.TTSModels) == 0 && len(cfg.OnDemand) == 0 {
 		return nil, errors.New("server: no models")
 	}
 	if cfg.MaxBodyBytes < 0 {
@@ -205,24 +219,13 @@ func New(cfg Config, models []*Model) (*Server, error) {
 		s.keyHash = h[:]
 	}
 	for i, m := range models {
-		switch {
-		case m == nil || m.Tokenizer == nil || (m.Sched == nil && m.Embedder == nil):
-			return nil, fmt.Errorf("server: model %d: a tokenizer and a scheduler or an embedder are required", i)
-		case m.Name == "":
-			return nil, fmt.Errorf("server: model %d: empty name", i)
-		case s.byName[m.Name] != nil:
+		if m != nil && m.Name != "" && s.byName[m.Name] != nil {
 			return nil, fmt.Errorf("server: model %q listed twice", m.Name)
-		case m.Ctx < 0:
-			return nil, fmt.Errorf("server: model %q: negative context %d", m.Name, m.Ctx)
 		}
-		sv := &served{Model: m, ctx: m.Ctx, vocab: m.Tokenizer.VocabSize()}
-		if m.Sched == nil && sv.ctx == 0 {
-			sv.ctx = m.Embedder.MaxTokens()
+		sv, err := newServed(m, s.log)
+		if err != nil {
+			return nil, fmt.Errorf("server: model %d: %w", i, err)
 		}
-		if sv.ctx <= 1 {
-			return nil, fmt.Errorf("server: model %q: context of %d positions", m.Name, sv.ctx)
-		}
-		sv.loadTemplate(s.log)
 		s.models = append(s.models, sv)
 		s.byName[m.Name] = sv
 	}
@@ -232,7 +235,13 @@ func New(cfg Config, models []*Model) (*Server, error) {
 	if err := s.addTTS(); err != nil {
 		return nil, err
 	}
+	if err := s.addOnDemand(); err != nil {
+		return nil, err
+	}
 	s.metrics = newMetrics(s.models, s.speech)
+	if err := s.registerOnDemandMetrics(); err != nil {
+		return nil, err
+	}
 	if cfg.Steps != nil {
 		if err := registerAll(s.metrics.reg, cfg.Steps.collectors()); err != nil {
 			return nil, err
@@ -241,6 +250,27 @@ func New(cfg Config, models []*Model) (*Server, error) {
 	s.mux = s.routes()
 	s.handler = http.HandlerFunc(s.serve)
 	return s, nil
+}
+
+// newServed checks m and derives what the server needs of it.
+func newServed(m *Model, log *slog.Logger) (*served, error) {
+	switch {
+	case m == nil || m.Tokenizer == nil || (m.Sched == nil && m.Embedder == nil):
+		return nil, errors.New("a tokenizer and a scheduler or an embedder are required")
+	case m.Name == "":
+		return nil, errors.New("empty name")
+	case m.Ctx < 0:
+		return nil, fmt.Errorf("model %q: negative context %d", m.Name, m.Ctx)
+	}
+	sv := &served{Model: m, ctx: m.Ctx, vocab: m.Tokenizer.VocabSize()}
+	if m.Sched == nil && sv.ctx == 0 {
+		sv.ctx = m.Embedder.MaxTokens()
+	}
+	if sv.ctx <= 1 {
+		return nil, fmt.Errorf("model %q: context of %d positions", m.Name, sv.ctx)
+	}
+	sv.loadTemplate(log)
+	return sv, nil
 }
 
 func (m *served) loadTemplate(log *slog.Logger) {
@@ -313,22 +343,33 @@ type modelObject struct {
 	Object  string `json:"object"`
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
+	// Parley's own: what the model serves, whether it is in memory, and for an on-demand model
+	// the memory it takes loaded (estimated) and why its last load failed.
+	Kind        ModelKind `json:"kind,omitempty"`
+	State       string    `json:"state,omitempty"`
+	OnDemand    bool      `json:"on_demand,omitempty"`
+	MemoryBytes int64     `json:"memory_bytes,omitempty"`
+	LoadError   string    `json:"load_error,omitempty"`
 }
 
-func (s *Server) modelObject(m *served) modelObject {
-	return modelObject{ID: m.Name, Object: "model", Created: s.start.Unix(), OwnedBy: "parley"}
+// staticObject is the object of a model loaded at start.
+func (s *Server) staticObject(name string) modelObject {
+	return modelObject{ID: name, Object: "model", Created: s.start.Unix(), OwnedBy: "parley", Kind: s.kindOf(name), State: stateLoaded}
 }
 
 func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
-	data := make([]modelObject, 0, len(s.models)+len(s.speech))
+	data := make([]modelObject, 0, len(s.models)+len(s.speech)+len(s.cfg.TTSModels)+len(s.reg.list))
 	for _, m := range s.models {
-		data = append(data, s.modelObject(m))
+		data = append(data, s.staticObject(m.Name))
 	}
 	for _, m := range s.speech {
-		data = append(data, modelObject{ID: m.Name, Object: "model", Created: s.start.Unix(), OwnedBy: "parley"})
+		data = append(data, s.staticObject(m.Name))
 	}
 	for _, m := range s.cfg.TTSModels {
-		data = append(data, modelObject{ID: m.Name, Object: "model", Created: s.start.Unix(), OwnedBy: "parley"})
+		data = append(data, s.staticObject(m.Name))
+	}
+	for _, st := range s.reg.states() {
+		data = append(data, s.stateObject(st))
 	}
 	writeJSON(w, struct {
 		Object string        `json:"object"`
@@ -338,44 +379,62 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) getModel(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("model")
-	if sm := s.speechN[name]; sm != nil {
-		writeJSON(w, modelObject{ID: sm.Name, Object: "model", Created: s.start.Unix(), OwnedBy: "parley"})
+	switch {
+	case s.speechN[name] != nil || s.ttsN[name] != nil || s.byName[name] != nil:
+		writeJSON(w, s.staticObject(name))
+		return
+	case s.reg.kind(name) != "":
+		writeJSON(w, s.stateObject(s.reg.state(name)))
 		return
 	}
-	if tm := s.ttsN[name]; tm != nil {
-		writeJSON(w, modelObject{ID: tm.Name, Object: "model", Created: s.start.Unix(), OwnedBy: "parley"})
+	if i := strings.LastIndexByte(name, '/'); i >= 0 && (name[i:] == "/load" || name[i:] == "/unload") {
+		// Another method on an admin endpoint, counted under that endpoint's label.
+		r.Pattern = http.MethodPost + " /v1/models/{model}" + name[i:]
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, &apiError{Status: http.StatusMethodNotAllowed, Message: fmt.Sprintf("Method %s is not allowed on %s; use %s.", r.Method, r.URL.Path, http.MethodPost), Type: typeInvalidRequest})
 		return
 	}
-	m, e := s.model(name)
+	m, e := s.model(r, name, nil)
 	if e != nil {
 		writeError(w, e)
 		return
 	}
-	writeJSON(w, s.modelObject(m))
+	writeJSON(w, s.staticObject(m.Name))
 }
 
 // genModel is model for a generation request: an embedding-only model is a 400.
-func (s *Server) genModel(name string) (*served, *apiError) {
-	m, e := s.model(name)
+func (s *Server) genModel(r *http.Request, name string, keep json.RawMessage) (*served, *apiError) {
+	if s.reg.kind(name) == KindEmbedding {
+		return nil, invalidCode("model", "model_not_supported", fmt.Sprintf("The model '%s' is an embedding model; use /v1/embeddings.", name))
+	}
+	m, e := s.model(r, name, keep)
 	if e == nil && m.Sched == nil {
 		return nil, invalidCode("model", "model_not_supported", fmt.Sprintf("The model '%s' is an embedding model; use /v1/embeddings.", m.Name))
 	}
 	return m, e
 }
 
-// model finds the named model; an empty name picks the only one when there is one.
-func (s *Server) model(name string) (*served, *apiError) {
-	if name == "" && len(s.models) == 1 {
+// model finds the named model, loading an on-demand one and holding it until r is answered
+// (keep: the request's keep_alive); an empty name picks the only one when there is one.
+func (s *Server) model(r *http.Request, name string, keep json.RawMessage) (*served, *apiError) {
+	if name == "" && len(s.models) == 1 && len(s.reg.list) == 0 {
 		return s.models[0], nil
 	}
 	if m := s.byName[name]; m != nil {
 		return m, nil
 	}
+	if k := s.reg.kind(name); k == KindLLM || k == KindEmbedding {
+		e, ae := s.acquire(r, name, keep)
+		if ae != nil {
+			return nil, ae
+		}
+		return e.sv, nil
+	}
 	if name == "" {
 		return nil, invalid("model", "Missing required parameter: 'model'.")
 	}
-	if s.speechN[name] != nil {
+	if s.kindOf(name) == KindSpeechRecognition {
 		return nil, invalidCode("model", "model_not_supported", fmt.Sprintf("The model '%s' is a speech recognition model; use /v1/audio/transcriptions.", name))
 	}
-	return nil, &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("The model '%s' does not exist.", name), Type: typeInvalidRequest, Param: strptr("model"), Code: strptr("model_not_found")}
+	return nil, notFound(name)
 }

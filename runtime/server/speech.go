@@ -55,6 +55,7 @@ type speechRequest struct {
 	Speed          *float64        `json:"speed"`
 	StreamFormat   string          `json:"stream_format"`
 	Instructions   string          `json:"instructions"`
+	KeepAlive      json.RawMessage `json:"keep_alive"` // an on-demand model's, as Ollama's
 }
 
 // speak answers POST /v1/audio/speech: the synthesis of input with voice, as a 16-bit mono WAV
@@ -71,7 +72,7 @@ func (s *Server) speak(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	m, voice, format, e := s.checkSpeech(&req)
+	m, voice, format, e := s.checkSpeech(r, &req)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -152,16 +153,22 @@ func speechInputMessage(err error) string {
 
 // checkSpeech resolves a speech request's model, voice and format, answering 400 (404 for an
 // unknown model) for anything it cannot honour.
-func (s *Server) checkSpeech(req *speechRequest) (*TTSModel, string, string, *apiError) {
+func (s *Server) checkSpeech(r *http.Request, req *speechRequest) (*TTSModel, string, string, *apiError) {
 	var m *TTSModel
 	switch {
-	case req.Model == "" && len(s.cfg.TTSModels) == 1:
+	case req.Model == "" && len(s.cfg.TTSModels) == 1 && len(s.reg.list) == 0:
 		m = s.cfg.TTSModels[0]
 	case s.ttsN[req.Model] != nil:
 		m = s.ttsN[req.Model]
+	case s.reg.kind(req.Model) == KindSpeechSynthesis:
+		e, ae := s.acquire(r, req.Model, req.KeepAlive)
+		if ae != nil {
+			return nil, "", "", ae
+		}
+		m = e.loaded.TTS
 	case req.Model == "":
 		return nil, "", "", invalid("model", "Missing required parameter: 'model'.")
-	case s.byName[req.Model] != nil || s.speechN[req.Model] != nil:
+	case s.kindOf(req.Model) != "":
 		return nil, "", "", invalidCode("model", "model_not_supported", fmt.Sprintf("The model '%s' is not a text-to-speech model.", req.Model))
 	default:
 		return nil, "", "", &apiError{Status: http.StatusNotFound, Message: fmt.Sprintf("The model '%s' does not exist.", req.Model), Type: typeInvalidRequest, Param: strptr("model"), Code: strptr("model_not_found")}
