@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
 	"go.yaml.in/yaml/v3"
@@ -212,11 +213,13 @@ type modelOptions struct {
 	kvType, chatTemplate                    string
 	prefix                                  bool
 	asrParallel, asrQueue, asrEncode        int
+	onDemand                                bool          // loaded on its first request, unloaded when idle
+	keepAlive                               time.Duration // an on-demand model's idle time before it is unloaded
 }
 
 // modelOptionKeys are the keys of a models entry besides path and alias: the flags of serve
 // that a model may have its own value of.
-var modelOptionKeys = []string{"asr-encode-batch", "asr-parallel", "asr-queue", "chat-template", "ctx", "kv-mem", "kv-type", "parallel", "prefix-cache", "queue", "step-tokens"}
+var modelOptionKeys = []string{"asr-encode-batch", "asr-parallel", "asr-queue", "chat-template", "ctx", "keep-alive", "kv-mem", "kv-type", "on-demand", "parallel", "prefix-cache", "queue", "step-tokens"}
 
 // options reads m's path, alias and options, the options defaulting to def (the flags').
 func (m configModel) options(def modelOptions) (path, alias string, o modelOptions, err error) {
@@ -236,6 +239,8 @@ func (m configModel) options(def modelOptions) (path, alias string, o modelOptio
 	fs.IntVar(&o.asrParallel, "asr-parallel", def.asrParallel, "")
 	fs.IntVar(&o.asrQueue, "asr-queue", def.asrQueue, "")
 	fs.IntVar(&o.asrEncode, "asr-encode-batch", def.asrEncode, "")
+	fs.BoolVar(&o.onDemand, "on-demand", def.onDemand, "")
+	fs.Var((*keepAliveFlag)(&o.keepAlive), "keep-alive", "")
 	keys := make([]string, 0, len(m.keys))
 	for k := range m.keys {
 		keys = append(keys, k)

@@ -21,7 +21,6 @@ import (
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/hub"
 	"github.com/parleyhq/parley/runtime/models"
-	"github.com/parleyhq/parley/runtime/models/bert"
 	"github.com/parleyhq/parley/runtime/models/llama"
 	"github.com/parleyhq/parley/runtime/pooling"
 	"github.com/parleyhq/parley/runtime/sched"
@@ -66,6 +65,12 @@ func runServe(e *env, args []string) (err error) {
 	var ttsVoices multiFlag
 	fs.Var(&ttsVoices, "tts-voice", "a voice of the speech synthesis models, NAME=FILE (a Pocket TTS voice-state .safetensors; repeatable), besides those a checkpoint holds")
 	prefix := fs.Bool("prefix-cache", true, "reuse the KV blocks of prompt prefixes shared between requests")
+	modelsDir := fs.String("models-dir", "", "directory whose model files (GGUF, whisper.cpp ggml .bin, Pocket TTS .safetensors) are served on demand, each named after its file: loaded on its first request, unloaded when idle")
+	var maxMemory byteSize
+	fs.Var(&maxMemory, "max-memory", "memory the on-demand models loaded at once may take (e.g. 8GiB; estimated from their files: weights, KV cache, scratch); the least recently used idle ones are unloaded to make room (default: the memory available once the other models are loaded, and on CUDA no more than the device's free memory)")
+	keepAlive := keepAliveFlag(5 * time.Minute)
+	fs.Var(&keepAlive, "keep-alive", "how long an on-demand model stays loaded after its last request (a duration, or seconds; 0: unload at once; negative: until its memory is needed); a request's keep_alive field overrides it")
+	loadTimeout := fs.Duration("load-timeout", 5*time.Minute, "longest a request waits for its on-demand model to load (or for memory to load it in) before it is answered 503")
 	var fileModels []configModel // a config file's models list
 	fs.models = &fileModels
 	pos, err := fs.parse(args)
@@ -78,8 +83,11 @@ func runServe(e *env, args []string) (err error) {
 	if _, inFile := fs.fromFile["model"]; fs.isSet("m") && !inFile {
 		fileModels = nil // -m or $PARLEY_MODEL replaces the config file's models
 	}
-	if len(modelArgs) == 0 && len(fileModels) == 0 {
-		return usagef("at least one -m MODEL is required")
+	if len(modelArgs) == 0 && len(fileModels) == 0 && *modelsDir == "" {
+		return usagef("at least one -m MODEL (or --models-dir DIR) is required")
+	}
+	if *loadTimeout <= 0 {
+		return usagef("--load-timeout must be positive")
 	}
 	if *port < 0 || *port > 65535 {
 		return usagef("%s %d: want a port number from 0 to 65535", fs.from("port"), *port)
@@ -126,14 +134,9 @@ func runServe(e *env, args []string) (err error) {
 	}
 	// Each model has the flags' options, or a config file's models entry's own.
 	def := modelOptions{ctx: *ctxLen, parallel: *parallel, kvMiB: *kvMiB, stepTokens: *stepTokens, queue: *queue,
-		kvType: *kvType, chatTemplate: *chatTemplate, prefix: *prefix, asrParallel: *asrParallel, asrQueue: *asrQueue, asrEncode: *asrEncode}
-	type spec struct {
-		name, path string
-		opt        modelOptions
-		kv         tensor.DType
-		tmpl       string // the chat template replacing the model's own, if any
-	}
-	var specs []spec
+		kvType: *kvType, chatTemplate: *chatTemplate, prefix: *prefix, asrParallel: *asrParallel, asrQueue: *asrQueue, asrEncode: *asrEncode, keepAlive: time.Duration(keepAlive)}
+	type spec = serveSpec
+	var specs, lazy []spec // loaded at start, and on demand
 	seen := map[string]bool{}
 	for _, m := range fileModels {
 		path, name, opt, err := m.options(def)
@@ -166,6 +169,10 @@ func runServe(e *env, args []string) (err error) {
 			}
 		}
 		seen[name] = true
+		if opt.onDemand {
+			lazy = append(lazy, sp)
+			continue
+		}
 		specs = append(specs, sp)
 	}
 	for _, m := range modelArgs {
@@ -189,13 +196,30 @@ func runServe(e *env, args []string) (err error) {
 		specs = append(specs, spec{name: name, path: path, opt: def, kv: kv, tmpl: tmpl})
 	}
 
+	if *modelsDir != "" {
+		found, err := scanModelsDir(*modelsDir, logger.Warn)
+		if err != nil {
+			return usagef("--models-dir: %v", err)
+		}
+		if len(found) == 0 && len(specs)+len(lazy) == 0 {
+			return usagef("--models-dir %s holds no model file (.gguf, .bin, .safetensors)", *modelsDir)
+		}
+		for _, sp := range found {
+			if seen[sp.name] {
+				return usagef("--models-dir: model %q (%s) has the name of another model", sp.name, sp.path)
+			}
+			seen[sp.name] = true
+			sp.opt, sp.kv, sp.tmpl = def, kv, tmpl
+			lazy = append(lazy, sp)
+		}
+	}
 	if err := bf.check(); err != nil {
 		return err
 	}
 	// Every local file's header is read before the server listens: a corrupt or truncated file
 	// ends the command before it has said it is listening. (A download is checked once it is
 	// there.)
-	for _, sp := range specs {
+	for _, sp := range append(specs[:len(specs):len(specs)], lazy...) {
 		if !hub.IsRemote(sp.path) {
 			if _, err := models.Check(sp.path); err != nil {
 				return fmt.Errorf("%s: %w", sp.name, err)
@@ -270,8 +294,8 @@ func runServe(e *env, args []string) (err error) {
 			closers[i]()
 		}
 	}()
+	env := serveEnv{logger: logger, steps: steps, asrParams: &asrParams, ttsVoices: ttsVoices, embeddings: *embeddings, kvShare: len(specs)}
 	for i, sp := range specs {
-		t0 := time.Now()
 		be := be
 		if _, records := be.(backend.Recorder); records && i > 0 {
 			// A backend that records its steps (CUDA graphs) records everything called on it
@@ -284,137 +308,48 @@ func runServe(e *env, args []string) (err error) {
 			closers = append(closers, func() { be.Close() })
 		}
 		if hub.IsRemote(sp.path) {
-			// The progress bar redraws one line: on a terminal, and not between JSON records.
-			var progress io.Writer
-			if *logFormat != "json" && isTerminal(e.stderr) {
-				progress = e.stderr
-			}
-			local, err := hub.Resolve(ctx, sp.path, hub.Options{Progress: progress})
-			if err != nil {
+			if sp.path, err = resolveRemote(ctx, e, sp, *logFormat); err != nil {
 				hs.Close()
-				return fmt.Errorf("%s: %w", sp.name, err)
+				return err
 			}
-			sp.path = local
 		}
-		if kind, err := models.Check(sp.path); err != nil {
-			hs.Close()
-			return fmt.Errorf("%s: %w", sp.name, err)
-		} else if kind == models.KindSpeechSynthesis {
-			synth, closeSynth, err := openSynth(be, sp.path, ttsVoices)
-			if err != nil {
-				hs.Close()
-				return fmt.Errorf("%s: %w", sp.name, err)
-			}
-			closers = append(closers, closeSynth)
-			ttsModels = append(ttsModels, &server.TTSModel{Name: sp.name, Synth: synth})
-			logger.Info("speech synthesis model loaded", "model", sp.name, "path", sp.path, "voices", strings.Join(synth.Voices(), ","), "took", time.Since(t0).Round(time.Millisecond))
-			continue
-		} else if kind == models.KindSpeechRecognition {
-			we, err := models.OpenRecognizer(sp.path, be, asr.Config{MaxActive: sp.opt.asrParallel, MaxQueue: sp.opt.asrQueue, EncodeBatch: sp.opt.asrEncode,
-				OnStep: steps.OnStep(sp.name), Logger: logger.With("model", sp.name)})
-			if err != nil {
-				hs.Close()
-				return fmt.Errorf("%s: %w", sp.name, err)
-			}
-			closers = append(closers, func() { we.Close() })
-			speechModels = append(speechModels, &server.SpeechModel{Name: sp.name, Recognizer: we.Recognizer, Params: &asrParams})
-			speechEngines = append(speechEngines, we.Recognizer)
-			logger.Info("speech model loaded", "model", sp.name, "path", sp.path, "family", we.Family, "multilingual", we.Multilingual(), "parallel", sp.opt.asrParallel, "took", time.Since(t0).Round(time.Millisecond))
-			continue
-		}
-		if kind, _ := models.Probe(sp.path); kind == models.KindEmbedding {
-			enc, err := models.OpenEncoder(sp.path, be)
-			if err != nil {
-				hs.Close()
-				return fmt.Errorf("%s: %w", sp.name, err)
-			}
-			closers = append(closers, func() { enc.Close() })
-			bc, err := enc.Model.NewContext(bert.ContextConfig{StepTokens: max(sp.opt.stepTokens, enc.Model.Positions)})
-			if err != nil {
-				hs.Close()
-				return fmt.Errorf("%s: %w", sp.name, err)
-			}
-			closers = append(closers, func() { bc.Close() })
-			em, err := sched.NewEncoderEmbedModel(bc)
-			if err != nil {
-				hs.Close()
-				return fmt.Errorf("%s: %w", sp.name, err)
-			}
-			es, err := sched.NewEmbedder(em, sched.EmbedConfig{MaxQueue: sp.opt.queue, OnStep: steps.OnStep(sp.name)})
-			if err != nil {
-				hs.Close()
-				return fmt.Errorf("%s: %w", sp.name, err)
-			}
-			embedders = append(embedders, es)
-			served = append(served, &server.Model{Name: sp.name, Tokenizer: enc.Text(), Embedder: es})
-			logger.Info("embedding model loaded", "model", sp.name, "path", sp.path, "dim", enc.Model.Dim, "pooling", bc.Pooling(), "took", time.Since(t0).Round(time.Millisecond))
-			continue
-		}
-		llm, err := models.OpenLLM(sp.path, be)
+		op, err := openServed(sp, be, env)
 		if err != nil {
 			hs.Close()
 			return err
 		}
-		closers = append(closers, func() { llm.Close() })
-		m := llm.Model
-		perPos := kvBytesPerPos(m, sp.kv)
-		var budget int64
-		if sp.opt.kvMiB == 0 {
-			budget = kvBudget(be) / int64(len(specs)) // shared by the models served
+		closers = append(closers, op.close)
+		scheds = append(scheds, op.scheds...)
+		embedders = append(embedders, op.embedders...)
+		switch {
+		case op.tts != nil:
+			ttsModels = append(ttsModels, op.tts)
+		case op.speech != nil:
+			speechModels = append(speechModels, op.speech)
+			speechEngines = append(speechEngines, op.recognizer)
+		default:
+			served = append(served, op.model)
 		}
-		plan := planKV(sp.opt.ctx, sp.opt.kvMiB, sp.opt.parallel, llm.TrainingContext(), perPos, budget)
-		n, slots := plan.ctx, plan.slots
-		if sp.opt.kvMiB > 0 && slots < n {
-			hs.Close()
-			return fmt.Errorf("%s: --kv-mem %d MiB holds %d positions, less than one sequence of %d", sp.name, sp.opt.kvMiB, slots, n)
-		}
-		if plan.capped && n < min(llm.TrainingContext(), minCutCtx) {
-			hs.Close()
-			return fmt.Errorf("%s: %d MiB of memory for the KV cache hold only %d positions; give --kv-mem (MiB) or a smaller --ctx or --parallel", sp.name, budget>>20, n)
-		}
-		if plan.capped {
-			logger.Warn("KV cache cut to fit memory; --ctx and --kv-mem choose", "model", sp.name, "trained_ctx", llm.TrainingContext(), "ctx", n,
-				"kv_slots", slots, "wanted_slots", int64(n)*int64(sp.opt.parallel), "budget_mib", budget>>20)
-		}
-		if sp.opt.ctx > llm.TrainingContext() {
-			logger.Warn("--ctx is beyond the model's training context: generations past it may degrade", "model", sp.name, "ctx", n, "trained_ctx", llm.TrainingContext())
-		}
-		if plan.tight {
-			logger.Warn("one sequence of --ctx needs more than the KV memory budget", "model", sp.name, "ctx", n,
-				"needs_mib", int64(n)*perPos>>20, "budget_mib", budget>>20)
-		}
-		c, err := m.NewContext(llama.ContextConfig{StepTokens: sp.opt.stepTokens, MaxSeqs: sp.opt.parallel, KVSlots: slots, KVType: sp.kv, SeqContext: n})
-		if err != nil {
-			hs.Close()
-			return fmt.Errorf("%s: %w", sp.name, err)
-		}
-		closers = append(closers, func() { c.Close() })
-		s, err := sched.New(sched.NewLlamaModel(c), llm.Text(), sched.Config{
-			MaxQueue: sp.opt.queue, StepTokens: sp.opt.stepTokens, MaxActive: sp.opt.parallel, MaxContext: n, PrefixCache: sp.opt.prefix, OnStep: steps.OnStep(sp.name), Logger: logger.With("model", sp.name),
-		})
-		if err != nil {
-			hs.Close()
-			return fmt.Errorf("%s: %w", sp.name, err)
-		}
-		scheds = append(scheds, s)
-		chat := llm.ChatTemplate()
-		if sp.tmpl != "" {
-			chat = sp.tmpl // --chat-template replaces the file's own
-		}
-		sm := &server.Model{Name: sp.name, Tokenizer: llm.Text(), ChatTemplate: chat, Sched: s, Ctx: n}
-		if *embeddings {
-			es, err := decoderEmbedder(llm, min(sp.opt.stepTokens, n), sp.kv, sp.opt.parallel, sp.opt.queue, steps.OnStep(sp.name), &closers)
-			if err != nil {
-				hs.Close()
-				return fmt.Errorf("%s: %w", sp.name, err)
-			}
-			embedders = append(embedders, es)
-			sm.Embedder = es
-		}
-		served = append(served, sm)
-		logger.Info("model loaded", "model", sp.name, "path", sp.path, "arch", m.Arch, "ctx", n, "kv_slots", c.Pool().Slots(), "parallel", sp.opt.parallel, "prefix_cache", sp.opt.prefix, "chat_template", templateSource(sp.opt.chatTemplate, llm.ChatTemplate()), "embeddings", *embeddings, "took", time.Since(t0).Round(time.Millisecond))
 	}
-	srv, err := server.New(server.Config{APIKey: *apiKey, AllowedOrigins: origins, CheckHost: checkHost, AllowedHosts: hosts, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout, RequestTimeout: *timeout, Logger: logger, Steps: steps,
+	var onDemand []*server.OnDemandModel
+	budget := int64(0)
+	if len(lazy) > 0 {
+		for i := range lazy {
+			if hub.IsRemote(lazy[i].path) {
+				if lazy[i].path, err = resolveRemote(ctx, e, lazy[i], *logFormat); err != nil {
+					hs.Close()
+					return err
+				}
+			}
+		}
+		budget = memoryBudget(int64(maxMemory), be)
+		if onDemand, err = onDemandModels(lazy, be, bf, budget, env); err != nil {
+			hs.Close()
+			return err
+		}
+		logger.Info("on-demand models", "count", len(onDemand), "budget_mib", budget>>20, "keep_alive", time.Duration(keepAlive), "load_timeout", *loadTimeout)
+	}
+	srv, err := server.New(server.Config{OnDemand: onDemand, MaxMemory: budget, LoadTimeout: *loadTimeout,APIKey: *apiKey, AllowedOrigins: origins, CheckHost: checkHost, AllowedHosts: hosts, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout, RequestTimeout: *timeout, Logger: logger, Steps: steps,
 		SpeechModels: speechModels, TTSModels: ttsModels, MaxAudioBytes: *maxAudio, MaxAudioDuration: *maxAudioDur, Stream: server.StreamConfig{MaxSessions: *maxStreams}}, served)
 	if err != nil {
 		hs.Close()
@@ -444,7 +379,7 @@ func runServe(e *env, args []string) (err error) {
 	h := srv.Handler()
 	handler.Store(&h)
 	srv.SetReady(true)
-	logger.Info("ready", "models", len(served), "speech_models", len(speechModels), "tts_models", len(ttsModels))
+	logger.Info("ready", "models", len(served), "speech_models", len(speechModels), "tts_models", len(ttsModels), "on_demand_models", len(onDemand))
 
 	select {
 	case err := <-serveErr:
@@ -472,6 +407,11 @@ func runServe(e *env, args []string) (err error) {
 	srv.SetReady(false)
 	shutErr := hs.Shutdown(sctx)
 	<-liveDone
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if err := srv.CloseModels(cctx); err != nil {
+		logger.Warn("on-demand models still in use at exit", "err", err)
+	}
+	ccancel()
 	if shutErr != nil && !errors.Is(shutErr, context.DeadlineExceeded) {
 		logger.Error("shutdown", "err", shutErr)
 	}
@@ -494,6 +434,20 @@ func runServe(e *env, args []string) (err error) {
 	hs.Close()
 	logger.Info("stopped")
 	return nil
+}
+
+// resolveRemote downloads sp's hf:// model once into the cache and returns its local path.
+func resolveRemote(ctx context.Context, e *env, sp serveSpec, logFormat string) (string, error) {
+	// The progress bar redraws one line: on a terminal, and not between JSON records.
+	var progress io.Writer
+	if logFormat != "json" && isTerminal(e.stderr) {
+		progress = e.stderr
+	}
+	local, err := hub.Resolve(ctx, sp.path, hub.Options{Progress: progress})
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", sp.name, err)
+	}
+	return local, nil
 }
 
 // decoderEmbedder runs llm as an embedder on a context of its own, of steps of stepTokens tokens
