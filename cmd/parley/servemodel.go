@@ -59,13 +59,12 @@ func (o *openedModel) close() {
 // openServed opens the model of sp (a local file) on be, as its kind says: a language model with
 // its scheduler (and an embedder with --embeddings), an embedding model, a speech recognition
 // model with its scheduler, or a speech synthesis model.
-func openServed(sp serveSpec, be backend.Backend, env serveEnv) (op *openedModel, err error) {
+func openServed(sp serveSpec, be backend.Backend, env serveEnv) (_ *openedModel, err error) {
 	logger, steps := env.logger, env.steps
-	op = &openedModel{}
+	o := &openedModel{}
 	defer func() {
 		if err != nil {
-			op.close()
-			op = nil
+			o.close()
 		}
 	}()
 	t0 := time.Now()
@@ -76,33 +75,33 @@ func openServed(sp serveSpec, be backend.Backend, env serveEnv) (op *openedModel
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sp.name, err)
 		}
-		op.closers = append(op.closers, closeSynth)
-		op.tts = &server.TTSModel{Name: sp.name, Synth: synth}
+		o.closers = append(o.closers, closeSynth)
+		o.tts = &server.TTSModel{Name: sp.name, Synth: synth}
 		logger.Info("speech synthesis model loaded", "model", sp.name, "path", sp.path, "voices", strings.Join(synth.Voices(), ","), "took", time.Since(t0).Round(time.Millisecond))
-		return op, nil
+		return o, nil
 	} else if kind == models.KindSpeechRecognition {
 		we, err := models.OpenRecognizer(sp.path, be, asr.Config{MaxActive: sp.opt.asrParallel, MaxQueue: sp.opt.asrQueue, EncodeBatch: sp.opt.asrEncode,
 			OnStep: steps.OnStep(sp.name), Logger: logger.With("model", sp.name)})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sp.name, err)
 		}
-		op.closers = append(op.closers, func() { we.Close() })
-		op.speech = &server.SpeechModel{Name: sp.name, Recognizer: we.Recognizer, Params: env.asrParams}
-		op.recognizer = we.Recognizer
+		o.closers = append(o.closers, func() { we.Close() })
+		o.speech = &server.SpeechModel{Name: sp.name, Recognizer: we.Recognizer, Params: env.asrParams}
+		o.recognizer = we.Recognizer
 		logger.Info("speech model loaded", "model", sp.name, "path", sp.path, "family", we.Family, "multilingual", we.Multilingual(), "parallel", sp.opt.asrParallel, "took", time.Since(t0).Round(time.Millisecond))
-		return op, nil
+		return o, nil
 	}
 	if kind, _ := models.Probe(sp.path); kind == models.KindEmbedding {
 		enc, err := models.OpenEncoder(sp.path, be)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sp.name, err)
 		}
-		op.closers = append(op.closers, func() { enc.Close() })
+		o.closers = append(o.closers, func() { enc.Close() })
 		bc, err := enc.Model.NewContext(bert.ContextConfig{StepTokens: max(sp.opt.stepTokens, enc.Model.Positions)})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sp.name, err)
 		}
-		op.closers = append(op.closers, func() { bc.Close() })
+		o.closers = append(o.closers, func() { bc.Close() })
 		em, err := sched.NewEncoderEmbedModel(bc)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sp.name, err)
@@ -111,16 +110,16 @@ func openServed(sp serveSpec, be backend.Backend, env serveEnv) (op *openedModel
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sp.name, err)
 		}
-		op.embedders = append(op.embedders, es)
-		op.model = &server.Model{Name: sp.name, Tokenizer: enc.Text(), Embedder: es}
+		o.embedders = append(o.embedders, es)
+		o.model = &server.Model{Name: sp.name, Tokenizer: enc.Text(), Embedder: es}
 		logger.Info("embedding model loaded", "model", sp.name, "path", sp.path, "dim", enc.Model.Dim, "pooling", bc.Pooling(), "took", time.Since(t0).Round(time.Millisecond))
-		return op, nil
+		return o, nil
 	}
 	llm, err := models.OpenLLM(sp.path, be)
 	if err != nil {
 		return nil, err
 	}
-	op.closers = append(op.closers, func() { llm.Close() })
+	o.closers = append(o.closers, func() { llm.Close() })
 	m := llm.Model
 	perPos := kvBytesPerPos(m, sp.kv)
 	var budget int64
@@ -152,30 +151,30 @@ func openServed(sp serveSpec, be backend.Backend, env serveEnv) (op *openedModel
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", sp.name, err)
 	}
-	op.closers = append(op.closers, func() { c.Close() })
+	o.closers = append(o.closers, func() { c.Close() })
 	s, err := sched.New(sched.NewLlamaModel(c), llm.Text(), sched.Config{
 		MaxQueue: sp.opt.queue, StepTokens: sp.opt.stepTokens, MaxActive: sp.opt.parallel, MaxContext: n, PrefixCache: sp.opt.prefix, OnStep: steps.OnStep(sp.name), Logger: logger.With("model", sp.name),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", sp.name, err)
 	}
-	op.scheds = append(op.scheds, s)
+	o.scheds = append(o.scheds, s)
 	chat := llm.ChatTemplate()
 	if sp.tmpl != "" {
 		chat = sp.tmpl // --chat-template replaces the file's own
 	}
 	sm := &server.Model{Name: sp.name, Tokenizer: llm.Text(), ChatTemplate: chat, Sched: s, Ctx: n}
 	if env.embeddings {
-		es, err := decoderEmbedder(llm, min(sp.opt.stepTokens, n), sp.kv, sp.opt.parallel, sp.opt.queue, steps.OnStep(sp.name), &op.closers)
+		es, err := decoderEmbedder(llm, min(sp.opt.stepTokens, n), sp.kv, sp.opt.parallel, sp.opt.queue, steps.OnStep(sp.name), &o.closers)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sp.name, err)
 		}
-		op.embedders = append(op.embedders, es)
+		o.embedders = append(o.embedders, es)
 		sm.Embedder = es
 	}
-	op.model = sm
+	o.model = sm
 	logger.Info("model loaded", "model", sp.name, "path", sp.path, "arch", m.Arch, "ctx", n, "kv_slots", c.Pool().Slots(), "parallel", sp.opt.parallel, "prefix_cache", sp.opt.prefix, "chat_template", templateSource(sp.opt.chatTemplate, llm.ChatTemplate()), "embeddings", env.embeddings, "took", time.Since(t0).Round(time.Millisecond))
-	return op, nil
+	return o, nil
 }
 
 // check refuses a plan that cannot serve sp: --kv-mem too small for one sequence, or a default

@@ -286,7 +286,7 @@ func (r *registry) startLoad(e *entry) {
 	go func() {
 		defer r.wg.Done()
 		t0 := time.Now()
-		l, err := e.Load(r.ctx)
+		l, err := safeLoad(r.ctx, e.Load)
 		if err == nil && l == nil {
 			err = errors.New("the loader returned no model")
 		}
@@ -318,6 +318,16 @@ func (r *registry) startLoad(e *entry) {
 			r.idle(e)
 		}
 	}()
+}
+
+// safeLoad runs load, a panic turned into its error.
+func safeLoad(ctx context.Context, load func(context.Context) (*Loaded, error)) (l *Loaded, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			l, err = nil, fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return load(ctx)
 }
 
 // release ends a use of e that acquire began.

@@ -1,0 +1,235 @@
+package tests
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/parleyhq/parley/internal/sharedtest"
+)
+
+// odModel is a model's object in GET /v1/models, with Parley's fields.
+type odModel struct {
+	ID          string `json:"id"`
+	Object      string `json:"object"`
+	Kind        string `json:"kind"`
+	State       string `json:"state"`
+	OnDemand    bool   `json:"on_demand"`
+	MemoryBytes int64  `json:"memory_bytes"`
+}
+
+func odModels(t *testing.T, base string) map[string]odModel {
+	t.Helper()
+	resp, err := http.Get(base + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Data []odModel `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]odModel{}
+	for _, m := range list.Data {
+		out[m.ID] = m
+	}
+	return out
+}
+
+// odWaitState waits until the named model is in state want.
+func odWaitState(t *testing.T, base, name, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if odModels(t, base)[name].State == want {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s: state %q, want %q", name, odModels(t, base)[name].State, want)
+}
+
+func odMetric(t *testing.T, base, series string) string {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func odPost(t *testing.T, url, body string, hdr ...string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestServeOnDemand serves a models directory of a language model and a Whisper model: both
+// listed unloaded, each loaded by its first request (concurrent ones loading it once), unloaded
+// by keep_alive 0 and by the admin endpoint, and under a --max-memory that holds one at a time,
+// the idle one unloaded for the other; a model larger than the budget is refused with the sizes.
+func TestServeOnDemand(t *testing.T) {
+	llm := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
+	whisper := sharedtest.WhisperRandomModel(t, "tiny")
+	wav, err := os.ReadFile(sharedtest.Path(t, "data/asr/wav/psx-cards-001.wav"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for dst, src := range map[string]string{"stories.gguf": llm, "whisper.bin": whisper} {
+		if err := os.Symlink(src, filepath.Join(dir, dst)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("not a model"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--backend", "go", "--models-dir", dir, "--ctx", "128", "--parallel", "2"}
+	completion := `{"model":"stories","prompt":"Once upon a time","max_tokens":4,"temperature":0}`
+
+	srv := startServer(t, append(args, "--keep-alive", "-1")...)
+	ms := odModels(t, srv.base)
+	if len(ms) != 2 || ms["stories"].Kind != "llm" || ms["whisper"].Kind != "speech_recognition" {
+		t.Fatalf("models: %+v", ms)
+	}
+	for _, m := range ms {
+		if m.State != "unloaded" || !m.OnDemand || m.MemoryBytes <= 0 || m.Object != "model" {
+			t.Errorf("before any request: %+v", m)
+		}
+	}
+	sizeLLM, sizeASR := ms["stories"].MemoryBytes, ms["whisper"].MemoryBytes
+
+	t.Run("first requests load once", func(t *testing.T) {
+		var wg sync.WaitGroup
+		codes := make([]int, 4)
+		for i := range codes {
+			wg.Go(func() { codes[i], _ = odPost(t, srv.base+"/v1/completions", completion) })
+		}
+		wg.Wait()
+		for i, c := range codes {
+			if c != 200 {
+				t.Errorf("request %d: %d", i, c)
+			}
+		}
+		if v := odMetric(t, srv.base, `parley_model_loads_total{model="stories",result="ok"}`); v != "1" {
+			t.Errorf("stories loads: %q, want 1", v)
+		}
+		ms := odModels(t, srv.base)
+		if ms["stories"].State != "loaded" || ms["whisper"].State != "unloaded" {
+			t.Errorf("after a completion: stories %s, whisper %s", ms["stories"].State, ms["whisper"].State)
+		}
+		if v := odMetric(t, srv.base, "parley_models_loaded"); v != "1" {
+			t.Errorf("parley_models_loaded %q, want 1", v)
+		}
+		if v, _ := strconv.ParseFloat(odMetric(t, srv.base, `parley_model_memory_bytes{model="stories"}`), 64); int64(v) != sizeLLM {
+			t.Errorf("parley_model_memory_bytes of stories: %v, want %d", v, sizeLLM)
+		}
+	})
+
+	t.Run("keep_alive 0", func(t *testing.T) {
+		code, _, body := postTranscription(t, srv.base, wav, "model", "whisper", "keep_alive", "0", "response_format", "text")
+		if code != 200 || strings.TrimSpace(body) == "" {
+			t.Fatalf("transcription: %d %q", code, body)
+		}
+		odWaitState(t, srv.base, "whisper", "unloaded")
+		if v := odMetric(t, srv.base, `parley_model_unloads_total{model="whisper"}`); v != "1" {
+			t.Errorf("whisper unloads: %q, want 1", v)
+		}
+	})
+
+	t.Run("admin endpoints", func(t *testing.T) {
+		code, body := odPost(t, srv.base+"/v1/models/stories/unload", "")
+		if code != 200 || !strings.Contains(body, `"state":"unloaded"`) {
+			t.Errorf("unload: %d %s", code, body)
+		}
+		if code, body := odPost(t, srv.base+"/v1/models/stories/unload", ""); code != 200 {
+			t.Errorf("unload of an unloaded model: %d %s", code, body)
+		}
+		code, body = odPost(t, srv.base+"/v1/models/whisper/load", `{"keep_alive":"1h"}`)
+		if code != 200 || !strings.Contains(body, `"state":"loaded"`) {
+			t.Errorf("load: %d %s", code, body)
+		}
+		if st := odModels(t, srv.base)["whisper"].State; st != "loaded" {
+			t.Errorf("whisper after load: %s", st)
+		}
+		if code, body := odPost(t, srv.base+"/v1/models/nothing/load", ""); code != 404 || !strings.Contains(body, "model_not_found") {
+			t.Errorf("load of an unknown model: %d %s", code, body)
+		}
+		if code, body := odPost(t, srv.base+"/v1/completions", `{"model":"nothing","prompt":"x"}`); code != 404 {
+			t.Errorf("unknown model: %d %s", code, body)
+		}
+		if code, body := odPost(t, srv.base+"/v1/completions", `{"model":"stories","prompt":"x","keep_alive":"soon"}`); code != 400 || !strings.Contains(body, "keep_alive") {
+			t.Errorf("bad keep_alive: %d %s", code, body)
+		}
+	})
+
+	t.Run("eviction under --max-memory", func(t *testing.T) {
+		budget := max(sizeLLM, sizeASR) + min(sizeLLM, sizeASR)/2 // one at a time
+		srv := startServer(t, append(args, "--keep-alive", "-1", "--max-memory", strconv.FormatInt(budget, 10))...)
+		if code, body := odPost(t, srv.base+"/v1/completions", completion); code != 200 {
+			t.Fatalf("completion: %d %s", code, body)
+		}
+		if code, _, body := postTranscription(t, srv.base, wav, "model", "whisper", "response_format", "text"); code != 200 {
+			t.Fatalf("transcription: %d %s", code, body)
+		}
+		ms := odModels(t, srv.base)
+		if ms["whisper"].State != "loaded" || ms["stories"].State != "unloaded" {
+			t.Errorf("after the transcription: stories %s, whisper %s; want stories unloaded for whisper", ms["stories"].State, ms["whisper"].State)
+		}
+		if code, body := odPost(t, srv.base+"/v1/completions", completion); code != 200 {
+			t.Fatalf("completion: %d %s", code, body)
+		}
+		ms = odModels(t, srv.base)
+		if ms["stories"].State != "loaded" || ms["whisper"].State != "unloaded" {
+			t.Errorf("after the second completion: stories %s, whisper %s", ms["stories"].State, ms["whisper"].State)
+		}
+		if v := odMetric(t, srv.base, `parley_model_unloads_total{model="stories"}`); v != "1" {
+			t.Errorf("stories unloads: %q, want 1", v)
+		}
+	})
+
+	t.Run("larger than the budget", func(t *testing.T) {
+		budget := min(sizeLLM, sizeASR) + 1
+		srv := startServer(t, append(args, "--max-memory", strconv.FormatInt(budget, 10), "--api-key", "k")...)
+		big := "stories"
+		if sizeASR > sizeLLM {
+			big = "whisper"
+		}
+		code, body := odPost(t, srv.base+"/v1/models/"+big+"/load", "", "Authorization", "Bearer k")
+		if code != 503 || !strings.Contains(body, "insufficient_memory") || !strings.Contains(body, "MiB") {
+			t.Errorf("load of a model larger than the budget: %d %s", code, body)
+		}
+		if strings.Contains(srv.stderr.String(), "model loaded on demand") {
+			t.Errorf("%s was loaded", big)
+		}
+		if code, _ := odPost(t, srv.base+"/v1/models/"+big+"/unload", ""); code != 401 {
+			t.Errorf("unload without the API key: %d, want 401", code)
+		}
+	})
+}
