@@ -30,7 +30,7 @@ import (
 )
 
 func runServe(e *env, args []string) (err error) {
-	fs := newFlags(e, "serve", "-m [ALIAS=]MODEL [-m ...] [flags]")
+	fs := newFlags(e, "serve", "-m [ALIAS=]MODEL [-m ...] | --models-dir DIR [flags]")
 	bf := addBackendFlags(fs)
 	var modelArgs multiFlag
 	fs.Var(&modelArgs, "m", "model file, or ALIAS=FILE, where FILE may be hf://owner/repo[@rev]/file.gguf or hf://owner/repo[@rev]:QUANT (downloaded once into $PARLEY_CACHE; repeatable; the variable holds them comma-separated); a Whisper model (whisper.cpp ggml file, or GGUF of architecture whisper) is served as a speech recognition model, a Pocket TTS checkpoint (safetensors with tokenizer.model beside it, or GGUF) as a speech synthesis model")
