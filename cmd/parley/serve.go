@@ -349,7 +349,7 @@ func runServe(e *env, args []string) (err error) {
 		}
 		logger.Info("on-demand models", "count", len(onDemand), "budget_mib", budget>>20, "keep_alive", time.Duration(keepAlive), "load_timeout", *loadTimeout)
 	}
-	srv, err := server.New(server.Config{OnDemand: onDemand, MaxMemory: budget, LoadTimeout: *loadTimeout,APIKey: *apiKey, AllowedOrigins: origins, CheckHost: checkHost, AllowedHosts: hosts, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout, RequestTimeout: *timeout, Logger: logger, Steps: steps,
+	srv, err := server.New(server.Config{OnDemand: onDemand, MaxMemory: budget, LoadTimeout: *loadTimeout, APIKey: *apiKey, AllowedOrigins: origins, CheckHost: checkHost, AllowedHosts: hosts, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout, RequestTimeout: *timeout, Logger: logger, Steps: steps,
 		SpeechModels: speechModels, TTSModels: ttsModels, MaxAudioBytes: *maxAudio, MaxAudioDuration: *maxAudioDur, Stream: server.StreamConfig{MaxSessions: *maxStreams}}, served)
 	if err != nil {
 		hs.Close()
