@@ -105,7 +105,7 @@ func scanModelsDir(dir string, warn func(msg string, args ...any)) ([]serveSpec,
 			warn("not a model file: left out", "path", path, "err", err)
 			continue
 		}
-		out = append(out, serveSpec{name: alias, path: path})
+		out = append(out, serveSpec{name: alias, path: path, fromDir: true})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out, nil
@@ -128,7 +128,8 @@ func memoryBudget(maxMemory int64, be backend.Backend) int64 {
 }
 
 // estimate is the memory sp's model takes loaded, read from its file without loading it:
-// a language model's weights, its KV cache as planned for a budget of budget bytes (the plan
+// a language model's weights, its KV cache as planned for half of what budget leaves beside
+// the weights (the plan
 // is kept in sp, so that the load allocates what was counted) and its step's scratch (logits
 // and activations); an embedding model's weights and a quarter more; a speech model's weights
 // and as much again for its caches and scratch.
@@ -166,7 +167,7 @@ func estimate(sp *serveSpec, kind models.Kind, budget int64, embeddings bool) (i
 	perPos := int64(cfg.Layers) * int64(cfg.KVHeads*cfg.HeadDim) * 2 * int64(sp.kv.TypeSize())
 	kvBudget := int64(0)
 	if sp.opt.kvMiB == 0 && budget > 0 {
-		kvBudget = max(budget-weights, perPos)
+		kvBudget = max((budget-weights)/2, perPos) // room left for other models
 	}
 	plan := planKV(sp.opt.ctx, sp.opt.kvMiB, sp.opt.parallel, cfg.Context, perPos, kvBudget)
 	if err := plan.check(*sp, cfg.Context, kvBudget); err != nil {
@@ -192,8 +193,15 @@ func onDemandModels(specs []serveSpec, be backend.Backend, bf backendFlags, budg
 			return nil, fmt.Errorf("%s: %w", sp.name, err)
 		}
 		bytes, err := estimate(&sp, kind, budget, env.embeddings)
+		if err != nil && sp.fromDir {
+			env.logger.Warn("model left out", "model", sp.name, "path", sp.path, "err", err)
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sp.name, err)
+		}
+		if budget > 0 && bytes > budget {
+			env.logger.Warn("model larger than the memory budget: its requests will be refused", "model", sp.name, "memory_mib", bytes>>20, "budget_mib", budget>>20)
 		}
 		k := map[models.Kind]server.ModelKind{models.KindLLM: server.KindLLM, models.KindEmbedding: server.KindEmbedding,
 			models.KindSpeechRecognition: server.KindSpeechRecognition, models.KindSpeechSynthesis: server.KindSpeechSynthesis}[kind]

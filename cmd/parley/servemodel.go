@@ -24,7 +24,8 @@ type serveSpec struct {
 	tmpl       string // the chat template replacing the model's own, if any
 	// plan, when set, is the context and KV cache the model gets (an on-demand model's, fixed
 	// when its memory is estimated); else it is planned when the model is opened.
-	plan *kvPlan
+	plan    *kvPlan
+	fromDir bool // found in --models-dir: left out, with a warning, when it cannot be served
 }
 
 // serveEnv is what opening a served model needs besides its spec and backend.
