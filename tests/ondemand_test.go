@@ -232,4 +232,24 @@ func TestServeOnDemand(t *testing.T) {
 			t.Errorf("unload without the API key: %d, want 401", code)
 		}
 	})
+
+	t.Run("config file", func(t *testing.T) {
+		cfg := filepath.Join(t.TempDir(), "parley.yaml")
+		body := "backend: go\nctx: 128\nmodels:\n  - path: " + llm + "\n    alias: lazy\n    on-demand: true\n    keep-alive: 0\n  - path: " + llm + "\n    alias: eager\n"
+		if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		srv := startServer(t, "--config", cfg)
+		ms := odModels(t, srv.base)
+		if ms["lazy"].State != "unloaded" || !ms["lazy"].OnDemand || ms["eager"].State != "loaded" || ms["eager"].OnDemand {
+			t.Fatalf("models: %+v", ms)
+		}
+		if code, body := odPost(t, srv.base+"/v1/completions", strings.ReplaceAll(completion, "stories", "lazy")); code != 200 {
+			t.Fatalf("completion: %d %s", code, body)
+		}
+		odWaitState(t, srv.base, "lazy", "unloaded") // keep-alive 0
+		if code, body := odPost(t, srv.base+"/v1/models/eager/unload", ""); code != 400 || !strings.Contains(body, "model_not_on_demand") {
+			t.Errorf("unload of a model loaded at start: %d %s", code, body)
+		}
+	})
 }

@@ -255,11 +255,11 @@ func TestRegistryKeepAlive(t *testing.T) {
 		t.Errorf("unloaded after %v, before its keep-alive of 30ms", d)
 	}
 	// A request in between restarts the keep-alive.
-	e, _ = r.acquire(context.Background(), "a", dur(80*time.Millisecond))
+	e, _ = r.acquire(context.Background(), "a", dur(time.Second))
 	r.release(e)
 	time.Sleep(40 * time.Millisecond)
-	e, _ = r.acquire(context.Background(), "a", nil) // keeps 80ms
-	time.Sleep(60 * time.Millisecond)
+	e, _ = r.acquire(context.Background(), "a", dur(50*time.Millisecond))
+	time.Sleep(100 * time.Millisecond)
 	if st := r.state("a").State; st != stateLoaded {
 		t.Errorf("in use past the first keep-alive: %s", st)
 	}
