@@ -22,11 +22,13 @@ type metrics struct {
 	audioSec  *prometheus.CounterVec   // model, kind
 	asrTime   *prometheus.HistogramVec // model, kind
 	streams   prometheus.Gauge
+	sched     *schedCollector
 }
 
 func newMetrics(models []*served, speech []*speechServed) *metrics {
 	m := &metrics{
-		reg: prometheus.NewRegistry(),
+		reg:   prometheus.NewRegistry(),
+		sched: &schedCollector{models: models, speech: speech},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "parley_http_requests_total", Help: "HTTP requests by endpoint and status code.",
 		}, []string{"endpoint", "code"}),
@@ -60,7 +62,7 @@ func newMetrics(models []*served, speech []*speechServed) *metrics {
 		}),
 	}
 	m.reg.MustRegister(m.requests, m.duration, m.ttft, m.itl, m.prompt, m.generated, m.audioSec, m.asrTime, m.streams,
-		&schedCollector{models: models, speech: speech}, &poolCollector{models: models},
+		m.sched, &poolCollector{models: models},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m
@@ -86,6 +88,8 @@ var (
 type schedCollector struct {
 	models []*served
 	speech []*speechServed
+	// loaded, when set, gives the on-demand models loaded now, reported beside them.
+	loaded func() ([]*served, []*speechServed)
 }
 
 func (c *schedCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -95,7 +99,13 @@ func (c *schedCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *schedCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, m := range c.models {
+	models, speech := c.models, c.speech
+	if c.loaded != nil {
+		lm, ls := c.loaded()
+		models = append(models[:len(models):len(models)], lm...)
+		speech = append(speech[:len(speech):len(speech)], ls...)
+	}
+	for _, m := range models {
 		if m.Sched == nil {
 			collectLoop(ch, m.Name, m.Embedder.Stats(), 0, 0, 0)
 			continue
@@ -107,7 +117,7 @@ func (c *schedCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descSPrompt, prometheus.CounterValue, float64(st.PromptTokens), m.Name)
 		ch <- prometheus.MustNewConstMetric(descSGen, prometheus.CounterValue, float64(st.GeneratedTokens), m.Name)
 	}
-	for _, m := range c.speech {
+	for _, m := range speech {
 		st := m.Recognizer.Stats()
 		collectLoop(ch, m.Name, st.LoopStats, st.Active, st.KVBlocksUsed, st.KVBlocksFree)
 	}

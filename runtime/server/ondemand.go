@@ -293,6 +293,7 @@ func (s *Server) registerOnDemandMetrics() error {
 		took.WithLabelValues(name).Observe(d.Seconds())
 	}
 	s.reg.onUnload = func(name string) { unloads.WithLabelValues(name).Inc() }
+	s.metrics.sched.loaded = s.reg.loadedModels
 	return nil
 }
 

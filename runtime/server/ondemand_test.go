@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -90,6 +91,17 @@ func TestOnDemandHTTP(t *testing.T) {
 	}
 	if closes.Load() != 0 {
 		t.Errorf("unloaded under an open stream")
+	}
+	if mr, err := http.Get(hs.URL + "/metrics"); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ := io.ReadAll(mr.Body)
+		mr.Body.Close()
+		for _, want := range []string{`parley_active_sequences{model="lazy"} 1`, `parley_model_memory_bytes{model="lazy"} 1.048576e+06`, "parley_models_loaded 1", `parley_model_loads_total{model="lazy",result="ok"} 1`} {
+			if !strings.Contains(string(b), want+"\n") {
+				t.Errorf("metrics lack %s", want)
+			}
+		}
 	}
 	for sc.Scan() {
 	}

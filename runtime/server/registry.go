@@ -446,6 +446,23 @@ func (r *registry) states() []modelState {
 	return out
 }
 
+// loadedModels are the language, embedding and speech recognition models loaded now, for their
+// schedulers' metrics (whose Stats stay safe to read after an unload).
+func (r *registry) loadedModels() (models []*served, speech []*speechServed) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.list {
+		switch {
+		case e.state != stateLoaded:
+		case e.sv != nil:
+			models = append(models, e.sv)
+		case e.ss != nil:
+			speech = append(speech, e.ss)
+		}
+	}
+	return models, speech
+}
+
 // state is the named model's line.
 func (r *registry) state(name string) modelState {
 	for _, st := range r.states() {
