@@ -4,7 +4,10 @@
 // sched.Scheduler; /v1/audio/transcriptions and /v1/audio/translations over Whisper engines, and
 // live transcription over a WebSocket at /v1/audio/stream; plus /health and Prometheus /metrics.
 // It validates every request before it reaches a scheduler and answers errors in OpenAI's shape;
-// it never starts, stops or closes schedulers or models, which stay the caller's.
+// it never starts, stops or closes the schedulers or models it is given, which stay the
+// caller's. On-demand models (OnDemandModel) are the exception: the server's registry loads them
+// on their first request through the caller's loader, and unloads them (Loaded.Close) when idle,
+// when their memory is needed, or at CloseModels.
 //
 // A language model reaches the server through narrow interfaces (Model): a Tokenizer, its chat
 // template's source, its context length and a Scheduler to submit requests to and stream their
