@@ -29,8 +29,10 @@ func flacSignals() map[string][]int16 {
 		return s
 	}
 	return map[string][]int16{
-		"tone":     gen(5*1920, func(i int) float64 { return 12000 * math.Sin(float64(i)*0.031) }),
-		"speechy":  gen(3*1920+1919, func(i int) float64 { return 8000*math.Sin(float64(i)*0.01)*math.Sin(float64(i)*0.2) + rng.NormFloat64()*300 }),
+		"tone": gen(5*1920, func(i int) float64 { return 12000 * math.Sin(float64(i)*0.031) }),
+		"speechy": gen(3*1920+1919, func(i int) float64 {
+			return 8000*math.Sin(float64(i)*0.01)*math.Sin(float64(i)*0.2) + rng.NormFloat64()*300
+		}),
 		"silence":  gen(2*1920, func(int) float64 { return 0 }),
 		"constant": gen(1920+15, func(int) float64 { return -1234 }),
 		"noise":    gen(2*1920+1, func(int) float64 { return float64(rng.IntN(65536) - 32768) }),
