@@ -120,6 +120,10 @@ type Config struct {
 	MaxAudioDuration time.Duration
 	// Stream configures /v1/audio/stream.
 	Stream StreamConfig
+	// Voices bounds the voices uploaded to /v1/audio/voices.
+	Voices VoiceConfig
+	// SpeechStream configures live synthesis at /v1/audio/speech/stream.
+	SpeechStream SpeechStreamConfig
 }
 
 // Loading is the handler to serve while the models load (New needs them): every request is
@@ -157,6 +161,12 @@ type Server struct {
 
 	// ttsN are the text-to-speech models by name.
 	ttsN map[string]*TTSModel
+	// voices are the voices uploaded to each text-to-speech model, by model name.
+	voices map[string]*voiceStore
+	// speakers counts the open live synthesis sessions (/v1/audio/speech/stream).
+	speakers atomic.Int64
+	// speakSessions are the same sessions, for Shutdown.
+	speakSessions speakSet
 }
 
 // served is a Model with what the server derives from it once.
