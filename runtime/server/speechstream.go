@@ -335,13 +335,11 @@ func (sl *speakLive) take(ev speakEvent) (bool, *errorEvent) {
 		if head != "" {
 			sl.buf.Reset()
 			sl.buf.WriteString(rest)
-			sl.queue = append(sl.queue, speakItem{text: head})
+			sl.enqueue(head)
 		}
 	case "flush", "close":
-		if t := sl.buf.String(); t != "" {
-			sl.queue = append(sl.queue, speakItem{text: t})
-			sl.buf.Reset()
-		}
+		sl.enqueue(sl.buf.String())
+		sl.buf.Reset()
 		sl.queue = append(sl.queue, speakItem{op: ev.Type})
 		sl.closing = ev.Type == "close"
 	case "cancel":
@@ -359,15 +357,23 @@ func (sl *speakLive) take(ev speakEvent) (bool, *errorEvent) {
 	return true, nil
 }
 
+// enqueue queues text to speak, without white space at either end; the characters of text
+// stay pending until the worker takes it, and white space alone is dropped.
+func (sl *speakLive) enqueue(text string) {
+	t := strings.TrimSpace(text)
+	sl.pending -= utf8.RuneCountInString(text) - utf8.RuneCountInString(t)
+	if t != "" {
+		sl.queue = append(sl.queue, speakItem{text: t})
+	}
+}
+
 // shutdown queues the end of a session for a server shutdown: what is buffered is spoken, then
 // the session closes with 1001.
 func (sl *speakLive) shutdown() {
 	sl.mu.Lock()
 	if !sl.closing {
-		if t := sl.buf.String(); t != "" {
-			sl.queue = append(sl.queue, speakItem{text: t})
-			sl.buf.Reset()
-		}
+		sl.enqueue(sl.buf.String())
+		sl.buf.Reset()
 		sl.closing = true
 	}
 	sl.queue = append(sl.queue, speakItem{op: opShutdown})
