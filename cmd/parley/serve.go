@@ -60,6 +60,9 @@ func runServe(e *env, args []string) (err error) {
 	maxAudio := fs.Int64("max-audio-body", 25<<20, "largest audio upload in bytes")
 	maxAudioDur := fs.Duration("max-audio-duration", 2*time.Hour, "longest audio accepted for transcription")
 	maxStreams := fs.Int("max-streams", 16, "live transcription sessions (/v1/audio/stream) open at once")
+	maxSpeechStreams := fs.Int("max-speech-streams", 16, "live synthesis sessions (/v1/audio/speech/stream) open at once")
+	maxVoices := fs.Int("max-voices", 32, "voices uploaded to /v1/audio/voices kept per speech synthesis model (the least recently used are dropped beyond)")
+	maxVoiceDur := fs.Duration("max-voice-duration", 30*time.Second, "longest voice prompt uploaded to /v1/audio/voices")
 	asrBeam := fs.Int("asr-beam", 1, "beam size of transcriptions (1: greedy)")
 	asrBestOf := fs.Int("asr-best-of", asr.DefaultParams().BestOf, "candidates sampled at temperatures above 0 (transcriptions' fallback)")
 	embeddings := fs.Bool("embeddings", false, "language models also serve /v1/embeddings (pooling as the file says, else the last token's); embedding models (GGUF of architecture bert) always do")
@@ -90,8 +93,8 @@ func runServe(e *env, args []string) (err error) {
 	if *ctxLen > llama.MaxContextSlots {
 		return usagef("%s %d: want 0 (the model's context) to %d", fs.from("ctx"), *ctxLen, llama.MaxContextSlots)
 	}
-	if *asrParallel < 1 || *asrQueue < 0 || *maxAudio < 1 || *maxAudioDur <= 0 || *maxStreams < 1 || *asrEncode < 1 || *asrEncode > min(*asrParallel, 64) {
-		return usagef("--asr-parallel, --max-audio-body, --max-audio-duration and --max-streams must be positive; --asr-queue not negative; --asr-encode-batch 1..--asr-parallel (64 at most)")
+	if *asrParallel < 1 || *asrQueue < 0 || *maxAudio < 1 || *maxAudioDur <= 0 || *maxStreams < 1 || *maxSpeechStreams < 1 || *maxVoices < 1 || *maxVoiceDur < time.Second || *asrEncode < 1 || *asrEncode > min(*asrParallel, 64) {
+		return usagef("--asr-parallel, --max-audio-body, --max-audio-duration, --max-streams, --max-speech-streams and --max-voices must be positive, --max-voice-duration at least 1s; --asr-queue not negative; --asr-encode-batch 1..--asr-parallel (64 at most)")
 	}
 	if *grace < 0 || *bodyTimeout <= 0 {
 		return usagef("--shutdown-grace must not be negative, --body-timeout must be positive")
@@ -306,7 +309,7 @@ func runServe(e *env, args []string) (err error) {
 				return fmt.Errorf("%s: %w", sp.name, err)
 			}
 			closers = append(closers, closeSynth)
-			ttsModels = append(ttsModels, &server.TTSModel{Name: sp.name, Synth: synth})
+			ttsModels = append(ttsModels, &server.TTSModel{Name: sp.name, Synth: servedSynth{synth}})
 			logger.Info("speech synthesis model loaded", "model", sp.name, "path", sp.path, "voices", strings.Join(synth.Voices(), ","), "took", time.Since(t0).Round(time.Millisecond))
 			continue
 		} else if kind == models.KindSpeechRecognition {
@@ -415,7 +418,8 @@ func runServe(e *env, args []string) (err error) {
 		logger.Info("model loaded", "model", sp.name, "path", sp.path, "arch", m.Arch, "ctx", n, "kv_slots", c.Pool().Slots(), "parallel", sp.opt.parallel, "prefix_cache", sp.opt.prefix, "chat_template", templateSource(sp.opt.chatTemplate, llm.ChatTemplate()), "embeddings", *embeddings, "took", time.Since(t0).Round(time.Millisecond))
 	}
 	srv, err := server.New(server.Config{APIKey: *apiKey, AllowedOrigins: origins, CheckHost: checkHost, AllowedHosts: hosts, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout, RequestTimeout: *timeout, Logger: logger, Steps: steps,
-		SpeechModels: speechModels, TTSModels: ttsModels, MaxAudioBytes: *maxAudio, MaxAudioDuration: *maxAudioDur, Stream: server.StreamConfig{MaxSessions: *maxStreams}}, served)
+		SpeechModels: speechModels, TTSModels: ttsModels, MaxAudioBytes: *maxAudio, MaxAudioDuration: *maxAudioDur, Stream: server.StreamConfig{MaxSessions: *maxStreams},
+		Voices: server.VoiceConfig{MaxVoices: *maxVoices, MaxDuration: *maxVoiceDur}, SpeechStream: server.SpeechStreamConfig{MaxSessions: *maxSpeechStreams}}, served)
 	if err != nil {
 		hs.Close()
 		return err

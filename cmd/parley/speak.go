@@ -16,6 +16,7 @@ import (
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/models/pockettts"
 	"github.com/parleyhq/parley/runtime/sched/tts"
+	"github.com/parleyhq/parley/runtime/server"
 	"github.com/parleyhq/parley/runtime/tokenizer/sentencepiece"
 )
 
@@ -198,7 +199,8 @@ func speakVoice(s *tts.Synthesizer, ck *pockettts.Checkpoint, cfg pockettts.Conf
 }
 
 // openSynth opens the Pocket TTS checkpoint at path on be for serving, with the checkpoint's
-// voices and the voice-state files of voiceArgs (NAME=FILE each). close releases it all.
+// voices and the voice-state files of voiceArgs (NAME=FILE each); with none, requests speak
+// with voices uploaded to /v1/audio/voices. close releases it all.
 func openSynth(be backend.Backend, path string, voiceArgs []string) (s *tts.Synthesizer, close func(), err error) {
 	ck, err := pockettts.Open(path)
 	if err != nil {
@@ -235,9 +237,6 @@ func openSynth(be backend.Backend, path string, voiceArgs []string) (s *tts.Synt
 		}
 		voices[name] = v
 	}
-	if len(voices) == 0 {
-		return nil, nil, fmt.Errorf("%s holds no voices: give --tts-voice NAME=FILE (a voice-state .safetensors)", path)
-	}
 	m, err := pockettts.New(be, ck.Weights)
 	if err != nil {
 		return nil, nil, err
@@ -250,3 +249,30 @@ func openSynth(be backend.Backend, path string, voiceArgs []string) (s *tts.Synt
 	closers = append(closers, func() { s.Close() })
 	return s, close, nil
 }
+
+// servedSynth is a Synthesizer as the server takes it: a server.Speaker that also clones voices
+// (server.VoiceCloner) and counts the text tokens of an input (server.TokenCounter).
+type servedSynth struct{ *tts.Synthesizer }
+
+func (s servedSynth) CloneVoice(prompt []float32) (server.ClonedVoice, error) {
+	v, err := s.Synthesizer.CloneVoice(prompt)
+	if err != nil {
+		return nil, err
+	}
+	return clonedVoice{v}, nil
+}
+
+func (s servedSynth) CountTokens(text string) (int, error) {
+	chunks, err := s.Chunks(text)
+	n := 0
+	for _, c := range chunks {
+		n += len(c.Tokens)
+	}
+	return n, err
+}
+
+// clonedVoice is a voice state made from a prompt.
+type clonedVoice struct{ v *pockettts.Voice }
+
+func (c clonedVoice) Apply(r *tts.Request) { r.Voice, r.VoiceName = c.v, "" }
+func (c clonedVoice) Bytes() int           { return c.v.Bytes() }

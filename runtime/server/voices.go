@@ -73,7 +73,11 @@ func (s *Server) findVoice(m *TTSModel, name string) (voiceRef, *apiError) {
 	if v := s.voices[m.Name].get(name); v != nil {
 		return voiceRef{name: name, uploaded: v.voice}, nil
 	}
-	msg := fmt.Sprintf("The model '%s' has no voice '%s'; it has: %s", m.Name, name, strings.Join(known, ", "))
+	have := "none of its own"
+	if len(known) > 0 {
+		have = strings.Join(known, ", ")
+	}
+	msg := fmt.Sprintf("The model '%s' has no voice '%s'; it has: %s", m.Name, name, have)
 	if _, ok := m.Synth.(VoiceCloner); ok {
 		msg += ", and the voices uploaded to /v1/audio/voices (GET lists them; the least recently used are dropped beyond the server's limit)"
 	}
