@@ -71,7 +71,7 @@ func (s *Server) addTTS() error {
 			return fmt.Errorf("server: model %q listed twice", m.Name)
 		}
 		s.ttsN[m.Name] = m
-		s.voices[m.Name] = newVoiceStore(s.cfg.Voices.MaxVoices)
+		s.voices[m.Name] = newVoiceStore(s.cfg.Voices)
 	}
 	return nil
 }
@@ -189,7 +189,7 @@ func speechInputMessage(err error) string {
 	return "The input cannot be synthesised: " + msg + "."
 }
 
-// speechModel resolves a text-to-speech model by name ("" when there is only one).
+// ttsModel resolves a text-to-speech model by name ("" when there is only one).
 func (s *Server) ttsModel(name string) (*TTSModel, *apiError) {
 	switch {
 	case name == "" && len(s.cfg.TTSModels) == 1:

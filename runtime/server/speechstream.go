@@ -145,7 +145,13 @@ type speakLive struct {
 	cancel  context.CancelFunc // ends the session's context
 	endOnce sync.Once
 	pcm     []byte
+	// stall is armed while a frame is written: a client that takes no frame for
+	// frameWriteTimeout loses its session.
+	stall *time.Timer
 }
+
+// frameWriteTimeout bounds the write of one audio frame.
+const frameWriteTimeout = 10 * time.Second
 
 // speechStream upgrades to a WebSocket and runs a live synthesis session:
 // GET /v1/audio/speech/stream?model=M&voice=V.
@@ -245,6 +251,13 @@ func (sl *speakLive) run(ctx context.Context, voiceName string) {
 		return
 	}
 	defer sl.s.speakSessions.remove(sl)
+	sl.stall = time.AfterFunc(time.Hour, func() {
+		sl.ri.log.Info("speech stream closed", "model", sl.m.Name, "reason", "the client took no audio for "+frameWriteTimeout.String())
+		cancel()
+		sl.c.CloseNow()
+	})
+	sl.stall.Stop()
+	defer sl.stall.Stop()
 	sl.idle = time.AfterFunc(time.Hour, func() { // armed once "ready" is sent
 		if sl.active() {
 			sl.idle.Reset(sl.cfg.IdleTimeout)
@@ -469,9 +482,12 @@ func (sl *speakLive) speak(ctx, pctx context.Context, text string) error {
 			return err
 		}
 		sl.pcm = audio.FloatToPCM16(sl.pcm[:0], a)
-		wctx, cancel := context.WithTimeout(pctx, 10*time.Second)
-		defer cancel()
-		return sl.c.Write(wctx, websocket.MessageBinary, sl.pcm)
+		sl.stall.Reset(frameWriteTimeout)
+		// Written under the session's context, not the piece's: a write whose context ends
+		// closes the connection, and "cancel" ends the piece's.
+		err := sl.c.Write(ctx, websocket.MessageBinary, sl.pcm)
+		sl.stall.Stop()
+		return err
 	})
 	switch {
 	case err == nil:

@@ -29,10 +29,14 @@ type VoiceConfig struct {
 	MaxDuration time.Duration
 	// MinDuration is the shortest voice prompt taken; 0 means 1 s.
 	MinDuration time.Duration
+	// MaxBytes bounds the memory of the uploaded voices of a model (ClonedVoice.Bytes: about
+	// 0.6 MB a second of prompt with Pocket TTS); beyond it the voices used least recently are
+	// dropped, all but the newest. 0 means 256 MiB.
+	MaxBytes int64
 }
 
 func (c *VoiceConfig) setDefaults() error {
-	if c.MaxVoices < 0 || c.MaxDuration < 0 || c.MinDuration < 0 {
+	if c.MaxVoices < 0 || c.MaxDuration < 0 || c.MinDuration < 0 || c.MaxBytes < 0 {
 		return errors.New("server: negative voice limit")
 	}
 	if c.MaxVoices == 0 {
@@ -43,6 +47,9 @@ func (c *VoiceConfig) setDefaults() error {
 	}
 	if c.MinDuration == 0 {
 		c.MinDuration = time.Second
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = 256 << 20
 	}
 	if c.MinDuration > c.MaxDuration {
 		return fmt.Errorf("server: shortest voice prompt %v over the longest %v", c.MinDuration, c.MaxDuration)
@@ -98,16 +105,19 @@ type storedVoice struct {
 	used  uint64 // the store's clock at its last use
 }
 
-// voiceStore is the uploaded voices of one model, at most max, the least recently used evicted.
+// voiceStore is the uploaded voices of one model, at most max of them and maxBytes of memory,
+// the least recently used evicted.
 type voiceStore struct {
-	mu    sync.Mutex
-	max   int
-	clock uint64
-	byID  map[string]*storedVoice
+	mu       sync.Mutex
+	max      int
+	maxBytes int64
+	bytes    int64
+	clock    uint64
+	byID     map[string]*storedVoice
 }
 
-func newVoiceStore(max int) *voiceStore {
-	return &voiceStore{max: max, byID: map[string]*storedVoice{}}
+func newVoiceStore(c VoiceConfig) *voiceStore {
+	return &voiceStore{max: c.MaxVoices, maxBytes: c.MaxBytes, byID: map[string]*storedVoice{}}
 }
 
 // get returns the voice of id, marking it used; nil if there is none.
@@ -137,14 +147,16 @@ func (vs *voiceStore) put(v *storedVoice) *storedVoice {
 	}
 	v.used = vs.clock
 	vs.byID[v.ID] = v
-	for len(vs.byID) > vs.max {
+	vs.bytes += int64(v.voice.Bytes())
+	for len(vs.byID) > 1 && (len(vs.byID) > vs.max || vs.bytes > vs.maxBytes) {
 		var lru *storedVoice
 		for _, o := range vs.byID {
-			if lru == nil || o.used < lru.used {
+			if o != v && (lru == nil || o.used < lru.used) {
 				lru = o
 			}
 		}
 		delete(vs.byID, lru.ID)
+		vs.bytes -= int64(lru.voice.Bytes())
 	}
 	return v
 }

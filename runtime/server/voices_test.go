@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"mime/multipart"
 	"net/http"
@@ -169,11 +170,17 @@ func TestVoiceUpload(t *testing.T) {
 	}
 }
 
-// TestVoiceUploadLRU: beyond MaxVoices the voice used least recently is dropped, and speaking
-// with it is a 400 naming the voice.
+// TestVoiceUploadLRU: beyond MaxVoices, or MaxBytes of voices, the voice used least recently
+// is dropped, and speaking with it is a 400 naming the voice.
 func TestVoiceUploadLRU(t *testing.T) {
+	for _, vc := range []VoiceConfig{{MaxVoices: 2}, {MaxVoices: 10, MaxBytes: 2 << 20}} { // fakeVoice holds 1 MiB
+		t.Run(fmt.Sprintf("%d voices, %d bytes", vc.MaxVoices, vc.MaxBytes), func(t *testing.T) { testVoiceLRU(t, vc) })
+	}
+}
+
+func testVoiceLRU(t *testing.T, vc VoiceConfig) {
 	sp := &fakeSpeaker{frames: 1}
-	srv := newVoiceServer(t, sp, Config{Voices: VoiceConfig{MaxVoices: 2}})
+	srv := newVoiceServer(t, sp, Config{Voices: vc})
 	url := srv.URL + "/v1/audio/voices"
 	ids := make([]string, 3)
 	for i, f := range []float64{200, 300, 400} {
