@@ -137,6 +137,9 @@ func (s *Server) speak(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	err = job.m.Synth.Speak(ctx, treq, out.frame)
+	if out.samples > 0 {
+		s.metrics.speechSec.WithLabelValues(job.m.Name, "speech").Add(float64(out.samples) / float64(out.rate))
+	}
 	if err == nil {
 		var tokens *int
 		if tc, ok := job.m.Synth.(TokenCounter); ok && job.stream == "sse" {

@@ -194,6 +194,8 @@ func (s *Server) speechStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.SetReadLimit(cfg.MaxMessageBytes)
+	s.metrics.speakers.Inc()
+	defer s.metrics.speakers.Dec()
 	sl := &speakLive{s: s, m: m, voice: voice, c: c, ri: ri, cfg: cfg, wake: make(chan struct{}, 1)}
 	sl.run(r.Context(), q.Get("voice"))
 }
@@ -477,6 +479,7 @@ func (sl *speakLive) speak(ctx, pctx context.Context, text string) error {
 	}
 	r := tts.Request{Text: text, Temperature: -1}
 	sl.voice.apply(&r)
+	samples := 0 // sent
 	err := sl.m.Synth.Speak(pctx, r, func(a []float32) error {
 		if err := pctx.Err(); err != nil {
 			return err
@@ -487,8 +490,14 @@ func (sl *speakLive) speak(ctx, pctx context.Context, text string) error {
 		// closes the connection, and "cancel" ends the piece's.
 		err := sl.c.Write(ctx, websocket.MessageBinary, sl.pcm)
 		sl.stall.Stop()
+		if err == nil {
+			samples += len(a)
+		}
 		return err
 	})
+	if samples > 0 {
+		sl.s.metrics.speechSec.WithLabelValues(sl.m.Name, "stream").Add(float64(samples) / float64(sl.m.Synth.SampleRate()))
+	}
 	switch {
 	case err == nil:
 		return nil

@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -158,6 +160,16 @@ func TestSpeechStreamSentences(t *testing.T) {
 	}
 	if got := strings.Join(sp.texts, "|"); got != "Hello there.|How are you?|I am fine|Bye, now" {
 		t.Errorf("the synthesiser spoke %q", got)
+	}
+	_, metrics := authGet(t, srv.URL+"/metrics", "")
+	var sec float64
+	for _, line := range strings.Split(string(metrics), "\n") {
+		if v, ok := strings.CutPrefix(line, `parley_speech_seconds_total{kind="stream",model="pocket-tts"} `); ok {
+			sec, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	if math.Abs(sec-8*0.08) > 1e-9 {
+		t.Errorf("parley_speech_seconds_total of the stream: %v, want 8 frames of 80 ms", sec)
 	}
 }
 
