@@ -479,7 +479,8 @@ func (sl *speakLive) speak(ctx, pctx context.Context, text string) error {
 	}
 	r := tts.Request{Text: text, Temperature: -1}
 	sl.voice.apply(&r)
-	samples := 0 // sent
+	samples := 0   // sent
+	var werr error // the connection's, which ends the session
 	err := sl.m.Synth.Speak(pctx, r, func(a []float32) error {
 		if err := pctx.Err(); err != nil {
 			return err
@@ -488,12 +489,12 @@ func (sl *speakLive) speak(ctx, pctx context.Context, text string) error {
 		sl.stall.Reset(frameWriteTimeout)
 		// Written under the session's context, not the piece's: a write whose context ends
 		// closes the connection, and "cancel" ends the piece's.
-		err := sl.c.Write(ctx, websocket.MessageBinary, sl.pcm)
+		werr = sl.c.Write(ctx, websocket.MessageBinary, sl.pcm)
 		sl.stall.Stop()
-		if err == nil {
+		if werr == nil {
 			samples += len(a)
 		}
-		return err
+		return werr
 	})
 	if samples > 0 {
 		sl.s.metrics.speechSec.WithLabelValues(sl.m.Name, "stream").Add(float64(samples) / float64(sl.m.Synth.SampleRate()))
@@ -501,7 +502,7 @@ func (sl *speakLive) speak(ctx, pctx context.Context, text string) error {
 	switch {
 	case err == nil:
 		return nil
-	case ctx.Err() != nil:
+	case ctx.Err() != nil || werr != nil:
 		return err
 	case pctx.Err() != nil:
 		return nil // cancelled by the client; "cancelled" follows
