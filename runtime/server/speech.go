@@ -152,7 +152,11 @@ func (s *Server) speak(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		e := speechError(err)
 		switch {
-		case out.started && job.stream == "sse" && e != nil:
+		case out.started && job.stream == "sse" && !errors.Is(err, context.Canceled):
+			if e == nil {
+				ri.log.Error("speech synthesis failed", "err", err)
+				e = internalError()
+			}
 			out.sseError(e)
 		case out.started:
 			ri.log.Warn("speech synthesis stopped", "err", err) // the status is sent; the body ends short

@@ -58,6 +58,11 @@ func (f *fakeSpeaker) Speak(ctx context.Context, r tts.Request, emit func([]floa
 		return fmt.Errorf("%w: %w", tts.ErrInput, errors.New("nothing to say"))
 	case "boom":
 		return errors.New("the backend failed")
+	case "late boom": // after a frame
+		if err := emit(make([]float32, 1920)); err != nil {
+			return err
+		}
+		return errors.New("the backend failed")
 	}
 	a := make([]float32, 1920)
 	for k := range f.frames {

@@ -184,4 +184,9 @@ func TestSpeechStreamsAsMade(t *testing.T) {
 	if code != 500 || !strings.Contains(string(b), `"error"`) {
 		t.Errorf("a failure before any frame: %d %s", code, b)
 	}
+	code, b, _ = post(t, srv.URL+"/v1/audio/speech", "application/json", []byte(`{"input":"late boom","voice":"alba","stream_format":"sse"}`))
+	events := strings.Split(strings.TrimSpace(string(b)), "\n\n")
+	if last := events[len(events)-1]; code != 200 || len(events) != 2 || !strings.HasPrefix(last, `data: {"type":"error","error":{`) || !strings.Contains(last, "server_error") {
+		t.Errorf("a failure after a frame: %d, events %q", code, events)
+	}
 }
