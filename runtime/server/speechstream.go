@@ -39,10 +39,13 @@ type SpeechStreamConfig struct {
 	// ClauseChars is the text after which, with no sentence's end in it yet, the text up to its
 	// last clause boundary (",;:" and a space) is synthesised. 0 means 200.
 	ClauseChars int
+	// WriteTimeout bounds the write of one audio frame: a client that takes no audio for this
+	// long loses its session (closed at once). 0 means 10 s.
+	WriteTimeout time.Duration
 }
 
 func (c *SpeechStreamConfig) setDefaults() error {
-	if c.MaxSessions < 0 || c.MaxText < 0 || c.IdleTimeout < 0 || c.MaxMessageBytes < 0 || c.ClauseChars < 0 {
+	if c.MaxSessions < 0 || c.MaxText < 0 || c.IdleTimeout < 0 || c.MaxMessageBytes < 0 || c.ClauseChars < 0 || c.WriteTimeout < 0 {
 		return errors.New("server: negative speech stream limit")
 	}
 	if c.MaxSessions == 0 {
@@ -59,6 +62,9 @@ func (c *SpeechStreamConfig) setDefaults() error {
 	}
 	if c.ClauseChars == 0 {
 		c.ClauseChars = 200
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 10 * time.Second
 	}
 	return nil
 }
@@ -146,12 +152,9 @@ type speakLive struct {
 	endOnce sync.Once
 	pcm     []byte
 	// stall is armed while a frame is written: a client that takes no frame for
-	// frameWriteTimeout loses its session.
+	// WriteTimeout loses its session.
 	stall *time.Timer
 }
-
-// frameWriteTimeout bounds the write of one audio frame.
-const frameWriteTimeout = 10 * time.Second
 
 // speechStream upgrades to a WebSocket and runs a live synthesis session:
 // GET /v1/audio/speech/stream?model=M&voice=V.
@@ -254,7 +257,7 @@ func (sl *speakLive) run(ctx context.Context, voiceName string) {
 	}
 	defer sl.s.speakSessions.remove(sl)
 	sl.stall = time.AfterFunc(time.Hour, func() {
-		sl.ri.log.Info("speech stream closed", "model", sl.m.Name, "reason", "the client took no audio for "+frameWriteTimeout.String())
+		sl.ri.log.Info("speech stream closed", "model", sl.m.Name, "reason", "the client took no audio for "+sl.cfg.WriteTimeout.String())
 		cancel()
 		sl.c.CloseNow()
 	})
@@ -486,7 +489,7 @@ func (sl *speakLive) speak(ctx, pctx context.Context, text string) error {
 			return err
 		}
 		sl.pcm = audio.FloatToPCM16(sl.pcm[:0], a)
-		sl.stall.Reset(frameWriteTimeout)
+		sl.stall.Reset(sl.cfg.WriteTimeout)
 		// Written under the session's context, not the piece's: a write whose context ends
 		// closes the connection, and "cancel" ends the piece's.
 		werr = sl.c.Write(ctx, websocket.MessageBinary, sl.pcm)

@@ -324,3 +324,25 @@ func TestSplitSpeakable(t *testing.T) {
 		}
 	}
 }
+
+// TestSpeechStreamStalledClient: a client that takes no audio loses its session once a frame
+// has waited WriteTimeout to be written.
+func TestSpeechStreamStalledClient(t *testing.T) {
+	sp := &fakeSpeaker{frames: 20000} // 77 MB of audio: more than the connection buffers
+	s, srv := newSpeakServer(t, sp, Config{SpeechStream: SpeechStreamConfig{WriteTimeout: 300 * time.Millisecond}})
+	c, _ := dialSpeak(t, srv, "?voice=alba", nil)
+	if m, err := readSpeak(t, c); err != nil || m.Type != "ready" {
+		t.Fatal(m, err)
+	}
+	sendJSON(t, c, `{"type":"flush"}`)
+	sendJSON(t, c, `{"type":"text","text":"Speak at length."}`)
+	sendJSON(t, c, `{"type":"flush"}`)
+	// the client reads nothing more
+	deadline := time.Now().Add(20 * time.Second)
+	for s.speakers.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := s.speakers.Load(); n != 0 {
+		t.Fatalf("%d sessions still open", n)
+	}
+}
