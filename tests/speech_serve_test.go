@@ -92,6 +92,13 @@ func TestServeSpeech(t *testing.T) {
 	if code != 200 || h.Get("Content-Type") != "audio/flac" || len(flacBody) >= len(wav) {
 		t.Fatalf("flac: %d %s, %d bytes (the WAV %d)", code, h.Get("Content-Type"), len(flacBody), len(wav))
 	}
+	if bin, err := exec.LookPath("flac"); err == nil { // libFLAC's own test of the stream
+		f := filepath.Join(t.TempDir(), "streamed.flac")
+		os.WriteFile(f, flacBody, 0o644)
+		if out, err := exec.Command(bin, "-t", "-s", f).CombinedOutput(); err != nil {
+			t.Errorf("flac -t: %v\n%s", err, out)
+		}
+	}
 	dec, info, err := audio.Decode(flacBody)
 	if err != nil || info.Format != audio.FormatFLAC || info.SampleRate != 24000 || info.Frames != int64(len(pcm)/2) {
 		t.Fatalf("flac decodes to %+v: %v", info, err)

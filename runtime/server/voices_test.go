@@ -154,6 +154,20 @@ func TestVoiceUpload(t *testing.T) {
 			t.Errorf("speaking with %s: %d %.100s, seed %d (want the clone's 1001)", voice, code, b, sp.last.Seed)
 		}
 	}
+	// and in a live session
+	c, status := dialSpeak(t, srv, "?voice="+v.ID, http.Header{"Authorization": {"Bearer " + key}})
+	if c == nil {
+		t.Fatalf("a live session with the uploaded voice: %d", status)
+	}
+	sendJSON(t, c, `{"type":"text","text":"Hi there."}`)
+	sendJSON(t, c, `{"type":"close"}`)
+	ms, cs := readUntilClose(t, c)
+	if got := summary(ms); got != "ready segment:Hi there. audio×1 done" || cs != 1000 || sp.last.Seed != 1001 {
+		t.Errorf("a live session with the uploaded voice: %s (close %d), seed %d", got, cs, sp.last.Seed)
+	}
+	if _, status := dialSpeak(t, srv, "?voice="+v.ID, nil); status != http.StatusUnauthorized {
+		t.Errorf("a live session without the key: %d", status)
+	}
 	code, b = authGet(t, url, key)
 	var l voiceList
 	if err := json.Unmarshal(b, &l); code != 200 || err != nil || l.Object != "list" || len(l.Data) != 3 {
