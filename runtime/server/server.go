@@ -2,7 +2,10 @@
 // /v1/chat/completions (chat prompts rendered from the model's chat template), with
 // server-sent-event streaming, over one or more language models each run by its own
 // sched.Scheduler; /v1/audio/transcriptions and /v1/audio/translations over Whisper engines, and
-// live transcription over a WebSocket at /v1/audio/stream; plus /health and Prometheus /metrics.
+// live transcription over a WebSocket at /v1/audio/stream; speech synthesis at /v1/audio/speech
+// (WAV, FLAC or PCM, whole, streamed or as server-sent events), voices cloned from uploaded
+// recordings at /v1/audio/voices, and live synthesis of text as it arrives over a WebSocket at
+// /v1/audio/speech/stream; plus /health and Prometheus /metrics.
 // It validates every request before it reaches a scheduler and answers errors in OpenAI's shape;
 // it never starts, stops or closes schedulers or models, which stay the caller's.
 //
