@@ -346,3 +346,34 @@ func TestSpeechStreamStalledClient(t *testing.T) {
 		t.Fatalf("%d sessions still open", n)
 	}
 }
+
+// TestSpeechStreamKeyAsSubprotocol: a browser's session, its key sent as a subprotocol, is
+// accepted, with one of the other subprotocols it offered chosen; a wrong key is a 401.
+func TestSpeechStreamKeyAsSubprotocol(t *testing.T) {
+	_, srv := newSpeakServer(t, &fakeSpeaker{frames: 1}, Config{APIKey: "sekrit"})
+	url := "ws" + strings.TrimPrefix(srv.URL, "http") + "/v1/audio/speech/stream?voice=alba"
+	for _, c := range []struct {
+		key  string
+		code int
+	}{{"sekrit", 101}, {"nope", 401}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		conn, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{Subprotocols: []string{"realtime", "openai-insecure-api-key." + c.key}})
+		cancel()
+		if c.code != 101 {
+			if err == nil || resp == nil || resp.StatusCode != c.code {
+				t.Errorf("key %s: %v, want %d", c.key, err, c.code)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("key %s: %v", c.key, err)
+		}
+		if conn.Subprotocol() != "realtime" {
+			t.Errorf("subprotocol %q, want realtime", conn.Subprotocol())
+		}
+		if m, err := readSpeak(t, conn); err != nil || m.Type != "ready" {
+			t.Errorf("%+v %v", m, err)
+		}
+		conn.CloseNow()
+	}
+}
