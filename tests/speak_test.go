@@ -8,11 +8,13 @@ import (
 	"testing"
 
 	"github.com/parleyhq/parley/internal/sharedtest"
+	"github.com/parleyhq/parley/runtime/audio"
 )
 
 // TestSpeakBinary: the binary speaks a text with the random-weight Pocket TTS checkpoint, the
 // reference's tokenizer and voice state and its recorded noise (t1-hello: EOS at step 14, 19
-// frames), writing the reference's audio.wav within one step of 16-bit PCM; an unknown voice
+// frames), writing the reference's audio.wav within one step of 16-bit PCM, and as FLAC the same
+// samples; an unknown voice
 // and a flag mistake get clear errors.
 func TestSpeakBinary(t *testing.T) {
 	ref := sharedtest.Path(t, "reference/tts")
@@ -42,6 +44,29 @@ func TestSpeakBinary(t *testing.T) {
 	for i := 44; i+1 < len(got); i += 2 {
 		if d := int(int16(le.Uint16(got[i:]))) - int(int16(le.Uint16(want[i:]))); d < -1 || d > 1 {
 			t.Fatalf("sample %d differs from the reference's by %d", (i-44)/2, d)
+		}
+	}
+	// the same synthesis as FLAC: the same samples, losslessly
+	flacOut := filepath.Join(t.TempDir(), "hello.flac")
+	res = parley(t, "", append(base, "--voice", voice, "--noise", filepath.Join(ref, "t1-hello", "noise.npy"), "--format", "flac", "-o", flacOut, "Hello world.")...)
+	if res.code != 0 {
+		t.Fatalf("flac: exit %d: %s", res.code, res.stderr)
+	}
+	fl, err := os.ReadFile(flacOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromFLAC, info, err := audio.Decode(fl)
+	if err != nil || info.Format != audio.FormatFLAC || info.SampleRate != 24000 || info.Frames != 19*1920 {
+		t.Fatalf("the FLAC decodes as %+v: %v", info, err)
+	}
+	fromWAV, _, err := audio.Decode(got)
+	if err != nil || len(fromWAV) != len(fromFLAC) {
+		t.Fatalf("the WAV decodes to %d samples, the FLAC to %d: %v", len(fromWAV), len(fromFLAC), err)
+	}
+	for i := range fromWAV {
+		if fromWAV[i] != fromFLAC[i] {
+			t.Fatalf("sample %d: %v from the WAV, %v from the FLAC", i, fromWAV[i], fromFLAC[i])
 		}
 	}
 	res = parley(t, "", append(base, "--voice", "nobody", "-o", out, "Hi.")...)

@@ -59,6 +59,9 @@ func runServe(e *env, args []string) (err error) {
 	maxAudio := fs.Int64("max-audio-body", 25<<20, "largest audio upload in bytes")
 	maxAudioDur := fs.Duration("max-audio-duration", 2*time.Hour, "longest audio accepted for transcription")
 	maxStreams := fs.Int("max-streams", 16, "live transcription sessions (/v1/audio/stream) open at once")
+	maxSpeechStreams := fs.Int("max-speech-streams", 16, "live synthesis sessions (/v1/audio/speech/stream) open at once")
+	maxVoices := fs.Int("max-voices", 32, "voices uploaded to /v1/audio/voices kept per speech synthesis model (the least recently used are dropped beyond)")
+	maxVoiceDur := fs.Duration("max-voice-duration", 30*time.Second, "longest voice prompt uploaded to /v1/audio/voices")
 	asrBeam := fs.Int("asr-beam", 1, "beam size of transcriptions (1: greedy)")
 	asrBestOf := fs.Int("asr-best-of", asr.DefaultParams().BestOf, "candidates sampled at temperatures above 0 (transcriptions' fallback)")
 	embeddings := fs.Bool("embeddings", false, "language models also serve /v1/embeddings (pooling as the file says, else the last token's); embedding models (GGUF of architecture bert) always do")
@@ -98,8 +101,8 @@ func runServe(e *env, args []string) (err error) {
 	if *ctxLen > llama.MaxContextSlots {
 		return usagef("%s %d: want 0 (the model's context) to %d", fs.from("ctx"), *ctxLen, llama.MaxContextSlots)
 	}
-	if *asrParallel < 1 || *asrQueue < 0 || *maxAudio < 1 || *maxAudioDur <= 0 || *maxStreams < 1 || *asrEncode < 1 || *asrEncode > min(*asrParallel, 64) {
-		return usagef("--asr-parallel, --max-audio-body, --max-audio-duration and --max-streams must be positive; --asr-queue not negative; --asr-encode-batch 1..--asr-parallel (64 at most)")
+	if *asrParallel < 1 || *asrQueue < 0 || *maxAudio < 1 || *maxAudioDur <= 0 || *maxStreams < 1 || *maxSpeechStreams < 1 || *maxVoices < 1 || *maxVoiceDur < time.Second || *asrEncode < 1 || *asrEncode > min(*asrParallel, 64) {
+		return usagef("--asr-parallel, --max-audio-body, --max-audio-duration, --max-streams, --max-speech-streams and --max-voices must be positive, --max-voice-duration at least 1s; --asr-queue not negative; --asr-encode-batch 1..--asr-parallel (64 at most)")
 	}
 	if *grace < 0 || *bodyTimeout <= 0 {
 		return usagef("--shutdown-grace must not be negative, --body-timeout must be positive")
@@ -350,7 +353,8 @@ func runServe(e *env, args []string) (err error) {
 		logger.Info("on-demand models", "count", len(onDemand), "budget_mib", budget>>20, "keep_alive", time.Duration(keepAlive), "load_timeout", *loadTimeout)
 	}
 	srv, err := server.New(server.Config{OnDemand: onDemand, MaxMemory: budget, LoadTimeout: *loadTimeout, APIKey: *apiKey, AllowedOrigins: origins, CheckHost: checkHost, AllowedHosts: hosts, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout, RequestTimeout: *timeout, Logger: logger, Steps: steps,
-		SpeechModels: speechModels, TTSModels: ttsModels, MaxAudioBytes: *maxAudio, MaxAudioDuration: *maxAudioDur, Stream: server.StreamConfig{MaxSessions: *maxStreams}}, served)
+		SpeechModels: speechModels, TTSModels: ttsModels, MaxAudioBytes: *maxAudio, MaxAudioDuration: *maxAudioDur, Stream: server.StreamConfig{MaxSessions: *maxStreams},
+		Voices: server.VoiceConfig{MaxVoices: *maxVoices, MaxDuration: *maxVoiceDur}, SpeechStream: server.SpeechStreamConfig{MaxSessions: *maxSpeechStreams}}, served)
 	if err != nil {
 		hs.Close()
 		return err

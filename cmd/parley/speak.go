@@ -16,6 +16,7 @@ import (
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/models/pockettts"
 	"github.com/parleyhq/parley/runtime/sched/tts"
+	"github.com/parleyhq/parley/runtime/server"
 	"github.com/parleyhq/parley/runtime/tokenizer/sentencepiece"
 )
 
@@ -24,8 +25,9 @@ const speakHelp = `
 TEXT is spoken with VOICE: the name of a voice the checkpoint holds, a voice-state safetensors
 file (upstream's export_model_state format, as its predefined voices are published), or an
 audio file (WAV, FLAC, MP3, Ogg) whose speaker is cloned. TEXT "-" reads the text from standard
-input. The audio is 16-bit mono PCM at the model's sample rate (24 kHz), as a WAV file or, with
---format pcm, the bare samples; -o - writes it to standard output (not a terminal).
+input. The audio is 16-bit mono PCM at the model's sample rate (24 kHz), as a WAV file, a FLAC
+file (--format flac) or the bare samples (--format pcm); -o - writes it to standard output (not
+a terminal).
 `
 
 // runSpeak synthesises speech with a Pocket TTS checkpoint.
@@ -40,7 +42,7 @@ func runSpeak(e *env, args []string) error {
 	tokPath := fs.String("tokenizer", "", "SentencePiece tokenizer.model (default: the checkpoint's, or tokenizer.model beside it)")
 	voiceArg := fs.String("voice", "", "a voice `NAME` in the checkpoint, a voice-state .safetensors file, or an audio file to clone")
 	out := fs.String("o", "-", "output `FILE` (- for standard output)")
-	format := fs.String("format", "wav", "output format: wav, pcm (16-bit little-endian mono)")
+	format := fs.String("format", "wav", "output format: wav, flac, pcm (16-bit little-endian mono)")
 	temp := fs.Float64("temperature", tts.DefaultTemperature, "variance of the flow head's starting noise (0: deterministic)")
 	seed := fs.Uint64("seed", 0, "seed of the sampling noise")
 	noisePath := fs.String("noise", "", "the flow head's x0 of every frame step, a float32 .npy of rows of 32 (recorded noise, for comparing with a reference; replaces --temperature and --seed)")
@@ -62,8 +64,8 @@ func runSpeak(e *env, args []string) error {
 		return usagef("no text given (TEXT, or - to read standard input)")
 	case len(pos) > 1:
 		return usagef("%d texts given: quote the text as one argument", len(pos))
-	case *format != "wav" && *format != "pcm":
-		return usagef("--format %q: want wav or pcm", *format)
+	case *format != "wav" && *format != "flac" && *format != "pcm":
+		return usagef("--format %q: want wav, flac or pcm", *format)
 	case !(*temp >= 0) || math.IsInf(*temp, 0):
 		return usagef("--temperature %v: want a finite value of at least 0", *temp)
 	}
@@ -147,12 +149,28 @@ func runSpeak(e *env, args []string) error {
 		return err
 	}
 	data := pcm
-	if *format == "wav" {
+	switch *format {
+	case "wav":
 		h, err := audio.WAVHeader(int64(len(pcm)/2), s.SampleRate())
 		if err != nil {
 			return err
 		}
 		data = append(h, pcm...)
+	case "flac":
+		enc, err := audio.NewFLACEncoder(s.SampleRate(), s.FrameSamples())
+		if err != nil {
+			return err
+		}
+		frames, err := enc.Append(nil, pcm)
+		if err != nil {
+			return err
+		}
+		frames = enc.Flush(frames)
+		h, err := enc.Header(enc.Samples(), enc.MD5())
+		if err != nil {
+			return err
+		}
+		data = append(h, frames...)
 	}
 	if *out == "-" {
 		_, err = e.stdout.Write(data)
@@ -198,7 +216,8 @@ func speakVoice(s *tts.Synthesizer, ck *pockettts.Checkpoint, cfg pockettts.Conf
 }
 
 // openSynth opens the Pocket TTS checkpoint at path on be for serving, with the checkpoint's
-// voices and the voice-state files of voiceArgs (NAME=FILE each). close releases it all.
+// voices and the voice-state files of voiceArgs (NAME=FILE each); with none, requests speak
+// with voices uploaded to /v1/audio/voices. close releases it all.
 func openSynth(be backend.Backend, path string, voiceArgs []string) (s *tts.Synthesizer, close func(), err error) {
 	ck, err := pockettts.Open(path)
 	if err != nil {
@@ -235,9 +254,6 @@ func openSynth(be backend.Backend, path string, voiceArgs []string) (s *tts.Synt
 		}
 		voices[name] = v
 	}
-	if len(voices) == 0 {
-		return nil, nil, fmt.Errorf("%s holds no voices: give --tts-voice NAME=FILE (a voice-state .safetensors)", path)
-	}
 	m, err := pockettts.New(be, ck.Weights)
 	if err != nil {
 		return nil, nil, err
@@ -250,3 +266,30 @@ func openSynth(be backend.Backend, path string, voiceArgs []string) (s *tts.Synt
 	closers = append(closers, func() { s.Close() })
 	return s, close, nil
 }
+
+// servedSynth is a Synthesizer as the server takes it: a server.Speaker that also clones voices
+// (server.VoiceCloner) and counts the text tokens of an input (server.TokenCounter).
+type servedSynth struct{ *tts.Synthesizer }
+
+func (s servedSynth) CloneVoice(prompt []float32) (server.ClonedVoice, error) {
+	v, err := s.Synthesizer.CloneVoice(prompt)
+	if err != nil {
+		return nil, err
+	}
+	return clonedVoice{v}, nil
+}
+
+func (s servedSynth) CountTokens(text string) (int, error) {
+	chunks, err := s.Chunks(text)
+	n := 0
+	for _, c := range chunks {
+		n += len(c.Tokens)
+	}
+	return n, err
+}
+
+// clonedVoice is a voice state made from a prompt.
+type clonedVoice struct{ v *pockettts.Voice }
+
+func (c clonedVoice) Apply(r *tts.Request) { r.Voice, r.VoiceName = c.v, "" }
+func (c clonedVoice) Bytes() int           { return c.v.Bytes() }

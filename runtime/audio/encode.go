@@ -28,13 +28,24 @@ func WAVHeader(n int64, rate int) ([]byte, error) {
 	if n < 0 || n > MaxWAVSamples {
 		return nil, fmt.Errorf("audio: %d samples do not fit a WAV file", n)
 	}
+	return wavHeader(36+uint32(2*n), uint32(2*n), rate)
+}
+
+// WAVStreamHeader returns the header of a 16-bit PCM mono WAV stream at rate Hz whose length
+// is not known when the header is sent: the RIFF and data sizes are 0xFFFFFFFF, as ffmpeg and
+// OpenAI's speech API write them, which readers (ffmpeg, SoX, this package's Decode) take as
+// "to the end of the file".
+func WAVStreamHeader(rate int) ([]byte, error) {
+	return wavHeader(math.MaxUint32, math.MaxUint32, rate)
+}
+
+func wavHeader(riff, data uint32, rate int) ([]byte, error) {
 	if rate <= 0 || rate > MaxRate {
 		return nil, fmt.Errorf("audio: sample rate %d Hz outside (0, %d]", rate, MaxRate)
 	}
-	data := uint32(2 * n)
 	h := make([]byte, 0, 44)
 	h = append(h, "RIFF"...)
-	h = binary.LittleEndian.AppendUint32(h, 36+data)
+	h = binary.LittleEndian.AppendUint32(h, riff)
 	h = append(h, "WAVEfmt "...)
 	h = binary.LittleEndian.AppendUint32(h, 16)
 	h = binary.LittleEndian.AppendUint16(h, 1) // PCM

@@ -23,6 +23,8 @@ type metrics struct {
 	asrTime   *prometheus.HistogramVec // model, kind
 	streams   prometheus.Gauge
 	sched     *schedCollector
+	speechSec *prometheus.CounterVec // model, kind
+	speakers  prometheus.Gauge
 }
 
 func newMetrics(models []*served, speech []*speechServed) *metrics {
@@ -60,8 +62,14 @@ func newMetrics(models []*served, speech []*speechServed) *metrics {
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "parley_audio_streams", Help: "Open live transcription sessions (/v1/audio/stream).",
 		}),
+		speechSec: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "parley_speech_seconds_total", Help: "Seconds of audio synthesised and sent, by model and kind (speech, stream).",
+		}, []string{"model", "kind"}),
+		speakers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "parley_speech_streams", Help: "Open live synthesis sessions (/v1/audio/speech/stream).",
+		}),
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.ttft, m.itl, m.prompt, m.generated, m.audioSec, m.asrTime, m.streams,
+	m.reg.MustRegister(m.requests, m.duration, m.ttft, m.itl, m.prompt, m.generated, m.audioSec, m.asrTime, m.streams, m.speechSec, m.speakers,
 		m.sched, &poolCollector{models: models},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})

@@ -34,6 +34,9 @@ func (s *Server) addOnDemand() error {
 		if s.byName[e.Name] != nil || s.speechN[e.Name] != nil || s.ttsN[e.Name] != nil {
 			return fmt.Errorf("server: model %q listed twice", e.Name)
 		}
+		if e.Kind == KindSpeechSynthesis {
+			s.voices[e.Name] = newVoiceStore(s.cfg.Voices)
+		}
 	}
 	r.prepare = s.prepare
 	s.reg = r

@@ -10,7 +10,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -135,7 +134,9 @@ func (ls *liveSet) list(drain bool) []*live {
 	return out
 }
 
-// Shutdown ends the live transcription sessions (GET /v1/audio/stream) gracefully, as
+// Shutdown ends the live transcription sessions (GET /v1/audio/stream) and the live synthesis
+// sessions (GET /v1/audio/speech/stream, which speak the text they have received and close
+// with 1001 and "shutting_down") gracefully, as
 // http.Server.Shutdown does for requests, whose connections it does not track once upgraded:
 // new sessions are refused (503), and each open session transcribes the audio it has received,
 // sends its final text, and closes with 1001 and the "shutting_down" event. Sessions still open
@@ -145,9 +146,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, lv := range s.lives.list(true) {
 		lv.push(item{op: opShutdown}, math.MaxInt)
 	}
+	for _, sl := range s.speakSessions.list(true) {
+		sl.shutdown()
+	}
 	done := make(chan struct{})
 	go func() {
 		s.lives.wg.Wait()
+		s.speakSessions.wg.Wait()
 		close(done)
 	}()
 	select {
@@ -158,6 +163,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, lv := range s.lives.list(true) {
 		lv.end(websocket.StatusGoingAway, "server shutting down", shuttingDown())
 		lv.cancel()
+	}
+	for _, sl := range s.speakSessions.list(true) {
+		sl.end(websocket.StatusGoingAway, "server shutting down", shuttingDown())
+		sl.cancel()
 	}
 	select { // cancelled sessions end within a step of their recogniser; do not wait on a stuck one
 	case <-done:
@@ -241,15 +250,7 @@ func (s *Server) audioStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lv.sess = sess
-	opts := &websocket.AcceptOptions{Subprotocols: acceptProtocols(r)}
-	for _, o := range s.cfg.AllowedOrigins {
-		if o == "*" {
-			opts.InsecureSkipVerify = true
-		} else if u, err := url.Parse(o); err == nil && u.Host != "" {
-			opts.OriginPatterns = append(opts.OriginPatterns, u.Host)
-		}
-	}
-	c, err := websocket.Accept(w, r, opts)
+	c, err := websocket.Accept(w, r, s.acceptOptions(r))
 	if err != nil {
 		ri.log.Info("websocket upgrade refused", "err", err)
 		return

@@ -17,7 +17,7 @@ import (
 
 // endpoint is one route of the API.
 type endpoint struct {
-	method string // the one method it takes (GET routes answer HEAD too)
+	method string // the method it takes (GET routes answer HEAD too); a path may have an endpoint per method
 	path   string // its net/http.ServeMux path pattern; without the "..." of a wildcard, its metrics label
 	handle func(*Server, http.ResponseWriter, *http.Request)
 	body   bodyKind // what a POST may send
@@ -48,6 +48,9 @@ var endpoints = []endpoint{
 	{http.MethodPost, "/v1/audio/translations", (*Server).translations, audioBody, false},
 	{http.MethodGet, "/v1/audio/stream", (*Server).audioStream, noBody, false},
 	{http.MethodPost, "/v1/audio/speech", (*Server).speak, jsonBody, false},
+	{http.MethodGet, "/v1/audio/speech/stream", (*Server).speechStream, noBody, false},
+	{http.MethodPost, "/v1/audio/voices", (*Server).uploadVoice, audioBody, false},
+	{http.MethodGet, "/v1/audio/voices", (*Server).listVoices, noBody, false},
 	{http.MethodPost, "/v1/models/{model}/load", (*Server).loadModel, jsonBody, true},
 	{http.MethodPost, "/v1/models/{model}/unload", (*Server).unloadModel, noBody, true},
 }
@@ -56,14 +59,23 @@ var endpoints = []endpoint{
 // for the 405 of every other method, and "/" for the 404 of every other path.
 func (s *Server) routes() *http.ServeMux {
 	mux := http.NewServeMux()
+	allow := map[string][]string{} // the methods of each path
+	var paths []string
 	for _, ep := range endpoints {
 		mux.HandleFunc(ep.method+" "+ep.path, s.bounded(ep))
 		if ep.sub {
 			continue
 		}
-		mux.HandleFunc(ep.path, func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Allow", ep.method)
-			writeError(w, &apiError{Status: http.StatusMethodNotAllowed, Message: fmt.Sprintf("Method %s is not allowed on %s; use %s.", r.Method, r.URL.Path, ep.method), Type: typeInvalidRequest})
+		if allow[ep.path] == nil {
+			paths = append(paths, ep.path)
+		}
+		allow[ep.path] = append(allow[ep.path], ep.method)
+	}
+	for _, p := range paths {
+		methods := allow[p]
+		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", strings.Join(methods, ", "))
+			writeError(w, &apiError{Status: http.StatusMethodNotAllowed, Message: fmt.Sprintf("Method %s is not allowed on %s; use %s.", r.Method, r.URL.Path, strings.Join(methods, " or ")), Type: typeInvalidRequest})
 		})
 	}
 	mux.HandleFunc("/", unknownURL)

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// TestRoutes: every endpoint of the list answers another method 405 with Allow and OpenAI's
+// TestRoutes: every path of the list answers another method 405 with Allow (its methods) and OpenAI's
 // error shape, GET routes answer HEAD, a model name may hold slashes, a path that is not clean is
 // answered 404 like any unknown one (not redirected), and each answer is counted under its
 // endpoint's label.
@@ -32,16 +32,24 @@ func TestRoutes(t *testing.T) {
 		}
 		return resp, b
 	}
+	methods := map[string][]string{}
+	for _, ep := range endpoints {
+		methods[ep.path] = append(methods[ep.path], ep.method)
+	}
 	for _, ep := range endpoints {
 		path := strings.ReplaceAll(ep.path, "{model...}", "stories")
 		other := http.MethodPost
 		if ep.method == http.MethodPost {
 			other = http.MethodGet
 		}
+		allow := strings.Join(methods[ep.path], ", ")
+		if len(methods[ep.path]) > 1 {
+			other = http.MethodDelete
+		}
 		resp, b := do(other, path)
 		var eb errorBody
-		if resp.StatusCode != 405 || resp.Header.Get("Allow") != ep.method || json.Unmarshal(b, &eb) != nil || eb.Error == nil ||
-			!strings.Contains(eb.Error.Message, "use "+ep.method) {
+		if resp.StatusCode != 405 || resp.Header.Get("Allow") != allow || json.Unmarshal(b, &eb) != nil || eb.Error == nil ||
+			!strings.Contains(eb.Error.Message, "use "+strings.Join(methods[ep.path], " or ")) {
 			t.Errorf("%s %s: %d, Allow %q: %s", other, path, resp.StatusCode, resp.Header.Get("Allow"), b)
 		}
 	}

@@ -2,7 +2,10 @@
 // /v1/chat/completions (chat prompts rendered from the model's chat template), with
 // server-sent-event streaming, over one or more language models each run by its own
 // sched.Scheduler; /v1/audio/transcriptions and /v1/audio/translations over Whisper engines, and
-// live transcription over a WebSocket at /v1/audio/stream; plus /health and Prometheus /metrics.
+// live transcription over a WebSocket at /v1/audio/stream; speech synthesis at /v1/audio/speech
+// (WAV, FLAC or PCM, whole, streamed or as server-sent events), voices cloned from uploaded
+// recordings at /v1/audio/voices, and live synthesis of text as it arrives over a WebSocket at
+// /v1/audio/speech/stream; plus /health and Prometheus /metrics.
 // It validates every request before it reaches a scheduler and answers errors in OpenAI's shape;
 // it never starts, stops or closes the schedulers or models it is given, which stay the
 // caller's. On-demand models (OnDemandModel) are the exception: the server's registry loads them
@@ -136,6 +139,10 @@ type Config struct {
 	// memory to load it in); it is then answered 503 with Retry-After. 0 means 5 minutes;
 	// negative, none.
 	LoadTimeout time.Duration
+	// Voices bounds the voices uploaded to /v1/audio/voices.
+	Voices VoiceConfig
+	// SpeechStream configures live synthesis at /v1/audio/speech/stream.
+	SpeechStream SpeechStreamConfig
 }
 
 // Loading is the handler to serve while the models load (New needs them): every request is
@@ -174,6 +181,12 @@ type Server struct {
 	// ttsN are the text-to-speech models by name.
 	ttsN map[string]*TTSModel
 	reg  *registry // the on-demand models
+	// voices are the voices uploaded to each text-to-speech model, by model name.
+	voices map[string]*voiceStore
+	// speakers counts the open live synthesis sessions (/v1/audio/speech/stream).
+	speakers atomic.Int64
+	// speakSessions are the same sessions, for Shutdown.
+	speakSessions speakSet
 }
 
 // served is a Model with what the server derives from it once.

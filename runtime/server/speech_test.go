@@ -22,7 +22,28 @@ type fakeSpeaker struct {
 	mu     sync.Mutex
 	frames int
 	last   tts.Request
+	texts  []string // every text spoken, in order
+	clones []int    // the length of every prompt cloned
+	// gate, when set, holds each frame after a synthesis's first until a value arrives.
+	gate chan struct{}
 }
+
+// fakeVoice is a cloned voice: it marks the requests it speaks with Seed.
+type fakeVoice struct{ seed uint64 }
+
+func (v fakeVoice) Apply(r *tts.Request) { r.Seed = v.seed }
+func (v fakeVoice) Bytes() int           { return 1 << 20 }
+
+// CloneVoice makes the n-th voice, whose requests have Seed 1000+n.
+func (f *fakeSpeaker) CloneVoice(prompt []float32) (ClonedVoice, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.clones = append(f.clones, len(prompt))
+	return fakeVoice{seed: uint64(1000 + len(f.clones))}, nil
+}
+
+// CountTokens counts words.
+func (f *fakeSpeaker) CountTokens(text string) (int, error) { return len(strings.Fields(text)), nil }
 
 func (f *fakeSpeaker) SampleRate() int  { return 24000 }
 func (f *fakeSpeaker) Voices() []string { return []string{"alba", "marius"} }
@@ -30,17 +51,30 @@ func (f *fakeSpeaker) Voices() []string { return []string{"alba", "marius"} }
 func (f *fakeSpeaker) Speak(ctx context.Context, r tts.Request, emit func([]float32) error) error {
 	f.mu.Lock()
 	f.last = r
+	f.texts = append(f.texts, r.Text)
 	f.mu.Unlock()
 	switch r.Text {
 	case "?":
 		return fmt.Errorf("%w: %w", tts.ErrInput, errors.New("nothing to say"))
 	case "boom":
 		return errors.New("the backend failed")
+	case "late boom": // after a frame
+		if err := emit(make([]float32, 1920)); err != nil {
+			return err
+		}
+		return errors.New("the backend failed")
 	}
 	a := make([]float32, 1920)
 	for k := range f.frames {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if k > 0 && f.gate != nil {
+			select {
+			case <-f.gate:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 		for i := range a {
 			a[i] = float32(math.Sin(float64(k)+float64(i)/100) / 2)
@@ -134,11 +168,16 @@ func TestSpeechBadInput(t *testing.T) {
 		{`{"model":"pocket-tts","input":"?","voice":"alba"}`, 400, "input"},
 		{`{"model":"pocket-tts","input":"Hi."}`, 400, "voice"},
 		{`{"model":"pocket-tts","input":"Hi.","voice":"nobody"}`, 400, "voice"},
-		{`{"model":"pocket-tts","input":"Hi.","voice":{"id":"alba"}}`, 400, "voice"},
+		{`{"model":"pocket-tts","input":"Hi.","voice":{"id":42}}`, 400, "voice"},
+		{`{"model":"pocket-tts","input":"Hi.","voice":{"name":"alba"}}`, 400, "voice"},
+		{`{"model":"pocket-tts","input":"Hi.","voice":{"id":"voice_0123"}}`, 400, "voice"},
 		{`{"model":"pocket-tts","input":"Hi.","voice":"alba","response_format":"mp3"}`, 400, "response_format"},
 		{`{"model":"pocket-tts","input":"Hi.","voice":"alba","response_format":"ogg"}`, 400, "response_format"},
 		{`{"model":"pocket-tts","input":"Hi.","voice":"alba","speed":1.5}`, 400, "speed"},
-		{`{"model":"pocket-tts","input":"Hi.","voice":"alba","stream_format":"sse"}`, 400, "stream_format"},
+		{`{"model":"pocket-tts","input":"Hi.","voice":"alba","stream_format":"websocket"}`, 400, "stream_format"},
+		{`{"model":"pocket-tts","input":"Hi.","voice":"alba","response_format":"opus"}`, 400, "response_format"},
+		{`{"model":"pocket-tts","input":"Hi.","voice":"alba","response_format":"aac","stream_format":"sse"}`, 400, "response_format"},
+		{`{"model":"pocket-tts","input":"Hi.","voice":"alba","speed":0.5}`, 400, "speed"},
 		{`{"model":"pocket-tts","input":"Hi.","voice":"alba","instructions":"cheerfully"}`, 400, "instructions"},
 		{`{"model":"tts-1","input":"Hi.","voice":"alba"}`, 404, "model"},
 		{`{"model":"pocket-tts","input":42,"voice":"alba"}`, 400, "input"},
