@@ -207,9 +207,10 @@ type live struct {
 	endOnce sync.Once
 }
 
-// serveLive upgrades r to a WebSocket and runs lv over it, with a stream of cfg when cfg is not
-// nil (else the protocol opens one later): the checks and bookkeeping both live endpoints share.
-func (s *Server) serveLive(w http.ResponseWriter, r *http.Request, lv *live, cfg *asr.SessionConfig) {
+// serveLive upgrades r to a WebSocket and runs lv over it, with the stream open makes when open
+// is not nil (else the protocol opens one later): the checks and bookkeeping both live endpoints
+// share.
+func (s *Server) serveLive(w http.ResponseWriter, r *http.Request, lv *live, open func() (asr.Live, error)) {
 	ri := lv.ri
 	if s.lives.isDraining() {
 		writeError(w, &apiError{Status: http.StatusServiceUnavailable, Message: "The server is shutting down.", Type: typeServer, Code: strptr("shutting_down"), RetryAfter: 5})
@@ -226,8 +227,8 @@ func (s *Server) serveLive(w http.ResponseWriter, r *http.Request, lv *live, cfg
 		return
 	}
 	defer s.streams.Add(-1)
-	if cfg != nil {
-		sess, err := asr.NewLive(&meteredRecognizer{lv: lv}, *cfg)
+	if open != nil {
+		sess, err := open()
 		if err != nil {
 			writeError(w, invalid("", "Invalid session parameters: "+err.Error()))
 			return

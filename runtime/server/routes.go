@@ -44,6 +44,7 @@ var endpoints = []endpoint{
 	{http.MethodPost, "/v1/audio/transcriptions", (*Server).transcriptions, audioBody},
 	{http.MethodPost, "/v1/audio/translations", (*Server).translations, audioBody},
 	{http.MethodGet, "/v1/audio/stream", (*Server).audioStream, noBody},
+	{http.MethodGet, "/v1/realtime", (*Server).realtime, noBody},
 	{http.MethodPost, "/v1/audio/speech", (*Server).speak, jsonBody},
 }
 
