@@ -103,7 +103,7 @@ func TestServeRealtime(t *testing.T) {
 						Code, Param string
 						EventID     string `json:"event_id"`
 					} `json:"errors"`
-					Types  []string                                `json:"types"`
+					Types []string `json:"types"`
 				} `json:"ga"`
 				Beta struct {
 					Subprotocol    string `json:"subprotocol"`
