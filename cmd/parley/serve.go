@@ -59,7 +59,7 @@ func runServe(e *env, args []string) (err error) {
 	asrEncode := fs.Int("asr-encode-batch", 1, "most audio windows encoded in one batched encoder call (1..--asr-parallel; more pays on a GPU, not on a CPU)")
 	maxAudio := fs.Int64("max-audio-body", 25<<20, "largest audio upload in bytes")
 	maxAudioDur := fs.Duration("max-audio-duration", 2*time.Hour, "longest audio accepted for transcription")
-	maxStreams := fs.Int("max-streams", 16, "live transcription sessions (/v1/audio/stream) open at once")
+	maxStreams := fs.Int("max-streams", 16, "live transcription sessions (/v1/audio/stream, /v1/realtime) open at once")
 	asrBeam := fs.Int("asr-beam", 1, "beam size of transcriptions (1: greedy)")
 	asrBestOf := fs.Int("asr-best-of", asr.DefaultParams().BestOf, "candidates sampled at temperatures above 0 (transcriptions' fallback)")
 	embeddings := fs.Bool("embeddings", false, "language models also serve /v1/embeddings (pooling as the file says, else the last token's); embedding models (GGUF of architecture bert) always do")
