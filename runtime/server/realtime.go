@@ -68,8 +68,9 @@ type item struct {
 
 // liveProtocol is what a live endpoint's wire protocol adds to the session core (live): how
 // client messages become inbox items, how the session's events and errors are sent, and what a
-// request in the inbox does. The core calls parse from the reading goroutine and the rest but
-// hello and errorMessage from the worker.
+// request in the inbox does. The core calls hello before it reads, parse from the reading
+// goroutine, events and do from the worker, and errorMessage from any of them (it keeps to
+// what the others do not change).
 type liveProtocol interface {
 	// hello is the first event, sent once the session is open.
 	hello() any
