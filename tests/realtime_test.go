@@ -156,6 +156,10 @@ func TestServeRealtime(t *testing.T) {
 			if ga.Completed16.Transcript != want {
 				t.Errorf("GA: transcript at 16 kHz %q; /v1/audio/stream gave %q", ga.Completed16.Transcript, want)
 			}
+			if types := strings.Join(ga.Types, " "); !strings.Contains(types, "input_audio_buffer.committed conversation.item.added ") ||
+				!strings.Contains(types, "conversation.item.input_audio_transcription.completed conversation.item.done") {
+				t.Errorf("GA events %v: want each item added after its commit and done after its transcript", ga.Types)
+			}
 			t.Logf("GA events: %v", ga.Types)
 
 			beta := res.Beta

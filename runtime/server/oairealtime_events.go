@@ -214,10 +214,27 @@ func (p *realtimeProtocol) finish(ctx context.Context) bool {
 	if !p.send(ctx, map[string]any{"type": "input_audio_buffer.committed", "previous_item_id": prev, "item_id": it.id}) {
 		return false
 	}
+	added := "conversation.item.added"
+	if p.beta {
+		added = "conversation.item.created"
+	}
+	if !p.send(ctx, map[string]any{"type": added, "previous_item_id": prev, "item": userItem(it.id, nil)}) {
+		return false
+	}
 	if it.text != "" && !p.send(ctx, map[string]any{"type": "conversation.item.input_audio_transcription.delta", "item_id": it.id, "content_index": 0, "delta": it.text}) {
 		return false
 	}
-	return p.send(ctx, map[string]any{"type": "conversation.item.input_audio_transcription.completed", "item_id": it.id, "content_index": 0, "transcript": it.text})
+	if !p.send(ctx, map[string]any{"type": "conversation.item.input_audio_transcription.completed", "item_id": it.id, "content_index": 0, "transcript": it.text}) {
+		return false
+	}
+	return p.beta || p.send(ctx, map[string]any{"type": "conversation.item.done", "previous_item_id": prev, "item": userItem(it.id, it.text)})
+}
+
+// userItem is the conversation item of a committed buffer: a user message of input audio, its
+// transcript null until it is known.
+func userItem(id string, transcript any) map[string]any {
+	return map[string]any{"id": id, "object": "realtime.item", "type": "message", "status": "completed", "role": "user",
+		"content": []map[string]any{{"type": "input_audio", "transcript": transcript}}}
 }
 
 // send sends an event with a fresh event_id.

@@ -28,7 +28,15 @@ type rtEv struct {
 	Transcript     string  `json:"transcript"`
 	AudioStartMs   *int64  `json:"audio_start_ms"`
 	AudioEndMs     *int64  `json:"audio_end_ms"`
-	Session        struct {
+	Item           struct {
+		ID      string
+		Role    string
+		Content []struct {
+			Type       string
+			Transcript *string
+		}
+	} `json:"item"`
+	Session struct {
 		Type                    string `json:"type"`
 		Object                  string `json:"object"`
 		InputAudioTranscription *struct {
@@ -176,15 +184,14 @@ func TestRealtimeCommit(t *testing.T) {
 	}
 	rc.append(pcm24, len(pcm24), 0)
 	rc.send(map[string]string{"type": "input_audio_buffer.commit"})
-	evs := rc.until("conversation.item.input_audio_transcription.completed")
-	first := checkItem(t, evs, nil, want24)
+	first := checkItem(t, rc.until("conversation.item.done"), nil, want24)
 
 	rc.send(map[string]any{"type": "session.update", "session": map[string]any{"type": "transcription",
 		"audio": map[string]any{"input": map[string]any{"format": map[string]any{"type": "audio/pcm", "rate": 16000}}}}})
 	rc.until("session.updated")
 	rc.append(pcm, len(pcm), 0)
 	rc.send(map[string]string{"type": "input_audio_buffer.commit"})
-	checkItem(t, rc.until("conversation.item.input_audio_transcription.completed"), &first, want16)
+	checkItem(t, rc.until("conversation.item.done"), &first, want16)
 
 	rc.c.Close(websocket.StatusNormalClosure, "")
 	waitStreams(t, h, base)
@@ -194,11 +201,15 @@ func TestRealtimeCommit(t *testing.T) {
 // want, chained to prev; it returns the item's id.
 func checkItem(t *testing.T, evs []*rtEv, prev *string, want string) string {
 	t.Helper()
-	var committed, delta, completed *rtEv
+	var committed, added, delta, completed, done *rtEv
 	for _, e := range evs {
 		switch e.Type {
 		case "input_audio_buffer.committed":
 			committed = e
+		case "conversation.item.added":
+			added = e
+		case "conversation.item.done":
+			done = e
 		case "conversation.item.input_audio_transcription.delta":
 			delta = e
 		case "conversation.item.input_audio_transcription.completed":
@@ -207,8 +218,14 @@ func checkItem(t *testing.T, evs []*rtEv, prev *string, want string) string {
 			t.Errorf("error %+v", e.Error)
 		}
 	}
-	if committed == nil || delta == nil || completed == nil {
-		t.Fatalf("events %+v: want committed, delta, completed", evs)
+	if committed == nil || added == nil || delta == nil || completed == nil || done == nil {
+		t.Fatalf("events %+v: want committed, conversation.item.added, delta, completed, conversation.item.done", evs)
+	}
+	if added.Item.ID != committed.ItemID || added.Item.Role != "user" || len(added.Item.Content) != 1 || added.Item.Content[0].Type != "input_audio" || added.Item.Content[0].Transcript != nil {
+		t.Errorf("conversation.item.added %+v", added.Item)
+	}
+	if done.Item.ID != committed.ItemID || len(done.Item.Content) != 1 || done.Item.Content[0].Transcript == nil || *done.Item.Content[0].Transcript != want {
+		t.Errorf("conversation.item.done %+v, want transcript %q", done.Item, want)
 	}
 	id := committed.ItemID
 	if !strings.HasPrefix(id, "item_") || delta.ItemID != id || completed.ItemID != id || completed.ContentIndex == nil || *completed.ContentIndex != 0 {
@@ -254,7 +271,7 @@ func TestRealtimeServerVAD(t *testing.T) {
 	}
 	started := map[string]int64{}
 	var prev *string
-	items, last := 0, int64(-1)
+	items, created, last := 0, 0, int64(-1)
 	for i, e := range evs {
 		switch e.Type {
 		case "input_audio_buffer.speech_started":
@@ -273,6 +290,13 @@ func TestRealtimeServerVAD(t *testing.T) {
 			}
 			prev = &e.ItemID
 			items++
+		case "conversation.item.created":
+			if prev == nil || e.Item.ID != *prev {
+				t.Errorf("conversation.item.created %s, committed %v", e.Item.ID, prev)
+			}
+			created++
+		case "conversation.item.added", "conversation.item.done":
+			t.Errorf("%s in the beta dialect", e.Type)
 		case "conversation.item.input_audio_transcription.completed":
 			if prev == nil || e.ItemID != *prev {
 				t.Errorf("completed %s, committed %v", e.ItemID, prev)
@@ -282,6 +306,9 @@ func TestRealtimeServerVAD(t *testing.T) {
 		}
 	}
 	t.Logf("%d events, %d items, %d with speech_started", len(evs), items, len(started))
+	if created != items {
+		t.Errorf("%d items committed, %d created", items, created)
+	}
 	if len(started) == 0 || items < 2 {
 		t.Errorf("%d items, %d started: want server VAD to end more than the last item", items, len(started))
 	}
