@@ -58,7 +58,7 @@ func runServe(e *env, args []string) (err error) {
 	asrEncode := fs.Int("asr-encode-batch", 1, "most audio windows encoded in one batched encoder call (1..--asr-parallel; more pays on a GPU, not on a CPU)")
 	maxAudio := fs.Int64("max-audio-body", 25<<20, "largest audio upload in bytes")
 	maxAudioDur := fs.Duration("max-audio-duration", 2*time.Hour, "longest audio accepted for transcription")
-	maxStreams := fs.Int("max-streams", 16, "live transcription sessions (/v1/audio/stream) open at once")
+	maxStreams := fs.Int("max-streams", 16, "live transcription sessions (/v1/audio/stream, /v1/realtime) open at once")
 	maxSpeechStreams := fs.Int("max-speech-streams", 16, "live synthesis sessions (/v1/audio/speech/stream) open at once")
 	maxVoices := fs.Int("max-voices", 32, "voices uploaded to /v1/audio/voices kept per speech synthesis model (the least recently used are dropped beyond)")
 	maxVoiceDur := fs.Duration("max-voice-duration", 30*time.Second, "longest voice prompt uploaded to /v1/audio/voices")

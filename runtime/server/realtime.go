@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,11 +15,12 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/parleyhq/parley/runtime/audio"
 	"github.com/parleyhq/parley/runtime/sched/asr"
 )
 
-// StreamConfig configures live transcription at GET /v1/audio/stream (protocol: docs/streaming.md).
+// StreamConfig configures live transcription over a WebSocket: GET /v1/audio/stream (protocol:
+// docs/streaming.md) and GET /v1/realtime (OpenAI's Realtime transcription protocol,
+// docs/realtime.md). The two share the limits below.
 type StreamConfig struct {
 	// MaxSessions bounds the sessions open at once; one more is answered 429 before the
 	// WebSocket upgrade. 0 means 16.
@@ -58,28 +58,39 @@ func (c *StreamConfig) setDefaults() error {
 	return nil
 }
 
-// clientEvent is a JSON text message from the client.
-type clientEvent struct {
-	Type  string `json:"type"`  // "audio", "commit" or "close"
-	Audio string `json:"audio"` // base64 PCM16LE, for "audio"
+// item is one entry of a session's inbox: audio, or a request (commit, close, ...) after it.
+type item struct {
+	pcm []float32
+	op  string // "" for audio alone, opShutdown, or one of the protocol's requests
+	arg any    // the request's argument, where it has one
 }
 
+// liveProtocol is what a live endpoint's wire protocol adds to the session core (live): how
+// client messages become inbox items, how the session's events and errors are sent, and what a
+// request in the inbox does. The core calls hello before it reads, parse from the reading
+// goroutine, events and do from the worker, and errorMessage from any of them (it keeps to
+// what the others do not change).
+type liveProtocol interface {
+	// hello is the first event, sent once the session is open.
+	hello() any
+	// parse turns one client message into inbox items. A message the session survives may get a
+	// reply, sent at once (an error event); one that ends it gets the close code and the
+	// error event to send first.
+	parse(typ websocket.MessageType, b []byte) (its []item, reply any, code websocket.StatusCode, fatal *errorEvent)
+	// errorMessage is ev as the protocol sends it.
+	errorMessage(ev *errorEvent) any
+	// events sends the events of the session's stream; false when the session is over.
+	events(ctx context.Context, evs []asr.Event) bool
+	// do carries out a request from the inbox, the audio before it written to the stream;
+	// false when the session is over.
+	do(ctx context.Context, it item) bool
+}
+
+// errorEvent is an error the session reports: a code and a message for people.
 type errorEvent struct {
 	Type    string `json:"type"` // "error"
 	Code    string `json:"code"`
 	Message string `json:"message"`
-}
-
-type readyEvent struct {
-	Type       string `json:"type"` // "ready"
-	Model      string `json:"model"`
-	SampleRate int    `json:"sample_rate"`
-}
-
-// item is one entry of a session's inbox: audio, or a commit or close request after it.
-type item struct {
-	pcm []float32
-	op  string // "", "commit", "close" or opShutdown
 }
 
 // opShutdown is the item a server shutdown queues after the audio a session has received: the
@@ -134,9 +145,9 @@ func (ls *liveSet) list(drain bool) []*live {
 	return out
 }
 
-// Shutdown ends the live transcription sessions (GET /v1/audio/stream) and the live synthesis
-// sessions (GET /v1/audio/speech/stream, which speak the text they have received and close
-// with 1001 and "shutting_down") gracefully, as
+// Shutdown ends the live transcription sessions (GET /v1/audio/stream, /v1/realtime) and the
+// live synthesis sessions (GET /v1/audio/speech/stream, which speak the text they have received
+// and close with 1001 and "shutting_down") gracefully, as
 // http.Server.Shutdown does for requests, whose connections it does not track once upgraded:
 // new sessions are refused (503), and each open session transcribes the audio it has received,
 // sends its final text, and closes with 1001 and the "shutting_down" event. Sessions still open
@@ -179,13 +190,16 @@ func shuttingDown() *errorEvent {
 	return &errorEvent{Code: "shutting_down", Message: "The server is shutting down."}
 }
 
-// live is one WebSocket transcription session.
+// live is one WebSocket transcription session: the core both live endpoints share (limits,
+// backlog, idle timeout, shutdown, metrics), their wire protocols apart (proto).
 type live struct {
-	s    *Server
-	m    *speechServed
-	c    *websocket.Conn
-	sess asr.Live
-	ri   *reqInfo
+	s     *Server
+	m     *speechServed // set before the session opens, or by the worker under mu
+	c     *websocket.Conn
+	sess  asr.Live // the worker's; nil until the session has a model
+	ri    *reqInfo
+	req   *http.Request // the upgrade's: holds the on-demand models the session uses
+	proto liveProtocol
 
 	mu      sync.Mutex
 	inbox   []item
@@ -204,30 +218,11 @@ type live struct {
 	endOnce sync.Once
 }
 
-// audioStream upgrades to a WebSocket and runs a live transcription session.
-func (s *Server) audioStream(w http.ResponseWriter, r *http.Request) {
-	ri := info(r.Context())
-	q := r.URL.Query()
-	var keep json.RawMessage
-	if k := q.Get("keep_alive"); k != "" {
-		keep, _ = json.Marshal(k)
-	}
-	m, e := s.speechModel(r, q.Get("model"), keep)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	lang, e := m.checkLanguage(strings.ToLower(q.Get("language")))
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	cfg := s.cfg.Stream.Session
-	cfg.Params = m.params
-	cfg.Params.Language = lang
-	cfg.Params.InitialPrompt = q.Get("prompt")
-	cfg.Params.Timeout = 0
-	cfg.IsSpecial = m.Recognizer.IsSpecial
+// serveLive upgrades r to a WebSocket and runs lv over it, with the stream open makes when open
+// is not nil (else the protocol opens one later): the checks and bookkeeping both live endpoints
+// share.
+func (s *Server) serveLive(w http.ResponseWriter, r *http.Request, lv *live, open func() (asr.Live, error)) {
+	ri := lv.ri
 	if s.lives.isDraining() {
 		writeError(w, &apiError{Status: http.StatusServiceUnavailable, Message: "The server is shutting down.", Type: typeServer, Code: strptr("shutting_down"), RetryAfter: 5})
 		return
@@ -243,13 +238,14 @@ func (s *Server) audioStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.streams.Add(-1)
-	lv := &live{s: s, m: m, ri: ri, wake: make(chan struct{}, 1)}
-	sess, err := asr.NewLive(&meteredRecognizer{lv: lv}, cfg)
-	if err != nil {
-		writeError(w, invalid("", "Invalid session parameters: "+err.Error()))
-		return
+	if open != nil {
+		sess, err := open()
+		if err != nil {
+			writeError(w, invalid("", "Invalid session parameters: "+err.Error()))
+			return
+		}
+		lv.sess = sess
 	}
-	lv.sess = sess
 	c, err := websocket.Accept(w, r, s.acceptOptions(r))
 	if err != nil {
 		ri.log.Info("websocket upgrade refused", "err", err)
@@ -260,6 +256,28 @@ func (s *Server) audioStream(w http.ResponseWriter, r *http.Request) {
 	defer s.metrics.streams.Dec()
 	c.SetReadLimit(s.cfg.Stream.MaxMessageBytes)
 	lv.run(r.Context())
+}
+
+// newLive is a session of proto, not yet open; m may be nil until the protocol sets it.
+func (s *Server) newLive(r *http.Request, m *speechServed) *live {
+	return &live{s: s, m: m, ri: info(r.Context()), req: r, wake: make(chan struct{}, 1)}
+}
+
+// setModel makes m the session's model; the worker's to call.
+func (lv *live) setModel(m *speechServed) {
+	lv.mu.Lock()
+	lv.m = m
+	lv.mu.Unlock()
+}
+
+// modelName is the session's model's name, "" before it has one.
+func (lv *live) modelName() string {
+	lv.mu.Lock()
+	defer lv.mu.Unlock()
+	if lv.m == nil {
+		return ""
+	}
+	return lv.m.Name
 }
 
 // meteredRecognizer is the session's transcriber: the model's recogniser, timed into the metrics.
@@ -287,9 +305,8 @@ func (lv *live) send(ctx context.Context, v any) error {
 func (lv *live) end(code websocket.StatusCode, reason string, ev *errorEvent) {
 	lv.endOnce.Do(func() {
 		if ev != nil {
-			ev.Type = "error"
-			lv.ri.log.Info("stream closed", "model", lv.m.Name, "code", ev.Code, "reason", ev.Message)
-			lv.send(context.Background(), ev)
+			lv.ri.log.Info("stream closed", "model", lv.modelName(), "code", ev.Code, "reason", ev.Message)
+			lv.send(context.Background(), lv.proto.errorMessage(ev))
 		}
 		lv.c.Close(code, reason)
 	})
@@ -318,7 +335,7 @@ func (lv *live) run(ctx context.Context) {
 		defer wg.Done()
 		lv.work(ctx)
 	}()
-	if err := lv.send(ctx, readyEvent{Type: "ready", Model: lv.m.Name, SampleRate: asr.SampleRate}); err != nil {
+	if err := lv.send(ctx, lv.proto.hello()); err != nil {
 		lv.end(websocket.StatusInternalError, "", nil)
 	}
 	// The client's time to speak starts once it has been told the session is ready.
@@ -349,57 +366,23 @@ func (lv *live) read(ctx context.Context, maxBacklog int) {
 		if closing {
 			continue
 		}
-		it, code, ev := parseMessage(typ, b)
+		its, reply, code, ev := lv.proto.parse(typ, b)
 		if ev != nil {
 			lv.end(code, ev.Code, ev)
 			return
 		}
-		closing = it.op == "close"
-		if !lv.push(it, maxBacklog) {
-			lv.end(websocket.StatusPolicyViolation, "backlog", &errorEvent{Code: "backlog",
-				Message: fmt.Sprintf("More than %v of audio is waiting: send audio no faster than real time.", lv.s.cfg.Stream.MaxBacklog)})
+		if reply != nil && lv.send(ctx, reply) != nil {
 			return
 		}
-	}
-}
-
-// parseMessage reads one client message; a bad one yields the error event and close code.
-func parseMessage(typ websocket.MessageType, b []byte) (item, websocket.StatusCode, *errorEvent) {
-	if typ == websocket.MessageBinary {
-		pcm, err := pcm16(b)
-		if err != nil {
-			return item{}, websocket.StatusInvalidFramePayloadData, &errorEvent{Code: "invalid_audio", Message: err.Error()}
+		for _, it := range its {
+			closing = closing || it.op == "close"
+			if !lv.push(it, maxBacklog) {
+				lv.end(websocket.StatusPolicyViolation, "backlog", &errorEvent{Code: "backlog",
+					Message: fmt.Sprintf("More than %v of audio is waiting: send audio no faster than real time.", lv.s.cfg.Stream.MaxBacklog)})
+				return
+			}
 		}
-		return item{pcm: pcm}, 0, nil
 	}
-	var ev clientEvent
-	if err := json.Unmarshal(b, &ev); err != nil {
-		return item{}, websocket.StatusInvalidFramePayloadData, &errorEvent{Code: "invalid_json", Message: "A text message is not a JSON event."}
-	}
-	switch ev.Type {
-	case "audio":
-		raw, err := base64.StdEncoding.DecodeString(ev.Audio)
-		if err != nil {
-			return item{}, websocket.StatusInvalidFramePayloadData, &errorEvent{Code: "invalid_audio", Message: "The audio field is not base64."}
-		}
-		pcm, err := pcm16(raw)
-		if err != nil {
-			return item{}, websocket.StatusInvalidFramePayloadData, &errorEvent{Code: "invalid_audio", Message: err.Error()}
-		}
-		return item{pcm: pcm}, 0, nil
-	case "commit", "close":
-		return item{op: ev.Type}, 0, nil
-	}
-	return item{}, websocket.StatusUnsupportedData, &errorEvent{Code: "unknown_event", Message: fmt.Sprintf("Unknown event type %q: want audio, commit or close.", ev.Type)}
-}
-
-func pcm16(b []byte) ([]float32, error) {
-	if len(b)%2 != 0 {
-		return nil, fmt.Errorf("audio of %d bytes is not whole 16-bit samples", len(b))
-	}
-	pcm := make([]float32, len(b)/2)
-	audio.PCM16ToFloat(pcm, b)
-	return pcm, nil
 }
 
 // push queues it for the worker; false when the backlog is over max.
@@ -443,7 +426,7 @@ func (lv *live) done() {
 	}
 }
 
-// work runs the session over the inbox until ctx ends or the client asks to close.
+// work runs the session over the inbox until ctx ends or a request ends the session.
 func (lv *live) work(ctx context.Context) {
 	var pcm []float32
 	for {
@@ -461,16 +444,7 @@ func (lv *live) work(ctx context.Context) {
 				return
 			}
 			pcm = pcm[:0]
-			evs, err := lv.sess.Commit(ctx)
-			if !lv.emit(ctx, evs, err) {
-				return
-			}
-			switch it.op {
-			case "close":
-				lv.end(websocket.StatusNormalClosure, "closed by the client", nil)
-				return
-			case opShutdown:
-				lv.end(websocket.StatusGoingAway, "server shutting down", shuttingDown())
+			if !lv.proto.do(ctx, it) {
 				return
 			}
 		}
@@ -482,22 +456,8 @@ func (lv *live) work(ctx context.Context) {
 	}
 }
 
-// wireEvent is ev as it is sent: its times to the millisecond (asr.RoundTime).
-func wireEvent(ev asr.Event) asr.Event {
-	ev.Start, ev.End = asr.RoundTime(ev.Start), asr.RoundTime(ev.End)
-	if ev.Segments != nil {
-		segs := make([]asr.LiveSegment, len(ev.Segments))
-		for i, sg := range ev.Segments {
-			sg.Start, sg.End = asr.RoundTime(sg.Start), asr.RoundTime(sg.End)
-			segs[i] = sg
-		}
-		ev.Segments = segs
-	}
-	return ev
-}
-
 func (lv *live) write(ctx context.Context, pcm []float32) bool {
-	if len(pcm) == 0 {
+	if len(pcm) == 0 || lv.sess == nil {
 		return true
 	}
 	lv.s.metrics.audioSec.WithLabelValues(lv.m.Name, "stream").Add(float64(len(pcm)) / asr.SampleRate)
@@ -505,12 +465,20 @@ func (lv *live) write(ctx context.Context, pcm []float32) bool {
 	return lv.emit(ctx, evs, err)
 }
 
-// emit sends events, then ends the session on err; false when the session is over.
+// commit finalizes what the stream holds and emits its events.
+func (lv *live) commit(ctx context.Context) bool {
+	if lv.sess == nil {
+		return true
+	}
+	evs, err := lv.sess.Commit(ctx)
+	return lv.emit(ctx, evs, err)
+}
+
+// emit sends events through the protocol, then ends the session on err; false when the session
+// is over.
 func (lv *live) emit(ctx context.Context, evs []asr.Event, err error) bool {
-	for _, ev := range evs {
-		if lv.send(ctx, wireEvent(ev)) != nil {
-			return false
-		}
+	if len(evs) > 0 && !lv.proto.events(ctx, evs) {
+		return false
 	}
 	switch {
 	case err == nil:

@@ -47,6 +47,7 @@ var endpoints = []endpoint{
 	{http.MethodPost, "/v1/audio/transcriptions", (*Server).transcriptions, audioBody, false},
 	{http.MethodPost, "/v1/audio/translations", (*Server).translations, audioBody, false},
 	{http.MethodGet, "/v1/audio/stream", (*Server).audioStream, noBody, false},
+	{http.MethodGet, "/v1/realtime", (*Server).realtime, noBody, false},
 	{http.MethodPost, "/v1/audio/speech", (*Server).speak, jsonBody, false},
 	{http.MethodGet, "/v1/audio/speech/stream", (*Server).speechStream, noBody, false},
 	{http.MethodPost, "/v1/audio/voices", (*Server).uploadVoice, audioBody, false},
