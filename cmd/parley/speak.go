@@ -129,7 +129,7 @@ func runSpeak(e *env, args []string) error {
 		return err
 	}
 	defer m.Close()
-	s, err := tts.New(m, tok, tts.Config{Text: ck.Text})
+	s, err := tts.New(m, tok, tts.Config{Text: ck.Text, MaxActive: 1}) // one synthesis: one slot of cache
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,7 @@ type fixture struct {
 	m     *pockettts.Model
 	s     *Synthesizer
 	voice *pockettts.Voice
+	tok   pockettts.Tokenizer
 	ref   string
 }
 
@@ -60,7 +61,7 @@ func newFixture(t *testing.T, be backend.Backend) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{ck: ck, m: m, s: s, voice: v, ref: ref}
+	return &fixture{ck: ck, m: m, s: s, voice: v, tok: tok, ref: ref}
 }
 
 func readArray(t *testing.T, path string) []float32 {
@@ -173,13 +174,45 @@ func TestSpeakErrors(t *testing.T) {
 	if err := f.s.Speak(cctx, Request{Text: "Hello world.", Voice: f.voice}, count); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v", err)
 	}
-	// a synthesis waiting for another's turn gives up when its context ends
-	f.s.turn <- struct{}{}
-	wctx, wcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	// a synthesis queued behind a full batch gives up when its context ends; one more than the
+	// queue holds is refused
+	s, err := New(f.m, f.tok, Config{Text: f.ck.Text, MaxActive: 1, MaxQueue: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	hold, first := make(chan struct{}), make(chan struct{})
+	blocked := make(chan error, 1)
+	go func() {
+		n := 0
+		blocked <- s.Speak(ctx, Request{Text: "Hello world.", Voice: f.voice}, func([]float32) error {
+			if n++; n == 1 {
+				close(first)
+			}
+			<-hold
+			return stop
+		})
+	}()
+	<-first
+	wctx, wcancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer wcancel()
-	err = f.s.Speak(wctx, Request{Text: "Hello world.", Voice: f.voice}, count)
-	<-f.s.turn
-	if !errors.Is(err, context.DeadlineExceeded) {
+	queued := make(chan error, 1)
+	go func() { queued <- s.Speak(wctx, Request{Text: "Hello world.", Voice: f.voice}, count) }()
+	for s.loop.Queued() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := s.Speak(ctx, Request{Text: "Hello world.", Voice: f.voice}, count); !errors.Is(err, ErrQueueFull) {
+		t.Errorf("past the queue: %v, want ErrQueueFull", err)
+	}
+	if err := <-queued; !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("waiting past the deadline: %v", err)
+	}
+	close(hold)
+	if err := <-blocked; !errors.Is(err, stop) {
+		t.Errorf("the synthesis ahead: %v", err)
+	}
+	s.Close()
+	if err := s.Speak(ctx, Request{Text: "Hello world.", Voice: f.voice}, count); !errors.Is(err, ErrClosed) {
+		t.Errorf("after Close: %v, want ErrClosed", err)
 	}
 }
