@@ -113,6 +113,10 @@ func (s *Server) speak(w http.ResponseWriter, r *http.Request) {
 			ri.log.Warn("speech synthesis stopped", "err", err) // the status is sent; the body ends short
 		case errors.Is(err, tts.ErrInput):
 			writeError(w, invalid("input", speechInputMessage(err)))
+		case errors.Is(err, tts.ErrQueueFull):
+			writeError(w, &apiError{Status: http.StatusTooManyRequests, Message: "The server is busy; retry shortly.", Type: typeRateLimit, Code: strptr("queue_full"), RetryAfter: 1})
+		case errors.Is(err, tts.ErrClosed):
+			writeError(w, &apiError{Status: http.StatusServiceUnavailable, Message: "The server is shutting down.", Type: typeUnavailable, RetryAfter: 5})
 		case errors.Is(err, context.DeadlineExceeded):
 			writeError(w, &apiError{Status: http.StatusGatewayTimeout, Message: "The speech synthesis took longer than the server's request timeout.", Type: typeServer})
 		case errors.Is(err, context.Canceled):
