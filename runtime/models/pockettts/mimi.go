@@ -46,6 +46,7 @@ type mimiLayer struct {
 	q, k, v, o       backend.Tensor // [m, m]
 	linear1, linear2 backend.Tensor
 	scale1, scale2   backend.Tensor // [1, m]
+	qkv              []backend.Tensor
 }
 
 // convW is a convolution's weights: w [Cout', Cin·K] (Im2Col1D's column order), b [1, Cout] or nil.
@@ -115,6 +116,8 @@ func (l *loader) mimiLayers(ls []MimiLayer, m int) []mimiLayer {
 			o: l.whole(ly.OutProj, m), linear1: l.whole(ly.Linear1, m), linear2: l.whole(ly.Linear2, ly.Linear2.Shape[1]),
 			scale1: l.row(ly.Scale1, 0), scale2: l.row(ly.Scale2, 0),
 		})
+		L := &out[len(out)-1]
+		L.qkv = []backend.Tensor{L.q, L.k, L.v}
 	}
 	return out
 }
@@ -336,7 +339,8 @@ type mimiTransformer struct {
 	rope    backend.RoPE
 	scratch []backend.Tensor // x, h, q, k, v, att [slots·t, m]; ff [slots·t, ff]
 	views   [][7]backend.Tensor
-	pos     []int // per slot: the next step's position
+	qkv     [][]backend.Tensor // by slot count: views q, k, v
+	pos     []int              // per slot: the next step's position
 	tables  []int32
 	batch   backend.Batch
 }
@@ -364,10 +368,12 @@ func newMimiTransformer(a *allocs, m *Model, layers []mimiLayer, t, slots int) (
 		mt.scratch = append(mt.scratch, a.f32(rows, cols))
 	}
 	mt.views = make([][7]backend.Tensor, slots+1)
+	mt.qkv = make([][]backend.Tensor, slots+1)
 	for n := 1; n <= slots; n++ {
 		for i, s := range mt.scratch {
 			mt.views[n][i] = a.view(s, 0, n*t)
 		}
+		mt.qkv[n] = []backend.Tensor{mt.views[n][2], mt.views[n][3], mt.views[n][4]}
 	}
 	mt.batch.Pos = make([]int32, 0, rows)
 	mt.batch.Slot = make([]int32, 0, rows)
@@ -417,7 +423,7 @@ func (mt *mimiTransformer) step(slots []int, stage string) error {
 	for li := range mt.layers {
 		L := &mt.layers[li]
 		o.do(be.LayerNorm(h, x, L.norm1.w, L.norm1.b, lmEps))
-		o.do(backend.MatMuls(be, []backend.Tensor{q, k, v}, h, []backend.Tensor{L.q, L.k, L.v}))
+		o.do(backend.MatMuls(be, mt.qkv[n], h, L.qkv))
 		o.do(be.Rope(q, heads, mt.rope, b))
 		o.do(be.Rope(k, heads, mt.rope, b))
 		o.do(be.StoreKV(mt.kv, li, k, v, b))

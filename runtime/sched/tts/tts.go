@@ -129,6 +129,16 @@ type Synthesizer struct {
 // New makes a Synthesizer over m, with the checkpoint's tokenizer, and starts its step loop.
 // Close stops it.
 func New(m *pockettts.Model, tok pockettts.Tokenizer, cfg Config) (*Synthesizer, error) {
+	s, err := newSynthesizer(m, tok, cfg)
+	if err != nil {
+		return nil, err
+	}
+	go s.loop.Run(context.Background())
+	return s, nil
+}
+
+// newSynthesizer makes a Synthesizer whose loop is not running.
+func newSynthesizer(m *pockettts.Model, tok pockettts.Tokenizer, cfg Config) (*Synthesizer, error) {
 	if tok == nil {
 		return nil, errors.New("tts: the model has no tokenizer")
 	}
@@ -170,7 +180,6 @@ func New(m *pockettts.Model, tok pockettts.Tokenizer, cfg Config) (*Synthesizer,
 		f.Close()
 		return nil, err
 	}
-	go s.loop.Run(context.Background())
 	return s, nil
 }
 
@@ -280,47 +289,9 @@ type job struct {
 // is decoded. An error from emit, or ctx's end, stops the synthesis and is returned. Errors
 // besides: ErrInput, ErrNoiseExhausted, ErrQueueFull, ErrClosed.
 func (s *Synthesizer) Speak(ctx context.Context, r Request, emit func(audio []float32) error) error {
-	voice := r.Voice
-	if voice == nil && r.VoiceName != "" {
-		if voice = s.cfg.Voices[r.VoiceName]; voice == nil {
-			return fmt.Errorf("%w: no voice named %q (have %s)", ErrInput, r.VoiceName, strings.Join(s.Voices(), ", "))
-		}
-	}
-	if voice == nil {
-		return fmt.Errorf("%w: no voice", ErrInput)
-	}
-	if math.IsNaN(r.Temperature) || math.IsInf(r.Temperature, 0) {
-		return fmt.Errorf("%w: temperature %v", ErrInput, r.Temperature)
-	}
-	chunks, err := s.Chunks(r.Text)
+	j, err := s.newJob(ctx, r)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInput, err)
-	}
-	temp := r.Temperature
-	if temp < 0 {
-		temp = DefaultTemperature
-	}
-	mc := s.m.Config()
-	L, F := mc.LatentDim, mc.FrameSamples()
-	if r.Noise != nil && len(r.Noise)%L != 0 {
-		return fmt.Errorf("%w: %d noise values are not whole rows of %d", ErrInput, len(r.Noise), L)
-	}
-	for _, c := range chunks {
-		if need := voice.Positions + len(c.Tokens) + c.MaxFrames; need > s.cfg.KVSlots {
-			return fmt.Errorf("tts: the voice (%d positions), a chunk's %d tokens and its %d frames need %d cache positions, more than the %d there are",
-				voice.Positions, len(c.Tokens), c.MaxFrames, need, s.cfg.KVSlots)
-		}
-	}
-	if err := ctx.Err(); err != nil {
 		return err
-	}
-	j := &job{ctx: ctx, chunks: chunks, voice: voice, eosStep: -1,
-		nz:     noise{rec: r.Noise, scale: math.Sqrt(temp), rng: rand.New(rand.NewPCG(r.Seed, 0x9e3779b97f4a7c15))},
-		frames: make(chan []float32, frameBuffers), free: make(chan []float32, frameBuffers),
-		seq: s.f.Pool().NewSeq(0), in: make([]float32, L)}
-	bufs := make([]float32, frameBuffers*F)
-	for i := range frameBuffers {
-		j.free <- bufs[i*F : (i+1)*F : (i+1)*F]
 	}
 	switch err := s.loop.Enqueue(j); {
 	case errors.Is(err, sched.ErrQueueFull):
@@ -350,6 +321,53 @@ func (s *Synthesizer) Speak(ctx context.Context, r Request, emit func(audio []fl
 			return ctx.Err()
 		}
 	}
+}
+
+// newJob checks r and makes its synthesis, ready to queue.
+func (s *Synthesizer) newJob(ctx context.Context, r Request) (*job, error) {
+	voice := r.Voice
+	if voice == nil && r.VoiceName != "" {
+		if voice = s.cfg.Voices[r.VoiceName]; voice == nil {
+			return nil, fmt.Errorf("%w: no voice named %q (have %s)", ErrInput, r.VoiceName, strings.Join(s.Voices(), ", "))
+		}
+	}
+	if voice == nil {
+		return nil, fmt.Errorf("%w: no voice", ErrInput)
+	}
+	if math.IsNaN(r.Temperature) || math.IsInf(r.Temperature, 0) {
+		return nil, fmt.Errorf("%w: temperature %v", ErrInput, r.Temperature)
+	}
+	chunks, err := s.Chunks(r.Text)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInput, err)
+	}
+	temp := r.Temperature
+	if temp < 0 {
+		temp = DefaultTemperature
+	}
+	mc := s.m.Config()
+	L, F := mc.LatentDim, mc.FrameSamples()
+	if r.Noise != nil && len(r.Noise)%L != 0 {
+		return nil, fmt.Errorf("%w: %d noise values are not whole rows of %d", ErrInput, len(r.Noise), L)
+	}
+	for _, c := range chunks {
+		if need := voice.Positions + len(c.Tokens) + c.MaxFrames; need > s.cfg.KVSlots {
+			return nil, fmt.Errorf("tts: the voice (%d positions), a chunk's %d tokens and its %d frames need %d cache positions, more than the %d there are",
+				voice.Positions, len(c.Tokens), c.MaxFrames, need, s.cfg.KVSlots)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	j := &job{ctx: ctx, chunks: chunks, voice: voice, eosStep: -1,
+		nz:     noise{rec: r.Noise, scale: math.Sqrt(temp), rng: rand.New(rand.NewPCG(r.Seed, 0x9e3779b97f4a7c15))},
+		frames: make(chan []float32, frameBuffers), free: make(chan []float32, frameBuffers),
+		seq: s.f.Pool().NewSeq(0), in: make([]float32, L)}
+	bufs := make([]float32, frameBuffers*F)
+	for i := range frameBuffers {
+		j.free <- bufs[i*F : (i+1)*F : (i+1)*F]
+	}
+	return j, nil
 }
 
 // work is the Synthesizer's side of its loop, kept off its exported methods.
