@@ -64,7 +64,7 @@ func newFixture(t *testing.T, be backend.Backend) *fixture {
 	return &fixture{ck: ck, m: m, s: s, voice: v, tok: tok, ref: ref}
 }
 
-func readArray(t *testing.T, path string) []float32 {
+func readArray(t testing.TB, path string) []float32 {
 	t.Helper()
 	a, err := npy.ReadFile(path)
 	if err != nil {
