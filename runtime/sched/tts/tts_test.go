@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -214,5 +215,78 @@ func TestSpeakErrors(t *testing.T) {
 	s.Close()
 	if err := s.Speak(ctx, Request{Text: "Hello world.", Voice: f.voice}, count); !errors.Is(err, ErrClosed) {
 		t.Errorf("after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestConcurrentMatchesAlone: syntheses of different texts, voices and temperatures running at
+// once (two submitted together, a third joining while they run, each leaving when its text
+// ends) each give the waveform they give alone, frame for frame, within waveTol.
+func TestConcurrentMatchesAlone(t *testing.T) {
+	be := sharedtest.Backend(t, "cpu", 2)
+	f := newFixture(t, be)
+	short := &pockettts.Voice{Positions: 20}
+	for _, l := range f.voice.Layers {
+		w := len(l.K) / f.voice.Positions
+		short.Layers = append(short.Layers, pockettts.VoiceLayer{K: l.K[:20*w], V: l.V[:20*w]})
+	}
+	reqs := []Request{
+		{Text: "Hello world.", Voice: f.voice, Temperature: 0.7, Seed: 1},
+		{Text: "One, two, three, four, five.", Voice: short, Temperature: 0.7, Seed: 2},
+		{Text: "Streaming speech.", Voice: f.voice, Temperature: 0},
+	}
+	alone, err := New(f.m, f.tok, Config{Text: f.ck.Text, MaxActive: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alone.Close()
+	want := make([][]float32, len(reqs))
+	for i, r := range reqs {
+		if err := alone.Speak(context.Background(), r, func(a []float32) error { want[i] = append(want[i], a...); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make([][]float32, len(reqs))
+	errs := make([]error, len(reqs))
+	var wg sync.WaitGroup
+	speak := func(i int, onFrame func(n int)) {
+		defer wg.Done()
+		n := 0
+		errs[i] = f.s.Speak(context.Background(), reqs[i], func(a []float32) error {
+			got[i] = append(got[i], a...)
+			n++
+			if onFrame != nil {
+				onFrame(n)
+			}
+			return nil
+		})
+	}
+	wg.Add(2)
+	go speak(0, func(n int) {
+		if n == 5 { // the third joins the two in flight
+			wg.Add(1)
+			go speak(2, nil)
+		}
+	})
+	go speak(1, nil)
+	wg.Wait()
+	F := f.s.FrameSamples()
+	for i := range reqs {
+		if errs[i] != nil {
+			t.Fatalf("synthesis %d: %v", i, errs[i])
+		}
+		if len(got[i]) != len(want[i]) {
+			t.Fatalf("synthesis %d: %d frames batched, %d alone", i, len(got[i])/F, len(want[i])/F)
+		}
+		maxDiff := 0.0
+		for k := range want[i] {
+			maxDiff = max(maxDiff, math.Abs(float64(got[i][k]-want[i][k])))
+		}
+		if !(maxDiff <= waveTol) {
+			t.Errorf("synthesis %d: waveform differs from the one alone by %.3g, over %.0e", i, maxDiff, waveTol)
+		}
+		t.Logf("synthesis %d: %d frames, within %.2g of the one alone", i, len(got[i])/F, maxDiff)
+	}
+	if st := f.s.Stats(); st.Steps == 0 {
+		t.Error("no steps counted")
 	}
 }
