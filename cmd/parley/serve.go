@@ -26,6 +26,7 @@ import (
 	"github.com/parleyhq/parley/runtime/pooling"
 	"github.com/parleyhq/parley/runtime/sched"
 	"github.com/parleyhq/parley/runtime/sched/asr"
+	"github.com/parleyhq/parley/runtime/sched/tts"
 	"github.com/parleyhq/parley/runtime/server"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
@@ -56,6 +57,8 @@ func runServe(e *env, args []string) (err error) {
 	kvType := fs.String("kv-type", "f16", kvTypeUsage)
 	asrParallel := fs.Int("asr-parallel", 4, "most transcriptions decoded together per speech model")
 	asrQueue := fs.Int("asr-queue", 16, "waiting transcriptions per speech model beyond which requests get 429")
+	ttsParallel := fs.Int("tts-parallel", tts.DefaultMaxActive, "most syntheses stepped together per speech synthesis model")
+	ttsQueue := fs.Int("tts-queue", 16, "waiting syntheses per speech synthesis model beyond which requests get 429")
 	asrEncode := fs.Int("asr-encode-batch", 1, "most audio windows encoded in one batched encoder call (1..--asr-parallel; more pays on a GPU, not on a CPU)")
 	maxAudio := fs.Int64("max-audio-body", 25<<20, "largest audio upload in bytes")
 	maxAudioDur := fs.Duration("max-audio-duration", 2*time.Hour, "longest audio accepted for transcription")
@@ -92,6 +95,9 @@ func runServe(e *env, args []string) (err error) {
 	}
 	if *asrParallel < 1 || *asrQueue < 0 || *maxAudio < 1 || *maxAudioDur <= 0 || *maxStreams < 1 || *asrEncode < 1 || *asrEncode > min(*asrParallel, 64) {
 		return usagef("--asr-parallel, --max-audio-body, --max-audio-duration and --max-streams must be positive; --asr-queue not negative; --asr-encode-batch 1..--asr-parallel (64 at most)")
+	}
+	if *ttsParallel < 1 || *ttsParallel > 64 || *ttsQueue < 1 {
+		return usagef("--tts-parallel must be 1 to 64, --tts-queue positive")
 	}
 	if *grace < 0 || *bodyTimeout <= 0 {
 		return usagef("--shutdown-grace must not be negative, --body-timeout must be positive")
@@ -300,7 +306,7 @@ func runServe(e *env, args []string) (err error) {
 			hs.Close()
 			return fmt.Errorf("%s: %w", sp.name, err)
 		} else if kind == models.KindSpeechSynthesis {
-			synth, closeSynth, err := openSynth(be, sp.path, ttsVoices)
+			synth, closeSynth, err := openSynth(be, sp.path, ttsVoices, tts.Config{MaxActive: *ttsParallel, MaxQueue: *ttsQueue})
 			if err != nil {
 				hs.Close()
 				return fmt.Errorf("%s: %w", sp.name, err)

@@ -198,8 +198,9 @@ func speakVoice(s *tts.Synthesizer, ck *pockettts.Checkpoint, cfg pockettts.Conf
 }
 
 // openSynth opens the Pocket TTS checkpoint at path on be for serving, with the checkpoint's
-// voices and the voice-state files of voiceArgs (NAME=FILE each). close releases it all.
-func openSynth(be backend.Backend, path string, voiceArgs []string) (s *tts.Synthesizer, close func(), err error) {
+// voices and the voice-state files of voiceArgs (NAME=FILE each), batched and queued as sc says.
+// close releases it all.
+func openSynth(be backend.Backend, path string, voiceArgs []string, sc tts.Config) (s *tts.Synthesizer, close func(), err error) {
 	ck, err := pockettts.Open(path)
 	if err != nil {
 		return nil, nil, err
@@ -243,7 +244,8 @@ func openSynth(be backend.Backend, path string, voiceArgs []string) (s *tts.Synt
 		return nil, nil, err
 	}
 	closers = append(closers, func() { m.Close() })
-	s, err = tts.New(m, ck.Tokenizer, tts.Config{Text: ck.Text, Voices: voices})
+	sc.Text, sc.Voices = ck.Text, voices
+	s, err = tts.New(m, ck.Tokenizer, sc)
 	if err != nil {
 		return nil, nil, err
 	}
