@@ -2,12 +2,15 @@ package tts
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/parleyhq/parley/internal/sharedtest"
 )
 
-// TestStepAllocs drives the step loop by hand over two syntheses of different voices and texts,
+// TestStepAllocs drives the step loop by hand over two syntheses of different texts,
 // their callers' frames drained between steps, and checks that a steady-state step (one FlowLM
 // frame step, flow head included, and one decoder step over both) allocates nothing.
 func TestStepAllocs(t *testing.T) {
@@ -28,11 +31,20 @@ func stepAllocs(t *testing.T, f *fixture) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	// Two reference runs that go without EOS for over 100 frames, with their recorded noise.
 	var jobs []*job
-	for _, r := range []Request{
-		{Text: "The quick brown fox jumps over the lazy dog, and then it runs far away.", Voice: f.voice, Temperature: 0},
-		{Text: "Numbers like one, two and three are read out one by one.", Voice: f.voice, Temperature: 0.7, Seed: 5},
-	} {
+	for _, run := range []string{"t5-stream", "t2-fox"} {
+		var meta struct {
+			Text string `json:"text"`
+		}
+		b, err := os.ReadFile(filepath.Join(f.ref, run, "meta.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &meta); err != nil {
+			t.Fatal(err)
+		}
+		r := Request{Text: meta.Text, Voice: f.voice, Noise: readArray(t, filepath.Join(f.ref, run, "noise.npy"))}
 		j, err := s.newJob(context.Background(), r)
 		if err != nil {
 			t.Fatal(err)
@@ -46,19 +58,24 @@ func stepAllocs(t *testing.T, f *fixture) {
 	step := func() {
 		s.loop.Step()
 		for _, j := range jobs {
+		drain:
 			for {
 				select {
-				case a := <-j.frames:
+				case a, ok := <-j.frames:
+					if !ok {
+						break drain
+					}
 					frames++
 					j.free <- a
-					continue
 				default:
+					break drain
 				}
-				break
 			}
 		}
 	}
-	for range 3 { // the text passes, the first frames
+	// The text passes, and frames until the decoder transformer's attention window is full
+	// (its scratch then stops growing).
+	for range 20 {
 		step()
 	}
 	if a := testing.AllocsPerRun(10, step); a != 0 {
@@ -69,7 +86,7 @@ func stepAllocs(t *testing.T, f *fixture) {
 			t.Fatalf("a synthesis left its first chunk during the measurement (ended %v, chunk %d, error %v): not a steady state", j.ended, j.chunk, j.err)
 		}
 	}
-	if frames != 2*14 {
-		t.Errorf("%d frames from 14 steps of two syntheses, want %d", frames, 2*14)
+	if frames != 2*31 {
+		t.Errorf("%d frames from 31 steps of two syntheses, want %d", frames, 2*31)
 	}
 }
