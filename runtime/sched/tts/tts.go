@@ -465,11 +465,13 @@ func (w *work) startChunks() int {
 		if j.ended || j.started {
 			continue
 		}
-		c := &j.chunks[j.chunk]
-		if c.MaxFrames <= 0 {
-			w.nextChunk(j)
+		for !j.ended && j.chunks[j.chunk].MaxFrames <= 0 {
+			w.nextChunk(j) // a chunk without frames
+		}
+		if j.ended {
 			continue
 		}
+		c := &j.chunks[j.chunk]
 		if err := j.seq.Reserve(j.voice.Positions + len(c.Tokens) + c.MaxFrames); err != nil {
 			if errors.Is(err, kvcache.ErrFull) {
 				continue // room comes as other chunks end
@@ -546,6 +548,7 @@ func (w *work) Step(time.Time) (seqs, tokens int, busy bool) {
 		for _, j := range w.stepJobs[:n] {
 			w.finish(j, err)
 		}
+		clear(w.stepJobs[:n])
 		return n, n + tokens, true
 	}
 	nd := 0
