@@ -117,9 +117,6 @@ func TestBatchedMatchesAlone(t *testing.T) {
 			if raceEnabled && be.Name() != "cpu" {
 				t.Skip("a batched run takes minutes under the race detector here; the cpu backend runs it")
 			}
-			if be.Name() == "cuda" {
-				t.Skip("the CUDA emulation takes minutes a frame step; the cpu and purego backends run it")
-			}
 			p := newParityModel(t, be)
 			cfg := &p.m.cfg
 			f, err := p.m.NewFlowLM(FlowLMConfig{StepTokens: 64, MaxSeqs: 3, KVSlots: 1024})
