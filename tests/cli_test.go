@@ -330,6 +330,7 @@ func TestBadInput(t *testing.T) {
 		{"bad kv type", []string{"bench", "-m", model, "--kv-type", "q4_0"}, 2, "kv-type"},
 		{"bad parallel", []string{"bench", "-m", model, "--parallel", "4,0"}, 2, "parallel"},
 		{"encoder batch over asr-parallel", []string{"serve", "-m", model, "--asr-parallel", "2", "--asr-encode-batch", "3"}, 2, "asr-encode-batch"},
+		{"zero tts-parallel", []string{"serve", "-m", model, "--tts-parallel", "0"}, 2, "tts-parallel"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			res := parley(t, "", c.args...)

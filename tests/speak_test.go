@@ -2,9 +2,13 @@ package tests
 
 import (
 	"encoding/binary"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/parleyhq/parley/internal/sharedtest"
@@ -77,4 +81,72 @@ func TestSpeakBinary(t *testing.T) {
 	if res.code != 2 || !strings.Contains(res.stderr, "--format") {
 		t.Errorf("an unsupported format: exit %d, %s", res.code, res.stderr)
 	}
+}
+
+// TestServeSpeechBatched: three /v1/audio/speech requests at once on a server that batches
+// three syntheses give, each, the WAV `parley speak` makes of the same text alone (the same
+// voice, temperature and seed), within one step of 16-bit PCM.
+func TestServeSpeechBatched(t *testing.T) {
+	ref := sharedtest.Path(t, "reference/tts")
+	weights := sharedtest.PocketTTSRandomWeights(t)
+	dir := t.TempDir()
+	model := filepath.Join(dir, "model.safetensors")
+	if err := os.Symlink(weights, model); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(ref, "tokenizer", "random-unigram-4000.model"), filepath.Join(dir, "tokenizer.model")); err != nil {
+		t.Fatal(err)
+	}
+	voice := filepath.Join(ref, "voice", "voice_state.safetensors")
+	texts := []string{"Hello world.", "One, two, three, four.", "Streaming speech starts early."}
+	want := make([][]byte, len(texts))
+	for i, text := range texts {
+		out := filepath.Join(dir, fmt.Sprintf("%d.wav", i))
+		if res := parley(t, "", "speak", "-m", model, "-t", "2", "--voice", voice, "-o", out, text); res.code != 0 {
+			t.Fatalf("parley speak: exit %d, %s", res.code, res.stderr)
+		}
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = b
+	}
+	post := func(base, text string) (int, []byte, error) {
+		body := fmt.Sprintf(`{"model":"tts","input":%q,"voice":"ref","response_format":"wav"}`, text)
+		resp, err := http.Post(base+"/v1/audio/speech", "application/json", strings.NewReader(body))
+		if err != nil {
+			return 0, nil, err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, b, err
+	}
+	srv := startServer(t, "-t", "2", "-m", "tts="+model, "--tts-voice", "ref="+voice, "--tts-parallel", "3")
+	got := make([][]byte, len(texts))
+	codes := make([]int, len(texts))
+	errs := make([]error, len(texts))
+	var wg sync.WaitGroup
+	for i, text := range texts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes[i], got[i], errs[i] = post(srv.base, text)
+		}()
+	}
+	wg.Wait()
+	le := binary.LittleEndian
+	for i := range texts {
+		if errs[i] != nil || codes[i] != 200 {
+			t.Fatalf("request %d: %d %v %.200s", i, codes[i], errs[i], got[i])
+		}
+		if len(got[i]) != len(want[i]) || len(got[i]) < 44 {
+			t.Fatalf("request %d: %d bytes, parley speak %d", i, len(got[i]), len(want[i]))
+		}
+		for k := 44; k+1 < len(got[i]); k += 2 {
+			if d := int(int16(le.Uint16(got[i][k:]))) - int(int16(le.Uint16(want[i][k:]))); d < -1 || d > 1 {
+				t.Fatalf("request %d: sample %d differs from parley speak's by %d", i, (k-44)/2, d)
+			}
+		}
+	}
+
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/parleyhq/parley/runtime/models/llama"
 	"github.com/parleyhq/parley/runtime/sched"
 	"github.com/parleyhq/parley/runtime/sched/asr"
+	"github.com/parleyhq/parley/runtime/sched/tts"
 	"github.com/parleyhq/parley/runtime/server"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
@@ -34,6 +35,7 @@ type serveEnv struct {
 	steps      *server.StepMetrics
 	asrParams  *asr.Params
 	ttsVoices  []string
+	ttsConfig  tts.Config // batching and queueing of speech synthesis models
 	embeddings bool
 	kvShare    int // models loaded at start, which share the KV-cache budget
 }
@@ -72,7 +74,7 @@ func openServed(sp serveSpec, be backend.Backend, env serveEnv) (_ *openedModel,
 	if kind, err := models.Check(sp.path); err != nil {
 		return nil, fmt.Errorf("%s: %w", sp.name, err)
 	} else if kind == models.KindSpeechSynthesis {
-		synth, closeSynth, err := openSynth(be, sp.path, env.ttsVoices)
+		synth, closeSynth, err := openSynth(be, sp.path, env.ttsVoices, env.ttsConfig)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sp.name, err)
 		}

@@ -131,7 +131,7 @@ func runSpeak(e *env, args []string) error {
 		return err
 	}
 	defer m.Close()
-	s, err := tts.New(m, tok, tts.Config{Text: ck.Text})
+	s, err := tts.New(m, tok, tts.Config{Text: ck.Text, MaxActive: 1}) // one synthesis: one slot of cache
 	if err != nil {
 		return err
 	}
@@ -216,9 +216,9 @@ func speakVoice(s *tts.Synthesizer, ck *pockettts.Checkpoint, cfg pockettts.Conf
 }
 
 // openSynth opens the Pocket TTS checkpoint at path on be for serving, with the checkpoint's
-// voices and the voice-state files of voiceArgs (NAME=FILE each); with none, requests speak
-// with voices uploaded to /v1/audio/voices. close releases it all.
-func openSynth(be backend.Backend, path string, voiceArgs []string) (s *tts.Synthesizer, close func(), err error) {
+// voices and the voice-state files of voiceArgs (NAME=FILE each), batched and queued as sc says;
+// with no voices, requests speak with voices uploaded to /v1/audio/voices. close releases it all.
+func openSynth(be backend.Backend, path string, voiceArgs []string, sc tts.Config) (s *tts.Synthesizer, close func(), err error) {
 	ck, err := pockettts.Open(path)
 	if err != nil {
 		return nil, nil, err
@@ -259,7 +259,8 @@ func openSynth(be backend.Backend, path string, voiceArgs []string) (s *tts.Synt
 		return nil, nil, err
 	}
 	closers = append(closers, func() { m.Close() })
-	s, err = tts.New(m, ck.Tokenizer, tts.Config{Text: ck.Text, Voices: voices})
+	sc.Text, sc.Voices = ck.Text, voices
+	s, err = tts.New(m, ck.Tokenizer, sc)
 	if err != nil {
 		return nil, nil, err
 	}

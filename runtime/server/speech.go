@@ -177,6 +177,10 @@ func speechError(err error) *apiError {
 	switch {
 	case errors.Is(err, tts.ErrInput):
 		return invalid("input", speechInputMessage(err))
+	case errors.Is(err, tts.ErrQueueFull):
+		return &apiError{Status: http.StatusTooManyRequests, Message: "The server is busy; retry shortly.", Type: typeRateLimit, Code: strptr("queue_full"), RetryAfter: 1}
+	case errors.Is(err, tts.ErrClosed):
+		return &apiError{Status: http.StatusServiceUnavailable, Message: "The server is shutting down.", Type: typeUnavailable, RetryAfter: 5}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &apiError{Status: http.StatusGatewayTimeout, Message: "The speech synthesis took longer than the server's request timeout.", Type: typeServer}
 	case errors.Is(err, errTooLongForWAV):

@@ -33,6 +33,7 @@ type flowWeights struct {
 	blocks      []flowBlock
 	finalShift  linear
 	finalScale  linear
+	final       []backend.Tensor // finalShift.w, finalScale.w: one MatMuls
 	out         linear
 	ones, zeros backend.Tensor // [1, w]: the final LayerNorm's (it has no affine)
 	time        [2]timeEmbed   // on the host
@@ -42,6 +43,7 @@ type flowBlock struct {
 	ln                 norm
 	mlp0, mlp2         linear
 	shift, scale, gate linear
+	ada                []backend.Tensor // shift.w, scale.w, gate.w: one MatMuls
 }
 
 // timeEmbed is one time condition, kept on the host (float64) to compute the constant rows.
@@ -136,6 +138,11 @@ func (m *Model) loadFlow(l *loader, f *FlowHead) error {
 	}
 	fw.finalShift = linear{l.matrix(f.FinalAdaLN.W, 0, w, w), l.rowPart(f.FinalAdaLN.B, 0, w, 0)}
 	fw.finalScale = linear{l.matrix(f.FinalAdaLN.W, w, w, w), l.rowPart(f.FinalAdaLN.B, w, w, 1)}
+	fw.final = []backend.Tensor{fw.finalShift.w, fw.finalScale.w}
+	for i := range fw.blocks {
+		b := &fw.blocks[i]
+		b.ada = []backend.Tensor{b.shift.w, b.scale.w, b.gate.w}
+	}
 	fw.out = l.linear(f.FinalProj)
 	ones := make([]float32, w)
 	for i := range ones {
@@ -157,6 +164,7 @@ type flowScratch struct {
 type flowViews struct {
 	x, v                          backend.Tensor
 	c, y, sy, z, u, a, sh, sc, gt backend.Tensor
+	ada3, ada2                    []backend.Tensor // sh, sc, gt and sh, sc: MatMuls destinations
 }
 
 func newFlowScratch(m *Model, rows, steps int, keep func(backend.Tensor)) (*flowScratch, error) {
@@ -198,6 +206,7 @@ func (fs *flowScratch) views(be backend.Backend, n int, keep func(backend.Tensor
 		keep(t)
 		*p.dst = t
 	}
+	fv.ada3, fv.ada2 = []backend.Tensor{fv.sh, fv.sc, fv.gt}, []backend.Tensor{fv.sh, fv.sc}
 	return fv, nil
 }
 
@@ -241,7 +250,7 @@ func (m *Model) flowHead(fs *flowScratch, fv *flowViews, h backend.Tensor) error
 			if o.err != nil {
 				break
 			}
-			o.do(backend.MatMuls(be, []backend.Tensor{fv.sh, fv.sc, fv.gt}, fv.sy, []backend.Tensor{b.shift.w, b.scale.w, b.gate.w}))
+			o.do(backend.MatMuls(be, fv.ada3, fv.sy, b.ada))
 			o.do(be.AddRows(fv.sh, fv.sh, b.shift.b))
 			o.do(be.AddRows(fv.sc, fv.sc, b.scale.b))
 			o.do(be.AddRows(fv.gt, fv.gt, b.gate.b))
@@ -254,7 +263,7 @@ func (m *Model) flowHead(fs *flowScratch, fv *flowViews, h backend.Tensor) error
 			o.do(be.Mul(fv.u, fv.u, fv.gt))
 			o.do(be.AddRows(fv.z, fv.z, fv.u))
 		}
-		o.do(backend.MatMuls(be, []backend.Tensor{fv.sh, fv.sc}, fv.sy, []backend.Tensor{fw.finalShift.w, fw.finalScale.w}))
+		o.do(backend.MatMuls(be, fv.ada2, fv.sy, fw.final))
 		o.do(be.AddRows(fv.sh, fv.sh, fw.finalShift.b))
 		o.do(be.AddRows(fv.sc, fv.sc, fw.finalScale.b))
 		o.do(be.LayerNorm(fv.u, fv.z, fw.ones, fw.zeros, flowLNEps))

@@ -61,7 +61,8 @@ type FlowLM struct {
 
 type lmViews struct {
 	x, h, q, k, v, att, ff backend.Tensor
-	lat, eos               backend.Tensor // nil past MaxSeqs rows
+	lat, eos               backend.Tensor   // nil past MaxSeqs rows
+	qkv                    []backend.Tensor // q, k, v: one MatMuls
 }
 
 // NewFlowLM makes a FlowLM with its own cache.
@@ -156,6 +157,7 @@ func (f *FlowLM) views(n int) (*lmViews, error) {
 		f.owned = append(f.owned, t)
 		*p.dst = t
 	}
+	vs.qkv = []backend.Tensor{vs.q, vs.k, vs.v}
 	f.rows[n] = vs
 	return vs, nil
 }
@@ -189,7 +191,7 @@ func (f *FlowLM) forward(vs *lmViews, b *backend.Batch, full bool, stage string,
 	for li := range m.layers {
 		L := &m.layers[li]
 		o.do(be.LayerNorm(vs.h, vs.x, L.norm1.w, L.norm1.b, lmEps))
-		o.do(backend.MatMuls(be, []backend.Tensor{vs.q, vs.k, vs.v}, vs.h, []backend.Tensor{L.q, L.k, L.v}))
+		o.do(backend.MatMuls(be, vs.qkv, vs.h, L.qkv))
 		o.do(be.Rope(vs.q, m.cfg.Heads, f.rope, b))
 		o.do(be.Rope(vs.k, m.cfg.Heads, f.rope, b))
 		o.do(be.StoreKV(f.kv, li, vs.k, vs.v, b))
@@ -207,7 +209,7 @@ func (f *FlowLM) forward(vs *lmViews, b *backend.Batch, full bool, stage string,
 		o.do(be.Unary(vs.ff, vs.ff, tensor.GELUErf))
 		o.do(be.MatMul(vs.h, vs.ff, L.linear2))
 		o.do(be.AddRows(vs.x, vs.x, vs.h))
-		if li == 0 && o.err == nil {
+		if li == 0 && o.err == nil && m.Trace != nil {
 			o.do(m.trace(stage+"_layer0", vs.x))
 		}
 		if o.err != nil {

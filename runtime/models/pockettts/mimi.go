@@ -46,6 +46,7 @@ type mimiLayer struct {
 	q, k, v, o       backend.Tensor // [m, m]
 	linear1, linear2 backend.Tensor
 	scale1, scale2   backend.Tensor // [1, m]
+	qkv              []backend.Tensor
 }
 
 // convW is a convolution's weights: w [Cout', Cin·K] (Im2Col1D's column order), b [1, Cout] or nil.
@@ -115,6 +116,8 @@ func (l *loader) mimiLayers(ls []MimiLayer, m int) []mimiLayer {
 			o: l.whole(ly.OutProj, m), linear1: l.whole(ly.Linear1, m), linear2: l.whole(ly.Linear2, ly.Linear2.Shape[1]),
 			scale1: l.row(ly.Scale1, 0), scale2: l.row(ly.Scale2, 0),
 		})
+		L := &out[len(out)-1]
+		L.qkv = []backend.Tensor{L.q, L.k, L.v}
 	}
 	return out
 }
@@ -213,23 +216,32 @@ func (a *allocs) close() error {
 	return errors.Join(errs...)
 }
 
-// sconv is a causal convolution run over spans of t input rows, keeping the last keep = K-stride
-// input rows of each slot between calls. The caller writes a span into in (rows keep..), calls
-// run, and reads out ([t/stride, Cout]; [t·r, Cout] for a transposed convolution).
+// sconv is a causal convolution run over spans of t input rows of up to P signals at once (a
+// step's positions), keeping the last keep = K-stride input rows of each slot between calls.
+// Position i's span goes into ins[i] (rows keep.. of its segment of buf); run convolves the
+// spans of n positions with one matrix product and leaves position i's output in outs[i]
+// ([t/stride, Cout]; [t·r, Cout] for a transposed convolution), all n contiguous in outN[n].
+// in and out are position 0's, for one signal.
 type sconv struct {
-	w          convW
-	t, keep    int
-	buf        backend.Tensor // [keep+t, Cin]: the kept rows, then the span
-	in         backend.Tensor // rows keep.. of buf
-	head, tail backend.Tensor // rows 0..keep-1 and t..t+keep-1 of buf
-	cols       backend.Tensor // [t/stride, Cin·K]; nil for a kernel of 1
-	prod       backend.Tensor // [t/stride, Cout']
-	out        backend.Tensor // prod, or its [t·r, Cout] rows for a transposed convolution
-	state      []backend.Tensor
+	w       convW
+	t, keep int
+	ins     []backend.Tensor // by position: its span's rows of buf
+	segs    []backend.Tensor // by position: its kept rows and span, [keep+t, Cin]
+	heads   []backend.Tensor // by position: its kept rows
+	tails   []backend.Tensor // by position: its span's last keep rows
+	inN     []backend.Tensor // by count, when keep is 0: the spans of n positions, contiguous
+	cols    []backend.Tensor // by position: [t/stride, Cin·K]; nil for a kernel of 1
+	colsN   []backend.Tensor // by count
+	prodN   []backend.Tensor // by count: [n·t/stride, Cout']
+	outN    []backend.Tensor // by count: prodN, or its [n·t·r, Cout] rows for a transposed convolution
+	outs    []backend.Tensor // by position
+	in, out backend.Tensor
+	state   []backend.Tensor // by slot
+	one     []int            // run1's slot list
 }
 
 func newSConv(a *allocs, w convW, t, slots int) *sconv {
-	c := &sconv{w: w, t: t, keep: w.k - w.stride}
+	c := &sconv{w: w, t: t, keep: w.k - w.stride, one: make([]int, 1)}
 	if a.err != nil {
 		return c
 	}
@@ -238,57 +250,119 @@ func newSConv(a *allocs, w convW, t, slots int) *sconv {
 		return c
 	}
 	tOut := t / w.stride
-	c.buf = a.f32(c.keep+t, w.cin)
-	c.in = a.view(c.buf, c.keep, t)
+	seg := c.keep + t
+	buf := a.f32(slots*seg, w.cin)
 	if c.keep > 0 {
-		c.head, c.tail = a.view(c.buf, 0, c.keep), a.view(c.buf, t, c.keep)
 		st := a.f32(slots*c.keep, w.cin)
 		for s := range slots {
 			c.state = append(c.state, a.view(st, s*c.keep, c.keep))
 		}
 	}
-	outCols := w.cout
+	outCols, outRows := w.cout, tOut
 	if w.tr > 0 {
-		outCols = w.tr * w.cout
+		outCols, outRows = w.tr*w.cout, tOut*w.tr
 	}
+	var cols backend.Tensor
 	if w.k > 1 {
-		c.cols = a.f32(tOut, w.cin*w.k)
+		cols = a.f32(slots*tOut, w.cin*w.k)
 	}
-	c.prod = a.f32(tOut, outCols)
-	c.out = c.prod
+	prod := a.f32(slots*tOut, outCols)
+	out := prod
 	if w.tr > 0 {
-		c.out = a.reshape(c.prod, tOut*w.tr, w.cout)
+		out = a.reshape(prod, slots*outRows, w.cout)
+	}
+	c.inN, c.colsN, c.prodN, c.outN = make([]backend.Tensor, slots+1), make([]backend.Tensor, slots+1), make([]backend.Tensor, slots+1), make([]backend.Tensor, slots+1)
+	for i := range slots {
+		c.segs = append(c.segs, a.view(buf, i*seg, seg))
+		c.ins = append(c.ins, a.view(buf, i*seg+c.keep, t))
+		if c.keep > 0 {
+			c.heads = append(c.heads, a.view(buf, i*seg, c.keep))
+			c.tails = append(c.tails, a.view(buf, i*seg+t, c.keep))
+		}
+		if cols != nil {
+			c.cols = append(c.cols, a.view(cols, i*tOut, tOut))
+		}
+		c.outs = append(c.outs, a.view(out, i*outRows, outRows))
+		n := i + 1
+		if c.keep == 0 {
+			c.inN[n] = a.view(buf, 0, n*t)
+		}
+		if cols != nil {
+			c.colsN[n] = a.view(cols, 0, n*tOut)
+		}
+		c.prodN[n] = a.view(prod, 0, n*tOut)
+		c.outN[n] = a.view(out, 0, n*outRows)
+	}
+	if a.err == nil {
+		c.in, c.out = c.ins[0], c.outs[0]
 	}
 	return c
 }
 
-// run convolves slot's kept rows and the span in c.in into c.out, and keeps the span's last rows.
-// With first, the kept rows are instead replicas of the span's first row (replicate padding).
-func (c *sconv) run(be backend.Backend, slot int, first bool) error {
-	o := &ops{be: be}
-	if c.keep > 0 {
-		if first {
-			if c.keep > len(replicaIDs) {
-				return fmt.Errorf("pockettts: replicate padding of %d rows", c.keep)
-			}
-			o.do(be.GetRows(c.head, c.in, replicaIDs[:c.keep]))
+// fill writes the spans of n positions: ELU (or, without elu, a copy) of x, whose rows xs[i] are
+// position i's and xN all n positions' (contiguous).
+func (c *sconv) fill(be backend.Backend, n int, xN backend.Tensor, xs []backend.Tensor, elu bool) error {
+	if c.keep == 0 {
+		if elu {
+			return be.Unary(c.inN[n], xN, tensor.ELU)
+		}
+		return be.Copy(c.inN[n], xN)
+	}
+	for i := range n {
+		var err error
+		if elu {
+			err = be.Unary(c.ins[i], xs[i], tensor.ELU)
 		} else {
-			o.do(be.Copy(c.head, c.state[slot]))
+			err = be.Copy(c.ins[i], xs[i])
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// run convolves, for each position i, slot slots[i]'s kept rows and the span in ins[i] into
+// outs[i], and keeps the span's last rows. With first, the kept rows are instead replicas of the
+// span's first row (replicate padding).
+func (c *sconv) run(be backend.Backend, slots []int, first bool) error {
+	n := len(slots)
+	o := &ops{be: be}
+	for i, s := range slots {
+		if c.keep > 0 {
+			if first {
+				if c.keep > len(replicaIDs) {
+					return fmt.Errorf("pockettts: replicate padding of %d rows", c.keep)
+				}
+				o.do(be.GetRows(c.heads[i], c.ins[i], replicaIDs[:c.keep]))
+			} else {
+				o.do(be.Copy(c.heads[i], c.state[s]))
+			}
+		}
+		if c.cols != nil {
+			o.do(be.Im2Col1D(c.cols[i], c.segs[i], c.w.k, c.w.stride, 0))
 		}
 	}
 	if c.cols != nil {
-		o.do(be.Im2Col1D(c.cols, c.buf, c.w.k, c.w.stride, 0))
-		o.do(be.MatMul(c.prod, c.cols, c.w.w))
+		o.do(be.MatMul(c.prodN[n], c.colsN[n], c.w.w))
 	} else {
-		o.do(be.MatMul(c.prod, c.buf, c.w.w))
+		o.do(be.MatMul(c.prodN[n], c.inN[n], c.w.w))
 	}
 	if c.w.b != nil {
-		o.do(be.AddRows(c.out, c.out, c.w.b))
+		o.do(be.AddRows(c.outN[n], c.outN[n], c.w.b))
 	}
 	if c.keep > 0 {
-		o.do(be.Copy(c.state[slot], c.tail))
+		for i, s := range slots {
+			o.do(be.Copy(c.state[s], c.tails[i]))
+		}
 	}
 	return o.err
+}
+
+// run1 is run for one signal, in position 0.
+func (c *sconv) run1(be backend.Backend, slot int, first bool) error {
+	c.one[0] = slot
+	return c.run(be, c.one, first)
 }
 
 // replicaIDs are the row ids of replicate padding: the first row, repeated.
@@ -309,17 +383,20 @@ func newRes(a *allocs, w resW, t, slots int) res {
 	return res{newSConv(a, w.c1, t, slots), newSConv(a, w.c2, t, slots)}
 }
 
-func (r res) run(be backend.Backend, x backend.Tensor, slot int) error {
+// run runs the unit over the spans of len(slots) positions, x's rows xs[i] position i's and xN
+// all of them, in place.
+func (r res) run(be backend.Backend, slots []int, xN backend.Tensor, xs []backend.Tensor) error {
+	n := len(slots)
 	o := &ops{be: be}
-	o.do(be.Unary(r.c1.in, x, tensor.ELU))
+	o.do(r.c1.fill(be, n, xN, xs, true))
 	if o.err == nil {
-		o.do(r.c1.run(be, slot, false))
+		o.do(r.c1.run(be, slots, false))
 	}
-	o.do(be.Unary(r.c2.in, r.c1.out, tensor.ELU))
+	o.do(r.c2.fill(be, n, r.c1.outN[n], r.c1.outs, true))
 	if o.err == nil {
-		o.do(r.c2.run(be, slot, false))
+		o.do(r.c2.run(be, slots, false))
 	}
-	o.do(be.AddRows(x, x, r.c2.out))
+	o.do(be.AddRows(xN, xN, r.c2.outN[n]))
 	return o.err
 }
 
@@ -336,7 +413,8 @@ type mimiTransformer struct {
 	rope    backend.RoPE
 	scratch []backend.Tensor // x, h, q, k, v, att [slots·t, m]; ff [slots·t, ff]
 	views   [][7]backend.Tensor
-	pos     []int // per slot: the next step's position
+	qkv     [][]backend.Tensor // by slot count: views q, k, v
+	pos     []int              // per slot: the next step's position
 	tables  []int32
 	batch   backend.Batch
 }
@@ -364,10 +442,12 @@ func newMimiTransformer(a *allocs, m *Model, layers []mimiLayer, t, slots int) (
 		mt.scratch = append(mt.scratch, a.f32(rows, cols))
 	}
 	mt.views = make([][7]backend.Tensor, slots+1)
+	mt.qkv = make([][]backend.Tensor, slots+1)
 	for n := 1; n <= slots; n++ {
 		for i, s := range mt.scratch {
 			mt.views[n][i] = a.view(s, 0, n*t)
 		}
+		mt.qkv[n] = []backend.Tensor{mt.views[n][2], mt.views[n][3], mt.views[n][4]}
 	}
 	mt.batch.Pos = make([]int32, 0, rows)
 	mt.batch.Slot = make([]int32, 0, rows)
@@ -417,7 +497,7 @@ func (mt *mimiTransformer) step(slots []int, stage string) error {
 	for li := range mt.layers {
 		L := &mt.layers[li]
 		o.do(be.LayerNorm(h, x, L.norm1.w, L.norm1.b, lmEps))
-		o.do(backend.MatMuls(be, []backend.Tensor{q, k, v}, h, []backend.Tensor{L.q, L.k, L.v}))
+		o.do(backend.MatMuls(be, mt.qkv[n], h, L.qkv))
 		o.do(be.Rope(q, heads, mt.rope, b))
 		o.do(be.Rope(k, heads, mt.rope, b))
 		o.do(be.StoreKV(mt.kv, li, k, v, b))
@@ -602,35 +682,37 @@ func (d *Decoder) Step(slots []int, latents, audio []float32) error {
 	if o.err == nil {
 		o.do(d.tr.step(slots, "dec_transformer"))
 	}
-	// SEANet, slot by slot.
-	for i, s := range slots {
-		if o.err != nil {
-			break
-		}
-		o.do(be.Copy(d.in.in, d.xRow[i]))
-		if o.err == nil {
-			o.do(d.in.run(be, s, false))
-		}
-		x := d.in.out
-		for _, st := range d.stages {
-			o.do(be.Unary(st.up.in, x, tensor.ELU))
-			if o.err == nil {
-				o.do(st.up.run(be, s, false))
-			}
-			x = st.up.out
-			if o.err == nil {
-				o.do(st.res.run(be, x, s))
-			}
-		}
-		o.do(be.Unary(d.out.in, x, tensor.ELU))
-		if o.err == nil {
-			o.do(d.out.run(be, s, false))
-		}
-		if o.err == nil {
-			o.do(m.trace("audio", d.out.out))
-		}
-		o.do(be.Read(d.out.out, 0, audio[i*F:(i+1)*F]))
+	// SEANet: each convolution's matrix product, and the elementwise work where the rows are
+	// contiguous, over every position at once; the kept rows slot by slot.
+	if o.err == nil {
+		o.do(d.in.fill(be, n, d.tr.input(n), d.xRow, false))
 	}
+	if o.err == nil {
+		o.do(d.in.run(be, slots, false))
+	}
+	cv := d.in
+	for _, st := range d.stages {
+		if o.err == nil {
+			o.do(st.up.fill(be, n, cv.outN[n], cv.outs, true))
+		}
+		if o.err == nil {
+			o.do(st.up.run(be, slots, false))
+		}
+		cv = st.up
+		if o.err == nil {
+			o.do(st.res.run(be, slots, cv.outN[n], cv.outs))
+		}
+	}
+	if o.err == nil {
+		o.do(d.out.fill(be, n, cv.outN[n], cv.outs, true))
+	}
+	if o.err == nil {
+		o.do(d.out.run(be, slots, false))
+	}
+	if o.err == nil {
+		o.do(m.trace("audio", d.out.outN[n]))
+	}
+	o.do(be.Read(d.out.outN[n], 0, audio[:n*F]))
 	if o.err != nil {
 		return fmt.Errorf("pockettts: decoder: %w", o.err)
 	}
@@ -690,28 +772,30 @@ func (m *Model) VoicePrompt(audio []float32) ([]float32, error) {
 	prompt = append(prompt, m.bosVoice...)
 	be := m.be
 	chunk := make([]float32, span)
+	slot0 := []int{0}
 	rows := make([]float32, encoderFrames*d)
 	for f0 := 0; f0 < frames; f0 += encoderFrames {
 		clear(chunk[copy(chunk, audio[min(f0*F, len(audio)):]):])
 		o := &ops{be: be}
 		o.do(be.Write(in.in, 0, chunk))
 		if o.err == nil {
-			o.do(in.run(be, 0, false))
+			o.do(in.run1(be, 0, false))
 		}
-		x := in.out
+		prev := in
 		for _, st := range stages {
 			if o.err == nil {
-				o.do(st.res.run(be, x, 0))
+				o.do(st.res.run(be, slot0, prev.outN[1], prev.outs))
 			}
-			o.do(be.Unary(st.down.in, x, tensor.ELU))
+			o.do(be.Unary(st.down.in, prev.out, tensor.ELU))
 			if o.err == nil {
-				o.do(st.down.run(be, 0, false))
+				o.do(st.down.run1(be, 0, false))
 			}
-			x = st.down.out
+			prev = st.down
 		}
+		x := prev.out
 		o.do(be.Unary(out.in, x, tensor.ELU))
 		if o.err == nil {
-			o.do(out.run(be, 0, false))
+			o.do(out.run1(be, 0, false))
 		}
 		if o.err == nil {
 			o.do(m.trace("enc_seanet", out.out))
@@ -722,7 +806,7 @@ func (m *Model) VoicePrompt(audio []float32) ([]float32, error) {
 		}
 		o.do(be.Copy(down.in, tr.input(1)))
 		if o.err == nil {
-			o.do(down.run(be, 0, f0 == 0))
+			o.do(down.run1(be, 0, f0 == 0))
 		}
 		if o.err == nil {
 			o.do(m.trace("latent", down.out))

@@ -55,8 +55,9 @@ type linear struct{ w, b backend.Tensor }
 // lmLayer is one FlowLM layer: q, k, v are the rows of in_proj.
 type lmLayer struct {
 	norm1, norm2     norm
-	q, k, v, o       backend.Tensor // [d, d]
-	linear1, linear2 backend.Tensor // [ff, d], [d, ff]
+	q, k, v, o       backend.Tensor   // [d, d]
+	linear1, linear2 backend.Tensor   // [ff, d], [d, ff]
+	qkv              []backend.Tensor // q, k, v: one MatMuls
 }
 
 // New loads w onto be. The weights must stay valid (their file open) while the model lives:
@@ -247,6 +248,8 @@ func (m *Model) load(w *Weights) error {
 			q: l.matrix(ly.InProj, 0, d, d), k: l.matrix(ly.InProj, d, d, d), v: l.matrix(ly.InProj, 2*d, d, d),
 			o: l.whole(ly.OutProj, d), linear1: l.whole(ly.Linear1, d), linear2: l.whole(ly.Linear2, c.FFDim),
 		})
+		L := &m.layers[len(m.layers)-1]
+		L.qkv = []backend.Tensor{L.q, L.k, L.v}
 	}
 	m.outNorm = l.norm(w.OutNorm)
 	m.eosW = l.whole(w.OutEOS.W, d)

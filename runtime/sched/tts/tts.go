@@ -4,10 +4,13 @@
 // flow head's sampling noise, and the streaming Mimi decoder turning each latent frame into
 // audio as soon as it is made.
 //
-// A Synthesizer runs one synthesis at a time; concurrent calls wait their turn (or their
-// context's end). Batching many
-// syntheses into one FlowLM step and one decoder step (the model's steps already take many
-// sequences and slots) is the next layer on top of this one.
+// A Synthesizer batches concurrent syntheses continuously on a sched.Loop: a bounded queue
+// (ErrQueueFull), admission from its head while fewer than MaxActive syntheses run, and steps
+// that advance every running synthesis by one latent frame: the text passes of the chunks
+// starting, one FlowLM frame step (backbone, EOS head and flow head) over every synthesis, and
+// one Mimi decoder step over the frames it made. Each frame goes to its caller as soon as it is
+// decoded; a caller that falls behind holds back its own synthesis only. Cancellation (the
+// caller's context, emit's error) takes effect at the next step.
 package tts
 
 import (
@@ -18,18 +21,33 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/parleyhq/parley/runtime/kvcache"
 	"github.com/parleyhq/parley/runtime/models/pockettts"
+	"github.com/parleyhq/parley/runtime/sched"
 )
 
 // DefaultTemperature is upstream's sampling temperature: the flow head starts from noise of
 // variance Temperature.
 const DefaultTemperature = 0.7
 
-// DefaultKVSlots is the FlowLM cache of a Synthesizer in positions: a voice prompt, a chunk's
-// text (at most 50 tokens) and its frame budget (at most 234 frames for 50 tokens).
+// DefaultKVSlots is the FlowLM cache a Synthesizer holds for each synthesis it runs at once, in
+// positions: a voice prompt, a chunk's text (at most 50 tokens) and its frame budget (at most
+// 234 frames for 50 tokens).
 const DefaultKVSlots = 1024
+
+// DefaultMaxActive is the number of syntheses a Synthesizer steps together by default.
+const DefaultMaxActive = 4
+
+// DefaultMaxQueue is the number of syntheses that may wait for a place by default.
+const DefaultMaxQueue = 64
+
+// frameBuffers is the number of decoded frames a synthesis may have waiting for its caller;
+// beyond it the synthesis waits for the caller, the others go on.
+const frameBuffers = 8
 
 // ErrInput wraps the errors of a request that cannot be synthesised as given: an empty text, no
 // voice or an unknown voice name, a bad temperature, recorded noise not in whole rows (a
@@ -40,10 +58,21 @@ var ErrInput = errors.New("tts: bad request")
 // synthesis takes frame steps.
 var ErrNoiseExhausted = errors.New("tts: the recorded noise has run out")
 
+// ErrQueueFull is returned when MaxQueue syntheses are already waiting for a place.
+var ErrQueueFull = errors.New("tts: too many syntheses queued")
+
+// ErrClosed is returned for a synthesis queued or running when the Synthesizer closes, and for
+// one submitted after.
+var ErrClosed = errors.New("tts: synthesizer closed")
+
 // Config sizes a Synthesizer.
 type Config struct {
-	KVSlots int                   // FlowLM cache positions; 0 means DefaultKVSlots
-	Text    pockettts.TextOptions // the text front end's settings (the checkpoint's)
+	// KVSlots is the FlowLM cache in positions, shared by the syntheses running at once; 0 means
+	// DefaultKVSlots for each of MaxActive.
+	KVSlots   int
+	MaxActive int                   // syntheses stepped together; 0 means DefaultMaxActive
+	MaxQueue  int                   // syntheses waiting beyond which Speak fails with ErrQueueFull; 0 means DefaultMaxQueue
+	Text      pockettts.TextOptions // the text front end's settings (the checkpoint's)
 	// Voices are the voice states requests may name (VoiceName): a checkpoint's predefined
 	// voices, or voice files loaded at start.
 	Voices map[string]*pockettts.Voice
@@ -66,54 +95,116 @@ type Request struct {
 	Noise []float32
 }
 
-// Synthesizer generates speech with one model, one synthesis at a time.
+// Synthesizer generates speech with one model, batching the syntheses running at once.
 type Synthesizer struct {
-	turn chan struct{} // held (full) while a synthesis or a voice cloning runs
 	m    *pockettts.Model
 	tok  pockettts.Tokenizer
 	cfg  Config
-	f    *pockettts.FlowLM
-	dec  *pockettts.Decoder
+	loop *sched.Loop[*job]
+	once sync.Once
 
-	in, out, x0, eos, audio []float32
+	// mu is held while the model computes: by a step, and by CloneVoice.
+	mu     sync.Mutex
+	closed bool
+	f      *pockettts.FlowLM
+	dec    *pockettts.Decoder
+
+	// Owned by the step goroutine.
+	active    []*job
+	slots     []int // free decoder slots
+	stepJobs  []*job
+	stepSeqs  []*kvcache.Seq
+	decJobs   []*job
+	decSlots  []int
+	textSeqs  []*kvcache.Seq
+	textToks  [][]int32
+	textJobs  []*job
+	in, x0    []float32 // [MaxActive·latent]
+	out, lat  []float32
+	eos       []float32 // [MaxActive]
+	audio     []float32 // [MaxActive·FrameSamples]
+	frameRate float64
 }
 
-// New makes a Synthesizer over m, with the checkpoint's tokenizer.
+// New makes a Synthesizer over m, with the checkpoint's tokenizer, and starts its step loop.
+// Close stops it.
 func New(m *pockettts.Model, tok pockettts.Tokenizer, cfg Config) (*Synthesizer, error) {
+	s, err := newSynthesizer(m, tok, cfg)
+	if err != nil {
+		return nil, err
+	}
+	go s.loop.Run(context.Background())
+	return s, nil
+}
+
+// newSynthesizer makes a Synthesizer whose loop is not running.
+func newSynthesizer(m *pockettts.Model, tok pockettts.Tokenizer, cfg Config) (*Synthesizer, error) {
 	if tok == nil {
 		return nil, errors.New("tts: the model has no tokenizer")
 	}
+	if cfg.MaxActive <= 0 {
+		cfg.MaxActive = DefaultMaxActive
+	}
+	if cfg.MaxQueue <= 0 {
+		cfg.MaxQueue = DefaultMaxQueue
+	}
 	if cfg.KVSlots <= 0 {
-		cfg.KVSlots = DefaultKVSlots
+		cfg.KVSlots = DefaultKVSlots * cfg.MaxActive
 	}
 	mc := m.Config()
 	if cfg.Text.FrameRate <= 0 {
 		cfg.Text.FrameRate = mc.FrameRate()
 	}
-	f, err := m.NewFlowLM(pockettts.FlowLMConfig{StepTokens: 64, MaxSeqs: 1, KVSlots: cfg.KVSlots})
+	f, err := m.NewFlowLM(pockettts.FlowLMConfig{StepTokens: 64, MaxSeqs: cfg.MaxActive, KVSlots: cfg.KVSlots})
 	if err != nil {
 		return nil, err
 	}
-	dec, err := m.NewDecoder(1)
+	dec, err := m.NewDecoder(cfg.MaxActive)
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
-	L := mc.LatentDim
-	return &Synthesizer{m: m, tok: tok, cfg: cfg, f: f, dec: dec, turn: make(chan struct{}, 1),
-		in: make([]float32, L), out: make([]float32, L), x0: make([]float32, L), eos: make([]float32, 1),
-		audio: make([]float32, mc.FrameSamples())}, nil
+	L, n := mc.LatentDim, cfg.MaxActive
+	s := &Synthesizer{m: m, tok: tok, cfg: cfg, f: f, dec: dec,
+		active: make([]*job, 0, n), slots: make([]int, 0, n),
+		stepJobs: make([]*job, n), stepSeqs: make([]*kvcache.Seq, n), decJobs: make([]*job, n), decSlots: make([]int, n),
+		textSeqs: make([]*kvcache.Seq, 0, n), textToks: make([][]int32, 0, n), textJobs: make([]*job, 0, n),
+		in: make([]float32, n*L), x0: make([]float32, n*L), out: make([]float32, n*L), lat: make([]float32, n*L),
+		eos: make([]float32, n), audio: make([]float32, n*mc.FrameSamples()), frameRate: mc.FrameRate()}
+	for i := n - 1; i >= 0; i-- {
+		s.slots = append(s.slots, i)
+	}
+	s.loop, err = sched.NewLoop[*job](s.work(), sched.LoopConfig{MaxQueue: cfg.MaxQueue, Name: "tts step"})
+	if err != nil {
+		dec.Close()
+		f.Close()
+		return nil, err
+	}
+	return s, nil
 }
 
-// Close releases the Synthesizer's cache and decoder state; the model stays open.
+// Close ends every synthesis queued or running (ErrClosed), stops the step loop and releases
+// the Synthesizer's cache and decoder state; the model stays open.
 func (s *Synthesizer) Close() error {
-	s.turn <- struct{}{}
-	defer func() { <-s.turn }()
-	return errors.Join(s.dec.Close(), s.f.Close())
+	var err error
+	s.once.Do(func() {
+		s.loop.Close()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.closed = true
+		err = errors.Join(s.dec.Close(), s.f.Close())
+	})
+	return err
 }
 
 // SampleRate is the audio's sample rate in Hz.
 func (s *Synthesizer) SampleRate() int { c := s.m.Config(); return c.SampleRate }
+
+// MaxActive is the number of syntheses stepped together.
+func (s *Synthesizer) MaxActive() int { return s.cfg.MaxActive }
+
+// Stats is a snapshot of the step loop's counters.
+func (s *Synthesizer) Stats() sched.LoopStats { return s.loop.Stats() }
 
 // Voices returns the names of Config.Voices, sorted.
 func (s *Synthesizer) Voices() []string {
@@ -134,10 +225,14 @@ func (s *Synthesizer) Chunks(text string) ([]pockettts.Chunk, error) {
 	return pockettts.SplitText(s.tok, text, s.cfg.Text)
 }
 
-// CloneVoice makes the voice state of a voice prompt (mono audio at SampleRate).
+// CloneVoice makes the voice state of a voice prompt (mono audio at SampleRate). It runs between
+// two steps of the syntheses in flight, holding them up while it computes.
 func (s *Synthesizer) CloneVoice(audio []float32) (*pockettts.Voice, error) {
-	s.turn <- struct{}{}
-	defer func() { <-s.turn }()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
 	return s.f.CloneVoice(audio)
 }
 
@@ -166,98 +261,328 @@ func (n *noise) next(x0 []float32) error {
 	return nil
 }
 
+// job is one synthesis: what its caller hands over, and its place in the batch.
+type job struct {
+	ctx    context.Context
+	chunks []pockettts.Chunk
+	voice  *pockettts.Voice
+	nz     noise
+	quit   atomic.Bool    // the caller has stopped reading
+	frames chan []float32 // decoded frames, in order; closed when the synthesis ends
+	free   chan []float32 // frame buffers the caller is done with
+	err    error          // why it ended (nil: done); written before frames is closed
+
+	// Owned by the step goroutine once queued.
+	ended   bool
+	slot    int // decoder slot
+	seq     *kvcache.Seq
+	chunk   int  // the chunk being generated
+	started bool // the chunk's voice and text are in seq
+	step    int  // frame steps taken in the chunk
+	eosStep int  // the step whose EOS logit crossed the threshold, or -1
+	buf     []float32
+	in      []float32 // the next frame step's input
+}
+
 // Speak synthesises r, calling emit with each frame's audio (FrameSamples samples at
 // SampleRate, in [-1, 1] before clamping; the slice is reused after emit returns) as soon as it
-// is decoded. An error from emit, or ctx's end, stops the synthesis and is returned.
+// is decoded. An error from emit, or ctx's end, stops the synthesis and is returned. Errors
+// besides: ErrInput, ErrNoiseExhausted, ErrQueueFull, ErrClosed.
 func (s *Synthesizer) Speak(ctx context.Context, r Request, emit func(audio []float32) error) error {
+	j, err := s.newJob(ctx, r)
+	if err != nil {
+		return err
+	}
+	switch err := s.loop.Enqueue(j); {
+	case errors.Is(err, sched.ErrQueueFull):
+		return ErrQueueFull
+	case err != nil:
+		return ErrClosed
+	}
+	stop := func() {
+		j.quit.Store(true)
+		s.loop.Wake()
+	}
+	done := ctx.Done()
+	for {
+		select {
+		case a, ok := <-j.frames:
+			if !ok {
+				return j.err
+			}
+			if err := emit(a); err != nil {
+				stop()
+				return err
+			}
+			j.free <- a // never blocks: there are as many buffers as room
+			s.loop.Wake()
+		case <-done:
+			stop()
+			return ctx.Err()
+		}
+	}
+}
+
+// newJob checks r and makes its synthesis, ready to queue.
+func (s *Synthesizer) newJob(ctx context.Context, r Request) (*job, error) {
 	voice := r.Voice
 	if voice == nil && r.VoiceName != "" {
 		if voice = s.cfg.Voices[r.VoiceName]; voice == nil {
-			return fmt.Errorf("%w: no voice named %q (have %s)", ErrInput, r.VoiceName, strings.Join(s.Voices(), ", "))
+			return nil, fmt.Errorf("%w: no voice named %q (have %s)", ErrInput, r.VoiceName, strings.Join(s.Voices(), ", "))
 		}
 	}
 	if voice == nil {
-		return fmt.Errorf("%w: no voice", ErrInput)
+		return nil, fmt.Errorf("%w: no voice", ErrInput)
 	}
 	if math.IsNaN(r.Temperature) || math.IsInf(r.Temperature, 0) {
-		return fmt.Errorf("%w: temperature %v", ErrInput, r.Temperature)
+		return nil, fmt.Errorf("%w: temperature %v", ErrInput, r.Temperature)
 	}
 	chunks, err := s.Chunks(r.Text)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInput, err)
+		return nil, fmt.Errorf("%w: %w", ErrInput, err)
 	}
 	temp := r.Temperature
 	if temp < 0 {
 		temp = DefaultTemperature
 	}
-	nz := &noise{rec: r.Noise, scale: math.Sqrt(temp), rng: rand.New(rand.NewPCG(r.Seed, 0x9e3779b97f4a7c15))}
-	if r.Noise != nil && len(r.Noise)%len(s.x0) != 0 {
-		return fmt.Errorf("%w: %d noise values are not whole rows of %d", ErrInput, len(r.Noise), len(s.x0))
+	mc := s.m.Config()
+	L, F := mc.LatentDim, mc.FrameSamples()
+	if r.Noise != nil && len(r.Noise)%L != 0 {
+		return nil, fmt.Errorf("%w: %d noise values are not whole rows of %d", ErrInput, len(r.Noise), L)
+	}
+	for _, c := range chunks {
+		if need := voice.Positions + len(c.Tokens) + c.MaxFrames; need > s.cfg.KVSlots {
+			return nil, fmt.Errorf("tts: the voice (%d positions), a chunk's %d tokens and its %d frames need %d cache positions, more than the %d there are",
+				voice.Positions, len(c.Tokens), c.MaxFrames, need, s.cfg.KVSlots)
+		}
 	}
 	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	j := &job{ctx: ctx, chunks: chunks, voice: voice, eosStep: -1,
+		nz:     noise{rec: r.Noise, scale: math.Sqrt(temp), rng: rand.New(rand.NewPCG(r.Seed, 0x9e3779b97f4a7c15))},
+		frames: make(chan []float32, frameBuffers), free: make(chan []float32, frameBuffers),
+		seq: s.f.Pool().NewSeq(0), in: make([]float32, L)}
+	bufs := make([]float32, frameBuffers*F)
+	for i := range frameBuffers {
+		j.free <- bufs[i*F : (i+1)*F : (i+1)*F]
+	}
+	return j, nil
+}
+
+// work is the Synthesizer's side of its loop, kept off its exported methods.
+type work Synthesizer
+
+func (s *Synthesizer) work() *work { return (*work)(s) }
+
+// finish ends j with err, handing back what it holds.
+func (w *work) finish(j *job, err error) {
+	if j.ended {
+		return
+	}
+	j.ended = true
+	j.seq.Release()
+	j.err = err
+	close(j.frames)
+}
+
+// cancelled is why the caller of j has stopped, or nil.
+func (j *job) cancelled() error {
+	if err := j.ctx.Err(); err != nil {
 		return err
 	}
-	select { // wait for the synthesis before this one, or for ctx's end
-	case s.turn <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	defer func() { <-s.turn }()
-	for _, c := range chunks {
-		if err := s.chunk(ctx, c, voice, nz, emit); err != nil {
-			return err
-		}
+	if j.quit.Load() {
+		return context.Canceled
 	}
 	return nil
 }
 
-// chunk generates and decodes one chunk from a fresh copy of the voice state.
-func (s *Synthesizer) chunk(ctx context.Context, c pockettts.Chunk, v *pockettts.Voice, nz *noise, emit func([]float32) error) error {
-	need := v.Positions + len(c.Tokens) + c.MaxFrames
-	if need > s.cfg.KVSlots {
-		return fmt.Errorf("tts: the voice (%d positions), a chunk's %d tokens and its %d frames need %d cache positions, more than the %d there are",
-			v.Positions, len(c.Tokens), c.MaxFrames, need, s.cfg.KVSlots)
-	}
-	seq := s.f.Pool().NewSeq(need)
-	defer seq.Release()
-	seqs := []*kvcache.Seq{seq}
-	if err := s.f.SetVoice(seq, v); err != nil {
-		return err
-	}
-	if err := s.f.Text(seqs, [][]int32{c.Tokens}); err != nil {
-		return err
-	}
-	if err := s.dec.Reset(0); err != nil {
-		return err
-	}
-	nan := float32(math.NaN())
-	for i := range s.in {
-		s.in[i] = nan // the BOS embedding takes the place of a first frame's input
-	}
-	eosStep := -1
-	for step := range c.MaxFrames {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := nz.next(s.x0); err != nil {
-			return err
-		}
-		if err := s.f.Step(seqs, s.in, s.x0, s.out, s.eos); err != nil {
-			return err
-		}
-		if eosStep < 0 && s.eos[0] > pockettts.EOSThreshold {
-			eosStep = step
-		}
-		if eosStep >= 0 && step >= eosStep+c.FramesAfterEOS {
-			break // this step's latent is dropped
-		}
-		copy(s.in, s.out)
-		if err := s.dec.Step([]int{0}, s.out, s.audio); err != nil {
-			return err
-		}
-		if err := emit(s.audio); err != nil {
-			return err
+func (w *work) Reap(time.Time) {
+	for _, j := range w.active {
+		if err := j.cancelled(); err != nil {
+			w.finish(j, err)
 		}
 	}
-	return nil
+	w.compact()
+}
+
+// compact drops the ended syntheses from the batch, freeing their decoder slots.
+func (w *work) compact() {
+	keep := w.active[:0]
+	for _, j := range w.active {
+		if j.ended {
+			w.slots = append(w.slots, j.slot)
+			continue
+		}
+		keep = append(keep, j)
+	}
+	clear(w.active[len(keep):])
+	w.active = keep
+}
+
+func (w *work) Expire(j *job, _ time.Time) bool {
+	if err := j.cancelled(); err != nil {
+		w.finish(j, err)
+		return true
+	}
+	return false
+}
+
+func (w *work) Admit(j *job) bool {
+	if len(w.active) == w.cfg.MaxActive {
+		return false
+	}
+	j.slot = w.slots[len(w.slots)-1]
+	w.slots = w.slots[:len(w.slots)-1]
+	w.active = append(w.active, j)
+	return true
+}
+
+func (w *work) Abort(j *job) { w.finish(j, ErrClosed) }
+
+func (w *work) Shutdown() {
+	for _, j := range w.active {
+		w.finish(j, ErrClosed)
+	}
+	w.compact()
+}
+
+// nextChunk ends j's chunk: the synthesis goes on with its next chunk at the next step, or ends.
+func (w *work) nextChunk(j *job) {
+	j.seq.Release()
+	j.started = false
+	if j.chunk++; j.chunk == len(j.chunks) {
+		w.finish(j, nil)
+	}
+}
+
+// startChunks stores the voice state of every synthesis starting a chunk and runs their text
+// passes together. A chunk waits while the cache has no room for it.
+func (w *work) startChunks() int {
+	w.textSeqs, w.textToks, w.textJobs = w.textSeqs[:0], w.textToks[:0], w.textJobs[:0]
+	tokens := 0
+	for _, j := range w.active {
+		if j.ended || j.started {
+			continue
+		}
+		for !j.ended && j.chunks[j.chunk].MaxFrames <= 0 {
+			w.nextChunk(j) // a chunk without frames
+		}
+		if j.ended {
+			continue
+		}
+		c := &j.chunks[j.chunk]
+		if err := j.seq.Reserve(j.voice.Positions + len(c.Tokens) + c.MaxFrames); err != nil {
+			if errors.Is(err, kvcache.ErrFull) {
+				continue // room comes as other chunks end
+			}
+			w.finish(j, err)
+			continue
+		}
+		if err := w.f.SetVoice(j.seq, j.voice); err != nil {
+			w.finish(j, err)
+			continue
+		}
+		if err := w.dec.Reset(j.slot); err != nil {
+			w.finish(j, err)
+			continue
+		}
+		nan := float32(math.NaN())
+		for i := range j.in {
+			j.in[i] = nan // the BOS embedding takes the place of a first frame's input
+		}
+		j.started, j.step, j.eosStep = true, 0, -1
+		w.textSeqs = append(w.textSeqs, j.seq)
+		w.textToks = append(w.textToks, c.Tokens)
+		w.textJobs = append(w.textJobs, j)
+		tokens += len(c.Tokens)
+	}
+	if len(w.textSeqs) == 0 {
+		return 0
+	}
+	if err := w.f.Text(w.textSeqs, w.textToks); err != nil {
+		for _, j := range w.textJobs {
+			w.finish(j, err)
+		}
+	}
+	clear(w.textToks)
+	return tokens
+}
+
+// Step starts the chunks due, then takes one frame step of every synthesis whose caller has
+// room for a frame and decodes the frames it makes.
+func (w *work) Step(time.Time) (seqs, tokens int, busy bool) {
+	if len(w.active) == 0 {
+		return 0, 0, false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	defer w.compact()
+	tokens = w.startChunks()
+	mc := w.m.Config()
+	L, F := mc.LatentDim, mc.FrameSamples()
+	n := 0
+	for _, j := range w.active {
+		if j.ended || !j.started {
+			continue
+		}
+		if j.buf == nil {
+			select {
+			case j.buf = <-j.free:
+			default:
+				continue // its caller has every buffer: it waits for them
+			}
+		}
+		if err := j.nz.next(w.x0[n*L : (n+1)*L]); err != nil {
+			w.finish(j, err)
+			continue
+		}
+		copy(w.in[n*L:(n+1)*L], j.in)
+		w.stepJobs[n], w.stepSeqs[n] = j, j.seq
+		n++
+	}
+	if n == 0 {
+		return 0, tokens, tokens > 0
+	}
+	if err := w.f.Step(w.stepSeqs[:n], w.in[:n*L], w.x0[:n*L], w.out[:n*L], w.eos[:n]); err != nil {
+		for _, j := range w.stepJobs[:n] {
+			w.finish(j, err)
+		}
+		clear(w.stepJobs[:n])
+		return n, n + tokens, true
+	}
+	nd := 0
+	for i, j := range w.stepJobs[:n] {
+		c := &j.chunks[j.chunk]
+		if j.eosStep < 0 && w.eos[i] > pockettts.EOSThreshold {
+			j.eosStep = j.step
+		}
+		if j.eosStep >= 0 && j.step >= j.eosStep+c.FramesAfterEOS {
+			w.nextChunk(j) // this step's latent is dropped
+			continue
+		}
+		out := w.out[i*L : (i+1)*L]
+		copy(j.in, out)
+		copy(w.lat[nd*L:(nd+1)*L], out)
+		w.decJobs[nd], w.decSlots[nd] = j, j.slot
+		nd++
+	}
+	if nd > 0 {
+		err := w.dec.Step(w.decSlots[:nd], w.lat[:nd*L], w.audio[:nd*F])
+		for i, j := range w.decJobs[:nd] {
+			if err != nil {
+				w.finish(j, err)
+				continue
+			}
+			copy(j.buf, w.audio[i*F:(i+1)*F])
+			j.frames <- j.buf // never blocks: there are as many buffers as room
+			j.buf = nil
+			if j.step++; j.step == j.chunks[j.chunk].MaxFrames {
+				w.nextChunk(j)
+			}
+		}
+	}
+	clear(w.stepJobs[:n])
+	clear(w.decJobs[:nd])
+	return n, n + tokens, true
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,6 +31,7 @@ type fixture struct {
 	m     *pockettts.Model
 	s     *Synthesizer
 	voice *pockettts.Voice
+	tok   pockettts.Tokenizer
 	ref   string
 }
 
@@ -60,10 +62,10 @@ func newFixture(t *testing.T, be backend.Backend) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{ck: ck, m: m, s: s, voice: v, ref: ref}
+	return &fixture{ck: ck, m: m, s: s, voice: v, tok: tok, ref: ref}
 }
 
-func readArray(t *testing.T, path string) []float32 {
+func readArray(t testing.TB, path string) []float32 {
 	t.Helper()
 	a, err := npy.ReadFile(path)
 	if err != nil {
@@ -173,13 +175,118 @@ func TestSpeakErrors(t *testing.T) {
 	if err := f.s.Speak(cctx, Request{Text: "Hello world.", Voice: f.voice}, count); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v", err)
 	}
-	// a synthesis waiting for another's turn gives up when its context ends
-	f.s.turn <- struct{}{}
-	wctx, wcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	// a synthesis queued behind a full batch gives up when its context ends; one more than the
+	// queue holds is refused
+	s, err := New(f.m, f.tok, Config{Text: f.ck.Text, MaxActive: 1, MaxQueue: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	hold, first := make(chan struct{}), make(chan struct{})
+	blocked := make(chan error, 1)
+	go func() {
+		n := 0
+		blocked <- s.Speak(ctx, Request{Text: "Hello world.", Voice: f.voice}, func([]float32) error {
+			if n++; n == 1 {
+				close(first)
+			}
+			<-hold
+			return stop
+		})
+	}()
+	<-first
+	wctx, wcancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer wcancel()
-	err = f.s.Speak(wctx, Request{Text: "Hello world.", Voice: f.voice}, count)
-	<-f.s.turn
-	if !errors.Is(err, context.DeadlineExceeded) {
+	queued := make(chan error, 1)
+	go func() { queued <- s.Speak(wctx, Request{Text: "Hello world.", Voice: f.voice}, count) }()
+	for s.loop.Queued() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := s.Speak(ctx, Request{Text: "Hello world.", Voice: f.voice}, count); !errors.Is(err, ErrQueueFull) {
+		t.Errorf("past the queue: %v, want ErrQueueFull", err)
+	}
+	if err := <-queued; !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("waiting past the deadline: %v", err)
+	}
+	close(hold)
+	if err := <-blocked; !errors.Is(err, stop) {
+		t.Errorf("the synthesis ahead: %v", err)
+	}
+	s.Close()
+	if err := s.Speak(ctx, Request{Text: "Hello world.", Voice: f.voice}, count); !errors.Is(err, ErrClosed) {
+		t.Errorf("after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestConcurrentMatchesAlone: syntheses of different texts, voices and temperatures running at
+// once (two submitted together, a third joining while they run, each leaving when its text
+// ends) each give the waveform they give alone, frame for frame, within waveTol.
+func TestConcurrentMatchesAlone(t *testing.T) {
+	be := sharedtest.Backend(t, "cpu", 2)
+	f := newFixture(t, be)
+	short := &pockettts.Voice{Positions: 20}
+	for _, l := range f.voice.Layers {
+		w := len(l.K) / f.voice.Positions
+		short.Layers = append(short.Layers, pockettts.VoiceLayer{K: l.K[:20*w], V: l.V[:20*w]})
+	}
+	reqs := []Request{
+		{Text: "Hello world.", Voice: f.voice, Temperature: 0.7, Seed: 1},
+		{Text: "One, two, three, four, five.", Voice: short, Temperature: 0.7, Seed: 2},
+		{Text: "Streaming speech.", Voice: f.voice, Temperature: 0},
+	}
+	alone, err := New(f.m, f.tok, Config{Text: f.ck.Text, MaxActive: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alone.Close()
+	want := make([][]float32, len(reqs))
+	for i, r := range reqs {
+		if err := alone.Speak(context.Background(), r, func(a []float32) error { want[i] = append(want[i], a...); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make([][]float32, len(reqs))
+	errs := make([]error, len(reqs))
+	var wg sync.WaitGroup
+	speak := func(i int, onFrame func(n int)) {
+		defer wg.Done()
+		n := 0
+		errs[i] = f.s.Speak(context.Background(), reqs[i], func(a []float32) error {
+			got[i] = append(got[i], a...)
+			n++
+			if onFrame != nil {
+				onFrame(n)
+			}
+			return nil
+		})
+	}
+	wg.Add(2)
+	go speak(0, func(n int) {
+		if n == 5 { // the third joins the two in flight
+			wg.Add(1)
+			go speak(2, nil)
+		}
+	})
+	go speak(1, nil)
+	wg.Wait()
+	F := f.s.FrameSamples()
+	for i := range reqs {
+		if errs[i] != nil {
+			t.Fatalf("synthesis %d: %v", i, errs[i])
+		}
+		if len(got[i]) != len(want[i]) {
+			t.Fatalf("synthesis %d: %d frames batched, %d alone", i, len(got[i])/F, len(want[i])/F)
+		}
+		maxDiff := 0.0
+		for k := range want[i] {
+			maxDiff = max(maxDiff, math.Abs(float64(got[i][k]-want[i][k])))
+		}
+		if !(maxDiff <= waveTol) {
+			t.Errorf("synthesis %d: waveform differs from the one alone by %.3g, over %.0e", i, maxDiff, waveTol)
+		}
+		t.Logf("synthesis %d: %d frames, within %.2g of the one alone", i, len(got[i])/F, maxDiff)
+	}
+	if st := f.s.Stats(); st.Steps == 0 {
+		t.Error("no steps counted")
 	}
 }

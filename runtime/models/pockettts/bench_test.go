@@ -1,0 +1,229 @@
+package pockettts
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/parleyhq/parley/internal/sharedtest"
+	"github.com/parleyhq/parley/runtime/kvcache"
+	"github.com/parleyhq/parley/runtime/quant"
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+// The forward steps' costs on the random-weight checkpoint (the real shapes) on the native CPU
+// backend with 2 threads: a chunk's text pass, a FlowLM frame step (backbone, EOS head, flow
+// head) and the flow head alone, and a Mimi decoder frame, for 1, 4 and 8 syntheses at once,
+// with F32 weights and with the FlowLM transformer's matrices in Q8_0.
+
+// QuantizeFlowLM converts the FlowLM transformer's matrices of w to Q8_0 in place (what a Q8_0
+// GGUF checkpoint holds).
+func quantizeFlowLM(tb testing.TB, w *Weights) {
+	tb.Helper()
+	for _, t := range w.All() {
+		if !quantisable(t.Name) || t.DType == tensor.Q8_0 {
+			continue
+		}
+		cols := t.Shape[len(t.Shape)-1]
+		data, err := quant.QuantizeRows(tensor.Q8_0, t.Float32s(), cols)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		t.Data, t.DType = data, tensor.Q8_0
+	}
+}
+
+func benchModel(b *testing.B, dtype string) *Model {
+	b.Helper()
+	be := sharedtest.Backend(b, "cpu", 2)
+	ck, err := Open(sharedtest.PocketTTSRandomWeights(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ck.Close() })
+	if dtype == "q8_0" {
+		quantizeFlowLM(b, ck.Weights)
+	}
+	m, err := New(be, ck.Weights)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.Close() })
+	return m
+}
+
+func benchTokens(m *Model, n int, seed uint64) []int32 {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	ids := make([]int32, n)
+	for i := range ids {
+		ids[i] = int32(rng.IntN(m.cfg.Vocab))
+	}
+	return ids
+}
+
+// benchSeqs starts n syntheses (the reference voice, 20 tokens of text each).
+func benchSeqs(b *testing.B, f *FlowLM, n int) ([]*kvcache.Seq, int) {
+	b.Helper()
+	voice := refVoice(b, &f.m.cfg)
+	seqs := make([]*kvcache.Seq, n)
+	toks := make([][]int32, n)
+	for i := range seqs {
+		seqs[i] = f.Pool().NewSeq(0)
+		if err := f.SetVoice(seqs[i], voice); err != nil {
+			b.Fatal(err)
+		}
+		toks[i] = benchTokens(f.m, 20, uint64(i))
+	}
+	if err := f.Text(seqs, toks); err != nil {
+		b.Fatal(err)
+	}
+	return seqs, seqs[0].Len()
+}
+
+var benchDTypes = []string{"f32", "q8_0"}
+
+// BenchmarkTextPass: a chunk's start, the voice state stored and 20 tokens of text through the
+// FlowLM, for one synthesis.
+func BenchmarkTextPass(b *testing.B) {
+	for _, dt := range benchDTypes {
+		b.Run(dt, func(b *testing.B) {
+			m := benchModel(b, dt)
+			f, err := m.NewFlowLM(FlowLMConfig{StepTokens: 64, MaxSeqs: 1, KVSlots: 1024})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			voice := refVoice(b, &m.cfg)
+			toks := [][]int32{benchTokens(m, 20, 1)}
+			s := f.Pool().NewSeq(0)
+			seqs := []*kvcache.Seq{s}
+			b.ResetTimer()
+			for range b.N {
+				s.Release()
+				if err := f.SetVoice(s, voice); err != nil {
+					b.Fatal(err)
+				}
+				if err := f.Text(seqs, toks); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkFrameStep: one FlowLM frame step (input projection, backbone, EOS head, flow head) of
+// B syntheses at once; ns/op is the whole batch's.
+func BenchmarkFrameStep(b *testing.B) {
+	for _, dt := range benchDTypes {
+		for _, n := range []int{1, 4, 8} {
+			b.Run(fmt.Sprintf("%s/B=%d", dt, n), func(b *testing.B) {
+				m := benchModel(b, dt)
+				f, err := m.NewFlowLM(FlowLMConfig{StepTokens: 64, MaxSeqs: n, KVSlots: n * 512})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer f.Close()
+				seqs, base := benchSeqs(b, f, n)
+				L := m.cfg.LatentDim
+				in, noise, out, eos := make([]float32, n*L), make([]float32, n*L), make([]float32, n*L), make([]float32, n)
+				for i := range in {
+					in[i] = float32(math.NaN())
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					if seqs[0].Len() >= base+200 { // a chunk's budget; then the frames start over
+						for _, s := range seqs {
+							s.Truncate(base)
+						}
+					}
+					if err := f.Step(seqs, in, noise, out, eos); err != nil {
+						b.Fatal(err)
+					}
+					copy(in, out)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkFlowHead: the flow head alone over B rows of the backbone's output.
+func BenchmarkFlowHead(b *testing.B) {
+	for _, n := range []int{1, 4, 8} {
+		b.Run(fmt.Sprintf("B=%d", n), func(b *testing.B) {
+			m := benchModel(b, "f32")
+			f, err := m.NewFlowLM(FlowLMConfig{StepTokens: 64, MaxSeqs: n, KVSlots: n * 512})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			seqs, _ := benchSeqs(b, f, n)
+			L := m.cfg.LatentDim
+			in, noise, out, eos := make([]float32, n*L), make([]float32, n*L), make([]float32, n*L), make([]float32, n)
+			for i := range in {
+				in[i] = float32(math.NaN())
+			}
+			if err := f.Step(seqs, in, noise, out, eos); err != nil { // the backbone's rows in place
+				b.Fatal(err)
+			}
+			vs, err := f.views(n)
+			if err != nil {
+				b.Fatal(err)
+			}
+			fv, err := f.flowViews(n)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if err := m.be.Write(fv.x, 0, noise); err != nil {
+					b.Fatal(err)
+				}
+				if err := m.flowHead(f.flow, fv, vs.x); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDecoderStep: one Mimi decoder frame (1,920 samples) of B syntheses at once.
+func BenchmarkDecoderStep(b *testing.B) {
+	for _, n := range []int{1, 4, 8} {
+		b.Run(fmt.Sprintf("B=%d", n), func(b *testing.B) {
+			m := benchModel(b, "f32")
+			dec, err := m.NewDecoder(n)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer dec.Close()
+			L, F := m.cfg.LatentDim, m.cfg.FrameSamples()
+			rng := rand.New(rand.NewPCG(3, 4))
+			lat := make([]float32, n*L)
+			for i := range lat {
+				lat[i] = float32(rng.NormFloat64())
+			}
+			audio := make([]float32, n*F)
+			slots := make([]int, n)
+			for i := range slots {
+				slots[i] = i
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				if i%200 == 199 { // the transformer's positions start over with each chunk
+					for _, s := range slots {
+						if err := dec.Reset(s); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				if err := dec.Step(slots, lat, audio); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

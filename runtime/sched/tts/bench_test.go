@@ -1,0 +1,162 @@
+package tts
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/parleyhq/parley/internal/sharedtest"
+	"github.com/parleyhq/parley/runtime/models/pockettts"
+	"github.com/parleyhq/parley/runtime/quant"
+	"github.com/parleyhq/parley/runtime/tensor"
+	"github.com/parleyhq/parley/runtime/tokenizer/sentencepiece"
+)
+
+// BenchmarkSpeak: C syntheses submitted at once to a Synthesizer of MaxActive C, on the
+// random-weight checkpoint (the real shapes) on the native CPU backend with 2 threads, F32 and
+// with the FlowLM transformer's matrices in Q8_0. Each synthesis is reference run t5-stream's
+// text with its recorded noise (146 frames, 11.68 s, no EOS with F32 weights). Reported per
+// iteration: rtf, the wall time over the audio made by all syntheses (below 1: faster than real
+// time); first-ms and first-max-ms, the mean and largest time from submission to a synthesis's
+// first frame (80 ms of audio); audio-s, the seconds of audio each synthesis made.
+func BenchmarkSpeak(b *testing.B) {
+	ref := sharedtest.Path(b, "reference/tts")
+	var meta struct {
+		Text string `json:"text"`
+	}
+	mb, err := os.ReadFile(filepath.Join(ref, "t5-stream", "meta.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := json.Unmarshal(mb, &meta); err != nil {
+		b.Fatal(err)
+	}
+	noise := readArray(b, filepath.Join(ref, "t5-stream", "noise.npy"))
+	tok, err := sentencepiece.Load(filepath.Join(ref, "tokenizer", "random-unigram-4000.model"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	be := sharedtest.Backend(b, "cpu", 2)
+	for _, dt := range []string{"f32", "q8_0"} {
+		ck, err := pockettts.Open(sharedtest.PocketTTSRandomWeights(b))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if dt == "q8_0" {
+			quantizeFlowLM(b, ck.Weights)
+		}
+		m, err := pockettts.New(be, ck.Weights)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg := m.Config()
+		voice, err := pockettts.LoadVoice(filepath.Join(ref, "voice", "voice_state.safetensors"), &cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, c := range []int{1, 4, 8} {
+			b.Run(fmt.Sprintf("%s/C=%d", dt, c), func(b *testing.B) {
+				s, err := New(m, tok, Config{Text: ck.Text, MaxActive: c})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				r := Request{Text: meta.Text, Voice: voice, Noise: noise}
+				F := float64(s.FrameSamples())
+				// warm: the weights paged in, the steps' views made for every batch size
+				warm := make([]Request, c)
+				for i := range warm {
+					warm[i] = Request{Text: "Hello there.", Voice: voice, Temperature: 0}
+				}
+				var wg sync.WaitGroup
+				for _, w := range warm {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						if err := s.Speak(context.Background(), w, func([]float32) error { return nil }); err != nil {
+							b.Error(err)
+						}
+					}()
+				}
+				wg.Wait()
+				b.ReportAllocs()
+				b.ResetTimer()
+				var rtf, first, firstMax, audio float64
+				for range b.N {
+					var mu sync.Mutex
+					var firsts []time.Duration
+					frames := 0
+					start := time.Now()
+					for range c {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							n := 0
+							err := s.Speak(context.Background(), r, func([]float32) error {
+								if n++; n == 1 {
+									mu.Lock()
+									firsts = append(firsts, time.Since(start))
+									mu.Unlock()
+								}
+								return nil
+							})
+							if err != nil {
+								b.Error(err)
+							}
+							mu.Lock()
+							frames += n
+							mu.Unlock()
+						}()
+					}
+					wg.Wait()
+					wall := time.Since(start)
+					secs := float64(frames) * F / float64(s.SampleRate())
+					rtf += wall.Seconds() / secs
+					var sum, mx time.Duration
+					for _, d := range firsts {
+						sum += d
+						mx = max(mx, d)
+					}
+					first += float64(sum.Milliseconds()) / float64(max(len(firsts), 1))
+					firstMax += float64(mx.Milliseconds())
+					audio += secs / float64(c)
+				}
+				n := float64(b.N)
+				b.ReportMetric(rtf/n, "rtf")
+				b.ReportMetric(first/n, "first-ms")
+				b.ReportMetric(firstMax/n, "first-max-ms")
+				b.ReportMetric(audio/n, "audio-s")
+			})
+		}
+		m.Close()
+		ck.Close()
+	}
+}
+
+// quantizeFlowLM converts the FlowLM transformer's matrices of w to Q8_0 in place, as a Q8_0
+// GGUF checkpoint holds them.
+func quantizeFlowLM(tb testing.TB, w *pockettts.Weights) {
+	tb.Helper()
+	for _, t := range w.All() {
+		if !strings.HasPrefix(t.Name, "flow_lm.transformer.layers.") || t.DType == tensor.Q8_0 {
+			continue
+		}
+		switch {
+		case strings.HasSuffix(t.Name, ".self_attn.in_proj.weight"), strings.HasSuffix(t.Name, ".self_attn.out_proj.weight"),
+			strings.HasSuffix(t.Name, ".linear1.weight"), strings.HasSuffix(t.Name, ".linear2.weight"):
+		default:
+			continue
+		}
+		data, err := quant.QuantizeRows(tensor.Q8_0, t.Float32s(), t.Shape[len(t.Shape)-1])
+		if err != nil {
+			tb.Fatal(err)
+		}
+		t.Data, t.DType = data, tensor.Q8_0
+	}
+}
