@@ -2,8 +2,14 @@ package asr
 
 import (
 	"context"
+	"errors"
 	"math"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/parleyhq/parley/internal/sharedtest"
 	"github.com/parleyhq/parley/runtime/models/parakeet"
@@ -199,5 +205,242 @@ func TestParakeetChunkedEncoding(t *testing.T) {
 	t.Logf("relative RMS error of the encoder frames: left 1 s %.3f, 4 s %.3f", short, def)
 	if def > 0.3 || short < 2*def {
 		t.Errorf("relative RMS error of the encoder frames with 4 s of left context %.3f (want at most 0.3), with 1 s %.3f (want over twice that)", def, short)
+	}
+}
+
+// streamEvents streams pcm through l in writes of step samples, then commits, and returns every
+// event.
+func streamEvents(ctx context.Context, l Live, pcm []float32, step int) ([]Event, error) {
+	var evs []Event
+	for i := 0; i < len(pcm); i += step {
+		ev, err := l.Write(ctx, pcm[i:min(i+step, len(pcm))])
+		evs = append(evs, ev...)
+		if err != nil {
+			return evs, err
+		}
+	}
+	ev, err := l.Commit(ctx)
+	return append(evs, ev...), err
+}
+
+// TestParakeetStreamsTogether: streams decoded together (their chunks encoded in one call and
+// decoded in the same steps, with offline transcriptions beside them) report exactly the events
+// each reports alone.
+func TestParakeetStreamsTogether(t *testing.T) {
+	var maxSeqs atomic.Int64
+	e := openParakeetSmall(t, Config{MaxActive: 4, MaxQueue: 4, EncodeBatch: 1, OnStep: func(_ time.Duration, seqs, _ int) {
+		if int64(seqs) > maxSeqs.Load() {
+			maxSeqs.Store(int64(seqs))
+		}
+	}})
+	clips := []string{"jfk", "ami-ES2011a-headset0-40s-46s", "psx-cards-001"}
+	var pcms [][]float32
+	for _, c := range clips {
+		pcm := testWAV(t, c)
+		if raceEnabled {
+			pcm = pcm[:min(len(pcm), 5*SampleRate)]
+		}
+		pcms = append(pcms, pcm)
+	}
+	cfg := SessionConfig{Chunk: 800 * time.Millisecond, LeftContext: 2 * time.Second, RightContext: 240 * time.Millisecond, Silence: 240 * time.Millisecond}
+	ctx := context.Background()
+	alone := make([][]Event, len(pcms))
+	for i, pcm := range pcms {
+		l, err := e.NewLive(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if alone[i], err = streamEvents(ctx, l, pcm, SampleRate/10); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(alone[i]); n == 0 || alone[i][n-1].Type != "final" {
+			t.Fatalf("%s: events %+v end with no final", clips[i], alone[i])
+		}
+	}
+	want := offlineTokens(t, e, pcms[0])
+	maxSeqs.Store(0)
+	together := make([][]Event, len(pcms))
+	errs := make([]error, len(pcms))
+	var wg sync.WaitGroup
+	for i, pcm := range pcms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := e.NewLive(cfg)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			together[i], errs[i] = streamEvents(ctx, l, pcm, SampleRate/10)
+		}()
+	}
+	var offline []Token
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		res, err := e.Transcribe(ctx, pcms[0], DefaultParams(), nil)
+		if err == nil {
+			offline = res.Segments[0].Tokens
+		}
+	}()
+	wg.Wait()
+	for i := range pcms {
+		if errs[i] != nil {
+			t.Fatalf("%s: %v", clips[i], errs[i])
+		}
+		if !reflect.DeepEqual(together[i], alone[i]) {
+			t.Errorf("%s: together %+v\nalone %+v", clips[i], together[i], alone[i])
+		}
+	}
+	if !reflect.DeepEqual(offline, want) {
+		t.Errorf("the transcription beside the streams gave %+v, alone %+v", offline, want)
+	}
+	if maxSeqs.Load() < 2 {
+		t.Errorf("at most %d decoded in one step: the streams were never decoded together", maxSeqs.Load())
+	}
+}
+
+// TestParakeetStreamEndpoints: with whole context the utterances end where the offline tokens
+// say they should: after a chunk whose end lies Silence or more past the end of the last token
+// (its frame plus its duration), an utterance of the tokens before it; Commit ends the last.
+// Finals carry their text in one segment, with times in the stream that never go back.
+func TestParakeetStreamEndpoints(t *testing.T) {
+	e := openParakeetSmall(t, Config{MaxActive: 1})
+	pcm := testWAV(t, "ami-ES2011a-headset0-40s-46s")
+	const chunkFrames, silenceFrames = 5, 2
+	cfg := SessionConfig{Chunk: chunkFrames * 80 * time.Millisecond, LeftContext: maxContext, RightContext: maxContext}
+	toks := streamTokens(t, e, cfg, pcm, len(pcm))
+	offline := offlineTokens(t, e, pcm)
+	// The utterances, from the tokens' frames and the chunks' ends.
+	var want []string
+	text, last, i := "", 0, 0
+	for f := chunkFrames; f*frameSamplesEnc < len(pcm); f += chunkFrames {
+		for ; i < len(toks) && toks[i].Frame < f; i++ {
+			text += offline[i].Text
+			last = toks[i].Frame + toks[i].Dur
+		}
+		if text != "" && f-last >= silenceFrames {
+			want, text = append(want, strings.TrimSpace(text)), ""
+		}
+	}
+	for ; i < len(toks); i++ {
+		text += offline[i].Text
+	}
+	want = append(want, strings.TrimSpace(text))
+	if len(want) < 3 {
+		t.Fatalf("%d utterances expected: the test needs more", len(want))
+	}
+	cfg.Silence = silenceFrames * 80 * time.Millisecond
+	l, err := e.NewLive(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first second, then a Commit: a final of it, then the stream starts over.
+	evs, err := streamEvents(context.Background(), l, pcm[:SampleRate], SampleRate/10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := offlineTokens(t, e, pcm[:SampleRate])
+	firstText := ""
+	for _, tk := range first {
+		firstText += tk.Text
+	}
+	if len(evs) != 1 || evs[0].Type != "final" || evs[0].Text != strings.TrimSpace(firstText) {
+		t.Fatalf("a second, committed: %+v, want one final %q", evs, strings.TrimSpace(firstText))
+	}
+	evs, err = streamEvents(context.Background(), l, pcm, SampleRate/10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	at := 1.0
+	for _, ev := range evs {
+		if ev.Type != "final" {
+			t.Fatalf("%+v: whole context decodes at Commit alone", ev)
+		}
+		got = append(got, ev.Text)
+		if ev.Start < at || ev.End < ev.Start || ev.End > 1+float64(len(pcm))/SampleRate || len(ev.Segments) != 1 ||
+			ev.Segments[0] != (LiveSegment{Text: ev.Text, Start: ev.Start, End: ev.End}) {
+			t.Errorf("final %+v after %v s", ev, at)
+		}
+		at = ev.End
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("finals %q\nwant %q", got, want)
+	}
+}
+
+// TestParakeetStreamErrors: a write cut short by its context fails with the context's error and
+// leaves the stream as it was (the same events follow as without it); a full queue refuses a
+// chunk with ErrQueueFull; a closed recogniser fails a stream's chunks with ErrClosed; bad
+// configurations and samples are refused. OnChunk sees every chunk; partials come before the
+// final.
+func TestParakeetStreamErrors(t *testing.T) {
+	e := openParakeetSmall(t, Config{MaxActive: 1})
+	pcm := testWAV(t, "jfk")[:4*SampleRate]
+	chunks := 0
+	cfg := SessionConfig{Chunk: 800 * time.Millisecond, LeftContext: 2 * time.Second, OnChunk: func(time.Duration) { chunks++ }}
+	ctx := context.Background()
+	l, err := e.NewLive(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := streamEvents(ctx, l, pcm, SampleRate/10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 4 s of 800 ms chunks: four decoded as their right context arrives, the last at Commit.
+	if chunks != 5 {
+		t.Errorf("OnChunk saw %d chunks, want 5", chunks)
+	}
+	if len(want) < 2 || want[0].Type != "partial" || want[len(want)-1].Type != "final" {
+		t.Errorf("events %+v: want partials, then a final", want)
+	}
+
+	l, err = e.NewLive(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	evs, err := l.Write(cancelled, pcm[:2*SampleRate])
+	if !errors.Is(err, context.Canceled) || len(evs) != 0 {
+		t.Fatalf("a cancelled write: %+v, %v", evs, err)
+	}
+	got, err := streamEvents(ctx, l, pcm[2*SampleRate:], SampleRate/10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The cancelled write's samples were taken: the events are those of the whole, but for the
+	// partials the first writes would have sent.
+	if g, w := got[len(got)-1], want[len(want)-1]; !reflect.DeepEqual(g, w) {
+		t.Errorf("after a cancelled write, final %+v, want %+v", g, w)
+	}
+
+	for _, bad := range []SessionConfig{{Chunk: -time.Second}, {LeftContext: time.Hour}, {Params: Params{BeamSize: 1, Translate: true}}} {
+		if _, err := e.NewLive(bad); err == nil {
+			t.Errorf("%+v: no error", bad)
+		}
+	}
+	if _, err := l.Write(ctx, []float32{float32(math.NaN())}); !errors.Is(err, ErrBadRequest) {
+		t.Errorf("a NaN sample: %v", err)
+	}
+
+	// One place in flight (MaxActive 1, MaxQueue 0): a transcription holds it.
+	l, err = e.NewLive(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.q.reserve(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Write(ctx, pcm); !errors.Is(err, ErrQueueFull) {
+		t.Errorf("a chunk beyond the queue: %v, want ErrQueueFull", err)
+	}
+	e.q.release()
+
+	e.Close()
+	if _, err := l.Commit(ctx); !errors.Is(err, ErrClosed) {
+		t.Errorf("a chunk after Close: %v, want ErrClosed", err)
 	}
 }
