@@ -60,6 +60,9 @@ func runServe(e *env, args []string) (err error) {
 	maxAudio := fs.Int64("max-audio-body", 25<<20, "largest audio upload in bytes")
 	maxAudioDur := fs.Duration("max-audio-duration", 2*time.Hour, "longest audio accepted for transcription")
 	maxStreams := fs.Int("max-streams", 16, "live transcription sessions (/v1/audio/stream) open at once")
+	streamChunk := fs.Duration("stream-chunk", asr.DefaultChunk, "audio a streaming recogniser's live session (Parakeet) encodes at a time (80 ms to 30 s)")
+	streamLeft := fs.Duration("stream-left-context", asr.DefaultLeftContext, "audio before each chunk a streaming recogniser encodes with it (0 to 60 s)")
+	streamRight := fs.Duration("stream-right-context", asr.DefaultRightContext, "audio after each chunk a streaming recogniser waits for and encodes with it (0 to 60 s)")
 	asrBeam := fs.Int("asr-beam", 1, "beam size of transcriptions (1: greedy)")
 	asrBestOf := fs.Int("asr-best-of", asr.DefaultParams().BestOf, "candidates sampled at temperatures above 0 (transcriptions' fallback)")
 	embeddings := fs.Bool("embeddings", false, "language models also serve /v1/embeddings (pooling as the file says, else the last token's); embedding models (GGUF of architecture bert) always do")
@@ -93,8 +96,17 @@ func runServe(e *env, args []string) (err error) {
 	if *asrParallel < 1 || *asrQueue < 0 || *maxAudio < 1 || *maxAudioDur <= 0 || *maxStreams < 1 || *asrEncode < 1 || *asrEncode > min(*asrParallel, 64) {
 		return usagef("--asr-parallel, --max-audio-body, --max-audio-duration and --max-streams must be positive; --asr-queue not negative; --asr-encode-batch 1..--asr-parallel (64 at most)")
 	}
+	if *streamChunk < 80*time.Millisecond || *streamChunk > 30*time.Second || *streamLeft < 0 || *streamLeft > time.Minute || *streamRight < 0 || *streamRight > time.Minute {
+		return usagef("--stream-chunk must be 80ms to 30s, --stream-left-context and --stream-right-context 0 to 60s")
+	}
 	if *grace < 0 || *bodyTimeout <= 0 {
 		return usagef("--shutdown-grace must not be negative, --body-timeout must be positive")
+	}
+	if *streamLeft == 0 {
+		*streamLeft = -1 // none (0 is asr's default)
+	}
+	if *streamRight == 0 {
+		*streamRight = -1
 	}
 	asrParams := asr.DefaultParams()
 	asrParams.BeamSize, asrParams.BestOf = *asrBeam, *asrBestOf
@@ -415,7 +427,8 @@ func runServe(e *env, args []string) (err error) {
 		logger.Info("model loaded", "model", sp.name, "path", sp.path, "arch", m.Arch, "ctx", n, "kv_slots", c.Pool().Slots(), "parallel", sp.opt.parallel, "prefix_cache", sp.opt.prefix, "chat_template", templateSource(sp.opt.chatTemplate, llm.ChatTemplate()), "embeddings", *embeddings, "took", time.Since(t0).Round(time.Millisecond))
 	}
 	srv, err := server.New(server.Config{APIKey: *apiKey, AllowedOrigins: origins, CheckHost: checkHost, AllowedHosts: hosts, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout, RequestTimeout: *timeout, Logger: logger, Steps: steps,
-		SpeechModels: speechModels, TTSModels: ttsModels, MaxAudioBytes: *maxAudio, MaxAudioDuration: *maxAudioDur, Stream: server.StreamConfig{MaxSessions: *maxStreams}}, served)
+		SpeechModels: speechModels, TTSModels: ttsModels, MaxAudioBytes: *maxAudio, MaxAudioDuration: *maxAudioDur, Stream: server.StreamConfig{MaxSessions: *maxStreams,
+			Session: asr.SessionConfig{Chunk: *streamChunk, LeftContext: *streamLeft, RightContext: *streamRight}}}, served)
 	if err != nil {
 		hs.Close()
 		return err

@@ -231,7 +231,11 @@ func (s *Server) audioStream(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.streams.Add(-1)
 	lv := &live{s: s, m: m, ri: ri, wake: make(chan struct{}, 1)}
-	sess, err := asr.NewLive(&meteredRecognizer{lv: lv}, cfg)
+	var tr asr.Transcriber = &meteredRecognizer{lv: lv}
+	if _, ok := m.Recognizer.(asr.Streamer); ok {
+		tr = &meteredStreamer{meteredRecognizer{lv: lv}}
+	}
+	sess, err := asr.NewLive(tr, cfg)
 	if err != nil {
 		writeError(w, invalid("", "Invalid session parameters: "+err.Error()))
 		return
@@ -265,6 +269,16 @@ func (t *meteredRecognizer) Transcribe(ctx context.Context, pcm []float32, p asr
 	res, err := t.lv.m.Recognizer.Transcribe(ctx, pcm, p, f)
 	t.lv.s.metrics.asrTime.WithLabelValues(t.lv.m.Name, "stream").Observe(time.Since(t0).Seconds())
 	return res, err
+}
+
+// meteredStreamer is the meteredRecognizer of a recogniser that is an asr.Streamer: the session
+// is the recogniser's own, each chunk it decodes timed into the metrics.
+type meteredStreamer struct{ meteredRecognizer }
+
+func (t *meteredStreamer) NewLive(cfg asr.SessionConfig) (asr.Live, error) {
+	h := t.lv.s.metrics.asrTime.WithLabelValues(t.lv.m.Name, "stream")
+	cfg.OnChunk = func(d time.Duration) { h.Observe(d.Seconds()) }
+	return t.lv.m.Recognizer.(asr.Streamer).NewLive(cfg)
 }
 
 func (lv *live) send(ctx context.Context, v any) error {

@@ -86,8 +86,8 @@ func (e *Parakeet) NewLive(cfg SessionConfig) (Live, error) {
 		return nil, err
 	}
 	switch {
-	case cfg.Chunk < 0 || cfg.LeftContext < 0 || cfg.RightContext < 0:
-		return nil, errors.New("asr: negative chunk or context")
+	case cfg.Chunk < 0:
+		return nil, errors.New("asr: negative chunk")
 	case cfg.Chunk > maxChunk || cfg.LeftContext > maxContext || cfg.RightContext > maxContext:
 		return nil, fmt.Errorf("asr: a chunk of %v with %v of left and %v of right context (at most %v, %v and %v)",
 			cfg.Chunk, cfg.LeftContext, cfg.RightContext, maxChunk, maxContext, maxContext)
@@ -110,7 +110,7 @@ func (e *Parakeet) NewLive(cfg SessionConfig) (Live, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	frames := func(d time.Duration) int { return (samples(d) + frameSamplesEnc/2) / frameSamplesEnc }
+	frames := func(d time.Duration) int { return max(0, samples(d)+frameSamplesEnc/2) / frameSamplesEnc }
 	s := &pstream{e: e, cfg: cfg, chunk: max(1, frames(cfg.Chunk)) * frameSamplesEnc,
 		left: frames(cfg.LeftContext) * frameSamplesEnc, right: frames(cfg.RightContext) * frameSamplesEnc,
 		silence: max(1, frames(cfg.Silence)), dstate: make([]float32, e.dec.StateSize())}
