@@ -19,7 +19,14 @@ import (
 // backend under test, closed when t ends.
 func openParakeetSmall(t testing.TB, cfg Config) *Parakeet {
 	t.Helper()
-	f, err := parakeet.Open(sharedtest.ParakeetRandomModel(t, "small", false))
+	return openParakeetShape(t, "small", cfg)
+}
+
+// openParakeetShape is openParakeetSmall for the random-weight model of shape
+// (sharedtest.ParakeetRandomModel).
+func openParakeetShape(t testing.TB, shape string, cfg Config) *Parakeet {
+	t.Helper()
+	f, err := parakeet.Open(sharedtest.ParakeetRandomModel(t, shape, false))
 	if err != nil {
 		t.Fatal(err)
 	}
