@@ -216,42 +216,15 @@ func (s *pstream) trim() {
 // next-left to end+right (as much of it as there is) and decodes the frames of [next, end); the
 // last chunk of an epoch (Commit) keeps every frame of its window from next on.
 func (s *pstream) decodeChunk(ctx context.Context, end int, last bool) error {
-	e := s.e
-	w0 := max(s.next-s.left, s.audio0)
-	w1 := min(end+s.right, s.total())
-	if last {
-		w1 = s.total()
-	}
-	win := s.audio[w0-s.audio0 : w1-s.audio0]
-	if len(win) < parakeet.MinSamples {
-		s.next = end // too short for the front end: no frames
-		return nil
-	}
-	mel, err := e.m.FrontEnd.LogMel(s.mel, win)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrBadRequest, err)
-	}
-	s.mel = mel
-	melRows := len(mel) / e.m.HParams.NMels
-	frames := parakeet.EncoderFrames(melRows)
-	f0 := s.next / frameSamplesEnc
-	f1 := end / frameSamplesEnc
-	if last {
-		f1 = w0/frameSamplesEnc + frames
-	}
-	if f1 <= f0 {
-		s.next = end
-		return nil
-	}
-	j := &pjob{p: s.cfg.Params, stream: s, slot: -1, mel: mel, melRows: melRows, frames: frames,
-		skip: f0 - w0/frameSamplesEnc, frame0: f0, end: f1,
-		state: s.state, started: s.started, pending: s.pending, tok: s.tok, toks: s.toks}
-	j.start(ctx)
-	t0 := s.cfg.Now()
-	if err := e.q.enqueue(j); err != nil {
+	j, err := s.chunkJob(ctx, end, last)
+	if err != nil || j == nil {
 		return err
 	}
-	if err := e.q.wait(ctx, j); err != nil {
+	t0 := s.cfg.Now()
+	if err := s.e.q.enqueue(j); err != nil {
+		return err
+	}
+	if err := s.e.q.wait(ctx, j); err != nil {
 		return err
 	}
 	if s.cfg.OnChunk != nil {
@@ -264,6 +237,43 @@ func (s *pstream) decodeChunk(ctx context.Context, end int, last bool) error {
 	s.toks = j.toks
 	s.next = end
 	return nil
+}
+
+// chunkJob makes the job of decodeChunk's chunk: its window's log-mel and the decoder's state;
+// nil (and next moved on) when the window has no frame of the chunk.
+func (s *pstream) chunkJob(ctx context.Context, end int, last bool) (*pjob, error) {
+	e := s.e
+	w0 := max(s.next-s.left, s.audio0)
+	w1 := min(end+s.right, s.total())
+	if last {
+		w1 = s.total()
+	}
+	win := s.audio[w0-s.audio0 : w1-s.audio0]
+	if len(win) < parakeet.MinSamples {
+		s.next = end // too short for the front end: no frames
+		return nil, nil
+	}
+	mel, err := e.m.FrontEnd.LogMel(s.mel, win)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	s.mel = mel
+	melRows := len(mel) / e.m.HParams.NMels
+	frames := parakeet.EncoderFrames(melRows)
+	f0 := s.next / frameSamplesEnc
+	f1 := end / frameSamplesEnc
+	if last {
+		f1 = w0/frameSamplesEnc + frames
+	}
+	if f1 <= f0 {
+		s.next = end
+		return nil, nil
+	}
+	j := &pjob{p: s.cfg.Params, stream: s, slot: -1, mel: mel, melRows: melRows, frames: frames,
+		skip: f0 - w0/frameSamplesEnc, frame0: f0, end: f1,
+		state: s.state, started: s.started, pending: s.pending, tok: s.tok, toks: s.toks}
+	j.start(ctx)
+	return j, nil
 }
 
 // endpoint ends the utterance when the frames decoded since its last token reach the silence.

@@ -451,3 +451,50 @@ func TestParakeetStreamErrors(t *testing.T) {
 		t.Errorf("a chunk after Close: %v, want ErrClosed", err)
 	}
 }
+
+// TestParakeetChunkStepAllocs: once the chunks of two streams are encoded, a step of their
+// decoding (a batched prediction-network call, joint rows frame after frame, the TDT rule)
+// allocates nothing.
+func TestParakeetChunkStepAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts differ under the race detector")
+	}
+	noLoop = true
+	e := openParakeetSmall(t, Config{MaxActive: 2})
+	noLoop = false
+	pcm := testWAV(t, "jfk")
+	var jobs []*pjob
+	for range 2 {
+		l, err := e.NewLive(SessionConfig{Chunk: maxChunk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := l.(*pstream)
+		s.audio = append(s.audio, pcm...)
+		s.toks = make([]parakeet.Token, 0, 256)
+		j, err := s.chunkJob(context.Background(), len(pcm), true)
+		if err != nil || j == nil {
+			t.Fatal(j, err)
+		}
+		if err := e.q.enqueue(j); err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, j)
+	}
+	for range 3 { // admit and encode both, take the first steps
+		e.q.loop.Step()
+	}
+	for _, j := range jobs {
+		if j.ph != ppDecode || j.err != nil || j.end-j.frame0 < 100 {
+			t.Fatalf("chunk in phase %d, error %v, frames %d..%d", j.ph, j.err, j.frame0, j.end)
+		}
+	}
+	if a := testing.AllocsPerRun(5, func() { e.q.loop.Step() }); a != 0 {
+		t.Errorf("%v allocations per step, want 0", a)
+	}
+	for _, j := range jobs {
+		if j.ph != ppDecode || len(j.toks) < 5 {
+			t.Fatalf("the steps measured were not all decoding: phase %d, %d tokens", j.ph, len(j.toks))
+		}
+	}
+}
