@@ -18,9 +18,9 @@ import (
 // end: the batched encoder call and decoding steps its streams share) at the median and the
 // 99th percentile, counting the chunks that have their whole left context, and the audio
 // decoded per second of wall time by all streams together (x-realtime). The model is the small
-// random-weight one; $PARLEY_BENCH_PARAKEET=0.6b-v2 takes that shape (see
-// sharedtest.ParakeetRandomModel for where it is found), $PARLEY_BENCH_LEFT (a duration) another
-// left context.
+// random-weight one on the first backend under test; $PARLEY_BENCH_PARAKEET=0.6b-v2 takes that
+// shape on the last (see sharedtest.ParakeetRandomModel for where it is found), and
+// $PARLEY_BENCH_LEFT (a duration) another left context.
 func BenchmarkParakeetStreams(b *testing.B) {
 	shape := "small"
 	if s := os.Getenv("PARLEY_BENCH_PARAKEET"); s != "" {

@@ -23,14 +23,20 @@ func openParakeetSmall(t testing.TB, cfg Config) *Parakeet {
 }
 
 // openParakeetShape is openParakeetSmall for the random-weight model of shape
-// (sharedtest.ParakeetRandomModel).
+// (sharedtest.ParakeetRandomModel), on the last backend under test (the fastest) for the large
+// shapes.
 func openParakeetShape(t testing.TB, shape string, cfg Config) *Parakeet {
 	t.Helper()
 	f, err := parakeet.Open(sharedtest.ParakeetRandomModel(t, shape, false))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := parakeet.Load(f, sharedtest.Backends(t, 2)[0])
+	bs := sharedtest.Backends(t, 2)
+	be := bs[0]
+	if shape != "small" {
+		be = bs[len(bs)-1] // the fastest
+	}
+	m, err := parakeet.Load(f, be)
 	if err != nil {
 		f.Close()
 		t.Fatal(err)
