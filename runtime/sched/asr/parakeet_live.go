@@ -19,7 +19,7 @@ const frameSamplesEnc = parakeet.Subsampling * parakeet.HopLength
 // The chunking of Parakeet's live streams unless SessionConfig says otherwise.
 const (
 	DefaultChunk        = 1600 * time.Millisecond
-	DefaultLeftContext  = 4 * time.Second
+	DefaultLeftContext  = 2 * time.Second
 	DefaultRightContext = 480 * time.Millisecond
 	maxChunk            = 30 * time.Second
 	maxContext          = 60 * time.Second

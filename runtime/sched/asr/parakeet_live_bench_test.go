@@ -14,7 +14,7 @@ import (
 
 // BenchmarkParakeetStreams streams reference/asr-transducer/audio/concat-40s.wav through 1, 4
 // and 8 live streams at once, each as fast as its chunks decode (default chunking: 1.6 s chunks,
-// 4 s of left and 480 ms of right context), and reports the time of a chunk (submission to
+// 2 s of left and 480 ms of right context), and reports the time of a chunk (submission to
 // end: the batched encoder call and decoding steps its streams share) at the median and the
 // 99th percentile, counting the chunks that have their whole left context, and the audio
 // decoded per second of wall time by all streams together (x-realtime). The model is the small
@@ -60,7 +60,7 @@ func BenchmarkParakeetStreams(b *testing.B) {
 						seen := 0
 						var own []time.Duration
 						c.OnChunk = func(d time.Duration) {
-							if seen++; seen > 3 { // 4 s of left context before the 4th chunk of 1.6 s
+							if seen++; seen > 3 { // whole left context (up to 4.8 s) from the 4th chunk of 1.6 s on
 								own = append(own, d)
 							}
 						}
