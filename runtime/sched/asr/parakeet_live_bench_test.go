@@ -17,10 +17,10 @@ import (
 // 2 s of left and 480 ms of right context), and reports the time of a chunk (submission to
 // end: the batched encoder call and decoding steps its streams share) at the median and the
 // 99th percentile, counting the chunks that have their whole left context, and the audio
-// decoded per second of wall time by all streams together (x-realtime). The model is the small
-// random-weight one on the first backend under test; $PARLEY_BENCH_PARAKEET=0.6b-v2 takes that
-// shape on the last (see sharedtest.ParakeetRandomModel for where it is found), and
-// $PARLEY_BENCH_LEFT (a duration) another left context.
+// decoded per second of wall time by all streams together (x-realtime), on the fastest backend
+// under test. The model is the small random-weight one; $PARLEY_BENCH_PARAKEET=0.6b-v2 takes
+// that shape (see sharedtest.ParakeetRandomModel for where it is found), and $PARLEY_BENCH_LEFT
+// (a duration) another left context.
 func BenchmarkParakeetStreams(b *testing.B) {
 	shape := "small"
 	if s := os.Getenv("PARLEY_BENCH_PARAKEET"); s != "" {
@@ -42,7 +42,7 @@ func BenchmarkParakeetStreams(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := openParakeetShape(b, shape, Config{MaxActive: 8})
+	e := openParakeetShape(b, shape, true, Config{MaxActive: 8})
 	for _, n := range []int{1, 4, 8} {
 		b.Run("streams="+itoa(n), func(b *testing.B) {
 			var mu sync.Mutex

@@ -19,13 +19,12 @@ import (
 // backend under test, closed when t ends.
 func openParakeetSmall(t testing.TB, cfg Config) *Parakeet {
 	t.Helper()
-	return openParakeetShape(t, "small", cfg)
+	return openParakeetShape(t, "small", false, cfg)
 }
 
 // openParakeetShape is openParakeetSmall for the random-weight model of shape
-// (sharedtest.ParakeetRandomModel), on the last backend under test (the fastest) for the large
-// shapes.
-func openParakeetShape(t testing.TB, shape string, cfg Config) *Parakeet {
+// (sharedtest.ParakeetRandomModel), on the last backend under test (the fastest) if fastest.
+func openParakeetShape(t testing.TB, shape string, fastest bool, cfg Config) *Parakeet {
 	t.Helper()
 	f, err := parakeet.Open(sharedtest.ParakeetRandomModel(t, shape, false))
 	if err != nil {
@@ -33,8 +32,8 @@ func openParakeetShape(t testing.TB, shape string, cfg Config) *Parakeet {
 	}
 	bs := sharedtest.Backends(t, 2)
 	be := bs[0]
-	if shape != "small" {
-		be = bs[len(bs)-1] // the fastest
+	if fastest {
+		be = bs[len(bs)-1]
 	}
 	m, err := parakeet.Load(f, be)
 	if err != nil {
