@@ -162,9 +162,11 @@ func offlineTokens(t testing.TB, e *Parakeet, pcm []float32) []Token {
 
 // TestParakeetStreamWholeContext: a stream whose left context covers all it has heard and whose
 // right context covers the rest (every chunk decoded at Commit from the whole recording's
-// encoding) decodes the offline transcription's tokens exactly (ids, times, probabilities),
-// although its decoder stops at every chunk's end and goes on from its saved state; in writes
-// of 100 ms and in one write. With the default context the encoding differs, and the tokens with
+// encoding) decodes the offline transcription's tokens exactly (ids and times; probabilities
+// within 1e-6, log-probabilities within 1e-5: the native backend's matrix products round the
+// projection of a chunk's frames and of a whole clip's differently in the last bits), although
+// its decoder stops at every chunk's end and goes on from its saved state; in writes of 100 ms
+// and in one write. With the default context the encoding differs, and the tokens with
 // it; their edit distance to the offline ones is logged.
 func TestParakeetStreamWholeContext(t *testing.T) {
 	e := openParakeetSmall(t, Config{MaxActive: 2})
@@ -186,7 +188,8 @@ func TestParakeetStreamWholeContext(t *testing.T) {
 			}
 			for i, w := range want {
 				g := got[i]
-				if g.ID != w.ID || float64(g.T0)/100 != w.T0 || float64(g.T1)/100 != w.T1 || g.P != w.P || g.PLog != w.PLog {
+				if g.ID != w.ID || float64(g.T0)/100 != w.T0 || float64(g.T1)/100 != w.T1 ||
+					math.Abs(float64(g.P-w.P)) > 1e-6 || math.Abs(float64(g.PLog-w.PLog)) > 1e-5 {
 					t.Fatalf("%s (writes of %d): token %d is %+v, offline %+v", clip, step, i, g, w)
 				}
 			}
@@ -204,19 +207,20 @@ func TestParakeetStreamWholeContext(t *testing.T) {
 }
 
 // TestParakeetChunkedEncoding measures what finite context changes: the relative RMS
-// difference between the encoder frames of a recording encoded whole and encoded by chunks
-// (1.6 s, 480 ms of right context) as the stream encodes them. With 4 s of left context it is
-// about 0.21 on jfk (the per-window feature normalisation and the missing context; random
-// weights amplify both); with 1 s, about 0.6. Misplaced frames would give more than 1.
+// difference between the encoder frames of a recording encoded whole and encoded by chunks as
+// the stream encodes them with the default chunking (1.6 s chunks, 2 s of left and 480 ms of
+// right context). It is about 0.24 on jfk (the per-window feature normalisation and the missing
+// context; random weights amplify both); with 1 s of left context, about 0.6. Misplaced frames
+// would give more than 1.
 func TestParakeetChunkedEncoding(t *testing.T) {
 	e := openParakeetSmall(t, Config{MaxActive: 1})
 	pcm := testWAV(t, "jfk")
-	chunk, right := 20*frameSamplesEnc, 6*frameSamplesEnc
+	chunk, right := samples(DefaultChunk), samples(DefaultRightContext)
 	short := chunkedError(t, e.m, pcm, chunk, SampleRate, right)
-	def := chunkedError(t, e.m, pcm, chunk, 4*SampleRate, right)
-	t.Logf("relative RMS error of the encoder frames: left 1 s %.3f, 4 s %.3f", short, def)
+	def := chunkedError(t, e.m, pcm, chunk, samples(DefaultLeftContext), right)
+	t.Logf("relative RMS error of the encoder frames: left 1 s %.3f, default %.3f", short, def)
 	if def > 0.3 || short < 2*def {
-		t.Errorf("relative RMS error of the encoder frames with 4 s of left context %.3f (want at most 0.3), with 1 s %.3f (want over twice that)", def, short)
+		t.Errorf("relative RMS error of the encoder frames with the default context %.3f (want at most 0.3), with 1 s of left context %.3f (want over twice that)", def, short)
 	}
 }
 
