@@ -25,6 +25,11 @@ import (
 // reaches the end of its clip. The clip is encoded in one pass, as whisper.cpp's parakeet_full
 // encodes it (local attention above parakeet.LocalAttentionFrames frames).
 //
+// A live stream's chunk (NewLive) is a job of the same loop: the chunks of every stream waiting
+// are encoded in the same call as the clips (EncodeBatch bounds the clips alone), only each
+// chunk's own frames are projected and decoded, and its stream's prediction-network state is
+// loaded into a slot when it is admitted and saved when it ends.
+//
 // Beam search, temperatures and prompts are not used: the transducer decodes greedily, as
 // whisper.cpp's parakeet-cli does. Times come from the encoder frames of the tokens.
 type Parakeet struct {
