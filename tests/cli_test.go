@@ -330,6 +330,8 @@ func TestBadInput(t *testing.T) {
 		{"bad kv type", []string{"bench", "-m", model, "--kv-type", "q4_0"}, 2, "kv-type"},
 		{"bad parallel", []string{"bench", "-m", model, "--parallel", "4,0"}, 2, "parallel"},
 		{"encoder batch over asr-parallel", []string{"serve", "-m", model, "--asr-parallel", "2", "--asr-encode-batch", "3"}, 2, "asr-encode-batch"},
+		{"stream chunk over 30 s", []string{"serve", "-m", model, "--stream-chunk", "31s"}, 2, "stream-chunk"},
+		{"negative left context", []string{"serve", "-m", model, "--stream-left-context", "-1s"}, 2, "stream-left-context"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			res := parley(t, "", c.args...)
