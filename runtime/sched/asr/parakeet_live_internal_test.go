@@ -240,8 +240,9 @@ func streamEvents(ctx context.Context, l Live, pcm []float32, step int) ([]Event
 }
 
 // TestParakeetStreamsTogether: streams decoded together (their chunks encoded in one call and
-// decoded in the same steps, with offline transcriptions beside them) report exactly the events
-// each reports alone.
+// decoded in the same steps, with an offline transcription beside them) report exactly the
+// events each reports alone (text and times), and the transcription gives the tokens it gives
+// alone.
 func TestParakeetStreamsTogether(t *testing.T) {
 	var maxSeqs atomic.Int64
 	e := openParakeetSmall(t, Config{MaxActive: 4, MaxQueue: 4, EncodeBatch: 1, OnStep: func(_ time.Duration, seqs, _ int) {
@@ -308,7 +309,14 @@ func TestParakeetStreamsTogether(t *testing.T) {
 			t.Errorf("%s: together %+v\nalone %+v", clips[i], together[i], alone[i])
 		}
 	}
-	if !reflect.DeepEqual(offline, want) {
+	// The native backend multiplies four rows or more by another kernel than fewer, which rounds
+	// differently: probabilities within 1e-6.
+	same := len(offline) == len(want)
+	for i := 0; same && i < len(want); i++ {
+		g, w := offline[i], want[i]
+		same = g.ID == w.ID && g.T0 == w.T0 && g.T1 == w.T1 && math.Abs(float64(g.P-w.P)) <= 1e-6 && math.Abs(float64(g.PLog-w.PLog)) <= 1e-5
+	}
+	if !same {
 		t.Errorf("the transcription beside the streams gave %+v, alone %+v", offline, want)
 	}
 	if maxSeqs.Load() < 2 {
