@@ -216,6 +216,9 @@ func (s *pstream) trim() {
 // next-left to end+right (as much of it as there is) and decodes the frames of [next, end); the
 // last chunk of an epoch (Commit) keeps every frame of its window from next on.
 func (s *pstream) decodeChunk(ctx context.Context, end int, last bool) error {
+	if err := ctx.Err(); err != nil {
+		return err // a job queued now would hold a place until the loop discards it
+	}
 	j, err := s.chunkJob(ctx, end, last)
 	if err != nil || j == nil {
 		return err
