@@ -331,6 +331,8 @@ func TestBadInput(t *testing.T) {
 		{"bad parallel", []string{"bench", "-m", model, "--parallel", "4,0"}, 2, "parallel"},
 		{"encoder batch over asr-parallel", []string{"serve", "-m", model, "--asr-parallel", "2", "--asr-encode-batch", "3"}, 2, "asr-encode-batch"},
 		{"zero tts-parallel", []string{"serve", "-m", model, "--tts-parallel", "0"}, 2, "tts-parallel"},
+		{"stream chunk over 30 s", []string{"serve", "-m", model, "--stream-chunk", "31s"}, 2, "stream-chunk"},
+		{"negative left context", []string{"serve", "-m", model, "--stream-left-context", "-1s"}, 2, "stream-left-context"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			res := parley(t, "", c.args...)

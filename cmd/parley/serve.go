@@ -65,6 +65,9 @@ func runServe(e *env, args []string) (err error) {
 	maxSpeechStreams := fs.Int("max-speech-streams", 16, "live synthesis sessions (/v1/audio/speech/stream) open at once")
 	maxVoices := fs.Int("max-voices", 32, "voices uploaded to /v1/audio/voices kept per speech synthesis model (the least recently used are dropped beyond)")
 	maxVoiceDur := fs.Duration("max-voice-duration", 30*time.Second, "longest voice prompt uploaded to /v1/audio/voices")
+	streamChunk := fs.Duration("stream-chunk", asr.DefaultChunk, "audio a streaming recogniser's live session (Parakeet) encodes at a time (80 ms to 30 s)")
+	streamLeft := fs.Duration("stream-left-context", asr.DefaultLeftContext, "audio before each chunk a streaming recogniser encodes with it (0 to 60 s)")
+	streamRight := fs.Duration("stream-right-context", asr.DefaultRightContext, "audio after each chunk a streaming recogniser waits for and encodes with it (0 to 60 s)")
 	asrBeam := fs.Int("asr-beam", 1, "beam size of transcriptions (1: greedy)")
 	asrBestOf := fs.Int("asr-best-of", asr.DefaultParams().BestOf, "candidates sampled at temperatures above 0 (transcriptions' fallback)")
 	embeddings := fs.Bool("embeddings", false, "language models also serve /v1/embeddings (pooling as the file says, else the last token's); embedding models (GGUF of architecture bert) always do")
@@ -110,8 +113,17 @@ func runServe(e *env, args []string) (err error) {
 	if *ttsParallel < 1 || *ttsParallel > 64 || *ttsQueue < 1 {
 		return usagef("--tts-parallel must be 1 to 64, --tts-queue positive")
 	}
+	if *streamChunk < 80*time.Millisecond || *streamChunk > 30*time.Second || *streamLeft < 0 || *streamLeft > time.Minute || *streamRight < 0 || *streamRight > time.Minute {
+		return usagef("--stream-chunk must be 80ms to 30s, --stream-left-context and --stream-right-context 0 to 60s")
+	}
 	if *grace < 0 || *bodyTimeout <= 0 {
 		return usagef("--shutdown-grace must not be negative, --body-timeout must be positive")
+	}
+	if *streamLeft == 0 {
+		*streamLeft = -1 // none (0 is asr's default)
+	}
+	if *streamRight == 0 {
+		*streamRight = -1
 	}
 	asrParams := asr.DefaultParams()
 	asrParams.BeamSize, asrParams.BestOf = *asrBeam, *asrBestOf
@@ -359,7 +371,8 @@ func runServe(e *env, args []string) (err error) {
 		logger.Info("on-demand models", "count", len(onDemand), "budget_mib", budget>>20, "keep_alive", time.Duration(keepAlive), "load_timeout", *loadTimeout)
 	}
 	srv, err := server.New(server.Config{OnDemand: onDemand, MaxMemory: budget, LoadTimeout: *loadTimeout, APIKey: *apiKey, AllowedOrigins: origins, CheckHost: checkHost, AllowedHosts: hosts, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout, RequestTimeout: *timeout, Logger: logger, Steps: steps,
-		SpeechModels: speechModels, TTSModels: ttsModels, MaxAudioBytes: *maxAudio, MaxAudioDuration: *maxAudioDur, Stream: server.StreamConfig{MaxSessions: *maxStreams},
+		SpeechModels: speechModels, TTSModels: ttsModels, MaxAudioBytes: *maxAudio, MaxAudioDuration: *maxAudioDur, Stream: server.StreamConfig{MaxSessions: *maxStreams,
+			Session: asr.SessionConfig{Chunk: *streamChunk, LeftContext: *streamLeft, RightContext: *streamRight}},
 		Voices: server.VoiceConfig{MaxVoices: *maxVoices, MaxDuration: *maxVoiceDur}, SpeechStream: server.SpeechStreamConfig{MaxSessions: *maxSpeechStreams}}, served)
 	if err != nil {
 		hs.Close()

@@ -47,7 +47,7 @@ func (s *Server) audioStream(w http.ResponseWriter, r *http.Request) {
 	cfg := s.liveConfig(m, lang, q.Get("prompt"))
 	lv := s.newLive(r, m)
 	lv.proto = &streamProtocol{lv: lv}
-	s.serveLive(w, r, lv, func() (asr.Live, error) { return asr.NewLive(&meteredRecognizer{lv: lv}, cfg) })
+	s.serveLive(w, r, lv, func() (asr.Live, error) { return asr.NewLive(lv.transcriber(m), cfg) })
 }
 
 // liveConfig is the configuration of a live stream of m.

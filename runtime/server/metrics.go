@@ -56,7 +56,7 @@ func newMetrics(models []*served, speech []*speechServed) *metrics {
 			Name: "parley_audio_seconds_total", Help: "Seconds of audio transcribed, by model and kind (transcription, translation, stream).",
 		}, []string{"model", "kind"}),
 		asrTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "parley_transcription_duration_seconds", Help: "Time one transcription took in the engine (queueing included); for streams, one pass over the live buffer.",
+			Name: "parley_transcription_duration_seconds", Help: "Time one transcription took in the engine (queueing included); for streams, one pass over the live buffer, or one chunk of a streaming recogniser.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
 		}, []string{"model", "kind"}),
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{

@@ -64,7 +64,7 @@ func (p *realtimeProtocol) config(set rtSettings) asr.SessionConfig {
 
 // open makes a stream with set; set.m is not nil.
 func (p *realtimeProtocol) open(set rtSettings) (asr.Live, error) {
-	l, err := asr.NewLive(&meteredRecognizer{lv: p.lv}, p.config(set))
+	l, err := asr.NewLive(p.lv.transcriber(set.m), p.config(set))
 	if err != nil {
 		return nil, err
 	}

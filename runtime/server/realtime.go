@@ -280,14 +280,37 @@ func (lv *live) modelName() string {
 	return lv.m.Name
 }
 
-// meteredRecognizer is the session's transcriber: the model's recogniser, timed into the metrics.
-type meteredRecognizer struct{ lv *live }
+// transcriber is the transcriber of a session of m: its recogniser timed into the metrics, and
+// opening the recogniser's own sessions where it is an asr.Streamer.
+func (lv *live) transcriber(m *speechServed) asr.Transcriber {
+	t := meteredRecognizer{s: lv.s, m: m}
+	if _, ok := m.Recognizer.(asr.Streamer); ok {
+		return &meteredStreamer{t}
+	}
+	return &t
+}
+
+// meteredRecognizer is a session's transcriber: the model's recogniser, timed into the metrics.
+type meteredRecognizer struct {
+	s *Server
+	m *speechServed
+}
 
 func (t *meteredRecognizer) Transcribe(ctx context.Context, pcm []float32, p asr.Params, f func(asr.Segment)) (*asr.Result, error) {
 	t0 := time.Now()
-	res, err := t.lv.m.Recognizer.Transcribe(ctx, pcm, p, f)
-	t.lv.s.metrics.asrTime.WithLabelValues(t.lv.m.Name, "stream").Observe(time.Since(t0).Seconds())
+	res, err := t.m.Recognizer.Transcribe(ctx, pcm, p, f)
+	t.s.metrics.asrTime.WithLabelValues(t.m.Name, "stream").Observe(time.Since(t0).Seconds())
 	return res, err
+}
+
+// meteredStreamer is the meteredRecognizer of a recogniser that is an asr.Streamer: the session
+// is the recogniser's own, each chunk it decodes timed into the metrics.
+type meteredStreamer struct{ meteredRecognizer }
+
+func (t *meteredStreamer) NewLive(cfg asr.SessionConfig) (asr.Live, error) {
+	h := t.s.metrics.asrTime.WithLabelValues(t.m.Name, "stream")
+	cfg.OnChunk = func(d time.Duration) { h.Observe(d.Seconds()) }
+	return t.m.Recognizer.(asr.Streamer).NewLive(cfg)
 }
 
 func (lv *live) send(ctx context.Context, v any) error {

@@ -341,3 +341,34 @@ func (d *Decoder) PredictionOutput(slot int32, dst []float32) error {
 	}
 	return d.m.be.Read(d.pred[d.cur], int(slot), dst)
 }
+
+// StateSize is the length of a slot's state as SaveState writes it: each LSTM layer's h and c,
+// then the joint's prediction input, P values each.
+func (d *Decoder) StateSize() int { return len(d.all[d.cur]) * d.p }
+
+// SaveState copies the state held in slot into dst (StateSize values), so that a stream can give
+// its slot up between calls and continue later from LoadState.
+func (d *Decoder) SaveState(slot int32, dst []float32) error {
+	if slot < 0 || slot >= int32(d.slots) || len(dst) != d.StateSize() {
+		return fmt.Errorf("parakeet: save state: slot %d of %d into %d values (want %d)", slot, d.slots, len(dst), d.StateSize())
+	}
+	for i, t := range d.all[d.cur] {
+		if err := d.m.be.Read(t, int(slot), dst[i*d.p:(i+1)*d.p]); err != nil {
+			return fmt.Errorf("parakeet: save state: %w", err)
+		}
+	}
+	return nil
+}
+
+// LoadState makes slot hold the state src (StateSize values, as SaveState wrote them).
+func (d *Decoder) LoadState(slot int32, src []float32) error {
+	if slot < 0 || slot >= int32(d.slots) || len(src) != d.StateSize() {
+		return fmt.Errorf("parakeet: load state: slot %d of %d from %d values (want %d)", slot, d.slots, len(src), d.StateSize())
+	}
+	for i, t := range d.all[d.cur] {
+		if err := d.m.be.Write(t, int(slot), src[i*d.p:(i+1)*d.p]); err != nil {
+			return fmt.Errorf("parakeet: load state: %w", err)
+		}
+	}
+	return nil
+}

@@ -247,3 +247,86 @@ func checkClip(t *testing.T, f *parakeet.File, net *hostNet, rule decode.TDT, ta
 		t.Errorf("%s: over the 1e-4 tolerance", clip)
 	}
 }
+
+// TestDecoderState: SaveState gives a slot's state in the layout it documents (each LSTM
+// layer's h and c, then the prediction output), equal within 1e-4 to the host network's after
+// the same tokens; LoadState into another decoder's slot goes on exactly as the first decoder
+// does; bad slots and lengths are errors.
+func TestDecoderState(t *testing.T) {
+	f, err := parakeet.Open(sharedtest.ParakeetRandomModel(t, "small", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	net := newHostNet(t, f)
+	blank := f.Vocab.Blank()
+	for _, be := range sharedtest.Backends(t, 2) {
+		t.Run(be.Name(), func(t *testing.T) {
+			m, err := parakeet.Load(f, be)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			a, err := m.NewDecoder(3, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			b, err := m.NewDecoder(2, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			st := net.newState()
+			from := int32(-1)
+			for _, tok := range []int32{blank, 5, 17} {
+				if err := a.Predict([]int32{tok}, []int32{from}, []int32{1}); err != nil {
+					t.Fatal(err)
+				}
+				net.predict(st, tok)
+				from = 1
+			}
+			var want []float32
+			for l := range st.h {
+				want = append(append(want, st.h[l]...), st.c[l]...)
+			}
+			want = append(want, st.pred...)
+			saved := make([]float32, a.StateSize())
+			if len(saved) != len(want) {
+				t.Fatalf("state of %d values, want %d", len(saved), len(want))
+			}
+			if err := a.SaveState(1, saved); err != nil {
+				t.Fatal(err)
+			}
+			for i := range want {
+				if math.Abs(float64(saved[i]-want[i])) > 1e-4 {
+					t.Fatalf("state value %d: %v, host %v", i, saved[i], want[i])
+				}
+			}
+			if err := b.LoadState(0, saved); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Predict([]int32{9}, []int32{1}, []int32{1}); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Predict([]int32{9}, []int32{0}, []int32{0}); err != nil {
+				t.Fatal(err)
+			}
+			ga, gb := make([]float32, a.StateSize()), make([]float32, b.StateSize())
+			if err := a.SaveState(1, ga); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.SaveState(0, gb); err != nil {
+				t.Fatal(err)
+			}
+			for i := range ga {
+				if ga[i] != gb[i] {
+					t.Fatalf("after a loaded state, value %d: %v, the original decoder's %v", i, gb[i], ga[i])
+				}
+			}
+			if a.SaveState(3, ga) == nil || a.SaveState(0, ga[1:]) == nil || b.LoadState(-1, gb) == nil || b.LoadState(0, nil) == nil {
+				t.Error("a bad slot or length is no error")
+			}
+		})
+	}
+}

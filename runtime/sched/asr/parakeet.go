@@ -25,6 +25,11 @@ import (
 // reaches the end of its clip. The clip is encoded in one pass, as whisper.cpp's parakeet_full
 // encodes it (local attention above parakeet.LocalAttentionFrames frames).
 //
+// A live stream's chunk (NewLive) is a job of the same loop: the chunks of every stream waiting
+// are encoded in the same call as the clips (EncodeBatch bounds the clips alone), only each
+// chunk's own frames are projected and decoded, and its stream's prediction-network state is
+// loaded into a slot when it is admitted and saved when it ends.
+//
 // Beam search, temperatures and prompts are not used: the transducer decodes greedily, as
 // whisper.cpp's parakeet-cli does. Times come from the encoder frames of the tokens.
 type Parakeet struct {
@@ -47,6 +52,7 @@ type Parakeet struct {
 	tokIn, from, to []int32
 	row             []float32
 	frame, slot     [1]int32
+	projPool        []backend.Tensor // projections of live streams' chunks, reused
 
 	nActive atomic.Int64
 }
@@ -73,7 +79,11 @@ type pjob struct {
 	nSamples  int
 	ph        pphase
 
-	proj    backend.Tensor // [frames, P]: the joint's encoder projection of the clip
+	proj    backend.Tensor // [end-frame0, P] (or more rows): the joint's encoder projection of the frames kept
+	skip    int            // encoder frames of the clip before the first one kept (a chunk's left context)
+	frame0  int            // the frame, in the stream's count, of the first frame kept (proj's row 0)
+	end     int            // the frame after the last one kept; decoding stops there
+	stream  *pstream       // the live stream a chunk belongs to; nil for a transcription
 	slot    int32          // the decoder's state slot; -1 none
 	started bool           // the prediction network has run on the blank
 	pending bool           // tok waits for the prediction network
@@ -151,6 +161,10 @@ func (e *Parakeet) Close() error {
 	e.mu.Unlock()
 	e.q.loop.Close()
 	errs := []error{e.dec.Close()}
+	for _, t := range e.projPool {
+		errs = append(errs, t.Close())
+	}
+	e.projPool = nil
 	if e.enc != nil {
 		errs = append(errs, e.enc.Close())
 	}
@@ -253,6 +267,7 @@ func (e *Parakeet) transcribe(ctx context.Context, samples []float32, p Params, 
 		}
 		j.melRows = len(j.mel) / h.NMels
 		j.frames = parakeet.EncoderFrames(j.melRows)
+		j.end = j.frames
 	}
 	queued = true // enqueueReserved gives the place back if it cannot queue j
 	if err := e.q.enqueueReserved(j); err != nil {
@@ -283,6 +298,14 @@ func (w *parakeetWork) Admit(j *pjob) bool {
 	}
 	j.slot = e.freeSlots[len(e.freeSlots)-1]
 	e.freeSlots = e.freeSlots[:len(e.freeSlots)-1]
+	if j.stream != nil && j.started {
+		// A chunk goes on from the stream's prediction-network state.
+		if err := e.dec.LoadState(j.slot, j.stream.dstate); err != nil {
+			j.err = err
+			e.finish(j, nil)
+			return true
+		}
+	}
 	e.active = append(e.active, j)
 	return true
 }
@@ -311,8 +334,16 @@ func (e *Parakeet) shutdown() {
 	e.nActive.Store(0)
 }
 
-// finish releases a job's slot and projection and wakes its caller.
+// finish releases a job's slot and projection and wakes its caller. A chunk that ends well
+// first saves its stream's prediction-network state for the next one.
 func (e *Parakeet) finish(j *pjob, err error) {
+	if j.stream != nil && err == nil && j.err == nil && j.slot >= 0 && j.started {
+		err = e.dec.SaveState(j.slot, j.stream.dstate)
+	}
+	if j.stream != nil && j.proj != nil {
+		e.projPool = append(e.projPool, j.proj)
+		j.proj = nil
+	}
 	if j.slot >= 0 {
 		e.freeSlots = append(e.freeSlots, j.slot)
 		j.slot = -1
@@ -357,14 +388,21 @@ func (e *Parakeet) step() (seqs, tokens int, busy bool) {
 	return e.decodeStep()
 }
 
-// encode runs the encoder on the clips of the longest-waiting transcriptions in one call and
-// keeps each clip's joint projection.
+// encode runs the encoder in one call on the clips of the longest-waiting transcriptions (at
+// most EncodeBatch) and the chunks of every live stream waiting, and keeps the joint projection
+// of each one's frames.
 func (e *Parakeet) encode() {
 	e.encJobs, e.encMels = e.encJobs[:0], e.encMels[:0]
-	maxMel, frames := 0, 0
+	maxMel, frames, clips := 0, 0, 0
 	for _, j := range e.active {
-		if j.ph != ppEncode || len(e.encJobs) == e.cfg.EncodeBatch {
+		if j.ph != ppEncode {
 			continue
+		}
+		if j.stream == nil {
+			if clips == e.cfg.EncodeBatch {
+				continue
+			}
+			clips++
 		}
 		e.encJobs, e.encMels = append(e.encJobs, j), append(e.encMels, j.mel)
 		maxMel, frames = max(maxMel, j.melRows), frames+j.frames
@@ -395,28 +433,57 @@ func (e *Parakeet) encode() {
 		fail(err)
 		return
 	}
-	be, P := e.m.Backend(), e.m.HParams.NPredDim
 	at := 0
 	for _, j := range e.encJobs {
-		err := func() error {
-			v, err := be.View(out, at, j.frames)
-			if err != nil {
-				return err
-			}
-			defer v.Close()
-			if j.proj, err = be.Alloc(tensor.F32, j.frames, P); err != nil {
-				return err
-			}
-			return e.m.ProjectEncoder(j.proj, v)
-		}()
+		err := e.project(out, at, j)
 		at += j.frames
 		j.mel = nil
 		if err != nil {
 			j.err, j.ph = fmt.Errorf("parakeet: %w", err), ppDone
 			continue
 		}
-		j.ph, j.pending, j.tok = ppDecode, true, e.rule.Blank
+		j.ph = ppDecode
+		if j.stream == nil {
+			j.pending, j.tok = true, e.rule.Blank
+		}
 	}
+}
+
+// project writes the joint projection of the frames j keeps, rows [at+skip, at+skip+end-frame0)
+// of the encoder's output, into j.proj: a tensor of its own for a transcription, one of the
+// pool for a chunk.
+func (e *Parakeet) project(out backend.Tensor, at int, j *pjob) error {
+	be, P, n := e.m.Backend(), e.m.HParams.NPredDim, j.end-j.frame0
+	v, err := be.View(out, at+j.skip, n)
+	if err != nil {
+		return err
+	}
+	defer v.Close()
+	if j.stream == nil {
+		if j.proj, err = be.Alloc(tensor.F32, n, P); err != nil {
+			return err
+		}
+		return e.m.ProjectEncoder(j.proj, v)
+	}
+	for i, t := range e.projPool {
+		if t.Rows() >= n {
+			j.proj = t
+			e.projPool[i] = e.projPool[len(e.projPool)-1]
+			e.projPool = e.projPool[:len(e.projPool)-1]
+			break
+		}
+	}
+	if j.proj == nil {
+		if j.proj, err = be.Alloc(tensor.F32, n, P); err != nil {
+			return err
+		}
+	}
+	dst, err := be.View(j.proj, 0, n)
+	if err != nil {
+		return err
+	}
+	defer dst.Close()
+	return e.m.ProjectEncoder(dst, v)
 }
 
 // decodeStep runs the prediction network on every pending token in one call, then joint rows
@@ -454,8 +521,10 @@ func (e *Parakeet) decodeStep() (seqs, tokens int, busy bool) {
 		if j.pending {
 			tokens++
 		}
-		if j.state.Frame >= j.frames {
-			e.emit(j)
+		if j.state.Frame >= j.end {
+			if j.stream == nil {
+				e.emit(j)
+			}
 			j.ph = ppDone
 		}
 	}
@@ -463,11 +532,12 @@ func (e *Parakeet) decodeStep() (seqs, tokens int, busy bool) {
 }
 
 // advance computes j's joint rows from its frame on until it emits a token (pending, for the
-// next prediction step) or passes its last frame.
+// next prediction step) or passes its last frame. Frames are counted in the stream (a chunk's
+// first frame kept is frame0, its projection's row 0).
 func (e *Parakeet) advance(j *pjob) error {
 	e.slot[0] = j.slot
-	for j.state.Frame < j.frames {
-		e.frame[0] = int32(j.state.Frame)
+	for j.state.Frame < j.end {
+		e.frame[0] = int32(j.state.Frame - j.frame0)
 		if err := e.dec.Joint(e.row, j.proj, e.frame[:], e.slot[:]); err != nil {
 			return err
 		}
@@ -491,9 +561,22 @@ var errNonFiniteParakeet = errors.New("parakeet: the model's output is not finit
 // one pass over a clip: from 0 to the clip's end, token times from their frames and durations.
 func (e *Parakeet) emit(j *pjob) {
 	h := e.m.HParams
-	seg, ok := e.vocab.Segment(j.toks, h.SegmentEnd(j.melRows, j.frames))
+	s, ok := e.segment(j.toks, h.SegmentEnd(j.melRows, j.frames))
 	if !ok {
 		return
+	}
+	j.segs = append(j.segs, s)
+	if j.onSegment != nil {
+		j.onSegment(s)
+	}
+}
+
+// segment makes the segment of toks, from 0 to end (10 ms units); ok is false when they make no
+// text.
+func (e *Parakeet) segment(toks []parakeet.Token, end int64) (Segment, bool) {
+	seg, ok := e.vocab.Segment(toks, end)
+	if !ok {
+		return Segment{}, false
 	}
 	s := Segment{Start: float64(seg.T0) / 100, End: float64(seg.T1) / 100, Text: seg.Text, Tokens: make([]Token, len(seg.Tokens))}
 	var text []byte
@@ -505,8 +588,5 @@ func (e *Parakeet) emit(j *pjob) {
 		sum += float64(t.PLog)
 	}
 	s.AvgLogprob = sum / float64(len(seg.Tokens))
-	j.segs = append(j.segs, s)
-	if j.onSegment != nil {
-		j.onSegment(s)
-	}
+	return s, true
 }

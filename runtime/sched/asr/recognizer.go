@@ -13,7 +13,13 @@
 // Live transcription (Live) turns a stream of samples into partial and final text. Session is
 // the Live of any Transcriber: it transcribes a sliding buffer again and again and settles text
 // by local agreement. A family that decodes incrementally by nature (a streaming transducer)
-// implements Streamer, and NewLive opens its own sessions instead.
+// implements Streamer, and NewLive opens its own sessions instead: Parakeet's encode the stream
+// in chunks (SessionConfig.Chunk, 1.6 s by default) with left context (LeftContext, 2 s) and a
+// look-ahead (RightContext, 480 ms), keep each chunk's own encoder frames, and carry the
+// decoder's state from chunk to chunk, so every token is decoded once. A chunk is a job of the
+// recogniser's loop like a transcription (queue bound, cancellation, Close): the chunks of
+// every stream waiting are encoded in one call and decoded in the same steps. An utterance ends
+// on Commit, or when the decoder has seen Silence (600 ms) of blank frames after its last token.
 //
 // The models themselves (weights, forward passes) are in runtime/models/<family>, which import
 // nothing of this package.

@@ -40,6 +40,18 @@ type SessionConfig struct {
 	PromptBytes int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+
+	// Chunk, LeftContext and RightContext shape the encoding of a streaming recogniser's sessions
+	// (a Streamer: Parakeet), rounded to whole encoder frames (80 ms): the audio is encoded Chunk
+	// at a time (default 1.6 s, at most 30 s) with the LeftContext before it (default 2 s) and
+	// the RightContext after it (default 480 ms; each at most 60 s, negative for none), of which
+	// only the chunk's own frames are decoded. A chunk is decoded once its right context has
+	// arrived, so text lags the audio by Chunk + RightContext at most, plus the time to decode
+	// it. Session ignores them.
+	Chunk, LeftContext, RightContext time.Duration
+	// OnChunk, if set, is called after each chunk a Streamer's session decodes, with the time
+	// from its submission to its end (queueing, encoding and decoding).
+	OnChunk func(d time.Duration)
 }
 
 const (
