@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -251,5 +252,145 @@ func TestServeOnDemand(t *testing.T) {
 		if code, body := odPost(t, srv.base+"/v1/models/eager/unload", ""); code != 400 || !strings.Contains(body, "model_not_on_demand") {
 			t.Errorf("unload of a model loaded at start: %d %s", code, body)
 		}
+	})
+}
+
+// TestServeOnDemandLRU serves three models from a directory under a --max-memory that holds two
+// of them: the third request's model evicts the least recently used one and the other stays;
+// concurrent requests for a model that is loading all succeed on one load; and an idle model
+// unloads once its keep-alive, a request's or the --keep-alive flag's, has passed.
+func TestServeOnDemandLRU(t *testing.T) {
+	llm := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
+	dir := t.TempDir()
+	names := []string{"a", "b", "c"}
+	for _, n := range names {
+		if err := os.Symlink(llm, filepath.Join(dir, n+".gguf")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := []string{"--backend", "go", "--models-dir", dir, "--ctx", "128", "--parallel", "2"}
+	complete := func(base, model, extra string) (int, string) {
+		return odPost(t, base+"/v1/completions", `{"model":"`+model+`","prompt":"Once upon a time","max_tokens":4,"temperature":0`+extra+`}`)
+	}
+	states := func(base string) string {
+		ms := odModels(t, base)
+		var s []string
+		for _, n := range names {
+			s = append(s, n+"="+ms[n].State)
+		}
+		return strings.Join(s, " ")
+	}
+
+	// Sizes as the server estimates them, from a server with no budget.
+	ms := odModels(t, startServer(t, args...).base)
+	var sizes []int64
+	for _, n := range names {
+		if m := ms[n]; m.State != "unloaded" || m.MemoryBytes <= 0 {
+			t.Fatalf("%s before any request: %+v", n, m)
+		}
+		sizes = append(sizes, ms[n].MemoryBytes)
+	}
+	slices.Sort(sizes)
+	budget := sizes[1] + sizes[2] // any two fit, all three do not
+	if sizes[0]+sizes[1]+sizes[2] <= budget {
+		t.Fatalf("sizes %v: three models fit in %d", sizes, budget)
+	}
+	srv := startServer(t, append(args, "--keep-alive", "-1", "--max-memory", strconv.FormatInt(budget, 10))...)
+
+	t.Run("concurrent requests load once", func(t *testing.T) {
+		var wg sync.WaitGroup
+		codes, bodies := make([]int, 8), make([]string, 8)
+		for i := range codes {
+			wg.Go(func() { codes[i], bodies[i] = complete(srv.base, "a", "") })
+		}
+		wg.Wait()
+		for i, c := range codes {
+			if c != 200 {
+				t.Errorf("request %d: %d %s", i, c, bodies[i])
+			}
+		}
+		if v := odMetric(t, srv.base, `parley_model_loads_total{model="a",result="ok"}`); v != "1" {
+			t.Errorf("loads of a: %q, want 1", v)
+		}
+		if st := states(srv.base); st != "a=loaded b=unloaded c=unloaded" {
+			t.Errorf("after the requests for a: %s", st)
+		}
+	})
+
+	t.Run("least recently used evicted", func(t *testing.T) {
+		if code, body := complete(srv.base, "b", ""); code != 200 {
+			t.Fatalf("b: %d %s", code, body)
+		}
+		if st := states(srv.base); st != "a=loaded b=loaded c=unloaded" {
+			t.Fatalf("after b: %s; want a and b loaded", st)
+		}
+		if code, body := complete(srv.base, "c", ""); code != 200 {
+			t.Fatalf("c: %d %s", code, body)
+		}
+		if st := states(srv.base); st != "a=unloaded b=loaded c=loaded" {
+			t.Errorf("after c: %s; want a, the least recently used, unloaded", st)
+		}
+		if v := odMetric(t, srv.base, `parley_model_unloads_total{model="a"}`); v != "1" {
+			t.Errorf("unloads of a: %q, want 1", v)
+		}
+		for _, n := range []string{"b", "c"} {
+			if v := odMetric(t, srv.base, `parley_model_unloads_total{model="`+n+`"}`); v != "" && v != "0" {
+				t.Errorf("unloads of %s: %q, want none", n, v)
+			}
+		}
+		if v := odMetric(t, srv.base, "parley_models_loaded"); v != "2" {
+			t.Errorf("parley_models_loaded %q, want 2", v)
+		}
+		// b was used before c: a request for a now evicts b.
+		if code, body := complete(srv.base, "a", ""); code != 200 {
+			t.Fatalf("a again: %d %s", code, body)
+		}
+		if st := states(srv.base); st != "a=loaded b=unloaded c=loaded" {
+			t.Errorf("after a again: %s; want b, the least recently used, unloaded", st)
+		}
+		if v := odMetric(t, srv.base, `parley_model_unloads_total{model="b"}`); v != "1" {
+			t.Errorf("unloads of b: %q, want 1", v)
+		}
+	})
+
+	// idleUnload requests model, whose keep-alive is keep (the request's, when extra gives it),
+	// and checks it loaded after the request, then unloaded within a generous bound.
+	idleUnload := func(t *testing.T, base, model, extra string, keep time.Duration) {
+		t.Helper()
+		start := time.Now()
+		if code, body := complete(base, model, extra); code != 200 {
+			t.Fatalf("%s: %d %s", model, code, body)
+		}
+		end := time.Now()
+		if st := odModels(t, base)[model].State; st != "loaded" && time.Since(end) < keep {
+			t.Errorf("%s right after its request: %s, want loaded", model, st)
+		}
+		deadline := end.Add(15 * time.Second)
+		for odModels(t, base)[model].State != "unloaded" {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still %s 15 s after its last request, with a keep-alive of %v", model, odModels(t, base)[model].State, keep)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if took := time.Since(start); took < keep {
+			t.Errorf("%s unloaded %v after its request began, before its keep-alive of %v", model, took, keep)
+		}
+		t.Logf("%s unloaded within %v of its request's end", model, time.Since(end).Round(time.Millisecond))
+	}
+
+	t.Run("request keep_alive", func(t *testing.T) {
+		unloads := odMetric(t, srv.base, `parley_model_unloads_total{model="c"}`)
+		idleUnload(t, srv.base, "c", `,"keep_alive":"1s"`, time.Second)
+		if v := odMetric(t, srv.base, `parley_model_unloads_total{model="c"}`); v != "1" || unloads != "" && unloads != "0" {
+			t.Errorf("unloads of c: %q then %q, want none then 1", unloads, v)
+		}
+		if st := odModels(t, srv.base)["a"].State; st != "loaded" {
+			t.Errorf("a, with a keep-alive of -1: %s", st)
+		}
+	})
+
+	t.Run("--keep-alive", func(t *testing.T) {
+		srv := startServer(t, append(args, "--keep-alive", "1s")...)
+		idleUnload(t, srv.base, "b", "", time.Second)
 	})
 }
