@@ -48,7 +48,8 @@ type Parakeet struct {
 	row             []float32
 	frame, slot     [1]int32
 
-	nActive atomic.Int64
+	nActive            atomic.Int64
+	encodeNS, decodeNS atomic.Int64 // time spent in the steps' encoding and decoding
 }
 
 // Parakeet is a Recognizer.
@@ -337,7 +338,8 @@ func (e *Parakeet) Load() (active, queued int) {
 func (e *Parakeet) Full() bool { return e.q.full() }
 
 func (e *Parakeet) Stats() Stats {
-	return Stats{LoopStats: e.q.loop.Stats(), Active: int(e.nActive.Load())}
+	return Stats{LoopStats: e.q.loop.Stats(), Active: int(e.nActive.Load()),
+		EncodeTime: time.Duration(e.encodeNS.Load()), DecodeTime: time.Duration(e.decodeNS.Load())}
 }
 
 // reap ends the transcriptions that are finished or whose context is done.
@@ -353,8 +355,13 @@ func (e *Parakeet) step() (seqs, tokens int, busy bool) {
 	if len(e.active) == 0 {
 		return 0, 0, false
 	}
+	t0 := time.Now()
 	e.encode()
-	return e.decodeStep()
+	t1 := time.Now()
+	seqs, tokens, busy = e.decodeStep()
+	e.encodeNS.Add(int64(t1.Sub(t0)))
+	e.decodeNS.Add(int64(time.Since(t1)))
+	return seqs, tokens, busy
 }
 
 // encode runs the encoder on the clips of the longest-waiting transcriptions in one call and
