@@ -423,6 +423,7 @@ func (e *Parakeet) encode() {
 			continue
 		}
 		j.ph, j.pending, j.tok = ppDecode, true, e.rule.Blank
+		j.toks = make([]parakeet.Token, 0, j.frames) // room for a token a frame: decoding steps need not grow it
 	}
 }
 
