@@ -207,6 +207,9 @@ func Open(path string) (*File, error) {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		f.close, f.release, f.readInto = m.Close, m.Release, m.ReadInto
+		// Parsing touched a page of every tensor's record (and the pages around it): none need
+		// stay resident, as the weights are read again when they are loaded.
+		m.Release(m.Data)
 		return f, nil
 	}
 	return nil, formatErr("%s is neither a ggml nor a GGUF file", path)

@@ -258,8 +258,10 @@ func (m *Model) aligned(b []byte) ([]byte, error) {
 	}
 	if !m.file.ReadInto(c, b) {
 		copy(c, b)
-		m.file.Release(b) // copied: the file's pages need not stay resident as well
 	}
+	// Copied: the file's pages need not stay resident as well (a backend's Load may have read
+	// them before the copy was made, to try repacking).
+	m.file.Release(b)
 	return c, nil
 }
 
