@@ -200,10 +200,11 @@ func (m *Model) load(w *Weights) error {
 	return err
 }
 
-// loadBytes loads one tensor, repacking a matrix where the backend has a faster layout. Data
-// not aligned to 64 bytes is copied first, as the native kernels read rows aligned.
+// loadBytes loads one tensor, repacking a quantised matrix where the backend has a faster
+// layout (float matrices are multiplied as they are). Data not aligned to 64 bytes is copied
+// first, as the native kernels read rows aligned.
 func (m *Model) loadBytes(name string, dt tensor.DType, rows, cols int, data []byte, repack bool) (backend.Tensor, error) {
-	if repack {
+	if repack && dt.Quantized() {
 		bt, err := m.be.Load(dt, rows, cols, data)
 		if err != nil {
 			return nil, fmt.Errorf("parakeet: tensor %q: %w", name, err)
