@@ -88,3 +88,52 @@ func TestParakeetTranscribeAndServe(t *testing.T) {
 		t.Errorf("verbose_json: %d %v %s", code, err, body)
 	}
 }
+
+// TestBenchParakeet: `parley bench` measures a Parakeet model on an audio file (real-time
+// factor, encoder and decoder time, the tokens of its greedy transcription) and reports it as
+// JSON; a Parakeet model needs --audio and takes neither -n nor --parallel.
+func TestBenchParakeet(t *testing.T) {
+	model := sharedtest.ParakeetRandomModel(t, "small", false)
+	wav := sharedtest.Path(t, "data/asr/wav/jfk.wav")
+	res := parley(t, "", "bench", "--backend", asrBackend(), "-m", model, "-t", "2", "-r", "1", "--audio", wav, "--json")
+	if res.code != 0 {
+		t.Fatalf("exit %d: %s", res.code, res.stderr)
+	}
+	var got struct {
+		Threads      int     `json:"threads"`
+		AudioSeconds float64 `json:"audio_seconds"`
+		RTF          float64 `json:"rtf"`
+		TotalMS      float64 `json:"total_ms"`
+		EncodeMS     float64 `json:"encode_ms"`
+		DecodeMS     float64 `json:"decode_ms"`
+		Tokens       int     `json:"tokens"`
+		PeakRSSMiB   float64 `json:"peak_rss_mib"`
+		WeightType   string  `json:"weight_type"`
+	}
+	if err := json.Unmarshal([]byte(res.stdout), &got); err != nil {
+		t.Fatalf("%v: %s", err, res.stdout)
+	}
+	b, err := os.ReadFile(sharedtest.Path(t, "reference/asr-transducer/decode/small-f32/jfk.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want struct {
+		Tokens []json.RawMessage `json:"tokens"`
+	}
+	if err := json.Unmarshal(b, &want); err != nil {
+		t.Fatal(err)
+	}
+	if got.Threads != 2 || math.Abs(got.AudioSeconds-11) > 0.01 || got.RTF <= 0 || got.EncodeMS <= 0 || got.DecodeMS <= 0 ||
+		got.EncodeMS+got.DecodeMS > got.TotalMS || got.Tokens != len(want.Tokens) || got.WeightType != "F32" {
+		t.Errorf("bench: %s (whisper.cpp: %d tokens)", res.stdout, len(want.Tokens))
+	}
+	if math.Abs(got.RTF*got.AudioSeconds*1000-got.TotalMS) > 0.01*got.TotalMS+1 {
+		t.Errorf("RTF %v of %v s is not %v ms", got.RTF, got.AudioSeconds, got.TotalMS)
+	}
+	for _, args := range [][]string{{"-n", "32", "--audio", wav}, {"--parallel", "2", "--audio", wav}, {}} {
+		res := parley(t, "", append([]string{"bench", "-m", model}, args...)...)
+		if res.code != 2 || !strings.Contains(res.stderr, "Parakeet") {
+			t.Errorf("bench %q with a Parakeet model: exit %d: %s", args, res.code, res.stderr)
+		}
+	}
+}

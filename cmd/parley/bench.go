@@ -26,9 +26,9 @@ import (
 func runBench(e *env, args []string) error {
 	fs := newFlags(e, "bench", "-m MODEL [-p 512] [-n 128] [-t THREADS] [-r 3] [--parallel 1,4,8,16] [--audio FILE]... [--json]")
 	bf := addBackendFlags(fs)
-	model := fs.String("m", "", "model file (GGUF; or a Whisper model: encoder, decoder steps and, with --audio, real-time factor)")
+	model := fs.String("m", "", "model file (GGUF; or a Whisper model: encoder, decoder steps and, with --audio, real-time factor; or a Parakeet model: real-time factor, encoder and decoder time over --audio)")
 	var audioFiles multiFlag
-	fs.Var(&audioFiles, "audio", "Whisper models: an audio file to transcribe for the real-time factor (repeatable)")
+	fs.Var(&audioFiles, "audio", "speech recognition models: an audio file to transcribe for the real-time factor (repeatable; Parakeet models need one)")
 	pp := fs.Int("p", 512, "prompt tokens to process in one batch (0: skip)")
 	tg := fs.Int("n", 128, "tokens to generate one at a time (0: skip)")
 	reps := fs.Int("r", 3, "repetitions (the median is reported)")
@@ -86,10 +86,22 @@ func runBench(e *env, args []string) error {
 		if len(bad) > 0 {
 			return usagef("%s: for language models only (a Whisper model's decoder prompt is its start of transcript and its caches are F16)", strings.Join(bad, " and "))
 		}
+		if family, _ := models.SpeechFamily(*model); family == models.FamilyParakeet {
+			// A transducer's decoding follows its audio: it is measured on whole files.
+			for _, n := range []string{"n", "parallel"} {
+				if fs.isSet(n) {
+					bad = append(bad, fs.from(n))
+				}
+			}
+			if len(bad) > 0 {
+				return usagef("%s: for language and Whisper models only (a Parakeet model is measured on --audio files)", strings.Join(bad, " and "))
+			}
+			return benchParakeet(e, bf, *model, *reps, audioFiles, *asJSON)
+		}
 		return benchASR(e, bf, *model, *reps, *tg, seqCounts, audioFiles, *asJSON)
 	}
 	if len(audioFiles) > 0 {
-		return usagef("--audio is for Whisper models")
+		return usagef("--audio is for speech recognition models")
 	}
 	llm, be, err := openModel(e, bf, *model)
 	if err != nil {

@@ -5,13 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"runtime"
 	"time"
 
-	"github.com/parleyhq/parley/runtime/audio"
 	"github.com/parleyhq/parley/runtime/kvcache"
-	"github.com/parleyhq/parley/runtime/models"
 	"github.com/parleyhq/parley/runtime/models/whisper"
 	"github.com/parleyhq/parley/runtime/sched/asr"
 )
@@ -41,9 +38,6 @@ type asrBenchResult struct {
 // step each against its own window (--parallel), and with audio files, whole greedy
 // transcriptions as a real-time factor (processing time ÷ audio duration).
 func benchASR(e *env, bf backendFlags, path string, reps, tg int, seqCounts []int, files []string, asJSON bool) error {
-	if family, _ := models.SpeechFamily(path); family == models.FamilyParakeet {
-		return fmt.Errorf("%s: parley bench measures Whisper models; a Parakeet model is measured by timing parley transcribe", path)
-	}
 	m, be, err := openWhisper(e, bf, path)
 	if err != nil {
 		return err
@@ -52,20 +46,10 @@ func benchASR(e *env, bf backendFlags, path string, reps, tg int, seqCounts []in
 	defer m.Close()
 	var pcm [][]float32
 	secs := 0.0
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
+	if len(files) > 0 {
+		if pcm, secs, err = readBenchAudio(files); err != nil {
 			return err
 		}
-		s, _, err := audio.Decode(b)
-		if err != nil {
-			return fmt.Errorf("%s: %w", f, err)
-		}
-		if len(s) == 0 {
-			return fmt.Errorf("%s: no audio samples", f)
-		}
-		pcm = append(pcm, s)
-		secs += float64(len(s)) / whisper.SampleRate
 	}
 	// A decoder context holds the prompt (start of transcript, language, task, no timestamps)
 	// and the generated tokens.

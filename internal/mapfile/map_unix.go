@@ -18,7 +18,12 @@ func Open(path string) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer fd.Close()
+	keep := false
+	defer func() {
+		if !keep {
+			fd.Close()
+		}
+	}()
 	st, err := fd.Stat()
 	if err != nil {
 		return nil, err
@@ -37,7 +42,8 @@ func Open(path string) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: mmap: %w", path, err)
 	}
-	return &File{Data: data, unmap: syscall.Munmap}, nil
+	keep = true
+	return &File{Data: data, unmap: syscall.Munmap, fd: fd}, nil
 }
 
 var pageSize = os.Getpagesize()

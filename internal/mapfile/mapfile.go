@@ -13,16 +13,54 @@ import (
 type File struct {
 	Data  []byte
 	unmap func([]byte) error
+	fd    *os.File // the open file behind a mapping, for ReadInto
 }
 
 // Close releases the mapping. Closing twice is a no-op.
 func (f *File) Close() error {
 	d := f.Data
 	f.Data = nil
-	if d == nil || f.unmap == nil {
-		return nil
+	var err error
+	if f.fd != nil {
+		err = f.fd.Close()
+		f.fd = nil
 	}
-	return f.unmap(d)
+	if d == nil || f.unmap == nil {
+		return err
+	}
+	if uerr := f.unmap(d); uerr != nil {
+		return uerr
+	}
+	return err
+}
+
+// ReadInto fills dst with the bytes of b, a part of Data, read from the file rather than through
+// the mapping: a copy that touches none of the mapping's pages (no page faults on them, nothing
+// added to the resident set). It reports false, doing nothing useful, where the file was not
+// mapped, b lies outside Data, len(dst) != len(b) or the read fails; the caller then copies b.
+func (f *File) ReadInto(dst, b []byte) bool {
+	if f.fd == nil || len(b) == 0 || len(dst) != len(b) {
+		return false
+	}
+	off, ok := f.offset(b)
+	if !ok {
+		return false
+	}
+	n, err := f.fd.ReadAt(dst, int64(off))
+	return err == nil && n == len(b)
+}
+
+// offset is where b, a part of Data, starts within it; ok is false for a b outside Data.
+func (f *File) offset(b []byte) (uintptr, bool) {
+	if len(b) == 0 || len(f.Data) == 0 {
+		return 0, false
+	}
+	base := uintptr(unsafe.Pointer(&f.Data[0]))
+	p := uintptr(unsafe.Pointer(&b[0]))
+	if p < base || p+uintptr(len(b)) > base+uintptr(len(f.Data)) {
+		return 0, false
+	}
+	return p - base, true
 }
 
 // Release tells the system that b, a part of Data that the caller has copied and will not read
@@ -30,17 +68,16 @@ func (f *File) Close() error {
 // stay in the page cache, and a later read maps them back with the same contents). It is a no-op
 // where the file was read rather than mapped, and for a b outside Data.
 func (f *File) Release(b []byte) {
-	if f.unmap == nil || len(b) == 0 || len(f.Data) == 0 {
+	if f.unmap == nil {
 		return
 	}
-	base := uintptr(unsafe.Pointer(&f.Data[0]))
-	p := uintptr(unsafe.Pointer(&b[0]))
-	if p < base || p+uintptr(len(b)) > base+uintptr(len(f.Data)) {
+	off, ok := f.offset(b)
+	if !ok {
 		return
 	}
 	ps := uintptr(pageSize)
-	lo := (p - base + ps - 1) / ps * ps
-	hi := (p - base + uintptr(len(b))) / ps * ps
+	lo := (off + ps - 1) / ps * ps
+	hi := (off + uintptr(len(b))) / ps * ps
 	if hi > lo {
 		release(f.Data[lo:hi])
 	}

@@ -34,20 +34,23 @@ type Encoder struct {
 	maxFrames int
 
 	// subsampling scratch, for one clip of maxMel frames
-	mel                backend.Tensor // [maxMel*NMels, 1]
-	cols0              backend.Tensor // [H1*W1, 9] conv0's receptive fields
-	s1, s2, s3, s4, s5 backend.Tensor // [H1*W1, C], [H2*W2, C] x2, [H3*W3, C] x2
-	flat               backend.Tensor // [H3, C*F]
-	x, ln, tmp         backend.Tensor // [maxFrames, d]
-	ff                 backend.Tensor // [maxFrames, 4d]
-	q, k, v, att       backend.Tensor // [maxFrames, d]
-	val, gate, dw      backend.Tensor // [maxFrames, d]
-	pe                 backend.Tensor // [2*maxFrames-1, d] sinusoids of distances maxFrames-1 .. -(maxFrames-1)
-	pos                backend.Tensor // [2*maxFrames-1, d] a layer's projected position embeddings
-	scratch            []backend.Tensor
-	clips              []int32
-	starts             []int
-	views              []backend.Tensor // views made by a call, closed by the next
+	mel backend.Tensor // [maxMel*NMels, 1]
+	// cols0 [H1*W1, 9] holds conv0's receptive fields: s2's memory, read as rows of 9, where
+	// that holds them (s2 is written only after conv0), else a tensor of its own.
+	cols0 backend.Tensor
+	// s1 [H1*W1, C] and s2 [H2*W2, C] take the convolutions' outputs in turn: conv0's, conv3's
+	// and conv6's in s1, conv2's and conv5's in s2 (each input is dead once its output is made).
+	s1, s2        backend.Tensor
+	flat          backend.Tensor // [H3, C*F]
+	x, ln, tmp    backend.Tensor // [maxFrames, d]
+	ff            backend.Tensor // [maxFrames, 4d]
+	q, k, v, att  backend.Tensor // [maxFrames, d]
+	val, gate, dw backend.Tensor // [maxFrames, d]
+	pe            backend.Tensor // [2*maxFrames-1, d] sinusoids of distances maxFrames-1 .. -(maxFrames-1)
+	scratch       []backend.Tensor
+	clips         []int32
+	starts        []int
+	views         []backend.Tensor // views made by a call, closed by the next
 
 	// Tap, when set, sees the activations of a call after the subsampling ("pre_encode", layer
 	// -1) and after each block ("layer", its index): rows of the clips in order, valid during the
@@ -69,7 +72,7 @@ func (m *Model) NewEncoder(maxMel, maxFrames int) (*Encoder, error) {
 	d, c, f := h.NAudioState, h.NSubsamplingChannels, h.NMels/Subsampling
 	h1, w1 := subsampled(maxMel), subsampled(h.NMels)
 	h2, w2 := subsampled(h1), subsampled(w1)
-	h3, w3 := subsampled(h2), subsampled(w2)
+	h3 := subsampled(h2)
 	var err error
 	alloc := func(rows, cols int) backend.Tensor {
 		if err != nil {
@@ -83,17 +86,17 @@ func (m *Model) NewEncoder(maxMel, maxFrames int) (*Encoder, error) {
 		return t
 	}
 	e.mel = alloc(maxMel*h.NMels, 1)
-	e.cols0 = alloc(h1*w1, 9)
 	e.s1 = alloc(h1*w1, c)
-	e.s2, e.s3 = alloc(h2*w2, c), alloc(h2*w2, c)
-	e.s4, e.s5 = alloc(h3*w3, c), alloc(h3*w3, c)
+	e.s2 = alloc(h2*w2, c)
+	if colRows(h1*w1, c) > h2*w2 {
+		e.cols0 = alloc(h1*w1, 9)
+	}
 	e.flat = alloc(h3, c*f)
 	e.x, e.ln, e.tmp = alloc(maxFrames, d), alloc(maxFrames, d), alloc(maxFrames, d)
 	e.ff = alloc(maxFrames, 4*d)
 	e.q, e.k, e.v, e.att = alloc(maxFrames, d), alloc(maxFrames, d), alloc(maxFrames, d), alloc(maxFrames, d)
 	e.val, e.gate, e.dw = alloc(maxFrames, d), alloc(maxFrames, d), alloc(maxFrames, d)
 	e.pe = alloc(2*maxFrames-1, d)
-	e.pos = alloc(2*maxFrames-1, d)
 	if err == nil {
 		err = m.be.Write(e.pe, 0, positions(maxFrames, d))
 	}
@@ -120,6 +123,16 @@ func positions(L, d int) []float32 {
 		}
 	}
 	return out
+}
+
+// colRows is the number of rows of C values that hold n rows of 9 (conv0's receptive fields)
+// exactly as a whole: the fewest that hold 9n values and whose values make whole rows of 9.
+func colRows(n, c int) int {
+	r := (9*n + c - 1) / c
+	for r*c%9 != 0 {
+		r++
+	}
+	return r
 }
 
 // MaxMelFrames is the longest clip, in mel frames, a call takes.
@@ -226,8 +239,18 @@ func (e *Encoder) subsample(dst backend.Tensor, mel []float32) error {
 		r, err = e.view(t, 0, rows)
 		return r
 	}
-	melT, cols0, s1 := v(e.mel, T*h.NMels), v(e.cols0, h1*w1), v(e.s1, h1*w1)
-	s2, s3, s4, s5 := v(e.s2, h2*w2), v(e.s3, h2*w2), v(e.s4, h3*w3), v(e.s5, h3*w3)
+	melT, s1 := v(e.mel, T*h.NMels), v(e.s1, h1*w1)
+	var cols0 backend.Tensor
+	if e.cols0 != nil {
+		cols0 = v(e.cols0, h1*w1)
+	} else if r := colRows(h1*w1, h.NSubsamplingChannels); err == nil {
+		var all backend.Tensor
+		if all, err = be.Reshape(v(e.s2, r), r*h.NSubsamplingChannels/9, 9); err == nil {
+			e.views = append(e.views, all)
+			cols0, err = e.view(all, 0, h1*w1)
+		}
+	}
+	s2, s3, s4, s5 := v(e.s2, h2*w2), v(e.s1, h2*w2), v(e.s2, h3*w3), v(e.s1, h3*w3)
 	flat := v(e.flat, h3)
 	if err != nil {
 		return err
@@ -289,7 +312,17 @@ func (e *Encoder) blocks(x backend.Tensor, n, longest int) error {
 	ln, tmp, ff := v(e.ln, 0, n), v(e.tmp, 0, n), v(e.ff, 0, n)
 	q, k, vv, att := v(e.q, 0, n), v(e.k, 0, n), v(e.v, 0, n), v(e.att, 0, n)
 	val, gate, dw := v(e.val, 0, n), v(e.gate, 0, n), v(e.dw, 0, n)
-	pe, pos := v(e.pe, e.maxFrames-L, 2*L-1), v(e.pos, 0, 2*L-1)
+	// A layer's projected position embeddings [2L-1, d] live in ff's memory (read as [4n, d]),
+	// which the feed-forward modules leave free during the attention.
+	pe := v(e.pe, e.maxFrames-L, 2*L-1)
+	var pos backend.Tensor
+	if err == nil {
+		var all backend.Tensor
+		if all, err = be.Reshape(ff, 4*n, d); err == nil {
+			e.views = append(e.views, all)
+			pos, err = e.view(all, 0, 2*L-1)
+		}
+	}
 	// the time convolution of each clip, over its own frames
 	K := h.NConvKernel
 	var dwIn, dwOut []backend.Tensor

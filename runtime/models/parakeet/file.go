@@ -26,9 +26,10 @@ type File struct {
 	Tensors []ggml.Tensor
 	Weights *Weights // the tensors by role; nil when the file has none
 
-	index   map[string]int
-	close   func() error
-	release func([]byte)
+	index    map[string]int
+	close    func() error
+	release  func([]byte)
+	readInto func(dst, b []byte) bool
 }
 
 // Tensor returns the tensor named name.
@@ -44,7 +45,7 @@ func (f *File) Tensor(name string) (*ggml.Tensor, bool) {
 // a no-op.
 func (f *File) Close() error {
 	c := f.close
-	f.close, f.release = nil, nil
+	f.close, f.release, f.readInto = nil, nil, nil
 	for i := range f.Tensors {
 		f.Tensors[i].Data = nil
 	}
@@ -52,6 +53,13 @@ func (f *File) Close() error {
 		return nil
 	}
 	return c()
+}
+
+// ReadInto fills dst with b, tensor data of f, read from the file rather than through its
+// mapping, and reports whether it could (not for a parsed buffer, nor a GGUF file: the caller
+// then copies b).
+func (f *File) ReadInto(dst, b []byte) bool {
+	return f.readInto != nil && f.readInto(dst, b)
 }
 
 // Release tells the system that b, tensor data of f that the caller has copied, need not stay
@@ -198,7 +206,10 @@ func Open(path string) (*File, error) {
 			m.Close()
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-		f.close, f.release = m.Close, m.Release
+		f.close, f.release, f.readInto = m.Close, m.Release, m.ReadInto
+		// Parsing touched a page of every tensor's record (and the pages around it): none need
+		// stay resident, as the weights are read again when they are loaded.
+		m.Release(m.Data)
 		return f, nil
 	}
 	return nil, formatErr("%s is neither a ggml nor a GGUF file", path)

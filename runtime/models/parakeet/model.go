@@ -6,6 +6,7 @@ import (
 	"math"
 	"unsafe"
 
+	"github.com/parleyhq/parley/internal/mapfile"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/ggml"
 	"github.com/parleyhq/parley/runtime/tensor"
@@ -34,6 +35,7 @@ type Model struct {
 	jOut    backend.Tensor // [V+1+D, P]
 	jOutB   backend.Tensor // [1, V+1+D]
 	weights []backend.Tensor
+	arena   mapfile.Arena // host copies of the tensors the file does not hold aligned
 }
 
 // preWeights are the subsampling's: conv0 [C, 9] (1 → C channels), the depthwise conv2 and conv5
@@ -87,13 +89,14 @@ func Load(f *File, be backend.Backend) (*Model, error) {
 // Backend is the backend the weights are on.
 func (m *Model) Backend() backend.Backend { return m.be }
 
-// Close releases the weights (not the file).
+// Close releases the weights (not the file). Nothing made from the model may be used after it.
 func (m *Model) Close() error {
 	var errs []error
 	for _, t := range m.weights {
 		errs = append(errs, t.Close())
 	}
 	m.weights = nil
+	errs = append(errs, m.arena.Free())
 	return errors.Join(errs...)
 }
 
@@ -102,6 +105,17 @@ func (m *Model) load(w *Weights) error {
 	h := m.HParams
 	d, c := h.NAudioState, h.NSubsamplingChannels
 	var err error
+	if _, device := m.be.(backend.MemoryReporter); !device {
+		// The host copies (aligned) in one mapping: every tensor of the file at most, and the
+		// folded depthwise kernels and biases.
+		n := len(w.Layers) * ((d*h.NConvKernel*4+63)&^63 + (d*4+63)&^63)
+		for i := range m.file.Tensors {
+			n += (len(m.file.Tensors[i].Data) + 63) &^ 63
+		}
+		if err := m.arena.Reserve(n); err != nil {
+			return fmt.Errorf("parakeet: %w", err)
+		}
+	}
 	// matrix loads a weight matrix [rows, cols] of t's type from data (t's, or part of it).
 	matrix := func(t *ggml.Tensor, rows, cols int, data []byte) backend.Tensor {
 		if err != nil {
@@ -186,10 +200,11 @@ func (m *Model) load(w *Weights) error {
 	return err
 }
 
-// loadBytes loads one tensor, repacking a matrix where the backend has a faster layout. Data
-// not aligned to 64 bytes is copied first, as the native kernels read rows aligned.
+// loadBytes loads one tensor, repacking a quantised matrix where the backend has a faster
+// layout (float matrices are multiplied as they are). Data not aligned to 64 bytes is copied
+// first, as the native kernels read rows aligned.
 func (m *Model) loadBytes(name string, dt tensor.DType, rows, cols int, data []byte, repack bool) (backend.Tensor, error) {
-	if repack {
+	if repack && dt.Quantized() {
 		bt, err := m.be.Load(dt, rows, cols, data)
 		if err != nil {
 			return nil, fmt.Errorf("parakeet: tensor %q: %w", name, err)
@@ -206,9 +221,9 @@ func (m *Model) loadBytes(name string, dt tensor.DType, rows, cols int, data []b
 		}
 		bt.Close()
 	}
-	al := aligned(data)
-	if len(al) > 0 && &al[0] != &data[0] {
-		m.file.Release(data) // copied: the file's pages need not stay resident as well
+	al, err := m.aligned(data)
+	if err != nil {
+		return nil, fmt.Errorf("parakeet: tensor %q: %w", name, err)
 	}
 	bt, err := m.be.Load(dt, rows, cols, al)
 	if err != nil {
@@ -218,19 +233,37 @@ func (m *Model) loadBytes(name string, dt tensor.DType, rows, cols int, data []b
 	return bt, nil
 }
 
-// aligned returns b, or a copy of it at a 64-byte boundary.
-func aligned(b []byte) []byte {
+// aligned returns b, or a copy of it at a 64-byte boundary. A host backend keeps the copy (it
+// computes from the bytes it is given): it is read from the file into the model's arena, which
+// spares the page faults of reading it through the file's mapping and of writing it to small
+// pages of the Go heap, and the mapping's pages stay out of the resident set. A device backend
+// copies what it loads: the copy is then a short-lived one of the Go heap.
+func (m *Model) aligned(b []byte) ([]byte, error) {
 	if len(b) == 0 || uintptr(unsafe.Pointer(&b[0]))%64 == 0 {
-		return b
+		return b, nil
 	}
-	w := make([]uint64, (len(b)+63)/8+8)
-	off := 0
-	for uintptr(unsafe.Pointer(&w[off]))%64 != 0 {
-		off++
+	if _, device := m.be.(backend.MemoryReporter); device {
+		w := make([]uint64, (len(b)+63)/8+8)
+		off := 0
+		for uintptr(unsafe.Pointer(&w[off]))%64 != 0 {
+			off++
+		}
+		c := unsafe.Slice((*byte)(unsafe.Pointer(&w[off])), len(b))
+		copy(c, b)
+		m.file.Release(b)
+		return c, nil
 	}
-	c := unsafe.Slice((*byte)(unsafe.Pointer(&w[off])), len(b))
-	copy(c, b)
-	return c
+	c, err := m.arena.Alloc(len(b))
+	if err != nil {
+		return nil, err
+	}
+	if !m.file.ReadInto(c, b) {
+		copy(c, b)
+	}
+	// Copied: the file's pages need not stay resident as well (a backend's Load may have read
+	// them before the copy was made, to try repacking).
+	m.file.Release(b)
+	return c, nil
 }
 
 // foldBatchNorm returns layer l's depthwise kernel [d, K] and a bias [d] with its batch norm

@@ -3,6 +3,10 @@ package asr
 import (
 	"context"
 	"testing"
+
+	"github.com/parleyhq/parley/internal/sharedtest"
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/models/parakeet"
 )
 
 // TestStepAllocs drives the scheduler's step loop by hand over two transcriptions (one greedy, one
@@ -34,5 +38,59 @@ func TestStepAllocs(t *testing.T) {
 	}
 	if a := testing.AllocsPerRun(20, func() { e.q.loop.Step() }); a != 0 {
 		t.Errorf("%v allocations per scheduler step, want 0", a)
+	}
+}
+
+// TestParakeetStepAllocs drives the Parakeet scheduler's loop by hand over one greedy
+// transcription and checks that a steady-state step, a prediction-network call and the joint
+// rows up to the next token, allocates nothing.
+func TestParakeetStepAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts differ under the race detector")
+	}
+	be, _, err := backend.New(backend.Choose(""), backend.Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	f, err := parakeet.Open(sharedtest.ParakeetRandomModel(t, "small", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, err := parakeet.Load(f, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	noLoop = true
+	e, err := NewParakeet(m, Config{MaxActive: 1})
+	noLoop = false
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	samples := testWAV(t, "jfk")
+	j := &pjob{p: DefaultParams(), nSamples: len(samples), slot: -1}
+	j.start(context.Background())
+	if j.mel, err = m.FrontEnd.LogMel(nil, samples); err != nil {
+		t.Fatal(err)
+	}
+	j.melRows = len(j.mel) / m.HParams.NMels
+	j.frames = parakeet.EncoderFrames(j.melRows)
+	if !(*parakeetWork)(e).Admit(j) {
+		t.Fatal("not admitted")
+	}
+	for range 3 { // encode, the first tokens
+		e.q.loop.Step()
+	}
+	if j.ph != ppDecode || j.err != nil {
+		t.Fatalf("job in phase %d, error %v", j.ph, j.err)
+	}
+	if a := testing.AllocsPerRun(10, func() { e.q.loop.Step() }); a != 0 {
+		t.Errorf("%v allocations per scheduler step, want 0", a)
+	}
+	if j.ph != ppDecode || len(j.toks) < 10 {
+		t.Errorf("the steps measured did not all decode: phase %d, %d tokens", j.ph, len(j.toks))
 	}
 }

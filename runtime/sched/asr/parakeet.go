@@ -54,7 +54,8 @@ type Parakeet struct {
 	frame, slot     [1]int32
 	projPool        []backend.Tensor // projections of live streams' chunks, reused
 
-	nActive atomic.Int64
+	nActive            atomic.Int64
+	encodeNS, decodeNS atomic.Int64 // time spent in the steps' encoding and decoding
 }
 
 // Parakeet is a Recognizer.
@@ -368,7 +369,8 @@ func (e *Parakeet) Load() (active, queued int) {
 func (e *Parakeet) Full() bool { return e.q.full() }
 
 func (e *Parakeet) Stats() Stats {
-	return Stats{LoopStats: e.q.loop.Stats(), Active: int(e.nActive.Load())}
+	return Stats{LoopStats: e.q.loop.Stats(), Active: int(e.nActive.Load()),
+		EncodeTime: time.Duration(e.encodeNS.Load()), DecodeTime: time.Duration(e.decodeNS.Load())}
 }
 
 // reap ends the transcriptions that are finished or whose context is done.
@@ -384,8 +386,13 @@ func (e *Parakeet) step() (seqs, tokens int, busy bool) {
 	if len(e.active) == 0 {
 		return 0, 0, false
 	}
+	t0 := time.Now()
 	e.encode()
-	return e.decodeStep()
+	t1 := time.Now()
+	seqs, tokens, busy = e.decodeStep()
+	e.encodeNS.Add(int64(t1.Sub(t0)))
+	e.decodeNS.Add(int64(time.Since(t1)))
+	return seqs, tokens, busy
 }
 
 // encode runs the encoder in one call on the clips of the longest-waiting transcriptions (at
@@ -445,6 +452,7 @@ func (e *Parakeet) encode() {
 		j.ph = ppDecode
 		if j.stream == nil {
 			j.pending, j.tok = true, e.rule.Blank
+			j.toks = make([]parakeet.Token, 0, j.frames) // room for a token a frame: decoding steps need not grow it
 		}
 	}
 }

@@ -122,11 +122,15 @@ func (c Config) withDefaults(def int) (Config, error) {
 }
 
 // Stats is a snapshot of a recogniser's counters, for metrics: its loop's, and the transcriptions
-// being decoded and the decoder cache's blocks as of the last step.
+// being decoded and the decoder cache's blocks as of the last step. EncodeTime and DecodeTime
+// add up the time its steps spent in the encoder (with the joint's encoder projection) and in
+// decoding (the prediction network, the joint and the search) since it started; Parakeet keeps
+// them, Whisper leaves them zero.
 type Stats struct {
 	sched.LoopStats
 	Active                     int
 	KVBlocksUsed, KVBlocksFree int
+	EncodeTime, DecodeTime     time.Duration
 }
 
 // checkAudio refuses samples that are no recording: none, or a NaN or infinite one (the caller's
