@@ -8,7 +8,6 @@ import (
 
 	"github.com/parleyhq/parley/internal/sharedtest"
 	"github.com/parleyhq/parley/runtime/kvcache"
-	"github.com/parleyhq/parley/runtime/quant"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
 
@@ -16,23 +15,6 @@ import (
 // backend with 2 threads: a chunk's text pass, a FlowLM frame step (backbone, EOS head, flow
 // head) and the flow head alone, and a Mimi decoder frame, for 1, 4 and 8 syntheses at once,
 // with F32 weights and with the FlowLM transformer's matrices in Q8_0.
-
-// QuantizeFlowLM converts the FlowLM transformer's matrices of w to Q8_0 in place (what a Q8_0
-// GGUF checkpoint holds).
-func quantizeFlowLM(tb testing.TB, w *Weights) {
-	tb.Helper()
-	for _, t := range w.All() {
-		if !quantisable(t.Name) || t.DType == tensor.Q8_0 {
-			continue
-		}
-		cols := t.Shape[len(t.Shape)-1]
-		data, err := quant.QuantizeRows(tensor.Q8_0, t.Float32s(), cols)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		t.Data, t.DType = data, tensor.Q8_0
-	}
-}
 
 func benchModel(b *testing.B, dtype string) *Model {
 	b.Helper()
@@ -43,7 +25,9 @@ func benchModel(b *testing.B, dtype string) *Model {
 	}
 	b.Cleanup(func() { ck.Close() })
 	if dtype == "q8_0" {
-		quantizeFlowLM(b, ck.Weights)
+		if _, err := ck.Weights.QuantizeFlowLM(tensor.Q8_0); err != nil {
+			b.Fatal(err)
+		}
 	}
 	m, err := New(be, ck.Weights)
 	if err != nil {

@@ -54,6 +54,32 @@ func (t *Tensor) Float32s() []float32 {
 	return out
 }
 
+// QuantizeFlowLM converts the FlowLM transformer's matrices of w (those quantisable names) to
+// Q8_0, the one quantised type the loader takes, and returns how many it converted; matrices
+// already Q8_0 are kept. The converted tensors own new memory; the others still alias the file.
+func (w *Weights) QuantizeFlowLM(dt tensor.DType) (int, error) {
+	if dt != tensor.Q8_0 {
+		return 0, fmt.Errorf("pockettts: the FlowLM's matrices quantise to Q8_0 only, not %v", dt)
+	}
+	n := 0
+	for _, t := range w.All() {
+		if !quantisable(t.Name) || t.DType == tensor.Q8_0 {
+			continue
+		}
+		cols := t.Shape[len(t.Shape)-1]
+		if len(t.Shape) != 2 || cols%dt.BlockSize() != 0 {
+			return n, fmt.Errorf("pockettts: tensor %q %v: rows of %d are not whole %v blocks", t.Name, t.Shape, cols, dt)
+		}
+		data, err := quant.QuantizeRows(dt, t.Float32s(), cols)
+		if err != nil {
+			return n, fmt.Errorf("pockettts: tensor %q: %w", t.Name, err)
+		}
+		t.Data, t.DType = data, dt
+		n++
+	}
+	return n, nil
+}
+
 // quantisable reports whether the checkpoint may hold tensor name as Q8_0: the FlowLM
 // transformer's matrices, which a frame step reads in full (GGUF files only; see WriteGGUF).
 func quantisable(name string) bool {
