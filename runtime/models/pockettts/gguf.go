@@ -389,6 +389,7 @@ func LoadGGUF(f *gguf.File) (*Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
+	w.release = f.Release
 	ck := &Checkpoint{Weights: w, Voices: map[string]*Voice{}}
 	ck.Text.PadShortInputs, _ = f.Bool(keyPadShort)
 	ck.Text.RemoveSemicolons, _ = f.Bool(keySemicolons)

@@ -20,9 +20,10 @@ import (
 // Q8_0), else converted to F32; vectors (norms, biases, gains) are F32. Convolution weights are
 // laid out for Im2Col1D and MatMul at load.
 type Model struct {
-	be    backend.Backend
-	cfg   Config
-	owned []backend.Tensor
+	be      backend.Backend
+	cfg     Config
+	owned   []backend.Tensor
+	release func([]byte) // the weights' (Weights.release)
 
 	// Trace, when set, is called with intermediate tensors of the steps (rows of the stages
 	// upstream's reference records: "text_emb", "text_layer0", "text_backbone", "step_layer0",
@@ -63,7 +64,7 @@ type lmLayer struct {
 // New loads w onto be. The weights must stay valid (their file open) while the model lives:
 // host backends compute from the checkpoint's bytes in place.
 func New(be backend.Backend, w *Weights) (*Model, error) {
-	m := &Model{be: be, cfg: w.Config}
+	m := &Model{be: be, cfg: w.Config, release: w.release}
 	if err := m.load(w); err != nil {
 		m.Close()
 		return nil, err
@@ -140,8 +141,15 @@ func (m *Model) matrix(t *Tensor, row0, rows, cols int) (backend.Tensor, error) 
 		return nil, fmt.Errorf("pockettts: %s: %w", t.Name, err)
 	}
 	m.keep(x)
-	if _, err := backend.Repack(m.be, x); err != nil {
+	repacked, err := backend.Repack(m.be, x)
+	if err != nil {
 		return nil, fmt.Errorf("pockettts: %s: %w", t.Name, err)
+	}
+	if repacked && m.release != nil {
+		// The backend multiplies its own layout now: the file's rows are read again only where
+		// it falls back to them (they fault back in from the file), so they need not stay
+		// resident beside it.
+		m.release(data)
 	}
 	return x, nil
 }

@@ -196,6 +196,10 @@ type Mimi struct {
 type Weights struct {
 	Config Config
 
+	// release gives back the resident pages of file data the model no longer reads (the rows of
+	// a matrix the backend repacked); nil where nothing is mapped. A no-op outside the mapping.
+	release func([]byte)
+
 	BOSEmb         *Tensor // [latent]: the latent input of the first frame step
 	BOSBeforeVoice *Tensor // [1, 1, d] or nil
 	SpeakerProj    *Tensor // [d, encLatent] or nil: voice latents to conditioning
@@ -519,5 +523,10 @@ func LoadSafetensors(f *safetensors.File) (*Weights, error) {
 	if err != nil {
 		return nil, err
 	}
-	return bind(src, cfg)
+	w, err := bind(src, cfg)
+	if err != nil {
+		return nil, err
+	}
+	w.release = f.Release
+	return w, nil
 }
