@@ -21,9 +21,9 @@ import (
 func runConvert(e *env, args []string) error {
 	fs := newFlags(e, "convert", "-o OUT [--type TYPE] [--format gguf|ggml] [--name NAME] [--tokenizer TOKENIZER.model] [--voice NAME=FILE]... MODEL")
 	out := fs.String("o", "", "output file (required)")
-	name := fs.String("name", "", "general.name of the output (default: the input's file name)")
-	typ := fs.String("type", "", "quantise the matrices to this type, as whisper.cpp's quantize tool does (default: keep them)")
-	format := fs.String("format", "gguf", "output format: gguf, or ggml (whisper.cpp's)")
+	name := fs.String("name", "", "general.name of the output, Whisper and Parakeet (default: the input's file name)")
+	typ := fs.String("type", "", "quantise the matrices to this type: Whisper's to q8_0, q5_1, q5_0, q4_1, q4_0, f16 or f32 as whisper.cpp's quantize tool does, Pocket TTS's FlowLM transformer's to q8_0; Parakeet's keep theirs (default: keep them)")
+	format := fs.String("format", "gguf", "output format: gguf, or ggml (whisper.cpp's; Whisper and Parakeet)")
 	tokPath := fs.String("tokenizer", "", "Pocket TTS: the SentencePiece model to embed (default: tokenizer.model beside the checkpoint)")
 	var voiceArgs multiFlag
 	fs.Var(&voiceArgs, "voice", "Pocket TTS: embed the voice state FILE (safetensors) as voice NAME (NAME=FILE, repeatable)")
