@@ -180,3 +180,22 @@ func TestParakeetBeamBadSize(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkParakeetBeam transcribes a clip end to end on the small model, greedily and with a
+// beam of 4 (the beam's time over greedy's is the cost of the search).
+func BenchmarkParakeetBeam(b *testing.B) {
+	e := openParakeetSmall(b, Config{MaxActive: 4, EncodeBatch: 2})
+	samples := beamClipSamples(b, "jfk")
+	for _, w := range []int{1, 4} {
+		b.Run(fmt.Sprintf("beam=%d", w), func(b *testing.B) {
+			p := DefaultParams()
+			p.BeamSize = w
+			for b.Loop() {
+				if _, err := e.Transcribe(context.Background(), samples, p, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(samples))/SampleRate*float64(b.N)/b.Elapsed().Seconds(), "audio-s/s")
+		})
+	}
+}
