@@ -137,3 +137,28 @@ func TestBenchParakeet(t *testing.T) {
 		}
 	}
 }
+
+// TestParakeetTranscribeBeam transcribes a clip with `parley transcribe --beam 4` (beam search
+// over the transducer) and checks that a beam wider than 8 is refused.
+func TestParakeetTranscribeBeam(t *testing.T) {
+	model := sharedtest.ParakeetRandomModel(t, "small", false)
+	wav := sharedtest.Path(t, "data/asr/wav/jfk.wav")
+	res := parley(t, "", "transcribe", "--backend", asrBackend(), "--beam", "4", "-m", model, "--json", wav)
+	if res.code != 0 {
+		t.Fatalf("exit %d: %s", res.code, res.stderr)
+	}
+	var got struct {
+		Text   string
+		Tokens []struct{ ID int32 }
+	}
+	if err := json.Unmarshal([]byte(res.stdout), &got); err != nil {
+		t.Fatalf("%v in %q", err, res.stdout)
+	}
+	if strings.TrimSpace(got.Text) == "" || len(got.Tokens) == 0 {
+		t.Fatalf("no transcript: %q", res.stdout)
+	}
+	res = parley(t, "", "transcribe", "--backend", asrBackend(), "--beam", "9", "-m", model, wav)
+	if res.code == 0 || !strings.Contains(res.stderr, "beam") {
+		t.Fatalf("--beam 9: exit %d: %s", res.code, res.stderr)
+	}
+}

@@ -78,6 +78,7 @@ func TestParakeetStepAllocs(t *testing.T) {
 	}
 	j.melRows = len(j.mel) / m.HParams.NMels
 	j.frames = parakeet.EncoderFrames(j.melRows)
+	j.end = j.frames
 	if !(*parakeetWork)(e).Admit(j) {
 		t.Fatal("not admitted")
 	}
@@ -92,5 +93,64 @@ func TestParakeetStepAllocs(t *testing.T) {
 	}
 	if j.ph != ppDecode || len(j.toks) < 10 {
 		t.Errorf("the steps measured did not all decode: phase %d, %d tokens", j.ph, len(j.toks))
+	}
+}
+
+// TestParakeetBeamStepAllocs drives the Parakeet scheduler's loop by hand over one beam
+// transcription (width 4) and checks that its steps allocate nothing once the search's token
+// history has grown to the transcript (it grows amortised: at most a few allocations over the
+// steps measured).
+func TestParakeetBeamStepAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts differ under the race detector")
+	}
+	be, _, err := backend.New(backend.Choose(""), backend.Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	f, err := parakeet.Open(sharedtest.ParakeetRandomModel(t, "small", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, err := parakeet.Load(f, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	noLoop = true
+	e, err := NewParakeet(m, Config{MaxActive: 1})
+	noLoop = false
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	samples := testWAV(t, "jfk")
+	p := DefaultParams()
+	p.BeamSize = 4
+	j := &pjob{p: p, nSamples: len(samples), slot: -1}
+	j.start(context.Background())
+	if j.mel, err = m.FrontEnd.LogMel(nil, samples); err != nil {
+		t.Fatal(err)
+	}
+	j.melRows = len(j.mel) / m.HParams.NMels
+	j.frames = parakeet.EncoderFrames(j.melRows)
+	j.end = j.frames
+	if !(*parakeetWork)(e).Admit(j) {
+		t.Fatal("not admitted")
+	}
+	for range 20 { // encode, the first rounds
+		e.q.loop.Step()
+	}
+	if j.ph != ppDecode || j.err != nil || j.beam == nil {
+		t.Fatalf("job in phase %d, error %v", j.ph, j.err)
+	}
+	a := testing.AllocsPerRun(20, func() { e.q.loop.Step() })
+	if a > 0.5 {
+		t.Errorf("%v allocations per scheduler step, want none but the history's amortised growth", a)
+	}
+	if j.ph != ppDecode {
+		t.Errorf("the steps measured did not all decode: phase %d", j.ph)
 	}
 }

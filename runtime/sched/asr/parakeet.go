@@ -30,8 +30,16 @@ import (
 // chunk's own frames are projected and decoded, and its stream's prediction-network state is
 // loaded into a slot when it is admitted and saved when it ends.
 //
-// Beam search, temperatures and prompts are not used: the transducer decodes greedily, as
-// whisper.cpp's parakeet-cli does. Times come from the encoder frames of the tokens.
+// A transcription decodes greedily (decode.TDT), as whisper.cpp's parakeet-cli does, unless
+// its Params.BeamSize is above 1: then it decodes with a frame-synchronous beam search
+// (decode.TDTBeamSearch, hypotheses in the same state keeping the better one, so a score is the
+// log-probability of one alignment), one round per step, its prediction steps in the same
+// batched call as every other transcription's. Beside the beam, a search of width 1 (the greedy
+// rule exactly) runs on the same rounds, and its hypothesis is returned instead of the beam's
+// best when its score is higher, as NeMo keeps the greedy hypothesis among a beam search's
+// candidates; so a beam transcription's score is never below the greedy one's. Live streams
+// decode greedily. Temperatures and prompts are not used. Times come from the encoder frames of
+// the tokens.
 type Parakeet struct {
 	m     *parakeet.Model
 	cfg   Config
@@ -52,6 +60,8 @@ type Parakeet struct {
 	tokIn, from, to []int32
 	row             []float32
 	frame, slot     [1]int32
+	rows            []float32        // [MaxDecoders][Width] a beam round's joint rows
+	jFrames, jSlots []int32          // [MaxDecoders] a beam round's joint requests
 	projPool        []backend.Tensor // projections of live streams' chunks, reused
 
 	nActive            atomic.Int64
@@ -91,7 +101,11 @@ type pjob struct {
 	tok     int32
 	state   decode.TDTState
 	toks    []parakeet.Token
-	segs    []Segment
+	// A beam transcription (Params.BeamSize > 1): the beam over slots [slot, slot+2·MaxDecoders)
+	// and the greedy search (width 1) over the two slots after them.
+	beam, greedy *decode.TDTBeamSearch
+	steps        []decode.TDTStep
+	segs         []Segment
 }
 
 // NewParakeet makes the scheduler of Parakeet model m (MaxActive default 4) and starts its loop.
@@ -106,7 +120,7 @@ func NewParakeet(m *parakeet.Model, cfg Config) (*Parakeet, error) {
 	if err := e.rule.Validate(); err != nil {
 		return nil, err
 	}
-	e.dec, err = m.NewDecoder(cfg.MaxActive, cfg.MaxActive)
+	e.dec, err = m.NewDecoder(cfg.MaxActive*pslotStride, cfg.MaxActive*(MaxDecoders+1))
 	if err != nil {
 		return nil, err
 	}
@@ -116,16 +130,27 @@ func NewParakeet(m *parakeet.Model, cfg Config) (*Parakeet, error) {
 		return nil, err
 	}
 	for s := cfg.MaxActive - 1; s >= 0; s-- {
-		e.freeSlots = append(e.freeSlots, int32(s))
+		e.freeSlots = append(e.freeSlots, int32(s*pslotStride))
 	}
 	e.row = make([]float32, e.dec.Width())
+	e.rows = make([]float32, MaxDecoders*e.dec.Width())
+	e.jFrames, e.jSlots = make([]int32, MaxDecoders), make([]int32, MaxDecoders)
 	e.encJobs, e.encMels = make([]*pjob, 0, cfg.EncodeBatch), make([][]float32, 0, cfg.EncodeBatch)
-	e.tokIn, e.from, e.to = make([]int32, 0, cfg.MaxActive), make([]int32, 0, cfg.MaxActive), make([]int32, 0, cfg.MaxActive)
+	nPred := e.dec.MaxRows()
+	e.tokIn, e.from, e.to = make([]int32, 0, nPred), make([]int32, 0, nPred), make([]int32, 0, nPred)
 	if !noLoop {
 		go e.q.loop.Run(context.Background())
 	}
 	return e, nil
 }
+
+// pslotStride is the number of decoder slots each active job owns, from its slot on: one for a
+// greedy transcription or a live chunk; a beam transcription's searches refer to all of them
+// (2·MaxDecoders for the beam, 2 for the greedy search beside it).
+const pslotStride = 2*MaxDecoders + 2
+
+// greedySlots is the offset of a beam transcription's greedy search in its slots.
+const greedySlots = 2 * MaxDecoders
 
 // Model is the recogniser's model.
 func (e *Parakeet) Model() *parakeet.Model { return e.m }
@@ -451,6 +476,12 @@ func (e *Parakeet) encode() {
 		}
 		j.ph = ppDecode
 		if j.stream == nil {
+			if j.p.BeamSize > 1 {
+				if err := e.startBeam(j); err != nil {
+					j.err, j.ph = fmt.Errorf("parakeet: %w", err), ppDone
+				}
+				continue
+			}
 			j.pending, j.tok = true, e.rule.Blank
 			j.toks = make([]parakeet.Token, 0, j.frames) // room for a token a frame: decoding steps need not grow it
 		}
@@ -499,7 +530,15 @@ func (e *Parakeet) project(out backend.Tensor, at int, j *pjob) error {
 func (e *Parakeet) decodeStep() (seqs, tokens int, busy bool) {
 	e.tokIn, e.from, e.to = e.tokIn[:0], e.from[:0], e.to[:0]
 	for _, j := range e.active {
-		if j.ph == ppDecode && j.pending {
+		if j.ph != ppDecode {
+			continue
+		}
+		if j.beam != nil {
+			e.addPredictions(j.beam, j.slot)
+			e.addPredictions(j.greedy, j.slot+greedySlots)
+			continue
+		}
+		if j.pending {
 			from := j.slot
 			if !j.started {
 				from = -1
@@ -510,7 +549,7 @@ func (e *Parakeet) decodeStep() (seqs, tokens int, busy bool) {
 	if len(e.tokIn) > 0 {
 		if err := e.dec.Predict(e.tokIn, e.from, e.to); err != nil {
 			for _, j := range e.active {
-				if j.ph == ppDecode && j.pending {
+				if j.ph == ppDecode && (j.pending || j.beam != nil) {
 					j.err, j.ph = err, ppDone
 				}
 			}
@@ -518,6 +557,16 @@ func (e *Parakeet) decodeStep() (seqs, tokens int, busy bool) {
 	}
 	for _, j := range e.active {
 		if j.ph != ppDecode {
+			continue
+		}
+		if j.beam != nil {
+			seqs++
+			n, err := e.beamStep(j)
+			if err != nil {
+				j.err, j.ph = err, ppDone
+				continue
+			}
+			tokens += n
 			continue
 		}
 		j.started, j.pending = true, false
@@ -561,6 +610,97 @@ func (e *Parakeet) advance(j *pjob) error {
 	}
 	return nil
 }
+
+// startBeam sets up the searches of beam transcription j over its encoded frames.
+func (e *Parakeet) startBeam(j *pjob) error {
+	var err error
+	if j.beam, err = decode.NewTDTBeamSearch(decode.TDTBeam{Rule: e.rule, Width: j.p.BeamSize, Merge: decode.MergeMax}); err != nil {
+		return err
+	}
+	if j.greedy, err = decode.NewTDTBeamSearch(decode.TDTBeam{Rule: e.rule, Width: 1, Merge: decode.MergeMax}); err != nil {
+		return err
+	}
+	for _, s := range [...]*decode.TDTBeamSearch{j.beam, j.greedy} {
+		if err := s.AddFrames(j.frames); err != nil {
+			return err
+		}
+		s.Finish()
+	}
+	return nil
+}
+
+// addPredictions adds the prediction steps of search s's round, its slots from base on, to the
+// step's batch.
+func (e *Parakeet) addPredictions(s *decode.TDTBeamSearch, base int32) {
+	if !s.Ready() {
+		return
+	}
+	for _, r := range s.Predictions() {
+		from := r.From
+		if from >= 0 {
+			from += base
+		}
+		e.tokIn, e.from, e.to = append(e.tokIn, r.Token), append(e.from, from), append(e.to, base+r.To)
+	}
+}
+
+// beamStep completes the rounds of beam transcription j whose prediction steps the step's batch
+// computed: its joint rows, then the rounds after that need no prediction step. When both
+// searches are done it assembles j's result. It returns the prediction steps the next rounds ask
+// for (the tokens the hypotheses emitted).
+func (e *Parakeet) beamStep(j *pjob) (int, error) {
+	n := 0
+	for _, sb := range [...]struct {
+		s    *decode.TDTBeamSearch
+		base int32
+	}{{j.beam, j.slot}, {j.greedy, j.slot + greedySlots}} {
+		for first := true; sb.s.Ready() && (first || len(sb.s.Predictions()) == 0); first = false {
+			js := sb.s.Joints()
+			for i, r := range js {
+				e.jFrames[i], e.jSlots[i] = int32(r.Frame-j.frame0), sb.base+r.Slot
+			}
+			rows := e.rows[:len(js)*e.dec.Width()]
+			if err := e.dec.Joint(rows, j.proj, e.jFrames[:len(js)], e.jSlots[:len(js)]); err != nil {
+				return n, err
+			}
+			if err := sb.s.Advance(rows); err != nil {
+				return n, errNonFiniteParakeet
+			}
+		}
+		if sb.s.Ready() {
+			n += len(sb.s.Predictions())
+		}
+	}
+	if !j.beam.Done() || !j.greedy.Done() {
+		return n, nil
+	}
+	best, greedy := j.beam.Hyp(0).Score, j.greedy.Hyp(0).Score
+	s := j.beam
+	if greedy > best {
+		s = j.greedy
+	}
+	j.steps = s.Tokens(0, j.steps[:0])
+	j.toks = stepTokens(j.steps)
+	if parakeetBeamHook != nil {
+		parakeetBeamHook(j, best, greedy)
+	}
+	e.emit(j)
+	j.ph = ppDone
+	return n, nil
+}
+
+// stepTokens returns the model's tokens of the search's emitted steps.
+func stepTokens(steps []decode.TDTStep) []parakeet.Token {
+	toks := make([]parakeet.Token, len(steps))
+	for i, st := range steps {
+		toks[i] = parakeet.Token{ID: st.Token, Frame: st.Frame, DurIdx: st.DurIdx, Dur: st.Dur, P: st.P, PLog: st.PLog}
+	}
+	return toks
+}
+
+// parakeetBeamHook, set by tests, sees every beam transcription as it ends, with the scores of
+// the beam's best hypothesis and the greedy one.
+var parakeetBeamHook func(j *pjob, beam, greedy float64)
 
 // errNonFiniteParakeet ends a transcription whose joint produced logits that are not numbers.
 var errNonFiniteParakeet = errors.New("parakeet: the model's output is not finite (are its weights corrupt?)")
