@@ -97,50 +97,50 @@ type errorEvent struct {
 // session transcribes that audio to its end, sends the final text, and closes with 1001.
 const opShutdown = "shutdown"
 
-// liveSet is the open live sessions, which a graceful shutdown lets finish.
-type liveSet struct {
+// sessionSet is the open sessions of a WebSocket endpoint, which a graceful shutdown lets finish.
+type sessionSet[T comparable] struct {
 	mu       sync.Mutex
-	open     map[*live]struct{}
+	open     map[T]struct{}
 	draining bool
 	wg       sync.WaitGroup
 }
 
-// add registers lv; false once the server is shutting down.
-func (ls *liveSet) add(lv *live) bool {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	if ls.draining {
+// add registers v; false once the server is shutting down.
+func (ss *sessionSet[T]) add(v T) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.draining {
 		return false
 	}
-	if ls.open == nil {
-		ls.open = map[*live]struct{}{}
+	if ss.open == nil {
+		ss.open = map[T]struct{}{}
 	}
-	ls.open[lv] = struct{}{}
-	ls.wg.Add(1)
+	ss.open[v] = struct{}{}
+	ss.wg.Add(1)
 	return true
 }
 
-func (ls *liveSet) remove(lv *live) {
-	ls.mu.Lock()
-	delete(ls.open, lv)
-	ls.mu.Unlock()
-	ls.wg.Done()
+func (ss *sessionSet[T]) remove(v T) {
+	ss.mu.Lock()
+	delete(ss.open, v)
+	ss.mu.Unlock()
+	ss.wg.Done()
 }
 
-func (ls *liveSet) isDraining() bool {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	return ls.draining
+func (ss *sessionSet[T]) isDraining() bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.draining
 }
 
 // list returns the open sessions; drain also refuses new ones from now on.
-func (ls *liveSet) list(drain bool) []*live {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	ls.draining = ls.draining || drain
-	out := make([]*live, 0, len(ls.open))
-	for lv := range ls.open {
-		out = append(out, lv)
+func (ss *sessionSet[T]) list(drain bool) []T {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.draining = ss.draining || drain
+	out := make([]T, 0, len(ss.open))
+	for v := range ss.open {
+		out = append(out, v)
 	}
 	return out
 }

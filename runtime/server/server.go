@@ -166,9 +166,9 @@ type Server struct {
 	byName  map[string]*served
 	speech  []*speechServed
 	speechN map[string]*speechServed
-	streams atomic.Int64 // open /v1/audio/stream sessions
-	lives   liveSet      // the same sessions, for Shutdown
-	loading bool         // Loading's stand-in: every request but a preflight is answered 503
+	streams atomic.Int64      // open /v1/audio/stream sessions
+	lives   sessionSet[*live] // the same sessions, for Shutdown
+	loading bool              // Loading's stand-in: every request but a preflight is answered 503
 	ready   atomic.Bool
 	// draining is set by Drain: /health answers "draining" and new requests 503.
 	draining atomic.Bool
@@ -186,7 +186,7 @@ type Server struct {
 	// speakers counts the open live synthesis sessions (/v1/audio/speech/stream).
 	speakers atomic.Int64
 	// speakSessions are the same sessions, for Shutdown.
-	speakSessions speakSet
+	speakSessions sessionSet[*speakLive]
 }
 
 // served is a Model with what the server derives from it once.

@@ -82,52 +82,6 @@ type speakItem struct {
 	op   string // "": speak text; "flush", "cancel", "close" or opShutdown
 }
 
-// speakSet is the open live synthesis sessions, which a graceful shutdown lets finish.
-type speakSet struct {
-	mu       sync.Mutex
-	open     map[*speakLive]struct{}
-	draining bool
-	wg       sync.WaitGroup
-}
-
-func (ss *speakSet) add(sl *speakLive) bool {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if ss.draining {
-		return false
-	}
-	if ss.open == nil {
-		ss.open = map[*speakLive]struct{}{}
-	}
-	ss.open[sl] = struct{}{}
-	ss.wg.Add(1)
-	return true
-}
-
-func (ss *speakSet) remove(sl *speakLive) {
-	ss.mu.Lock()
-	delete(ss.open, sl)
-	ss.mu.Unlock()
-	ss.wg.Done()
-}
-
-func (ss *speakSet) isDraining() bool {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	return ss.draining
-}
-
-func (ss *speakSet) list(drain bool) []*speakLive {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	ss.draining = ss.draining || drain
-	out := make([]*speakLive, 0, len(ss.open))
-	for sl := range ss.open {
-		out = append(out, sl)
-	}
-	return out
-}
-
 // speakLive is one WebSocket synthesis session.
 type speakLive struct {
 	s     *Server
