@@ -212,8 +212,9 @@ type live struct {
 	// the machine transcribes it is not idle. busy is set while the worker has taken items and
 	// not finished them (guarded by mu, so that the timer sees inbox and busy together); idle
 	// fires IdleTimeout after the last message or the last finished work.
-	busy bool
-	idle *time.Timer
+	busy      bool
+	receiving time.Time // when the client message being read began; zero when none is
+	idle      *time.Timer
 
 	endOnce sync.Once
 }
@@ -374,7 +375,7 @@ func (lv *live) run(ctx context.Context) {
 func (lv *live) read(ctx context.Context, maxBacklog int) {
 	closing := false
 	for {
-		typ, b, err := lv.c.Read(ctx)
+		typ, b, err := lv.receive(ctx)
 		if err != nil {
 			// Not a close from the client, nor the connection going away, nor the session
 			// ending: a frame that breaks the protocol (the library closes with 1002 for most
@@ -408,6 +409,30 @@ func (lv *live) read(ctx context.Context, maxBacklog int) {
 	}
 }
 
+// receive reads the client's next message. A message being received keeps the session from
+// idling: the idle timeout restarts when it begins, and does not end the session before it has
+// arrived whole (a large one may take longer than the timeout to read), for maxReceive at most.
+func (lv *live) receive(ctx context.Context) (websocket.MessageType, []byte, error) {
+	typ, r, err := lv.c.Reader(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	lv.mu.Lock()
+	lv.receiving = time.Now()
+	lv.mu.Unlock()
+	lv.idle.Reset(lv.s.cfg.Stream.IdleTimeout)
+	b, err := io.ReadAll(r)
+	lv.mu.Lock()
+	lv.receiving = time.Time{}
+	lv.mu.Unlock()
+	return typ, b, err
+}
+
+// maxReceive bounds the time a message being received keeps a session from idling, when the
+// idle timeout is shorter: a client that sends a message's first bytes and trickles the rest
+// is idle after it.
+const maxReceive = 10 * time.Second
+
 // push queues it for the worker; false when the backlog is over max.
 func (lv *live) push(it item, max int) bool {
 	lv.mu.Lock()
@@ -431,11 +456,13 @@ func (lv *live) take() []item {
 	return its
 }
 
-// active reports whether the worker holds items or items wait in the inbox.
+// active reports whether the worker holds items, items wait in the inbox, or a message is
+// being received.
 func (lv *live) active() bool {
 	lv.mu.Lock()
 	defer lv.mu.Unlock()
-	return lv.busy || len(lv.inbox) > 0
+	receiving := !lv.receiving.IsZero() && time.Since(lv.receiving) < max(lv.s.cfg.Stream.IdleTimeout, maxReceive)
+	return lv.busy || receiving || len(lv.inbox) > 0
 }
 
 // done notes that the worker finished what it took: the idle timeout runs from now.

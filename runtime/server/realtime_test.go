@@ -12,6 +12,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strings"
 	"testing"
@@ -297,10 +298,23 @@ func TestStreamBadInput(t *testing.T) {
 // then waits for the results is not idle. With an idle timeout shorter than one pass of the
 // model, the final text still arrives; only then does the silent client time out.
 func TestStreamSlowerThanIdle(t *testing.T) {
-	h := newSpeechHarness(t, Config{Stream: StreamConfig{MaxBacklog: time.Minute, IdleTimeout: 100 * time.Millisecond}})
+	// Every pass takes longer than the idle timeout, whatever the machine: the recogniser waits
+	// 1.5 s before each. The timeout is long enough for the client to send its audio after
+	// "ready" on a loaded machine.
+	eng := speechEngine(t)
+	p := asrParams()
+	s, err := New(Config{Stream: StreamConfig{MaxBacklog: time.Minute, IdleTimeout: time.Second},
+		SpeechModels: []*SpeechModel{{Name: "whisper-tiny", Recognizer: slowRecognizer{eng, 1500 * time.Millisecond}, Params: &p}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetReady(true)
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	h := &speechHarness{srv: srv, s: s, eng: eng}
 	c := dial(t, h, "?model=whisper-tiny&language=en")
 	ctx := context.Background()
-	if err := c.Write(ctx, websocket.MessageBinary, pcmBytes(jfk(t, 4))); err != nil {
+	if err := c.Write(ctx, websocket.MessageBinary, pcmBytes(jfk(t, 2))); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Write(ctx, websocket.MessageText, []byte(`{"type":"commit"}`)); err != nil {
@@ -323,6 +337,21 @@ func TestStreamSlowerThanIdle(t *testing.T) {
 		t.Errorf("closed with %v after %+v, want the idle timeout once the results were out", code, last)
 	}
 	waitIdle(h)
+}
+
+// slowRecognizer is a recogniser whose transcriptions start d late.
+type slowRecognizer struct {
+	asr.Recognizer
+	d time.Duration
+}
+
+func (r slowRecognizer) Transcribe(ctx context.Context, pcm []float32, p asr.Params, f func(asr.Segment)) (*asr.Result, error) {
+	select {
+	case <-time.After(r.d):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return r.Recognizer.Transcribe(ctx, pcm, p, f)
 }
 
 // TestStreamShutdown: Shutdown lets an open session transcribe the audio it has received: its
