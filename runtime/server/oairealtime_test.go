@@ -431,7 +431,7 @@ func TestRealtimeAuth(t *testing.T) {
 // limit across both endpoints (429), the backlog bound and the idle timeout as OpenAI error
 // events before a 1008 close.
 func TestRealtimeLimits(t *testing.T) {
-	h := newSpeechHarness(t, Config{Stream: StreamConfig{MaxSessions: 2, MaxBacklog: time.Second, IdleTimeout: 300 * time.Millisecond}})
+	h := newSpeechHarness(t, Config{Stream: StreamConfig{MaxSessions: 2, MaxBacklog: time.Second, IdleTimeout: time.Second}})
 	ctx := context.Background()
 	a, b := dial(t, h, ""), dialRealtime(t, h, "", nil)
 	_, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(h.srv.URL, "http")+"/v1/realtime", nil)

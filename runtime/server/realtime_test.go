@@ -202,7 +202,7 @@ func TestWireEventRounded(t *testing.T) {
 // is closed; a client that vanishes mid-utterance leaves nothing behind; refused upgrades are
 // plain HTTP errors.
 func TestStreamBadInput(t *testing.T) {
-	h := newSpeechHarness(t, Config{Stream: StreamConfig{IdleTimeout: 300 * time.Millisecond, MaxBacklog: time.Second, MaxSessions: 2, MaxMessageBytes: 64 << 10}})
+	h := newSpeechHarness(t, Config{Stream: StreamConfig{IdleTimeout: time.Second, MaxBacklog: time.Second, MaxSessions: 2, MaxMessageBytes: 64 << 10}})
 	base := runtime.NumGoroutine()
 	ctx := context.Background()
 	cases := []struct {

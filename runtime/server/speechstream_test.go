@@ -211,7 +211,7 @@ func TestSpeechStreamCancel(t *testing.T) {
 func TestSpeechStreamBadInput(t *testing.T) {
 	sp := &fakeSpeaker{frames: 1}
 	s, srv := newSpeakServer(t, sp, Config{AllowedOrigins: []string{"https://app.example"},
-		SpeechStream: SpeechStreamConfig{MaxText: 50, IdleTimeout: 300 * time.Millisecond, MaxSessions: 2}})
+		SpeechStream: SpeechStreamConfig{MaxText: 50, IdleTimeout: time.Second, MaxSessions: 2}})
 	for _, c := range []struct {
 		query string
 		hdr   http.Header
