@@ -31,6 +31,11 @@ func TestServeRealtime(t *testing.T) {
 	whisper := sharedtest.WhisperRandomModel(t, "tiny.en")
 	parakeet := sharedtest.Path(t, "models/asr/for-tests-ggml-parakeet-tdt.bin")
 	node := openAINode(t, "")
+	// The client uses the global WebSocket: Node 22 has it, Node 20.10 and later behind a flag.
+	if out, err := exec.Command(node, "--experimental-websocket", "-e", "process.exit(typeof WebSocket === 'function' ? 0 : 1)").CombinedOutput(); err != nil {
+		v, _ := exec.Command(node, "--version").Output()
+		t.Skipf("node %s has no global WebSocket (Node 20.10 or later is needed): %v %s", strings.TrimSpace(string(v)), err, out)
+	}
 	b, err := os.ReadFile(sharedtest.Path(t, "data/asr/wav/jfk.wav"))
 	if err != nil {
 		t.Fatal(err)

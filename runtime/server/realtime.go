@@ -314,14 +314,17 @@ func (t *meteredStreamer) NewLive(cfg asr.SessionConfig) (asr.Live, error) {
 	return t.m.Recognizer.(asr.Streamer).NewLive(cfg)
 }
 
-func (lv *live) send(ctx context.Context, v any) error {
+func (lv *live) send(ctx context.Context, v any) error { return wsSendJSON(ctx, lv.c, v) }
+
+// wsSendJSON writes v to c as a JSON text message, giving up after 10 s.
+func wsSendJSON(ctx context.Context, c *websocket.Conn, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return lv.c.Write(wctx, websocket.MessageText, b)
+	return c.Write(wctx, websocket.MessageText, b)
 }
 
 // end sends ev (if not nil) and closes the connection with code and reason; only the first call

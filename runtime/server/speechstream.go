@@ -171,15 +171,7 @@ func (s *Server) acceptOptions(r *http.Request) *websocket.AcceptOptions {
 	return opts
 }
 
-func (sl *speakLive) send(ctx context.Context, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	return sl.c.Write(wctx, websocket.MessageText, b)
-}
+func (sl *speakLive) send(ctx context.Context, v any) error { return wsSendJSON(ctx, sl.c, v) }
 
 // end sends ev (if not nil) and closes the connection; only the first call does anything.
 func (sl *speakLive) end(code websocket.StatusCode, reason string, ev *errorEvent) {
