@@ -26,7 +26,9 @@ import (
 // /v1/audio/stream sends for that audio committed; a bad append gets an error event and the
 // session goes on. In the beta dialect with server_vad, the 24 kHz audio streamed in 100 ms
 // appends comes back as items announced by speech_started. (The exact transcript of 24 kHz
-// audio, resampled, is checked against /v1/audio/transcriptions in runtime/server's tests.)
+// audio, resampled, is checked against /v1/audio/transcriptions in runtime/server's tests.) A
+// client secret minted with client.realtime.clientSecrets opens a GA session alone, in the
+// settings it was minted with, and transcribes the 24 kHz audio as the API key's session did.
 func TestServeRealtime(t *testing.T) {
 	whisper := sharedtest.WhisperRandomModel(t, "tiny.en")
 	parakeet := sharedtest.Path(t, "models/asr/for-tests-ggml-parakeet-tdt.bin")
@@ -135,6 +137,22 @@ func TestServeRealtime(t *testing.T) {
 					} `json:"completed"`
 					Errors []any `json:"errors"`
 				} `json:"beta"`
+				Minted struct {
+					Value          string `json:"value"`
+					ExpiresAt      int64  `json:"expires_at"`
+					SessionCreated struct {
+						Audio struct {
+							Input struct {
+								Transcription struct{ Model, Language string }
+								TurnDetection any `json:"turn_detection"`
+							}
+						}
+					} `json:"session_created"`
+					Completed struct {
+						Transcript string
+					} `json:"completed"`
+					Errors []any `json:"errors"`
+				} `json:"minted"`
 			}
 			if err := json.Unmarshal(out, &res); err != nil {
 				t.Fatalf("%v: %s", err, out)
@@ -188,6 +206,17 @@ func TestServeRealtime(t *testing.T) {
 				}
 			}
 			t.Logf("beta: %d items: %+v", len(beta.Completed), beta.Completed)
+
+			mt := res.Minted
+			if !strings.HasPrefix(mt.Value, "ek_") || mt.Value == key || mt.ExpiresAt < time.Now().Unix() {
+				t.Errorf("client secret %q expiring at %d", mt.Value, mt.ExpiresAt)
+			}
+			if in := mt.SessionCreated.Audio.Input; in.Transcription.Model != model || in.Transcription.Language != "en" && model == "whisper" || in.TurnDetection != nil {
+				t.Errorf("session opened with the client secret: %+v, want the minted settings", in)
+			}
+			if len(mt.Errors) != 0 || mt.Completed.Transcript != ga.Completed.Transcript {
+				t.Errorf("with the client secret: transcript %q, errors %v; the API key's session gave %q", mt.Completed.Transcript, mt.Errors, ga.Completed.Transcript)
+			}
 		})
 	}
 }

@@ -105,7 +105,32 @@ const keyProtocol = "openai-insecure-api-key."
 // whether it did. The key is "Authorization: Bearer <key>" (the scheme case-insensitive, RFC
 // 9110 section 11.1) or, on a WebSocket handshake, a Sec-WebSocket-Protocol entry
 // openai-insecure-api-key.<key>.
+//
+// GET /v1/realtime also takes a key minted by POST /v1/realtime/client_secrets or
+// /v1/realtime/transcription_sessions, until it expires.
 func (s *Server) checkKey(w http.ResponseWriter, r *http.Request) bool {
+	keys := requestKeys(r)
+	for _, k := range keys {
+		h := sha256.Sum256([]byte(k))
+		if k != "" && subtle.ConstantTimeCompare(h[:], s.keyHash) == 1 {
+			return false
+		}
+	}
+	if _, ok := s.requestSecret(r); ok {
+		return false
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="parley"`)
+	msg := "Incorrect API key provided."
+	if len(keys) == 0 {
+		msg = "Missing API key: send it as 'Authorization: Bearer <key>' (a browser's WebSocket: as the subprotocol '" + keyProtocol + "<key>')."
+	}
+	writeError(w, &apiError{Status: http.StatusUnauthorized, Message: msg, Type: typeInvalidRequest, Code: strptr("invalid_api_key")})
+	return true
+}
+
+// requestKeys are the keys r carries: its bearer token ("" for an Authorization header of
+// another scheme) and, on a WebSocket handshake, its openai-insecure-api-key.<key> subprotocols.
+func requestKeys(r *http.Request) []string {
 	var keys []string
 	if a := strings.TrimSpace(r.Header.Get("Authorization")); a != "" {
 		scheme, key, ok := strings.Cut(a, " ")
@@ -123,19 +148,7 @@ func (s *Server) checkKey(w http.ResponseWriter, r *http.Request) bool {
 			}
 		}
 	}
-	for _, k := range keys {
-		h := sha256.Sum256([]byte(k))
-		if k != "" && subtle.ConstantTimeCompare(h[:], s.keyHash) == 1 {
-			return false
-		}
-	}
-	w.Header().Set("WWW-Authenticate", `Bearer realm="parley"`)
-	msg := "Incorrect API key provided."
-	if len(keys) == 0 {
-		msg = "Missing API key: send it as 'Authorization: Bearer <key>' (a browser's WebSocket: as the subprotocol '" + keyProtocol + "<key>')."
-	}
-	writeError(w, &apiError{Status: http.StatusUnauthorized, Message: msg, Type: typeInvalidRequest, Code: strptr("invalid_api_key")})
-	return true
+	return keys
 }
 
 // isWebSocket reports whether r asks to upgrade to a WebSocket.

@@ -43,20 +43,37 @@ func (s *Server) realtime(w http.ResponseWriter, r *http.Request) {
 		writeError(w, invalidCode("intent", "unsupported_intent", fmt.Sprintf("Unsupported intent '%s': this server's realtime sessions transcribe (intent=transcription).", intent)))
 		return
 	}
+	sec, minted := s.requestSecret(r)
 	var m *speechServed
-	if name := q.Get("model"); name != "" || len(s.speech) <= 1 {
+	switch name := q.Get("model"); {
+	case name != "" || len(s.speech) <= 1 && !minted:
 		var e *apiError
 		if m, e = s.speechModel(r, name, nil); e != nil {
 			writeError(w, e)
 			return
 		}
+	case len(s.speech) == 1 && len(s.reg.list) == 0: // a minted key's session may name one
+		m = s.speech[0]
 	}
 	beta := strings.Contains(r.Header.Get("OpenAI-Beta"), "realtime") || slices.Contains(subprotocols(r), "openai-beta.realtime-v1")
 	lv := s.newLive(r, m)
-	p := &realtimeProtocol{lv: lv, id: "sess_" + newID(), beta: beta && intent == "transcription",
+	p := &realtimeProtocol{lv: lv, id: "sess_" + newID(), beta: beta && intent == "transcription" || minted && sec.beta,
 		set: rtSettings{m: m, vad: true, rate: openAIRate}}
+	if minted && sec.session != nil { // the settings the key was minted with (checked then)
+		set, bad := p.update(p.set, sec.session)
+		if bad != nil {
+			status := bad.status
+			if status == 0 {
+				status = http.StatusBadRequest
+			}
+			writeError(w, &apiError{Status: status, Message: bad.msg, Type: typeInvalidRequest, Param: strptr(bad.param), Code: strptr(bad.code)})
+			return
+		}
+		p.set, m = set, set.m
+		lv.setModel(m)
+	}
 	p.work = p.set
-	p.res, _ = audio.NewResampler(openAIRate, asr.SampleRate)
+	p.res, _ = audio.NewResampler(p.set.rate, asr.SampleRate)
 	lv.proto = p
 	var open func() (asr.Live, error)
 	if m != nil {
@@ -250,16 +267,19 @@ type rtFormatIn struct {
 }
 
 // badSetting is a session update's error.
-type badSetting struct{ code, param, msg string }
+type badSetting struct {
+	code, param, msg string
+	status           int // the HTTP status where one is answered (a minted key's settings); 0: 400
+}
 
 // update applies a session update to set; the session is refused whole when one setting is bad.
 func (p *realtimeProtocol) update(set rtSettings, raw json.RawMessage) (rtSettings, *badSetting) {
 	var in rtSessionIn
 	if err := json.Unmarshal(raw, &in); err != nil {
-		return set, &badSetting{"invalid_value", "session", "The session is not a session object: " + err.Error() + "."}
+		return set, &badSetting{code: "invalid_value", param: "session", msg: "The session is not a session object: " + err.Error() + "."}
 	}
 	if in.Type != "" && in.Type != "transcription" {
-		return set, &badSetting{"invalid_value", "session.type", fmt.Sprintf("Unsupported session type '%s': this server's realtime sessions transcribe (session.type 'transcription').", in.Type)}
+		return set, &badSetting{code: "invalid_value", param: "session.type", msg: fmt.Sprintf("Unsupported session type '%s': this server's realtime sessions transcribe (session.type 'transcription').", in.Type)}
 	}
 	format, tr, td, nr := in.InputAudioFormat, in.InputAudioTranscription, in.TurnDetection, in.InputAudioNoiseReduction
 	prefix, formatParam, nrParam := "session.", "session.input_audio_format", "session.input_audio_noise_reduction"
@@ -270,14 +290,14 @@ func (p *realtimeProtocol) update(set rtSettings, raw json.RawMessage) (rtSettin
 	}
 	if format != nil {
 		if err := parseFormat(&set, format); err != nil {
-			return set, &badSetting{"unsupported_value", formatParam, err.Error()}
+			return set, &badSetting{code: "unsupported_value", param: formatParam, msg: err.Error()}
 		}
 	}
 	if nr != nil && !isNull(nr) {
-		return set, &badSetting{"unsupported_value", nrParam, "Noise reduction is not supported: leave it out or set it to null."}
+		return set, &badSetting{code: "unsupported_value", param: nrParam, msg: "Noise reduction is not supported: leave it out or set it to null."}
 	}
 	if len(in.Include) > 0 {
-		return set, &badSetting{"unsupported_value", "session.include", "Including " + strings.Join(in.Include, ", ") + " is not supported: leave include out."}
+		return set, &badSetting{code: "unsupported_value", param: "session.include", msg: "Including " + strings.Join(in.Include, ", ") + " is not supported: leave include out."}
 	}
 	if td != nil {
 		tdParam := prefix + "turn_detection"
@@ -286,15 +306,15 @@ func (p *realtimeProtocol) update(set rtSettings, raw json.RawMessage) (rtSettin
 		} else {
 			var t rtTurnDetectionIn
 			if err := json.Unmarshal(td, &t); err != nil {
-				return set, &badSetting{"invalid_value", tdParam, "Turn detection is not an object: " + err.Error() + "."}
+				return set, &badSetting{code: "invalid_value", param: tdParam, msg: "Turn detection is not an object: " + err.Error() + "."}
 			}
 			if t.Type != "server_vad" {
-				return set, &badSetting{"unsupported_value", tdParam + ".type", fmt.Sprintf("Unsupported turn detection '%s': use 'server_vad' or null (commits end items).", t.Type)}
+				return set, &badSetting{code: "unsupported_value", param: tdParam + ".type", msg: fmt.Sprintf("Unsupported turn detection '%s': use 'server_vad' or null (commits end items).", t.Type)}
 			}
 			set.vad = true
 			if ms := t.SilenceDurationMs; ms != nil {
 				if *ms < 10 || *ms > 10000 {
-					return set, &badSetting{"invalid_value", tdParam + ".silence_duration_ms", fmt.Sprintf("silence_duration_ms %d: want 10 to 10000.", *ms)}
+					return set, &badSetting{code: "invalid_value", param: tdParam + ".silence_duration_ms", msg: fmt.Sprintf("silence_duration_ms %d: want 10 to 10000.", *ms)}
 				}
 				set.silence = time.Duration(*ms) * time.Millisecond
 			}
@@ -308,16 +328,16 @@ func (p *realtimeProtocol) update(set rtSettings, raw json.RawMessage) (rtSettin
 		trParam = prefix + "transcription"
 	}
 	if isNull(tr) {
-		return set, &badSetting{"unsupported_value", trParam, "A transcription session cannot turn transcription off."}
+		return set, &badSetting{code: "unsupported_value", param: trParam, msg: "A transcription session cannot turn transcription off."}
 	}
 	var t rtTranscriptionIn
 	if err := json.Unmarshal(tr, &t); err != nil {
-		return set, &badSetting{"invalid_value", trParam, "The transcription settings are not an object: " + err.Error() + "."}
+		return set, &badSetting{code: "invalid_value", param: trParam, msg: "The transcription settings are not an object: " + err.Error() + "."}
 	}
 	if t.Model != "" {
 		m, e := p.lv.s.speechModel(p.lv.req, t.Model, nil)
 		if e != nil {
-			return set, &badSetting{orDefault(e.Code, "invalid_value"), trParam + ".model", e.Message}
+			return set, &badSetting{code: orDefault(e.Code, "invalid_value"), param: trParam + ".model", msg: e.Message, status: e.Status}
 		}
 		set.m = m
 	}
@@ -331,7 +351,7 @@ func (p *realtimeProtocol) update(set rtSettings, raw json.RawMessage) (rtSettin
 	if set.m != nil {
 		code, e := set.m.checkLanguage(lang)
 		if e != nil {
-			return set, &badSetting{orDefault(e.Code, "invalid_value"), trParam + ".language", e.Message}
+			return set, &badSetting{code: orDefault(e.Code, "invalid_value"), param: trParam + ".language", msg: e.Message, status: e.Status}
 		}
 		set.language = code
 	}

@@ -48,6 +48,8 @@ var endpoints = []endpoint{
 	{http.MethodPost, "/v1/audio/translations", (*Server).translations, audioBody, false},
 	{http.MethodGet, "/v1/audio/stream", (*Server).audioStream, noBody, false},
 	{http.MethodGet, "/v1/realtime", (*Server).realtime, noBody, false},
+	{http.MethodPost, "/v1/realtime/client_secrets", (*Server).clientSecrets, jsonBody, false},
+	{http.MethodPost, "/v1/realtime/transcription_sessions", (*Server).transcriptionSessions, jsonBody, false},
 	{http.MethodPost, "/v1/audio/speech", (*Server).speak, jsonBody, false},
 	{http.MethodGet, "/v1/audio/speech/stream", (*Server).speechStream, noBody, false},
 	{http.MethodPost, "/v1/audio/voices", (*Server).uploadVoice, audioBody, false},

@@ -161,7 +161,8 @@ func Loading(cfg Config) http.Handler {
 type Server struct {
 	cfg     Config
 	log     *slog.Logger
-	keyHash []byte // sha256 of the API key; nil when there is none
+	keyHash []byte    // sha256 of the API key; nil when there is none
+	secrets rtSecrets // minted realtime client keys
 	models  []*served
 	byName  map[string]*served
 	speech  []*speechServed

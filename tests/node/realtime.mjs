@@ -1,5 +1,5 @@
 // Drives a running `parley serve`'s /v1/realtime with the official openai client's Realtime
-// WebSocket classes (GA and beta) and prints one JSON object with what it got back, for the Go
+// WebSocket classes (GA and beta, and GA opened with a minted client secret) and prints one JSON object with what it got back, for the Go
 // integration test to check. Needs Node's WebSocket: node --experimental-websocket on Node 20.
 //
 //   node --experimental-websocket realtime.mjs BASE_URL MODEL PCM24_FILE PCM16_FILE
@@ -131,6 +131,25 @@ const out = {};
     committed: of("input_audio_buffer.committed"), deltas: of("conversation.item.input_audio_transcription.delta"),
     completed: of("conversation.item.input_audio_transcription.completed"), errors: s.errors,
   };
+}
+
+// A browser's flow: a backend holding the API key mints a client secret
+// (client.realtime.clientSecrets), and the socket opens with the secret alone, in the settings it
+// was minted with: the same audio and settings as the GA session's first item.
+{
+  const secret = await client.realtime.clientSecrets.create({
+    expires_after: { anchor: "created_at", seconds: 120 },
+    session: { type: "transcription", audio: { input: { transcription: { model, language: "en" }, turn_detection: null } } },
+  });
+  const browser = new OpenAI({ baseURL, apiKey: secret.value, maxRetries: 0 });
+  const rt = await OpenAIRealtimeWebSocket.create(browser, { model, onURL: plain() });
+  const s = session(rt);
+  const created = await s.next("session.created");
+  rt.send({ type: "input_audio_buffer.append", audio: b64(pcm) });
+  rt.send({ type: "input_audio_buffer.commit" });
+  const completed = await s.next("conversation.item.input_audio_transcription.completed");
+  rt.close();
+  out.minted = { value: secret.value, expires_at: secret.expires_at, session: secret.session, session_created: created.session, completed, errors: s.errors };
 }
 
 process.stdout.write(JSON.stringify(out) + "\n");
