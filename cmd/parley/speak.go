@@ -96,28 +96,11 @@ func runSpeak(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	ck, err := pockettts.Open(path)
+	ck, tok, err := openSpeechCheckpoint(path, *tokPath)
 	if err != nil {
 		return err
 	}
 	defer ck.Close()
-	var tok pockettts.Tokenizer
-	if ck.Tokenizer != nil {
-		tok = ck.Tokenizer
-	}
-	if *tokPath != "" {
-		t, err := sentencepiece.Load(*tokPath)
-		if err != nil {
-			return err
-		}
-		if t.Len() != ck.Weights.Config.Vocab {
-			return fmt.Errorf("%s has %d pieces, the model's vocabulary %d", *tokPath, t.Len(), ck.Weights.Config.Vocab)
-		}
-		tok = t
-	}
-	if tok == nil {
-		return fmt.Errorf("%s has no tokenizer and there is no %s beside it: give --tokenizer", path, pockettts.TokenizerFile)
-	}
 	if _, err := pockettts.SplitText(tok, text, ck.Text); err != nil { // before the model loads
 		return err
 	}
@@ -177,6 +160,36 @@ func runSpeak(e *env, args []string) error {
 		return err
 	}
 	return os.WriteFile(*out, data, 0o644)
+}
+
+// openSpeechCheckpoint opens the Pocket TTS checkpoint at path with its tokenizer: the
+// SentencePiece model at tokPath when given, else the checkpoint's own (or the one beside it).
+func openSpeechCheckpoint(path, tokPath string) (*pockettts.Checkpoint, pockettts.Tokenizer, error) {
+	ck, err := pockettts.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	var tok pockettts.Tokenizer
+	if ck.Tokenizer != nil {
+		tok = ck.Tokenizer
+	}
+	if tokPath != "" {
+		t, err := sentencepiece.Load(tokPath)
+		if err != nil {
+			ck.Close()
+			return nil, nil, err
+		}
+		if t.Len() != ck.Weights.Config.Vocab {
+			ck.Close()
+			return nil, nil, fmt.Errorf("%s has %d pieces, the model's vocabulary %d", tokPath, t.Len(), ck.Weights.Config.Vocab)
+		}
+		tok = t
+	}
+	if tok == nil {
+		ck.Close()
+		return nil, nil, fmt.Errorf("%s has no tokenizer and there is no %s beside it: give --tokenizer", path, pockettts.TokenizerFile)
+	}
+	return ck, tok, nil
 }
 
 // speakVoice resolves --voice: a voice of the checkpoint, a voice-state file, or audio to clone.
