@@ -216,15 +216,11 @@ func speakVoice(s *tts.Synthesizer, ck *pockettts.Checkpoint, cfg pockettts.Conf
 	if strings.EqualFold(filepath.Ext(arg), ".safetensors") {
 		return pockettts.LoadVoice(arg, &cfg)
 	}
-	samples, _, err := audio.Decode(data)
+	// Decoded at the prompt's own rate and resampled once, straight to the model's.
+	prompt, _, err := audio.DecodeWith(data, audio.Options{SampleRate: cfg.SampleRate})
 	if err != nil {
 		return nil, fmt.Errorf("--voice %s: %w", arg, err)
 	}
-	rs, err := audio.NewResampler(audio.SampleRate, cfg.SampleRate)
-	if err != nil {
-		return nil, err
-	}
-	prompt := rs.Flush(rs.Process(nil, samples))
 	return s.CloneVoice(prompt)
 }
 

@@ -22,8 +22,9 @@ type fakeSpeaker struct {
 	mu     sync.Mutex
 	frames int
 	last   tts.Request
-	texts  []string // every text spoken, in order
-	clones []int    // the length of every prompt cloned
+	texts  []string  // every text spoken, in order
+	clones []int     // the length of every prompt cloned
+	prompt []float32 // the last prompt cloned
 	// gate, when set, holds each frame after a synthesis's first until a value arrives.
 	gate chan struct{}
 }
@@ -39,6 +40,7 @@ func (f *fakeSpeaker) CloneVoice(prompt []float32) (ClonedVoice, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.clones = append(f.clones, len(prompt))
+	f.prompt = append(f.prompt[:0], prompt...)
 	return fakeVoice{seed: uint64(1000 + len(f.clones))}, nil
 }
 

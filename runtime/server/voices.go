@@ -182,8 +182,8 @@ func (vs *voiceStore) list() []storedVoice {
 const maxVoiceName = 256
 
 // uploadVoice answers POST /v1/audio/voices: a multipart form with the voice prompt as "file"
-// (or "audio_sample", OpenAI's name), and optionally "name" and "model". The prompt is decoded,
-// resampled to the model's rate and cloned into a voice, whose id (voice_ and a hash of the
+// (or "audio_sample", OpenAI's name), and optionally "name" and "model". The prompt is decoded
+// at its own rate, resampled once to the model's and cloned into a voice, whose id (voice_ and a hash of the
 // samples) the speech endpoints take as "voice". The same samples again get the same voice,
 // not cloned again.
 func (s *Server) uploadVoice(w http.ResponseWriter, r *http.Request) {
@@ -256,26 +256,18 @@ func (s *Server) uploadVoice(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	vc := s.cfg.Voices
-	pcm, _, err := audio.DecodeWith(file, audio.Options{MaxDuration: vc.MaxDuration, ContentType: fileType})
+	rate := m.Synth.SampleRate()
+	// Decoded at the prompt's own rate and resampled once, straight to the model's: a prompt
+	// at the model's rate reaches the encoder as it is.
+	prompt, _, err := audio.DecodeWith(file, audio.Options{MaxDuration: vc.MaxDuration, ContentType: fileType, SampleRate: rate})
 	if err != nil {
 		writeError(w, voiceDecodeError(err, vc.MaxDuration))
 		return
 	}
-	dur := float64(len(pcm)) / audio.SampleRate
+	dur := float64(len(prompt)) / float64(rate)
 	if dur < vc.MinDuration.Seconds() {
 		writeError(w, invalidCode("file", "audio_too_short", fmt.Sprintf("The voice prompt is %.2f s long; the shortest taken is %v.", dur, vc.MinDuration)))
 		return
-	}
-	rate := m.Synth.SampleRate()
-	prompt := pcm
-	if rate != audio.SampleRate {
-		rs, err := audio.NewResampler(audio.SampleRate, rate)
-		if err != nil {
-			ri.log.Error("voice prompt resampler", "err", err)
-			writeError(w, internalError())
-			return
-		}
-		prompt = rs.Flush(rs.Process(nil, pcm))
 	}
 	id := voiceID(prompt)
 	store := s.voices[m.Name]
