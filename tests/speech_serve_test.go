@@ -30,8 +30,8 @@ const speechKey = "speech-key"
 
 // startSpeechServer serves the random-weight Pocket TTS checkpoint (with the reference's
 // tokenizer beside it, as upstream lays a checkpoint out) as "tts", with the reference's voice
-// state as "alba", behind an API key.
-func startSpeechServer(t *testing.T) *serverProc {
+// state as "alba", behind an API key, with the flags extra.
+func startSpeechServer(t *testing.T, extra ...string) *serverProc {
 	t.Helper()
 	ref := sharedtest.Path(t, "reference/tts")
 	weights := sharedtest.PocketTTSRandomWeights(t)
@@ -42,8 +42,8 @@ func startSpeechServer(t *testing.T) *serverProc {
 	if err := os.Symlink(filepath.Join(ref, "tokenizer", "random-unigram-4000.model"), filepath.Join(dir, "tokenizer.model")); err != nil {
 		t.Fatal(err)
 	}
-	return startServer(t, "-t", "2", "--api-key", speechKey, "-m", "tts="+filepath.Join(dir, "model.safetensors"),
-		"--tts-voice", "alba="+filepath.Join(ref, "voice", "voice_state.safetensors"))
+	return startServer(t, append([]string{"-t", "2", "--api-key", speechKey, "-m", "tts=" + filepath.Join(dir, "model.safetensors"),
+		"--tts-voice", "alba=" + filepath.Join(ref, "voice", "voice_state.safetensors")}, extra...)...)
 }
 
 // speechPost posts a JSON speech request with the key.

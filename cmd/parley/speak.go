@@ -227,10 +227,10 @@ func speakVoice(s *tts.Synthesizer, ck *pockettts.Checkpoint, cfg pockettts.Conf
 // openSynth opens the Pocket TTS checkpoint at path on be for serving, with the checkpoint's
 // voices and the voice-state files of voiceArgs (NAME=FILE each), batched and queued as sc says;
 // with no voices, requests speak with voices uploaded to /v1/audio/voices. close releases it all.
-func openSynth(be backend.Backend, path string, voiceArgs []string, sc tts.Config) (s *tts.Synthesizer, close func(), err error) {
+func openSynth(be backend.Backend, path string, voiceArgs []string, sc tts.Config) (ss servedSynth, close func(), err error) {
 	ck, err := pockettts.Open(path)
 	if err != nil {
-		return nil, nil, err
+		return servedSynth{}, nil, err
 	}
 	var closers []func()
 	close = func() {
@@ -245,7 +245,7 @@ func openSynth(be backend.Backend, path string, voiceArgs []string, sc tts.Confi
 		}
 	}()
 	if ck.Tokenizer == nil {
-		return nil, nil, fmt.Errorf("%s has no tokenizer and there is no %s beside it", path, pockettts.TokenizerFile)
+		return servedSynth{}, nil, fmt.Errorf("%s has no tokenizer and there is no %s beside it", path, pockettts.TokenizerFile)
 	}
 	voices := map[string]*pockettts.Voice{}
 	for n, v := range ck.Voices {
@@ -255,31 +255,51 @@ func openSynth(be backend.Backend, path string, voiceArgs []string, sc tts.Confi
 	for _, a := range voiceArgs {
 		name, file, ok := strings.Cut(a, "=")
 		if !ok || name == "" || file == "" {
-			return nil, nil, usagef("--tts-voice %q: want NAME=FILE", a)
+			return servedSynth{}, nil, usagef("--tts-voice %q: want NAME=FILE", a)
 		}
 		v, err := pockettts.LoadVoice(file, &cfg)
 		if err != nil {
-			return nil, nil, err
+			return servedSynth{}, nil, err
 		}
 		voices[name] = v
 	}
 	m, err := pockettts.New(be, ck.Weights)
 	if err != nil {
-		return nil, nil, err
+		return servedSynth{}, nil, err
 	}
 	closers = append(closers, func() { m.Close() })
 	sc.Text, sc.Voices = ck.Text, voices
-	s, err = tts.New(m, ck.Tokenizer, sc)
+	s, err := tts.New(m, ck.Tokenizer, sc)
 	if err != nil {
-		return nil, nil, err
+		return servedSynth{}, nil, err
 	}
 	closers = append(closers, func() { s.Close() })
-	return s, close, nil
+	return servedSynth{s, cfg}, close, nil
 }
 
 // servedSynth is a Synthesizer as the server takes it: a server.Speaker that also clones voices
-// (server.VoiceCloner) and counts the text tokens of an input (server.TokenCounter).
-type servedSynth struct{ *tts.Synthesizer }
+// (server.VoiceCloner), keeps them in files (server.VoiceStorer) and counts the text tokens of an
+// input (server.TokenCounter).
+type servedSynth struct {
+	*tts.Synthesizer
+	cfg pockettts.Config
+}
+
+func (s servedSynth) WriteVoice(w io.Writer, v server.ClonedVoice) error {
+	c, ok := v.(clonedVoice)
+	if !ok {
+		return fmt.Errorf("a voice of type %T is not Pocket TTS's", v)
+	}
+	return c.v.WriteSafetensors(w, &s.cfg)
+}
+
+func (s servedSynth) ReadVoice(path string) (server.ClonedVoice, error) {
+	v, err := pockettts.LoadVoice(path, &s.cfg)
+	if err != nil {
+		return nil, err
+	}
+	return clonedVoice{v}, nil
+}
 
 func (s servedSynth) CloneVoice(prompt []float32) (server.ClonedVoice, error) {
 	v, err := s.Synthesizer.CloneVoice(prompt)
