@@ -238,6 +238,50 @@ func TestServeSpeech(t *testing.T) {
 		}
 	})
 
+	t.Run("websocket flac", func(t *testing.T) { // the same samples as a FLAC stream
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.base, "http")+"/v1/audio/speech/stream?model=tts&voice=alba",
+			&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + speechKey}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.CloseNow()
+		for _, m := range []string{`{"type":"config","response_format":"flac"}`, `{"type":"text","text":"Hello world."}`, `{"type":"close"}`} {
+			if err := c.Write(ctx, websocket.MessageText, []byte(m)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var stream []byte
+		var events []string
+		for {
+			typ, b, err := c.Read(ctx)
+			if err != nil {
+				break
+			}
+			if typ == websocket.MessageBinary {
+				stream = append(stream, b...)
+				continue
+			}
+			var ev struct {
+				Type           string `json:"type"`
+				ResponseFormat string `json:"response_format"`
+			}
+			json.Unmarshal(b, &ev)
+			events = append(events, ev.Type+":"+ev.ResponseFormat)
+		}
+		got, info, err := audio.DecodeWith(stream, audio.Options{SampleRate: 24000})
+		want := make([]float32, len(pcm)/2)
+		audio.PCM16ToFloat(want, pcm)
+		same := len(got) == len(want)
+		for i := 0; same && i < len(got); i++ {
+			same = got[i] == want[i]
+		}
+		if strings.Join(events, " ") != "ready:pcm configured:flac segment: done:" || err != nil || info.Format != audio.FormatFLAC || !same {
+			t.Errorf("events %v; the stream decodes to %d samples as %+v (the HTTP synthesis's %d, equal: %v): %v", events, len(got), info, len(want), same, err)
+		}
+	})
+
 	t.Run("openai node client", func(t *testing.T) {
 		node := openAINode(t, "")
 		cmd := exec.Command(node, "node/speech.mjs", srv.base+"/v1", "tts", "alba", prompt)
