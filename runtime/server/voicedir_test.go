@@ -1,9 +1,11 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -142,5 +144,41 @@ func TestVoiceDir(t *testing.T) {
 	}
 	if got := dirFiles(t, folder); !slices.Equal(got, []string{bad + ".safetensors", d.ID + ".json", d.ID + ".safetensors"}) {
 		t.Errorf("the folder holds %v", got)
+	}
+}
+
+// TestVoiceDirOnDemand: the voices kept for a model served on demand are read back when it is
+// loaded, by the first request that names it; before, deleting one removes its files.
+func TestVoiceDirOnDemand(t *testing.T) {
+	dir := t.TempDir()
+	folder := filepath.Join(dir, "od-tts")
+	os.MkdirAll(folder, 0o755)
+	kept, gone := "voice_00000000000000000000000a", "voice_00000000000000000000000b"
+	for i, id := range []string{kept, gone} {
+		os.WriteFile(filepath.Join(folder, id+".safetensors"), []byte("fake voice "+string(rune('7'+i))), 0o644)
+	}
+	sp := &fakeSpeaker{frames: 1}
+	loads := 0
+	s, err := New(Config{Voices: VoiceConfig{Dir: dir}, OnDemand: []*OnDemandModel{{Name: "od-tts", Kind: KindSpeechSynthesis, Bytes: 1 << 20, KeepAlive: -1,
+		Load: func(context.Context) (*Loaded, error) {
+			loads++
+			return &Loaded{TTS: &TTSModel{Synth: sp}, Close: func() {}}, nil
+		}}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetReady(true)
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { s.CloseModels(context.Background()) })
+	if code, b := deleteReq(t, srv.URL+"/v1/audio/voices/"+gone+"?model=od-tts"); code != 200 || loads != 0 {
+		t.Errorf("deleting a kept voice of a model not loaded: %d %s, %d loads", code, b, loads)
+	}
+	if got := dirFiles(t, folder); !slices.Equal(got, []string{kept + ".safetensors"}) {
+		t.Errorf("the folder holds %v", got)
+	}
+	code, b := authPost(t, srv.URL+"/v1/audio/speech", "", `{"model":"od-tts","input":"Hi.","voice":"`+kept+`"}`)
+	if code != 200 || sp.last.Seed != 7 || loads != 1 {
+		t.Errorf("speaking with a kept voice of a model on demand: %d %.100s, seed %d (want the file's 7), %d loads", code, b, sp.last.Seed, loads)
 	}
 }
