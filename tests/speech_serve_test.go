@@ -30,8 +30,8 @@ const speechKey = "speech-key"
 
 // startSpeechServer serves the random-weight Pocket TTS checkpoint (with the reference's
 // tokenizer beside it, as upstream lays a checkpoint out) as "tts", with the reference's voice
-// state as "alba", behind an API key.
-func startSpeechServer(t *testing.T) *serverProc {
+// state as "alba", behind an API key, with the flags extra.
+func startSpeechServer(t *testing.T, extra ...string) *serverProc {
 	t.Helper()
 	ref := sharedtest.Path(t, "reference/tts")
 	weights := sharedtest.PocketTTSRandomWeights(t)
@@ -42,8 +42,8 @@ func startSpeechServer(t *testing.T) *serverProc {
 	if err := os.Symlink(filepath.Join(ref, "tokenizer", "random-unigram-4000.model"), filepath.Join(dir, "tokenizer.model")); err != nil {
 		t.Fatal(err)
 	}
-	return startServer(t, "-t", "2", "--api-key", speechKey, "-m", "tts="+filepath.Join(dir, "model.safetensors"),
-		"--tts-voice", "alba="+filepath.Join(ref, "voice", "voice_state.safetensors"))
+	return startServer(t, append([]string{"-t", "2", "--api-key", speechKey, "-m", "tts=" + filepath.Join(dir, "model.safetensors"),
+		"--tts-voice", "alba=" + filepath.Join(ref, "voice", "voice_state.safetensors")}, extra...)...)
 }
 
 // speechPost posts a JSON speech request with the key.
@@ -235,6 +235,50 @@ func TestServeSpeech(t *testing.T) {
 		}
 		if strings.Join(events, " ") != "ready: segment:Hello world. cancelled: done:" || !bytes.Equal(live, pcm) {
 			t.Errorf("events %v, %d bytes of audio (the HTTP synthesis's %d, equal: %v)", events, len(live), len(pcm), bytes.Equal(live, pcm))
+		}
+	})
+
+	t.Run("websocket flac", func(t *testing.T) { // the same samples as a FLAC stream
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.base, "http")+"/v1/audio/speech/stream?model=tts&voice=alba",
+			&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + speechKey}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.CloseNow()
+		for _, m := range []string{`{"type":"config","response_format":"flac"}`, `{"type":"text","text":"Hello world."}`, `{"type":"close"}`} {
+			if err := c.Write(ctx, websocket.MessageText, []byte(m)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var stream []byte
+		var events []string
+		for {
+			typ, b, err := c.Read(ctx)
+			if err != nil {
+				break
+			}
+			if typ == websocket.MessageBinary {
+				stream = append(stream, b...)
+				continue
+			}
+			var ev struct {
+				Type           string `json:"type"`
+				ResponseFormat string `json:"response_format"`
+			}
+			json.Unmarshal(b, &ev)
+			events = append(events, ev.Type+":"+ev.ResponseFormat)
+		}
+		got, info, err := audio.DecodeWith(stream, audio.Options{SampleRate: 24000})
+		want := make([]float32, len(pcm)/2)
+		audio.PCM16ToFloat(want, pcm)
+		same := len(got) == len(want)
+		for i := 0; same && i < len(got); i++ {
+			same = got[i] == want[i]
+		}
+		if strings.Join(events, " ") != "ready:pcm configured:flac segment: done:" || err != nil || info.Format != audio.FormatFLAC || !same {
+			t.Errorf("events %v; the stream decodes to %d samples as %+v (the HTTP synthesis's %d, equal: %v): %v", events, len(got), info, len(want), same, err)
 		}
 	})
 

@@ -24,9 +24,9 @@ import (
 // batched generation: S sequences advancing one token each per step, in one forward pass (what a
 // server's step does with S streams), reported as aggregate tokens/s.
 func runBench(e *env, args []string) error {
-	fs := newFlags(e, "bench", "-m MODEL [-p 512] [-n 128] [-t THREADS] [-r 3] [--parallel 1,4,8,16] [--audio FILE]... [--json]")
+	fs := newFlags(e, "bench", "-m MODEL [-p 512] [-n 128] [-t THREADS] [-r 3] [--parallel 1,4,8,16] [--audio FILE]... [--json]\n       parley bench -m POCKET_TTS_MODEL [--voice VOICE] [--text TEXT | --text-file FILE] [-c N] [-r 3] [--json]")
 	bf := addBackendFlags(fs)
-	model := fs.String("m", "", "model file (GGUF; or a Whisper model: encoder, decoder steps and, with --audio, real-time factor; or a Parakeet model: real-time factor, encoder and decoder time over --audio)")
+	model := fs.String("m", "", "model file (GGUF; or a Whisper model: encoder, decoder steps and, with --audio, real-time factor; or a Parakeet model: real-time factor, encoder and decoder time over --audio; or a Pocket TTS model: load, first-chunk latency, real-time factor of -c syntheses at once)")
 	var audioFiles multiFlag
 	fs.Var(&audioFiles, "audio", "speech recognition models: an audio file to transcribe for the real-time factor (repeatable; Parakeet models need one)")
 	pp := fs.Int("p", 512, "prompt tokens to process in one batch (0: skip)")
@@ -35,7 +35,13 @@ func runBench(e *env, args []string) error {
 	kvType := fs.String("kv-type", "f16", kvTypeUsage)
 	asJSON := fs.Bool("json", false, "print JSON")
 	parallel := fs.String("parallel", "", "comma-separated sequence counts for batched generation of -n tokens each (e.g. 1,4,8,16)")
+	voice := fs.String("voice", "", "Pocket TTS models: a voice `NAME` in the checkpoint (default: its first), a voice-state .safetensors file, or an audio file to clone")
+	text := fs.String("text", "", "Pocket TTS models: the text each synthesis speaks (default: two English sentences)")
+	textFile := fs.String("text-file", "", "Pocket TTS models: a `FILE` holding the text to speak")
+	concurrency := fs.Int("c", 1, "Pocket TTS models: syntheses run at once, batched together")
+	tokPath := fs.String("tokenizer", "", "Pocket TTS models: SentencePiece tokenizer.model (default: the checkpoint's, or tokenizer.model beside it)")
 	fs.alias("m", "model")
+	fs.alias("c", "concurrency")
 	fs.alias("p", "n-prompt")
 	fs.alias("n", "n-gen")
 	fs.alias("r", "repetitions")
@@ -72,9 +78,40 @@ func runBench(e *env, args []string) error {
 	if *model, err = resolveModel(e, *model); err != nil {
 		return err
 	}
-	if kind, err := models.Probe(*model); err != nil {
+	kind, err := models.Probe(*model)
+	if err != nil {
 		return err
-	} else if kind == models.KindSpeechRecognition {
+	}
+	ttsOnly := []string{"voice", "text", "text-file", "c", "tokenizer"}
+	if kind == models.KindSpeechSynthesis {
+		var bad []string
+		for _, n := range []string{"p", "n", "kv-type", "parallel", "audio"} {
+			if fs.isSet(n) {
+				bad = append(bad, fs.from(n))
+			}
+		}
+		if len(bad) > 0 {
+			return usagef("%s: not for a Pocket TTS model (it is measured on --text with -c syntheses at once)", strings.Join(bad, " and "))
+		}
+		if *concurrency < 1 || *concurrency > 256 {
+			return usagef("-c %d: want 1 to 256 syntheses at once", *concurrency)
+		}
+		t, err := readBenchText(*text, *textFile)
+		if err != nil {
+			return err
+		}
+		if err := bf.check(); err != nil {
+			return err
+		}
+		return benchTTS(e, bf, *model, ttsBenchOptions{voice: *voice, tokenizer: *tokPath, text: t,
+			concurrency: *concurrency, reps: *reps, asJSON: *asJSON})
+	}
+	for _, n := range ttsOnly {
+		if fs.isSet(n) {
+			return usagef("%s is for Pocket TTS models", fs.from(n))
+		}
+	}
+	if kind == models.KindSpeechRecognition {
 		// A Whisper decoder's prompt is its fixed start of transcript and its caches are F16:
 		// say so rather than measure something other than what was asked.
 		var bad []string

@@ -65,6 +65,7 @@ func runServe(e *env, args []string) (err error) {
 	maxSpeechStreams := fs.Int("max-speech-streams", 16, "live synthesis sessions (/v1/audio/speech/stream) open at once")
 	maxVoices := fs.Int("max-voices", 32, "voices uploaded to /v1/audio/voices kept per speech synthesis model (the least recently used are dropped beyond)")
 	maxVoiceDur := fs.Duration("max-voice-duration", 30*time.Second, "longest voice prompt uploaded to /v1/audio/voices")
+	voicesDir := fs.String("voices-dir", "", "directory the voices uploaded to /v1/audio/voices are kept in (a folder per speech synthesis model: ID.safetensors, the voice state, and ID.json), read back at start; default: kept in memory only")
 	streamChunk := fs.Duration("stream-chunk", asr.DefaultChunk, "audio a streaming recogniser's live session (Parakeet) encodes at a time (80 ms to 30 s)")
 	streamLeft := fs.Duration("stream-left-context", asr.DefaultLeftContext, "audio before each chunk a streaming recogniser encodes with it (0 to 60 s)")
 	streamRight := fs.Duration("stream-right-context", asr.DefaultRightContext, "audio after each chunk a streaming recogniser waits for and encodes with it (0 to 60 s)")
@@ -373,7 +374,7 @@ func runServe(e *env, args []string) (err error) {
 	srv, err := server.New(server.Config{OnDemand: onDemand, MaxMemory: budget, LoadTimeout: *loadTimeout, APIKey: *apiKey, AllowedOrigins: origins, CheckHost: checkHost, AllowedHosts: hosts, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout, RequestTimeout: *timeout, Logger: logger, Steps: steps,
 		SpeechModels: speechModels, TTSModels: ttsModels, MaxAudioBytes: *maxAudio, MaxAudioDuration: *maxAudioDur, Stream: server.StreamConfig{MaxSessions: *maxStreams,
 			Session: asr.SessionConfig{Chunk: *streamChunk, LeftContext: *streamLeft, RightContext: *streamRight}},
-		Voices: server.VoiceConfig{MaxVoices: *maxVoices, MaxDuration: *maxVoiceDur}, SpeechStream: server.SpeechStreamConfig{MaxSessions: *maxSpeechStreams}}, served)
+		Voices: server.VoiceConfig{MaxVoices: *maxVoices, MaxDuration: *maxVoiceDur, Dir: *voicesDir}, SpeechStream: server.SpeechStreamConfig{MaxSessions: *maxSpeechStreams}}, served)
 	if err != nil {
 		hs.Close()
 		return err

@@ -79,7 +79,7 @@ func openServed(sp serveSpec, be backend.Backend, env serveEnv) (_ *openedModel,
 			return nil, fmt.Errorf("%s: %w", sp.name, err)
 		}
 		o.closers = append(o.closers, closeSynth)
-		o.tts = &server.TTSModel{Name: sp.name, Synth: servedSynth{synth}}
+		o.tts = &server.TTSModel{Name: sp.name, Synth: synth}
 		logger.Info("speech synthesis model loaded", "model", sp.name, "path", sp.path, "voices", strings.Join(synth.Voices(), ","), "took", time.Since(t0).Round(time.Millisecond))
 		return o, nil
 	} else if kind == models.KindSpeechRecognition {

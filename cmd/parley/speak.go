@@ -96,28 +96,11 @@ func runSpeak(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	ck, err := pockettts.Open(path)
+	ck, tok, err := openSpeechCheckpoint(path, *tokPath)
 	if err != nil {
 		return err
 	}
 	defer ck.Close()
-	var tok pockettts.Tokenizer
-	if ck.Tokenizer != nil {
-		tok = ck.Tokenizer
-	}
-	if *tokPath != "" {
-		t, err := sentencepiece.Load(*tokPath)
-		if err != nil {
-			return err
-		}
-		if t.Len() != ck.Weights.Config.Vocab {
-			return fmt.Errorf("%s has %d pieces, the model's vocabulary %d", *tokPath, t.Len(), ck.Weights.Config.Vocab)
-		}
-		tok = t
-	}
-	if tok == nil {
-		return fmt.Errorf("%s has no tokenizer and there is no %s beside it: give --tokenizer", path, pockettts.TokenizerFile)
-	}
 	if _, err := pockettts.SplitText(tok, text, ck.Text); err != nil { // before the model loads
 		return err
 	}
@@ -179,6 +162,36 @@ func runSpeak(e *env, args []string) error {
 	return os.WriteFile(*out, data, 0o644)
 }
 
+// openSpeechCheckpoint opens the Pocket TTS checkpoint at path with its tokenizer: the
+// SentencePiece model at tokPath when given, else the checkpoint's own (or the one beside it).
+func openSpeechCheckpoint(path, tokPath string) (*pockettts.Checkpoint, pockettts.Tokenizer, error) {
+	ck, err := pockettts.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	var tok pockettts.Tokenizer
+	if ck.Tokenizer != nil {
+		tok = ck.Tokenizer
+	}
+	if tokPath != "" {
+		t, err := sentencepiece.Load(tokPath)
+		if err != nil {
+			ck.Close()
+			return nil, nil, err
+		}
+		if t.Len() != ck.Weights.Config.Vocab {
+			ck.Close()
+			return nil, nil, fmt.Errorf("%s has %d pieces, the model's vocabulary %d", tokPath, t.Len(), ck.Weights.Config.Vocab)
+		}
+		tok = t
+	}
+	if tok == nil {
+		ck.Close()
+		return nil, nil, fmt.Errorf("%s has no tokenizer and there is no %s beside it: give --tokenizer", path, pockettts.TokenizerFile)
+	}
+	return ck, tok, nil
+}
+
 // speakVoice resolves --voice: a voice of the checkpoint, a voice-state file, or audio to clone.
 func speakVoice(s *tts.Synthesizer, ck *pockettts.Checkpoint, cfg pockettts.Config, arg string) (*pockettts.Voice, error) {
 	if v, ok := ck.Voices[arg]; ok {
@@ -203,25 +216,21 @@ func speakVoice(s *tts.Synthesizer, ck *pockettts.Checkpoint, cfg pockettts.Conf
 	if strings.EqualFold(filepath.Ext(arg), ".safetensors") {
 		return pockettts.LoadVoice(arg, &cfg)
 	}
-	samples, _, err := audio.Decode(data)
+	// Decoded at the prompt's own rate and resampled once, straight to the model's.
+	prompt, _, err := audio.DecodeWith(data, audio.Options{SampleRate: cfg.SampleRate})
 	if err != nil {
 		return nil, fmt.Errorf("--voice %s: %w", arg, err)
 	}
-	rs, err := audio.NewResampler(audio.SampleRate, cfg.SampleRate)
-	if err != nil {
-		return nil, err
-	}
-	prompt := rs.Flush(rs.Process(nil, samples))
 	return s.CloneVoice(prompt)
 }
 
 // openSynth opens the Pocket TTS checkpoint at path on be for serving, with the checkpoint's
 // voices and the voice-state files of voiceArgs (NAME=FILE each), batched and queued as sc says;
 // with no voices, requests speak with voices uploaded to /v1/audio/voices. close releases it all.
-func openSynth(be backend.Backend, path string, voiceArgs []string, sc tts.Config) (s *tts.Synthesizer, close func(), err error) {
+func openSynth(be backend.Backend, path string, voiceArgs []string, sc tts.Config) (ss servedSynth, close func(), err error) {
 	ck, err := pockettts.Open(path)
 	if err != nil {
-		return nil, nil, err
+		return servedSynth{}, nil, err
 	}
 	var closers []func()
 	close = func() {
@@ -236,7 +245,7 @@ func openSynth(be backend.Backend, path string, voiceArgs []string, sc tts.Confi
 		}
 	}()
 	if ck.Tokenizer == nil {
-		return nil, nil, fmt.Errorf("%s has no tokenizer and there is no %s beside it", path, pockettts.TokenizerFile)
+		return servedSynth{}, nil, fmt.Errorf("%s has no tokenizer and there is no %s beside it", path, pockettts.TokenizerFile)
 	}
 	voices := map[string]*pockettts.Voice{}
 	for n, v := range ck.Voices {
@@ -246,31 +255,51 @@ func openSynth(be backend.Backend, path string, voiceArgs []string, sc tts.Confi
 	for _, a := range voiceArgs {
 		name, file, ok := strings.Cut(a, "=")
 		if !ok || name == "" || file == "" {
-			return nil, nil, usagef("--tts-voice %q: want NAME=FILE", a)
+			return servedSynth{}, nil, usagef("--tts-voice %q: want NAME=FILE", a)
 		}
 		v, err := pockettts.LoadVoice(file, &cfg)
 		if err != nil {
-			return nil, nil, err
+			return servedSynth{}, nil, err
 		}
 		voices[name] = v
 	}
 	m, err := pockettts.New(be, ck.Weights)
 	if err != nil {
-		return nil, nil, err
+		return servedSynth{}, nil, err
 	}
 	closers = append(closers, func() { m.Close() })
 	sc.Text, sc.Voices = ck.Text, voices
-	s, err = tts.New(m, ck.Tokenizer, sc)
+	s, err := tts.New(m, ck.Tokenizer, sc)
 	if err != nil {
-		return nil, nil, err
+		return servedSynth{}, nil, err
 	}
 	closers = append(closers, func() { s.Close() })
-	return s, close, nil
+	return servedSynth{s, cfg}, close, nil
 }
 
 // servedSynth is a Synthesizer as the server takes it: a server.Speaker that also clones voices
-// (server.VoiceCloner) and counts the text tokens of an input (server.TokenCounter).
-type servedSynth struct{ *tts.Synthesizer }
+// (server.VoiceCloner), keeps them in files (server.VoiceStorer) and counts the text tokens of an
+// input (server.TokenCounter).
+type servedSynth struct {
+	*tts.Synthesizer
+	cfg pockettts.Config
+}
+
+func (s servedSynth) WriteVoice(w io.Writer, v server.ClonedVoice) error {
+	c, ok := v.(clonedVoice)
+	if !ok {
+		return fmt.Errorf("a voice of type %T is not Pocket TTS's", v)
+	}
+	return c.v.WriteSafetensors(w, &s.cfg)
+}
+
+func (s servedSynth) ReadVoice(path string) (server.ClonedVoice, error) {
+	v, err := pockettts.LoadVoice(path, &s.cfg)
+	if err != nil {
+		return nil, err
+	}
+	return clonedVoice{v}, nil
+}
 
 func (s servedSynth) CloneVoice(prompt []float32) (server.ClonedVoice, error) {
 	v, err := s.Synthesizer.CloneVoice(prompt)

@@ -30,6 +30,10 @@ type Options struct {
 	// identify the format: an MP3 stream without a tag that starts mid-frame, or a reason to
 	// call unrecognised bytes corrupt (a supported type was declared) rather than unsupported.
 	ContentType string
+	// SampleRate is the rate of the decoded samples, in [MinRate, MaxRate] Hz: input at another
+	// rate is resampled to it once, input at this rate is not resampled. Zero means SampleRate
+	// (16 kHz, what the recognisers take).
+	SampleRate int
 }
 
 // Format names a container and codec Decode reads.
@@ -59,10 +63,11 @@ func Decode(data []byte) ([]float32, Info, error) {
 	return DecodeWith(data, Options{})
 }
 
-// DecodeWith decodes an audio file to 16 kHz mono float32: the format is sniffed from the bytes
-// (opt.ContentType only helps where they are ambiguous), channels are averaged and the result
-// is resampled with Resampler. 16-bit PCM maps to float as s16·2⁻¹⁵ exactly, and 16 kHz input
-// is not resampled, so a 16 kHz mono PCM16 WAV yields exactly what whisper.cpp reads. It is
+// DecodeWith decodes an audio file to mono float32 at opt.SampleRate (16 kHz by default): the
+// format is sniffed from the bytes (opt.ContentType only helps where they are ambiguous),
+// channels are averaged and the result is resampled with Resampler. 16-bit PCM maps to float as
+// s16·2⁻¹⁵ exactly, and input at the output rate is not resampled, so a 16 kHz mono PCM16 WAV
+// yields exactly what whisper.cpp reads. It is
 // NewDecoder read to the end: the same samples, in one slice.
 func DecodeWith(data []byte, opt Options) ([]float32, Info, error) {
 	d, err := NewDecoder(data, opt)

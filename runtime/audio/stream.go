@@ -109,9 +109,10 @@ type opened struct {
 	finish func(info *Info, frames, out int64)
 }
 
-// Decoder decodes an audio file held in memory to 16 kHz mono float32 block by block (a
-// Stream): each format's decoder yields a block at a time (a WAV chunk, a FLAC frame, an MP3 or
-// Vorbis read, an Opus packet), its channels averaged, resampled as it comes by a Resampler.
+// Decoder decodes an audio file held in memory to mono float32 at Options.SampleRate (16 kHz by
+// default) block by block (a Stream): each format's decoder yields a block at a time (a WAV
+// chunk, a FLAC frame, an MP3 or Vorbis read, an Opus packet), its channels averaged, resampled
+// as it comes by a Resampler.
 // It holds one block and its resampled output beside the input, whatever the recording's
 // length. What it reads equals what DecodeWith returns, sample for sample. A Decoder is not safe
 // for concurrent use.
@@ -145,6 +146,13 @@ func NewDecoder(data []byte, opt Options) (d *Decoder, err error) {
 	if maxDur < 0 {
 		return nil, fmt.Errorf("audio: negative duration limit %v", maxDur)
 	}
+	outRate := opt.SampleRate
+	if outRate == 0 {
+		outRate = SampleRate
+	}
+	if outRate < MinRate || outRate > MaxRate {
+		return nil, fmt.Errorf("audio: output sample rate %d Hz outside [%d, %d]", outRate, MinRate, MaxRate)
+	}
 	f, body, err := detect(data, opt.ContentType)
 	if err != nil {
 		return nil, err
@@ -176,7 +184,7 @@ func NewDecoder(data []byte, opt Options) (d *Decoder, err error) {
 	if o.rate < MinRate || o.rate > MaxRate {
 		return nil, fmt.Errorf("audio: sample rate %d Hz outside [%d, %d]: %w", o.rate, MinRate, MaxRate, ErrUnsupported)
 	}
-	rs, err := NewResampler(o.rate, SampleRate)
+	rs, err := NewResampler(o.rate, outRate)
 	if err != nil {
 		return nil, err
 	}

@@ -35,7 +35,7 @@ func (s *Server) addOnDemand() error {
 			return fmt.Errorf("server: model %q listed twice", e.Name)
 		}
 		if e.Kind == KindSpeechSynthesis {
-			s.voices[e.Name] = newVoiceStore(s.cfg.Voices)
+			s.voices[e.Name] = newVoiceStore(s.cfg.Voices, e.Name)
 		}
 	}
 	r.prepare = s.prepare
@@ -71,6 +71,11 @@ func (s *Server) prepare(e *entry, l *Loaded) error {
 			return errors.New("the loader gave no speech synthesis model")
 		}
 		l.TTS.Name = e.Name
+		if st, ok := l.TTS.Synth.(VoiceStorer); ok {
+			if err := s.voices[e.Name].load(st, e.Name, s.log); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

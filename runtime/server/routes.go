@@ -54,6 +54,7 @@ var endpoints = []endpoint{
 	{http.MethodGet, "/v1/audio/speech/stream", (*Server).speechStream, noBody, false},
 	{http.MethodPost, "/v1/audio/voices", (*Server).uploadVoice, audioBody, false},
 	{http.MethodGet, "/v1/audio/voices", (*Server).listVoices, noBody, false},
+	{http.MethodDelete, "/v1/audio/voices/{id}", (*Server).deleteVoice, noBody, false},
 	{http.MethodPost, "/v1/models/{model}/load", (*Server).loadModel, jsonBody, true},
 	{http.MethodPost, "/v1/models/{model}/unload", (*Server).unloadModel, noBody, true},
 }

@@ -71,7 +71,12 @@ func (s *Server) addTTS() error {
 			return fmt.Errorf("server: model %q listed twice", m.Name)
 		}
 		s.ttsN[m.Name] = m
-		s.voices[m.Name] = newVoiceStore(s.cfg.Voices)
+		s.voices[m.Name] = newVoiceStore(s.cfg.Voices, m.Name)
+		if st, ok := m.Synth.(VoiceStorer); ok {
+			if err := s.voices[m.Name].load(st, m.Name, s.log); err != nil {
+				return fmt.Errorf("server: %s: %w", m.Name, err)
+			}
+		}
 	}
 	return nil
 }

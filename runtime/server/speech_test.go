@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -22,8 +24,9 @@ type fakeSpeaker struct {
 	mu     sync.Mutex
 	frames int
 	last   tts.Request
-	texts  []string // every text spoken, in order
-	clones []int    // the length of every prompt cloned
+	texts  []string  // every text spoken, in order
+	clones []int     // the length of every prompt cloned
+	prompt []float32 // the last prompt cloned
 	// gate, when set, holds each frame after a synthesis's first until a value arrives.
 	gate chan struct{}
 }
@@ -39,7 +42,27 @@ func (f *fakeSpeaker) CloneVoice(prompt []float32) (ClonedVoice, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.clones = append(f.clones, len(prompt))
+	f.prompt = append(f.prompt[:0], prompt...)
 	return fakeVoice{seed: uint64(1000 + len(f.clones))}, nil
+}
+
+// WriteVoice writes a fake voice as its seed in text.
+func (f *fakeSpeaker) WriteVoice(w io.Writer, v ClonedVoice) error {
+	_, err := fmt.Fprintf(w, "fake voice %d", v.(fakeVoice).seed)
+	return err
+}
+
+// ReadVoice reads what WriteVoice wrote.
+func (f *fakeSpeaker) ReadVoice(path string) (ClonedVoice, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var v fakeVoice
+	if _, err := fmt.Sscanf(string(b), "fake voice %d", &v.seed); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return v, nil
 }
 
 // CountTokens counts words.

@@ -71,8 +71,64 @@ func (c *SpeechStreamConfig) setDefaults() error {
 
 // speakEvent is a JSON text message from the client.
 type speakEvent struct {
-	Type string `json:"type"` // "text", "flush", "cancel" or "close"
+	Type string `json:"type"` // "config", "text", "flush", "cancel" or "close"
 	Text string `json:"text"` // for "text"
+	// ResponseFormat is the audio's format, for "config": "pcm", "wav" or "flac".
+	ResponseFormat *string `json:"response_format"`
+}
+
+// liveFormats are the response formats of a live synthesis, as messages name them.
+const liveFormats = "'pcm', 'wav' and 'flac'"
+
+// liveFormat reports whether f is a response format of live synthesis.
+func liveFormat(f string) bool { return f == "pcm" || f == "wav" || f == "flac" }
+
+// liveEncoder turns a session's frames into its response format's bytes: 16-bit PCM as it is;
+// a WAV stream (its header, with the sizes unknown, before the first frame); or a FLAC stream
+// (its header, with the total and MD5 unknown, then one FLAC frame of speechBlock samples per
+// frame). The binary messages of a session joined are one file of that format.
+type liveEncoder struct {
+	format  string
+	rate    int
+	started bool // the header is sent
+	flac    *audio.FLACEncoder
+	pcm     []byte
+	buf     []byte
+}
+
+// header is what goes before the first frame: nil for PCM.
+func (e *liveEncoder) header() ([]byte, error) {
+	switch e.format {
+	case "wav":
+		return audio.WAVStreamHeader(e.rate)
+	case "flac":
+		var err error
+		if e.flac, err = audio.NewFLACEncoder(e.rate, speechBlock); err != nil {
+			return nil, err
+		}
+		return e.flac.Header(0, nil)
+	}
+	return nil, nil
+}
+
+// frame encodes one frame's samples; the bytes are reused by the next call.
+func (e *liveEncoder) frame(a []float32) ([]byte, error) {
+	e.pcm = audio.FloatToPCM16(e.pcm[:0], a)
+	if e.flac == nil {
+		return e.pcm, nil
+	}
+	var err error
+	e.buf, err = e.flac.Append(e.buf[:0], e.pcm)
+	return e.buf, err
+}
+
+// flush is what ends the stream: a FLAC block left short, if any.
+func (e *liveEncoder) flush() []byte {
+	if e.flac == nil {
+		return nil
+	}
+	e.buf = e.flac.Flush(e.buf[:0])
+	return e.buf
 }
 
 // speakItem is one entry of a session's queue: text to speak, or an event to send once what
@@ -104,14 +160,18 @@ type speakLive struct {
 
 	cancel  context.CancelFunc // ends the session's context
 	endOnce sync.Once
-	pcm     []byte
+	// enc encodes the audio; its format is set before the worker speaks (a "config" event is
+	// taken only before any text), and it is the worker's from then on.
+	enc liveEncoder
+	// configurable is true until the first event other than "config".
+	configurable bool
 	// stall is armed while a frame is written: a client that takes no frame for
 	// WriteTimeout loses its session.
 	stall *time.Timer
 }
 
 // speechStream upgrades to a WebSocket and runs a live synthesis session:
-// GET /v1/audio/speech/stream?model=M&voice=V.
+// GET /v1/audio/speech/stream?model=M&voice=V[&response_format=pcm|wav|flac].
 func (s *Server) speechStream(w http.ResponseWriter, r *http.Request) {
 	ri := info(r.Context())
 	q := r.URL.Query()
@@ -128,6 +188,13 @@ func (s *Server) speechStream(w http.ResponseWriter, r *http.Request) {
 	if e != nil {
 		writeError(w, e)
 		return
+	}
+	format := "pcm"
+	if q.Has("response_format") {
+		if format = q.Get("response_format"); !liveFormat(format) {
+			writeError(w, invalidCode("response_format", "invalid_response_format", fmt.Sprintf("Invalid response_format %q: live synthesis sends %s.", format, liveFormats)))
+			return
+		}
 	}
 	cfg := &s.cfg.SpeechStream
 	if s.speakSessions.isDraining() {
@@ -153,7 +220,8 @@ func (s *Server) speechStream(w http.ResponseWriter, r *http.Request) {
 	c.SetReadLimit(cfg.MaxMessageBytes)
 	s.metrics.speakers.Inc()
 	defer s.metrics.speakers.Dec()
-	sl := &speakLive{s: s, m: m, voice: voice, c: c, ri: ri, cfg: cfg, wake: make(chan struct{}, 1)}
+	sl := &speakLive{s: s, m: m, voice: voice, c: c, ri: ri, cfg: cfg, wake: make(chan struct{}, 1),
+		enc: liveEncoder{format: format, rate: m.Synth.SampleRate()}, configurable: true}
 	sl.run(r.Context(), q.Get("voice"))
 }
 
@@ -186,11 +254,12 @@ func (sl *speakLive) end(code websocket.StatusCode, reason string, ev *errorEven
 }
 
 type speakReady struct {
-	Type       string `json:"type"` // "ready"
-	Model      string `json:"model"`
-	Voice      string `json:"voice"`
-	SampleRate int    `json:"sample_rate"`
-	Format     string `json:"format"` // "pcm_s16le"
+	Type           string `json:"type"` // "ready", or "configured" in answer to "config"
+	Model          string `json:"model"`
+	Voice          string `json:"voice"`
+	SampleRate     int    `json:"sample_rate"`
+	Format         string `json:"format"`          // "pcm_s16le": the samples, in every response format
+	ResponseFormat string `json:"response_format"` // "pcm", "wav" or "flac"
 }
 
 func (sl *speakLive) run(ctx context.Context, voiceName string) {
@@ -222,11 +291,11 @@ func (sl *speakLive) run(ctx context.Context, voiceName string) {
 		defer wg.Done()
 		sl.work(ctx)
 	}()
-	if err := sl.send(ctx, speakReady{Type: "ready", Model: sl.m.Name, Voice: voiceName, SampleRate: sl.m.Synth.SampleRate(), Format: "pcm_s16le"}); err != nil {
+	if err := sl.send(ctx, sl.ready("ready", voiceName)); err != nil {
 		sl.end(websocket.StatusInternalError, "", nil)
 	}
 	sl.idle.Reset(sl.cfg.IdleTimeout)
-	sl.read(ctx)
+	sl.read(ctx, voiceName)
 	sl.idle.Stop()
 	cancel()
 	sl.mu.Lock()
@@ -238,8 +307,13 @@ func (sl *speakLive) run(ctx context.Context, voiceName string) {
 	sl.end(websocket.StatusNormalClosure, "", nil)
 }
 
+// ready is the "ready" event (or "configured", typ) of the session.
+func (sl *speakLive) ready(typ, voiceName string) speakReady {
+	return speakReady{Type: typ, Model: sl.m.Name, Voice: voiceName, SampleRate: sl.m.Synth.SampleRate(), Format: "pcm_s16le", ResponseFormat: sl.enc.format}
+}
+
 // read takes the client's messages until the connection ends or a message ends the session.
-func (sl *speakLive) read(ctx context.Context) {
+func (sl *speakLive) read(ctx context.Context, voiceName string) {
 	for {
 		typ, b, err := sl.c.Read(ctx)
 		if err != nil {
@@ -260,14 +334,28 @@ func (sl *speakLive) read(ctx context.Context) {
 			return
 		}
 		switch ev.Type {
-		case "text", "flush", "cancel", "close":
+		case "config", "text", "flush", "cancel", "close":
 		default:
-			sl.end(websocket.StatusUnsupportedData, "unknown_event", &errorEvent{Code: "unknown_event", Message: fmt.Sprintf("Unknown event type %q: want text, flush, cancel or close.", ev.Type)})
+			sl.end(websocket.StatusUnsupportedData, "unknown_event", &errorEvent{Code: "unknown_event", Message: fmt.Sprintf("Unknown event type %q: want config, text, flush, cancel or close.", ev.Type)})
 			return
 		}
 		if ev.Type != "text" && ev.Text != "" {
 			sl.end(websocket.StatusPolicyViolation, "invalid_event", &errorEvent{Code: "invalid_event", Message: fmt.Sprintf("A %q event carries no text.", ev.Type)})
 			return
+		}
+		if ev.Type != "config" && ev.ResponseFormat != nil {
+			sl.end(websocket.StatusPolicyViolation, "invalid_event", &errorEvent{Code: "invalid_event", Message: fmt.Sprintf("A %q event carries no response_format: send it in a \"config\" event first, or in the URL's query.", ev.Type)})
+			return
+		}
+		if ev.Type == "config" {
+			if ev := sl.configure(ev); ev != nil {
+				sl.end(websocket.StatusPolicyViolation, ev.Code, ev)
+				return
+			}
+			if err := sl.send(ctx, sl.ready("configured", voiceName)); err != nil {
+				return
+			}
+			continue
 		}
 		if ok, ev := sl.take(ev); !ok {
 			sl.end(websocket.StatusPolicyViolation, ev.Code, ev)
@@ -276,11 +364,28 @@ func (sl *speakLive) read(ctx context.Context) {
 	}
 }
 
+// configure applies a "config" event: the error to end the session with, if it cannot.
+func (sl *speakLive) configure(ev speakEvent) *errorEvent {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	switch {
+	case !sl.configurable:
+		return &errorEvent{Code: "invalid_event", Message: "A \"config\" event comes before any other event."}
+	case ev.ResponseFormat == nil:
+		return &errorEvent{Code: "invalid_event", Message: "A \"config\" event needs a response_format."}
+	case !liveFormat(*ev.ResponseFormat):
+		return &errorEvent{Code: "invalid_response_format", Message: fmt.Sprintf("Invalid response_format %q: live synthesis sends %s.", *ev.ResponseFormat, liveFormats)}
+	}
+	sl.enc.format = *ev.ResponseFormat
+	return nil
+}
+
 // take applies one client event to the buffer and queue; false (with the event to send) when
 // it breaks the session's limits.
 func (sl *speakLive) take(ev speakEvent) (bool, *errorEvent) {
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
+	sl.configurable = false
 	if sl.closing {
 		return true, nil // after "close", the rest is ignored
 	}
@@ -404,6 +509,11 @@ func (sl *speakLive) work(ctx context.Context) {
 			case "cancel":
 				err = sl.send(ctx, map[string]string{"type": "cancelled"})
 			case "close":
+				if b := sl.enc.flush(); len(b) > 0 {
+					if sl.writeAudio(ctx, b) != nil {
+						return
+					}
+				}
 				sl.send(ctx, map[string]string{"type": "done"})
 				sl.end(websocket.StatusNormalClosure, "closed by the client", nil)
 				return
@@ -434,12 +544,25 @@ func (sl *speakLive) speak(ctx, pctx context.Context, text string) error {
 		if err := pctx.Err(); err != nil {
 			return err
 		}
-		sl.pcm = audio.FloatToPCM16(sl.pcm[:0], a)
-		sl.stall.Reset(sl.cfg.WriteTimeout)
-		// Written under the session's context, not the piece's: a write whose context ends
-		// closes the connection, and "cancel" ends the piece's.
-		werr = sl.c.Write(ctx, websocket.MessageBinary, sl.pcm)
-		sl.stall.Stop()
+		if !sl.enc.started {
+			sl.enc.started = true
+			h, err := sl.enc.header()
+			if err != nil {
+				return err
+			}
+			if h != nil {
+				if werr = sl.writeAudio(ctx, h); werr != nil {
+					return werr
+				}
+			}
+		}
+		b, err := sl.enc.frame(a)
+		if err != nil {
+			return err
+		}
+		if len(b) > 0 {
+			werr = sl.writeAudio(ctx, b)
+		}
 		if werr == nil {
 			samples += len(a)
 		}
@@ -460,6 +583,15 @@ func (sl *speakLive) speak(ctx, pctx context.Context, text string) error {
 	}
 	sl.ri.log.Error("speech stream synthesis failed", "model", sl.m.Name, "err", err)
 	sl.end(websocket.StatusInternalError, "synthesis failed", &errorEvent{Code: "internal_error", Message: "The synthesis failed."})
+	return err
+}
+
+// writeAudio sends one binary message of audio. It is written under the session's context, not
+// the piece's: a write whose context ends closes the connection, and "cancel" ends the piece's.
+func (sl *speakLive) writeAudio(ctx context.Context, b []byte) error {
+	sl.stall.Reset(sl.cfg.WriteTimeout)
+	err := sl.c.Write(ctx, websocket.MessageBinary, b)
+	sl.stall.Stop()
 	return err
 }
 

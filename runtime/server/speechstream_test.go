@@ -25,7 +25,9 @@ type speakMsg struct {
 	Voice   string `json:"voice"`
 	Rate    int    `json:"sample_rate"`
 	Format  string `json:"format"`
-	audio   []byte
+	// ResponseFormat is "ready"'s and "configured"'s.
+	ResponseFormat string `json:"response_format"`
+	audio          []byte
 }
 
 func newSpeakServer(t *testing.T, sp Speaker, cfg Config) (*Server, *httptest.Server) {

@@ -11,6 +11,7 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -33,6 +34,12 @@ type VoiceConfig struct {
 	// 0.6 MB a second of prompt with Pocket TTS); beyond it the voices used least recently are
 	// dropped, all but the newest. 0 means 256 MiB.
 	MaxBytes int64
+	// Dir, when set, keeps the uploaded voices of a model whose Speaker is a VoiceStorer in
+	// files, in a folder per model (its name, escaped): ID.safetensors (the voice state, in
+	// upstream's layout) and ID.json (its name, creation time and duration), each written
+	// atomically. They are read back when the model is loaded (at New for the models served
+	// from the start), within the limits above; a voice dropped or deleted loses its files.
+	Dir string
 }
 
 func (c *VoiceConfig) setDefaults() error {
@@ -114,10 +121,16 @@ type voiceStore struct {
 	bytes    int64
 	clock    uint64
 	byID     map[string]*storedVoice
+	dir      string // where the voices are kept in files; "" for none
+	loaded   bool   // dir has been read
 }
 
-func newVoiceStore(c VoiceConfig) *voiceStore {
-	return &voiceStore{max: c.MaxVoices, maxBytes: c.MaxBytes, byID: map[string]*storedVoice{}}
+func newVoiceStore(c VoiceConfig, model string) *voiceStore {
+	vs := &voiceStore{max: c.MaxVoices, maxBytes: c.MaxBytes, byID: map[string]*storedVoice{}}
+	if c.Dir != "" {
+		vs.dir = filepath.Join(c.Dir, voiceDirName(model))
+	}
+	return vs
 }
 
 // get returns the voice of id, marking it used; nil if there is none.
@@ -135,15 +148,15 @@ func (vs *voiceStore) get(id string) *storedVoice {
 	return v
 }
 
-// put adds v, evicting the least recently used voices beyond max; an id already there is kept
-// (and returned) instead.
-func (vs *voiceStore) put(v *storedVoice) *storedVoice {
+// put adds v, evicting the least recently used voices beyond max (returned); an id already
+// there is kept (and returned) instead.
+func (vs *voiceStore) put(v *storedVoice) (kept *storedVoice, evicted []*storedVoice) {
 	vs.mu.Lock()
 	defer vs.mu.Unlock()
 	vs.clock++
 	if old := vs.byID[v.ID]; old != nil {
 		old.used = vs.clock
-		return old
+		return old, nil
 	}
 	v.used = vs.clock
 	vs.byID[v.ID] = v
@@ -157,8 +170,22 @@ func (vs *voiceStore) put(v *storedVoice) *storedVoice {
 		}
 		delete(vs.byID, lru.ID)
 		vs.bytes -= int64(lru.voice.Bytes())
+		evicted = append(evicted, lru)
 	}
-	return v
+	return v, evicted
+}
+
+// remove drops the voice of id; false if there is none.
+func (vs *voiceStore) remove(id string) bool {
+	vs.mu.Lock()
+	defer vs.mu.Unlock()
+	v := vs.byID[id]
+	if v == nil {
+		return false
+	}
+	delete(vs.byID, id)
+	vs.bytes -= int64(v.voice.Bytes())
+	return true
 }
 
 // list returns the voices, oldest upload first.
@@ -182,8 +209,8 @@ func (vs *voiceStore) list() []storedVoice {
 const maxVoiceName = 256
 
 // uploadVoice answers POST /v1/audio/voices: a multipart form with the voice prompt as "file"
-// (or "audio_sample", OpenAI's name), and optionally "name" and "model". The prompt is decoded,
-// resampled to the model's rate and cloned into a voice, whose id (voice_ and a hash of the
+// (or "audio_sample", OpenAI's name), and optionally "name" and "model". The prompt is decoded
+// at its own rate, resampled once to the model's and cloned into a voice, whose id (voice_ and a hash of the
 // samples) the speech endpoints take as "voice". The same samples again get the same voice,
 // not cloned again.
 func (s *Server) uploadVoice(w http.ResponseWriter, r *http.Request) {
@@ -256,26 +283,18 @@ func (s *Server) uploadVoice(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	vc := s.cfg.Voices
-	pcm, _, err := audio.DecodeWith(file, audio.Options{MaxDuration: vc.MaxDuration, ContentType: fileType})
+	rate := m.Synth.SampleRate()
+	// Decoded at the prompt's own rate and resampled once, straight to the model's: a prompt
+	// at the model's rate reaches the encoder as it is.
+	prompt, _, err := audio.DecodeWith(file, audio.Options{MaxDuration: vc.MaxDuration, ContentType: fileType, SampleRate: rate})
 	if err != nil {
 		writeError(w, voiceDecodeError(err, vc.MaxDuration))
 		return
 	}
-	dur := float64(len(pcm)) / audio.SampleRate
+	dur := float64(len(prompt)) / float64(rate)
 	if dur < vc.MinDuration.Seconds() {
 		writeError(w, invalidCode("file", "audio_too_short", fmt.Sprintf("The voice prompt is %.2f s long; the shortest taken is %v.", dur, vc.MinDuration)))
 		return
-	}
-	rate := m.Synth.SampleRate()
-	prompt := pcm
-	if rate != audio.SampleRate {
-		rs, err := audio.NewResampler(audio.SampleRate, rate)
-		if err != nil {
-			ri.log.Error("voice prompt resampler", "err", err)
-			writeError(w, internalError())
-			return
-		}
-		prompt = rs.Flush(rs.Process(nil, pcm))
 	}
 	id := voiceID(prompt)
 	store := s.voices[m.Name]
@@ -293,8 +312,22 @@ func (s *Server) uploadVoice(w http.ResponseWriter, r *http.Request) {
 	if name == "" {
 		name = id
 	}
-	v := store.put(&storedVoice{ID: id, Object: "audio.voice", Name: name, Model: m.Name, Type: "uploaded",
-		CreatedAt: time.Now().Unix(), Duration: math.Round(dur*1000) / 1000, voice: cv})
+	v := &storedVoice{ID: id, Object: "audio.voice", Name: name, Model: m.Name, Type: "uploaded",
+		CreatedAt: time.Now().Unix(), Duration: math.Round(dur*1000) / 1000, voice: cv}
+	if st, ok := m.Synth.(VoiceStorer); ok {
+		if err := store.save(st, v); err != nil {
+			ri.log.Error("an uploaded voice could not be saved", "model", m.Name, "voice", id, "dir", store.dir, "err", err)
+			store.removeFiles(id)
+			writeError(w, internalError())
+			return
+		}
+	}
+	v, evicted := store.put(v)
+	for _, o := range evicted {
+		if err := store.removeFiles(o.ID); err != nil {
+			ri.log.Error("a dropped voice's files could not be removed", "model", m.Name, "voice", o.ID, "err", err)
+		}
+	}
 	ri.log.Info("voice uploaded", "model", m.Name, "voice", id, "seconds", dur, "bytes", cv.Bytes(), "took", time.Since(t0).Round(time.Millisecond))
 	writeJSON(w, v)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
@@ -263,5 +264,52 @@ func TestVoiceUploadNoCloner(t *testing.T) {
 	code, b := uploadForm(t, srv.URL+"/v1/audio/voices", "", "file", promptWAV(t, 2, 220))
 	if code != 400 || !strings.Contains(string(b), "cannot clone") {
 		t.Errorf("%d %s", code, b)
+	}
+}
+
+// TestVoicePromptRate: an uploaded prompt is decoded at its own rate and resampled once,
+// straight to the model's 24 kHz: a 24 kHz 16-bit WAV's samples reach the cloner exactly
+// (s16·2⁻¹⁵), and a 16, 44.1 or 48 kHz one's are one Resampler's output from the file's rate,
+// bit for bit; the duration is the prompt's.
+func TestVoicePromptRate(t *testing.T) {
+	sp := &fakeSpeaker{frames: 1}
+	srv := newVoiceServer(t, sp, Config{})
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, rate := range []int{24000, 16000, 44100, 48000} {
+		n := rate * 3 / 2
+		file, err := audio.WAVHeader(int64(n), rate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exact := make([]float32, n)
+		for i := range exact {
+			v := int16(rng.IntN(1<<16) - 1<<15)
+			file = append(file, byte(v), byte(uint16(v)>>8))
+			exact[i] = float32(v) / 32768
+		}
+		code, b := uploadForm(t, srv.URL+"/v1/audio/voices", "", "file", file)
+		var v struct{ Duration float64 }
+		if err := json.Unmarshal(b, &v); code != 200 || err != nil || v.Duration != 1.5 {
+			t.Fatalf("%d Hz: %d %s", rate, code, b)
+		}
+		want := exact
+		if rate != 24000 {
+			rs, err := audio.NewResampler(rate, 24000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = rs.Flush(rs.Process(nil, exact))
+		}
+		sp.mu.Lock()
+		got := sp.prompt
+		sp.mu.Unlock()
+		if len(got) != len(want) {
+			t.Fatalf("%d Hz: a prompt of %d samples reached the cloner, want %d", rate, len(got), len(want))
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("%d Hz: sample %d is %v, want %v", rate, i, got[i], want[i])
+			}
+		}
 	}
 }
