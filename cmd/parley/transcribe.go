@@ -46,7 +46,7 @@ func runTranscribe(e *env, args []string) error {
 	temp := fs.Float64("temperature", 0, "initial temperature")
 	prompt := fs.String("prompt", "", "initial prompt")
 	format := fs.String("output-format", "txt", "output format: txt, srt, vtt, json")
-	asJSON := fs.Bool("json", false, `print {"text", "segments", "tokens":[{"id","p","plog"}]} per file`)
+	asJSON := fs.Bool("json", false, `print {"text", "segments", "tokens":[{"id","p","plog"}]} per file (Parakeet's tokens also "frame", "duration")`)
 	fs.alias("m", "model")
 	outDir := fs.String("output-dir", "", "write each FILE's transcript to `DIR`/NAME.txt (.srt, .vtt, .json), NAME being FILE's name without its extension")
 	pos, err := fs.parse(args)
@@ -244,10 +244,14 @@ func renderTranscript(res *asr.Result, kind, file string) ([]byte, error) {
 	case "vtt":
 		return []byte(res.VTT()), nil
 	case "json":
+		// A transducer's tokens also carry their encoder frame and duration (frames advanced);
+		// a Whisper token has none.
 		type tok struct {
-			ID   int32   `json:"id"`
-			P    float32 `json:"p"`
-			PLog float32 `json:"plog"`
+			ID       int32   `json:"id"`
+			Frame    *int32  `json:"frame,omitempty"`
+			Duration *int32  `json:"duration,omitempty"`
+			P        float32 `json:"p"`
+			PLog     float32 `json:"plog"`
 		}
 		out := struct {
 			File     string        `json:"file,omitempty"`
@@ -259,7 +263,11 @@ func renderTranscript(res *asr.Result, kind, file string) ([]byte, error) {
 		for i, s := range res.Segments {
 			out.Segments[i] = s.Rounded()
 			for _, t := range s.Tokens {
-				out.Tokens = append(out.Tokens, tok{t.ID, t.P, t.PLog})
+				o := tok{ID: t.ID, P: t.P, PLog: t.PLog}
+				if t.HasFrame {
+					o.Frame, o.Duration = &t.Frame, &t.Duration
+				}
+				out.Tokens = append(out.Tokens, o)
 			}
 		}
 		b, err := json.Marshal(out)

@@ -732,7 +732,8 @@ func (e *Parakeet) segment(toks []parakeet.Token, end int64) (Segment, bool) {
 	for i, t := range seg.Tokens {
 		n := len(text)
 		text = e.vocab.AppendText(text, t.ID, n == 0)
-		s.Tokens[i] = Token{ID: t.ID, Text: string(text[n:]), P: t.P, PLog: t.PLog, T0: float64(t.T0) / 100, T1: float64(t.T1) / 100}
+		s.Tokens[i] = Token{ID: t.ID, Text: string(text[n:]), P: t.P, PLog: t.PLog, T0: float64(t.T0) / 100, T1: float64(t.T1) / 100,
+			Frame: int32(t.Frame), Duration: int32(t.Dur), HasFrame: true}
 		sum += float64(t.PLog)
 	}
 	s.AvgLogprob = sum / float64(len(seg.Tokens))

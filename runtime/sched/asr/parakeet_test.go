@@ -37,6 +37,9 @@ type parakeetRef struct {
 		PLog float64 `json:"plog"`
 		T0   int64   `json:"t0"`
 		T1   int64   `json:"t1"`
+		// Frame and Dur are the encoder frame and the frames advanced.
+		Frame int32 `json:"frame"`
+		Dur   int32 `json:"dur_val"`
 	} `json:"tokens"`
 }
 
@@ -128,6 +131,10 @@ func TestParakeetTranscribe(t *testing.T) {
 					g := s.Tokens[k]
 					if g.ID != w.ID || g.T0 != float64(w.T0)/100 || g.T1 != float64(w.T1)/100 {
 						t.Errorf("%s: token %d: id %d at %v..%v s, recorded id %d at %d..%d (10 ms)", name, k, g.ID, g.T0, g.T1, w.ID, w.T0, w.T1)
+						break
+					}
+					if !g.HasFrame || g.Frame != w.Frame || g.Duration != w.Dur {
+						t.Errorf("%s: token %d: frame %d duration %d (set: %v), recorded %d %d", name, k, g.Frame, g.Duration, g.HasFrame, w.Frame, w.Dur)
 						break
 					}
 					mxP, mxPL = max(mxP, math.Abs(float64(g.P)-w.P)), max(mxPL, math.Abs(float64(g.PLog)-w.PLog))

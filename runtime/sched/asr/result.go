@@ -15,6 +15,14 @@ type Token struct {
 	// Params.WordTimestamps, otherwise interpolated within its segment by text length.
 	T0 float64 `json:"t0"`
 	T1 float64 `json:"t1"`
+	// Frame and Duration are a transducer's (Parakeet's): the encoder frame at which the token
+	// was emitted (in a live stream, counted from its start or its last commit) and the frames
+	// its duration output advances (0 in an RNN-T), as whisper.cpp's parakeet-cli reports them.
+	// HasFrame says they are set: a Whisper token has no encoder frame. They are not part of a
+	// Segment's JSON; `parley transcribe --json` writes them in its list of tokens.
+	Frame    int32 `json:"-"`
+	Duration int32 `json:"-"`
+	HasFrame bool  `json:"-"`
 }
 
 // Segment is a stretch of text with its time span.
