@@ -125,6 +125,8 @@ func (m *Model) loadFlow(l *loader, f *FlowHead) error {
 		fw.time[i] = timeEmbed{freqs: f64s(te.Freqs.Float32s()), w0: f64s(te.MLP0.W.Float32s()), b0: f64s(te.MLP0.B.Float32s()),
 			w2: f64s(te.MLP2.W.Float32s()), b2: f64s(te.MLP2.B.Float32s()), alpha: f64s(te.Alpha.Float32s()),
 			width: w, nfq: m.cfg.FlowFreqs}
+		m.copied(te.MLP0.W)
+		m.copied(te.MLP2.W)
 	}
 	fw.cond = l.linear(f.CondEmbed)
 	fw.input = l.linear(f.InputProj)
