@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 
@@ -79,6 +80,10 @@ func New(be backend.Backend, w *Weights) (*Model, error) {
 		m.Close()
 		return nil, err
 	}
+	// Loading converts and lays out weights through temporary copies on the Go heap, several
+	// times the size of what it keeps there: give their pages back now rather than keep them
+	// resident until the runtime's scavenger does.
+	debug.FreeOSMemory()
 	return m, nil
 }
 
