@@ -732,6 +732,7 @@ func (m *Model) VoicePrompt(audio []float32) ([]float32, error) {
 	if err := m.loadClone(); err != nil {
 		return nil, err
 	}
+	defer m.releaseClone()
 	F := c.FrameSamples()
 	frames := (len(audio) + F - 1) / F
 	span := encoderFrames * F

@@ -55,6 +55,7 @@ type Model struct {
 	cloneSrc    *Weights // the checkpoint the cloning weights load from, until they are loaded
 	cloneErr    error    // a failed load's error, returned again
 	cloneLoaded bool
+	cloneData   [][]byte     // the file data of the cloning weights, given back after each clone
 	loaded      atomic.Int64 // bytes of weights loaded onto the backend
 }
 
@@ -347,6 +348,30 @@ func (m *Model) loadClone() error {
 		m.cloneErr = fmt.Errorf("pockettts: loading the voice encoder: %w", l.err)
 		return m.cloneErr
 	}
+	for _, t := range cloneTensors(w) {
+		m.cloneData = append(m.cloneData, t.Data)
+	}
 	m.cloneLoaded, m.cloneSrc = true, nil
 	return nil
+}
+
+// releaseClone gives back the resident file pages of the cloning weights, which only a clone
+// reads (the next one faults them back in from the file): a model that cloned a voice once does
+// not keep the Mimi encoder resident. A no-op where the backend holds its own copies.
+func (m *Model) releaseClone() {
+	if m.release == nil {
+		return
+	}
+	m.cloneMu.Lock()
+	defer m.cloneMu.Unlock()
+	for _, b := range m.cloneData {
+		m.release(b)
+	}
+}
+
+// cloneTensors are the voice-cloning weights of w: the speaker projection and the Mimi encoder.
+func cloneTensors(w *Weights) []*Tensor {
+	e := &Weights{SpeakerProj: w.SpeakerProj, Mimi: Mimi{EncoderIn: w.Mimi.EncoderIn, Encoder: w.Mimi.Encoder,
+		EncoderOut: w.Mimi.EncoderOut, EncoderLayers: w.Mimi.EncoderLayers, Downsample: w.Mimi.Downsample}}
+	return e.All()
 }
