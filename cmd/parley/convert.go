@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/parleyhq/parley/runtime/ggml"
@@ -22,7 +23,7 @@ func runConvert(e *env, args []string) error {
 	fs := newFlags(e, "convert", "-o OUT [--type TYPE] [--format gguf|ggml] [--name NAME] [--tokenizer TOKENIZER.model] [--voice NAME=FILE]... MODEL")
 	out := fs.String("o", "", "output file (required)")
 	name := fs.String("name", "", "general.name of the output, Whisper and Parakeet (default: the input's file name)")
-	typ := fs.String("type", "", "quantise the matrices to this type: Whisper's to q8_0, q5_1, q5_0, q4_1, q4_0, f16 or f32 as whisper.cpp's quantize tool does, Pocket TTS's FlowLM transformer's to q8_0; Parakeet's keep theirs (default: keep them)")
+	typ := fs.String("type", "", "quantise the matrices to this type: Whisper's to q8_0, q5_1, q5_0, q4_1, q4_0, f16 or f32 as whisper.cpp's quantize tool does, Pocket TTS's step matrices to q8_0 or q4_k; Parakeet's keep theirs (default: keep them)")
 	format := fs.String("format", "gguf", "output format: gguf, or ggml (whisper.cpp's; Whisper and Parakeet)")
 	tokPath := fs.String("tokenizer", "", "Pocket TTS: the SentencePiece model to embed (default: tokenizer.model beside the checkpoint)")
 	var voiceArgs multiFlag
@@ -107,8 +108,8 @@ func runConvert(e *env, args []string) error {
 }
 
 // convertPocketTTS writes the Pocket TTS checkpoint at in (upstream's safetensors, or GGUF) as
-// GGUF with its tokenizer and voices, the FlowLM transformer's matrices quantised to Q8_0 when
-// typ is q8_0.
+// GGUF with its tokenizer and voices, the matrices a frame step reads quantised when typ is q8_0
+// or q4_k (pockettts.Weights.Quantize).
 func convertPocketTTS(e *env, in, out, typ, format, tokPath string, voiceArgs []string) error {
 	if format != "gguf" {
 		return usagef("--format %s: Pocket TTS converts to gguf only", format)
@@ -116,8 +117,8 @@ func convertPocketTTS(e *env, in, out, typ, format, tokPath string, voiceArgs []
 	var dt tensor.DType
 	if typ != "" {
 		var err error
-		if dt, err = tensor.ParseDType(typ); err != nil || dt != tensor.Q8_0 {
-			return usagef("--type %s: Pocket TTS quantises to q8_0 only (the FlowLM transformer's matrices; the rest keeps the checkpoint's types)", typ)
+		if dt, err = tensor.ParseDType(typ); err != nil || !slices.Contains(pockettts.QuantTypes, dt) {
+			return usagef("--type %s: Pocket TTS quantises to q8_0 or q4_k only (q8_0: the FlowLM transformer's, the flow head's and the Mimi decoder transformer's matrices; q4_k: the FlowLM transformer's to q4_k, those others to q8_0; the rest keeps the checkpoint's types)", typ)
 		}
 	}
 	voiceFiles := map[string]string{}
@@ -156,7 +157,7 @@ func convertPocketTTS(e *env, in, out, typ, format, tokPath string, voiceArgs []
 	}
 	quantised := 0
 	if typ != "" {
-		if quantised, err = ck.Weights.QuantizeFlowLM(dt); err != nil {
+		if quantised, err = ck.Weights.Quantize(dt); err != nil {
 			return err
 		}
 	}

@@ -36,7 +36,7 @@ type flowWeights struct {
 	final       []backend.Tensor // finalShift.w, finalScale.w: one MatMuls
 	out         linear
 	ones, zeros backend.Tensor // [1, w]: the final LayerNorm's (it has no affine)
-	time        [2]timeEmbed   // on the host
+	time        [2]TimeEmbed   // the checkpoint's, read when a FlowLM computes its time rows
 }
 
 type flowBlock struct {
@@ -46,11 +46,13 @@ type flowBlock struct {
 	ada                []backend.Tensor // shift.w, scale.w, gate.w: one MatMuls
 }
 
-// timeEmbed is one time condition, kept on the host (float64) to compute the constant rows.
+// timeEmbed is one time condition on the host (float64), to compute the constant rows.
 type timeEmbed struct {
 	freqs      []float64 // [freqs]
-	w0, b0     []float64 // [w, 2·freqs], [w]
-	w2, b2     []float64 // [w, w], [w]
+	w0         []float32 // [w, 2·freqs], widened to float64 as it is read
+	b0         []float64 // [w]
+	w2         []float32 // [w, w], as w0
+	b2         []float64 // [w]
 	alpha      []float64 // [w]
 	width, nfq int
 }
@@ -72,12 +74,12 @@ func (te *timeEmbed) at(t float64) []float64 {
 		a := float64(float32(t) * float32(f)) // upstream multiplies in float32
 		e[i], e[te.nfq+i] = math.Cos(a), math.Sin(a)
 	}
-	lin := func(w, b, x []float64, rows int) []float64 {
+	lin := func(w []float32, b, x []float64, rows int) []float64 {
 		y := make([]float64, rows)
 		for r := range y {
 			s := b[r]
 			for c, v := range x {
-				s += w[r*len(x)+c] * v
+				s += float64(w[r*len(x)+c]) * v
 			}
 			y[r] = s
 		}
@@ -105,11 +107,27 @@ func (te *timeEmbed) at(t float64) []float64 {
 	return y
 }
 
-// timeRows returns, for n LSD steps, each step's (te0(i/n) + te1((i+1)/n))/2.
-func (fw *flowWeights) timeRows(n int) [][]float32 {
+// hostTimeEmbed reads te (its weights widened to float64; width w, nfq frequencies).
+func hostTimeEmbed(te *TimeEmbed, w, nfq int) timeEmbed {
+	return timeEmbed{freqs: f64s(te.Freqs.Float32s()), w0: te.MLP0.W.Float32s(), b0: f64s(te.MLP0.B.Float32s()),
+		w2: te.MLP2.W.Float32s(), b2: f64s(te.MLP2.B.Float32s()), alpha: f64s(te.Alpha.Float32s()),
+		width: w, nfq: nfq}
+}
+
+// timeRows returns, for n LSD steps, each step's (te0(i/n) + te1((i+1)/n))/2. The time
+// embedding's weights are read from the checkpoint for the call (a FlowLM computes its rows once)
+// rather than kept, and their file pages given back.
+func (m *Model) timeRows(n int) [][]float32 {
+	fw := &m.flow
+	var te [2]timeEmbed
+	for i := range te {
+		te[i] = hostTimeEmbed(&fw.time[i], m.cfg.FlowDim, m.cfg.FlowFreqs)
+		m.copied(fw.time[i].MLP0.W)
+		m.copied(fw.time[i].MLP2.W)
+	}
 	rows := make([][]float32, n)
 	for i := range rows {
-		a, b := fw.time[0].at(float64(i)/float64(n)), fw.time[1].at(float64(i+1)/float64(n))
+		a, b := te[0].at(float64(i)/float64(n)), te[1].at(float64(i+1)/float64(n))
 		rows[i] = make([]float32, len(a))
 		for j := range a {
 			rows[i][j] = float32((a[j] + b[j]) / 2)
@@ -121,11 +139,7 @@ func (fw *flowWeights) timeRows(n int) [][]float32 {
 func (m *Model) loadFlow(l *loader, f *FlowHead) error {
 	fw := &m.flow
 	w := m.cfg.FlowDim
-	for i, te := range f.TimeEmbed {
-		fw.time[i] = timeEmbed{freqs: f64s(te.Freqs.Float32s()), w0: f64s(te.MLP0.W.Float32s()), b0: f64s(te.MLP0.B.Float32s()),
-			w2: f64s(te.MLP2.W.Float32s()), b2: f64s(te.MLP2.B.Float32s()), alpha: f64s(te.Alpha.Float32s()),
-			width: w, nfq: m.cfg.FlowFreqs}
-	}
+	fw.time = f.TimeEmbed
 	fw.cond = l.linear(f.CondEmbed)
 	fw.input = l.linear(f.InputProj)
 	for _, rb := range f.ResBlocks {
@@ -181,7 +195,7 @@ func newFlowScratch(m *Model, rows, steps int, keep func(backend.Tensor)) (*flow
 		keep(t)
 		*s.dst = t
 	}
-	for _, r := range m.flow.timeRows(steps) {
+	for _, r := range m.timeRows(steps) {
 		t, err := m.be.Load(tensor.F32, 1, w, f32Data(r))
 		if err != nil {
 			return nil, err

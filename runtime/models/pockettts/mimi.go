@@ -34,6 +34,7 @@ type mimiWeights struct {
 	dec             []decStageW
 	decOut          convW
 
+	// The voice encoder's, loaded by the first clone (Model.loadClone).
 	encIn      convW
 	enc        []encStageW
 	encOut     convW
@@ -94,6 +95,7 @@ func (l *loader) convTr(c ConvTr) convW {
 		return convW{}
 	}
 	w := c.W.Float32s()
+	l.m.copied(c.W)
 	w2 := make([]float32, r*out*2*in)
 	for kk := range r {
 		for o := range out {
@@ -133,6 +135,7 @@ func (m *Model) loadMimi(l *loader, w *Weights) error {
 	// the previous frame's, into output step k.
 	s := c.UpsampleStride
 	uw := mm.Upsample.W.Float32s()
+	m.copied(mm.Upsample.W)
 	lo, hi := make([]float32, s*c.MimiDim), make([]float32, s*c.MimiDim)
 	for ch := range c.MimiDim {
 		for k := range s {
@@ -147,15 +150,6 @@ func (m *Model) loadMimi(l *loader, w *Weights) error {
 		mw.dec = append(mw.dec, decStageW{up: l.convTr(st.Up), res: resW{l.conv(st.Res.Conv1), l.conv(st.Res.Conv2)}})
 	}
 	mw.decOut = l.conv(mm.DecoderOut)
-	if c.Encoder {
-		mw.encIn = l.conv(mm.EncoderIn)
-		for _, st := range mm.Encoder {
-			mw.enc = append(mw.enc, encStageW{res: resW{l.conv(st.Res.Conv1), l.conv(st.Res.Conv2)}, down: l.conv(st.Down)})
-		}
-		mw.encOut = l.conv(mm.EncoderOut)
-		mw.encLayers = l.mimiLayers(mm.EncoderLayers, c.MimiDim)
-		mw.downsample = l.conv(mm.Downsample)
-	}
 	return l.err
 }
 
@@ -735,6 +729,10 @@ func (m *Model) VoicePrompt(audio []float32) ([]float32, error) {
 	if len(audio) == 0 {
 		return nil, fmt.Errorf("pockettts: an empty voice prompt")
 	}
+	if err := m.loadClone(); err != nil {
+		return nil, err
+	}
+	defer m.releaseClone()
 	F := c.FrameSamples()
 	frames := (len(audio) + F - 1) / F
 	span := encoderFrames * F

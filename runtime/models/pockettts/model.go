@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
 
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/tensor"
@@ -17,7 +20,7 @@ import (
 // encoder and the voice prompt pass).
 //
 // Matrices are loaded in the checkpoint's type where the backend multiplies it (F32, F16, BF16,
-// Q8_0), else converted to F32; vectors (norms, biases, gains) are F32. Convolution weights are
+// Q8_0, Q4_K), else converted to F32; vectors (norms, biases, gains) are F32. Convolution weights are
 // laid out for Im2Col1D and MatMul at load.
 type Model struct {
 	be      backend.Backend
@@ -39,12 +42,21 @@ type Model struct {
 	outNorm     norm
 	eosW        backend.Tensor // [1, d]
 	eosB        float32
-	bosEmb      []float32 // [latent]: the input of a chunk's first frame step
-	bosVoice    []float32 // [d] or nil: the voice prompt's first row
-	speakerProj backend.Tensor
+	bosEmb      []float32      // [latent]: the input of a chunk's first frame step
+	bosVoice    []float32      // [d] or nil: the voice prompt's first row
+	speakerProj backend.Tensor // loaded with the Mimi encoder (loadClone)
 
 	flow flowWeights
 	mimi mimiWeights
+
+	// The voice-cloning weights (the Mimi encoder, the speaker projection) are loaded by the
+	// first clone, not by New: a model that never clones keeps none of them resident.
+	cloneMu     sync.Mutex
+	cloneSrc    *Weights // the checkpoint the cloning weights load from, until they are loaded
+	cloneErr    error    // a failed load's error, returned again
+	cloneLoaded bool
+	cloneData   [][]byte     // the file data of the cloning weights, given back after each clone
+	loaded      atomic.Int64 // bytes of weights loaded onto the backend
 }
 
 // norm is a LayerNorm's gain and bias, [1, width] F32 each.
@@ -69,6 +81,10 @@ func New(be backend.Backend, w *Weights) (*Model, error) {
 		m.Close()
 		return nil, err
 	}
+	// Loading converts and lays out weights through temporary copies on the Go heap, several
+	// times the size of what it keeps there: give their pages back now rather than keep them
+	// resident until the runtime's scavenger does.
+	debug.FreeOSMemory()
 	return m, nil
 }
 
@@ -78,8 +94,23 @@ func (m *Model) Config() Config { return m.cfg }
 // Backend is the backend the model computes on.
 func (m *Model) Backend() backend.Backend { return m.be }
 
+// LoadedBytes is the size of the weights the model has loaded onto its backend, as it loaded them
+// (before a backend's repacking): without the voice-cloning weights until the first clone.
+func (m *Model) LoadedBytes() int64 { return m.loaded.Load() }
+
+// CloneLoaded reports whether the voice-cloning weights (the Mimi encoder, the speaker
+// projection) are loaded: they are by the first VoicePrompt or CloneVoice.
+func (m *Model) CloneLoaded() bool {
+	m.cloneMu.Lock()
+	defer m.cloneMu.Unlock()
+	return m.cloneLoaded
+}
+
 // Close releases the model's tensors. Runners made from it must be closed first.
 func (m *Model) Close() error {
+	m.cloneMu.Lock()
+	defer m.cloneMu.Unlock()
+	m.cloneSrc = nil
 	var errs []error
 	for i := len(m.owned) - 1; i >= 0; i-- {
 		errs = append(errs, m.owned[i].Close())
@@ -115,6 +146,7 @@ func (m *Model) loadF32(x []float32, rows, cols int) (backend.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.loaded.Add(4 * int64(len(x)))
 	return m.keep(t), nil
 }
 
@@ -136,11 +168,15 @@ func (m *Model) matrix(t *Tensor, row0, rows, cols int) (backend.Tensor, error) 
 	} else {
 		part := Tensor{Name: t.Name, Shape: []int{rows, cols}, DType: t.DType, Data: data}
 		x, err = m.be.Load(tensor.F32, rows, cols, f32Data(part.Float32s()))
+		if err == nil && m.release != nil {
+			m.release(data) // converted: the file's rows are not read again
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pockettts: %s: %w", t.Name, err)
 	}
 	m.keep(x)
+	m.loaded.Add(int64(len(data)))
 	repacked, err := backend.Repack(m.be, x)
 	if err != nil {
 		return nil, fmt.Errorf("pockettts: %s: %w", t.Name, err)
@@ -152,6 +188,14 @@ func (m *Model) matrix(t *Tensor, row0, rows, cols int) (backend.Tensor, error) 
 		m.release(data)
 	}
 	return x, nil
+}
+
+// copied gives back the resident file pages of t, whose values the model has copied (in another
+// layout or type) and does not read from the file.
+func (m *Model) copied(t *Tensor) {
+	if m.release != nil && t != nil {
+		m.release(t.Data)
+	}
 }
 
 // whole loads all of t as a matrix of cols columns.
@@ -266,8 +310,8 @@ func (m *Model) load(w *Weights) error {
 	if w.BOSBeforeVoice != nil {
 		m.bosVoice = w.BOSBeforeVoice.Float32s()
 	}
-	if w.SpeakerProj != nil {
-		m.speakerProj = l.whole(w.SpeakerProj, c.EncoderLatentDim)
+	if c.Encoder {
+		m.cloneSrc = w
 	}
 	if l.err != nil {
 		return l.err
@@ -276,4 +320,58 @@ func (m *Model) load(w *Weights) error {
 		return err
 	}
 	return m.loadMimi(l, w)
+}
+
+// loadClone loads the voice-cloning weights, once: the Mimi encoder and the speaker projection.
+func (m *Model) loadClone() error {
+	m.cloneMu.Lock()
+	defer m.cloneMu.Unlock()
+	if m.cloneLoaded || m.cloneErr != nil {
+		return m.cloneErr
+	}
+	w := m.cloneSrc
+	if w == nil {
+		return fmt.Errorf("pockettts: the model is closed")
+	}
+	c := &m.cfg
+	l := &loader{m: m}
+	m.speakerProj = l.whole(w.SpeakerProj, c.EncoderLatentDim)
+	mw, mm := &m.mimi, &w.Mimi
+	mw.encIn = l.conv(mm.EncoderIn)
+	for _, st := range mm.Encoder {
+		mw.enc = append(mw.enc, encStageW{res: resW{l.conv(st.Res.Conv1), l.conv(st.Res.Conv2)}, down: l.conv(st.Down)})
+	}
+	mw.encOut = l.conv(mm.EncoderOut)
+	mw.encLayers = l.mimiLayers(mm.EncoderLayers, c.MimiDim)
+	mw.downsample = l.conv(mm.Downsample)
+	if l.err != nil {
+		m.cloneErr = fmt.Errorf("pockettts: loading the voice encoder: %w", l.err)
+		return m.cloneErr
+	}
+	for _, t := range cloneTensors(w) {
+		m.cloneData = append(m.cloneData, t.Data)
+	}
+	m.cloneLoaded, m.cloneSrc = true, nil
+	return nil
+}
+
+// releaseClone gives back the resident file pages of the cloning weights, which only a clone
+// reads (the next one faults them back in from the file): a model that cloned a voice once does
+// not keep the Mimi encoder resident. A no-op where the backend holds its own copies.
+func (m *Model) releaseClone() {
+	if m.release == nil {
+		return
+	}
+	m.cloneMu.Lock()
+	defer m.cloneMu.Unlock()
+	for _, b := range m.cloneData {
+		m.release(b)
+	}
+}
+
+// cloneTensors are the voice-cloning weights of w: the speaker projection and the Mimi encoder.
+func cloneTensors(w *Weights) []*Tensor {
+	e := &Weights{SpeakerProj: w.SpeakerProj, Mimi: Mimi{EncoderIn: w.Mimi.EncoderIn, Encoder: w.Mimi.Encoder,
+		EncoderOut: w.Mimi.EncoderOut, EncoderLayers: w.Mimi.EncoderLayers, Downsample: w.Mimi.Downsample}}
+	return e.All()
 }

@@ -17,7 +17,7 @@ import (
 type Tensor struct {
 	Name  string       // upstream's state_dict name
 	Shape []int        // outermost first, as PyTorch: a Linear's weight is [out, in]
-	DType tensor.DType // F32, F16 or BF16
+	DType tensor.DType // F32, F16 or BF16; Q8_0 or Q4_K for some matrices (see Quantize)
 	Data  []byte       // little-endian
 }
 
@@ -47,27 +47,67 @@ func (t *Tensor) Float32s() []float32 {
 		for i := range out {
 			out[i] = math.Float32frombits(uint32(le.Uint16(t.Data[2*i:])) << 16)
 		}
-	case tensor.Q8_0:
+	case tensor.Q8_0, tensor.Q4_K:
 		// bind checked that Data holds whole rows of whole blocks
-		_ = quant.Dequantize(tensor.Q8_0, t.Data, out)
+		_ = quant.Dequantize(t.DType, t.Data, out)
 	}
 	return out
 }
 
-// QuantizeFlowLM converts the FlowLM transformer's matrices of w (those quantisable names) to
-// Q8_0, the one quantised type the loader takes, and returns how many it converted; matrices
-// already Q8_0 are kept. The converted tensors own new memory; the others still alias the file.
+// QuantizeFlowLM converts the FlowLM transformer's matrices of w to Q8_0 (the one type it
+// takes) and returns how many it converted; matrices already Q8_0 are kept. The converted tensors
+// own new memory; the others still alias the file.
 func (w *Weights) QuantizeFlowLM(dt tensor.DType) (int, error) {
 	if dt != tensor.Q8_0 {
 		return 0, fmt.Errorf("pockettts: the FlowLM's matrices quantise to Q8_0 only, not %v", dt)
 	}
+	return w.quantize(func(name string) tensor.DType {
+		if flowLMMatrix(name) {
+			return tensor.Q8_0
+		}
+		return 0
+	})
+}
+
+// QuantTypes are the types Quantize takes.
+var QuantTypes = []tensor.DType{tensor.Q8_0, tensor.Q4_K}
+
+// Quantize converts the matrices a frame step reads in full to dt or Q8_0 and returns how many
+// it converted: with Q8_0, the FlowLM transformer's, the flow head's (but its time embedding's
+// and its first and last projections, which are small) and the Mimi decoder transformer's; with
+// Q4_K, the FlowLM transformer's to Q4_K and the others to Q8_0. The Mimi convolutions, the text
+// embedding and the voice-cloning weights (the Mimi encoder, the speaker projection) keep the
+// checkpoint's types. A matrix already of its target type is kept; one of the flow head or the
+// Mimi decoder whose rows are not whole Q8_0 blocks stays F32. The converted tensors own new
+// memory; the others still alias the file.
+func (w *Weights) Quantize(dt tensor.DType) (int, error) {
+	if !slices.Contains(QuantTypes, dt) {
+		return 0, fmt.Errorf("pockettts: the matrices quantise to Q8_0 or Q4_K, not %v", dt)
+	}
+	return w.quantize(func(name string) tensor.DType {
+		switch {
+		case flowLMMatrix(name):
+			return dt
+		case stepMatrix(name):
+			return tensor.Q8_0
+		}
+		return 0
+	})
+}
+
+// quantize converts each matrix of w to target(its name) where that is not 0.
+func (w *Weights) quantize(target func(name string) tensor.DType) (int, error) {
 	n := 0
 	for _, t := range w.All() {
-		if !quantisable(t.Name) || t.DType == tensor.Q8_0 {
+		dt := target(t.Name)
+		if dt == 0 || t.DType == dt {
 			continue
 		}
 		cols := t.Shape[len(t.Shape)-1]
 		if len(t.Shape) != 2 || cols%dt.BlockSize() != 0 {
+			if !flowLMMatrix(t.Name) {
+				continue
+			}
 			return n, fmt.Errorf("pockettts: tensor %q %v: rows of %d are not whole %v blocks", t.Name, t.Shape, cols, dt)
 		}
 		data, err := quant.QuantizeRows(dt, t.Float32s(), cols)
@@ -80,9 +120,9 @@ func (w *Weights) QuantizeFlowLM(dt tensor.DType) (int, error) {
 	return n, nil
 }
 
-// quantisable reports whether the checkpoint may hold tensor name as Q8_0: the FlowLM
-// transformer's matrices, which a frame step reads in full (GGUF files only; see WriteGGUF).
-func quantisable(name string) bool {
+// flowLMMatrix reports whether tensor name is one of the FlowLM transformer's matrices, which the
+// checkpoint may hold as Q8_0 or Q4_K (GGUF files only; see WriteGGUF).
+func flowLMMatrix(name string) bool {
 	rest, ok := strings.CutPrefix(name, "flow_lm.transformer.layers.")
 	if !ok {
 		return false
@@ -93,6 +133,43 @@ func quantisable(name string) bool {
 		return true
 	}
 	return false
+}
+
+// stepMatrix reports whether tensor name is a matrix of the flow head or of the Mimi decoder's
+// transformer that the checkpoint may hold as Q8_0: those a frame step multiplies by, but the
+// flow head's time embedding (computed in float64 at load) and its input and output projections.
+func stepMatrix(name string) bool {
+	if rest, ok := strings.CutPrefix(name, "mimi.decoder_transformer.transformer.layers."); ok {
+		_, m, _ := strings.Cut(rest, ".")
+		switch m {
+		case "self_attn.in_proj.weight", "self_attn.out_proj.weight", "linear1.weight", "linear2.weight":
+			return true
+		}
+		return false
+	}
+	if name == "flow_lm.flow_net.cond_embed.weight" || name == "flow_lm.flow_net.final_layer.adaLN_modulation.1.weight" {
+		return true
+	}
+	if rest, ok := strings.CutPrefix(name, "flow_lm.flow_net.res_blocks."); ok {
+		_, m, _ := strings.Cut(rest, ".")
+		switch m {
+		case "mlp.0.weight", "mlp.2.weight", "adaLN_modulation.1.weight":
+			return true
+		}
+	}
+	return false
+}
+
+// quantisedOK reports whether the checkpoint may hold tensor name, of shape shape, as dt.
+func quantisedOK(name string, shape []int, dt tensor.DType) bool {
+	var ok bool
+	switch dt {
+	case tensor.Q8_0:
+		ok = flowLMMatrix(name) || stepMatrix(name)
+	case tensor.Q4_K:
+		ok = flowLMMatrix(name)
+	}
+	return ok && len(shape) == 2 && shape[1]%dt.BlockSize() == 0
 }
 
 // Linear is y = x Wᵀ + b. W is [out, in]; B is [out] or nil.
@@ -354,9 +431,9 @@ func bind(src source, cfg Config) (*Weights, error) {
 		}
 		switch {
 		case t.DType == tensor.F32, t.DType == tensor.F16, t.DType == tensor.BF16:
-		case t.DType == tensor.Q8_0 && quantisable(s.Name) && len(s.Shape) == 2 && s.Shape[1]%tensor.Q8_0.BlockSize() == 0:
+		case quantisedOK(s.Name, s.Shape, t.DType):
 		default:
-			return nil, fmt.Errorf("pockettts: tensor %q is %v; weights must be F32, F16 or BF16 (Q8_0 only for the FlowLM transformer's matrices)", s.Name, t.DType)
+			return nil, fmt.Errorf("pockettts: tensor %q is %v; weights must be F32, F16 or BF16 (Q8_0 or Q4_K only for the FlowLM transformer's matrices, Q8_0 for the flow head's and the Mimi decoder transformer's)", s.Name, t.DType)
 		}
 		if want, err := t.DType.RowSize(int64(t.Elements())); err != nil || int64(len(t.Data)) != want {
 			return nil, fmt.Errorf("pockettts: tensor %q has %d bytes, its shape %v of %v needs %d", s.Name, len(t.Data), t.Shape, t.DType, want)
