@@ -28,11 +28,14 @@ const (
 	maxSecretTTL  = 2 * time.Hour
 	gaSecretTTL   = 10 * time.Minute // OpenAI's default for client secrets
 	betaSecretTTL = time.Minute      // and for a beta transcription session's
+	// maxSecretBody bounds a minting request's body (a session's settings are a few hundred
+	// bytes, a prompt included).
+	maxSecretBody = 64 << 10
 )
 
 // rtSecret is what a minted key opens: a session in its dialect with its settings.
 type rtSecret struct {
-	session json.RawMessage // the settings as given; nil for the defaults
+	session json.RawMessage // the settings as checked, as a GA session description; nil for the defaults
 	beta    bool
 	expires time.Time
 }
@@ -116,11 +119,19 @@ func (x *rtExpiresAfter) ttl(param string, def time.Duration) (time.Duration, *a
 	if x.Seconds == nil {
 		return def, nil
 	}
-	d := time.Duration(*x.Seconds) * time.Second
-	if d < minSecretTTL || d > maxSecretTTL {
-		return 0, invalidCode(param+".seconds", "invalid_value", fmt.Sprintf("Invalid 'seconds': %d. Expected a value between %d and %d.", *x.Seconds, int(minSecretTTL.Seconds()), int(maxSecretTTL.Seconds())))
+	if sec := *x.Seconds; sec < int(minSecretTTL/time.Second) || sec > int(maxSecretTTL/time.Second) {
+		return 0, invalidCode(param+".seconds", "invalid_value", fmt.Sprintf("Invalid 'seconds': %d. Expected a value between %d and %d.", sec, int(minSecretTTL.Seconds()), int(maxSecretTTL.Seconds())))
 	}
-	return d, nil
+	return time.Duration(*x.Seconds) * time.Second, nil
+}
+
+// readSecretBody reads a minting request's body, refusing one over maxSecretBody (413).
+func readSecretBody(r *http.Request) ([]byte, *apiError) {
+	if r.ContentLength > maxSecretBody {
+		return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("The request body is larger than %d bytes.", maxSecretBody), Type: typeInvalidRequest, Code: strptr("request_too_large")}
+	}
+	r.Body = http.MaxBytesReader(nil, r.Body, maxSecretBody)
+	return readBody(r)
 }
 
 // rtClientSecret is a minted key as the beta API describes it.
@@ -132,7 +143,7 @@ type rtClientSecret struct {
 // clientSecrets mints a key for a GA transcription session:
 // {"expires_after": {"anchor": "created_at", "seconds": N}, "session": {"type": "transcription", ...}}.
 func (s *Server) clientSecrets(w http.ResponseWriter, r *http.Request) {
-	body, e := readBody(r)
+	body, e := readSecretBody(r)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -162,7 +173,7 @@ func (s *Server) clientSecrets(w http.ResponseWriter, r *http.Request) {
 // (input_audio_format, input_audio_transcription, turn_detection, ...), with the key's lifetime
 // in client_secret.expires_at.
 func (s *Server) transcriptionSessions(w http.ResponseWriter, r *http.Request) {
-	body, e := readBody(r)
+	body, e := readSecretBody(r)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -208,9 +219,22 @@ func (s *Server) mintSecret(w http.ResponseWriter, r *http.Request, session json
 			return
 		}
 	}
+	// What is kept is the settings as checked, described in the GA shape a session update
+	// takes in either dialect: nothing of the request beyond them.
+	var kept json.RawMessage
+	if session != nil {
+		ga := *p
+		ga.beta = false
+		b, err := json.Marshal(ga.sessionEvent("", set).Session)
+		if err != nil {
+			writeError(w, internalError())
+			return
+		}
+		kept = b
+	}
 	now := time.Now()
 	expires := now.Add(ttl)
-	key := s.secrets.add(rtSecret{session: session, beta: beta, expires: expires}, now)
+	key := s.secrets.add(rtSecret{session: kept, beta: beta, expires: expires}, now)
 	if key == "" {
 		writeError(w, &apiError{Status: http.StatusTooManyRequests, Message: fmt.Sprintf("Too many unexpired realtime client secrets (%d): retry when some have expired.", maxSecrets), Type: typeInvalidRequest, Code: strptr("rate_limit_exceeded"), RetryAfter: 10})
 		return

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -91,6 +92,15 @@ func TestRealtimeClientSecrets(t *testing.T) {
 		t.Error("two mints gave one key")
 	}
 
+	// What a key keeps is its settings as checked, not what else the request held.
+	var padded struct{ Value string }
+	if code := mint(t, h, "/v1/realtime/client_secrets", "sk-test", `{"session":{"type":"transcription","pad":"`+strings.Repeat("x", 30000)+`","audio":{"input":{"transcription":{"model":"whisper-tiny","pad":"`+strings.Repeat("y", 30000)+`"}}}}}`, &padded); code != 200 {
+		t.Errorf("minting with unknown fields: %d", code)
+	}
+	if sec, ok := h.s.secrets.lookup(padded.Value, time.Now()); !ok || len(sec.session) > 1024 || !bytes.Contains(sec.session, []byte(`"whisper-tiny"`)) {
+		t.Errorf("kept %d bytes for the key: %.200s", len(sec.session), sec.session)
+	}
+
 	// The key opens a realtime session with its settings, as a browser sends it.
 	rc := dialRealtime(t, h, "", &websocket.DialOptions{Subprotocols: []string{"realtime", "openai-insecure-api-key." + got.Value}})
 	ev := rc.until("session.created")[0]
@@ -121,6 +131,8 @@ func TestRealtimeClientSecrets(t *testing.T) {
 		{"vad", `{"session":{"type":"transcription","audio":{"input":{"turn_detection":{"type":"semantic_vad"}}}}}`, "session.audio.input.turn_detection.type", "unsupported_value"},
 		{"format", `{"session":{"type":"transcription","audio":{"input":{"format":{"type":"audio/pcmu"}}}}}`, "session.audio.input.format", "unsupported_value"},
 		{"not json", `{"session":`, "", ""},
+		{"overflow", `{"expires_after":{"seconds":36028797018963978}}`, "expires_after.seconds", "invalid_value"},
+		{"too large", `{"session":{"type":"transcription","pad":"` + strings.Repeat("x", maxSecretBody) + `"}}`, "", "request_too_large"},
 		{"session type", `{"session":"transcription"}`, "session", "invalid_value"},
 	} {
 		var e errBody
