@@ -251,6 +251,11 @@ func (l *GreedyLoop) Read(toks [][]Token, done []bool) error {
 	return failed
 }
 
+// Failed reports whether row's joint logits were all NaN at the last Read.
+func (l *GreedyLoop) Failed(row int) bool {
+	return row >= 0 && row < len(l.rep.Failed) && l.rep.Failed[row]
+}
+
 // NonFiniteError is Read's error for a row whose joint logits were all NaN.
 type NonFiniteError struct{ Row int }
 
