@@ -375,6 +375,28 @@ func TestGreedyLoopArgs(t *testing.T) {
 			if l.Read(make([][]Token, 1), make([]bool, 2)) == nil {
 				t.Error("a read into too few rows accepted")
 			}
+			// Steps and reads allocate nothing.
+			toks, done := [][]Token{make([]Token, 0, 64), nil}, make([]bool, 2)
+			if err := l.Read(toks, done); err != nil {
+				t.Fatal(err)
+			}
+			c = randomClips(t, m, 1, 5, 4)[0]
+			if err := l.Start(0, c.proj, c.frames); err != nil {
+				t.Fatal(err)
+			}
+			if n := testing.AllocsPerRun(5, func() {
+				toks[0] = toks[0][:0]
+				for range 2 {
+					if err := l.Step(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := l.Read(toks, done); err != nil {
+					t.Fatal(err)
+				}
+			}); n != 0 {
+				t.Errorf("%v allocations a step and read", n)
+			}
 		})
 	}
 }
