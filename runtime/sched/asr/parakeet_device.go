@@ -27,6 +27,7 @@ type deviceLoop struct {
 	jobs []*pjob            // [row] the job decoding there, nil when none
 	toks [][]parakeet.Token // [row] the job's tokens, for Read
 	done []bool             // [row]
+	had  []int              // [row] the job's tokens before the step's read
 	busy int                // rows with a job
 }
 
@@ -42,7 +43,8 @@ func newDeviceLoop(m *parakeet.Model, rows int) (*deviceLoop, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &deviceLoop{l: l, jobs: make([]*pjob, rows), toks: make([][]parakeet.Token, rows), done: make([]bool, rows)}, nil
+	return &deviceLoop{l: l, jobs: make([]*pjob, rows), toks: make([][]parakeet.Token, rows), done: make([]bool, rows),
+		had: make([]int, rows)}, nil
 }
 
 // deviceRow is the loop's row of a job in slot.
@@ -98,23 +100,22 @@ func (e *Parakeet) deviceStep() (seqs, tokens int) {
 			return 0, 0
 		}
 	}
-	before := 0
-	for _, t := range d.toks {
-		before -= len(t)
+	for r, t := range d.toks {
+		d.had[r] = len(t)
 	}
-	err := d.l.Read(d.toks, d.done)
-	var nf *parakeet.NonFiniteError
-	if err != nil && !errors.As(err, &nf) {
-		fail(err)
-		return 0, 0
+	// A row whose logits were not numbers fails alone (Failed below).
+	if err := d.l.Read(d.toks, d.done); err != nil {
+		if _, nonFinite := err.(*parakeet.NonFiniteError); !nonFinite {
+			fail(err)
+			return 0, 0
+		}
 	}
-	tokens = before
 	for r, j := range d.jobs {
-		if j == nil {
+		if j == nil || j.ph != ppDecode {
 			continue
 		}
 		seqs++
-		tokens += len(d.toks[r])
+		tokens += len(d.toks[r]) - d.had[r]
 		j.toks = d.toks[r]
 		if d.l.Failed(r) {
 			j.err, j.ph = errNonFiniteParakeet, ppDone

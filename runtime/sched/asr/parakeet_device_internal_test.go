@@ -14,7 +14,8 @@ import (
 // TestParakeetDeviceLoop transcribes every reference clip at once (four decoding together, the
 // others joining as they finish) on a backend that decides on the device, once on the device
 // loop and once on the host loop, and requires the same text and tokens (ids and times, which
-// come from the tokens' frames and durations), p and plog within 1e-5.
+// come from the tokens' frames and durations), p and plog within 1e-5. A beam transcription
+// among them decodes on the host loop in the same steps, the same both times.
 func TestParakeetDeviceLoop(t *testing.T) {
 	f, err := parakeet.Open(sharedtest.ParakeetRandomModel(t, "small", false))
 	if err != nil {
@@ -38,7 +39,7 @@ func TestParakeetDeviceLoop(t *testing.T) {
 			defer m.Close()
 			run := func(hostOnly bool) []*Result {
 				hostLoopOnly = hostOnly
-				e, err := NewParakeet(m, Config{MaxActive: 4, EncodeBatch: 2, MaxQueue: len(clips)})
+				e, err := NewParakeet(m, Config{MaxActive: 4, EncodeBatch: 2, MaxQueue: len(clips) + 1})
 				hostLoopOnly = false
 				if err != nil {
 					t.Fatal(err)
@@ -47,25 +48,32 @@ func TestParakeetDeviceLoop(t *testing.T) {
 				if (e.dev == nil) != hostOnly {
 					t.Fatalf("host loop only %v, device loop %v", hostOnly, e.dev != nil)
 				}
-				res := make([]*Result, len(clips))
-				errs := make([]error, len(clips))
+				res := make([]*Result, len(clips)+1)
+				errs := make([]error, len(clips)+1)
 				var wg sync.WaitGroup
-				for i := range clips {
+				for i := range len(clips) + 1 {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						res[i], errs[i] = e.Transcribe(context.Background(), clips[i], DefaultParams(), nil)
+						p, c := DefaultParams(), clips[i%len(clips)]
+						if i == len(clips) {
+							p.BeamSize = 2
+						}
+						res[i], errs[i] = e.Transcribe(context.Background(), c, p, nil)
 					}()
 				}
 				wg.Wait()
 				for i, err := range errs {
 					if err != nil {
-						t.Fatalf("%s: %v", beamClips[i], err)
+						t.Fatalf("%s: %v", beamClips[i%len(clips)], err)
 					}
 				}
 				return res
 			}
 			dev, host := run(false), run(true)
+			if dev[len(clips)].Text != host[len(clips)].Text {
+				t.Errorf("beam: %q, the host loop %q", dev[len(clips)].Text, host[len(clips)].Text)
+			}
 			for i, name := range beamClips {
 				d, h := dev[i], host[i]
 				if d.Text != h.Text || len(d.Segments) != len(h.Segments) {
