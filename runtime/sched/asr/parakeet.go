@@ -40,6 +40,9 @@ import (
 // candidates; so a beam transcription's score is never below the greedy one's. Live streams
 // decode greedily. Temperatures and prompts are not used. Times come from the encoder frames of
 // the tokens.
+//
+// On a backend that keeps greedy decoding on the device (backend.GreedyTransducer), greedy
+// transcriptions decode there instead, many decisions a step (parakeet_device.go).
 type Parakeet struct {
 	m     *parakeet.Model
 	cfg   Config
