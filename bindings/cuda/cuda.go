@@ -106,6 +106,9 @@ type Context struct {
 	// cgo's checks then have no pointers to look into).
 	mmD, mmW [4]uintptr
 	mmM      [4]C.int64_t
+	// the greedy transducer rule and the per-row encoder tables of a gather (tdt.go)
+	tdtArg    C.plc_tdt_cfg
+	tdtTables []uintptr
 }
 
 // NewContext starts a context on CUDA device dev, with TF32 allowed for F32 matrix products and,

@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "64d1ad3da46700d637d8f289127790d065b86933097547d5b99b0b8d00079fd5"
+const nativeSources = "79dbb6f8cfbb28780ac88eb3f5b34c74753562fd95bb4bd39c5941c4f867eff4"

@@ -479,6 +479,7 @@ extern "C" int plc_download(plc_ctx *ctx, void *dst, const void *src, size_t n) 
     if (n > 0) {
         cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, ctx->stream);
         if (e != cudaSuccess) return plc_fail_cuda(ctx, "copying from the device", e);
+        ctx->downloads++;
     }
     cudaError_t e = cudaStreamSynchronize(ctx->stream);
     if (e != cudaSuccess) return plc_fail_cuda(ctx, "waiting for queued work", e);
@@ -492,5 +493,11 @@ extern "C" int plc_memset0(plc_ctx *ctx, void *dst, size_t n) {
     PLC_ENTER(ctx);
     cudaError_t e = cudaMemsetAsync(dst, 0, n, ctx->stream);
     if (e != cudaSuccess) return plc_fail_cuda(ctx, "cudaMemsetAsync", e);
+    return PLC_OK;
+}
+
+extern "C" int plc_ctx_downloads(plc_ctx *ctx, int64_t *n) {
+    if (ctx == NULL || n == NULL) return PLC_ERR_ARG;
+    *n = ctx->downloads;
     return PLC_OK;
 }

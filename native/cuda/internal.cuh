@@ -61,6 +61,7 @@ struct plc_ctx {
     std::vector<cudaGraphNode_t> nodes; // scratch of plc_graph_sig
     uint64_t graph_clock;
     int64_t graph_runs, graph_updates, graph_inits;
+    int64_t downloads;  // device-to-host copies (plc_download)
     char err[512];
 };
 

@@ -418,6 +418,60 @@ int plc_choose(plc_ctx *ctx, const float *logits, int64_t n, int64_t vocab, cons
 int plc_mul(plc_ctx *ctx, float *dst, const float *a, const float *b, int64_t n, int64_t d,
             int64_t b_rows);
 
+/* ---- Greedy transducer decoding on the device (Parakeet TDT and RNN-T) ---- */
+
+/* A greedy decoding state of n rows is one device int32 array st: PLC_TDT_FIELDS fields of n
+ * values each (field f of row i at st[f*n + i]), then each row's ring of `ring` emitted tokens:
+ * ids [n, ring], frames [n, ring], duration indices [n, ring] (int32), then p [n, ring] and plog
+ * [n, ring] (float). Row i's token number c (counting from its start) is at i*ring + c%ring. */
+#define PLC_TDT_FRAME 0  /* the frame the next joint row reads */
+#define PLC_TDT_RUN 1    /* zero-duration tokens emitted at that frame */
+#define PLC_TDT_END 2    /* the frame after the row's last */
+#define PLC_TDT_DONE 3   /* 1: the row has reached its end (or failed) */
+#define PLC_TDT_EMIT 4   /* 1: the last decision emitted TOK (the prediction network must take it) */
+#define PLC_TDT_TOK 5    /* the last token decided (the blank when none) */
+#define PLC_TDT_IDX 6    /* FRAME clamped to [0, END): the encoder row the next joint reads */
+#define PLC_TDT_COUNT 7  /* tokens emitted since the row's start */
+#define PLC_TDT_BAD 8    /* 1: the row's token (or duration) logits were all NaN */
+#define PLC_TDT_FIELDS 9
+#define PLC_TDT_MAX_DURATIONS 16
+
+/* The greedy rule: n_tok token logits (the blank last), then n_dur duration logits (0: an RNN-T)
+ * advancing durations[d] frames; max_symbols zero-duration tokens at a frame before it is
+ * forced on; ring entries per row. */
+typedef struct {
+    int32_t n_tok, n_dur, max_symbols, ring;
+    int32_t durations[PLC_TDT_MAX_DURATIONS];
+} plc_tdt_cfg;
+
+/* plc_tdt_start (re)starts row of st (device, n rows) at frame 0 of a clip of end frames: the
+ * prediction network is to take the blank (EMIT 1, TOK blank), no token emitted yet. */
+int plc_tdt_start(plc_ctx *ctx, int32_t *st, int64_t n, int64_t row, int32_t end, int32_t blank);
+
+/* plc_tdt_decide applies the rule to row i of logits [n, n_tok+n_dur] (device) for each row of
+ * st not DONE, as Go's decode.TDT.Step does: k and d the first maxima (NaN never counting) of
+ * the token and duration logits; a blank moves FRAME on by max(durations[d], 1); another token
+ * goes to the row's ring with its frame, d, p = 1/sum_{j<n_tok} exp(z_j - z_k) and plog = z_k -
+ * logsumexp(z) (sums in double), and FRAME moves on by durations[d] when above 0, else RUN grows
+ * and at max_symbols FRAME moves on by one. A row whose FRAME reaches END is DONE; one whose
+ * logits are all NaN is BAD and DONE. */
+int plc_tdt_decide(plc_ctx *ctx, const float *logits, int64_t n, int64_t width, const plc_tdt_cfg *cfg, int32_t *st);
+
+/* plc_tdt_gather: dst[i,:] = table[st[field*n + i],:] for the n rows of dst [n, cols] F32
+ * (device), field PLC_TDT_IDX or PLC_TDT_TOK. With tables (host [n] device addresses, F32) row i
+ * reads tables[i] instead of table; table (device) is F32 or F16 (dtype). The indices are the
+ * state's own, in range by construction: nothing is checked on the host. */
+int plc_tdt_gather(plc_ctx *ctx, float *dst, const void *const *tables, const void *table, int32_t dtype, int64_t cols,
+                   const int32_t *st, int64_t n, int32_t field);
+
+/* plc_tdt_keep: dst[i,:] = src[i,:] for each row i of [n, cols] F32 (device) whose EMIT is set
+ * in st; the other rows of dst are left as they are. */
+int plc_tdt_keep(plc_ctx *ctx, float *dst, const float *src, int64_t cols, const int32_t *st, int64_t n);
+
+/* plc_ctx_downloads reports how many times the context has copied device memory to the host
+ * (plc_download and the entry points that wait and return results). */
+int plc_ctx_downloads(plc_ctx *ctx, int64_t *n);
+
 #ifdef __cplusplus
 }
 #endif

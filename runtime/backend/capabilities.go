@@ -12,18 +12,19 @@ import (
 type Op uint8
 
 const (
-	OpMatMuls    Op = iota + 1 // MultiMatMuler: products of one x with several matrices in one call
-	OpArgmax                   // Argmaxer: the largest logit of rows, where the logits are
-	OpDraw                     // Drawer: tokens drawn where the logits are
-	OpChoose                   // Chooser: a decoder's filtered best tokens, where the logits are
-	OpRecord                   // Recorder: operations recorded and replayed as one unit
-	OpRepack                   // Repacker: weights rearranged into a faster layout
-	OpFreeMemory               // MemoryReporter: the free memory of a device
+	OpMatMuls        Op = iota + 1 // MultiMatMuler: products of one x with several matrices in one call
+	OpArgmax                       // Argmaxer: the largest logit of rows, where the logits are
+	OpDraw                         // Drawer: tokens drawn where the logits are
+	OpChoose                       // Chooser: a decoder's filtered best tokens, where the logits are
+	OpRecord                       // Recorder: operations recorded and replayed as one unit
+	OpRepack                       // Repacker: weights rearranged into a faster layout
+	OpFreeMemory                   // MemoryReporter: the free memory of a device
+	OpGreedyDecoding               // GreedyTransducer: a transducer's greedy decoding kept where the logits are
 	numOps
 )
 
 var opNames = [numOps]string{OpMatMuls: "matmuls", OpArgmax: "argmax", OpDraw: "draw", OpChoose: "choose",
-	OpRecord: "record", OpRepack: "repack", OpFreeMemory: "free memory"}
+	OpRecord: "record", OpRepack: "repack", OpFreeMemory: "free memory", OpGreedyDecoding: "greedy decoding"}
 
 func (op Op) String() string {
 	if op > 0 && op < numOps {
@@ -59,6 +60,8 @@ func (op Op) has(be Backend) bool {
 		_, ok = be.(Repacker)
 	case OpFreeMemory:
 		_, ok = be.(MemoryReporter)
+	case OpGreedyDecoding:
+		_, ok = be.(GreedyTransducer)
 	}
 	return ok
 }

@@ -80,6 +80,7 @@ func Run(t *testing.T, newBackend func() (backend.Backend, error)) {
 		{"LSTMCell", testLSTMCell},
 		{"LSTMErrors", testLSTMErrors},
 		{"TransducerAllocs", testTransducerAllocs},
+		{"GreedyDecoding", testGreedyDecoding},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -40,6 +40,9 @@ import (
 // candidates; so a beam transcription's score is never below the greedy one's. Live streams
 // decode greedily. Temperatures and prompts are not used. Times come from the encoder frames of
 // the tokens.
+//
+// On a backend that keeps greedy decoding on the device (backend.GreedyTransducer), greedy
+// transcriptions decode there instead, many decisions a step (parakeet_device.go).
 type Parakeet struct {
 	m     *parakeet.Model
 	cfg   Config
@@ -63,6 +66,7 @@ type Parakeet struct {
 	rows            []float32        // [MaxDecoders][Width] a beam round's joint rows
 	jFrames, jSlots []int32          // [MaxDecoders] a beam round's joint requests
 	projPool        []backend.Tensor // projections of live streams' chunks, reused
+	dev             *deviceLoop      // greedy transcriptions decoded on the device; nil: none (parakeet_device.go)
 
 	nActive            atomic.Int64
 	encodeNS, decodeNS atomic.Int64 // time spent in the steps' encoding and decoding
@@ -106,6 +110,8 @@ type pjob struct {
 	beam, greedy *decode.TDTBeamSearch
 	steps        []decode.TDTStep
 	segs         []Segment
+
+	onDevice bool // the transcription decodes on the device loop (parakeet_device.go)
 }
 
 // NewParakeet makes the scheduler of Parakeet model m (MaxActive default 4) and starts its loop.
@@ -124,8 +130,13 @@ func NewParakeet(m *parakeet.Model, cfg Config) (*Parakeet, error) {
 	if err != nil {
 		return nil, err
 	}
+	if e.dev, err = newDeviceLoop(m, cfg.MaxActive); err != nil {
+		e.dec.Close()
+		return nil, err
+	}
 	e.q, err = newQueue[*pjob]((*parakeetWork)(e), cfg, "parakeet step")
 	if err != nil {
+		e.closeDevice()
 		e.dec.Close()
 		return nil, err
 	}
@@ -186,7 +197,7 @@ func (e *Parakeet) Close() error {
 	e.shut = true
 	e.mu.Unlock()
 	e.q.loop.Close()
-	errs := []error{e.dec.Close()}
+	errs := []error{e.closeDevice(), e.dec.Close()}
 	for _, t := range e.projPool {
 		errs = append(errs, t.Close())
 	}
@@ -363,6 +374,9 @@ func (e *Parakeet) shutdown() {
 // finish releases a job's slot and projection and wakes its caller. A chunk that ends well
 // first saves its stream's prediction-network state for the next one.
 func (e *Parakeet) finish(j *pjob, err error) {
+	if serr := e.stopDevice(j); err == nil && j.err == nil {
+		err = serr
+	}
 	if j.stream != nil && err == nil && j.err == nil && j.slot >= 0 && j.started {
 		err = e.dec.SaveState(j.slot, j.stream.dstate)
 	}
@@ -482,8 +496,14 @@ func (e *Parakeet) encode() {
 				}
 				continue
 			}
-			j.pending, j.tok = true, e.rule.Blank
 			j.toks = make([]parakeet.Token, 0, j.frames) // room for a token a frame: decoding steps need not grow it
+			if ok, err := e.startDevice(j); ok {
+				if err != nil {
+					j.err, j.ph = fmt.Errorf("parakeet: %w", err), ppDone
+				}
+				continue
+			}
+			j.pending, j.tok = true, e.rule.Blank
 		}
 	}
 }
@@ -528,9 +548,10 @@ func (e *Parakeet) project(out backend.Tensor, at int, j *pjob) error {
 // decodeStep runs the prediction network on every pending token in one call, then joint rows
 // of each decoding transcription until it emits a token or its clip ends.
 func (e *Parakeet) decodeStep() (seqs, tokens int, busy bool) {
+	seqs, tokens = e.deviceStep()
 	e.tokIn, e.from, e.to = e.tokIn[:0], e.from[:0], e.to[:0]
 	for _, j := range e.active {
-		if j.ph != ppDecode {
+		if j.ph != ppDecode || j.onDevice {
 			continue
 		}
 		if j.beam != nil {
@@ -556,7 +577,7 @@ func (e *Parakeet) decodeStep() (seqs, tokens int, busy bool) {
 		}
 	}
 	for _, j := range e.active {
-		if j.ph != ppDecode {
+		if j.ph != ppDecode || j.onDevice {
 			continue
 		}
 		if j.beam != nil {

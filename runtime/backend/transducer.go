@@ -1,0 +1,62 @@
+package backend
+
+// GreedyTransducer is implemented by backends that can keep a transducer's greedy decoding on
+// the device (the CUDA backend): each row's frame, its run of zero-duration tokens and the
+// tokens it emits stay where the joint's logits are, so that a decoding step reads nothing
+// back and can be recorded (Recorder). Other backends do not implement it; their callers decide
+// on the host (runtime/decode's TDT rule, which this one follows exactly).
+type GreedyTransducer interface {
+	NewGreedyDecoding(cfg GreedyDecodingConfig) (GreedyDecoding, error)
+}
+
+// GreedyDecodingConfig is the rule and size of a GreedyDecoding.
+type GreedyDecodingConfig struct {
+	Rows       int   // decoding rows (streams), 1 to 65535
+	Blank      int32 // the blank's id, the last token logit: a joint row starts with Blank+1 token logits
+	Durations  []int // frames each duration logit advances (at most 16); empty for an RNN-T
+	MaxSymbols int   // zero-duration tokens emitted at one frame before the frame is forced on
+	Ring       int   // tokens kept per row between two Reads: at least the decisions made between them
+}
+
+// GreedyDecoding is the device state of the greedy decoding of Rows rows. Row i's operations
+// use row i of their tensors, which have Rows rows. A row not started is done. Calls are issued
+// in order with the backend's other operations; only Read waits.
+type GreedyDecoding interface {
+	// Start restarts row at frame 0 of a clip of frames frames: the prediction network's next
+	// input is the blank (Emitted reports it), and no token is emitted yet.
+	Start(row, frames int) error
+	// Stop makes row done.
+	Stop(row int) error
+	// Decide applies the greedy rule to each row of logits [Rows, Blank+1+len(Durations)] F32
+	// whose row is not done, as runtime/decode's TDT.Step does: the first maxima of the token
+	// and the duration logits, the frame moved on, an emitted token (its frame, duration index,
+	// p and plog) kept for Read. A row whose frame reaches its clip's end is done; a row whose
+	// token or duration logits are all NaN is done and failed.
+	Decide(logits Tensor) error
+	// Frames gathers each row's encoder row: dst[i] = enc[i][frame of row i] (the last frame once
+	// the row is done). dst [Rows, P] F32, enc[i] F32 [*, P] with a row for each frame of row i's
+	// clip.
+	Frames(dst Tensor, enc []Tensor) error
+	// Tokens gathers the embedding of each row's last decision: dst[i] = table[token of row i]
+	// (the blank when it emitted nothing). dst [Rows, P] F32, table [Blank+1, P] F32 or F16.
+	Tokens(dst, table Tensor) error
+	// Keep copies src[i] into dst[i] for each row i whose last decision emitted a token (or that
+	// was just started): the prediction network's new state is kept only for them. dst, src
+	// [Rows, *] F32.
+	Keep(dst, src Tensor) error
+	// Read waits for the work issued, then reports every row's state and the tokens emitted
+	// since it started; the Ring last of them are held.
+	Read(r *GreedyReport) error
+	// Close releases the state.
+	Close() error
+}
+
+// GreedyReport is what GreedyDecoding.Read reports, in slices it reuses.
+type GreedyReport struct {
+	Count  []int32 // [Rows] tokens row i emitted since it started
+	Done   []bool  // [Rows] row i reached its end (or failed)
+	Failed []bool  // [Rows] row i's logits were all NaN
+	// Row i's token number c (counting from 0 at its start) is at i*Ring + c%Ring.
+	Token, Frame, DurIdx []int32
+	P, PLog              []float32
+}

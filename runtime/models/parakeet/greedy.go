@@ -1,0 +1,264 @@
+package parakeet
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/parleyhq/parley/runtime/backend"
+	"github.com/parleyhq/parley/runtime/tensor"
+)
+
+// GreedyLoop is greedy TDT (or RNN-T) decoding of up to Rows clips kept on a backend that can
+// decide on the device (backend.GreedyTransducer): a Step runs, for every row at once, the
+// prediction network on the token the row emitted last (keeping the new state only for the
+// rows that emitted one), the joint at each row's frame and the greedy rule (decode.TDT's),
+// with nothing read back. Read collects the emitted tokens once for many steps. Rows are
+// independent: each has its own prediction-network state, clip and frame. Step and Read
+// allocate nothing. A GreedyLoop is not safe for concurrent use.
+type GreedyLoop struct {
+	m          *Model
+	be         backend.Backend
+	g          backend.GreedyDecoding
+	rows, ring int
+	steps      int // steps since the last Read
+
+	h, c       []backend.Tensor // [rows, P] each layer's state of each row
+	hNew, cNew []backend.Tensor // [rows, P] a step's new states
+	pred, pNew backend.Tensor   // [rows, P] the joint's prediction input, kept and new
+	x, gi, gh  backend.Tensor   // [rows, P], [rows, 4P] ×2
+	eg, lg     backend.Tensor   // [rows, P], [rows, V+1+D]
+	enc        []backend.Tensor // each row's encoder projection (dummy when none)
+	dummy      backend.Tensor   // [1, P] zeros
+	zero       []float32        // [P]
+	rec        backend.Recording
+	rep        backend.GreedyReport
+	read       []int32 // tokens of each row collected by Read
+	owned      []backend.Tensor
+	stepOps    func() error
+}
+
+// ErrNoGreedyLoop is NewGreedyLoop's answer on a backend that decides on the host only.
+var ErrNoGreedyLoop = fmt.Errorf("parakeet: the backend has no device greedy decoding: %w", backend.ErrUnsupported)
+
+// NewGreedyLoop makes a greedy loop of rows rows whose Read comes at most every ring steps.
+// It fails with ErrNoGreedyLoop where the backend is not a backend.GreedyTransducer.
+func (m *Model) NewGreedyLoop(rows, ring int) (*GreedyLoop, error) {
+	gt, ok := m.be.(backend.GreedyTransducer)
+	if !ok {
+		return nil, ErrNoGreedyLoop
+	}
+	h := m.HParams
+	if rows < 1 || rows > 65535 || ring < 1 || ring > 1<<16 {
+		return nil, fmt.Errorf("parakeet: greedy loop of %d rows read every %d steps", rows, ring)
+	}
+	g, err := gt.NewGreedyDecoding(backend.GreedyDecodingConfig{Rows: rows, Blank: int32(h.NVocab), Durations: m.Durations,
+		MaxSymbols: h.NMaxTokens, Ring: ring})
+	if err != nil {
+		return nil, fmt.Errorf("parakeet: greedy loop: %w", err)
+	}
+	l := &GreedyLoop{m: m, be: m.be, g: g, rows: rows, ring: ring, read: make([]int32, rows), zero: make([]float32, h.NPredDim)}
+	P := h.NPredDim
+	alloc := func(r, c int) backend.Tensor {
+		if err != nil {
+			return nil
+		}
+		var t backend.Tensor
+		if t, err = m.be.Alloc(tensor.F32, r, c); err == nil {
+			l.owned = append(l.owned, t)
+		}
+		return t
+	}
+	for range h.NPredLayers {
+		l.h, l.c = append(l.h, alloc(rows, P)), append(l.c, alloc(rows, P))
+		l.hNew, l.cNew = append(l.hNew, alloc(rows, P)), append(l.cNew, alloc(rows, P))
+	}
+	l.pred, l.pNew, l.x = alloc(rows, P), alloc(rows, P), alloc(rows, P)
+	l.gi, l.gh = alloc(rows, 4*P), alloc(rows, 4*P)
+	l.eg, l.lg = alloc(rows, P), alloc(rows, h.JointOutputs())
+	l.dummy = alloc(1, P)
+	if err != nil {
+		l.Close()
+		return nil, fmt.Errorf("parakeet: greedy loop: %w", err)
+	}
+	l.enc = make([]backend.Tensor, rows)
+	for i := range l.enc {
+		l.enc[i] = l.dummy
+	}
+	l.stepOps = l.ops
+	return l, nil
+}
+
+// Rows is the number of rows.
+func (l *GreedyLoop) Rows() int { return l.rows }
+
+// Close releases the loop's tensors and state.
+func (l *GreedyLoop) Close() error {
+	var errs []error
+	if l.g != nil {
+		errs = append(errs, l.g.Close())
+		l.g = nil
+	}
+	for i := len(l.owned) - 1; i >= 0; i-- {
+		errs = append(errs, l.owned[i].Close())
+	}
+	l.owned = nil
+	return errors.Join(errs...)
+}
+
+// Start makes row decode a clip of frames frames whose joint encoder projections are proj
+// (ProjectEncoder's rows, at least frames of them), from the prediction network's initial
+// state. proj must stay unchanged until the row is done or stopped.
+func (l *GreedyLoop) Start(row int, proj backend.Tensor, frames int) error {
+	if row < 0 || row >= l.rows || proj == nil || frames < 0 || proj.Rows() < frames {
+		return fmt.Errorf("parakeet: greedy loop: row %d of %d, %d frames", row, l.rows, frames)
+	}
+	for i := range l.h {
+		if err := l.be.Write(l.h[i], row, l.zero); err != nil {
+			return fmt.Errorf("parakeet: greedy loop: %w", err)
+		}
+		if err := l.be.Write(l.c[i], row, l.zero); err != nil {
+			return fmt.Errorf("parakeet: greedy loop: %w", err)
+		}
+	}
+	l.enc[row], l.read[row] = proj, 0
+	if frames == 0 {
+		l.enc[row] = l.dummy
+	}
+	if err := l.g.Start(row, frames); err != nil {
+		return fmt.Errorf("parakeet: greedy loop: %w", err)
+	}
+	return nil
+}
+
+// Stop ends row's decoding; its tokens not yet read are dropped.
+func (l *GreedyLoop) Stop(row int) error {
+	if row < 0 || row >= l.rows {
+		return fmt.Errorf("parakeet: greedy loop: row %d of %d", row, l.rows)
+	}
+	l.enc[row] = l.dummy
+	if err := l.g.Stop(row); err != nil {
+		return fmt.Errorf("parakeet: greedy loop: %w", err)
+	}
+	return nil
+}
+
+// Step issues one decision of every row not done, without waiting: the prediction network on
+// the rows' last emitted tokens, the joint at their frames, the greedy rule. At most ring
+// steps may come between two Reads.
+func (l *GreedyLoop) Step() error {
+	if l.steps >= l.ring {
+		return fmt.Errorf("parakeet: greedy loop: %d steps without a read", l.steps)
+	}
+	if err := l.rec.Run(l.be, l.stepOps); err != nil {
+		return fmt.Errorf("parakeet: greedy loop: %w", err)
+	}
+	l.steps++
+	return nil
+}
+
+func (l *GreedyLoop) ops() error {
+	be, m, g := l.be, l.m, l.g
+	if err := g.Tokens(l.x, m.embed); err != nil {
+		return err
+	}
+	in := l.x
+	for i, w := range m.lstm {
+		if err := be.Copy(l.cNew[i], l.c[i]); err != nil {
+			return err
+		}
+		if err := be.MatMul(l.gi, in, w.wih); err != nil {
+			return err
+		}
+		if err := be.MatMul(l.gh, l.h[i], w.whh); err != nil {
+			return err
+		}
+		if err := be.AddRows(l.gi, l.gi, l.gh); err != nil {
+			return err
+		}
+		if err := be.AddRows(l.gi, l.gi, w.b); err != nil {
+			return err
+		}
+		if err := be.LSTMCell(l.hNew[i], l.cNew[i], l.gi); err != nil {
+			return err
+		}
+		in = l.hNew[i]
+	}
+	if err := be.MatMul(l.pNew, in, m.jPred); err != nil {
+		return err
+	}
+	if err := be.AddRows(l.pNew, l.pNew, m.jPredB); err != nil {
+		return err
+	}
+	for i := range l.h {
+		if err := g.Keep(l.h[i], l.hNew[i]); err != nil {
+			return err
+		}
+		if err := g.Keep(l.c[i], l.cNew[i]); err != nil {
+			return err
+		}
+	}
+	if err := g.Keep(l.pred, l.pNew); err != nil {
+		return err
+	}
+	if err := g.Frames(l.eg, l.enc); err != nil {
+		return err
+	}
+	if err := be.AddRows(l.eg, l.eg, l.pred); err != nil {
+		return err
+	}
+	if err := be.Unary(l.eg, l.eg, tensor.ReLU); err != nil {
+		return err
+	}
+	if err := be.MatMul(l.lg, l.eg, m.jOut); err != nil {
+		return err
+	}
+	if err := be.AddRows(l.lg, l.lg, m.jOutB); err != nil {
+		return err
+	}
+	return g.Decide(l.lg)
+}
+
+// Read waits for the steps issued, appends to toks[row] the tokens each row emitted since the
+// last Read (toks has Rows entries; nil ones are skipped), and writes into done[row] whether the
+// row has reached its clip's end. It fails, after collecting, when a row's logits were all NaN
+// (errNonFinite names the first such row).
+func (l *GreedyLoop) Read(toks [][]Token, done []bool) error {
+	if len(toks) != l.rows || len(done) != l.rows {
+		return fmt.Errorf("parakeet: greedy loop: read into %d and %d rows of %d", len(toks), len(done), l.rows)
+	}
+	if err := l.g.Read(&l.rep); err != nil {
+		return fmt.Errorf("parakeet: greedy loop: %w", err)
+	}
+	l.steps = 0
+	var failed error
+	for i := range l.rows {
+		done[i] = l.rep.Done[i]
+		if l.rep.Failed[i] && failed == nil {
+			failed = &NonFiniteError{Row: i}
+		}
+		for c := l.read[i]; c < l.rep.Count[i]; c++ {
+			k := i*l.ring + int(c)%l.ring
+			t := Token{ID: l.rep.Token[k], Frame: int(l.rep.Frame[k]), DurIdx: int(l.rep.DurIdx[k]), P: l.rep.P[k], PLog: l.rep.PLog[k]}
+			if len(l.m.Durations) > 0 {
+				t.Dur = l.m.Durations[t.DurIdx]
+			}
+			if toks[i] != nil {
+				toks[i] = append(toks[i], t)
+			}
+		}
+		l.read[i] = l.rep.Count[i]
+	}
+	return failed
+}
+
+// Failed reports whether row's joint logits were all NaN at the last Read.
+func (l *GreedyLoop) Failed(row int) bool {
+	return row >= 0 && row < len(l.rep.Failed) && l.rep.Failed[row]
+}
+
+// NonFiniteError is Read's error for a row whose joint logits were all NaN.
+type NonFiniteError struct{ Row int }
+
+func (e *NonFiniteError) Error() string {
+	return fmt.Sprintf("parakeet: greedy loop: row %d: the joint's logits are all NaN", e.Row)
+}

@@ -1,0 +1,138 @@
+package asr
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/parleyhq/parley/runtime/models/parakeet"
+)
+
+// Greedy transcriptions on a backend that decides on the device (backend.GreedyTransducer, the
+// CUDA backend) decode on a parakeet.GreedyLoop instead of the host loop of decodeStep: a
+// scheduler step issues deviceSteps decisions of every such transcription (the prediction
+// network on the tokens just emitted, the joint, the greedy rule, all on the device) and then
+// reads their emitted tokens and ends once. Each active job owns the loop's row of its slot.
+// Live chunks and beam transcriptions stay on the host loop, in the same steps.
+
+// deviceSteps is how many decisions of each transcription a step issues before it reads the
+// device.
+const deviceSteps = 8
+
+// hostLoopOnly, set by tests, keeps every transcription on the host loop.
+var hostLoopOnly bool
+
+// deviceLoop is the scheduler's state of the device loop.
+type deviceLoop struct {
+	l    *parakeet.GreedyLoop
+	jobs []*pjob            // [row] the job decoding there, nil when none
+	toks [][]parakeet.Token // [row] the job's tokens, for Read
+	done []bool             // [row]
+	had  []int              // [row] the job's tokens before the step's read
+	busy int                // rows with a job
+}
+
+// newDeviceLoop makes the device loop of e's model, or nil where the backend has none.
+func newDeviceLoop(m *parakeet.Model, rows int) (*deviceLoop, error) {
+	if hostLoopOnly {
+		return nil, nil
+	}
+	l, err := m.NewGreedyLoop(rows, deviceSteps)
+	if errors.Is(err, parakeet.ErrNoGreedyLoop) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &deviceLoop{l: l, jobs: make([]*pjob, rows), toks: make([][]parakeet.Token, rows), done: make([]bool, rows),
+		had: make([]int, rows)}, nil
+}
+
+// deviceRow is the loop's row of a job in slot.
+func deviceRow(slot int32) int { return int(slot) / pslotStride }
+
+// startDevice moves greedy transcription j, just encoded, onto the device loop; false where
+// there is none (j then decodes on the host).
+func (e *Parakeet) startDevice(j *pjob) (bool, error) {
+	d := e.dev
+	if d == nil || j.stream != nil || j.p.BeamSize > 1 {
+		return false, nil
+	}
+	r := deviceRow(j.slot)
+	if err := d.l.Start(r, j.proj, j.end); err != nil {
+		return true, err
+	}
+	d.jobs[r], d.toks[r] = j, j.toks
+	j.onDevice = true
+	d.busy++
+	return true, nil
+}
+
+// stopDevice takes j off the device loop, before its projection is released.
+func (e *Parakeet) stopDevice(j *pjob) error {
+	if !j.onDevice {
+		return nil
+	}
+	d, r := e.dev, deviceRow(j.slot)
+	j.onDevice = false
+	d.jobs[r], d.toks[r] = nil, nil
+	d.busy--
+	return d.l.Stop(r)
+}
+
+// deviceStep issues deviceSteps decisions of every transcription on the device loop, then reads
+// their tokens; a transcription that reached its end is emitted and done. It reports the
+// transcriptions decoded and the tokens they emitted.
+func (e *Parakeet) deviceStep() (seqs, tokens int) {
+	d := e.dev
+	if d == nil || d.busy == 0 {
+		return 0, 0
+	}
+	fail := func(err error) {
+		for _, j := range d.jobs {
+			if j != nil {
+				j.err, j.ph = fmt.Errorf("parakeet: %w", err), ppDone
+			}
+		}
+	}
+	for range deviceSteps {
+		if err := d.l.Step(); err != nil {
+			fail(err)
+			return 0, 0
+		}
+	}
+	for r, t := range d.toks {
+		d.had[r] = len(t)
+	}
+	// A row whose logits were not numbers fails alone (Failed below).
+	if err := d.l.Read(d.toks, d.done); err != nil {
+		if _, nonFinite := err.(*parakeet.NonFiniteError); !nonFinite {
+			fail(err)
+			return 0, 0
+		}
+	}
+	for r, j := range d.jobs {
+		if j == nil || j.ph != ppDecode {
+			continue
+		}
+		seqs++
+		tokens += len(d.toks[r]) - d.had[r]
+		j.toks = d.toks[r]
+		if d.l.Failed(r) {
+			j.err, j.ph = errNonFiniteParakeet, ppDone
+			continue
+		}
+		if d.done[r] {
+			e.emit(j)
+			j.ph = ppDone
+		}
+	}
+	return seqs, tokens
+}
+
+// closeDevice releases the device loop.
+func (e *Parakeet) closeDevice() error {
+	if e.dev == nil {
+		return nil
+	}
+	return e.dev.l.Close()
+}
