@@ -76,6 +76,11 @@ type Config struct {
 	// Voices are the voice states requests may name (VoiceName): a checkpoint's predefined
 	// voices, or voice files loaded at start.
 	Voices map[string]*pockettts.Voice
+	// Decoder, when not nil, runs the Mimi decoder on a goroutine of its own, so that each step's
+	// FlowLM frame step (frame i+1) computes while the frames of the step before (frame i) are
+	// decoded: a model of the same checkpoint loaded on a backend of its own (say one thread
+	// each, on two cores). Nil decodes each step's frames after its frame step, on m.
+	Decoder *pockettts.Model
 }
 
 // Request is one synthesis.
@@ -114,8 +119,12 @@ type Synthesizer struct {
 	slots     []int // free decoder slots
 	stepJobs  []*job
 	stepSeqs  []*kvcache.Seq
-	decJobs   []*job
+	decJobs   []*job // the frames of decSlots, lat and audio, and their buffers
+	decBufs   [][]float32
 	decSlots  []int
+	pending   int        // frames being decoded on the decoder goroutine (Config.Decoder)
+	decReq    chan int   // to the decoder goroutine: decode the first n frames of lat
+	decDone   chan error // from it: the frames are in audio
 	textSeqs  []*kvcache.Seq
 	textToks  [][]int32
 	textJobs  []*job
@@ -155,11 +164,22 @@ func newSynthesizer(m *pockettts.Model, tok pockettts.Tokenizer, cfg Config) (*S
 	if cfg.Text.FrameRate <= 0 {
 		cfg.Text.FrameRate = mc.FrameRate()
 	}
+	dm := m
+	if cfg.Decoder != nil {
+		dm = cfg.Decoder
+		dc := dm.Config()
+		if dm.Backend() == m.Backend() {
+			return nil, errors.New("tts: the decoder's model computes on the FlowLM's backend (it needs one of its own)")
+		}
+		if dc.LatentDim != mc.LatentDim || dc.FrameSamples() != mc.FrameSamples() || dc.SampleRate != mc.SampleRate || dc.MimiDim != mc.MimiDim {
+			return nil, errors.New("tts: the decoder's model is not of the same checkpoint")
+		}
+	}
 	f, err := m.NewFlowLM(pockettts.FlowLMConfig{StepTokens: 64, MaxSeqs: cfg.MaxActive, KVSlots: cfg.KVSlots})
 	if err != nil {
 		return nil, err
 	}
-	dec, err := m.NewDecoder(cfg.MaxActive)
+	dec, err := dm.NewDecoder(cfg.MaxActive)
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -167,7 +187,7 @@ func newSynthesizer(m *pockettts.Model, tok pockettts.Tokenizer, cfg Config) (*S
 	L, n := mc.LatentDim, cfg.MaxActive
 	s := &Synthesizer{m: m, tok: tok, cfg: cfg, f: f, dec: dec,
 		active: make([]*job, 0, n), slots: make([]int, 0, n),
-		stepJobs: make([]*job, n), stepSeqs: make([]*kvcache.Seq, n), decJobs: make([]*job, n), decSlots: make([]int, n),
+		stepJobs: make([]*job, n), stepSeqs: make([]*kvcache.Seq, n), decJobs: make([]*job, n), decBufs: make([][]float32, n), decSlots: make([]int, n),
 		textSeqs: make([]*kvcache.Seq, 0, n), textToks: make([][]int32, 0, n), textJobs: make([]*job, 0, n),
 		in: make([]float32, n*L), x0: make([]float32, n*L), out: make([]float32, n*L), lat: make([]float32, n*L),
 		eos: make([]float32, n), audio: make([]float32, n*mc.FrameSamples()), frameRate: mc.FrameRate()}
@@ -180,7 +200,21 @@ func newSynthesizer(m *pockettts.Model, tok pockettts.Tokenizer, cfg Config) (*S
 		f.Close()
 		return nil, err
 	}
+	if cfg.Decoder != nil {
+		s.decReq, s.decDone = make(chan int), make(chan error, 1)
+		go s.decode()
+	}
 	return s, nil
+}
+
+// decode is the decoder goroutine (Config.Decoder): it decodes the frames the step goroutine
+// hands it, until Close.
+func (s *Synthesizer) decode() {
+	mc := s.m.Config()
+	L, F := mc.LatentDim, mc.FrameSamples()
+	for n := range s.decReq {
+		s.decDone <- s.dec.Step(s.decSlots[:n], s.lat[:n*L], s.audio[:n*F])
+	}
 }
 
 // Close ends every synthesis queued or running (ErrClosed), stops the step loop and releases
@@ -188,7 +222,10 @@ func newSynthesizer(m *pockettts.Model, tok pockettts.Tokenizer, cfg Config) (*S
 func (s *Synthesizer) Close() error {
 	var err error
 	s.once.Do(func() {
-		s.loop.Close()
+		s.loop.Close() // Shutdown has waited for the frames being decoded
+		if s.decReq != nil {
+			close(s.decReq)
+		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.closed = true
@@ -441,6 +478,7 @@ func (w *work) Admit(j *job) bool {
 func (w *work) Abort(j *job) { w.finish(j, ErrClosed) }
 
 func (w *work) Shutdown() {
+	w.deliver()
 	for _, j := range w.active {
 		w.finish(j, ErrClosed)
 	}
@@ -509,21 +547,38 @@ func (w *work) startChunks() int {
 	return tokens
 }
 
+// settled reports whether the step can go on while frames of the step before are decoded: no
+// synthesis starts a chunk (which resets its decoder slot, maybe one that an ended synthesis
+// left), none has made its chunk's last frame (which ends the chunk once delivered) and none
+// runs out of recorded noise (which ends the synthesis after the frames it made).
+func (w *work) settled() bool {
+	for _, j := range w.active {
+		if j.ended || !j.started || j.step == j.chunks[j.chunk].MaxFrames || (j.nz.rec != nil && len(j.nz.rec) < len(j.in)) {
+			return false
+		}
+	}
+	return true
+}
+
 // Step starts the chunks due, then takes one frame step of every synthesis whose caller has
-// room for a frame and decodes the frames it makes.
+// room for a frame and decodes the frames it makes. With Config.Decoder the frames are decoded
+// while the next step's frame step runs, and delivered after it.
 func (w *work) Step(time.Time) (seqs, tokens int, busy bool) {
 	if len(w.active) == 0 {
-		return 0, 0, false
+		return 0, 0, w.deliver() > 0
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	defer w.compact()
+	delivered := 0
+	if !w.settled() {
+		delivered = w.deliver()
+	}
 	tokens = w.startChunks()
-	mc := w.m.Config()
-	L, F := mc.LatentDim, mc.FrameSamples()
+	L := w.m.Config().LatentDim
 	n := 0
 	for _, j := range w.active {
-		if j.ended || !j.started {
+		if j.ended || !j.started || j.step == j.chunks[j.chunk].MaxFrames {
 			continue
 		}
 		if j.buf == nil {
@@ -542,9 +597,12 @@ func (w *work) Step(time.Time) (seqs, tokens int, busy bool) {
 		n++
 	}
 	if n == 0 {
-		return 0, tokens, tokens > 0
+		delivered += w.deliver()
+		return 0, tokens, tokens > 0 || delivered > 0
 	}
-	if err := w.f.Step(w.stepSeqs[:n], w.in[:n*L], w.x0[:n*L], w.out[:n*L], w.eos[:n]); err != nil {
+	err := w.f.Step(w.stepSeqs[:n], w.in[:n*L], w.x0[:n*L], w.out[:n*L], w.eos[:n])
+	w.deliver() // the frames of the step before, decoded meanwhile
+	if err != nil {
 		for _, j := range w.stepJobs[:n] {
 			w.finish(j, err)
 		}
@@ -564,25 +622,54 @@ func (w *work) Step(time.Time) (seqs, tokens int, busy bool) {
 		out := w.out[i*L : (i+1)*L]
 		copy(j.in, out)
 		copy(w.lat[nd*L:(nd+1)*L], out)
-		w.decJobs[nd], w.decSlots[nd] = j, j.slot
+		w.decJobs[nd], w.decSlots[nd], w.decBufs[nd] = j, j.slot, j.buf
+		j.buf = nil
+		j.step++
 		nd++
 	}
+	clear(w.stepJobs[:n])
 	if nd > 0 {
-		err := w.dec.Step(w.decSlots[:nd], w.lat[:nd*L], w.audio[:nd*F])
-		for i, j := range w.decJobs[:nd] {
-			if err != nil {
-				w.finish(j, err)
-				continue
-			}
-			copy(j.buf, w.audio[i*F:(i+1)*F])
-			j.frames <- j.buf // never blocks: there are as many buffers as room
-			j.buf = nil
-			if j.step++; j.step == j.chunks[j.chunk].MaxFrames {
+		w.pending = nd
+		if w.decReq != nil {
+			w.decReq <- nd
+		} else {
+			w.deliver()
+		}
+	}
+	return n, n + tokens, true
+}
+
+// deliver hands the frames being decoded to their callers, once decoded, ending the chunks whose
+// last frame they are; it returns how many there were.
+func (w *work) deliver() int {
+	nd := w.pending
+	if nd == 0 {
+		return 0
+	}
+	w.pending = 0
+	mc := w.m.Config()
+	L, F := mc.LatentDim, mc.FrameSamples()
+	var err error
+	if w.decReq != nil {
+		err = <-w.decDone
+	} else {
+		err = w.dec.Step(w.decSlots[:nd], w.lat[:nd*L], w.audio[:nd*F])
+	}
+	for i, j := range w.decJobs[:nd] {
+		switch {
+		case j.ended: // cancelled while its frame was decoded
+		case err != nil:
+			w.finish(j, err)
+		default:
+			buf := w.decBufs[i]
+			copy(buf, w.audio[i*F:(i+1)*F])
+			j.frames <- buf // never blocks: there are as many buffers as room
+			if j.step == j.chunks[j.chunk].MaxFrames {
 				w.nextChunk(j)
 			}
 		}
 	}
-	clear(w.stepJobs[:n])
 	clear(w.decJobs[:nd])
-	return n, n + tokens, true
+	clear(w.decBufs[:nd])
+	return nd
 }
