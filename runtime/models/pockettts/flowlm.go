@@ -55,8 +55,11 @@ type FlowLM struct {
 	rows  []*lmViews   // by row count
 	flows []*flowViews // by row count
 
-	ids []int32   // a pass's token ids
-	in  []float32 // [MaxSeqs*latent] step inputs, BOS substituted
+	ids  []int32   // a pass's token ids
+	in   []float32 // [MaxSeqs*latent] step inputs, BOS substituted
+	nan  []float32 // [MaxSeqs*latent] NaNs: the inputs of chunks' first frame steps
+	bosX []float32 // [d] the input row of a chunk's first frame step (Start), once computed
+	rowX []float32 // [MaxSeqs*d] Start's first-frame rows, gathered
 }
 
 type lmViews struct {
@@ -86,7 +89,11 @@ func (m *Model) NewFlowLM(cfg FlowLMConfig) (*FlowLM, error) {
 		attn: backend.Attn{NHead: c.Heads, NKVHead: c.Heads, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd)))},
 		rope: backend.RoPE{Mode: backend.RoPENormal, HeadDim: hd, Dims: hd, Base: float32(c.RoPEBase), FreqScale: 1},
 		rows: make([]*lmViews, cfg.StepTokens+1), flows: make([]*flowViews, cfg.MaxSeqs+1),
-		in: make([]float32, cfg.MaxSeqs*c.LatentDim),
+		in: make([]float32, cfg.MaxSeqs*c.LatentDim), nan: make([]float32, cfg.MaxSeqs*c.LatentDim),
+		rowX: make([]float32, cfg.MaxSeqs*d),
+	}
+	for i := range f.nan {
+		f.nan[i] = float32(math.NaN())
 	}
 	f.kv, err = m.be.NewKV(backend.KVConfig{Layers: c.Layers, Slots: pool.Slots(), Width: d, BlockSize: cfg.BlockSize, DType: tensor.F32})
 	if err != nil {
@@ -480,5 +487,126 @@ func (f *FlowLM) Step(seqs []*kvcache.Seq, in, noise, out, eos []float32) error 
 			return err
 		}
 	}
+	return nil
+}
+
+// Start runs the text pass of each sequence and its chunk's first frame step, as Text(seqs,
+// tokens) and then Step(seqs, NaNs, noise, out, eos) would, in one pass over the backbone's
+// weights: each sequence's text rows are followed by the row of its first frame (the BOS
+// input), the last layer's attention and feed-forward network run over every row, and the EOS
+// head and the flow head over the first-frame rows. Where the rows do not fit one pass
+// (StepTokens) or a trace is set, it calls Text and Step.
+func (f *FlowLM) Start(seqs []*kvcache.Seq, tokens [][]int32, noise, out, eos []float32) error {
+	n, L, d := len(seqs), f.m.cfg.LatentDim, f.m.cfg.Dim
+	if len(tokens) != n {
+		return fmt.Errorf("pockettts: %d token lists for %d sequences", len(tokens), n)
+	}
+	if n == 0 {
+		return nil
+	}
+	if n > f.cfg.MaxSeqs {
+		return fmt.Errorf("pockettts: a frame step of %d sequences exceeds the FlowLM's %d", n, f.cfg.MaxSeqs)
+	}
+	if len(noise) != n*L || len(out) != n*L || len(eos) != n {
+		return fmt.Errorf("pockettts: start of %d sequences: %d noise, %d outputs and %d EOS values (want %d, %d, %d)",
+			n, len(noise), len(out), len(eos), n*L, n*L, n)
+	}
+	rows := 0
+	for _, tk := range tokens {
+		for _, id := range tk {
+			if id < 0 || int(id) >= f.m.cfg.Vocab {
+				return fmt.Errorf("pockettts: token id %d outside the vocabulary of %d", id, f.m.cfg.Vocab)
+			}
+		}
+		rows += len(tk) + 1
+	}
+	if rows > f.cfg.StepTokens || f.m.Trace != nil {
+		if err := f.Text(seqs, tokens); err != nil {
+			return err
+		}
+		return f.Step(seqs, f.nan[:n*L], noise, out, eos)
+	}
+	if f.bosX == nil {
+		if err := f.bosRow(); err != nil {
+			return err
+		}
+	}
+	be, m := f.m.be, f.m
+	f.bb.Reset()
+	f.ids = f.ids[:0]
+	for i, s := range seqs {
+		k := len(tokens[i]) + 1
+		if err := s.Reserve(k); err != nil {
+			return fmt.Errorf("pockettts: FlowLM cache: %w", err)
+		}
+		if err := f.bb.Add(s, k); err != nil {
+			return err
+		}
+		f.ids = append(f.ids, tokens[i]...)
+		f.ids = append(f.ids, 0) // the frame's row, written below
+	}
+	b := f.bb.Batch()
+	vs, err := f.views(rows)
+	if err != nil {
+		return err
+	}
+	vn, err := f.views(n)
+	if err != nil {
+		return err
+	}
+	fv, err := f.flowViews(n)
+	if err != nil {
+		return err
+	}
+	o := &ops{be: be}
+	o.do(be.GetRows(vs.x, m.embed, f.ids))
+	for _, sq := range b.Seqs {
+		o.do(be.Write(vs.x, sq.Start+sq.Count-1, f.bosX))
+	}
+	if o.err == nil {
+		o.do(f.forward(vs, b, true, "start", nil))
+	}
+	for i, sq := range b.Seqs {
+		o.do(be.Read(vs.x, sq.Start+sq.Count-1, f.rowX[i*d:(i+1)*d]))
+	}
+	o.do(be.Write(vn.h, 0, f.rowX[:n*d]))
+	o.do(be.MatMul(vn.eos, vn.h, m.eosW))
+	o.do(be.Write(fv.x, 0, noise))
+	if o.err == nil {
+		o.do(m.flowHead(f.flow, fv, vn.h))
+	}
+	o.do(be.Read(fv.x, 0, out))
+	o.do(be.Read(vn.eos, 0, eos))
+	if o.err != nil {
+		return fmt.Errorf("pockettts: text pass and first frame step: %w", o.err)
+	}
+	for i := range eos {
+		eos[i] += m.eosB
+	}
+	for i, s := range seqs {
+		if err := s.Advance(len(tokens[i]) + 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bosRow computes the input row of a chunk's first frame step, the BOS embedding through the
+// input projection, as Step computes it for one sequence.
+func (f *FlowLM) bosRow() error {
+	vs, err := f.views(1)
+	if err != nil {
+		return err
+	}
+	be := f.m.be
+	x := make([]float32, f.m.cfg.Dim)
+	o := &ops{be: be}
+	o.do(be.Write(vs.lat, 0, f.m.bosEmb))
+	o.do(be.MatMul(vs.x, vs.lat, f.m.inputLinear))
+	o.do(be.Read(vs.x, 0, x))
+	if o.err != nil {
+		return fmt.Errorf("pockettts: the first frame's input: %w", o.err)
+	}
+	f.bosX = x
 	return nil
 }

@@ -168,6 +168,80 @@ func BenchmarkFirstChunk(b *testing.B) {
 	})
 }
 
+// BenchmarkDecoderOverlap: one synthesis at a time of reference run t5-stream's text with its
+// recorded noise (146 frames, 11.68 s), F32 and Q8_0, on three Synthesizers in turn, every
+// iteration running each once: "serial" decodes each frame after its FlowLM step on one native
+// CPU backend of 2 threads; "overlap" runs the FlowLM on a backend of 1 thread and the Mimi
+// decoder on a goroutine and backend of 1 thread of its own (Config.Decoder), frame i decoded
+// while frame i+1's FlowLM step runs; "overlap21" the same with the FlowLM's backend of 2
+// threads. Reported for each: rtf (wall time over audio time) and first-ms (submission to the
+// first frame).
+func BenchmarkDecoderOverlap(b *testing.B) {
+	bs := newBench(b)
+	one, other := sharedtest.Backend(b, "cpu", 1), sharedtest.Backend(b, "cpu", 1)
+	modes := []string{"serial", "overlap", "overlap21"}
+	bs.each(b, func(dt string, m *pockettts.Model, ck *pockettts.Checkpoint, voice *pockettts.Voice) {
+		m1, err := pockettts.New(one, ck.Weights)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer m1.Close()
+		dec, err := pockettts.New(other, ck.Weights)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer dec.Close()
+		var ss []*Synthesizer
+		for _, c := range []Config{{MaxActive: 1}, {MaxActive: 1, Decoder: dec}, {MaxActive: 1, Decoder: dec}} {
+			fm := m
+			if c.Decoder != nil && len(ss) == 1 {
+				fm = m1
+			}
+			c.Text = ck.Text
+			s, err := New(fm, bs.tok, c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			ss = append(ss, s)
+		}
+		b.Run(dt, func(b *testing.B) {
+			r := Request{Text: bs.meta.Text, Voice: voice, Noise: bs.noise}
+			speak := func(s *Synthesizer, r Request) (rtf, first float64) {
+				frames := 0
+				start := time.Now()
+				err := s.Speak(context.Background(), r, func([]float32) error {
+					if frames++; frames == 1 {
+						first = time.Since(start).Seconds() * 1e3
+					}
+					return nil
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				audio := float64(frames*s.FrameSamples()) / float64(s.SampleRate())
+				return time.Since(start).Seconds() / audio, first
+			}
+			for _, s := range ss { // warm
+				speak(s, Request{Text: "Hello there.", Voice: voice, Temperature: 0})
+			}
+			rtf, first := make([]float64, len(ss)), make([]float64, len(ss))
+			b.ResetTimer()
+			for range b.N {
+				for i, s := range ss {
+					x, f := speak(s, r)
+					rtf[i] += x
+					first[i] += f
+				}
+			}
+			for i, name := range modes {
+				b.ReportMetric(rtf[i]/float64(b.N), "rtf-"+name)
+				b.ReportMetric(first[i]/float64(b.N), "first-ms-"+name)
+			}
+		})
+	})
+}
+
 // bench is what the benchmarks share: reference run t5-stream's text and recorded noise, the
 // reference tokenizer and the native CPU backend with 2 threads.
 type bench struct {

@@ -562,7 +562,8 @@ func (w *work) settled() bool {
 
 // Step starts the chunks due, then takes one frame step of every synthesis whose caller has
 // room for a frame and decodes the frames it makes. With Config.Decoder the frames are decoded
-// while the next step's frame step runs, and delivered after it.
+// while the next step's frame step runs, and delivered after it, but for a step that makes a
+// chunk's first frame: its frames are delivered once decoded, keeping the first audio early.
 func (w *work) Step(time.Time) (seqs, tokens int, busy bool) {
 	if len(w.active) == 0 {
 		return 0, 0, w.deliver() > 0
@@ -609,7 +610,7 @@ func (w *work) Step(time.Time) (seqs, tokens int, busy bool) {
 		clear(w.stepJobs[:n])
 		return n, n + tokens, true
 	}
-	nd := 0
+	nd, first := 0, false
 	for i, j := range w.stepJobs[:n] {
 		c := &j.chunks[j.chunk]
 		if j.eosStep < 0 && w.eos[i] > pockettts.EOSThreshold {
@@ -625,6 +626,7 @@ func (w *work) Step(time.Time) (seqs, tokens int, busy bool) {
 		w.decJobs[nd], w.decSlots[nd], w.decBufs[nd] = j, j.slot, j.buf
 		j.buf = nil
 		j.step++
+		first = first || j.step == 1
 		nd++
 	}
 	clear(w.stepJobs[:n])
@@ -632,8 +634,9 @@ func (w *work) Step(time.Time) (seqs, tokens int, busy bool) {
 		w.pending = nd
 		if w.decReq != nil {
 			w.decReq <- nd
-		} else {
-			w.deliver()
+		}
+		if w.decReq == nil || first {
+			w.deliver() // a chunk's first frame goes out at once
 		}
 	}
 	return n, n + tokens, true
