@@ -6,11 +6,13 @@
 //
 // A Synthesizer batches concurrent syntheses continuously on a sched.Loop: a bounded queue
 // (ErrQueueFull), admission from its head while fewer than MaxActive syntheses run, and steps
-// that advance every running synthesis by one latent frame: the text passes of the chunks
-// starting, one FlowLM frame step (backbone, EOS head and flow head) over every synthesis, and
-// one Mimi decoder step over the frames it made. Each frame goes to its caller as soon as it is
-// decoded; a caller that falls behind holds back its own synthesis only. Cancellation (the
-// caller's context, emit's error) takes effect at the next step.
+// that advance every running synthesis by one latent frame: the chunks starting take their text
+// passes and first frame steps in one pass over the FlowLM's weights (FlowLM.Start), the others
+// one FlowLM frame step (backbone, EOS head and flow head), and one Mimi decoder step decodes
+// the frames they made (on a goroutine of its own, overlapping the next step's FlowLM work, with
+// Config.Decoder). Each frame goes to its caller as soon as it is decoded; a caller that falls
+// behind holds back its own synthesis only. Cancellation (the caller's context, emit's error)
+// takes effect at the next step.
 package tts
 
 import (
@@ -125,10 +127,8 @@ type Synthesizer struct {
 	pending   int        // frames being decoded on the decoder goroutine (Config.Decoder)
 	decReq    chan int   // to the decoder goroutine: decode the first n frames of lat
 	decDone   chan error // from it: the frames are in audio
-	textSeqs  []*kvcache.Seq
-	textToks  [][]int32
-	textJobs  []*job
-	in, x0    []float32 // [MaxActive·latent]
+	textToks  [][]int32  // the text of the chunks starting in a step (stepJobs[:len(textToks)])
+	in, x0    []float32  // [MaxActive·latent]
 	out, lat  []float32
 	eos       []float32 // [MaxActive]
 	audio     []float32 // [MaxActive·FrameSamples]
@@ -188,8 +188,8 @@ func newSynthesizer(m *pockettts.Model, tok pockettts.Tokenizer, cfg Config) (*S
 	s := &Synthesizer{m: m, tok: tok, cfg: cfg, f: f, dec: dec,
 		active: make([]*job, 0, n), slots: make([]int, 0, n),
 		stepJobs: make([]*job, n), stepSeqs: make([]*kvcache.Seq, n), decJobs: make([]*job, n), decBufs: make([][]float32, n), decSlots: make([]int, n),
-		textSeqs: make([]*kvcache.Seq, 0, n), textToks: make([][]int32, 0, n), textJobs: make([]*job, 0, n),
-		in: make([]float32, n*L), x0: make([]float32, n*L), out: make([]float32, n*L), lat: make([]float32, n*L),
+		textToks: make([][]int32, 0, n),
+		in:       make([]float32, n*L), x0: make([]float32, n*L), out: make([]float32, n*L), lat: make([]float32, n*L),
 		eos: make([]float32, n), audio: make([]float32, n*mc.FrameSamples()), frameRate: mc.FrameRate()}
 	for i := n - 1; i >= 0; i-- {
 		s.slots = append(s.slots, i)
@@ -314,7 +314,8 @@ type job struct {
 	slot    int // decoder slot
 	seq     *kvcache.Seq
 	chunk   int  // the chunk being generated
-	started bool // the chunk's voice and text are in seq
+	started bool // the chunk's voice is in seq
+	fresh   bool // started, its text pass and first frame step to come (FlowLM.Start)
 	step    int  // frame steps taken in the chunk
 	eosStep int  // the step whose EOS logit crossed the threshold, or -1
 	buf     []float32
@@ -494,11 +495,9 @@ func (w *work) nextChunk(j *job) {
 	}
 }
 
-// startChunks stores the voice state of every synthesis starting a chunk and runs their text
-// passes together. A chunk waits while the cache has no room for it.
-func (w *work) startChunks() int {
-	w.textSeqs, w.textToks, w.textJobs = w.textSeqs[:0], w.textToks[:0], w.textJobs[:0]
-	tokens := 0
+// startChunks stores the voice state of every synthesis starting a chunk; its text pass comes
+// with its first frame step. A chunk waits while the cache has no room for it.
+func (w *work) startChunks() {
 	for _, j := range w.active {
 		if j.ended || j.started {
 			continue
@@ -525,26 +524,8 @@ func (w *work) startChunks() int {
 			w.finish(j, err)
 			continue
 		}
-		nan := float32(math.NaN())
-		for i := range j.in {
-			j.in[i] = nan // the BOS embedding takes the place of a first frame's input
-		}
-		j.started, j.step, j.eosStep = true, 0, -1
-		w.textSeqs = append(w.textSeqs, j.seq)
-		w.textToks = append(w.textToks, c.Tokens)
-		w.textJobs = append(w.textJobs, j)
-		tokens += len(c.Tokens)
+		j.started, j.fresh, j.step, j.eosStep = true, true, 0, -1
 	}
-	if len(w.textSeqs) == 0 {
-		return 0
-	}
-	if err := w.f.Text(w.textSeqs, w.textToks); err != nil {
-		for _, j := range w.textJobs {
-			w.finish(j, err)
-		}
-	}
-	clear(w.textToks)
-	return tokens
 }
 
 // settled reports whether the step can go on while frames of the step before are decoded: no
@@ -575,43 +556,65 @@ func (w *work) Step(time.Time) (seqs, tokens int, busy bool) {
 	if !w.settled() {
 		delivered = w.deliver()
 	}
-	tokens = w.startChunks()
+	w.startChunks()
 	L := w.m.Config().LatentDim
-	n := 0
-	for _, j := range w.active {
-		if j.ended || !j.started || j.step == j.chunks[j.chunk].MaxFrames {
-			continue
-		}
-		if j.buf == nil {
-			select {
-			case j.buf = <-j.free:
-			default:
-				continue // its caller has every buffer: it waits for them
+	// The chunks starting first (one Start: text passes and first frame steps), then the
+	// syntheses in the middle of one (one Step).
+	n, ns := 0, 0
+	for _, fresh := range [2]bool{true, false} {
+		for _, j := range w.active {
+			if j.ended || !j.started || j.fresh != fresh || j.step == j.chunks[j.chunk].MaxFrames {
+				continue
 			}
+			if j.buf == nil {
+				select {
+				case j.buf = <-j.free:
+				default:
+					continue // its caller has every buffer: it waits for them
+				}
+			}
+			if err := j.nz.next(w.x0[n*L : (n+1)*L]); err != nil {
+				w.finish(j, err)
+				continue
+			}
+			if fresh {
+				w.textToks = append(w.textToks, j.chunks[j.chunk].Tokens)
+				tokens += len(j.chunks[j.chunk].Tokens)
+			} else {
+				copy(w.in[n*L:(n+1)*L], j.in)
+			}
+			w.stepJobs[n], w.stepSeqs[n] = j, j.seq
+			n++
 		}
-		if err := j.nz.next(w.x0[n*L : (n+1)*L]); err != nil {
-			w.finish(j, err)
-			continue
+		if fresh {
+			ns = n
 		}
-		copy(w.in[n*L:(n+1)*L], j.in)
-		w.stepJobs[n], w.stepSeqs[n] = j, j.seq
-		n++
 	}
 	if n == 0 {
 		delivered += w.deliver()
-		return 0, tokens, tokens > 0 || delivered > 0
+		return 0, 0, delivered > 0
 	}
-	err := w.f.Step(w.stepSeqs[:n], w.in[:n*L], w.x0[:n*L], w.out[:n*L], w.eos[:n])
+	var startErr, stepErr error
+	if ns > 0 {
+		startErr = w.f.Start(w.stepSeqs[:ns], w.textToks, w.x0[:ns*L], w.out[:ns*L], w.eos[:ns])
+		clear(w.textToks)
+		w.textToks = w.textToks[:0]
+	}
+	if n > ns {
+		stepErr = w.f.Step(w.stepSeqs[ns:n], w.in[ns*L:n*L], w.x0[ns*L:n*L], w.out[ns*L:n*L], w.eos[ns:n])
+	}
 	w.deliver() // the frames of the step before, decoded meanwhile
-	if err != nil {
-		for _, j := range w.stepJobs[:n] {
-			w.finish(j, err)
-		}
-		clear(w.stepJobs[:n])
-		return n, n + tokens, true
-	}
 	nd, first := 0, false
 	for i, j := range w.stepJobs[:n] {
+		err := stepErr
+		if i < ns {
+			err = startErr
+		}
+		if err != nil {
+			w.finish(j, err)
+			continue
+		}
+		j.fresh = false
 		c := &j.chunks[j.chunk]
 		if j.eosStep < 0 && w.eos[i] > pockettts.EOSThreshold {
 			j.eosStep = j.step
