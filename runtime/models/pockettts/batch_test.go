@@ -36,8 +36,10 @@ func truncVoice(v *Voice, n int) *Voice {
 // runBatched steps specs together, free-running (each step reads the synthesis's previous
 // latent): at each step the syntheses joining it get their voice, a decoder reset and their text
 // passes (one Text call), then every synthesis in flight takes one frame step (one Step call, the
-// latest joined first) and its frame is decoded (one decoder Step call).
-func runBatched(t *testing.T, f *FlowLM, dec *Decoder, specs []batchSpec) []batchOut {
+// latest joined first) and its frame is decoded (one decoder Step call). With start, the
+// syntheses joining a step take their text passes and first frame steps in one Start call
+// instead, and the others one Step call.
+func runBatched(t *testing.T, f *FlowLM, dec *Decoder, specs []batchSpec, start bool) []batchOut {
 	t.Helper()
 	cfg := &f.m.cfg
 	L, F := cfg.LatentDim, cfg.FrameSamples()
@@ -68,16 +70,32 @@ func runBatched(t *testing.T, f *FlowLM, dec *Decoder, specs []batchSpec) []batc
 			}
 			tseqs, toks = append(tseqs, seqs[i]), append(toks, s.tokens)
 		}
-		if len(tseqs) > 0 {
+		if len(tseqs) > 0 && !start {
 			if err := f.Text(tseqs, toks); err != nil {
 				t.Fatal(err)
 			}
 		}
-		var idx, slots []int
+		var sidx, idx, slots []int
+		var sout, seos, snoise []float32
+		if start && len(tseqs) > 0 {
+			for i, s := range specs {
+				if s.start == step {
+					sidx, slots = append(sidx, i), append(slots, s.slot)
+					snoise = append(snoise, s.noise[:L]...)
+				}
+			}
+			sout, seos = make([]float32, len(sidx)*L), make([]float32, len(sidx))
+			if err := f.Start(tseqs, toks, snoise, sout, seos); err != nil {
+				t.Fatal(err)
+			}
+		}
 		var bseqs []*kvcache.Seq
 		var in, noise []float32
 		for i := len(specs) - 1; i >= 0; i-- {
 			s := specs[i]
+			if start && s.start == step {
+				continue // Start took its step
+			}
 			if k := step - s.start; k >= 0 && k < s.frames {
 				idx, slots, bseqs = append(idx, i), append(slots, s.slot), append(bseqs, seqs[i])
 				in = append(in, ins[i]...)
@@ -85,9 +103,14 @@ func runBatched(t *testing.T, f *FlowLM, dec *Decoder, specs []batchSpec) []batc
 			}
 		}
 		n := len(idx)
-		out, eos, audio := make([]float32, n*L), make([]float32, n), make([]float32, n*F)
+		out, eos := make([]float32, n*L), make([]float32, n)
 		if err := f.Step(bseqs, in, noise, out, eos); err != nil {
 			t.Fatal(err)
+		}
+		idx, out, eos = append(sidx, idx...), append(sout, out...), append(seos, eos...)
+		audio := make([]float32, len(idx)*F)
+		if len(idx) == 0 {
+			continue
 		}
 		if err := dec.Step(slots, out, audio); err != nil {
 			t.Fatal(err)
@@ -110,7 +133,9 @@ func runBatched(t *testing.T, f *FlowLM, dec *Decoder, specs []batchSpec) []batc
 // joining and leaving mid-way, stepped together through the FlowLM (one Step over all, per
 // sequence attention), the flow head and the decoder (slots taken over by a later synthesis),
 // give each synthesis what it gives stepped alone from a fresh state, within the parity tests'
-// F32 bounds (1e-4 of the largest magnitude; 1e-4 absolute on the waveform).
+// F32 bounds (1e-4 of the largest magnitude; 1e-4 absolute on the waveform); and so do they
+// when the syntheses joining a step take their text passes and first frame steps in one pass
+// (Start) beside the others' frame step.
 func TestBatchedMatchesAlone(t *testing.T) {
 	for _, be := range sharedtest.Backends(t, 2) {
 		t.Run(be.Name(), func(t *testing.T) {
@@ -156,15 +181,20 @@ func TestBatchedMatchesAlone(t *testing.T) {
 			for i := range specs {
 				specs[i].noise = noise(specs[i].frames)
 			}
-			batched := runBatched(t, f, dec, specs)
+			batched := runBatched(t, f, dec, specs, false)
+			started := runBatched(t, f, dec, specs, true)
 			for i, s := range specs {
 				s.start, s.slot = 0, 0
-				alone := runBatched(t, f, dec, []batchSpec{s})[0]
-				b := batched[i]
-				name := fmt.Sprintf("synthesis %c", 'A'+i)
-				check(t, name+" latents", b.lat, alone.lat, parityTol, false)
-				check(t, name+" eos", b.eos, alone.eos, parityTol, false)
-				check(t, name+" audio", b.audio, alone.audio, parityWaveTol, true)
+				alone := runBatched(t, f, dec, []batchSpec{s}, false)[0]
+				for _, r := range []struct {
+					how string
+					b   batchOut
+				}{{"", batched[i]}, {" (Start)", started[i]}} {
+					name := fmt.Sprintf("synthesis %c%s", 'A'+i, r.how)
+					check(t, name+" latents", r.b.lat, alone.lat, parityTol, false)
+					check(t, name+" eos", r.b.eos, alone.eos, parityTol, false)
+					check(t, name+" audio", r.b.audio, alone.audio, parityWaveTol, true)
+				}
 			}
 			if f.Pool().FreeBlocks() != f.Pool().Blocks() {
 				t.Errorf("%d of %d cache blocks still held", f.Pool().Blocks()-f.Pool().FreeBlocks(), f.Pool().Blocks())

@@ -5,8 +5,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/parleyhq/parley/internal/sharedtest"
+	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/kvcache"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
@@ -208,6 +210,145 @@ func BenchmarkDecoderStep(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// stepWeightBytes is the weight bytes one frame step of the backbone reads (the input
+// projection, every layer's matrices, the EOS head) and those of the flow head.
+func stepWeightBytes(tb testing.TB, m *Model) (backbone, flow int64) {
+	tb.Helper()
+	size := func(ts ...backend.Tensor) int64 {
+		var n int64
+		for _, t := range ts {
+			if t == nil {
+				continue
+			}
+			rb, err := t.DType().RowSize(int64(t.Cols()))
+			if err != nil {
+				tb.Fatal(err)
+			}
+			n += rb * int64(t.Rows())
+		}
+		return n
+	}
+	backbone = size(m.inputLinear, m.eosW)
+	for i := range m.layers {
+		L := &m.layers[i]
+		backbone += size(L.q, L.k, L.v, L.o, L.linear1, L.linear2)
+	}
+	fw := &m.flow
+	flow = size(fw.cond.w, fw.input.w, fw.finalShift.w, fw.finalScale.w, fw.out.w)
+	for _, b := range fw.blocks {
+		flow += size(b.mlp0.w, b.mlp2.w, b.shift.w, b.scale.w, b.gate.w)
+	}
+	return backbone, flow
+}
+
+// BenchmarkFirstChunk: the work between a chunk's text and its first 1,920 samples, stage by
+// stage, for one synthesis: the voice state stored (voice-ms), the text pass over reference run
+// t5-stream's 29 tokens (text-ms), the first frame step's backbone and EOS head (step-ms: the
+// frame step less its flow head), the flow head (flow-ms), and the first Mimi frame from a reset
+// decoder (mimi-ms); first-ms is their sum, the first chunk's compute. backbone-GB/s is the
+// weight bytes the backbone reads per frame step over step-ms. start-ms is the text pass and the
+// first frame step (flow head included) in one pass (FlowLM.Start, as the Synthesizer starts a
+// chunk), and first-start-ms the first chunk's compute that way (voice, Start, Mimi).
+func BenchmarkFirstChunk(b *testing.B) {
+	run, ok := readRuns(b)["t5-stream"]
+	if !ok || len(run.Chunks) == 0 {
+		b.Skip("no reference run t5-stream")
+	}
+	toks := [][]int32{run.Chunks[0].TokenIDs}
+	for _, dt := range benchDTypes {
+		b.Run(dt, func(b *testing.B) {
+			m := benchModel(b, dt)
+			f, err := m.NewFlowLM(FlowLMConfig{StepTokens: 64, MaxSeqs: 1, KVSlots: 1024})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			dec, err := m.NewDecoder(1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer dec.Close()
+			voice := refVoice(b, &m.cfg)
+			L, F := m.cfg.LatentDim, m.cfg.FrameSamples()
+			in, noise, out, eos := make([]float32, L), make([]float32, L), make([]float32, L), make([]float32, 1)
+			rng := rand.New(rand.NewPCG(5, 6))
+			for i := range noise {
+				noise[i] = float32(rng.NormFloat64() * math.Sqrt(0.7))
+			}
+			audio, slots := make([]float32, F), []int{0}
+			s := f.Pool().NewSeq(0)
+			seqs := []*kvcache.Seq{s}
+			var st [6]time.Duration // voice, text, frame step, flow head, Mimi, Start
+			chunk := func() {
+				s.Release()
+				t0 := time.Now()
+				if err := f.SetVoice(s, voice); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				if err := f.Text(seqs, toks); err != nil {
+					b.Fatal(err)
+				}
+				t2 := time.Now()
+				for i := range in {
+					in[i] = float32(math.NaN())
+				}
+				if err := f.Step(seqs, in, noise, out, eos); err != nil {
+					b.Fatal(err)
+				}
+				t3 := time.Now()
+				// the flow head again, on the rows the step left, timed alone
+				vs, fv := f.rows[1], f.flows[1]
+				if err := m.be.Write(fv.x, 0, noise); err != nil {
+					b.Fatal(err)
+				}
+				if err := m.flowHead(f.flow, fv, vs.x); err != nil {
+					b.Fatal(err)
+				}
+				t4 := time.Now()
+				if err := dec.Reset(0); err != nil {
+					b.Fatal(err)
+				}
+				if err := dec.Step(slots, out, audio); err != nil {
+					b.Fatal(err)
+				}
+				t5 := time.Now()
+				st[0] += t1.Sub(t0)
+				st[1] += t2.Sub(t1)
+				st[2] += t3.Sub(t2) - t4.Sub(t3)
+				st[3] += t4.Sub(t3)
+				st[4] += t5.Sub(t4)
+				s.Release()
+				if err := f.SetVoice(s, voice); err != nil {
+					b.Fatal(err)
+				}
+				t6 := time.Now()
+				if err := f.Start(seqs, toks, noise, out, eos); err != nil {
+					b.Fatal(err)
+				}
+				st[5] += time.Since(t6)
+			}
+			chunk() // warm: the weights paged in, the views made
+			st = [6]time.Duration{}
+			b.ResetTimer()
+			for range b.N {
+				chunk()
+			}
+			ms := func(d time.Duration) float64 { return d.Seconds() * 1e3 / float64(b.N) }
+			bb, _ := stepWeightBytes(b, m)
+			b.ReportMetric(ms(st[0]), "voice-ms")
+			b.ReportMetric(ms(st[1]), "text-ms")
+			b.ReportMetric(ms(st[2]), "step-ms")
+			b.ReportMetric(ms(st[3]), "flow-ms")
+			b.ReportMetric(ms(st[4]), "mimi-ms")
+			b.ReportMetric(ms(st[0]+st[1]+st[2]+st[3]+st[4]), "first-ms")
+			b.ReportMetric(float64(bb)/1e9/(st[2].Seconds()/float64(b.N)), "backbone-GB/s")
+			b.ReportMetric(ms(st[5]), "start-ms")
+			b.ReportMetric(ms(st[0]+st[5]+st[4]), "first-start-ms")
 		})
 	}
 }

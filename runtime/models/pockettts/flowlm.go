@@ -52,11 +52,15 @@ type FlowLM struct {
 	flow               *flowScratch
 	owned              []backend.Tensor
 
-	rows  []*lmViews   // by row count
-	flows []*flowViews // by row count
+	rows   []*lmViews           // by row count
+	flows  []*flowViews         // by row count
+	tails  map[int]*lmViews     // the last n of r rows (Start's first-frame rows), by r·(MaxSeqs+1)+n
+	bbTail kvcache.BatchBuilder // Start's first-frame rows
 
-	ids []int32   // a pass's token ids
-	in  []float32 // [MaxSeqs*latent] step inputs, BOS substituted
+	ids  []int32   // a pass's token ids
+	in   []float32 // [MaxSeqs*latent] step inputs, BOS substituted
+	nan  []float32 // [MaxSeqs*latent] NaNs: the inputs of chunks' first frame steps
+	bosX []float32 // [d] the input row of a chunk's first frame step (Start), once computed
 }
 
 type lmViews struct {
@@ -86,7 +90,10 @@ func (m *Model) NewFlowLM(cfg FlowLMConfig) (*FlowLM, error) {
 		attn: backend.Attn{NHead: c.Heads, NKVHead: c.Heads, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd)))},
 		rope: backend.RoPE{Mode: backend.RoPENormal, HeadDim: hd, Dims: hd, Base: float32(c.RoPEBase), FreqScale: 1},
 		rows: make([]*lmViews, cfg.StepTokens+1), flows: make([]*flowViews, cfg.MaxSeqs+1),
-		in: make([]float32, cfg.MaxSeqs*c.LatentDim),
+		in: make([]float32, cfg.MaxSeqs*c.LatentDim), nan: make([]float32, cfg.MaxSeqs*c.LatentDim),
+	}
+	for i := range f.nan {
+		f.nan[i] = float32(math.NaN())
 	}
 	f.kv, err = m.be.NewKV(backend.KVConfig{Layers: c.Layers, Slots: pool.Slots(), Width: d, BlockSize: cfg.BlockSize, DType: tensor.F32})
 	if err != nil {
@@ -126,7 +133,7 @@ func (f *FlowLM) Close() error {
 	for i := len(f.owned) - 1; i >= 0; i-- {
 		errs = append(errs, f.owned[i].Close())
 	}
-	f.owned, f.rows, f.flows = nil, nil, nil
+	f.owned, f.rows, f.flows, f.tails = nil, nil, nil, nil
 	if f.kv != nil {
 		errs = append(errs, f.kv.Close())
 		f.kv = nil
@@ -159,6 +166,31 @@ func (f *FlowLM) views(n int) (*lmViews, error) {
 	}
 	vs.qkv = []backend.Tensor{vs.q, vs.k, vs.v}
 	f.rows[n] = vs
+	return vs, nil
+}
+
+// tailViews are views of the last n of r rows of the pass scratch (no lat, eos or qkv).
+func (f *FlowLM) tailViews(r, n int) (*lmViews, error) {
+	key := r*(f.cfg.MaxSeqs+1) + n
+	if vs := f.tails[key]; vs != nil {
+		return vs, nil
+	}
+	vs := &lmViews{}
+	for _, p := range []struct {
+		dst *backend.Tensor
+		src backend.Tensor
+	}{{&vs.x, f.x}, {&vs.h, f.h}, {&vs.q, f.q}, {&vs.att, f.att}, {&vs.ff, f.ff}} {
+		t, err := f.m.be.View(p.src, r-n, n)
+		if err != nil {
+			return nil, err
+		}
+		f.owned = append(f.owned, t)
+		*p.dst = t
+	}
+	if f.tails == nil {
+		f.tails = map[int]*lmViews{}
+	}
+	f.tails[key] = vs
 	return vs, nil
 }
 
@@ -201,14 +233,7 @@ func (f *FlowLM) forward(vs *lmViews, b *backend.Batch, full bool, stage string,
 		if li == last && !full {
 			break
 		}
-		o.do(be.Attention(vs.att, vs.q, f.kv, li, f.attn, b))
-		o.do(be.MatMul(vs.h, vs.att, L.o))
-		o.do(be.AddRows(vs.x, vs.x, vs.h))
-		o.do(be.LayerNorm(vs.h, vs.x, L.norm2.w, L.norm2.b, lmEps))
-		o.do(be.MatMul(vs.ff, vs.h, L.linear1))
-		o.do(be.Unary(vs.ff, vs.ff, tensor.GELUErf))
-		o.do(be.MatMul(vs.h, vs.ff, L.linear2))
-		o.do(be.AddRows(vs.x, vs.x, vs.h))
+		f.mix(o, vs, b, li)
 		if li == 0 && o.err == nil && m.Trace != nil {
 			o.do(m.trace(stage+"_layer0", vs.x))
 		}
@@ -220,6 +245,21 @@ func (f *FlowLM) forward(vs *lmViews, b *backend.Batch, full bool, stage string,
 		o.do(be.LayerNorm(vs.x, vs.x, m.outNorm.w, m.outNorm.b, lmEps))
 	}
 	return o.err
+}
+
+// mix runs the rest of layer li over vs's rows once their keys and values are stored: attention,
+// the output projection, the feed-forward network and both residual additions.
+func (f *FlowLM) mix(o *ops, vs *lmViews, b *backend.Batch, li int) {
+	be := f.m.be
+	L := &f.m.layers[li]
+	o.do(be.Attention(vs.att, vs.q, f.kv, li, f.attn, b))
+	o.do(be.MatMul(vs.h, vs.att, L.o))
+	o.do(be.AddRows(vs.x, vs.x, vs.h))
+	o.do(be.LayerNorm(vs.h, vs.x, L.norm2.w, L.norm2.b, lmEps))
+	o.do(be.MatMul(vs.ff, vs.h, L.linear1))
+	o.do(be.Unary(vs.ff, vs.ff, tensor.GELUErf))
+	o.do(be.MatMul(vs.h, vs.ff, L.linear2))
+	o.do(be.AddRows(vs.x, vs.x, vs.h))
 }
 
 // piece is rows [from, to) of sequence seq's input in one pass.
@@ -480,5 +520,149 @@ func (f *FlowLM) Step(seqs []*kvcache.Seq, in, noise, out, eos []float32) error 
 			return err
 		}
 	}
+	return nil
+}
+
+// Start runs the text pass of each sequence and its chunk's first frame step, as Text(seqs,
+// tokens) and then Step(seqs, NaNs, noise, out, eos) would, in one pass over the backbone's
+// weights: the text rows of every sequence, then the row of each one's first frame (the BOS
+// input); the last layer's attention and feed-forward network run over the first-frame rows
+// only (upstream discards the text's outputs), and so do the EOS head and the flow head. Where
+// the rows do not fit one pass (StepTokens) or a trace is set, it calls Text and Step. On error
+// the sequences are left part way: release them.
+func (f *FlowLM) Start(seqs []*kvcache.Seq, tokens [][]int32, noise, out, eos []float32) error {
+	n, L := len(seqs), f.m.cfg.LatentDim
+	if len(tokens) != n {
+		return fmt.Errorf("pockettts: %d token lists for %d sequences", len(tokens), n)
+	}
+	if n == 0 {
+		return nil
+	}
+	if n > f.cfg.MaxSeqs {
+		return fmt.Errorf("pockettts: a frame step of %d sequences exceeds the FlowLM's %d", n, f.cfg.MaxSeqs)
+	}
+	if len(noise) != n*L || len(out) != n*L || len(eos) != n {
+		return fmt.Errorf("pockettts: start of %d sequences: %d noise, %d outputs and %d EOS values (want %d, %d, %d)",
+			n, len(noise), len(out), len(eos), n*L, n*L, n)
+	}
+	rows := 0
+	for _, tk := range tokens {
+		for _, id := range tk {
+			if id < 0 || int(id) >= f.m.cfg.Vocab {
+				return fmt.Errorf("pockettts: token id %d outside the vocabulary of %d", id, f.m.cfg.Vocab)
+			}
+		}
+		rows += len(tk) + 1
+	}
+	if rows > f.cfg.StepTokens || f.m.Trace != nil {
+		if err := f.Text(seqs, tokens); err != nil {
+			return err
+		}
+		return f.Step(seqs, f.nan[:n*L], noise, out, eos)
+	}
+	if f.bosX == nil {
+		if err := f.bosRow(); err != nil {
+			return err
+		}
+	}
+	be, m := f.m.be, f.m
+	// Batch order: every sequence's text, then every sequence's first frame. A sequence is
+	// advanced past its text before its frame's row joins, at the next position.
+	f.bb.Reset()
+	f.ids = f.ids[:0]
+	for i, s := range seqs {
+		if err := s.Reserve(len(tokens[i]) + 1); err != nil {
+			return fmt.Errorf("pockettts: FlowLM cache: %w", err)
+		}
+		if len(tokens[i]) == 0 {
+			continue
+		}
+		if err := f.bb.Add(s, len(tokens[i])); err != nil {
+			return err
+		}
+		f.ids = append(f.ids, tokens[i]...)
+	}
+	for i, s := range seqs {
+		if err := s.Advance(len(tokens[i])); err != nil {
+			return err
+		}
+	}
+	f.bbTail.Reset()
+	for _, s := range seqs {
+		if err := f.bb.Add(s, 1); err != nil {
+			return err
+		}
+		if err := f.bbTail.Add(s, 1); err != nil {
+			return err
+		}
+		f.ids = append(f.ids, 0) // the frame's row, written below
+	}
+	b, bt := f.bb.Batch(), f.bbTail.Batch()
+	vs, err := f.views(rows)
+	if err != nil {
+		return err
+	}
+	vt, err := f.tailViews(rows, n)
+	if err != nil {
+		return err
+	}
+	vn, err := f.views(n)
+	if err != nil {
+		return err
+	}
+	fv, err := f.flowViews(n)
+	if err != nil {
+		return err
+	}
+	o := &ops{be: be}
+	o.do(be.GetRows(vs.x, m.embed, f.ids))
+	for i := range n {
+		o.do(be.Write(vs.x, rows-n+i, f.bosX))
+	}
+	if o.err == nil {
+		o.do(f.forward(vs, b, false, "start", nil))
+	}
+	if o.err == nil {
+		f.mix(o, vt, bt, len(m.layers)-1)
+	}
+	o.do(be.LayerNorm(vt.x, vt.x, m.outNorm.w, m.outNorm.b, lmEps))
+	o.do(be.MatMul(vn.eos, vt.x, m.eosW))
+	o.do(be.Write(fv.x, 0, noise))
+	if o.err == nil {
+		o.do(m.flowHead(f.flow, fv, vt.x))
+	}
+	o.do(be.Read(fv.x, 0, out))
+	o.do(be.Read(vn.eos, 0, eos))
+	if o.err != nil {
+		return fmt.Errorf("pockettts: text pass and first frame step: %w", o.err)
+	}
+	for i := range eos {
+		eos[i] += m.eosB
+	}
+	for _, s := range seqs {
+		if err := s.Advance(1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bosRow computes the input row of a chunk's first frame step, the BOS embedding through the
+// input projection, as Step computes it for one sequence.
+func (f *FlowLM) bosRow() error {
+	vs, err := f.views(1)
+	if err != nil {
+		return err
+	}
+	be := f.m.be
+	x := make([]float32, f.m.cfg.Dim)
+	o := &ops{be: be}
+	o.do(be.Write(vs.lat, 0, f.m.bosEmb))
+	o.do(be.MatMul(vs.x, vs.lat, f.m.inputLinear))
+	o.do(be.Read(vs.x, 0, x))
+	if o.err != nil {
+		return fmt.Errorf("pockettts: the first frame's input: %w", o.err)
+	}
+	f.bosX = x
 	return nil
 }

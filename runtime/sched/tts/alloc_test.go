@@ -21,12 +21,22 @@ func TestStepAllocs(t *testing.T) {
 		if be.Name() == "cuda" {
 			continue // the emulation takes minutes a step
 		}
-		t.Run(be.Name(), func(t *testing.T) { stepAllocs(t, newFixture(t, be)) })
+		t.Run(be.Name(), func(t *testing.T) { stepAllocs(t, newFixture(t, be), false) })
 	}
+	t.Run("cpu/decoder", func(t *testing.T) {
+		f := newFixture(t, sharedtest.Backend(t, "cpu", 1))
+		stepAllocs(t, f, true)
+	})
 }
 
-func stepAllocs(t *testing.T, f *fixture) {
-	s, err := newSynthesizer(f.m, f.tok, Config{Text: f.ck.Text, MaxActive: 2})
+// stepAllocs: with decoder, the Mimi decoder runs on a backend and goroutine of its own
+// (Config.Decoder), and each step's frames are delivered at the next.
+func stepAllocs(t *testing.T, f *fixture, decoder bool) {
+	cfg := Config{Text: f.ck.Text, MaxActive: 2}
+	if decoder {
+		cfg.Decoder = decoderModel(t, f)
+	}
+	s, err := newSynthesizer(f.m, f.tok, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +96,11 @@ func stepAllocs(t *testing.T, f *fixture) {
 			t.Fatalf("a synthesis left its first chunk during the measurement (ended %v, chunk %d, error %v): not a steady state", j.ended, j.chunk, j.err)
 		}
 	}
-	if frames != 2*31 {
-		t.Errorf("%d frames from 31 steps of two syntheses, want %d", frames, 2*31)
+	want := 2 * 31
+	if decoder {
+		want -= 2 // the last step's, being decoded
+	}
+	if frames != want {
+		t.Errorf("%d frames from 31 steps of two syntheses, want %d", frames, want)
 	}
 }

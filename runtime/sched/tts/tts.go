@@ -6,11 +6,13 @@
 //
 // A Synthesizer batches concurrent syntheses continuously on a sched.Loop: a bounded queue
 // (ErrQueueFull), admission from its head while fewer than MaxActive syntheses run, and steps
-// that advance every running synthesis by one latent frame: the text passes of the chunks
-// starting, one FlowLM frame step (backbone, EOS head and flow head) over every synthesis, and
-// one Mimi decoder step over the frames it made. Each frame goes to its caller as soon as it is
-// decoded; a caller that falls behind holds back its own synthesis only. Cancellation (the
-// caller's context, emit's error) takes effect at the next step.
+// that advance every running synthesis by one latent frame: the chunks starting take their text
+// passes and first frame steps in one pass over the FlowLM's weights (FlowLM.Start), the others
+// one FlowLM frame step (backbone, EOS head and flow head), and one Mimi decoder step decodes
+// the frames they made (on a goroutine of its own, overlapping the next step's FlowLM work, with
+// Config.Decoder). Each frame goes to its caller as soon as it is decoded; a caller that falls
+// behind holds back its own synthesis only. Cancellation (the caller's context, emit's error)
+// takes effect at the next step.
 package tts
 
 import (
@@ -76,6 +78,11 @@ type Config struct {
 	// Voices are the voice states requests may name (VoiceName): a checkpoint's predefined
 	// voices, or voice files loaded at start.
 	Voices map[string]*pockettts.Voice
+	// Decoder, when not nil, runs the Mimi decoder on a goroutine of its own, so that each step's
+	// FlowLM frame step (frame i+1) computes while the frames of the step before (frame i) are
+	// decoded: a model of the same checkpoint loaded on a backend of its own (say one thread
+	// each, on two cores). Nil decodes each step's frames after its frame step, on m.
+	Decoder *pockettts.Model
 }
 
 // Request is one synthesis.
@@ -114,12 +121,14 @@ type Synthesizer struct {
 	slots     []int // free decoder slots
 	stepJobs  []*job
 	stepSeqs  []*kvcache.Seq
-	decJobs   []*job
+	decJobs   []*job // the frames of decSlots, lat and audio, and their buffers
+	decBufs   [][]float32
 	decSlots  []int
-	textSeqs  []*kvcache.Seq
-	textToks  [][]int32
-	textJobs  []*job
-	in, x0    []float32 // [MaxActive·latent]
+	pending   int        // frames being decoded on the decoder goroutine (Config.Decoder)
+	decReq    chan int   // to the decoder goroutine: decode the first n frames of lat
+	decDone   chan error // from it: the frames are in audio
+	textToks  [][]int32  // the text of the chunks starting in a step (stepJobs[:len(textToks)])
+	in, x0    []float32  // [MaxActive·latent]
 	out, lat  []float32
 	eos       []float32 // [MaxActive]
 	audio     []float32 // [MaxActive·FrameSamples]
@@ -155,11 +164,22 @@ func newSynthesizer(m *pockettts.Model, tok pockettts.Tokenizer, cfg Config) (*S
 	if cfg.Text.FrameRate <= 0 {
 		cfg.Text.FrameRate = mc.FrameRate()
 	}
+	dm := m
+	if cfg.Decoder != nil {
+		dm = cfg.Decoder
+		dc := dm.Config()
+		if dm.Backend() == m.Backend() {
+			return nil, errors.New("tts: the decoder's model computes on the FlowLM's backend (it needs one of its own)")
+		}
+		if dc.LatentDim != mc.LatentDim || dc.FrameSamples() != mc.FrameSamples() || dc.SampleRate != mc.SampleRate || dc.MimiDim != mc.MimiDim {
+			return nil, errors.New("tts: the decoder's model is not of the same checkpoint")
+		}
+	}
 	f, err := m.NewFlowLM(pockettts.FlowLMConfig{StepTokens: 64, MaxSeqs: cfg.MaxActive, KVSlots: cfg.KVSlots})
 	if err != nil {
 		return nil, err
 	}
-	dec, err := m.NewDecoder(cfg.MaxActive)
+	dec, err := dm.NewDecoder(cfg.MaxActive)
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -167,9 +187,9 @@ func newSynthesizer(m *pockettts.Model, tok pockettts.Tokenizer, cfg Config) (*S
 	L, n := mc.LatentDim, cfg.MaxActive
 	s := &Synthesizer{m: m, tok: tok, cfg: cfg, f: f, dec: dec,
 		active: make([]*job, 0, n), slots: make([]int, 0, n),
-		stepJobs: make([]*job, n), stepSeqs: make([]*kvcache.Seq, n), decJobs: make([]*job, n), decSlots: make([]int, n),
-		textSeqs: make([]*kvcache.Seq, 0, n), textToks: make([][]int32, 0, n), textJobs: make([]*job, 0, n),
-		in: make([]float32, n*L), x0: make([]float32, n*L), out: make([]float32, n*L), lat: make([]float32, n*L),
+		stepJobs: make([]*job, n), stepSeqs: make([]*kvcache.Seq, n), decJobs: make([]*job, n), decBufs: make([][]float32, n), decSlots: make([]int, n),
+		textToks: make([][]int32, 0, n),
+		in:       make([]float32, n*L), x0: make([]float32, n*L), out: make([]float32, n*L), lat: make([]float32, n*L),
 		eos: make([]float32, n), audio: make([]float32, n*mc.FrameSamples()), frameRate: mc.FrameRate()}
 	for i := n - 1; i >= 0; i-- {
 		s.slots = append(s.slots, i)
@@ -180,7 +200,21 @@ func newSynthesizer(m *pockettts.Model, tok pockettts.Tokenizer, cfg Config) (*S
 		f.Close()
 		return nil, err
 	}
+	if cfg.Decoder != nil {
+		s.decReq, s.decDone = make(chan int), make(chan error, 1)
+		go s.decode()
+	}
 	return s, nil
+}
+
+// decode is the decoder goroutine (Config.Decoder): it decodes the frames the step goroutine
+// hands it, until Close.
+func (s *Synthesizer) decode() {
+	mc := s.m.Config()
+	L, F := mc.LatentDim, mc.FrameSamples()
+	for n := range s.decReq {
+		s.decDone <- s.dec.Step(s.decSlots[:n], s.lat[:n*L], s.audio[:n*F])
+	}
 }
 
 // Close ends every synthesis queued or running (ErrClosed), stops the step loop and releases
@@ -188,7 +222,10 @@ func newSynthesizer(m *pockettts.Model, tok pockettts.Tokenizer, cfg Config) (*S
 func (s *Synthesizer) Close() error {
 	var err error
 	s.once.Do(func() {
-		s.loop.Close()
+		s.loop.Close() // Shutdown has waited for the frames being decoded
+		if s.decReq != nil {
+			close(s.decReq)
+		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.closed = true
@@ -277,7 +314,8 @@ type job struct {
 	slot    int // decoder slot
 	seq     *kvcache.Seq
 	chunk   int  // the chunk being generated
-	started bool // the chunk's voice and text are in seq
+	started bool // the chunk's voice is in seq
+	fresh   bool // started, its text pass and first frame step to come (FlowLM.Start)
 	step    int  // frame steps taken in the chunk
 	eosStep int  // the step whose EOS logit crossed the threshold, or -1
 	buf     []float32
@@ -441,6 +479,7 @@ func (w *work) Admit(j *job) bool {
 func (w *work) Abort(j *job) { w.finish(j, ErrClosed) }
 
 func (w *work) Shutdown() {
+	w.deliver()
 	for _, j := range w.active {
 		w.finish(j, ErrClosed)
 	}
@@ -456,11 +495,9 @@ func (w *work) nextChunk(j *job) {
 	}
 }
 
-// startChunks stores the voice state of every synthesis starting a chunk and runs their text
-// passes together. A chunk waits while the cache has no room for it.
-func (w *work) startChunks() int {
-	w.textSeqs, w.textToks, w.textJobs = w.textSeqs[:0], w.textToks[:0], w.textJobs[:0]
-	tokens := 0
+// startChunks stores the voice state of every synthesis starting a chunk; its text pass comes
+// with its first frame step. A chunk waits while the cache has no room for it.
+func (w *work) startChunks() {
 	for _, j := range w.active {
 		if j.ended || j.started {
 			continue
@@ -487,72 +524,97 @@ func (w *work) startChunks() int {
 			w.finish(j, err)
 			continue
 		}
-		nan := float32(math.NaN())
-		for i := range j.in {
-			j.in[i] = nan // the BOS embedding takes the place of a first frame's input
-		}
-		j.started, j.step, j.eosStep = true, 0, -1
-		w.textSeqs = append(w.textSeqs, j.seq)
-		w.textToks = append(w.textToks, c.Tokens)
-		w.textJobs = append(w.textJobs, j)
-		tokens += len(c.Tokens)
+		j.started, j.fresh, j.step, j.eosStep = true, true, 0, -1
 	}
-	if len(w.textSeqs) == 0 {
-		return 0
-	}
-	if err := w.f.Text(w.textSeqs, w.textToks); err != nil {
-		for _, j := range w.textJobs {
-			w.finish(j, err)
+}
+
+// settled reports whether the step can go on while frames of the step before are decoded: no
+// synthesis starts a chunk (which resets its decoder slot, maybe one that an ended synthesis
+// left), none has made its chunk's last frame (which ends the chunk once delivered) and none
+// runs out of recorded noise (which ends the synthesis after the frames it made).
+func (w *work) settled() bool {
+	for _, j := range w.active {
+		if j.ended || !j.started || j.step == j.chunks[j.chunk].MaxFrames || (j.nz.rec != nil && len(j.nz.rec) < len(j.in)) {
+			return false
 		}
 	}
-	clear(w.textToks)
-	return tokens
+	return true
 }
 
 // Step starts the chunks due, then takes one frame step of every synthesis whose caller has
-// room for a frame and decodes the frames it makes.
+// room for a frame and decodes the frames it makes. With Config.Decoder the frames are decoded
+// while the next step's frame step runs, and delivered after it, but for a step that makes a
+// chunk's first frame: its frames are delivered once decoded, keeping the first audio early.
 func (w *work) Step(time.Time) (seqs, tokens int, busy bool) {
 	if len(w.active) == 0 {
-		return 0, 0, false
+		return 0, 0, w.deliver() > 0
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	defer w.compact()
-	tokens = w.startChunks()
-	mc := w.m.Config()
-	L, F := mc.LatentDim, mc.FrameSamples()
-	n := 0
-	for _, j := range w.active {
-		if j.ended || !j.started {
-			continue
-		}
-		if j.buf == nil {
-			select {
-			case j.buf = <-j.free:
-			default:
-				continue // its caller has every buffer: it waits for them
+	delivered := 0
+	if !w.settled() {
+		delivered = w.deliver()
+	}
+	w.startChunks()
+	L := w.m.Config().LatentDim
+	// The chunks starting first (one Start: text passes and first frame steps), then the
+	// syntheses in the middle of one (one Step).
+	n, ns := 0, 0
+	for _, fresh := range [2]bool{true, false} {
+		for _, j := range w.active {
+			if j.ended || !j.started || j.fresh != fresh || j.step == j.chunks[j.chunk].MaxFrames {
+				continue
 			}
+			if j.buf == nil {
+				select {
+				case j.buf = <-j.free:
+				default:
+					continue // its caller has every buffer: it waits for them
+				}
+			}
+			if err := j.nz.next(w.x0[n*L : (n+1)*L]); err != nil {
+				w.finish(j, err)
+				continue
+			}
+			if fresh {
+				w.textToks = append(w.textToks, j.chunks[j.chunk].Tokens)
+				tokens += len(j.chunks[j.chunk].Tokens)
+			} else {
+				copy(w.in[n*L:(n+1)*L], j.in)
+			}
+			w.stepJobs[n], w.stepSeqs[n] = j, j.seq
+			n++
 		}
-		if err := j.nz.next(w.x0[n*L : (n+1)*L]); err != nil {
-			w.finish(j, err)
-			continue
+		if fresh {
+			ns = n
 		}
-		copy(w.in[n*L:(n+1)*L], j.in)
-		w.stepJobs[n], w.stepSeqs[n] = j, j.seq
-		n++
 	}
 	if n == 0 {
-		return 0, tokens, tokens > 0
+		delivered += w.deliver()
+		return 0, 0, delivered > 0
 	}
-	if err := w.f.Step(w.stepSeqs[:n], w.in[:n*L], w.x0[:n*L], w.out[:n*L], w.eos[:n]); err != nil {
-		for _, j := range w.stepJobs[:n] {
-			w.finish(j, err)
-		}
-		clear(w.stepJobs[:n])
-		return n, n + tokens, true
+	var startErr, stepErr error
+	if ns > 0 {
+		startErr = w.f.Start(w.stepSeqs[:ns], w.textToks, w.x0[:ns*L], w.out[:ns*L], w.eos[:ns])
+		clear(w.textToks)
+		w.textToks = w.textToks[:0]
 	}
-	nd := 0
+	if n > ns {
+		stepErr = w.f.Step(w.stepSeqs[ns:n], w.in[ns*L:n*L], w.x0[ns*L:n*L], w.out[ns*L:n*L], w.eos[ns:n])
+	}
+	w.deliver() // the frames of the step before, decoded meanwhile
+	nd, first := 0, false
 	for i, j := range w.stepJobs[:n] {
+		err := stepErr
+		if i < ns {
+			err = startErr
+		}
+		if err != nil {
+			w.finish(j, err)
+			continue
+		}
+		j.fresh = false
 		c := &j.chunks[j.chunk]
 		if j.eosStep < 0 && w.eos[i] > pockettts.EOSThreshold {
 			j.eosStep = j.step
@@ -564,25 +626,56 @@ func (w *work) Step(time.Time) (seqs, tokens int, busy bool) {
 		out := w.out[i*L : (i+1)*L]
 		copy(j.in, out)
 		copy(w.lat[nd*L:(nd+1)*L], out)
-		w.decJobs[nd], w.decSlots[nd] = j, j.slot
+		w.decJobs[nd], w.decSlots[nd], w.decBufs[nd] = j, j.slot, j.buf
+		j.buf = nil
+		j.step++
+		first = first || j.step == 1
 		nd++
 	}
+	clear(w.stepJobs[:n])
 	if nd > 0 {
-		err := w.dec.Step(w.decSlots[:nd], w.lat[:nd*L], w.audio[:nd*F])
-		for i, j := range w.decJobs[:nd] {
-			if err != nil {
-				w.finish(j, err)
-				continue
-			}
-			copy(j.buf, w.audio[i*F:(i+1)*F])
-			j.frames <- j.buf // never blocks: there are as many buffers as room
-			j.buf = nil
-			if j.step++; j.step == j.chunks[j.chunk].MaxFrames {
+		w.pending = nd
+		if w.decReq != nil {
+			w.decReq <- nd
+		}
+		if w.decReq == nil || first {
+			w.deliver() // a chunk's first frame goes out at once
+		}
+	}
+	return n, n + tokens, true
+}
+
+// deliver hands the frames being decoded to their callers, once decoded, ending the chunks whose
+// last frame they are; it returns how many there were.
+func (w *work) deliver() int {
+	nd := w.pending
+	if nd == 0 {
+		return 0
+	}
+	w.pending = 0
+	mc := w.m.Config()
+	L, F := mc.LatentDim, mc.FrameSamples()
+	var err error
+	if w.decReq != nil {
+		err = <-w.decDone
+	} else {
+		err = w.dec.Step(w.decSlots[:nd], w.lat[:nd*L], w.audio[:nd*F])
+	}
+	for i, j := range w.decJobs[:nd] {
+		switch {
+		case j.ended: // cancelled while its frame was decoded
+		case err != nil:
+			w.finish(j, err)
+		default:
+			buf := w.decBufs[i]
+			copy(buf, w.audio[i*F:(i+1)*F])
+			j.frames <- buf // never blocks: there are as many buffers as room
+			if j.step == j.chunks[j.chunk].MaxFrames {
 				w.nextChunk(j)
 			}
 		}
 	}
-	clear(w.stepJobs[:n])
 	clear(w.decJobs[:nd])
-	return n, n + tokens, true
+	clear(w.decBufs[:nd])
+	return nd
 }

@@ -224,6 +224,74 @@ func TestSpeakErrors(t *testing.T) {
 func TestConcurrentMatchesAlone(t *testing.T) {
 	be := sharedtest.Backend(t, "cpu", 2)
 	f := newFixture(t, be)
+	concurrentMatchesAlone(t, f, f.s)
+}
+
+// TestDecoderOverlap: with the Mimi decoder on a backend and goroutine of its own
+// (Config.Decoder), frame i decoded while frame i+1's FlowLM step runs, concurrent syntheses
+// give the waveforms of TestConcurrentMatchesAlone; emit's error, a cancelled context and
+// recorded noise running out end a synthesis after the frames it made, as without.
+func TestDecoderOverlap(t *testing.T) {
+	f := newFixture(t, sharedtest.Backend(t, "cpu", 1))
+	s, err := New(f.m, f.tok, Config{Text: f.ck.Text, Decoder: decoderModel(t, f)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	concurrentMatchesAlone(t, f, s)
+	ctx := context.Background()
+	emitted := 0
+	count := func([]float32) error { emitted++; return nil }
+	err = s.Speak(ctx, Request{Text: "Hello world.", Voice: f.voice, Noise: make([]float32, 2*32)}, count)
+	if !errors.Is(err, ErrNoiseExhausted) || emitted != 2 {
+		t.Errorf("two rows of noise: %v after %d frames, want ErrNoiseExhausted after 2", err, emitted)
+	}
+	stop := errors.New("enough")
+	emitted = 0
+	err = s.Speak(ctx, Request{Text: "Hello world.", Voice: f.voice, Temperature: 0}, func([]float32) error {
+		if emitted++; emitted == 3 {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) || emitted != 3 {
+		t.Errorf("emit's error: %v after %d frames", err, emitted)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	emitted = 0
+	err = s.Speak(cctx, Request{Text: "Hello world.", Voice: f.voice}, func([]float32) error {
+		if emitted++; emitted == 2 {
+			cancel()
+		}
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled after 2 frames: %v", err)
+	}
+	// the decoder's model must compute elsewhere, on the same checkpoint's shapes
+	if _, err := New(f.m, f.tok, Config{Text: f.ck.Text, Decoder: f.m}); err == nil {
+		t.Error("a decoder on the FlowLM's own backend accepted")
+	}
+	s.Close()
+	if err := s.Speak(ctx, Request{Text: "Hello world.", Voice: f.voice}, count); !errors.Is(err, ErrClosed) {
+		t.Errorf("after Close: %v, want ErrClosed", err)
+	}
+}
+
+// decoderModel loads f's checkpoint again on a native CPU backend of one thread of its own.
+func decoderModel(t *testing.T, f *fixture) *pockettts.Model {
+	t.Helper()
+	m, err := pockettts.New(sharedtest.Backend(t, "cpu", 1), f.ck.Weights)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// concurrentMatchesAlone runs TestConcurrentMatchesAlone's syntheses on s.
+func concurrentMatchesAlone(t *testing.T, f *fixture, s *Synthesizer) {
+	t.Helper()
 	short := &pockettts.Voice{Positions: 20}
 	for _, l := range f.voice.Layers {
 		w := len(l.K) / f.voice.Positions
@@ -251,7 +319,7 @@ func TestConcurrentMatchesAlone(t *testing.T) {
 	speak := func(i int, onFrame func(n int)) {
 		defer wg.Done()
 		n := 0
-		errs[i] = f.s.Speak(context.Background(), reqs[i], func(a []float32) error {
+		errs[i] = s.Speak(context.Background(), reqs[i], func(a []float32) error {
 			got[i] = append(got[i], a...)
 			n++
 			if onFrame != nil {
@@ -269,7 +337,7 @@ func TestConcurrentMatchesAlone(t *testing.T) {
 	})
 	go speak(1, nil)
 	wg.Wait()
-	F := f.s.FrameSamples()
+	F := s.FrameSamples()
 	for i := range reqs {
 		if errs[i] != nil {
 			t.Fatalf("synthesis %d: %v", i, errs[i])
@@ -286,7 +354,7 @@ func TestConcurrentMatchesAlone(t *testing.T) {
 		}
 		t.Logf("synthesis %d: %d frames, within %.2g of the one alone", i, len(got[i])/F, maxDiff)
 	}
-	if st := f.s.Stats(); st.Steps == 0 {
+	if st := s.Stats(); st.Steps == 0 {
 		t.Error("no steps counted")
 	}
 }
