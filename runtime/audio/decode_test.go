@@ -251,6 +251,28 @@ func TestToolFormats(t *testing.T) {
 				if snr < e.minSNR {
 					t.Errorf("SNR %.1f dB < %.0f dB", snr, e.minSNR)
 				}
+				// At other output rates (24 kHz, which Opus decodes to directly, and 44.1 kHz,
+				// which it does not: it is resampled from 48 kHz), the same holds against the WAV
+				// decoded at that rate.
+				for _, rate := range []int{24000, 44100} {
+					ref, _, err := DecodeWith(wav, Options{SampleRate: rate})
+					if err != nil {
+						t.Fatal(err)
+					}
+					got, _, err := DecodeWith(b, Options{SampleRate: rate})
+					if err != nil {
+						t.Fatal(err)
+					}
+					// Opus codes everything at 48 kHz: a length that is not whole there is
+					// rounded, which may leave one sample more at 44.1 kHz.
+					if d := len(got) - len(ref); d != 0 && (e.ext != "opus" || d != 1 || rate == 24000) {
+						t.Fatalf("at %d Hz: %d samples, the WAV gives %d", rate, len(got), len(ref))
+					}
+					got = got[:len(ref)]
+					if snr := snrDB(ref, got); snr < e.minSNR || e.minSNR == 0 && !math.IsInf(snr, 1) {
+						t.Errorf("at %d Hz: SNR %.1f dB, want %.0f", rate, snr, e.minSNR)
+					}
+				}
 			})
 		}
 	}

@@ -71,14 +71,21 @@ func mixFloat(dst, src []float32, ch int) {
 	}
 }
 
-// opusRatio is the 48 kHz of granule positions over the 16 kHz Opus is decoded at.
-const opusRatio = 48000 / SampleRate
+// opusRate is the rate Opus is decoded at for output at rate: rate itself where Opus decodes to
+// it (8, 12, 16, 24 or 48 kHz), else its 48 kHz, resampled from.
+func opusRate(rate int) int {
+	switch rate {
+	case 8000, 12000, 16000, 24000, 48000:
+		return rate
+	}
+	return 48000
+}
 
 // openOpus reads Ogg Opus (RFC 7845, mono or stereo) with github.com/pion/opus, decoding
-// straight to 16 kHz. The pre-skip is dropped, the end is trimmed to the last granule position
-// and the header's output gain is applied. The duration the header states is the granule
-// position of the input's last page.
-func openOpus(data []byte) (opened, error) {
+// straight to opusRate(rate). The pre-skip is dropped, the end is trimmed to the last granule
+// position and the header's output gain is applied. The duration the header states is the
+// granule position of the input's last page.
+func openOpus(data []byte, rate int) (opened, error) {
 	or, hdr, err := oggreader.NewWith(bytes.NewReader(data))
 	if err != nil {
 		return opened{}, fmt.Errorf("audio: opus: %v: %w", err, ErrCorrupt)
@@ -87,25 +94,27 @@ func openOpus(data []byte) (opened, error) {
 	if ch < 1 || ch > 2 || hdr.ChannelMap != 0 {
 		return opened{}, fmt.Errorf("audio: opus: %d channels, mapping family %d (only mono and stereo streams decode): %w", ch, hdr.ChannelMap, ErrUnsupported)
 	}
-	dec, err := opus.NewDecoderWithOutput(SampleRate, ch)
+	rate = opusRate(rate)
+	ratio := int64(48000 / rate) // of the 48 kHz of granule positions over the decoded rate
+	dec, err := opus.NewDecoderWithOutput(rate, ch)
 	if err != nil {
 		return opened{}, fmt.Errorf("audio: opus: %v: %w", err, ErrUnsupported)
 	}
-	b := &opusBlocks{end: -1, data: data, or: or, dec: dec, ch: ch, preSkip: int64(hdr.PreSkip), skip: int64(hdr.PreSkip) / opusRatio,
+	b := &opusBlocks{end: -1, ratio: ratio, data: data, or: or, dec: dec, ch: ch, preSkip: int64(hdr.PreSkip), skip: int64(hdr.PreSkip) / ratio,
 		gain: float32(math.Pow(10, float64(int16(hdr.OutputGain))/(20*256))),
 		buf:  make([]float32, 5760*ch), // 120 ms, the longest packet, at 48 kHz
 		mono: make([]float32, 5760)}
-	o := opened{info: Info{Codec: "opus", Channels: ch, SampleRate: 48000}, rate: SampleRate, src: b}
+	o := opened{info: Info{Codec: "opus", Channels: ch, SampleRate: 48000}, rate: rate, src: b}
 	if g, ok := lastOggGranule(data); ok {
 		if n48 := g - int64(hdr.PreSkip); n48 > 0 {
-			o.declared = (n48 + opusRatio - 1) / opusRatio
+			o.declared = (n48 + ratio - 1) / ratio
 			o.info.Frames, o.info.Duration = n48, samplesDuration(n48, 48000)
 		}
 	}
-	o.finish = func(info *Info, _, out int64) {
+	o.finish = func(info *Info, frames int64) {
 		info.SampleRate = 48000
-		info.Frames = out * opusRatio
-		if b.end >= 0 && out == b.end {
+		info.Frames = frames * ratio
+		if b.end >= 0 && frames == b.end {
 			info.Frames = b.n48
 		}
 		info.Duration = samplesDuration(info.Frames, 48000)
@@ -127,7 +136,8 @@ type opusBlocks struct {
 	gain     float32
 	frames   int64 // decoded so far, for errors
 	scanned  bool
-	end, n48 int64 // samples at 16 kHz the last granule position keeps (-1: all), and at 48 kHz
+	ratio    int64 // 48 kHz over the decoded rate
+	end, n48 int64 // samples at the decoded rate the last granule position keeps (-1: all), and at 48 kHz
 	first    bool  // the first packet is yet to come
 	buf      []float32
 	mono     []float32
@@ -154,10 +164,10 @@ func (o *opusBlocks) scan() {
 		}
 	}
 	if granule >= 0 {
-		// The last granule position counts 48 kHz samples including the pre-skip; the 16 kHz
-		// output keeps ceil(n/3) of n, as a resampler would.
+		// The last granule position counts 48 kHz samples including the pre-skip; the decoded
+		// rate keeps ceil(n/ratio) of n, as a resampler would.
 		if n48 := granule - o.preSkip; n48 >= 0 {
-			o.n48, o.end = n48, (n48+opusRatio-1)/opusRatio
+			o.n48, o.end = n48, (n48+o.ratio-1)/o.ratio
 		}
 	}
 }

@@ -104,9 +104,9 @@ type opened struct {
 	declared  int64
 	confirmed bool // the input's size proves declared (PCM)
 	src       blockReader
-	// finish, if set, completes the Info at the end from the input frames decoded and the
-	// output samples kept; otherwise SampleRate is rate and Frames the input frames.
-	finish func(info *Info, frames, out int64)
+	// finish, if set, completes the Info at the end from the input frames kept; otherwise
+	// SampleRate is rate and Frames the input frames.
+	finish func(info *Info, frames int64)
 }
 
 // Decoder decodes an audio file held in memory to mono float32 at Options.SampleRate (16 kHz by
@@ -121,14 +121,13 @@ type Decoder struct {
 	info      Info // the header's; complete once the stream has ended
 	rate      int
 	src       blockReader
-	finish    func(info *Info, frames, out int64)
+	finish    func(info *Info, frames int64)
 	declared  int64
 	confirmed bool
 	maxFrames int64
-	frames    int64 // input frames decoded
+	frames    int64 // input frames decoded (and kept)
 	rs        *Resampler
-	end       int64     // output samples kept (-1: all)
-	out       int64     // output samples produced
+	end       int64     // input frames kept, as the source states it (-1: all)
 	buf       []float32 // output not yet read: buf[pos:]
 	pos       int
 	err       error // what ends the stream once buf is read: io.EOF or a failure
@@ -174,7 +173,7 @@ func NewDecoder(data []byte, opt Options) (d *Decoder, err error) {
 	case FormatVorbis:
 		o, err = openVorbis(body)
 	case FormatOpus:
-		o, err = openOpus(body)
+		o, err = openOpus(body, outRate)
 	default:
 		err = fmt.Errorf("audio: format %q: %w", f, ErrUnsupported)
 	}
@@ -277,6 +276,9 @@ func (d *Decoder) fill() {
 	if t, ok := d.src.(trimmer); ok {
 		d.end = t.endAt()
 	}
+	if d.end >= 0 && d.frames+int64(len(block)) > d.end { // trimmed in the source's frames, before resampling
+		block = block[:max(d.end-d.frames, 0)]
+	}
 	if len(block) > 0 {
 		if d.frames+int64(len(block)) > d.maxFrames {
 			d.err = d.tooLong(d.frames + int64(len(block)))
@@ -293,16 +295,12 @@ func (d *Decoder) fill() {
 		d.buf, d.err = d.buf[:0], err
 		return
 	}
-	if d.end >= 0 && d.out+int64(len(d.buf)) > d.end {
-		d.buf = d.buf[:d.end-d.out]
-	}
-	d.out += int64(len(d.buf))
 	if d.err == io.EOF {
 		d.info.SampleRate = d.rate
 		d.info.Frames = d.frames
 		d.info.Duration = samplesDuration(d.frames, d.rate)
 		if d.finish != nil {
-			d.finish(&d.info, d.frames, d.out)
+			d.finish(&d.info, d.frames)
 		}
 	}
 }
