@@ -344,7 +344,7 @@ func (d *Decoder) PredictionOutput(slot int32, dst []float32) error {
 
 // StateSize is the length of a slot's state as SaveState writes it: each LSTM layer's h and c,
 // then the joint's prediction input, P values each.
-func (d *Decoder) StateSize() int { return len(d.all[d.cur]) * d.p }
+func (d *Decoder) StateSize() int { return len(d.all[0]) * d.p } // both sets alike: safe beside Predict
 
 // SaveState copies the state held in slot into dst (StateSize values), so that a stream can give
 // its slot up between calls and continue later from LoadState.
