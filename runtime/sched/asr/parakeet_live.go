@@ -31,7 +31,8 @@ const (
 // goes through the front end (its per-feature normalisation over that window) and the encoder
 // together; only the chunk's own encoder frames are kept. The decoder goes on from chunk to chunk
 // (the prediction network's state, the last token, a duration that jumps past a chunk's end), so
-// each token is decoded once.
+// each token is decoded once. A stream with a beam (Params.BeamSize above 1) keeps its beam
+// search instead (pbeam).
 //
 // Every chunk is a job of the recogniser's loop, like a transcription: the chunks of several
 // streams waiting together are encoded in one call and decoded in the same steps.
@@ -69,7 +70,8 @@ type pstream struct {
 
 // NewLive opens a live stream whose audio is encoded in chunks (SessionConfig.Chunk, with
 // LeftContext and RightContext around it) and decoded once, as the stream goes; see pstream.
-// The session's other fields that apply are Params (its language, for the words), Silence (the
+// The session's other fields that apply are Params (its language, for the words, and its
+// BeamSize: above 1, a beam search, see pbeam), Silence (the
 // blank frames that end an utterance; default 600 ms, negative never), IsSpecial and OnChunk.
 func (e *Parakeet) NewLive(cfg SessionConfig) (Live, error) {
 	if cfg.Params.BeamSize == 0 {
