@@ -552,6 +552,7 @@ func (e *Parakeet) decodeStep() (seqs, tokens int, busy bool) {
 		}
 	}
 	if len(e.tokIn) > 0 {
+		e.dec.SetLive(e.liveSlots()) // within the decoder's slots: no error
 		if err := e.dec.Predict(e.tokIn, e.from, e.to); err != nil {
 			for _, j := range e.active {
 				if j.ph == ppDecode && (j.pending || j.beam != nil) {

@@ -83,6 +83,23 @@ func (b *pbeam) best() (*decode.TDTBeamSearch, int) {
 	return b.beam, 0
 }
 
+// liveSlots is the number of leading decoder slots that hold states the active jobs read: a
+// prediction step copies those alone into its new states (Decoder.SetLive). Slots are taken
+// lowest first, so few jobs keep it low.
+func (e *Parakeet) liveSlots() int {
+	n := 0
+	for _, j := range e.active {
+		switch {
+		case j.slot < 0:
+		case j.beam != nil:
+			n = max(n, int(j.slot)+pslotStride)
+		default:
+			n = max(n, int(j.slot)+1)
+		}
+	}
+	return n
+}
+
 // beamRows calls f with every row of a job's slots that the searches of width w use.
 func beamRows(w int, f func(k int) error) error {
 	for k := range 2 * w {
