@@ -1,11 +1,16 @@
 package tests
 
 import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -79,4 +84,80 @@ func TestParakeetBeamSizeServed(t *testing.T) {
 	if n["ready"] != 1 || n["partial"] == 0 || n["final"] == 0 || n["error"] != 0 || got[len(got)-1].Type != "final" {
 		t.Errorf("beam stream events %+v: want ready, partials and finals", got)
 	}
+}
+
+// TestParakeetRealtimeBeam: a Realtime session (GA dialect) whose transcription settings ask for
+// beam_size 4, with turn detection off and 16 kHz audio, on a server whose context covers the
+// whole recording, transcribes the committed audio as `parley transcribe --beam 4` does; with
+// beam_size 1, as greedy `parley transcribe` does.
+func TestParakeetRealtimeBeam(t *testing.T) {
+	model := sharedtest.ParakeetRandomModel(t, "small", false)
+	path := sharedtest.Path(t, "data/asr/wav/jfk.wav")
+	be := asrBackend()
+	srv := startServer(t, "--backend", be, "-m", "parakeet="+model, "--stream-left-context", "60s", "--stream-right-context", "60s")
+	wav, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcm, _, err := audio.Decode(wav)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, beam := range []string{"1", "4"} {
+		res := parley(t, "", "transcribe", "--backend", be, "--beam", beam, "-m", model, path)
+		if res.code != 0 {
+			t.Fatalf("transcribe --beam %s: exit %d: %s", beam, res.code, res.stderr)
+		}
+		want := strings.TrimSpace(res.stdout)
+		if got := realtimeTranscript(t, srv.base, beam, pcm16(pcm)); got != want {
+			t.Errorf("beam_size %s: transcript %q, want %q", beam, got, want)
+		}
+	}
+}
+
+// realtimeTranscript sends pcm (PCM16, 16 kHz) to a Realtime session of the model "parakeet"
+// with the given beam_size and no turn detection, commits it and returns its transcript.
+func realtimeTranscript(t *testing.T, base, beam string, pcm []byte) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+"/v1/realtime?model=parakeet", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	send := func(v any) {
+		b, _ := json.Marshal(v)
+		if err := c.Write(ctx, websocket.MessageText, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	until := func(typ string) map[string]any {
+		for {
+			_, b, err := c.Read(ctx)
+			if err != nil {
+				t.Fatalf("waiting for %s: %v", typ, err)
+			}
+			var ev map[string]any
+			json.Unmarshal(b, &ev)
+			if ev["type"] == "error" {
+				t.Fatalf("waiting for %s: %s", typ, b)
+			}
+			if ev["type"] == typ {
+				return ev
+			}
+		}
+	}
+	n, _ := strconv.Atoi(beam)
+	send(map[string]any{"type": "session.update", "session": map[string]any{"type": "transcription", "audio": map[string]any{"input": map[string]any{
+		"format": map[string]any{"type": "audio/pcm", "rate": 16000}, "turn_detection": nil,
+		"transcription": map[string]any{"model": "parakeet", "beam_size": n}}}}})
+	until("session.updated")
+	for i := 0; i < len(pcm); i += 32000 {
+		send(map[string]any{"type": "input_audio_buffer.append", "audio": base64.StdEncoding.EncodeToString(pcm[i:min(i+32000, len(pcm))])})
+	}
+	send(map[string]any{"type": "input_audio_buffer.commit"})
+	ev := until("conversation.item.input_audio_transcription.completed")
+	s, _ := ev["transcript"].(string)
+	return s
 }
