@@ -358,6 +358,9 @@ func (s *pstream) partialEvent() (Event, bool) {
 	}
 	s.partial = text
 	ev := Event{Type: "partial", Text: text}
+	if s.b != nil {
+		ev.Stable = s.stableText()
+	}
 	if len(ws) > 0 {
 		ev.Start, ev.End = ws[0].Start, ws[len(ws)-1].End
 	}

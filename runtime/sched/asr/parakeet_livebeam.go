@@ -29,7 +29,7 @@ type pbeam struct {
 	states, next []float32
 	valid        bool
 	n            int // the decoder's StateSize
-	steps        []decode.TDTStep
+	steps, other []decode.TDTStep
 }
 
 // newPBeam makes the searches of a stream of width w.
@@ -169,6 +169,41 @@ func (s *pstream) beamChunkDone() {
 	if n := len(s.toks); n > 0 {
 		s.lastEnd = s.toks[n-1].Frame + s.toks[n-1].Dur
 	}
+}
+
+// settled returns how many of the better hypothesis's tokens (steps) every hypothesis of both
+// searches holds: tokens that no later round changes.
+func (b *pbeam) settled() int {
+	n := len(b.steps)
+	for _, sr := range [...]*decode.TDTBeamSearch{b.beam, b.greedy} {
+		for i := range sr.Len() {
+			b.other = sr.Tokens(i, b.other[:0])
+			k := 0
+			for k < min(n, len(b.other)) && b.other[k].Token == b.steps[k].Token {
+				k++
+			}
+			n = k
+		}
+	}
+	return n
+}
+
+// stableText is the text of a beam stream's partial that no later event of the utterance
+// changes (Event.Stable): the words of its settled tokens but the last.
+func (s *pstream) stableText() string {
+	n := min(s.b.settled(), len(s.toks))
+	if n == 0 {
+		return ""
+	}
+	seg, ok := s.e.segment(s.toks[:n], 0)
+	if !ok {
+		return ""
+	}
+	ws := Words([]Segment{seg}, s.cfg.IsSpecial, s.cfg.Params.Language)
+	if len(ws) <= 1 {
+		return ""
+	}
+	return joinWords(ws[:len(ws)-1])
 }
 
 // beamRestart starts both searches over from the better hypothesis, whose tokens were just

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,7 +35,7 @@ var endpointed = SessionConfig{Chunk: 800 * time.Millisecond, LeftContext: 2 * t
 // TestParakeetLiveBeamWidth1: a stream decoded by the beam search of width 1 (with the greedy
 // search beside it, starting over from the final hypothesis at every endpoint) reports exactly
 // the events of the greedy stream, with endpoints and at whole context (the tokens compared
-// whole: ids, frames, durations, probabilities).
+// whole: ids, frames, durations, probabilities), but for the stable text of its partials.
 func TestParakeetLiveBeamWidth1(t *testing.T) {
 	e := openParakeetSmall(t, Config{MaxActive: 2})
 	names := []string{"jfk", "ami-ES2011a-headset0-40s-46s", "psx-cards-001"}
@@ -59,6 +60,9 @@ func TestParakeetLiveBeamWidth1(t *testing.T) {
 			if beam && l.(*pstream).b == nil {
 				t.Fatal("the stream has no beam search")
 			}
+		}
+		for k := range evs[1] {
+			evs[1][k].Stable = "" // a beam stream's alone (TestParakeetLiveBeamStable)
 		}
 		if !reflect.DeepEqual(evs[1], evs[0]) {
 			t.Errorf("%s: beam of 1 %+v\ngreedy %+v", names[i], evs[1], evs[0])
@@ -355,6 +359,62 @@ func TestParakeetLiveBeamStepAllocs(t *testing.T) {
 	for _, j := range jobs {
 		if j.ph != ppDecode || j.beam.Hyp(0).Tokens < 5 {
 			t.Fatalf("the steps measured were not all decoding: phase %d, %d tokens", j.ph, j.beam.Hyp(0).Tokens)
+		}
+	}
+}
+
+// TestParakeetLiveBeamStable: the stable text of a beam stream's partial (Event.Stable) begins
+// the partial's text, every later partial's of the utterance and its final's. A search of width
+// 1 (its hypothesis the greedy one's) settles every token: its stable text is the partial's but
+// the last word. On the random model the beam's and the greedy search's hypotheses part at once,
+// so wider beams settle little; a greedy stream's partials have no stable text.
+func TestParakeetLiveBeamStable(t *testing.T) {
+	e := openParakeetSmall(t, Config{MaxActive: 2})
+	names := []string{"jfk", "ami-ES2011a-headset0-40s-46s", "psx-librivox-0870"}
+	ctx := context.Background()
+	for i, pcm := range liveBeamClips(t, names...) {
+		for _, w := range []int{0, 1, 4, 8} {
+			cfg := SessionConfig{Chunk: 400 * time.Millisecond, RightContext: 240 * time.Millisecond}
+			cfg.Params = DefaultParams()
+			cfg.Params.BeamSize = max(w, 1)
+			liveBeamAlways = w == 1
+			l, err := e.NewLive(cfg)
+			liveBeamAlways = false
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs, err := streamEvents(ctx, l, pcm, SampleRate/10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stables []string
+			set := 0
+			for _, ev := range evs {
+				for _, st := range stables {
+					if !strings.HasPrefix(ev.Text, st) {
+						t.Fatalf("%s, beam %d: %s %q does not begin with the stable %q of an earlier partial", names[i], w, ev.Type, ev.Text, st)
+					}
+				}
+				switch ev.Type {
+				case "partial":
+					if ev.Stable == "" {
+						break
+					}
+					set++
+					stables = append(stables, ev.Stable)
+					if w == 1 {
+						if k := strings.LastIndexByte(ev.Text, ' '); k < 0 || ev.Stable != strings.TrimSpace(ev.Text[:k]) {
+							t.Errorf("%s, beam 1: partial %q, stable %q: want all but its last word", names[i], ev.Text, ev.Stable)
+						}
+					}
+				case "final":
+					stables = stables[:0]
+				}
+			}
+			t.Logf("%s, beam %d: %d partials with stable text", names[i], w, set)
+			if (w == 0) != (set == 0) && w <= 1 {
+				t.Errorf("%s, beam %d: %d partials with stable text", names[i], w, set)
+			}
 		}
 	}
 }
