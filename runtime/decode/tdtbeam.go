@@ -860,7 +860,9 @@ func (s *TDTBeamSearch) releaseSlot(i int32) {
 	if s.slotRefs[i]--; s.slotRefs[i] > 0 {
 		return
 	}
-	s.seqs[s.slotSeq[i]].slot = -1
+	if q := s.slotSeq[i]; q >= 0 && s.seqs[q].slot == i {
+		s.seqs[q].slot = -1
+	}
 	s.freeSlots = append(s.freeSlots, i)
 }
 
@@ -966,4 +968,84 @@ func (s *TDTBeamSearch) finish() {
 		}
 	}
 	s.hyps, s.next = s.next, s.hyps
+}
+
+// BeamRoot is where a hypothesis stands, as Root reports it and ResetAt starts from: the frame
+// it reads next, the zero-duration tokens it emitted there (Run), its last token (the blank if
+// none), and its prediction state: held in Slot, or, while Pending, the state in Slot (-1 the
+// initial one) advanced by Token, which the hypothesis's next round would compute.
+type BeamRoot struct {
+	Frame, Run int
+	Token      int32
+	Slot       int32
+	Pending    bool
+}
+
+// Root says where hypothesis i of the beam stands.
+func (s *TDTBeamSearch) Root(i int) BeamRoot {
+	h := &s.hyps[i]
+	q := &s.seqs[h.seq]
+	r := BeamRoot{Frame: int(h.frame), Run: int(h.run), Token: q.tok, Slot: q.slot}
+	if q.slot < 0 {
+		r.Pending, r.Slot = true, h.from
+	}
+	return r
+}
+
+// ResetAt starts the search over from one hypothesis with no tokens that stands where r says,
+// its state (or, if r.Pending, the state it is predicted from) in slot 0, or the initial state
+// when r.Slot is -1 (then r.Pending must be set). The frames made readable stay so, Finish is
+// undone. A stream continues this way after taking a hypothesis as final: the search goes on
+// from it alone, as the greedy rule goes on from its state.
+func (s *TDTBeamSearch) ResetAt(r BeamRoot) error {
+	switch {
+	case r.Frame < 0 || r.Frame > math.MaxInt32/2 || r.Run < 0 || r.Run > 0 && int64(r.Run) >= int64(s.maxRun):
+		return fmt.Errorf("decode: TDT beam: cannot start at frame %d after %d zero-duration tokens", r.Frame, r.Run)
+	case r.Token < 0 || r.Token > s.blank:
+		return fmt.Errorf("decode: TDT beam: cannot start after token %d (0 to %d)", r.Token, s.blank)
+	case r.Slot < 0 && !r.Pending:
+		return errors.New("decode: TDT beam: a start from the initial state must be pending")
+	}
+	avail := s.avail
+	s.Reset()
+	s.avail = avail
+	h := &s.hyps[0]
+	h.frame, h.run = int32(r.Frame), int32(r.Run)
+	q := &s.seqs[h.seq]
+	q.tok = r.Token
+	if r.Slot >= 0 {
+		// Reset left every slot free, slot 0 last.
+		s.freeSlots = s.freeSlots[:len(s.freeSlots)-1]
+		s.slotRefs[0] = 1
+		if r.Pending {
+			h.from, s.slotSeq[0] = 0, -1 // a state no sequence of the search holds
+		} else {
+			q.slot, s.slotSeq[0] = 0, h.seq
+		}
+	}
+	s.prepare()
+	return nil
+}
+
+// CopyFrom makes s the same search as o, which has the same configuration, reusing s's memory:
+// it allocates only where o's token history is longer than any s has held. A scheduler keeps
+// such a copy to go back to when a round's inputs cannot be computed.
+func (s *TDTBeamSearch) CopyFrom(o *TDTBeamSearch) error {
+	if s.cfg.Width != o.cfg.Width || s.cfg.Merge != o.cfg.Merge || s.rowW != o.rowW || s.blank != o.blank || s.maxRun != o.maxRun {
+		return errors.New("decode: TDT beam: copy between searches of different configurations")
+	}
+	s.hyps = append(s.hyps[:0], o.hyps...)
+	s.expand = append(s.expand[:0], o.expand...)
+	s.preds = append(s.preds[:0], o.preds...)
+	s.joints = append(s.joints[:0], o.joints...)
+	copy(s.slotRefs, o.slotRefs)
+	copy(s.slotSeq, o.slotSeq)
+	s.freeSlots = append(s.freeSlots[:0], o.freeSlots...)
+	s.seqs = append(s.seqs[:0], o.seqs...)
+	s.freeSeqs = append(s.freeSeqs[:0], o.freeSeqs...)
+	s.nodes = append(s.nodes[:0], o.nodes...)
+	s.freeNodes = append(s.freeNodes[:0], o.freeNodes...)
+	s.t, s.ready, s.avail, s.final = o.t, o.ready, o.avail, o.final
+	s.stableCount, s.dropped = o.stableCount, o.dropped
+	return nil
 }

@@ -747,3 +747,132 @@ func TestTDTBeamReset(t *testing.T) {
 		}
 	}
 }
+
+// restartChunked runs a search of width w over net, the frames given in chunks of n; after each
+// chunk it takes hypothesis 0's tokens and starts the search over from it (ResetAt, its state
+// copied to slot 0 as a stream's scheduler does). It returns the tokens taken, in order.
+func restartChunked(t *testing.T, net toyNet, w, n int) []TDTStep {
+	s, err := NewTDTBeamSearch(TDTBeam{Rule: net.rule(), Width: w, Merge: MergeMax})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &stream{s: s, net: net}
+	d := newDriver(t, []*stream{st})
+	d.check = false // a pending start's state is its last token's, which it does not hold
+	var out []TDTStep
+	for left := net.frames(); left > 0; left -= n {
+		if err := s.AddFrames(min(n, left)); err != nil {
+			t.Fatal(err)
+		}
+		for d.round([]*stream{st}) {
+			checkRefs(t, s)
+		}
+		out = s.Tokens(0, out)
+		r := s.Root(0)
+		if r.Slot >= 0 {
+			copy(d.states[0], d.states[r.Slot])
+			r.Slot = 0
+		}
+		if err := s.ResetAt(r); err != nil {
+			t.Fatal(err)
+		}
+		checkRefs(t, s)
+		if s.Len() != 1 || s.Hyp(0).Tokens != 0 || s.Hyp(0).Frame != r.Frame || s.Hyp(0).Score != 0 {
+			t.Fatalf("after ResetAt(%+v): %d hypotheses, the first %+v", r, s.Len(), s.Hyp(0))
+		}
+	}
+	s.Finish()
+	for d.round([]*stream{st}) {
+	}
+	if !s.Done() {
+		t.Fatal("not done after Finish")
+	}
+	return s.Tokens(0, out)
+}
+
+// TestTDTBeamResetAt: a search of width 1 started over after every chunk from its hypothesis
+// (ResetAt of Root) decides exactly as the greedy rule over the whole, whatever the chunks (the
+// hypothesis then stands pending, after a token, or with its state computed, or in a run of
+// zero-duration tokens); wider searches start over with their references consistent; bad
+// starts are refused.
+func TestTDTBeamResetAt(t *testing.T) {
+	for _, c := range toyCases {
+		for seed := range uint64(4) {
+			net := newToy(300+seed, c.vocab, c.frames, c.durations, c.maxSymbols)
+			want := greedy(t, net)
+			for _, n := range []int{1, 2, 3, 7} {
+				if got := restartChunked(t, net, 1, n); !slices.Equal(got, want) {
+					t.Fatalf("%s seed %d chunks of %d: tokens\n%+v\ngreedy\n%+v", c.name, seed, n, got, want)
+				}
+				restartChunked(t, net, 4, n)
+			}
+		}
+	}
+	s, err := NewTDTBeamSearch(TDTBeam{Rule: TDT{Blank: 3, Durations: []int{0, 1, 2}, MaxSymbols: 2}, Width: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []BeamRoot{{Frame: -1, Slot: 0}, {Run: -1, Slot: 0}, {Token: 99, Slot: 0}, {Token: -1, Slot: 0}, {Slot: -1}, {Run: 1 << 20, Slot: 0}} {
+		if err := s.ResetAt(r); err == nil {
+			t.Errorf("ResetAt(%+v): no error", r)
+		}
+	}
+}
+
+// TestTDTBeamCopyFrom: a search that goes back to a copy taken between chunks (CopyFrom), after
+// rounds on rows that are then thrown away, ends as a search that never took them.
+func TestTDTBeamCopyFrom(t *testing.T) {
+	for i, c := range toyCases {
+		net := newToy(uint64(400+i), c.vocab, c.frames, c.durations, c.maxSymbols)
+		for _, w := range []int{1, 4} {
+			cfg := TDTBeam{Rule: net.rule(), Width: w, Merge: MergeMax}
+			want := decodeBeam(t, net, cfg, nil)
+			s, _ := NewTDTBeamSearch(cfg)
+			saved, _ := NewTDTBeamSearch(cfg)
+			st := &stream{s: s, net: net}
+			d := newDriver(t, []*stream{st})
+			half := c.frames / 2
+			if err := s.AddFrames(half); err != nil {
+				t.Fatal(err)
+			}
+			for d.round([]*stream{st}) {
+			}
+			if err := saved.CopyFrom(s); err != nil {
+				t.Fatal(err)
+			}
+			states := make([][]float32, len(d.states))
+			seqs := slices.Clone(d.seqs)
+			for k := range states {
+				states[k] = slices.Clone(d.states[k])
+			}
+			// Rounds on the rest, their rows thrown away.
+			if err := s.AddFrames(c.frames - half); err != nil {
+				t.Fatal(err)
+			}
+			for k := 0; k < 5 && d.round([]*stream{st}); k++ {
+			}
+			if err := s.CopyFrom(saved); err != nil {
+				t.Fatal(err)
+			}
+			for k := range states {
+				copy(d.states[k], states[k])
+			}
+			copy(d.seqs, seqs)
+			checkRefs(t, s)
+			if err := s.AddFrames(c.frames - half); err != nil {
+				t.Fatal(err)
+			}
+			s.Finish()
+			for d.round([]*stream{st}) {
+			}
+			if s.Hyp(0) != want.Hyp(0) || !slices.Equal(s.Tokens(0, nil), want.Tokens(0, nil)) {
+				t.Fatalf("%s width %d: %+v, without the copy %+v", c.name, w, s.Hyp(0), want.Hyp(0))
+			}
+		}
+	}
+	a, _ := NewTDTBeamSearch(TDTBeam{Rule: TDT{Blank: 3, Durations: []int{0, 1, 2}, MaxSymbols: 2}, Width: 2})
+	b, _ := NewTDTBeamSearch(TDTBeam{Rule: TDT{Blank: 3, Durations: []int{0, 1, 2}, MaxSymbols: 2}, Width: 3})
+	if err := a.CopyFrom(b); err == nil {
+		t.Error("a copy between widths: no error")
+	}
+}

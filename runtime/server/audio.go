@@ -145,6 +145,7 @@ type audioRequest struct {
 	prompt      string
 	format      string
 	temperature *float32
+	beam        int // beam_size (a Parley extension); 0: the model's default
 	words       bool
 	segments    bool
 	stream      bool
@@ -179,6 +180,9 @@ func (s *Server) audio(w http.ResponseWriter, r *http.Request, translate bool) {
 	p.WordTimestamps = req.words // words timed by alignment, as OpenAI's are
 	if req.temperature != nil {
 		p.Temperature = *req.temperature
+	}
+	if req.beam > 0 {
+		p.BeamSize = req.beam
 	}
 	kind := "transcription"
 	if translate {
@@ -328,6 +332,12 @@ func parseAudioRequest(r *http.Request) (*audioRequest, *apiError) {
 			}
 			t := float32(f)
 			req.temperature = &t
+		case "beam_size":
+			n, msg := parseBeamSize(v)
+			if msg != "" {
+				return nil, invalid("beam_size", msg)
+			}
+			req.beam = n
 		case "timestamp_granularities[]", "timestamp_granularities":
 			switch v {
 			case "word":
@@ -365,6 +375,16 @@ func parseAudioRequest(r *http.Request) (*audioRequest, *apiError) {
 		req.segments = true
 	}
 	return req, nil
+}
+
+// parseBeamSize reads a request's beam size (beam_size, a Parley extension: the hypotheses a
+// transcription keeps, 1 for greedy decoding), or returns the message that refuses it.
+func parseBeamSize(v string) (int, string) {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 1 || n > asr.MaxDecoders {
+		return 0, fmt.Sprintf("Invalid beam_size %q: want an integer from 1 (greedy) to %d.", v, asr.MaxDecoders)
+	}
+	return n, ""
 }
 
 // bodyError is a failure reading the request body: 413 over the limit, 408 past its deadline,

@@ -45,6 +45,14 @@ func (s *Server) audioStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cfg := s.liveConfig(m, lang, q.Get("prompt"))
+	if v := q.Get("beam_size"); v != "" {
+		n, msg := parseBeamSize(v)
+		if msg != "" {
+			writeError(w, invalid("beam_size", msg))
+			return
+		}
+		cfg.Params.BeamSize = n
+	}
 	lv := s.newLive(r, m)
 	lv.proto = &streamProtocol{lv: lv}
 	s.serveLive(w, r, lv, func() (asr.Live, error) { return asr.NewLive(lv.transcriber(m), cfg) })

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,6 +31,7 @@ type rtSettings struct {
 	m        *speechServed // nil until the query or a session update names a model
 	language string        // the model's code for it; "" detects it
 	prompt   string
+	beam     int           // beam_size (a Parley extension); 0: the model's default
 	vad      bool          // server_vad: the stream's endpoints end items; else commits do
 	silence  time.Duration // server_vad's silence_duration_ms; 0: the server's
 	rate     int           // of the audio appended
@@ -254,6 +256,7 @@ type rtTranscriptionIn struct {
 	Model    string  `json:"model"`
 	Language *string `json:"language"`
 	Prompt   *string `json:"prompt"`
+	BeamSize *int    `json:"beam_size"` // a Parley extension
 }
 
 type rtTurnDetectionIn struct {
@@ -343,6 +346,13 @@ func (p *realtimeProtocol) update(set rtSettings, raw json.RawMessage) (rtSettin
 	}
 	if t.Prompt != nil {
 		set.prompt = *t.Prompt
+	}
+	if t.BeamSize != nil {
+		n, msg := parseBeamSize(strconv.Itoa(*t.BeamSize))
+		if msg != "" {
+			return set, &badSetting{code: "invalid_value", param: trParam + ".beam_size", msg: msg}
+		}
+		set.beam = n
 	}
 	lang := set.language
 	if t.Language != nil {

@@ -53,6 +53,9 @@ func (c *countedLive) Commit(ctx context.Context) ([]asr.Event, error) {
 // config is the configuration of a stream with set.
 func (p *realtimeProtocol) config(set rtSettings) asr.SessionConfig {
 	cfg := p.lv.s.liveConfig(set.m, set.language, set.prompt)
+	if set.beam > 0 {
+		cfg.Params.BeamSize = set.beam
+	}
 	switch {
 	case !set.vad:
 		cfg.Silence = -1 // commits alone end items

@@ -346,6 +346,8 @@ func TestRealtimeBadEvents(t *testing.T) {
 		{"logprobs", upd(map[string]any{"type": "transcription", "include": []string{"item.input_audio_transcription.logprobs"}}), "unsupported_value", "session.include"},
 		{"unknown model", input("transcription", map[string]any{"model": "gpt-4o-transcribe"}), "model_not_found", "session.audio.input.transcription.model"},
 		{"language", upd(map[string]any{"input_audio_transcription": map[string]any{"language": "de"}}), "unsupported_language", "session.input_audio_transcription.language"},
+		{"beam of 0", input("transcription", map[string]any{"beam_size": 0}), "invalid_value", "session.audio.input.transcription.beam_size"},
+		{"beam of 9", upd(map[string]any{"input_audio_transcription": map[string]any{"beam_size": 9}}), "invalid_value", "session.input_audio_transcription.beam_size"},
 		{"transcription off", upd(map[string]any{"input_audio_transcription": nil}), "unsupported_value", "session.input_audio_transcription"},
 		{"no session", map[string]any{"type": "session.update", "event_id": "evt_1"}, "missing_required_parameter", "session"},
 	}

@@ -43,6 +43,10 @@ type Decoder struct {
 	batches []*batchViews
 	owned   []backend.Tensor
 	changed []bool
+	// live is the number of leading slots a step carries into the other set (SetLive); liveV[n]
+	// are the views of rows [0, n) of both sets, made on first use.
+	live  int
+	liveV [][2][]backend.Tensor
 }
 
 // batchViews are the first n rows of the scratch and of the new-state rows of both sets.
@@ -112,6 +116,8 @@ func (m *Model) NewDecoder(slots, maxRows int) (*Decoder, error) {
 	d.from, d.merge = make([]int32, 0, maxRows), make([]int32, slots)
 	d.changed = make([]bool, slots)
 	d.batches = make([]*batchViews, maxRows+1)
+	d.live, d.liveV = slots, make([][2][]backend.Tensor, slots+1)
+	d.liveV[slots] = d.slotV
 	return d, nil
 }
 
@@ -140,6 +146,37 @@ func (d *Decoder) Close() error {
 	}
 	d.owned = nil
 	return errors.Join(errs...)
+}
+
+// SetLive says that only slots [0, n) hold states the caller will read again: a Predict then
+// carries those (and the slots it writes) into its new states, not every slot, and leaves the
+// others' contents undefined until a Predict or LoadState writes them. n is Slots() at first.
+func (d *Decoder) SetLive(n int) error {
+	if n < 0 || n > d.slots {
+		return fmt.Errorf("parakeet: %d live slots of %d", n, d.slots)
+	}
+	d.live = n
+	return nil
+}
+
+// liveViews returns the views of rows [0, n) of both sets, making them the first time.
+func (d *Decoder) liveViews(n int) ([2][]backend.Tensor, error) {
+	if v := d.liveV[n]; v[0] != nil {
+		return v, nil
+	}
+	var v [2][]backend.Tensor
+	for s := range 2 {
+		for _, t := range d.all[s] {
+			tv, err := d.m.be.View(t, 0, n)
+			if err != nil {
+				return v, err
+			}
+			d.owned = append(d.owned, tv)
+			v[s] = append(v[s], tv)
+		}
+	}
+	d.liveV[n] = v
+	return v, nil
 }
 
 // batch returns the views of a call of n requests (1 to maxRows), making them the first time.
@@ -267,15 +304,25 @@ func (d *Decoder) predict(tokens, to []int32) error {
 	if err := be.AddRows(pNew, pNew, m.jPredB); err != nil {
 		return err
 	}
-	// Every slot into the other set: unchanged ones from their row, the new ones from theirs.
-	for s := range d.merge {
-		d.merge[s] = int32(s)
+	// Every live slot into the other set: unchanged ones from their row, the new ones from
+	// theirs.
+	live := d.live
+	for _, t := range to {
+		live = max(live, int(t)+1)
+	}
+	views, err := d.liveViews(live)
+	if err != nil {
+		return err
+	}
+	merge := d.merge[:live]
+	for s := range merge {
+		merge[s] = int32(s)
 	}
 	for i, t := range to {
-		d.merge[t] = int32(d.slots + 1 + i)
+		merge[t] = int32(d.slots + 1 + i)
 	}
 	for i, t := range d.all[cur] {
-		if err := be.GetRows(d.slotV[next][i], t, d.merge); err != nil {
+		if err := be.GetRows(views[next][i], t, merge); err != nil {
 			return err
 		}
 	}
@@ -344,7 +391,7 @@ func (d *Decoder) PredictionOutput(slot int32, dst []float32) error {
 
 // StateSize is the length of a slot's state as SaveState writes it: each LSTM layer's h and c,
 // then the joint's prediction input, P values each.
-func (d *Decoder) StateSize() int { return len(d.all[d.cur]) * d.p }
+func (d *Decoder) StateSize() int { return len(d.all[0]) * d.p } // both sets alike: safe beside Predict
 
 // SaveState copies the state held in slot into dst (StateSize values), so that a stream can give
 // its slot up between calls and continue later from LoadState.

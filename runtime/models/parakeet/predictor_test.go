@@ -330,3 +330,60 @@ func TestDecoderState(t *testing.T) {
 		})
 	}
 }
+
+// TestDecoderSetLive: a decoder told that only its first slots are live (SetLive) carries those,
+// and the slots its steps write beyond them, exactly as one that carries every slot; a slot
+// written beyond the live ones is read back by the next step; a bad count is an error.
+func TestDecoderSetLive(t *testing.T) {
+	f, err := parakeet.Open(sharedtest.ParakeetRandomModel(t, "small", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	blank := f.Vocab.Blank()
+	for _, be := range sharedtest.Backends(t, 2) {
+		t.Run(be.Name(), func(t *testing.T) {
+			m, err := parakeet.Load(f, be)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			var decs [2]*parakeet.Decoder
+			for i := range decs {
+				if decs[i], err = m.NewDecoder(8, 3); err != nil {
+					t.Fatal(err)
+				}
+				defer decs[i].Close()
+			}
+			if err := decs[1].SetLive(2); err != nil {
+				t.Fatal(err)
+			}
+			steps := []struct{ tok, from, to []int32 }{
+				{[]int32{blank, blank}, []int32{-1, -1}, []int32{0, 1}},
+				{[]int32{5, 7, 9}, []int32{0, 1, 0}, []int32{5, 1, 6}},
+				{[]int32{11, 3}, []int32{5, 6}, []int32{0, 7}},
+				{[]int32{4}, []int32{7}, []int32{1}},
+			}
+			for k, st := range steps {
+				for _, d := range decs {
+					if err := d.Predict(st.tok, st.from, st.to); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for _, s := range []int32{0, 1} {
+					a, b := make([]float32, decs[0].StateSize()), make([]float32, decs[1].StateSize())
+					decs[0].SaveState(s, a)
+					decs[1].SaveState(s, b)
+					for i := range a {
+						if a[i] != b[i] {
+							t.Fatalf("step %d, slot %d, value %d: %v with 2 live slots, %v with all", k, s, i, b[i], a[i])
+						}
+					}
+				}
+			}
+			if decs[1].SetLive(-1) == nil || decs[1].SetLive(9) == nil {
+				t.Error("a bad live count is no error")
+			}
+		})
+	}
+}

@@ -37,6 +37,11 @@ type Event struct {
 	Start    float64       `json:"start"` // seconds since the stream began
 	End      float64       `json:"end"`
 	Segments []LiveSegment `json:"segments,omitempty"` // final events: the text by transcriber segment
+	// Stable, in the partial events of a stream whose hypotheses may still change (a Parakeet
+	// stream with a beam), is the beginning of Text that every later partial of the utterance and
+	// its final keep: the words of the tokens all hypotheses hold, but the last of them, which
+	// the next token may continue.
+	Stable string `json:"stable,omitempty"`
 }
 
 // LiveSegment is a stretch of final text.

@@ -37,9 +37,9 @@ import (
 // batched call as every other transcription's. Beside the beam, a search of width 1 (the greedy
 // rule exactly) runs on the same rounds, and its hypothesis is returned instead of the beam's
 // best when its score is higher, as NeMo keeps the greedy hypothesis among a beam search's
-// candidates; so a beam transcription's score is never below the greedy one's. Live streams
-// decode greedily. Temperatures and prompts are not used. Times come from the encoder frames of
-// the tokens.
+// candidates; so a beam transcription's score is never below the greedy one's. A live stream
+// with a beam keeps both searches from chunk to chunk (see pstream). Temperatures and prompts
+// are not used. Times come from the encoder frames of the tokens.
 //
 // On a backend that keeps greedy decoding on the device (backend.GreedyTransducer), greedy
 // transcriptions decode there instead, many decisions a step (parakeet_device.go).
@@ -99,6 +99,7 @@ type pjob struct {
 	frame0  int            // the frame, in the stream's count, of the first frame kept (proj's row 0)
 	end     int            // the frame after the last one kept; decoding stops there
 	stream  *pstream       // the live stream a chunk belongs to; nil for a transcription
+	last    bool           // a chunk that ends its stream's epoch (Commit)
 	slot    int32          // the decoder's state slot; -1 none
 	started bool           // the prediction network has run on the blank
 	pending bool           // tok waits for the prediction network
@@ -337,7 +338,7 @@ func (w *parakeetWork) Admit(j *pjob) bool {
 	e.freeSlots = e.freeSlots[:len(e.freeSlots)-1]
 	if j.stream != nil && j.started {
 		// A chunk goes on from the stream's prediction-network state.
-		if err := e.dec.LoadState(j.slot, j.stream.dstate); err != nil {
+		if err := e.loadStream(j); err != nil {
 			j.err = err
 			e.finish(j, nil)
 			return true
@@ -377,8 +378,8 @@ func (e *Parakeet) finish(j *pjob, err error) {
 	if serr := e.stopDevice(j); err == nil && j.err == nil {
 		err = serr
 	}
-	if j.stream != nil && err == nil && j.err == nil && j.slot >= 0 && j.started {
-		err = e.dec.SaveState(j.slot, j.stream.dstate)
+	if j.stream != nil && err == nil && j.err == nil && j.slot >= 0 && (j.started || j.beam != nil) {
+		err = e.saveStream(j)
 	}
 	if j.stream != nil && j.proj != nil {
 		e.projPool = append(e.projPool, j.proj)
@@ -504,6 +505,10 @@ func (e *Parakeet) encode() {
 				continue
 			}
 			j.pending, j.tok = true, e.rule.Blank
+		} else if j.beam != nil {
+			if err := chunkFrames(j); err != nil {
+				j.err, j.ph = fmt.Errorf("parakeet: %w", err), ppDone
+			}
 		}
 	}
 }
@@ -568,6 +573,7 @@ func (e *Parakeet) decodeStep() (seqs, tokens int, busy bool) {
 		}
 	}
 	if len(e.tokIn) > 0 {
+		e.dec.SetLive(e.liveSlots()) // within the decoder's slots: no error
 		if err := e.dec.Predict(e.tokIn, e.from, e.to); err != nil {
 			for _, j := range e.active {
 				if j.ph == ppDecode && (j.pending || j.beam != nil) {
@@ -691,6 +697,12 @@ func (e *Parakeet) beamStep(j *pjob) (int, error) {
 		if sb.s.Ready() {
 			n += len(sb.s.Predictions())
 		}
+	}
+	if j.stream != nil {
+		if !j.beam.Ready() && !j.greedy.Ready() {
+			j.ph = ppDone // the chunk's frames are decoded
+		}
+		return n, nil
 	}
 	if !j.beam.Done() || !j.greedy.Done() {
 		return n, nil

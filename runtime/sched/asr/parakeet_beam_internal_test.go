@@ -181,27 +181,32 @@ func TestParakeetBeamBadSize(t *testing.T) {
 	}
 }
 
-// BenchmarkParakeetBeam transcribes a clip end to end on the small model, greedily and with a
-// beam of 4 (the beam's time over greedy's is the cost of the search).
+// BenchmarkParakeetBeam transcribes a clip end to end, greedily and with a beam of 4 (the beam's
+// time over greedy's is the cost of the search), on the small model and on the 0.6B shape (on
+// the fastest backend; skipped unless sharedtest.ParakeetRandomModel can have it).
 func BenchmarkParakeetBeam(b *testing.B) {
-	e := openParakeetSmall(b, Config{MaxActive: 4, EncodeBatch: 2})
-	samples := beamClipSamples(b, "jfk")
-	// The first transcription makes the encoder's buffers: not measured.
-	if _, err := e.Transcribe(context.Background(), samples, DefaultParams(), nil); err != nil {
-		b.Fatal(err)
-	}
-	for _, w := range []int{1, 4} {
-		b.Run(fmt.Sprintf("beam=%d", w), func(b *testing.B) {
-			p := DefaultParams()
-			p.BeamSize = w
-			dec0 := e.Stats().DecodeTime
-			for b.Loop() {
-				if _, err := e.Transcribe(context.Background(), samples, p, nil); err != nil {
-					b.Fatal(err)
-				}
+	for _, shape := range []string{"small", "0.6b-v2"} {
+		b.Run(shape, func(b *testing.B) {
+			e := openParakeetShape(b, shape, shape != "small", Config{MaxActive: 4, EncodeBatch: 2})
+			samples := beamClipSamples(b, "jfk")
+			// The first transcription makes the encoder's buffers: not measured.
+			if _, err := e.Transcribe(context.Background(), samples, DefaultParams(), nil); err != nil {
+				b.Fatal(err)
 			}
-			b.ReportMetric(float64(len(samples))/SampleRate*float64(b.N)/b.Elapsed().Seconds(), "audio-s/s")
-			b.ReportMetric(float64((e.Stats().DecodeTime-dec0).Microseconds())/1000/float64(b.N), "decode-ms/op")
+			for _, w := range []int{1, 4} {
+				b.Run(fmt.Sprintf("beam=%d", w), func(b *testing.B) {
+					p := DefaultParams()
+					p.BeamSize = w
+					dec0 := e.Stats().DecodeTime
+					for b.Loop() {
+						if _, err := e.Transcribe(context.Background(), samples, p, nil); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(float64(len(samples))/SampleRate*float64(b.N)/b.Elapsed().Seconds(), "audio-s/s")
+					b.ReportMetric(float64((e.Stats().DecodeTime-dec0).Microseconds())/1000/float64(b.N), "decode-ms/op")
+				})
+			}
 		})
 	}
 }

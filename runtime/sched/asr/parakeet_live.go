@@ -31,7 +31,8 @@ const (
 // goes through the front end (its per-feature normalisation over that window) and the encoder
 // together; only the chunk's own encoder frames are kept. The decoder goes on from chunk to chunk
 // (the prediction network's state, the last token, a duration that jumps past a chunk's end), so
-// each token is decoded once.
+// each token is decoded once. A stream with a beam (Params.BeamSize above 1) keeps its beam
+// search instead (pbeam).
 //
 // Every chunk is a job of the recogniser's loop, like a transcription: the chunks of several
 // streams waiting together are encoded in one call and decoded in the same steps.
@@ -59,6 +60,7 @@ type pstream struct {
 	pending bool // tok waits for the prediction network
 	tok     int32
 	dstate  []float32 // the prediction network's state (Decoder.SaveState)
+	b       *pbeam    // the beam search, if the stream has one (then state to dstate are unused)
 
 	toks    []parakeet.Token // the current utterance's, frames counted in the epoch
 	lastEnd int              // the frame after the utterance's last token
@@ -68,7 +70,8 @@ type pstream struct {
 
 // NewLive opens a live stream whose audio is encoded in chunks (SessionConfig.Chunk, with
 // LeftContext and RightContext around it) and decoded once, as the stream goes; see pstream.
-// The session's other fields that apply are Params (its language, for the words), Silence (the
+// The session's other fields that apply are Params (its language, for the words, and its
+// BeamSize: above 1, a beam search, see pbeam), Silence (the
 // blank frames that end an utterance; default 600 ms, negative never), IsSpecial and OnChunk.
 func (e *Parakeet) NewLive(cfg SessionConfig) (Live, error) {
 	if cfg.Params.BeamSize == 0 {
@@ -117,6 +120,12 @@ func (e *Parakeet) NewLive(cfg SessionConfig) (Live, error) {
 	if cfg.Silence < 0 {
 		s.silence = -1
 	}
+	if w := cfg.Params.BeamSize; w > 1 || liveBeamAlways {
+		var err error
+		if s.b, err = newPBeam(e, w); err != nil {
+			return nil, err
+		}
+	}
 	s.reset()
 	return s, nil
 }
@@ -125,7 +134,14 @@ func (e *Parakeet) NewLive(cfg SessionConfig) (Live, error) {
 func (s *pstream) reset() {
 	s.state, s.started, s.pending, s.tok = decode.TDTState{}, false, true, s.e.rule.Blank
 	s.toks, s.lastEnd, s.partial = s.toks[:0], 0, ""
+	if s.b != nil {
+		s.b.reset()
+	}
 }
+
+// liveBeamAlways, set by tests, gives every stream a beam search, of width 1 where
+// Params.BeamSize is 1.
+var liveBeamAlways bool
 
 // total is the epoch's samples so far.
 func (s *pstream) total() int { return s.audio0 + len(s.audio) }
@@ -228,17 +244,24 @@ func (s *pstream) decodeChunk(ctx context.Context, end int, last bool) error {
 		return err
 	}
 	if err := s.e.q.wait(ctx, j); err != nil {
+		if s.b != nil {
+			s.b.restore() // the chunk may have run rounds
+		}
 		return err
 	}
 	if s.cfg.OnChunk != nil {
 		s.cfg.OnChunk(s.cfg.Now().Sub(t0))
+	}
+	s.next = end
+	if s.b != nil {
+		s.beamChunkDone()
+		return nil
 	}
 	s.state, s.started, s.pending, s.tok = j.state, j.started, j.pending, j.tok
 	for _, t := range j.toks[len(s.toks):] {
 		s.lastEnd = t.Frame + t.Dur
 	}
 	s.toks = j.toks
-	s.next = end
 	return nil
 }
 
@@ -274,7 +297,10 @@ func (s *pstream) chunkJob(ctx context.Context, end int, last bool) (*pjob, erro
 	}
 	j := &pjob{p: s.cfg.Params, stream: s, slot: -1, mel: mel, melRows: melRows, frames: frames,
 		skip: f0 - w0/frameSamplesEnc, frame0: f0, end: f1,
-		state: s.state, started: s.started, pending: s.pending, tok: s.tok, toks: s.toks}
+		state: s.state, started: s.started, pending: s.pending, tok: s.tok, toks: s.toks, last: last}
+	if s.b != nil {
+		j.beam, j.greedy, j.started, j.toks = s.b.beam, s.b.greedy, s.b.valid, nil
+	}
 	j.start(ctx)
 	return j, nil
 }
@@ -317,6 +343,9 @@ func (s *pstream) final() Event {
 	}
 	s.toks, s.partial = s.toks[:0], ""
 	s.lastEnd = s.next / frameSamplesEnc
+	if s.b != nil {
+		s.beamRestart()
+	}
 	return ev
 }
 
@@ -329,6 +358,9 @@ func (s *pstream) partialEvent() (Event, bool) {
 	}
 	s.partial = text
 	ev := Event{Type: "partial", Text: text}
+	if s.b != nil {
+		ev.Stable = s.stableText()
+	}
 	if len(ws) > 0 {
 		ev.Start, ev.End = ws[0].Start, ws[len(ws)-1].End
 	}
