@@ -463,6 +463,19 @@ func (r *registry) loadedModels() (models []*served, speech []*speechServed) {
 	return models, speech
 }
 
+// loadedTTS are the text-to-speech models loaded now.
+func (r *registry) loadedTTS() []*TTSModel {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*TTSModel
+	for _, e := range r.list {
+		if e.state == stateLoaded && e.loaded != nil && e.loaded.TTS != nil {
+			out = append(out, e.loaded.TTS)
+		}
+	}
+	return out
+}
+
 // state is the named model's line.
 func (r *registry) state(name string) modelState {
 	for _, st := range r.states() {

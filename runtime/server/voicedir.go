@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,15 +53,14 @@ func isVoiceID(id string) bool {
 // with its ID.json (name, creation time, duration; without one, the id names it and the file's
 // time dates it), oldest first, as if uploaded in that order, so that the limits drop the oldest
 // (and their files) when there are more than they allow. A file that cannot be read is logged
-// and left alone.
+// and left alone. A folder that cannot be made or read is an error, and is tried again at the
+// next call.
 func (vs *voiceStore) load(st VoiceStorer, model string, log *slog.Logger) error {
-	vs.mu.Lock()
+	vs.files.Lock()
+	defer vs.files.Unlock()
 	if vs.dir == "" || vs.loaded {
-		vs.mu.Unlock()
 		return nil
 	}
-	vs.loaded = true
-	vs.mu.Unlock()
 	if err := os.MkdirAll(vs.dir, 0o755); err != nil {
 		return fmt.Errorf("voices: %w", err)
 	}
@@ -68,6 +68,7 @@ func (vs *voiceStore) load(st VoiceStorer, model string, log *slog.Logger) error
 	if err != nil {
 		return fmt.Errorf("voices: %w", err)
 	}
+	vs.loaded = true
 	var found []*storedVoice
 	for _, e := range entries {
 		name := e.Name()
@@ -100,10 +101,7 @@ func (vs *voiceStore) load(st VoiceStorer, model string, log *slog.Logger) error
 		found = append(found, v)
 	}
 	slices.SortFunc(found, func(a, b *storedVoice) int {
-		if a.CreatedAt != b.CreatedAt {
-			return int(a.CreatedAt - b.CreatedAt)
-		}
-		return strings.Compare(a.ID, b.ID)
+		return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), strings.Compare(a.ID, b.ID))
 	})
 	for _, v := range found {
 		_, evicted := vs.put(v)
@@ -141,18 +139,37 @@ func (vs *voiceStore) save(st VoiceStorer, v *storedVoice) error {
 	return writeFileAtomic(vs.dir, v.ID+".json", meta)
 }
 
-// removeFiles deletes the files of voice id from the store's folder; missing ones are no error.
+// removeFiles deletes the files of voice id from the store's folder: the voice state, then (once
+// it is gone: a description without one is no voice) the description. Missing ones are no error.
 func (vs *voiceStore) removeFiles(id string) error {
 	if vs.dir == "" {
 		return nil
 	}
-	var errs []error
 	for _, ext := range []string{".safetensors", ".json"} {
 		if err := os.Remove(filepath.Join(vs.dir, id+ext)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
+			return err
 		}
 	}
-	return errors.Join(errs...)
+	return nil
+}
+
+// delete drops the uploaded voice id, in memory and its files; false if there is neither. The
+// files go first: a voice whose state file cannot be removed is kept, and the error returned.
+func (vs *voiceStore) delete(id string) (bool, error) {
+	vs.files.Lock()
+	defer vs.files.Unlock()
+	vs.mu.Lock()
+	had := vs.byID[id] != nil
+	vs.mu.Unlock()
+	if !had && !(isVoiceID(id) && vs.hasFile(id)) {
+		return false, nil
+	}
+	err := vs.removeFiles(id)
+	if err != nil && vs.hasFile(id) {
+		return true, err
+	}
+	vs.remove(id)
+	return true, err
 }
 
 // hasFile reports whether the store's folder holds voice id.
@@ -219,20 +236,17 @@ func (s *Server) deleteVoice(w http.ResponseWriter, r *http.Request) {
 	deleted := false
 	for _, n := range names {
 		vs := s.voices[n]
-		had := vs.remove(id)
-		if !had && !(isVoiceID(id) && vs.hasFile(id)) {
-			continue
-		}
-		deleted = true
-		if err := vs.removeFiles(id); err != nil {
+		if ok, err := vs.delete(id); err != nil {
 			ri.log.Error("a deleted voice's files could not be removed", "model", n, "voice", id, "err", err)
 			writeError(w, internalError())
 			return
+		} else if ok {
+			deleted = true
+			ri.log.Info("voice deleted", "model", n, "voice", id)
 		}
-		ri.log.Info("voice deleted", "model", n, "voice", id)
 	}
 	if !deleted {
-		for _, m := range s.cfg.TTSModels {
+		for _, m := range append(slices.Clip(s.cfg.TTSModels), s.reg.loadedTTS()...) {
 			if slices.Contains(m.Synth.Voices(), id) {
 				writeError(w, invalidCode("voice", "voice_not_deletable", fmt.Sprintf("The voice '%s' is one of the model '%s''s own; only uploaded voices can be deleted.", id, m.Name)))
 				return

@@ -3,13 +3,16 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -180,5 +183,171 @@ func TestVoiceDirOnDemand(t *testing.T) {
 	code, b := authPost(t, srv.URL+"/v1/audio/speech", "", `{"model":"od-tts","input":"Hi.","voice":"`+kept+`"}`)
 	if code != 200 || sp.last.Seed != 7 || loads != 1 {
 		t.Errorf("speaking with a kept voice of a model on demand: %d %.100s, seed %d (want the file's 7), %d loads", code, b, sp.last.Seed, loads)
+	}
+}
+
+// onDemandVoiceServer serves sp as the on-demand model "od-tts", kept loaded once loaded, with
+// its voices kept under dir; load, when set, fails a load by its error.
+func onDemandVoiceServer(t *testing.T, sp Speaker, dir string, load func() error) *httptest.Server {
+	t.Helper()
+	s, err := New(Config{Voices: VoiceConfig{Dir: dir}, OnDemand: []*OnDemandModel{{Name: "od-tts", Kind: KindSpeechSynthesis, Bytes: 1 << 20, KeepAlive: -1,
+		Load: func(context.Context) (*Loaded, error) {
+			if load != nil {
+				if err := load(); err != nil {
+					return nil, err
+				}
+			}
+			return &Loaded{TTS: &TTSModel{Synth: sp}, Close: func() {}}, nil
+		}}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetReady(true)
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { s.CloseModels(context.Background()) })
+	return srv
+}
+
+// TestVoiceDeleteOwnOnDemand: deleting a predefined voice of a model served on demand, once it
+// is loaded, is a 400 as for a model served from the start.
+func TestVoiceDeleteOwnOnDemand(t *testing.T) {
+	srv := onDemandVoiceServer(t, &fakeSpeaker{frames: 1}, t.TempDir(), nil)
+	if code, b := authPost(t, srv.URL+"/v1/audio/speech", "", `{"model":"od-tts","input":"Hi.","voice":"alba"}`); code != 200 {
+		t.Fatalf("speech: %d %.200s", code, b)
+	}
+	for _, path := range []string{"alba", "alba?model=od-tts"} {
+		if code, b := deleteReq(t, srv.URL+"/v1/audio/voices/"+path); code != 400 || !strings.Contains(string(b), "voice_not_deletable") {
+			t.Errorf("delete %s: %d %s", path, code, b)
+		}
+	}
+	if code, b := deleteReq(t, srv.URL+"/v1/audio/voices/nobody"); code != 404 || !strings.Contains(string(b), "voice_not_found") {
+		t.Errorf("delete an unknown voice: %d %s", code, b)
+	}
+}
+
+// TestVoiceDirLoadRetry: when the voice folder of a model served on demand cannot be made, its
+// load fails; once it can, the next load reads the voices kept there.
+func TestVoiceDirLoadRetry(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "voices")
+	if err := os.WriteFile(dir, []byte("a file, not a folder"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sp := &fakeSpeaker{frames: 1}
+	srv := onDemandVoiceServer(t, sp, dir, nil)
+	id := "voice_00000000000000000000000c"
+	req := `{"model":"od-tts","input":"Hi.","voice":"` + id + `"}`
+	if code, b := authPost(t, srv.URL+"/v1/audio/speech", "", req); code != 500 || !strings.Contains(string(b), "model_load_failed") {
+		t.Fatalf("speech with no voice folder to be had: %d %.200s", code, b)
+	}
+	os.Remove(dir)
+	os.MkdirAll(filepath.Join(dir, "od-tts"), 0o755)
+	os.WriteFile(filepath.Join(dir, "od-tts", id+".safetensors"), []byte("fake voice 9"), 0o644)
+	if code, b := authPost(t, srv.URL+"/v1/audio/speech", "", req); code != 200 || sp.last.Seed != 9 {
+		t.Errorf("speech with a kept voice after a failed load: %d %.200s, seed %d (want the file's 9)", code, b, sp.last.Seed)
+	}
+}
+
+// TestVoiceDeleteFailureKeeps: a DELETE whose files cannot be removed is a 500 that leaves the
+// voice served, and its files in place.
+func TestVoiceDeleteFailureKeeps(t *testing.T) {
+	dir := t.TempDir()
+	folder := filepath.Join(dir, "pocket-tts")
+	srv := newVoiceServer(t, &fakeSpeaker{frames: 1}, Config{Voices: VoiceConfig{Dir: dir}})
+	code, b := uploadForm(t, srv.URL+"/v1/audio/voices", "", "file", promptWAV(t, 2, 220))
+	var v storedVoice
+	if err := json.Unmarshal(b, &v); code != 200 || err != nil {
+		t.Fatalf("upload: %d %s", code, b)
+	}
+	// a folder that is not empty in the state file's place cannot be removed, even by root
+	state := filepath.Join(folder, v.ID+".safetensors")
+	os.Remove(state)
+	os.MkdirAll(filepath.Join(state, "x"), 0o755)
+	if code, b := deleteReq(t, srv.URL+"/v1/audio/voices/"+v.ID); code != 500 {
+		t.Errorf("delete whose file cannot be removed: %d %s", code, b)
+	}
+	if code, b := authPost(t, srv.URL+"/v1/audio/speech", "", `{"input":"Hi.","voice":"`+v.ID+`"}`); code != 200 {
+		t.Errorf("speech with a voice whose delete failed: %d %.200s", code, b)
+	}
+	if got := dirFiles(t, folder); !slices.Equal(got, []string{v.ID + ".json", v.ID + ".safetensors"}) {
+		t.Errorf("after a failed delete the folder holds %v", got)
+	}
+}
+
+// TestVoiceDirCreatedAtOrder: the voices read at start are ordered by created_at however far
+// apart the values, so that the limit keeps the newest.
+func TestVoiceDirCreatedAtOrder(t *testing.T) {
+	dir := t.TempDir()
+	folder := filepath.Join(dir, "pocket-tts")
+	os.MkdirAll(folder, 0o755)
+	older, newer := "voice_00000000000000000000000a", "voice_00000000000000000000000b"
+	for i, c := range []struct {
+		id      string
+		created int64
+	}{{older, -1}, {newer, math.MaxInt64}} {
+		os.WriteFile(filepath.Join(folder, c.id+".safetensors"), []byte(fmt.Sprintf("fake voice %d", i+1)), 0o644)
+		os.WriteFile(filepath.Join(folder, c.id+".json"), []byte(fmt.Sprintf(`{"name":"v","created_at":%d}`, c.created)), 0o644)
+	}
+	srv := newVoiceServer(t, &fakeSpeaker{frames: 1}, Config{Voices: VoiceConfig{Dir: dir, MaxVoices: 1}})
+	code, b := authGet(t, srv.URL+"/v1/audio/voices", "")
+	var l voiceList
+	if err := json.Unmarshal(b, &l); code != 200 || err != nil || len(l.Data) != 3 || l.Data[2].ID != newer {
+		t.Errorf("a limit of one voice at start: %d %s (want %s kept)", code, b, newer)
+	}
+	if got := dirFiles(t, folder); !slices.Equal(got, []string{newer + ".json", newer + ".safetensors"}) {
+		t.Errorf("the folder holds %v", got)
+	}
+}
+
+// TestVoiceDirConcurrent: uploads and deletes of the same voices at once, with a limit that
+// evicts, leave the folder holding the files of the voices served, and only those.
+func TestVoiceDirConcurrent(t *testing.T) {
+	dir := t.TempDir()
+	folder := filepath.Join(dir, "pocket-tts")
+	srv := newVoiceServer(t, &fakeSpeaker{frames: 1}, Config{Voices: VoiceConfig{Dir: dir, MaxVoices: 2}})
+	prompts := [][]byte{promptWAV(t, 1, 220), promptWAV(t, 1, 330), promptWAV(t, 1, 440)}
+	ids := make([]string, len(prompts))
+	for i, p := range prompts {
+		code, b := uploadForm(t, srv.URL+"/v1/audio/voices", "", "file", p)
+		var v storedVoice
+		if err := json.Unmarshal(b, &v); code != 200 || err != nil {
+			t.Fatalf("upload: %d %s", code, b)
+		}
+		ids[i] = v.ID
+	}
+	for round := 0; round < 10; round++ {
+		var wg sync.WaitGroup
+		for g := 0; g < 6; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 6; i++ {
+					k := (g + i + round) % len(prompts)
+					if (g+i)%2 == 0 {
+						if code, b := uploadForm(t, srv.URL+"/v1/audio/voices", "", "file", prompts[k]); code != 200 {
+							t.Errorf("upload: %d %s", code, b)
+						}
+					} else if code, b := deleteReq(t, srv.URL+"/v1/audio/voices/"+ids[k]); code != 200 && code != 404 {
+						t.Errorf("delete: %d %s", code, b)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		code, b := authGet(t, srv.URL+"/v1/audio/voices", "")
+		var l voiceList
+		if err := json.Unmarshal(b, &l); code != 200 || err != nil {
+			t.Fatalf("list: %d %s", code, b)
+		}
+		var want []string
+		for _, d := range l.Data {
+			if d.Type == "uploaded" {
+				want = append(want, d.ID+".json", d.ID+".safetensors")
+			}
+		}
+		slices.Sort(want)
+		if got := dirFiles(t, folder); !slices.Equal(got, want) {
+			t.Fatalf("round %d: the folder holds %v, the voices served are %v", round, got, want)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -115,6 +116,10 @@ type storedVoice struct {
 // voiceStore is the uploaded voices of one model, at most max of them and maxBytes of memory,
 // the least recently used evicted.
 type voiceStore struct {
+	// files is held, before mu, around each change of the voices that touches their files
+	// (reading the folder, an upload's save and add, a delete, an eviction's removal), so that
+	// the files match the voices in memory once each is done.
+	files    sync.Mutex
 	mu       sync.Mutex
 	max      int
 	maxBytes int64
@@ -122,7 +127,7 @@ type voiceStore struct {
 	clock    uint64
 	byID     map[string]*storedVoice
 	dir      string // where the voices are kept in files; "" for none
-	loaded   bool   // dir has been read
+	loaded   bool   // dir has been read; guarded by files
 }
 
 func newVoiceStore(c VoiceConfig, model string) *voiceStore {
@@ -197,10 +202,7 @@ func (vs *voiceStore) list() []storedVoice {
 		out = append(out, *v)
 	}
 	slices.SortFunc(out, func(a, b storedVoice) int {
-		if a.CreatedAt != b.CreatedAt {
-			return int(a.CreatedAt - b.CreatedAt)
-		}
-		return strings.Compare(a.ID, b.ID)
+		return cmp.Or(cmp.Compare(a.CreatedAt, b.CreatedAt), strings.Compare(a.ID, b.ID))
 	})
 	return out
 }
@@ -314,10 +316,17 @@ func (s *Server) uploadVoice(w http.ResponseWriter, r *http.Request) {
 	}
 	v := &storedVoice{ID: id, Object: "audio.voice", Name: name, Model: m.Name, Type: "uploaded",
 		CreatedAt: time.Now().Unix(), Duration: math.Round(dur*1000) / 1000, voice: cv}
+	store.files.Lock()
+	if old := store.get(id); old != nil { // the same prompt, uploaded meanwhile
+		store.files.Unlock()
+		writeJSON(w, old)
+		return
+	}
 	if st, ok := m.Synth.(VoiceStorer); ok {
 		if err := store.save(st, v); err != nil {
-			ri.log.Error("an uploaded voice could not be saved", "model", m.Name, "voice", id, "dir", store.dir, "err", err)
 			store.removeFiles(id)
+			store.files.Unlock()
+			ri.log.Error("an uploaded voice could not be saved", "model", m.Name, "voice", id, "dir", store.dir, "err", err)
 			writeError(w, internalError())
 			return
 		}
@@ -328,6 +337,7 @@ func (s *Server) uploadVoice(w http.ResponseWriter, r *http.Request) {
 			ri.log.Error("a dropped voice's files could not be removed", "model", m.Name, "voice", o.ID, "err", err)
 		}
 	}
+	store.files.Unlock()
 	ri.log.Info("voice uploaded", "model", m.Name, "voice", id, "seconds", dur, "bytes", cv.Bytes(), "took", time.Since(t0).Round(time.Millisecond))
 	writeJSON(w, v)
 }
