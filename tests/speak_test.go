@@ -18,8 +18,8 @@ import (
 // TestSpeakBinary: the binary speaks a text with the random-weight Pocket TTS checkpoint, the
 // reference's tokenizer and voice state and its recorded noise (t1-hello: EOS at step 14, 19
 // frames), writing the reference's audio.wav within one step of 16-bit PCM, and as FLAC the same
-// samples; an unknown voice
-// and a flag mistake get clear errors.
+// samples, and with --tts-decoder-threads (the decoder overlapped) the same samples; an unknown
+// voice and flag mistakes get clear errors.
 func TestSpeakBinary(t *testing.T) {
 	ref := sharedtest.Path(t, "reference/tts")
 	weights := sharedtest.PocketTTSRandomWeights(t)
@@ -73,6 +73,25 @@ func TestSpeakBinary(t *testing.T) {
 			t.Fatalf("sample %d: %v from the WAV, %v from the FLAC", i, fromWAV[i], fromFLAC[i])
 		}
 	}
+	// with the Mimi decoder on a backend of its own, overlapping the FlowLM steps: the same
+	// samples within one step
+	overlapOut := filepath.Join(t.TempDir(), "overlap.wav")
+	res = parley(t, "", append(base, "--voice", voice, "--noise", filepath.Join(ref, "t1-hello", "noise.npy"), "--tts-decoder-threads", "1", "-o", overlapOut, "Hello world.")...)
+	if res.code != 0 {
+		t.Fatalf("--tts-decoder-threads 1: exit %d: %s", res.code, res.stderr)
+	}
+	ov, err := os.ReadFile(overlapOut)
+	if err != nil || len(ov) != len(got) {
+		t.Fatalf("--tts-decoder-threads 1: %d bytes, %v; without it %d", len(ov), err, len(got))
+	}
+	for i := 44; i+1 < len(got); i += 2 {
+		if d := int(int16(le.Uint16(got[i:]))) - int(int16(le.Uint16(ov[i:]))); d < -1 || d > 1 {
+			t.Fatalf("--tts-decoder-threads 1: sample %d differs by %d", (i-44)/2, d)
+		}
+	}
+	if res = parley(t, "", append(base, "--voice", voice, "--tts-decoder-threads", "-1", "-o", out, "Hi.")...); res.code != 2 || !strings.Contains(res.stderr, "--tts-decoder-threads") {
+		t.Errorf("--tts-decoder-threads -1: exit %d, %s", res.code, res.stderr)
+	}
 	res = parley(t, "", append(base, "--voice", "nobody", "-o", out, "Hi.")...)
 	if res.code != 1 || !strings.Contains(res.stderr, "no such voice") {
 		t.Errorf("an unknown voice: exit %d, %s", res.code, res.stderr)
@@ -84,8 +103,9 @@ func TestSpeakBinary(t *testing.T) {
 }
 
 // TestServeSpeechBatched: three /v1/audio/speech requests at once on a server that batches
-// three syntheses give, each, the WAV `parley speak` makes of the same text alone (the same
-// voice, temperature and seed), within one step of 16-bit PCM.
+// three syntheses, its Mimi decoder on a backend of its own (--tts-decoder-threads), give, each,
+// the WAV `parley speak` makes of the same text alone (the same voice, temperature and seed),
+// within one step of 16-bit PCM.
 func TestServeSpeechBatched(t *testing.T) {
 	ref := sharedtest.Path(t, "reference/tts")
 	weights := sharedtest.PocketTTSRandomWeights(t)
@@ -121,7 +141,7 @@ func TestServeSpeechBatched(t *testing.T) {
 		b, err := io.ReadAll(resp.Body)
 		return resp.StatusCode, b, err
 	}
-	srv := startServer(t, "-t", "2", "-m", "tts="+model, "--tts-voice", "ref="+voice, "--tts-parallel", "3")
+	srv := startServer(t, "-t", "2", "-m", "tts="+model, "--tts-voice", "ref="+voice, "--tts-parallel", "3", "--tts-decoder-threads", "1")
 	got := make([][]byte, len(texts))
 	codes := make([]int, len(texts))
 	errs := make([]error, len(texts))

@@ -58,6 +58,7 @@ func runServe(e *env, args []string) (err error) {
 	asrQueue := fs.Int("asr-queue", 16, "waiting transcriptions per speech model beyond which requests get 429")
 	ttsParallel := fs.Int("tts-parallel", tts.DefaultMaxActive, "most syntheses stepped together per speech synthesis model")
 	ttsQueue := fs.Int("tts-queue", 16, "waiting syntheses per speech synthesis model beyond which requests get 429")
+	ttsDecThreads := fs.Int("tts-decoder-threads", 0, decoderThreadsUsage)
 	asrEncode := fs.Int("asr-encode-batch", 1, "most audio windows encoded in one batched encoder call (1..--asr-parallel; more pays on a GPU, not on a CPU)")
 	maxAudio := fs.Int64("max-audio-body", 25<<20, "largest audio upload in bytes")
 	maxAudioDur := fs.Duration("max-audio-duration", 2*time.Hour, "longest audio accepted for transcription")
@@ -110,6 +111,9 @@ func runServe(e *env, args []string) (err error) {
 	}
 	if *asrParallel < 1 || *asrQueue < 0 || *maxAudio < 1 || *maxAudioDur <= 0 || *maxStreams < 1 || *maxSpeechStreams < 1 || *maxVoices < 1 || *maxVoiceDur < time.Second || *asrEncode < 1 || *asrEncode > min(*asrParallel, 64) {
 		return usagef("--asr-parallel, --max-audio-body, --max-audio-duration, --max-streams, --max-speech-streams and --max-voices must be positive, --max-voice-duration at least 1s; --asr-queue not negative; --asr-encode-batch 1..--asr-parallel (64 at most)")
+	}
+	if *ttsDecThreads < 0 || *ttsDecThreads > 1024 {
+		return usagef("--tts-decoder-threads must be 0 to 1024")
 	}
 	if *ttsParallel < 1 || *ttsParallel > 64 || *ttsQueue < 1 {
 		return usagef("--tts-parallel must be 1 to 64, --tts-queue positive")
@@ -316,7 +320,7 @@ func runServe(e *env, args []string) (err error) {
 			closers[i]()
 		}
 	}()
-	env := serveEnv{logger: logger, steps: steps, asrParams: &asrParams, ttsVoices: ttsVoices, ttsConfig: tts.Config{MaxActive: *ttsParallel, MaxQueue: *ttsQueue}, embeddings: *embeddings, kvShare: len(specs)}
+	env := serveEnv{logger: logger, steps: steps, asrParams: &asrParams, ttsVoices: ttsVoices, ttsConfig: tts.Config{MaxActive: *ttsParallel, MaxQueue: *ttsQueue}, ttsDecoderThreads: *ttsDecThreads, embeddings: *embeddings, kvShare: len(specs)}
 	for i, sp := range specs {
 		be := be
 		if _, records := be.(backend.Recorder); records && i > 0 {

@@ -31,13 +31,16 @@ type serveSpec struct {
 
 // serveEnv is what opening a served model needs besides its spec and backend.
 type serveEnv struct {
-	logger     *slog.Logger
-	steps      *server.StepMetrics
-	asrParams  *asr.Params
-	ttsVoices  []string
-	ttsConfig  tts.Config // batching and queueing of speech synthesis models
-	embeddings bool
-	kvShare    int // models loaded at start, which share the KV-cache budget
+	logger    *slog.Logger
+	steps     *server.StepMetrics
+	asrParams *asr.Params
+	ttsVoices []string
+	ttsConfig tts.Config // batching and queueing of speech synthesis models
+	// ttsDecoderThreads, when positive, gives each speech synthesis model's Mimi decoder a
+	// backend of its own with that many threads (tts.Config.Decoder).
+	ttsDecoderThreads int
+	embeddings        bool
+	kvShare           int // models loaded at start, which share the KV-cache budget
 }
 
 // openedModel is a model opened for serving: what the server is given, the schedulers whose
@@ -74,7 +77,7 @@ func openServed(sp serveSpec, be backend.Backend, env serveEnv) (_ *openedModel,
 	if kind, err := models.Check(sp.path); err != nil {
 		return nil, fmt.Errorf("%s: %w", sp.name, err)
 	} else if kind == models.KindSpeechSynthesis {
-		synth, closeSynth, err := openSynth(be, sp.path, env.ttsVoices, env.ttsConfig)
+		synth, closeSynth, err := openSynth(be, sp.path, env.ttsVoices, env.ttsConfig, env.ttsDecoderThreads)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sp.name, err)
 		}

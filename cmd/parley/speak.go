@@ -43,6 +43,7 @@ func runSpeak(e *env, args []string) error {
 	voiceArg := fs.String("voice", "", "a voice `NAME` in the checkpoint, a voice-state .safetensors file, or an audio file to clone")
 	out := fs.String("o", "-", "output `FILE` (- for standard output)")
 	format := fs.String("format", "wav", "output format: wav, flac, pcm (16-bit little-endian mono)")
+	decThreads := fs.Int("tts-decoder-threads", 0, decoderThreadsUsage)
 	temp := fs.Float64("temperature", tts.DefaultTemperature, "variance of the flow head's starting noise (0: deterministic)")
 	seed := fs.Uint64("seed", 0, "seed of the sampling noise")
 	noisePath := fs.String("noise", "", "the flow head's x0 of every frame step, a float32 .npy of rows of 32 (recorded noise, for comparing with a reference; replaces --temperature and --seed)")
@@ -114,7 +115,19 @@ func runSpeak(e *env, args []string) error {
 		return err
 	}
 	defer m.Close()
-	s, err := tts.New(m, tok, tts.Config{Text: ck.Text, MaxActive: 1}) // one synthesis: one slot of cache
+	sc := tts.Config{Text: ck.Text, MaxActive: 1} // one synthesis: one slot of cache
+	if *decThreads < 0 {
+		return usagef("--tts-decoder-threads must be 0 to 1024")
+	}
+	if *decThreads > 0 {
+		dm, closeDec, err := decoderModel(b, ck.Weights, *decThreads)
+		if err != nil {
+			return err
+		}
+		defer closeDec()
+		sc.Decoder = dm
+	}
+	s, err := tts.New(m, tok, sc)
 	if err != nil {
 		return err
 	}
@@ -227,7 +240,7 @@ func speakVoice(s *tts.Synthesizer, ck *pockettts.Checkpoint, cfg pockettts.Conf
 // openSynth opens the Pocket TTS checkpoint at path on be for serving, with the checkpoint's
 // voices and the voice-state files of voiceArgs (NAME=FILE each), batched and queued as sc says;
 // with no voices, requests speak with voices uploaded to /v1/audio/voices. close releases it all.
-func openSynth(be backend.Backend, path string, voiceArgs []string, sc tts.Config) (ss servedSynth, close func(), err error) {
+func openSynth(be backend.Backend, path string, voiceArgs []string, sc tts.Config, decoderThreads int) (ss servedSynth, close func(), err error) {
 	ck, err := pockettts.Open(path)
 	if err != nil {
 		return servedSynth{}, nil, err
@@ -268,6 +281,14 @@ func openSynth(be backend.Backend, path string, voiceArgs []string, sc tts.Confi
 		return servedSynth{}, nil, err
 	}
 	closers = append(closers, func() { m.Close() })
+	if decoderThreads > 0 {
+		dm, closeDec, err := decoderModel(be, ck.Weights, decoderThreads)
+		if err != nil {
+			return servedSynth{}, nil, err
+		}
+		closers = append(closers, closeDec)
+		sc.Decoder = dm
+	}
 	sc.Text, sc.Voices = ck.Text, voices
 	s, err := tts.New(m, ck.Tokenizer, sc)
 	if err != nil {
@@ -323,3 +344,24 @@ type clonedVoice struct{ v *pockettts.Voice }
 
 func (c clonedVoice) Apply(r *tts.Request) { r.Voice, r.VoiceName = c.v, "" }
 func (c clonedVoice) Bytes() int           { return c.v.Bytes() }
+
+// decoderThreadsUsage is --tts-decoder-threads's help.
+const decoderThreadsUsage = "run Pocket TTS's Mimi decoder on a backend of its own with `N` threads, frame i decoded while frame i+1's FlowLM step runs (a second copy of the decoder's weights; pays where cores are free beside --threads; 0: decode after each step, on the model's backend)"
+
+// decoderModel loads w again on a new backend of be's kind with threads threads, for
+// tts.Config.Decoder: the synthesizer's Mimi decoder then runs there, beside its FlowLM steps.
+// close releases the model and the backend.
+func decoderModel(be backend.Backend, w *pockettts.Weights, threads int) (m *pockettts.Model, close func(), err error) {
+	if threads > 1024 {
+		return nil, nil, usagef("--tts-decoder-threads %d: want 0 to 1024", threads)
+	}
+	db, _, err := backend.New(be.Name(), backend.Options{Threads: threads})
+	if err != nil {
+		return nil, nil, fmt.Errorf("the decoder's backend: %w", err)
+	}
+	if m, err = pockettts.New(db, w); err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return m, func() { m.Close(); db.Close() }, nil
+}
