@@ -502,15 +502,23 @@ func (f *FlowLM) Step(seqs []*kvcache.Seq, in, noise, out, eos []float32) error 
 	if o.err == nil {
 		o.do(m.trace("backbone", vs.x))
 	}
-	o.do(be.MatMul(vs.eos, vs.x, m.eosW))
+	return f.heads(o, vs.x, vs.eos, fv, noise, out, eos, seqs, "frame step")
+}
+
+// heads ends a frame step: the EOS head and the flow head over the backbone's output x (a row a
+// sequence; eosT its EOS logits' scratch) make each sequence's EOS logit into eos and its latent
+// into out, from noise, and each sequence advances by the frame. what names the step in errors.
+func (f *FlowLM) heads(o *ops, x, eosT backend.Tensor, fv *flowViews, noise, out, eos []float32, seqs []*kvcache.Seq, what string) error {
+	be, m := f.m.be, f.m
+	o.do(be.MatMul(eosT, x, m.eosW))
 	o.do(be.Write(fv.x, 0, noise))
 	if o.err == nil {
-		o.do(m.flowHead(f.flow, fv, vs.x))
+		o.do(m.flowHead(f.flow, fv, x))
 	}
 	o.do(be.Read(fv.x, 0, out))
-	o.do(be.Read(vs.eos, 0, eos))
+	o.do(be.Read(eosT, 0, eos))
 	if o.err != nil {
-		return fmt.Errorf("pockettts: frame step: %w", o.err)
+		return fmt.Errorf("pockettts: %s: %w", what, o.err)
 	}
 	for i := range eos {
 		eos[i] += m.eosB
@@ -626,25 +634,7 @@ func (f *FlowLM) Start(seqs []*kvcache.Seq, tokens [][]int32, noise, out, eos []
 		f.mix(o, vt, bt, len(m.layers)-1)
 	}
 	o.do(be.LayerNorm(vt.x, vt.x, m.outNorm.w, m.outNorm.b, lmEps))
-	o.do(be.MatMul(vn.eos, vt.x, m.eosW))
-	o.do(be.Write(fv.x, 0, noise))
-	if o.err == nil {
-		o.do(m.flowHead(f.flow, fv, vt.x))
-	}
-	o.do(be.Read(fv.x, 0, out))
-	o.do(be.Read(vn.eos, 0, eos))
-	if o.err != nil {
-		return fmt.Errorf("pockettts: text pass and first frame step: %w", o.err)
-	}
-	for i := range eos {
-		eos[i] += m.eosB
-	}
-	for _, s := range seqs {
-		if err := s.Advance(1); err != nil {
-			return err
-		}
-	}
-	return nil
+	return f.heads(o, vt.x, vn.eos, fv, noise, out, eos, seqs, "text pass and first frame step")
 }
 
 // bosRow computes the input row of a chunk's first frame step, the BOS embedding through the
