@@ -3,13 +3,16 @@ package tests
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -25,7 +28,11 @@ import (
 // 16 kHz (the rate set by a session update) as the next item, whose transcript is the final text
 // /v1/audio/stream sends for that audio committed; a bad append gets an error event and the
 // session goes on. In the beta dialect with server_vad, the 24 kHz audio streamed in 100 ms
-// appends comes back as items announced by speech_started. (The exact transcript of 24 kHz
+// appends comes back as items announced by speech_started. Every completed transcript carries its
+// usage, the seconds of its item's audio (each GA item's is the audio committed); the GA session
+// includes logprobs: its transcripts' tokens, which put together spell them, each with a
+// log-probability of at most 0 and its UTF-8 bytes, in the delta and the completed event alike.
+// (The exact transcript of 24 kHz
 // audio, resampled, is checked against /v1/audio/transcriptions in runtime/server's tests.) A
 // client secret minted with client.realtime.clientSecrets opens a GA session alone, in the
 // settings it was minted with, and transcribes the 24 kHz audio as the API key's session did.
@@ -89,22 +96,30 @@ func TestServeRealtime(t *testing.T) {
 								TurnDetection any `json:"turn_detection"`
 							}
 						}
+						Include []string `json:"include"`
 					} `json:"session_updated"`
 					Committed struct {
 						ItemID         string  `json:"item_id"`
 						PreviousItemID *string `json:"previous_item_id"`
 					} `json:"committed"`
+					Delta struct {
+						Logprobs []rtLogprob `json:"logprobs"`
+					} `json:"delta"`
 					Completed struct {
-						ItemID     string `json:"item_id"`
-						Transcript string `json:"transcript"`
+						ItemID     string      `json:"item_id"`
+						Transcript string      `json:"transcript"`
+						Usage      rtUsage     `json:"usage"`
+						Logprobs   []rtLogprob `json:"logprobs"`
 					} `json:"completed"`
 					Committed16 struct {
 						ItemID         string  `json:"item_id"`
 						PreviousItemID *string `json:"previous_item_id"`
 					} `json:"committed16"`
 					Completed16 struct {
-						ItemID     string `json:"item_id"`
-						Transcript string `json:"transcript"`
+						ItemID     string      `json:"item_id"`
+						Transcript string      `json:"transcript"`
+						Usage      rtUsage     `json:"usage"`
+						Logprobs   []rtLogprob `json:"logprobs"`
 					} `json:"completed16"`
 					Errors []struct {
 						Code, Param string
@@ -134,6 +149,8 @@ func TestServeRealtime(t *testing.T) {
 					Completed []struct {
 						ItemID     string `json:"item_id"`
 						Transcript string
+						Usage      rtUsage     `json:"usage"`
+						Logprobs   []rtLogprob `json:"logprobs"`
 					} `json:"completed"`
 					Errors []any `json:"errors"`
 				} `json:"beta"`
@@ -184,6 +201,16 @@ func TestServeRealtime(t *testing.T) {
 				t.Errorf("GA events %v: want each item added after its commit and done after its transcript", ga.Types)
 			}
 			t.Logf("GA events: %v", ga.Types)
+			if inc := ga.SessionUpdated.Include; len(inc) != 1 || inc[0] != "item.input_audio_transcription.logprobs" {
+				t.Errorf("GA: session.updated include %v", inc)
+			}
+			checkRTUsage(t, "GA 24 kHz", ga.Completed.Usage, float64(len(pcm24)/2)/24000)
+			checkRTUsage(t, "GA 16 kHz", ga.Completed16.Usage, float64(len(pcm16)/2)/16000)
+			checkLogprobs(t, "GA 24 kHz", ga.Completed.Logprobs, ga.Completed.Transcript)
+			checkLogprobs(t, "GA 16 kHz", ga.Completed16.Logprobs, ga.Completed16.Transcript)
+			if !reflect.DeepEqual(ga.Delta.Logprobs, ga.Completed.Logprobs) {
+				t.Errorf("GA: delta's logprobs %+v, completed's %+v", ga.Delta.Logprobs, ga.Completed.Logprobs)
+			}
 
 			beta := res.Beta
 			if beta.Subprotocol != "realtime" || beta.SessionCreated.Object != "realtime.transcription_session" || beta.SessionCreated.InputAudioTranscription.Model != model {
@@ -206,6 +233,16 @@ func TestServeRealtime(t *testing.T) {
 				}
 			}
 			t.Logf("beta: %d items: %+v", len(beta.Completed), beta.Completed)
+			used := 0.0
+			for _, c := range beta.Completed {
+				if c.Usage.Type != "duration" || !(c.Usage.Seconds > 0) || c.Logprobs != nil {
+					t.Errorf("beta: completed %+v: want a duration and no logprobs (not included)", c)
+				}
+				used += c.Usage.Seconds
+			}
+			if sent := float64(len(pcm24)/2) / 24000; used > sent+1.0/16000 {
+				t.Errorf("beta: usage of %.4f s in all, %.4f s sent", used, sent)
+			}
 
 			mt := res.Minted
 			if !strings.HasPrefix(mt.Value, "ek_") || mt.Value == key || mt.ExpiresAt < time.Now().Unix() {
@@ -218,6 +255,54 @@ func TestServeRealtime(t *testing.T) {
 				t.Errorf("with the client secret: transcript %q, errors %v; the API key's session gave %q", mt.Completed.Transcript, mt.Errors, ga.Completed.Transcript)
 			}
 		})
+	}
+}
+
+// rtUsage and rtLogprob are a completed transcript's usage and logprobs.
+type (
+	rtUsage struct {
+		Type    string  `json:"type"`
+		Seconds float64 `json:"seconds"`
+	}
+	rtLogprob struct {
+		Token   string   `json:"token"`
+		Logprob *float64 `json:"logprob"`
+		Bytes   []int    `json:"bytes"`
+	}
+)
+
+// checkRTUsage checks a duration usage against the seconds of audio sent, within a sample of the
+// 16 kHz stream.
+func checkRTUsage(t *testing.T, what string, u rtUsage, want float64) {
+	t.Helper()
+	if u.Type != "duration" || math.Abs(u.Seconds-want) > 1.0/16000+1e-6 {
+		t.Errorf("%s: usage %+v, want %.6f seconds", what, u, want)
+	}
+}
+
+// checkLogprobs checks that a transcript's tokens spell it and have log-probabilities and bytes.
+func checkLogprobs(t *testing.T, what string, lps []rtLogprob, transcript string) {
+	t.Helper()
+	if transcript != "" && len(lps) == 0 {
+		t.Errorf("%s: no logprobs for %q", what, transcript)
+	}
+	var b []byte
+	for _, lp := range lps {
+		tok := make([]byte, len(lp.Bytes))
+		for i, c := range lp.Bytes {
+			tok[i] = byte(c)
+		}
+		b = append(b, tok...)
+		if lp.Logprob == nil || !(*lp.Logprob <= 0) || utf8.Valid(tok) && string(tok) != lp.Token {
+			t.Errorf("%s: token %+v: want a log-probability <= 0 and the token's bytes", what, lp)
+		}
+	}
+	// As JSON sends the transcript: an invalid UTF-8 sequence as U+FFFD.
+	j, _ := json.Marshal(strings.TrimSpace(string(b)))
+	var got string
+	json.Unmarshal(j, &got)
+	if got != transcript {
+		t.Errorf("%s: tokens spell %q, transcript %q", what, got, transcript)
 	}
 }
 

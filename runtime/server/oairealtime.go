@@ -35,7 +35,11 @@ type rtSettings struct {
 	vad      bool          // server_vad: the stream's endpoints end items; else commits do
 	silence  time.Duration // server_vad's silence_duration_ms; 0: the server's
 	rate     int           // of the audio appended
+	logprobs bool          // include: item.input_audio_transcription.logprobs
 }
+
+// includeLogprobs is the one include value taken: transcripts' tokens and their log-probabilities.
+const includeLogprobs = "item.input_audio_transcription.logprobs"
 
 // realtime upgrades to a WebSocket and runs an OpenAI Realtime transcription session.
 func (s *Server) realtime(w http.ResponseWriter, r *http.Request) {
@@ -100,6 +104,7 @@ type realtimeProtocol struct {
 	cur  *rtItem    // the item the audio since the last commit belongs to
 	prev string     // the last item committed
 	base float64    // seconds of audio in the streams before this one
+	mark float64    // where the current item's audio begins, in seconds like base
 }
 
 // clientRealtimeEvent is a client event; fields beyond type belong to some types.
@@ -241,7 +246,7 @@ type rtSessionIn struct {
 	InputAudioTranscription  json.RawMessage `json:"input_audio_transcription"`
 	TurnDetection            json.RawMessage `json:"turn_detection"`
 	InputAudioNoiseReduction json.RawMessage `json:"input_audio_noise_reduction"`
-	Include                  []string        `json:"include"`
+	Include                  json.RawMessage `json:"include"` // null or [] turns include off
 	Audio                    *struct {
 		Input *struct {
 			Format         json.RawMessage `json:"format"`
@@ -299,8 +304,17 @@ func (p *realtimeProtocol) update(set rtSettings, raw json.RawMessage) (rtSettin
 	if nr != nil && !isNull(nr) {
 		return set, &badSetting{code: "unsupported_value", param: nrParam, msg: "Noise reduction is not supported: leave it out or set it to null."}
 	}
-	if len(in.Include) > 0 {
-		return set, &badSetting{code: "unsupported_value", param: "session.include", msg: "Including " + strings.Join(in.Include, ", ") + " is not supported: leave include out."}
+	if in.Include != nil {
+		var include []string
+		if err := json.Unmarshal(in.Include, &include); err != nil {
+			return set, &badSetting{code: "invalid_value", param: "session.include", msg: "include is not a list of names: " + err.Error() + "."}
+		}
+		for _, v := range include {
+			if v != includeLogprobs {
+				return set, &badSetting{code: "unsupported_value", param: "session.include", msg: "Including " + strings.Join(include, ", ") + " is not supported: include only " + includeLogprobs + " or leave include out."}
+			}
+		}
+		set.logprobs = len(include) > 0
 	}
 	if td != nil {
 		tdParam := prefix + "turn_detection"

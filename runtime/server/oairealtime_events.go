@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"math"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/coder/websocket"
@@ -15,12 +17,32 @@ import (
 // stream's finals end items). Its transcript is its final text, sent whole as one delta and then
 // as the completed transcript: a stream's partial text may still change, which OpenAI's deltas,
 // appended to each other, cannot express, so partials only mark where speech begins.
+//
+// An item's audio, which its usage counts in seconds, runs from where the one before it ended
+// (the stream's beginning, a clear or a session update where none did) to where it ends: its
+// commit, or the end of the final that ends it under server_vad. Audio after the last item, or
+// cleared, is in none. It is counted at the stream's rate, after resampling.
 
 // rtItem is the item the audio since the last commit belongs to.
 type rtItem struct {
 	id      string
 	text    string
-	started bool // speech_started was sent for it
+	tokens  []asr.LiveToken // its text's, where the session includes log-probabilities
+	started bool            // speech_started was sent for it
+}
+
+// addFinal adds a final's text (and tokens) to the item. The tokens of a final after the first
+// get the space joinText puts between their texts, so that the item's tokens put together are
+// its transcript.
+func (p *realtimeProtocol) addFinal(it *rtItem, ev asr.Event) {
+	if p.work.logprobs && ev.Text != "" {
+		n := len(it.tokens)
+		it.tokens = append(it.tokens, ev.Tokens...)
+		if it.text != "" && len(it.tokens) > n && !strings.HasPrefix(it.tokens[n].Text, " ") {
+			it.tokens[n].Text = " " + it.tokens[n].Text
+		}
+	}
+	it.text = joinText(it.text, ev.Text)
 }
 
 // rtErrorEvent is OpenAI's error event.
@@ -92,7 +114,7 @@ func (p *realtimeProtocol) reopen(set rtSettings) error {
 	if c, ok := lv.sess.(*countedLive); ok {
 		p.base += float64(c.total) / asr.SampleRate
 	}
-	lv.sess, p.work, p.cur = l, set, nil
+	lv.sess, p.work, p.cur, p.mark = l, set, nil, p.base
 	return nil
 }
 
@@ -142,21 +164,24 @@ func (p *realtimeProtocol) commit(ctx context.Context, explicit bool) bool {
 	if err != nil {
 		return lv.emit(ctx, nil, err)
 	}
-	text := ""
+	said := false
 	for _, ev := range evs {
-		if ev.Type == "final" {
-			text = joinText(text, ev.Text)
-		}
+		said = said || ev.Type == "final" && ev.Text != ""
 	}
-	if !explicit && p.cur == nil && text == "" {
+	if !explicit && p.cur == nil && !said {
 		return true
 	}
 	it := p.item()
-	it.text = joinText(it.text, text)
-	if it.started && !p.speech(ctx, "input_audio_buffer.speech_stopped", "audio_end_ms", p.base+float64(lv.sess.(*countedLive).total)/asr.SampleRate) {
+	for _, ev := range evs {
+		if ev.Type == "final" {
+			p.addFinal(it, ev)
+		}
+	}
+	end := p.base + float64(lv.sess.(*countedLive).total)/asr.SampleRate
+	if it.started && !p.speech(ctx, "input_audio_buffer.speech_stopped", "audio_end_ms", end) {
 		return false
 	}
-	return p.finish(ctx)
+	return p.finish(ctx, end)
 }
 
 // events turns the stream's events into items.
@@ -165,8 +190,7 @@ func (p *realtimeProtocol) events(ctx context.Context, evs []asr.Event) bool {
 		switch {
 		case !p.work.vad:
 			if ev.Type == "final" && ev.Text != "" {
-				it := p.item()
-				it.text = joinText(it.text, ev.Text)
+				p.addFinal(p.item(), ev)
 			}
 		case ev.Type == "partial":
 			if ev.Text != "" && (p.cur == nil || !p.cur.started) && !p.start(ctx, ev.Start) {
@@ -179,8 +203,8 @@ func (p *realtimeProtocol) events(ctx context.Context, evs []asr.Event) bool {
 			if (p.cur == nil || !p.cur.started) && !p.start(ctx, ev.Start) {
 				return false
 			}
-			p.cur.text = joinText(p.cur.text, ev.Text)
-			if !p.speech(ctx, "input_audio_buffer.speech_stopped", "audio_end_ms", p.base+ev.End) || !p.finish(ctx) {
+			p.addFinal(p.cur, ev)
+			if !p.speech(ctx, "input_audio_buffer.speech_stopped", "audio_end_ms", p.base+ev.End) || !p.finish(ctx, p.base+ev.End) {
 				return false
 			}
 		}
@@ -206,9 +230,12 @@ func (p *realtimeProtocol) speech(ctx context.Context, typ, field string, sec fl
 	return p.send(ctx, map[string]any{"type": typ, field: int64(math.Round(sec * 1000)), "item_id": p.cur.id})
 }
 
-// finish commits the current item and sends its transcript.
-func (p *realtimeProtocol) finish(ctx context.Context) bool {
+// finish commits the current item, whose audio ends at end (seconds like base), and sends its
+// transcript.
+func (p *realtimeProtocol) finish(ctx context.Context, end float64) bool {
 	it := p.cur
+	usage := rtUsage{Type: "duration", Seconds: math.Round(max(end-p.mark, 0)*1e6) / 1e6}
+	p.mark = max(p.mark, end)
 	var prev any
 	if p.prev != "" {
 		prev = p.prev
@@ -224,13 +251,58 @@ func (p *realtimeProtocol) finish(ctx context.Context) bool {
 	if !p.send(ctx, map[string]any{"type": added, "previous_item_id": prev, "item": userItem(it.id, nil)}) {
 		return false
 	}
-	if it.text != "" && !p.send(ctx, map[string]any{"type": "conversation.item.input_audio_transcription.delta", "item_id": it.id, "content_index": 0, "delta": it.text}) {
-		return false
+	var logprobs []rtLogprob
+	if p.work.logprobs {
+		logprobs = make([]rtLogprob, len(it.tokens))
+		for i, t := range it.tokens {
+			logprobs[i] = rtLogprob{Token: t.Text, Logprob: min(float64(t.PLog), 0), Bytes: rtBytes(t.Text)}
+		}
 	}
-	if !p.send(ctx, map[string]any{"type": "conversation.item.input_audio_transcription.completed", "item_id": it.id, "content_index": 0, "transcript": it.text}) {
+	if it.text != "" {
+		delta := map[string]any{"type": "conversation.item.input_audio_transcription.delta", "item_id": it.id, "content_index": 0, "delta": it.text}
+		if logprobs != nil {
+			delta["logprobs"] = logprobs
+		}
+		if !p.send(ctx, delta) {
+			return false
+		}
+	}
+	done := map[string]any{"type": "conversation.item.input_audio_transcription.completed", "item_id": it.id, "content_index": 0, "transcript": it.text, "usage": usage}
+	if logprobs != nil {
+		done["logprobs"] = logprobs
+	}
+	if !p.send(ctx, done) {
 		return false
 	}
 	return p.beta || p.send(ctx, map[string]any{"type": "conversation.item.done", "previous_item_id": prev, "item": userItem(it.id, it.text)})
+}
+
+// rtUsage is a transcript's usage: OpenAI's duration form, the seconds of the item's audio.
+type rtUsage struct {
+	Type    string  `json:"type"` // "duration"
+	Seconds float64 `json:"seconds"`
+}
+
+// rtLogprob is a transcript token's log-probability; its bytes are the token's UTF-8 text.
+type rtLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float64 `json:"logprob"`
+	Bytes   rtBytes `json:"bytes"`
+}
+
+// rtBytes is sent as a list of numbers, not base64.
+type rtBytes []byte
+
+func (b rtBytes) MarshalJSON() ([]byte, error) {
+	out := make([]byte, 0, 2+4*len(b))
+	out = append(out, '[')
+	for i, c := range b {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = strconv.AppendUint(out, uint64(c), 10)
+	}
+	return append(out, ']'), nil
 }
 
 // userItem is the conversation item of a committed buffer: a user message of input audio, its
@@ -320,12 +392,16 @@ func (p *realtimeProtocol) sessionEvent(typ string, set rtSettings) rtSessionEve
 		}
 		td = &rtTurnDetectionOut{Type: "server_vad", SilenceDurationMs: silence.Milliseconds()}
 	}
+	var include []string
+	if set.logprobs {
+		include = []string{includeLogprobs}
+	}
 	const object = "realtime.transcription_session"
 	if p.beta || typ == "transcription_session.updated" {
 		return rtSessionEvent{Type: typ, EventID: serverEventID(), Session: rtBetaSessionOut{ID: p.id, Object: object,
-			InputAudioFormat: "pcm16", InputAudioTranscription: tr, TurnDetection: td}}
+			InputAudioFormat: "pcm16", InputAudioTranscription: tr, TurnDetection: td, Include: include}}
 	}
-	out := rtSessionOut{Type: "transcription", ID: p.id, Object: object}
+	out := rtSessionOut{Type: "transcription", ID: p.id, Object: object, Include: include}
 	out.Audio.Input.Format = rtFormatOut{Type: "audio/pcm", Rate: set.rate}
 	out.Audio.Input.Transcription = tr
 	out.Audio.Input.TurnDetection = td

@@ -6,11 +6,14 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
+	"reflect"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -28,7 +31,12 @@ type rtEv struct {
 	Transcript     string  `json:"transcript"`
 	AudioStartMs   *int64  `json:"audio_start_ms"`
 	AudioEndMs     *int64  `json:"audio_end_ms"`
-	Item           struct {
+	Usage          *struct {
+		Type    string  `json:"type"`
+		Seconds float64 `json:"seconds"`
+	} `json:"usage"`
+	Logprobs []rtLogprobIn `json:"logprobs"`
+	Item     struct {
 		ID      string
 		Role    string
 		Content []struct {
@@ -37,8 +45,9 @@ type rtEv struct {
 		}
 	} `json:"item"`
 	Session struct {
-		Type                    string `json:"type"`
-		Object                  string `json:"object"`
+		Include                 []string `json:"include"`
+		Type                    string   `json:"type"`
+		Object                  string   `json:"object"`
 		InputAudioTranscription *struct {
 			Model, Language string
 		} `json:"input_audio_transcription"`
@@ -61,6 +70,12 @@ type rtEv struct {
 		Param               *string
 		EventID             *string `json:"event_id"`
 	} `json:"error"`
+}
+
+type rtLogprobIn struct {
+	Token   string   `json:"token"`
+	Logprob *float64 `json:"logprob"`
+	Bytes   []int    `json:"bytes"`
 }
 
 type rtConn struct {
@@ -234,10 +249,92 @@ func checkItem(t *testing.T, evs []*rtEv, prev *string, want string) string {
 	if (prev == nil) != (committed.PreviousItemID == nil) || prev != nil && *prev != *committed.PreviousItemID {
 		t.Errorf("previous_item_id %v, want %v", committed.PreviousItemID, prev)
 	}
+	if completed.Usage == nil || completed.Usage.Type != "duration" || !(completed.Usage.Seconds > 0) {
+		t.Errorf("completed usage %+v, want the duration of the item's audio", completed.Usage)
+	}
 	if completed.Transcript != want || delta.Delta != want {
 		t.Errorf("transcript %q (delta %q), want %q as the offline endpoint gives", completed.Transcript, delta.Delta, want)
 	}
 	return id
+}
+
+// TestRealtimeUsageLogprobs: a session that includes logprobs gets, with each committed item's
+// transcript, its tokens: their texts put together are the transcript (trimmed of white space at
+// both ends), their bytes the texts' UTF-8, their log-probabilities finite and at most 0, the
+// same in the delta. Usage counts the seconds of the audio committed, within a sample of the
+// resampled stream. Turning include off again leaves logprobs out.
+func TestRealtimeUsageLogprobs(t *testing.T) {
+	h := newSpeechHarness(t, Config{Stream: StreamConfig{MaxBacklog: time.Minute}})
+	pcm24 := to24k(t, jfk(t, 4))
+	rc := dialRealtime(t, h, "?model=whisper-tiny", nil)
+	rc.until("session.created")
+	rc.send(map[string]any{"type": "session.update", "session": map[string]any{"type": "transcription", "include": []string{"item.input_audio_transcription.logprobs"},
+		"audio": map[string]any{"input": map[string]any{"transcription": map[string]any{"language": "en"}, "turn_detection": nil}}}})
+	if ev := rc.until("session.updated")[0]; len(ev.Session.Include) != 1 || ev.Session.Include[0] != "item.input_audio_transcription.logprobs" {
+		t.Errorf("session.updated include %v", ev.Session.Include)
+	}
+	check := func(evs []*rtEv, sent int, logprobs bool) {
+		t.Helper()
+		var delta, completed *rtEv
+		for _, e := range evs {
+			switch e.Type {
+			case "conversation.item.input_audio_transcription.delta":
+				delta = e
+			case "conversation.item.input_audio_transcription.completed":
+				completed = e
+			}
+		}
+		if delta == nil || completed == nil || completed.Transcript == "" {
+			t.Fatalf("events %+v: want a delta and a completed transcript", evs)
+		}
+		want := float64(sent) / 24000
+		if u := completed.Usage; u == nil || u.Type != "duration" || math.Abs(u.Seconds-want) > 1.0/16000+1e-6 {
+			t.Errorf("usage %+v, want %.6f seconds (%d samples at 24 kHz)", u, want, sent)
+		}
+		if !logprobs {
+			if completed.Logprobs != nil || delta.Logprobs != nil {
+				t.Errorf("logprobs %v %v without include", completed.Logprobs, delta.Logprobs)
+			}
+			return
+		}
+		if len(completed.Logprobs) == 0 || !reflect.DeepEqual(completed.Logprobs, delta.Logprobs) {
+			t.Fatalf("logprobs %+v, delta's %+v: want the tokens in both", completed.Logprobs, delta.Logprobs)
+		}
+		var text []byte
+		for _, lp := range completed.Logprobs {
+			tok := make([]byte, len(lp.Bytes))
+			for i, c := range lp.Bytes {
+				tok[i] = byte(c)
+			}
+			text = append(text, tok...)
+			if lp.Logprob == nil || !(*lp.Logprob <= 0) || math.IsInf(*lp.Logprob, 0) || utf8.Valid(tok) && string(tok) != lp.Token {
+				t.Errorf("token %+v: want a log-probability <= 0 and the token's bytes", lp)
+			}
+		}
+		// As JSON sends the transcript: an invalid UTF-8 sequence as U+FFFD.
+		j, _ := json.Marshal(strings.TrimSpace(string(text)))
+		var got string
+		json.Unmarshal(j, &got)
+		if got != completed.Transcript {
+			t.Errorf("tokens spell %q, transcript %q", got, completed.Transcript)
+		}
+	}
+	rc.append(pcm24, 4800, 0)
+	rc.send(map[string]string{"type": "input_audio_buffer.commit"})
+	check(rc.until("conversation.item.done"), len(pcm24), true)
+
+	half := pcm24[:len(pcm24)/2+7]
+	rc.append(half, 4800, 0)
+	rc.send(map[string]string{"type": "input_audio_buffer.commit"})
+	check(rc.until("conversation.item.done"), len(half), true)
+
+	rc.send(map[string]any{"type": "session.update", "session": map[string]any{"type": "transcription", "include": nil}})
+	if ev := rc.until("session.updated")[0]; ev.Session.Include != nil {
+		t.Errorf("session.updated include %v, want null", ev.Session.Include)
+	}
+	rc.append(pcm24, 4800, 0)
+	rc.send(map[string]string{"type": "input_audio_buffer.commit"})
+	check(rc.until("conversation.item.done"), len(pcm24), false)
 }
 
 // TestRealtimeServerVAD: the beta dialect (intent=transcription, the openai-beta subprotocol)
@@ -271,7 +368,7 @@ func TestRealtimeServerVAD(t *testing.T) {
 	}
 	started := map[string]int64{}
 	var prev *string
-	items, created, last := 0, 0, int64(-1)
+	items, created, last, used := 0, 0, int64(-1), 0.0
 	for i, e := range evs {
 		switch e.Type {
 		case "input_audio_buffer.speech_started":
@@ -301,6 +398,11 @@ func TestRealtimeServerVAD(t *testing.T) {
 			if prev == nil || e.ItemID != *prev {
 				t.Errorf("completed %s, committed %v", e.ItemID, prev)
 			}
+			if e.Usage == nil || e.Usage.Type != "duration" || !(e.Usage.Seconds > 0) {
+				t.Errorf("completed usage %+v", e.Usage)
+			} else {
+				used += e.Usage.Seconds
+			}
 		case "error":
 			t.Errorf("error %+v", e.Error)
 		}
@@ -308,6 +410,10 @@ func TestRealtimeServerVAD(t *testing.T) {
 	t.Logf("%d events, %d items, %d with speech_started", len(evs), items, len(started))
 	if created != items {
 		t.Errorf("%d items committed, %d created", items, created)
+	}
+	// The items' audio does not overlap: together it is at most the audio sent.
+	if sent := float64(len(pcm24)) / 24000; used > sent+1.0/16000 {
+		t.Errorf("usage of %.4f s in all, %.4f s sent", used, sent)
 	}
 	if len(started) == 0 || items < 2 {
 		t.Errorf("%d items, %d started: want server VAD to end more than the last item", items, len(started))
@@ -343,7 +449,9 @@ func TestRealtimeBadEvents(t *testing.T) {
 		{"mu-law", input("format", map[string]any{"type": "audio/pcmu"}), "unsupported_value", "session.audio.input.format"},
 		{"beta g711", upd(map[string]any{"input_audio_format": "g711_ulaw"}), "unsupported_value", "session.input_audio_format"},
 		{"noise reduction", input("noise_reduction", map[string]any{"type": "near_field"}), "unsupported_value", "session.audio.input.noise_reduction"},
-		{"logprobs", upd(map[string]any{"type": "transcription", "include": []string{"item.input_audio_transcription.logprobs"}}), "unsupported_value", "session.include"},
+		{"unknown include", upd(map[string]any{"type": "transcription", "include": []string{"item.input_audio_transcription.logprobs", "item.input_audio_transcription.words"}}), "unsupported_value", "session.include"},
+		{"beta include", upd(map[string]any{"include": []string{"message.input_image.image_url"}}), "unsupported_value", "session.include"},
+		{"include not a list", upd(map[string]any{"include": "item.input_audio_transcription.logprobs"}), "invalid_value", "session.include"},
 		{"unknown model", input("transcription", map[string]any{"model": "gpt-4o-transcribe"}), "model_not_found", "session.audio.input.transcription.model"},
 		{"language", upd(map[string]any{"input_audio_transcription": map[string]any{"language": "de"}}), "unsupported_language", "session.input_audio_transcription.language"},
 		{"beam of 0", input("transcription", map[string]any{"beam_size": 0}), "invalid_value", "session.audio.input.transcription.beam_size"},

@@ -65,8 +65,8 @@ const b64 = (buf) => buf.toString("base64");
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const out = {};
 
-// GA: session.update with session.type "transcription", manual turns; the audio appended whole
-// and committed is one item. A bad event gets an error event and the session goes on. Then the
+// GA: session.update with session.type "transcription", manual turns, the transcripts' logprobs
+// included; the audio appended whole and committed is one item. A bad event gets an error event and the session goes on. Then the
 // same at 16 kHz, the rate set by a session update.
 {
   const rt = await OpenAIRealtimeWebSocket.create(client, { model, onURL: plain() });
@@ -76,6 +76,7 @@ const out = {};
     type: "session.update",
     session: {
       type: "transcription",
+      include: ["item.input_audio_transcription.logprobs"],
       audio: { input: { format: { type: "audio/pcm", rate: 24000 }, transcription: { model, language: "en" }, turn_detection: null } },
     },
   });
@@ -84,6 +85,7 @@ const out = {};
   rt.send({ type: "input_audio_buffer.append", audio: b64(pcm) });
   rt.send({ type: "input_audio_buffer.commit" });
   const committed = await s.next("input_audio_buffer.committed");
+  const delta = await s.next("conversation.item.input_audio_transcription.delta");
   const completed = await s.next("conversation.item.input_audio_transcription.completed");
   rt.send({ type: "session.update", session: { type: "transcription", audio: { input: { format: { type: "audio/pcm", rate: 16000 } } } } });
   await s.next("session.updated");
@@ -96,7 +98,7 @@ const out = {};
   rt.close();
   out.ga = {
     subprotocol: rt.socket.protocol, session_created: created.session, session_updated: updated.session,
-    committed, completed, committed16, completed16, errors: s.errors, types: s.events.map((e) => e.type),
+    committed, delta, completed, committed16, completed16, errors: s.errors, types: s.events.map((e) => e.type),
   };
 }
 

@@ -42,6 +42,36 @@ type Event struct {
 	// its final keep: the words of the tokens all hypotheses hold, but the last of them, which
 	// the next token may continue.
 	Stable string `json:"stable,omitempty"`
+	// Tokens, in final events, are the text tokens of Text in order (special tokens left out):
+	// their texts put together, trimmed of white space at both ends, are Text. A word's tokens
+	// are all there or none; white space between words goes with the word after it.
+	Tokens []LiveToken `json:"-"`
+}
+
+// LiveToken is a token of a final event: its text and the log of its probability.
+type LiveToken struct {
+	Text string
+	PLog float32
+}
+
+// liveTokens copies the text tokens of segs (special tokens left out, as Words leaves them out)
+// that begin in their first n bytes of text: the tokens of words whose spelling (spell) is n
+// bytes long.
+func liveTokens(segs []Segment, isSpecial func(id int32) bool, n int) []LiveToken {
+	var out []LiveToken
+	at := 0
+	for _, s := range segs {
+		for _, t := range s.Tokens {
+			if at >= n {
+				return out
+			}
+			if isSpecial == nil || !isSpecial(t.ID) {
+				out = append(out, LiveToken{Text: t.Text, PLog: t.PLog})
+				at += len(t.Text)
+			}
+		}
+	}
+	return out
 }
 
 // LiveSegment is a stretch of final text.

@@ -334,6 +334,9 @@ func (s *pstream) words() []Word {
 func (s *pstream) final() Event {
 	ws := s.words()
 	ev := Event{Type: "final", Text: joinWords(ws), Segments: []LiveSegment{}}
+	if seg, ok := s.e.segment(s.toks, 0); ok && len(ws) > 0 {
+		ev.Tokens = liveTokens([]Segment{seg}, s.cfg.IsSpecial, len(spell(ws)))
+	}
 	if len(ws) == 0 {
 		ev.Start = float64(s.offset+int64(s.next)) / SampleRate
 		ev.End = ev.Start

@@ -86,6 +86,7 @@ type Session struct {
 	bufStart int64
 	lastHyp  int64 // absolute sample count at the last hypothesis
 	prev     []Word
+	segs     []Segment // of the last transcription, whose words final reports
 	partial  string
 	prompt   string
 
@@ -268,6 +269,7 @@ func (s *Session) transcribe(ctx context.Context, n int) ([]Word, error) {
 	if lang == "" {
 		lang = s.cfg.Params.Language
 	}
+	s.segs = res.Segments
 	ws := Words(res.Segments, s.cfg.IsSpecial, lang)
 	for i := range ws {
 		w := &ws[i]
@@ -326,11 +328,12 @@ func (s *Session) finalize(ctx context.Context, skip int) ([]Event, error) {
 	return evs, nil
 }
 
-// final makes a final event of ws and carries its text into the prompt. Its text is the words
-// as the transcript spells them (joinWords), as the offline transcription has them; each
-// segment's text is its words', trimmed.
+// final makes a final event of ws, the first words of the last transcription, and carries its
+// text into the prompt. Its text is the words as the transcript spells them (joinWords), as the
+// offline transcription has them; each segment's text is its words', trimmed.
 func (s *Session) final(ws []Word) Event {
-	ev := Event{Type: "final", Text: joinWords(ws), Segments: []LiveSegment{}}
+	sp := spell(ws)
+	ev := Event{Type: "final", Text: strings.TrimSpace(sp), Segments: []LiveSegment{}, Tokens: liveTokens(s.segs, s.cfg.IsSpecial, len(sp))}
 	if len(ws) == 0 {
 		ev.Start = float64(s.bufStart) / SampleRate
 		ev.End = ev.Start
@@ -345,7 +348,7 @@ func (s *Session) final(ws []Word) Event {
 		ev.Segments = append(ev.Segments, LiveSegment{Text: joinWords(ws[i:j]), Start: ws[i].Start, End: ws[j-1].End})
 		i = j
 	}
-	s.prompt = promptTail(strings.TrimSpace(s.prompt+spell(ws)), s.cfg.PromptBytes)
+	s.prompt = promptTail(strings.TrimSpace(s.prompt+sp), s.cfg.PromptBytes)
 	return ev
 }
 

@@ -506,3 +506,56 @@ func TestPromptTail(t *testing.T) {
 		t.Errorf("prompt %q after a Chinese final", p)
 	}
 }
+
+// TestFinalTokens: a final carries the text tokens of its words, special tokens left out, with
+// their log-probabilities: settled by agreement, the first words' tokens (a word cut into
+// tokens, and across a segment's end, whole); at a commit, all of them. Put together and
+// trimmed, their texts are the final's text.
+func TestFinalTokens(t *testing.T) {
+	inner, _ := scripted("en", []string{" Hello| wor|ld", " again"}, []string{" Hello| wor|ld", " again| and|,| mo|re"})
+	const special = 1000
+	tr := transcriberFunc(func(ctx context.Context, pcm []float32, p Params) (*Result, error) {
+		res, err := inner.Transcribe(ctx, pcm, p, nil)
+		if err != nil {
+			return nil, err
+		}
+		for i := range res.Segments {
+			sg := &res.Segments[i]
+			for j := range sg.Tokens {
+				sg.Tokens[j].PLog = -float32(sg.Tokens[j].ID+1) / 8
+			}
+			sg.Tokens = append(sg.Tokens, Token{ID: special, Text: "<|t|>", PLog: -9})
+		}
+		return res, nil
+	})
+	s, err := NewSession(tr, SessionConfig{Silence: -1, Now: (&fakeClock{}).Now, IsSpecial: func(id int32) bool { return id == special }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := feed(t, s, toneSec(3), 100)
+	ev, err := s.Commit(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs = append(evs, ev...)
+	var got []string
+	for _, e := range evs {
+		if e.Type != "final" {
+			continue
+		}
+		var b strings.Builder
+		var toks []string
+		for _, tk := range e.Tokens {
+			b.WriteString(tk.Text)
+			toks = append(toks, fmt.Sprintf("%s:%g", tk.Text, tk.PLog))
+		}
+		if strings.TrimSpace(b.String()) != e.Text {
+			t.Errorf("final %q: tokens %q", e.Text, toks)
+		}
+		got = append(got, strings.Join(toks, "|"))
+	}
+	want := []string{" Hello:-0.125| wor:-0.25|ld:-0.375| again:-0.5", " Hello:-0.125| wor:-0.25|ld:-0.375| again:-0.5| and:-0.625|,:-0.75| mo:-0.875|re:-1"}
+	if len(got) < 2 || got[0] != want[0] || got[len(got)-1] != want[1] {
+		t.Errorf("finals' tokens %q, want the first %q and the last (the commit's) %q", got, want[0], want[1])
+	}
+}
