@@ -95,6 +95,17 @@ func MelFrames(n int) int { return n/HopLength + 1 }
 // Spectra are computed in float64 (whisper.cpp uses its own float32 FFT; the two agree within
 // 1e-3 on speech). Clips shorter than MinSamples are an error.
 func (fe *FrontEnd) LogMel(dst, samples []float32) ([]float32, error) {
+	dst, err := fe.RawLogMel(dst, samples)
+	if err != nil {
+		return nil, err
+	}
+	fe.Normalize(dst, len(samples)/HopLength, nil)
+	return dst, nil
+}
+
+// RawLogMel is LogMel's steps 1 to 3: the log-mel spectrogram of samples before its
+// normalisation.
+func (fe *FrontEnd) RawLogMel(dst, samples []float32) ([]float32, error) {
 	n := len(samples)
 	if n < MinSamples {
 		return nil, fmt.Errorf("parakeet: %d samples is too short: the front end needs at least %d (%d ms)", n, MinSamples, MinSamples*1000/SampleRate)
@@ -137,23 +148,39 @@ func (fe *FrontEnd) LogMel(dst, samples []float32) ([]float32, error) {
 			row[m] = float32(math.Log(sum + logGuard))
 		}
 	}
+	return dst, nil
+}
 
-	valid := n / HopLength
+// Normalize is LogMel's step 4 on mel, a raw log-mel spectrogram (RawLogMel) of rows of
+// Mels(): per mel bin, the mean and standard deviation of the rows of hist (raw log-mel frames
+// heard before mel's, rows of Mels(); may be empty) and of mel's first valid rows, in that order,
+// applied to every row of mel. With hist empty it is LogMel's normalisation exactly. valid + the
+// rows of hist must be at least 2.
+func (fe *FrontEnd) Normalize(mel []float32, valid int, hist []float32) {
+	nh := len(hist) / fe.nMel
+	cnt := float64(nh + valid)
+	rows := len(mel) / fe.nMel
 	for m := 0; m < fe.nMel; m++ {
 		sum := 0.0
-		for i := 0; i < valid; i++ {
-			sum += float64(dst[i*fe.nMel+m])
+		for i := 0; i < nh; i++ {
+			sum += float64(hist[i*fe.nMel+m])
 		}
-		mean := sum / float64(valid)
-		sq := 0.0
 		for i := 0; i < valid; i++ {
-			d := float64(dst[i*fe.nMel+m]) - mean
+			sum += float64(mel[i*fe.nMel+m])
+		}
+		mean := sum / cnt
+		sq := 0.0
+		for i := 0; i < nh; i++ {
+			d := float64(hist[i*fe.nMel+m]) - mean
 			sq += d * d
 		}
-		den := math.Sqrt(sq/float64(valid-1)) + normEps
-		for i := 0; i < frames; i++ {
-			dst[i*fe.nMel+m] = float32((float64(dst[i*fe.nMel+m]) - mean) / den)
+		for i := 0; i < valid; i++ {
+			d := float64(mel[i*fe.nMel+m]) - mean
+			sq += d * d
+		}
+		den := math.Sqrt(sq/(cnt-1)) + normEps
+		for i := 0; i < rows; i++ {
+			mel[i*fe.nMel+m] = float32((float64(mel[i*fe.nMel+m]) - mean) / den)
 		}
 	}
-	return dst, nil
 }
