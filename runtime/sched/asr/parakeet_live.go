@@ -23,9 +23,6 @@ const (
 	DefaultRightContext = 480 * time.Millisecond
 	maxChunk            = 30 * time.Second
 	maxContext          = 60 * time.Second
-	// normHistory is the log-mel frames heard before a chunk's window (10 s) whose statistics
-	// its per-feature normalisation takes with the window's own; see melHistory.
-	normHistory = 10 * parakeet.SampleRate / parakeet.HopLength
 )
 
 // pstream is a live stream of a Parakeet recogniser: buffered chunked inference, as NeMo runs
@@ -34,7 +31,7 @@ const (
 // goes through the front end and the encoder together; only the chunk's own encoder frames are kept. The decoder goes on from chunk to chunk
 // (the prediction network's state, the last token, a duration that jumps past a chunk's end), so
 // each token is decoded once. The front end's per-feature normalisation takes its statistics over
-// the window and the 10 s of log-mel frames heard before it in the epoch (melHistory), which
+// the window and every log-mel frame heard before it in the epoch (melHistory), which
 // brings the encoder's input nearer to a whole recording's than the window's alone would; a
 // window that starts at the epoch's start has no history, so a stream whose left context covers
 // the epoch encodes it exactly as offline transcription does. A stream with a beam (Params.BeamSize above 1) keeps its beam
@@ -124,7 +121,7 @@ func (e *Parakeet) NewLive(cfg SessionConfig) (Live, error) {
 	s := &pstream{e: e, cfg: cfg, chunk: max(1, frames(cfg.Chunk)) * frameSamplesEnc,
 		left: frames(cfg.LeftContext) * frameSamplesEnc, right: frames(cfg.RightContext) * frameSamplesEnc,
 		silence: max(1, frames(cfg.Silence)), dstate: make([]float32, e.dec.StateSize()),
-		hist: melHistory{nMel: e.m.HParams.NMels, max: normHistory}}
+		hist: newMelHistory(e.m.FrontEnd)}
 	if cfg.Silence < 0 {
 		s.silence = -1
 	}
