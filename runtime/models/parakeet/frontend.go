@@ -95,6 +95,17 @@ func MelFrames(n int) int { return n/HopLength + 1 }
 // Spectra are computed in float64 (whisper.cpp uses its own float32 FFT; the two agree within
 // 1e-3 on speech). Clips shorter than MinSamples are an error.
 func (fe *FrontEnd) LogMel(dst, samples []float32) ([]float32, error) {
+	dst, err := fe.RawLogMel(dst, samples)
+	if err != nil {
+		return nil, err
+	}
+	fe.Normalize(dst, len(samples)/HopLength, nil)
+	return dst, nil
+}
+
+// RawLogMel is LogMel's steps 1 to 3: the log-mel spectrogram of samples before its
+// normalisation.
+func (fe *FrontEnd) RawLogMel(dst, samples []float32) ([]float32, error) {
 	n := len(samples)
 	if n < MinSamples {
 		return nil, fmt.Errorf("parakeet: %d samples is too short: the front end needs at least %d (%d ms)", n, MinSamples, MinSamples*1000/SampleRate)
@@ -137,23 +148,77 @@ func (fe *FrontEnd) LogMel(dst, samples []float32) ([]float32, error) {
 			row[m] = float32(math.Log(sum + logGuard))
 		}
 	}
+	return dst, nil
+}
 
-	valid := n / HopLength
+// FeatureStats are per-feature statistics of raw log-mel frames (FrontEnd.RawLogMel), gathered
+// one frame at a time (Welford's updates in float64): for a stream, the frames heard so far.
+type FeatureStats struct {
+	n        int
+	mean, m2 []float64 // per mel bin: the mean, the sum of squared deviations from it
+}
+
+// NewFeatureStats returns empty statistics for fe's frames.
+func (fe *FrontEnd) NewFeatureStats() *FeatureStats {
+	return &FeatureStats{mean: make([]float64, fe.nMel), m2: make([]float64, fe.nMel)}
+}
+
+// Frames is the number of frames gathered.
+func (st *FeatureStats) Frames() int { return st.n }
+
+// Reset forgets every frame.
+func (st *FeatureStats) Reset() {
+	st.n = 0
+	clear(st.mean)
+	clear(st.m2)
+}
+
+// Add gathers the frames of rows (raw log-mel rows of the statistics' width).
+func (st *FeatureStats) Add(rows []float32) {
+	nm := len(st.mean)
+	for r := 0; r+nm <= len(rows); r += nm {
+		st.n++
+		for m, v := range rows[r : r+nm] {
+			d := float64(v) - st.mean[m]
+			st.mean[m] += d / float64(st.n)
+			st.m2[m] += d * (float64(v) - st.mean[m])
+		}
+	}
+}
+
+// Normalize is LogMel's step 4 on mel, a raw log-mel spectrogram (RawLogMel) of rows of
+// Mels(): per mel bin, the mean and standard deviation of mel's first valid rows, together with
+// the frames of hist (heard before mel's; nil or empty: none) when it has any, applied to every
+// row of mel. Without history it is LogMel's normalisation exactly; with it, the two are
+// combined as Chan et al.'s parallel variance does. valid plus hist's frames must be at least 2.
+func (fe *FrontEnd) Normalize(mel []float32, valid int, hist *FeatureStats) {
+	rows := len(mel) / fe.nMel
 	for m := 0; m < fe.nMel; m++ {
 		sum := 0.0
 		for i := 0; i < valid; i++ {
-			sum += float64(dst[i*fe.nMel+m])
+			sum += float64(mel[i*fe.nMel+m])
 		}
 		mean := sum / float64(valid)
 		sq := 0.0
 		for i := 0; i < valid; i++ {
-			d := float64(dst[i*fe.nMel+m]) - mean
+			d := float64(mel[i*fe.nMel+m]) - mean
 			sq += d * d
 		}
-		den := math.Sqrt(sq/float64(valid-1)) + normEps
-		for i := 0; i < frames; i++ {
-			dst[i*fe.nMel+m] = float32((float64(dst[i*fe.nMel+m]) - mean) / den)
+		cnt := float64(valid)
+		if hist != nil && hist.n > 0 {
+			na, nb := float64(hist.n), float64(valid)
+			cnt = na + nb
+			if valid == 0 {
+				mean, sq = hist.mean[m], hist.m2[m]
+			} else {
+				d := mean - hist.mean[m]
+				mean = hist.mean[m] + d*nb/cnt
+				sq += hist.m2[m] + d*d*na*nb/cnt
+			}
+		}
+		den := math.Sqrt(sq/(cnt-1)) + normEps
+		for i := 0; i < rows; i++ {
+			mel[i*fe.nMel+m] = float32((float64(mel[i*fe.nMel+m]) - mean) / den)
 		}
 	}
-	return dst, nil
 }

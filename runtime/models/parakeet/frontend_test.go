@@ -148,6 +148,57 @@ func TestLogMel(t *testing.T) {
 	}
 }
 
+// TestNormalizeHistory: a spectrogram cut in two, the statistics of its first frames given to
+// Normalize as the history of the rest, is normalised as the whole clip is: the reference's
+// frames within 1e-3 (as TestLogMel), LogMel's within 1e-5 (float64 statistics gathered in
+// another order; float32 results). Without history it is LogMel's exactly.
+func TestNormalizeHistory(t *testing.T) {
+	f, err := Open(sharedtest.ParakeetRandomModel(t, "small", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fe, err := NewFrontEnd(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag, clip := refTags[0], refClips[1]
+	samples := readWav(t, readRef(t, tag, clip).Wav)
+	want, err := npy.ReadFile(sharedtest.Path(t, "reference/asr-transducer/tensors/"+tag+"/"+clip+"/mel.npy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, err := fe.LogMel(nil, samples)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := fe.RawLogMel(nil, samples)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nm, valid := fe.Mels(), len(samples)/HopLength
+	st := fe.NewFeatureStats()
+	for _, k := range []int{0, 1, 300, valid - 2, valid} {
+		st.Reset()
+		st.Add(raw[:k*nm])
+		if st.Frames() != k {
+			t.Fatalf("%d frames gathered, want %d", st.Frames(), k)
+		}
+		rest := append([]float32(nil), raw[k*nm:]...)
+		fe.Normalize(rest, valid-k, st)
+		tol := 1e-5
+		if k == 0 {
+			tol = 0
+		}
+		for i, v := range rest {
+			if math.Abs(float64(v-whole[k*nm+i])) > tol || math.Abs(float64(v)-float64(want.Data[k*nm+i])) > 1e-3 {
+				t.Fatalf("%d frames of history: value %d (frame %d) is %v, whole clip %v, reference %v",
+					k, i, k+i/nm, v, whole[k*nm+i], want.Data[k*nm+i])
+			}
+		}
+	}
+}
+
 // TestHannWindow: a file without a window gets whisper.cpp's periodic Hann of n_fft samples.
 func TestHannWindow(t *testing.T) {
 	f := synthFile(t, tinyHP, 8)

@@ -28,11 +28,15 @@ const (
 // pstream is a live stream of a Parakeet recogniser: buffered chunked inference, as NeMo runs
 // models trained with full attention. The audio is encoded a chunk at a time, each chunk with
 // the left context before it and the right context (look-ahead) after it, every sample of which
-// goes through the front end (its per-feature normalisation over that window) and the encoder
-// together; only the chunk's own encoder frames are kept. The decoder goes on from chunk to chunk
-// (the prediction network's state, the last token, a duration that jumps past a chunk's end), so
-// each token is decoded once. A stream with a beam (Params.BeamSize above 1) keeps its beam
-// search instead (pbeam).
+// goes through the front end and the encoder together; only the chunk's own encoder frames are
+// kept. The decoder goes on from chunk to chunk (the prediction network's state, the last token,
+// a duration that jumps past a chunk's end), so each token is decoded once. The front end's
+// per-feature normalisation takes its statistics over the window and every log-mel frame heard
+// before it in the epoch (melHistory), which brings the encoder's input nearer to a whole
+// recording's than the window's alone would; a window that starts at the epoch's start has no
+// history, so a stream whose left context covers the epoch encodes it exactly as offline
+// transcription does. A stream with a beam (Params.BeamSize above 1) keeps its beam search
+// instead (pbeam).
 //
 // Every chunk is a job of the recogniser's loop, like a transcription: the chunks of several
 // streams waiting together are encoded in one call and decoded in the same steps.
@@ -66,6 +70,7 @@ type pstream struct {
 	lastEnd int              // the frame after the utterance's last token
 	partial string
 	mel     []float32
+	hist    melHistory // the statistics of the log-mel frames before the window, for its normalisation
 }
 
 // NewLive opens a live stream whose audio is encoded in chunks (SessionConfig.Chunk, with
@@ -116,7 +121,8 @@ func (e *Parakeet) NewLive(cfg SessionConfig) (Live, error) {
 	frames := func(d time.Duration) int { return max(0, samples(d)+frameSamplesEnc/2) / frameSamplesEnc }
 	s := &pstream{e: e, cfg: cfg, chunk: max(1, frames(cfg.Chunk)) * frameSamplesEnc,
 		left: frames(cfg.LeftContext) * frameSamplesEnc, right: frames(cfg.RightContext) * frameSamplesEnc,
-		silence: max(1, frames(cfg.Silence)), dstate: make([]float32, e.dec.StateSize())}
+		silence: max(1, frames(cfg.Silence)), dstate: make([]float32, e.dec.StateSize()),
+		hist: newMelHistory(e.m.FrontEnd)}
 	if cfg.Silence < 0 {
 		s.silence = -1
 	}
@@ -186,6 +192,7 @@ func (s *pstream) Commit(ctx context.Context) ([]Event, error) {
 	}
 	s.offset += int64(s.total())
 	s.audio, s.audio0, s.next = s.audio[:0], 0, 0
+	s.hist.reset()
 	s.reset()
 	return evs, nil
 }
@@ -279,7 +286,7 @@ func (s *pstream) chunkJob(ctx context.Context, end int, last bool) (*pjob, erro
 		s.next = end // too short for the front end: no frames
 		return nil, nil
 	}
-	mel, err := e.m.FrontEnd.LogMel(s.mel, win)
+	mel, err := s.hist.logMel(e.m.FrontEnd, s.mel, win, w0, max(0, end-s.left), last)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}

@@ -103,6 +103,12 @@ func encodeFrames(t testing.TB, m *parakeet.Model, pcm []float32) [][]float32 {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return encodeMel(t, m, mel)
+}
+
+// encodeMel returns the encoder output of the log-mel spectrogram mel, one row per frame.
+func encodeMel(t testing.TB, m *parakeet.Model, mel []float32) [][]float32 {
+	t.Helper()
 	rows := len(mel) / m.HParams.NMels
 	enc, err := m.NewEncoder(rows, parakeet.EncoderFrames(rows))
 	if err != nil {
@@ -127,13 +133,22 @@ func encodeFrames(t testing.TB, m *parakeet.Model, pcm []float32) [][]float32 {
 
 // chunkedError is the relative RMS difference between the encoder frames of pcm encoded whole and
 // encoded in chunks of chunk samples with left and right samples of context around each, the
-// chunk's own frames kept.
-func chunkedError(t testing.TB, m *parakeet.Model, pcm []float32, chunk, left, right int) float64 {
+// chunk's own frames kept, each window normalised over itself and, if history, the frames heard
+// before it as a stream does (melHistory).
+func chunkedError(t testing.TB, m *parakeet.Model, pcm []float32, chunk, left, right int, history bool) float64 {
 	whole := encodeFrames(t, m, pcm)
+	h := newMelHistory(m.FrontEnd)
 	var num, den float64
 	for next := 0; next+chunk <= len(pcm); next += chunk {
 		w0, w1 := max(0, next-left), min(len(pcm), next+chunk+right)
-		got := encodeFrames(t, m, pcm[w0:w1])
+		if !history {
+			h.reset()
+		}
+		mel, err := h.logMel(m.FrontEnd, nil, pcm[w0:w1], w0, max(0, next+chunk-left), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := encodeMel(t, m, mel)
 		skip := (next - w0) / frameSamplesEnc
 		for f := 0; f < chunk/frameSamplesEnc; f++ {
 			for c, v := range whole[next/frameSamplesEnc+f] {
@@ -208,19 +223,26 @@ func TestParakeetStreamWholeContext(t *testing.T) {
 
 // TestParakeetChunkedEncoding measures what finite context changes: the relative RMS
 // difference between the encoder frames of a recording encoded whole and encoded by chunks as
-// the stream encodes them with the default chunking (1.6 s chunks, 2 s of left and 480 ms of
-// right context). It is about 0.24 on jfk (the per-window feature normalisation and the missing
-// context; random weights amplify both); with 1 s of left context, about 0.6. Misplaced frames
-// would give more than 1.
+// the stream encodes them (1.6 s chunks, 480 ms of right context; windows normalised with the
+// statistics of every frame heard before them), with the default 2 s and with 1 s of left context. On jfk they are about 0.205
+// and 0.598 (the missing context; random weights amplify it), against 0.241 and 0.612 with each
+// window normalised over itself alone, which must be worse. Misplaced frames would give more
+// than 1.
 func TestParakeetChunkedEncoding(t *testing.T) {
 	e := openParakeetSmall(t, Config{MaxActive: 1})
 	pcm := testWAV(t, "jfk")
 	chunk, right := samples(DefaultChunk), samples(DefaultRightContext)
-	short := chunkedError(t, e.m, pcm, chunk, SampleRate, right)
-	def := chunkedError(t, e.m, pcm, chunk, samples(DefaultLeftContext), right)
-	t.Logf("relative RMS error of the encoder frames: left 1 s %.3f, default %.3f", short, def)
-	if def > 0.3 || short < 2*def {
-		t.Errorf("relative RMS error of the encoder frames with the default context %.3f (want at most 0.3), with 1 s of left context %.3f (want over twice that)", def, short)
+	for _, c := range []struct {
+		left  int
+		bound float64
+	}{{samples(DefaultLeftContext), 0.23}, {SampleRate, 0.66}} {
+		got := chunkedError(t, e.m, pcm, chunk, c.left, right, true)
+		alone := chunkedError(t, e.m, pcm, chunk, c.left, right, false)
+		t.Logf("relative RMS error of the encoder frames with %d ms of left context: %.3f (%.3f with each window normalised alone)", c.left*1000/SampleRate, got, alone)
+		if got > c.bound || got >= alone {
+			t.Errorf("relative RMS error of the encoder frames with %d ms of left context %.3f: want at most %.2f and below %.3f, the windows' normalised alone",
+				c.left*1000/SampleRate, got, c.bound, alone)
+		}
 	}
 }
 
