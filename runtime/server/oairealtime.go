@@ -68,11 +68,7 @@ func (s *Server) realtime(w http.ResponseWriter, r *http.Request) {
 	if minted && sec.session != nil { // the settings the key was minted with (checked then)
 		set, bad := p.update(p.set, sec.session)
 		if bad != nil {
-			status := bad.status
-			if status == 0 {
-				status = http.StatusBadRequest
-			}
-			writeError(w, &apiError{Status: status, Message: bad.msg, Type: typeInvalidRequest, Param: strptr(bad.param), Code: strptr(bad.code)})
+			writeError(w, bad.httpError())
 			return
 		}
 		p.set, m = set, set.m
@@ -278,6 +274,15 @@ type rtFormatIn struct {
 type badSetting struct {
 	code, param, msg string
 	status           int // the HTTP status where one is answered (a minted key's settings); 0: 400
+}
+
+// httpError is b as an HTTP answer, for settings checked before a session opens (a minted key's).
+func (b *badSetting) httpError() *apiError {
+	status := b.status
+	if status == 0 {
+		status = http.StatusBadRequest
+	}
+	return &apiError{Status: status, Message: b.msg, Type: typeInvalidRequest, Param: strptr(b.param), Code: strptr(b.code)}
 }
 
 // update applies a session update to set; the session is refused whole when one setting is bad.

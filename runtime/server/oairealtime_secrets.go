@@ -211,11 +211,7 @@ func (s *Server) mintSecret(w http.ResponseWriter, r *http.Request, session json
 	if session != nil {
 		var bad *badSetting
 		if set, bad = p.update(p.set, session); bad != nil {
-			status := bad.status
-			if status == 0 {
-				status = http.StatusBadRequest
-			}
-			writeError(w, &apiError{Status: status, Message: bad.msg, Type: typeInvalidRequest, Param: strptr(bad.param), Code: strptr(bad.code)})
+			writeError(w, bad.httpError())
 			return
 		}
 	}
