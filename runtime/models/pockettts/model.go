@@ -53,7 +53,6 @@ type Model struct {
 	// first clone, not by New: a model that never clones keeps none of them resident.
 	cloneMu     sync.Mutex
 	cloneSrc    *Weights // the checkpoint the cloning weights load from, until they are loaded
-	cloneErr    error    // a failed load's error, returned again
 	cloneLoaded bool
 	cloneData   [][]byte     // the file data of the cloning weights, given back after each clone
 	loaded      atomic.Int64 // bytes of weights loaded onto the backend
@@ -323,11 +322,13 @@ func (m *Model) load(w *Weights) error {
 }
 
 // loadClone loads the voice-cloning weights, once: the Mimi encoder and the speaker projection.
+// A load that fails (the backend out of memory, say) leaves nothing of them loaded, and the next
+// clone tries again.
 func (m *Model) loadClone() error {
 	m.cloneMu.Lock()
 	defer m.cloneMu.Unlock()
-	if m.cloneLoaded || m.cloneErr != nil {
-		return m.cloneErr
+	if m.cloneLoaded {
+		return nil
 	}
 	w := m.cloneSrc
 	if w == nil {
@@ -335,6 +336,7 @@ func (m *Model) loadClone() error {
 	}
 	c := &m.cfg
 	l := &loader{m: m}
+	owned, loaded := len(m.owned), m.loaded.Load()
 	m.speakerProj = l.whole(w.SpeakerProj, c.EncoderLatentDim)
 	mw, mm := &m.mimi, &w.Mimi
 	mw.encIn = l.conv(mm.EncoderIn)
@@ -345,8 +347,15 @@ func (m *Model) loadClone() error {
 	mw.encLayers = l.mimiLayers(mm.EncoderLayers, c.MimiDim)
 	mw.downsample = l.conv(mm.Downsample)
 	if l.err != nil {
-		m.cloneErr = fmt.Errorf("pockettts: loading the voice encoder: %w", l.err)
-		return m.cloneErr
+		for i := len(m.owned) - 1; i >= owned; i-- {
+			m.owned[i].Close() // the load's error is the one to report
+		}
+		clear(m.owned[owned:])
+		m.owned = m.owned[:owned]
+		m.loaded.Store(loaded)
+		m.speakerProj = nil
+		mw.encIn, mw.enc, mw.encOut, mw.encLayers, mw.downsample = convW{}, nil, convW{}, nil, convW{}
+		return fmt.Errorf("pockettts: loading the voice encoder: %w", l.err)
 	}
 	for _, t := range cloneTensors(w) {
 		m.cloneData = append(m.cloneData, t.Data)

@@ -2,6 +2,7 @@ package pockettts
 
 import (
 	"bytes"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/parleyhq/parley/internal/sharedtest"
+	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/safetensors"
 	"github.com/parleyhq/parley/runtime/tensor"
 )
@@ -254,5 +256,70 @@ func TestQuantizeRoundTrip(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// failingLoads is a backend whose Load fails while fail is set.
+type failingLoads struct {
+	backend.Backend
+	fail bool
+}
+
+func (b *failingLoads) Load(dt tensor.DType, rows, cols int, data []byte) (backend.Tensor, error) {
+	if b.fail {
+		return nil, errors.New("out of device memory")
+	}
+	return b.Backend.Load(dt, rows, cols, data)
+}
+
+// TestCloneLoadRetried: a clone whose weights fail to load reports the failure and leaves
+// nothing of them loaded; the next clone loads them and gives what a model that never failed
+// gives.
+func TestCloneLoadRetried(t *testing.T) {
+	cfg := tinyConfig()
+	path := filepath.Join(t.TempDir(), "model.safetensors")
+	if err := os.WriteFile(path, buildCheckpoint(t, cfg, func(int) safetensors.DType { return safetensors.F32 }, nil), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	audio := make([]float32, 2*cfg.FrameSamples()+3)
+	for i := range audio {
+		audio[i] = float32(math.Cos(float64(i) / 7))
+	}
+	be := sharedtest.Backends(t, 1)[0]
+	ref, err := New(be, ck.Weights)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	want, err := ref.VoicePrompt(audio)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb := &failingLoads{Backend: be}
+	m, err := New(fb, ck.Weights)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	before, owned := m.LoadedBytes(), len(m.owned)
+	fb.fail = true
+	if _, err := m.VoicePrompt(audio); err == nil || !strings.Contains(err.Error(), "out of device memory") {
+		t.Fatalf("a clone whose weights fail to load: %v, want the load's error", err)
+	}
+	if m.CloneLoaded() || m.LoadedBytes() != before || len(m.owned) != owned {
+		t.Fatalf("after a failed load: loaded %v, %d bytes (was %d), %d tensors owned (was %d)", m.CloneLoaded(), m.LoadedBytes(), before, len(m.owned), owned)
+	}
+	fb.fail = false
+	got, err := m.VoicePrompt(audio)
+	if err != nil {
+		t.Fatalf("the clone after a failed load: %v", err)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("the clone after a failed load differs from a model that never failed")
 	}
 }
