@@ -509,6 +509,11 @@ func (sl *speakLive) work(ctx context.Context) {
 			case "cancel":
 				err = sl.send(ctx, map[string]string{"type": "cancelled"})
 			case "close":
+				// A session that spoke nothing still sends its format's header: its binary
+				// messages are an empty file of that format.
+				if err := sl.start(ctx); err != nil && !errors.Is(err, errHeader) {
+					return
+				}
 				if b := sl.enc.flush(); len(b) > 0 {
 					if sl.writeAudio(ctx, b) != nil {
 						return
@@ -528,6 +533,26 @@ func (sl *speakLive) work(ctx context.Context) {
 	}
 }
 
+// errHeader wraps a failure to make the response format's header (not the connection's).
+var errHeader = errors.New("the audio header")
+
+// start sends the response format's header before the session's first audio, once. An error
+// wrapping errHeader is the header's; any other is the connection's.
+func (sl *speakLive) start(ctx context.Context) error {
+	if sl.enc.started {
+		return nil
+	}
+	sl.enc.started = true
+	h, err := sl.enc.header()
+	if err != nil {
+		return fmt.Errorf("%w: %w", errHeader, err)
+	}
+	if h == nil {
+		return nil
+	}
+	return sl.writeAudio(ctx, h)
+}
+
 // speak synthesises one piece of text and sends its audio; an error ends the session.
 func (sl *speakLive) speak(ctx, pctx context.Context, text string) error {
 	if strings.TrimSpace(text) == "" {
@@ -544,17 +569,11 @@ func (sl *speakLive) speak(ctx, pctx context.Context, text string) error {
 		if err := pctx.Err(); err != nil {
 			return err
 		}
-		if !sl.enc.started {
-			sl.enc.started = true
-			h, err := sl.enc.header()
-			if err != nil {
-				return err
+		if err := sl.start(ctx); err != nil {
+			if !errors.Is(err, errHeader) {
+				werr = err
 			}
-			if h != nil {
-				if werr = sl.writeAudio(ctx, h); werr != nil {
-					return werr
-				}
-			}
+			return err
 		}
 		b, err := sl.enc.frame(a)
 		if err != nil {

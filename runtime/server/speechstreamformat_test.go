@@ -123,3 +123,36 @@ func equalSamples(a, b []float32) bool {
 	}
 	return true
 }
+
+// TestSpeechStreamFormatsNothingSpoken: a WAV or FLAC session closed before any text still sends
+// its format's header, so its binary messages are an empty file of that format; PCM sends
+// nothing.
+func TestSpeechStreamFormatsNothingSpoken(t *testing.T) {
+	for _, f := range []string{"pcm", "wav", "flac"} {
+		ms, joined, cs := speakSession(t, "?voice=alba&response_format="+f, `{"type":"close"}`)
+		want := "ready audio×1 done"
+		if f == "pcm" {
+			want = "ready done"
+		}
+		if got := summary(ms); got != want || cs != websocket.StatusNormalClosure {
+			t.Errorf("%s: %s (close %d), want %s", f, got, cs, want)
+			continue
+		}
+		switch f {
+		case "wav":
+			hdr, _ := audio.WAVStreamHeader(24000)
+			if !bytes.Equal(joined, hdr) {
+				t.Errorf("wav: % x, want the stream header", joined)
+			}
+		case "flac":
+			if !bytes.HasPrefix(joined, []byte("fLaC")) {
+				t.Errorf("flac: % x, want a FLAC header", joined[:min(8, len(joined))])
+			}
+		}
+		if f != "pcm" {
+			if dec, _, err := audio.DecodeWith(joined, audio.Options{SampleRate: 24000}); err != nil || len(dec) != 0 {
+				t.Errorf("%s: the empty stream decodes to %d samples: %v", f, len(dec), err)
+			}
+		}
+	}
+}
