@@ -394,9 +394,10 @@ func TestDecoderSetLive(t *testing.T) {
 // TestJointMulti: the joint rows of several encoder projections in one call (JointMulti) are
 // those of one Joint call per projection, and near the host network's; a call of the
 // same groups again allocates nothing; bad groups are errors. Pure Go computes a row alike
-// whatever rows go with it: bit for bit. The native backends multiply one row by a
-// matrix-vector kernel and several by a matrix product, which round differently: within
-// 1e-6 relative (|Δ| ≤ 1e-6·max(1, |z|)); rows of calls of two or more rows stay bit for bit.
+// whatever rows go with it: bit for bit. The native CPU backend multiplies one row by a
+// matrix-vector kernel and several by a matrix product, which round differently: within 1e-6
+// relative (|Δ| ≤ 1e-6·max(1, |z|)); rows of calls of two or more rows stay bit for bit. CUDA's
+// products choose their kernels by shape: every row within 1e-5 relative.
 func TestJointMulti(t *testing.T) {
 	for _, f16 := range []bool{false, true} {
 		t.Run(map[bool]string{false: "f32", true: "f16"}[f16], func(t *testing.T) { testJointMulti(t, f16) })
@@ -476,6 +477,10 @@ func testJointMulti(t *testing.T, f16 bool) {
 			W := d.Width()
 			got, want, host, hid := make([]float32, 8*W), make([]float32, 8*W), make([]float32, W), make([]float32, P)
 			maxHost, maxRel := 0.0, 0.0
+			tolRel := 1e-6
+			if be.Name() == "cuda" {
+				tolRel = 1e-5
+			}
 			for c, call := range calls {
 				groups := make([]parakeet.JointGroup, len(call))
 				at := 0
@@ -506,7 +511,8 @@ func testJointMulti(t *testing.T, f16 bool) {
 						for k := (at + r) * W; k < (at+r+1)*W; k++ {
 							rel := math.Abs(float64(got[k]-want[k])) / max(1, math.Abs(float64(want[k])))
 							maxRel = max(maxRel, rel)
-							if got[k] != want[k] && (be.Name() == "purego" || len(g.frames) > 1 || rel > 1e-6) {
+							exact := be.Name() == "purego" || be.Name() == "cpu" && len(g.frames) > 1
+							if got[k] != want[k] && (exact || rel > tolRel) {
 								t.Fatalf("call %d: row %d value %d: %v in one call, %v a call per group", c, k/W, k%W, got[k], want[k])
 							}
 						}
