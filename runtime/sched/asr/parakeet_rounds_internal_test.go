@@ -26,7 +26,9 @@ type roundLog struct {
 	prev      map[*pjob]bool // the greedy decoders in the step's previous round
 }
 
-func newRoundLog() *roundLog { return &roundLog{rows: map[*pjob]int{}, prev: map[*pjob]bool{}, last: -1} }
+func newRoundLog() *roundLog {
+	return &roundLog{rows: map[*pjob]int{}, prev: map[*pjob]bool{}, last: -1}
+}
 
 func (l *roundLog) hook(round int, parts []jpart) {
 	l.mu.Lock()
