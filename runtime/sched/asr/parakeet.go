@@ -22,8 +22,9 @@ import (
 // EncodeBatch waiting transcriptions in one batched encoder call, then advances every decoding
 // transcription: one batched prediction-network call for all the tokens emitted in the last
 // step, then rounds of joint rows (decode.TDT, greedy), one joint call a round for every
-// transcription, until each emits its next token or reaches the end of its clip. The clip is encoded in one pass, as whisper.cpp's parakeet_full
-// encodes it (local attention above parakeet.LocalAttentionFrames frames).
+// transcription, until each emits its next token or reaches the end of its clip. The clip is
+// encoded in one pass, as whisper.cpp's parakeet_full encodes it (local attention above
+// parakeet.LocalAttentionFrames frames).
 //
 // A live stream's chunk (NewLive) is a job of the same loop: the chunks of every stream waiting
 // are encoded in the same call as the clips (EncodeBatch bounds the clips alone), only each
