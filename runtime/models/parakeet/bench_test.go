@@ -2,6 +2,7 @@ package parakeet
 
 import (
 	"os"
+	"strconv"
 	"testing"
 
 	"github.com/parleyhq/parley/internal/sharedtest"
@@ -148,7 +149,7 @@ func BenchmarkJoint(b *testing.B) {
 	}
 	dst := make([]float32, streams*d.Width())
 	for _, n := range []int{1, streams} {
-		b.Run("streams="+string(rune('0'+n))+"/calls", func(b *testing.B) {
+		b.Run("streams="+strconv.Itoa(n)+"/calls", func(b *testing.B) {
 			for b.Loop() {
 				for i := range n {
 					g := groups[i]
@@ -158,7 +159,7 @@ func BenchmarkJoint(b *testing.B) {
 				}
 			}
 		})
-		b.Run("streams="+string(rune('0'+n))+"/multi", func(b *testing.B) {
+		b.Run("streams="+strconv.Itoa(n)+"/multi", func(b *testing.B) {
 			for b.Loop() {
 				if err := d.JointMulti(dst, groups[:n]); err != nil {
 					b.Fatal(err)
