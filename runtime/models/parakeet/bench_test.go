@@ -2,6 +2,7 @@ package parakeet
 
 import (
 	"os"
+	"strconv"
 	"testing"
 
 	"github.com/parleyhq/parley/internal/sharedtest"
@@ -98,5 +99,72 @@ func BenchmarkEncode(b *testing.B) {
 		if err := m.ProjectEncoder(proj, out); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkJoint computes one joint row of each of n streams (n encoder projections, n slots):
+// "calls" a Joint call per stream, "multi" one JointMulti call of n groups.
+func BenchmarkJoint(b *testing.B) {
+	f, err := Open(benchModel(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	m, err := Load(f, benchBackend(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	const streams, frames = 4, 50
+	be, P := m.Backend(), m.HParams.NPredDim
+	d, err := m.NewDecoder(streams, streams)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	tok, from, to := make([]int32, streams), make([]int32, streams), make([]int32, streams)
+	for i := range streams {
+		tok[i], from[i], to[i] = int32(m.HParams.NVocab), -1, int32(i)
+	}
+	if err := d.Predict(tok, from, to); err != nil {
+		b.Fatal(err)
+	}
+	vals := make([]float32, frames*P)
+	for i := range vals {
+		vals[i] = float32(i%17) / 17
+	}
+	groups := make([]JointGroup, streams)
+	frame, slot := make([]int32, streams), make([]int32, streams)
+	for i := range streams {
+		t, err := be.Alloc(tensor.F32, frames, P)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer t.Close()
+		if err := be.Write(t, 0, vals); err != nil {
+			b.Fatal(err)
+		}
+		frame[i], slot[i] = int32(7*i%frames), int32(i)
+		groups[i] = JointGroup{Enc: t, Frames: frame[i : i+1], Slots: slot[i : i+1]}
+	}
+	dst := make([]float32, streams*d.Width())
+	for _, n := range []int{1, streams} {
+		b.Run("streams="+strconv.Itoa(n)+"/calls", func(b *testing.B) {
+			for b.Loop() {
+				for i := range n {
+					g := groups[i]
+					if err := d.Joint(dst[i*d.Width():], g.Enc, g.Frames, g.Slots); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+		b.Run("streams="+strconv.Itoa(n)+"/multi", func(b *testing.B) {
+			for b.Loop() {
+				if err := d.JointMulti(dst, groups[:n]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -12,11 +12,12 @@ import (
 // _joint, parakeet.cpp:2144-2315), batched over the hypotheses of many streams.
 
 // Decoder holds prediction-network states in Slots slots, and computes batches of prediction
-// steps (Predict) and joint rows (Joint) of up to MaxRows requests. A slot holds one
+// steps (Predict) and joint rows (Joint, JointMulti) of up to MaxRows requests. A slot holds one
 // hypothesis's state: each LSTM layer's h and c and the joint's prediction input
 // joint.pred(h_top) + bias. The caller (a scheduler, a beam search) decides which slot holds
 // what; requests name slots, so the hypotheses of many streams share one call. A Decoder is not
-// safe for concurrent use; Predict and Joint allocate nothing.
+// safe for concurrent use; Predict and Joint allocate nothing, nor JointMulti once the row ranges
+// of its groups have been seen.
 type Decoder struct {
 	m              *Model
 	slots, maxRows int
@@ -47,6 +48,11 @@ type Decoder struct {
 	// are the views of rows [0, n) of both sets, made on first use.
 	live  int
 	liveV [][2][]backend.Tensor
+	// encV are the views of rows [at, at+n) of encG that JointMulti gathers a group's encoder
+	// rows into, made on first use; jSlots gathers the groups' slots; one is Joint's group.
+	encV   map[[2]int32]backend.Tensor
+	jSlots []int32
+	one    [1]JointGroup
 }
 
 // batchViews are the first n rows of the scratch and of the new-state rows of both sets.
@@ -115,6 +121,7 @@ func (m *Model) NewDecoder(slots, maxRows int) (*Decoder, error) {
 	}
 	d.from, d.merge = make([]int32, 0, maxRows), make([]int32, slots)
 	d.changed = make([]bool, slots)
+	d.encV, d.jSlots = map[[2]int32]backend.Tensor{}, make([]int32, 0, maxRows)
 	d.batches = make([]*batchViews, maxRows+1)
 	d.live, d.liveV = slots, make([][2][]backend.Tensor, slots+1)
 	d.liveV[slots] = d.slotV
@@ -335,32 +342,82 @@ func (d *Decoder) predict(tokens, to []int32) error {
 // the prediction input in slot slots[i], z = joint_net(ReLU(enc + pred)) + bias: the token
 // logits (the blank last), then the duration logits.
 func (d *Decoder) Joint(dst []float32, enc backend.Tensor, frames, slots []int32) error {
-	n := len(frames)
-	if len(slots) != n || n > d.maxRows || len(dst) < n*d.width {
-		return fmt.Errorf("parakeet: joint: %d frames, %d slots, room for %d values (at most %d rows of %d)", n, len(slots), len(dst), d.maxRows, d.width)
+	d.one[0] = JointGroup{Enc: enc, Frames: frames, Slots: slots}
+	err := d.JointMulti(dst, d.one[:])
+	d.one[0] = JointGroup{}
+	return err
+}
+
+// JointGroup is the requests of one encoder projection in a JointMulti call: row i joins
+// Enc[Frames[i]] with the prediction input in slot Slots[i].
+type JointGroup struct {
+	Enc           backend.Tensor // a table of ProjectEncoder's rows, [*, P]
+	Frames, Slots []int32
+}
+
+// JointMulti computes the joint rows of the requests of every group, in one pass over the
+// joint's weights, into dst: the groups' rows one after another, in order (at most MaxRows in
+// all), each as Joint computes it. Groups of different encoder projections (the streams of a
+// batch) so share one product with the joint's output matrix.
+func (d *Decoder) JointMulti(dst []float32, groups []JointGroup) error {
+	n, used := 0, 0
+	for gi, g := range groups {
+		if len(g.Slots) != len(g.Frames) {
+			return fmt.Errorf("parakeet: joint: group %d has %d frames and %d slots", gi, len(g.Frames), len(g.Slots))
+		}
+		if len(g.Frames) == 0 {
+			continue
+		}
+		if g.Enc == nil {
+			return fmt.Errorf("parakeet: joint: group %d has no encoder projection", gi)
+		}
+		for i, s := range g.Slots {
+			if s < 0 || s >= int32(d.slots) {
+				return fmt.Errorf("parakeet: joint: request %d of group %d reads slot %d of %d", i, gi, s, d.slots)
+			}
+		}
+		n += len(g.Frames)
+		used++
+	}
+	if n > d.maxRows || len(dst) < n*d.width {
+		return fmt.Errorf("parakeet: joint: %d requests, room for %d values (at most %d rows of %d)", n, len(dst), d.maxRows, d.width)
 	}
 	if n == 0 {
 		return nil
 	}
-	for i, s := range slots {
-		if s < 0 || s >= int32(d.slots) {
-			return fmt.Errorf("parakeet: joint: request %d reads slot %d of %d", i, s, d.slots)
-		}
-	}
-	if err := d.joint(dst[:n*d.width], enc, frames, slots); err != nil {
+	if err := d.joint(dst[:n*d.width], groups, n, used); err != nil {
 		return fmt.Errorf("parakeet: joint: %w", err)
 	}
 	return nil
 }
 
-func (d *Decoder) joint(dst []float32, enc backend.Tensor, frames, slots []int32) error {
+// joint computes n rows of checked groups, used of them not empty.
+func (d *Decoder) joint(dst []float32, groups []JointGroup, n, used int) error {
 	be, m := d.m.be, d.m
-	b, err := d.batch(len(frames))
+	b, err := d.batch(n)
 	if err != nil {
 		return err
 	}
-	if err := be.GetRows(b.eg, enc, frames); err != nil {
-		return err
+	slots := d.jSlots[:0]
+	at := 0
+	for _, g := range groups {
+		k := len(g.Frames)
+		if k == 0 {
+			continue
+		}
+		eg := b.eg
+		if used > 1 {
+			if eg, err = d.encRows(at, k); err != nil {
+				return err
+			}
+			slots = append(slots, g.Slots...)
+		} else {
+			slots = g.Slots
+		}
+		if err := be.GetRows(eg, g.Enc, g.Frames); err != nil {
+			return err
+		}
+		at += k
 	}
 	if err := be.GetRows(b.pg, d.slotV[d.cur][len(d.all[d.cur])-1], slots); err != nil {
 		return err
@@ -378,6 +435,22 @@ func (d *Decoder) joint(dst []float32, enc backend.Tensor, frames, slots []int32
 		return err
 	}
 	return be.Read(b.lg, 0, dst)
+}
+
+// encRows returns the view of rows [at, at+n) of the joint's encoder scratch, making it the
+// first time.
+func (d *Decoder) encRows(at, n int) (backend.Tensor, error) {
+	key := [2]int32{int32(at), int32(n)}
+	if v, ok := d.encV[key]; ok {
+		return v, nil
+	}
+	v, err := d.m.be.View(d.encG, at, n)
+	if err != nil {
+		return nil, err
+	}
+	d.owned = append(d.owned, v)
+	d.encV[key] = v
+	return v, nil
 }
 
 // PredictionOutput copies the joint's prediction input held in slot (joint.pred(h_top) + bias,

@@ -3,16 +3,19 @@ package parakeet_test
 import (
 	"encoding/json"
 	"math"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"testing"
 
 	"github.com/parleyhq/parley/internal/npy"
 	"github.com/parleyhq/parley/internal/sharedtest"
+	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/decode"
 	"github.com/parleyhq/parley/runtime/ggml"
 	"github.com/parleyhq/parley/runtime/models/parakeet"
 	"github.com/parleyhq/parley/runtime/quant"
+	"github.com/parleyhq/parley/runtime/tensor"
 )
 
 // hostNet is the prediction network and the joint in plain Go, float32 weights and activations
@@ -386,4 +389,166 @@ func TestDecoderSetLive(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestJointMulti: the joint rows of several encoder projections in one call (JointMulti) are
+// those of one Joint call per projection, and near the host network's; a call of the
+// same groups again allocates nothing; bad groups are errors. Pure Go computes a row alike
+// whatever rows go with it: bit for bit. The native CPU backend multiplies one row by a
+// matrix-vector kernel and several by a matrix product, which round differently: within 1e-6
+// relative (|Δ| ≤ 1e-6·max(1, |z|)); rows of calls of two or more rows stay bit for bit. CUDA's
+// products choose their kernels by shape: every row within 1e-5 relative.
+func TestJointMulti(t *testing.T) {
+	for _, f16 := range []bool{false, true} {
+		t.Run(map[bool]string{false: "f32", true: "f16"}[f16], func(t *testing.T) { testJointMulti(t, f16) })
+	}
+}
+
+func testJointMulti(t *testing.T, f16 bool) {
+	f, err := parakeet.Open(sharedtest.ParakeetRandomModel(t, "small", f16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	net := newHostNet(t, f)
+	P, blank := f.HParams.NPredDim, f.Vocab.Blank()
+	rng := rand.New(rand.NewPCG(3, 5))
+	// Three projections of different lengths, random values of the scale of real ones.
+	projRows := []int{7, 3, 5}
+	proj := make([][]float32, len(projRows))
+	for i, n := range projRows {
+		proj[i] = make([]float32, n*P)
+		for k := range proj[i] {
+			proj[i][k] = float32(rng.NormFloat64())
+		}
+	}
+	// Slot s holds the state after the blank and token s+1 (the host network's states[s]).
+	const slots = 5
+	states := make([]*hostState, slots)
+	tokens, from, to := make([]int32, slots), make([]int32, slots), make([]int32, slots)
+	for s := range slots {
+		states[s] = net.newState()
+		net.predict(states[s], blank)
+		net.predict(states[s], int32(s+1))
+		tokens[s], from[s], to[s] = int32(s+1), int32(s), int32(s)
+	}
+	type group struct {
+		proj          int
+		frames, slots []int32
+	}
+	calls := [][]group{
+		{{0, []int32{2, 0, 6}, []int32{1, 4, 1}}, {1, nil, nil}, {2, []int32{4}, []int32{0}}, {0, []int32{5, 5}, []int32{2, 3}}},
+		{{1, []int32{0, 1, 2}, []int32{3, 3, 3}}, {2, []int32{0, 1, 2, 3, 4}, []int32{0, 1, 2, 3, 4}}},
+		{{2, []int32{3}, []int32{4}}},
+		{{0, []int32{1}, []int32{0}}, {1, []int32{2}, []int32{1}}, {2, []int32{0}, []int32{2}}},
+	}
+	for _, be := range sharedtest.Backends(t, 2) {
+		t.Run(be.Name(), func(t *testing.T) {
+			m, err := parakeet.Load(f, be)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			d, err := m.NewDecoder(slots, 8)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			blanks, none := make([]int32, slots), make([]int32, slots)
+			for s := range slots {
+				blanks[s], none[s] = blank, -1
+			}
+			if err := d.Predict(blanks, none, to); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Predict(tokens, from, to); err != nil {
+				t.Fatal(err)
+			}
+			encs := make([]backend.Tensor, len(proj))
+			for i, p := range proj {
+				if encs[i], err = be.Alloc(tensor.F32, projRows[i], P); err != nil {
+					t.Fatal(err)
+				}
+				defer encs[i].Close()
+				if err := be.Write(encs[i], 0, p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			W := d.Width()
+			got, want, host, hid := make([]float32, 8*W), make([]float32, 8*W), make([]float32, W), make([]float32, P)
+			maxHost, maxRel := 0.0, 0.0
+			tolRel := 1e-6
+			if be.Name() == "cuda" {
+				tolRel = 1e-5
+			}
+			for c, call := range calls {
+				groups := make([]parakeet.JointGroup, len(call))
+				at := 0
+				for i, g := range call {
+					groups[i] = parakeet.JointGroup{Enc: encs[g.proj], Frames: g.frames, Slots: g.slots}
+					if err := d.Joint(want[at*W:], encs[g.proj], g.frames, g.slots); err != nil {
+						t.Fatal(err)
+					}
+					for r := range g.frames {
+						e, p := proj[g.proj][int(g.frames[r])*P:][:P], states[g.slots[r]].pred
+						for k := range hid {
+							hid[k] = max(e[k]+p[k], 0)
+						}
+						matVec(host, net.outW, hid, net.outB)
+						for k := range host {
+							maxHost = max(maxHost, math.Abs(float64(host[k]-want[(at+r)*W+k])))
+						}
+					}
+					at += len(g.frames)
+				}
+				clear(got)
+				if err := d.JointMulti(got, groups); err != nil {
+					t.Fatal(err)
+				}
+				at = 0
+				for _, g := range call {
+					for r := range g.frames {
+						for k := (at + r) * W; k < (at+r+1)*W; k++ {
+							rel := math.Abs(float64(got[k]-want[k])) / max(1, math.Abs(float64(want[k])))
+							maxRel = max(maxRel, rel)
+							exact := be.Name() == "purego" || be.Name() == "cpu" && len(g.frames) > 1
+							if got[k] != want[k] && (exact || rel > tolRel) {
+								t.Fatalf("call %d: row %d value %d: %v in one call, %v a call per group", c, k/W, k%W, got[k], want[k])
+							}
+						}
+					}
+					at += len(g.frames)
+				}
+				if a := testing.AllocsPerRun(5, func() { d.JointMulti(got, groups) }); a != 0 {
+					t.Errorf("call %d: %v allocations a call of the same groups", c, a)
+				}
+			}
+			t.Logf("max |Δ| %.3g relative from a call per group, %.3g from the host network's joint", maxRel, maxHost)
+			// F16 matrices multiply activations rounded to F16 (relative error up to 2⁻¹¹).
+			tol := map[bool]float64{false: 1e-4, true: 5e-3}[f16]
+			if maxHost > tol {
+				t.Errorf("max |Δ| %.3g from the host network's joint, over %g", maxHost, tol)
+			}
+			bad := [][]parakeet.JointGroup{
+				{{Enc: encs[0], Frames: []int32{0, 1}, Slots: []int32{0}}},
+				{{Enc: encs[0], Frames: []int32{0}, Slots: []int32{slots}}},
+				{{Enc: encs[0], Frames: []int32{0}, Slots: []int32{-1}}},
+				{{Enc: nil, Frames: []int32{0}, Slots: []int32{0}}},
+				{{Enc: encs[0], Frames: make([]int32, 5), Slots: make([]int32, 5)}, {Enc: encs[1], Frames: make([]int32, 4), Slots: make([]int32, 4)}},
+			}
+			for i, g := range bad {
+				if err := d.JointMulti(got, g); err == nil {
+					t.Errorf("bad call %d is no error", i)
+				}
+			}
+			if err := d.JointMulti(got[:W], calls0(encs[0])); err == nil {
+				t.Error("a destination too short is no error")
+			}
+		})
+	}
+}
+
+// calls0 is two rows of enc, at frame 0 of slot 0.
+func calls0(enc backend.Tensor) []parakeet.JointGroup {
+	return []parakeet.JointGroup{{Enc: enc, Frames: []int32{0, 0}, Slots: []int32{0, 0}}}
 }

@@ -21,9 +21,10 @@ import (
 // the queue and loop every recogniser shares. A step encodes the whole clips of up to
 // EncodeBatch waiting transcriptions in one batched encoder call, then advances every decoding
 // transcription: one batched prediction-network call for all the tokens emitted in the last
-// step, then joint rows (decode.TDT, greedy) until each transcription emits its next token or
-// reaches the end of its clip. The clip is encoded in one pass, as whisper.cpp's parakeet_full
-// encodes it (local attention above parakeet.LocalAttentionFrames frames).
+// step, then rounds of joint rows (decode.TDT, greedy), one joint call a round for every
+// transcription, until each emits its next token or reaches the end of its clip. The clip is
+// encoded in one pass, as whisper.cpp's parakeet_full encodes it (local attention above
+// parakeet.LocalAttentionFrames frames).
 //
 // A live stream's chunk (NewLive) is a job of the same loop: the chunks of every stream waiting
 // are encoded in the same call as the clips (EncodeBatch bounds the clips alone), only each
@@ -61,12 +62,12 @@ type Parakeet struct {
 	encJobs         []*pjob
 	encMels         [][]float32
 	tokIn, from, to []int32
-	row             []float32
-	frame, slot     [1]int32
-	rows            []float32        // [MaxDecoders][Width] a beam round's joint rows
-	jFrames, jSlots []int32          // [MaxDecoders] a beam round's joint requests
-	projPool        []backend.Tensor // projections of live streams' chunks, reused
-	dev             *deviceLoop      // greedy transcriptions decoded on the device; nil: none (parakeet_device.go)
+	parts           []jpart               // the step's decoders on the host loop (jointRounds)
+	groups          []parakeet.JointGroup // a round's joint requests, a group per decoder in it
+	rows            []float32             // [MaxRows][Width] a round's joint rows
+	jFrames, jSlots []int32               // [MaxRows] a round's joint requests
+	projPool        []backend.Tensor      // projections of live streams' chunks, reused
+	dev             *deviceLoop           // greedy transcriptions decoded on the device; nil: none (parakeet_device.go)
 
 	nActive            atomic.Int64
 	encodeNS, decodeNS atomic.Int64 // time spent in the steps' encoding and decoding
@@ -144,9 +145,10 @@ func NewParakeet(m *parakeet.Model, cfg Config) (*Parakeet, error) {
 	for s := cfg.MaxActive - 1; s >= 0; s-- {
 		e.freeSlots = append(e.freeSlots, int32(s*pslotStride))
 	}
-	e.row = make([]float32, e.dec.Width())
-	e.rows = make([]float32, MaxDecoders*e.dec.Width())
-	e.jFrames, e.jSlots = make([]int32, MaxDecoders), make([]int32, MaxDecoders)
+	nRows := e.dec.MaxRows()
+	e.rows = make([]float32, nRows*e.dec.Width())
+	e.jFrames, e.jSlots = make([]int32, nRows), make([]int32, nRows)
+	e.parts, e.groups = make([]jpart, 0, 2*cfg.MaxActive), make([]parakeet.JointGroup, 0, 2*cfg.MaxActive)
 	e.encJobs, e.encMels = make([]*pjob, 0, cfg.EncodeBatch), make([][]float32, 0, cfg.EncodeBatch)
 	nPred := e.dec.MaxRows()
 	e.tokIn, e.from, e.to = make([]int32, 0, nPred), make([]int32, 0, nPred), make([]int32, 0, nPred)
@@ -550,8 +552,9 @@ func (e *Parakeet) project(out backend.Tensor, at int, j *pjob) error {
 	return e.m.ProjectEncoder(dst, v)
 }
 
-// decodeStep runs the prediction network on every pending token in one call, then joint rows
-// of each decoding transcription until it emits a token or its clip ends.
+// decodeStep runs the prediction network on every pending token in one call, then the joint
+// rounds of every transcription decoding on the host loop (jointRounds: one joint call a round
+// for all of them) until each emits a token or its clip ends, each search its rounds.
 func (e *Parakeet) decodeStep() (seqs, tokens int, busy bool) {
 	seqs, tokens = e.deviceStep()
 	e.tokIn, e.from, e.to = e.tokIn[:0], e.from[:0], e.to[:0]
@@ -582,24 +585,27 @@ func (e *Parakeet) decodeStep() (seqs, tokens int, busy bool) {
 			}
 		}
 	}
+	e.parts = e.parts[:0]
+	for _, j := range e.active {
+		if j.ph != ppDecode || j.onDevice {
+			continue
+		}
+		seqs++
+		if j.beam != nil {
+			e.parts = append(e.parts, jpart{j: j, s: j.beam, base: j.slot, first: true},
+				jpart{j: j, s: j.greedy, base: j.slot + greedySlots, first: true})
+			continue
+		}
+		j.started, j.pending = true, false
+		e.parts = append(e.parts, jpart{j: j})
+	}
+	e.jointRounds()
 	for _, j := range e.active {
 		if j.ph != ppDecode || j.onDevice {
 			continue
 		}
 		if j.beam != nil {
-			seqs++
-			n, err := e.beamStep(j)
-			if err != nil {
-				j.err, j.ph = err, ppDone
-				continue
-			}
-			tokens += n
-			continue
-		}
-		j.started, j.pending = true, false
-		seqs++
-		if err := e.advance(j); err != nil {
-			j.err, j.ph = err, ppDone
+			tokens += e.endBeamStep(j)
 			continue
 		}
 		if j.pending {
@@ -615,28 +621,110 @@ func (e *Parakeet) decodeStep() (seqs, tokens int, busy bool) {
 	return seqs, tokens, true
 }
 
-// advance computes j's joint rows from its frame on until it emits a token (pending, for the
-// next prediction step) or passes its last frame. Frames are counted in the stream (a chunk's
-// first frame kept is frame0, its projection's row 0).
-func (e *Parakeet) advance(j *pjob) error {
-	e.slot[0] = j.slot
-	for j.state.Frame < j.end {
-		e.frame[0] = int32(j.state.Frame - j.frame0)
-		if err := e.dec.Joint(e.row, j.proj, e.frame[:], e.slot[:]); err != nil {
-			return err
+// jpart is a decoder of a step's joint rounds: a greedy transcription or chunk (s nil), or one
+// of the searches of a beam transcription or chunk, over j's slots from base.
+type jpart struct {
+	j     *pjob
+	s     *decode.TDTBeamSearch
+	base  int32
+	first bool // the search has had no round this step
+	in    bool // in the round being computed
+	n     int  // its joint rows in the round
+}
+
+// wants reports whether p takes part in the next round: a greedy transcription until it emits a
+// token or passes its last frame; a search in its first round if it is ready, then while it is
+// ready and asks for no prediction step. Frames are counted in the stream (a chunk's first frame
+// kept is frame0, its projection's row 0).
+func (p *jpart) wants() bool {
+	j := p.j
+	if j.ph != ppDecode {
+		return false // failed in an earlier round
+	}
+	if p.s == nil {
+		return !j.pending && j.state.Frame < j.end
+	}
+	return p.s.Ready() && (p.first || len(p.s.Predictions()) == 0)
+}
+
+// jointRounds advances the step's decoders (e.parts) in lockstep: each round, the joint rows of
+// every decoder that wants one (a greedy transcription's next frame, a search's rows of its
+// round) in one call, then the greedy rule of each transcription and the round of each search;
+// until none wants a round. A greedy transcription stops at its next emitted token (pending, for
+// the next prediction step) or past its last frame. A decoder's rows and results are those it
+// has alone; the rounds only put them in one call.
+func (e *Parakeet) jointRounds() {
+	W, maxRows := e.dec.Width(), e.dec.MaxRows()
+	for round := 0; ; round++ {
+		e.groups = e.groups[:0]
+		rows, in := 0, 0
+		for i := range e.parts {
+			p := &e.parts[i]
+			p.in, p.n = false, 0
+			if !p.wants() {
+				continue
+			}
+			j, k := p.j, 1
+			if p.s != nil {
+				k = len(p.s.Joints())
+			}
+			if rows > 0 && rows+k > maxRows {
+				continue // the next round
+			}
+			if p.s == nil {
+				e.jFrames[rows], e.jSlots[rows] = int32(j.state.Frame-j.frame0), j.slot
+			} else {
+				for i, r := range p.s.Joints() {
+					e.jFrames[rows+i], e.jSlots[rows+i] = int32(r.Frame-j.frame0), p.base+r.Slot
+				}
+			}
+			e.groups = append(e.groups, parakeet.JointGroup{Enc: j.proj, Frames: e.jFrames[rows : rows+k], Slots: e.jSlots[rows : rows+k]})
+			p.in, p.n = true, k
+			rows += k
+			in++
 		}
-		st, err := e.rule.Step(&j.state, e.row)
-		if err != nil {
-			return errNonFiniteParakeet
+		if in == 0 {
+			return
 		}
-		if st.Emit {
-			j.toks = append(j.toks, parakeet.Token{ID: st.Token, Frame: st.Frame, DurIdx: st.DurIdx, Dur: st.Dur, P: st.P, PLog: st.PLog})
-			j.pending, j.tok = true, st.Token
-			return nil
+		if parakeetJointHook != nil {
+			parakeetJointHook(round, e.parts)
+		}
+		err := e.dec.JointMulti(e.rows[:rows*W], e.groups)
+		at := 0
+		for i := range e.parts {
+			p := &e.parts[i]
+			if !p.in {
+				continue
+			}
+			j, out := p.j, e.rows[at*W:(at+p.n)*W]
+			at += p.n
+			if err != nil {
+				j.err, j.ph = err, ppDone
+				continue
+			}
+			if p.s != nil {
+				p.first = false
+				if err := p.s.Advance(out); err != nil {
+					j.err, j.ph = errNonFiniteParakeet, ppDone
+				}
+				continue
+			}
+			st, err := e.rule.Step(&j.state, out)
+			if err != nil {
+				j.err, j.ph = errNonFiniteParakeet, ppDone
+				continue
+			}
+			if st.Emit {
+				j.toks = append(j.toks, parakeet.Token{ID: st.Token, Frame: st.Frame, DurIdx: st.DurIdx, Dur: st.Dur, P: st.P, PLog: st.PLog})
+				j.pending, j.tok = true, st.Token
+			}
 		}
 	}
-	return nil
 }
+
+// parakeetJointHook, set by tests, sees the step's decoders before each round's joint call (in
+// marks those in the round, n their rows); round 0 is a step's first.
+var parakeetJointHook func(round int, parts []jpart)
 
 // startBeam sets up the searches of beam transcription j over its encoded frames.
 func (e *Parakeet) startBeam(j *pjob) error {
@@ -671,41 +759,24 @@ func (e *Parakeet) addPredictions(s *decode.TDTBeamSearch, base int32) {
 	}
 }
 
-// beamStep completes the rounds of beam transcription j whose prediction steps the step's batch
-// computed: its joint rows, then the rounds after that need no prediction step. When both
+// endBeamStep ends the step of beam transcription j, whose rounds jointRounds computed: when both
 // searches are done it assembles j's result. It returns the prediction steps the next rounds ask
 // for (the tokens the hypotheses emitted).
-func (e *Parakeet) beamStep(j *pjob) (int, error) {
+func (e *Parakeet) endBeamStep(j *pjob) int {
 	n := 0
-	for _, sb := range [...]struct {
-		s    *decode.TDTBeamSearch
-		base int32
-	}{{j.beam, j.slot}, {j.greedy, j.slot + greedySlots}} {
-		for first := true; sb.s.Ready() && (first || len(sb.s.Predictions()) == 0); first = false {
-			js := sb.s.Joints()
-			for i, r := range js {
-				e.jFrames[i], e.jSlots[i] = int32(r.Frame-j.frame0), sb.base+r.Slot
-			}
-			rows := e.rows[:len(js)*e.dec.Width()]
-			if err := e.dec.Joint(rows, j.proj, e.jFrames[:len(js)], e.jSlots[:len(js)]); err != nil {
-				return n, err
-			}
-			if err := sb.s.Advance(rows); err != nil {
-				return n, errNonFiniteParakeet
-			}
-		}
-		if sb.s.Ready() {
-			n += len(sb.s.Predictions())
+	for _, s := range [...]*decode.TDTBeamSearch{j.beam, j.greedy} {
+		if s.Ready() {
+			n += len(s.Predictions())
 		}
 	}
 	if j.stream != nil {
 		if !j.beam.Ready() && !j.greedy.Ready() {
 			j.ph = ppDone // the chunk's frames are decoded
 		}
-		return n, nil
+		return n
 	}
 	if !j.beam.Done() || !j.greedy.Done() {
-		return n, nil
+		return n
 	}
 	best, greedy := j.beam.Hyp(0).Score, j.greedy.Hyp(0).Score
 	s := j.beam
@@ -719,7 +790,7 @@ func (e *Parakeet) beamStep(j *pjob) (int, error) {
 	}
 	e.emit(j)
 	j.ph = ppDone
-	return n, nil
+	return n
 }
 
 // stepTokens returns the model's tokens of the search's emitted steps.
