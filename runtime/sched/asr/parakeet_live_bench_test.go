@@ -19,8 +19,9 @@ import (
 // 99th percentile, counting the chunks that have their whole left context, and the audio
 // decoded per second of wall time by all streams together (x-realtime), on the fastest backend
 // under test. The model is the small random-weight one; $PARLEY_BENCH_PARAKEET=0.6b-v2 takes
-// that shape (see sharedtest.ParakeetRandomModel for where it is found), and $PARLEY_BENCH_LEFT
-// (a duration) another left context.
+// that shape (see sharedtest.ParakeetRandomModel for where it is found), $PARLEY_BENCH_PARAKEET_FILE
+// a model file of any weight type (Q8_0 from parakeet-quantize, say), and $PARLEY_BENCH_LEFT (a
+// duration) another left context.
 func BenchmarkParakeetStreams(b *testing.B) {
 	shape := "small"
 	if s := os.Getenv("PARLEY_BENCH_PARAKEET"); s != "" {
@@ -42,7 +43,12 @@ func BenchmarkParakeetStreams(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := openParakeetShape(b, shape, true, Config{MaxActive: 8})
+	var e *Parakeet
+	if p := os.Getenv("PARLEY_BENCH_PARAKEET_FILE"); p != "" {
+		e = openParakeetFile(b, p, true, Config{MaxActive: 8})
+	} else {
+		e = openParakeetShape(b, shape, true, Config{MaxActive: 8})
+	}
 	for _, n := range []int{1, 4, 8} {
 		b.Run("streams="+itoa(n), func(b *testing.B) {
 			var mu sync.Mutex

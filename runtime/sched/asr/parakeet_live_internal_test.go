@@ -26,7 +26,13 @@ func openParakeetSmall(t testing.TB, cfg Config) *Parakeet {
 // (sharedtest.ParakeetRandomModel), on the last backend under test (the fastest) if fastest.
 func openParakeetShape(t testing.TB, shape string, fastest bool, cfg Config) *Parakeet {
 	t.Helper()
-	f, err := parakeet.Open(sharedtest.ParakeetRandomModel(t, shape, false))
+	return openParakeetFile(t, sharedtest.ParakeetRandomModel(t, shape, false), fastest, cfg)
+}
+
+// openParakeetFile is openParakeetShape with the model file at path.
+func openParakeetFile(t testing.TB, path string, fastest bool, cfg Config) *Parakeet {
+	t.Helper()
+	f, err := parakeet.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
