@@ -336,3 +336,53 @@ func compareParakeetTokens(t *testing.T, name string, got, want []parakeet.Token
 		}
 	}
 }
+
+// TestParakeetDeviceChunkStepAllocs: on the device loop, once the chunks of two streams are
+// encoded, a step of their decoding (deviceSteps decisions of each, then one read) allocates
+// nothing.
+func TestParakeetDeviceChunkStepAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts differ under the race detector")
+	}
+	noLoop = true
+	e := openParakeetSmall(t, Config{MaxActive: 2})
+	noLoop = false
+	if e.dev == nil {
+		t.Skipf("%s decides on the host: no device loop to test", e.m.Backend().Name())
+	}
+	pcm := testWAV(t, "jfk")
+	pcm = append(pcm, pcm...) // 22 s: many steps of one chunk
+	var jobs []*pjob
+	for range 2 {
+		l, err := e.NewLive(SessionConfig{Chunk: maxChunk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := l.(*pstream)
+		s.audio = append(s.audio, pcm...)
+		j, err := s.chunkJob(context.Background(), len(pcm), true)
+		if err != nil || j == nil {
+			t.Fatal(j, err)
+		}
+		if err := e.q.enqueue(j); err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, j)
+	}
+	for range 2 { // admit and encode both, take the first steps
+		e.q.loop.Step()
+	}
+	for _, j := range jobs {
+		if j.ph != ppDecode || j.err != nil || !j.onDevice || j.end-j.frame0 < 200 {
+			t.Fatalf("chunk in phase %d, error %v, on the device %v, frames %d..%d", j.ph, j.err, j.onDevice, j.frame0, j.end)
+		}
+	}
+	if a := testing.AllocsPerRun(5, func() { e.q.loop.Step() }); a != 0 {
+		t.Errorf("%v allocations per step, want 0", a)
+	}
+	for _, j := range jobs {
+		if j.ph != ppDecode || len(j.toks) < 5 {
+			t.Fatalf("the steps measured were not all decoding: phase %d, %d tokens", j.ph, len(j.toks))
+		}
+	}
+}
