@@ -369,6 +369,25 @@ func TestGreedyLoopArgs(t *testing.T) {
 			if l.Start(2, c.proj, c.frames) == nil || l.Start(0, c.proj, c.frames+1) == nil || l.Stop(-1) == nil {
 				t.Error("a bad row or clip accepted")
 			}
+			if l.Save(0, &GreedyCarry{}) == nil {
+				t.Error("a row saved before any read")
+			}
+			state := make([]float32, l.StateSize())
+			blank := int32(m.HParams.NVocab)
+			for _, bad := range []struct {
+				first, end int
+				c          *GreedyCarry
+			}{
+				{0, 1, nil},
+				{2, 3, &GreedyCarry{Frame: 1}},                                      // before the clip's first frame
+				{0, c.frames + 1, &GreedyCarry{}},                                   // past the projections
+				{0, 1, &GreedyCarry{Started: true, State: state[1:]}},               // a state of the wrong size
+				{0, 1, &GreedyCarry{Started: true, State: state, Token: blank + 1}}, // a token past the blank
+			} {
+				if l.Continue(0, c.proj, bad.first, bad.end, bad.c) == nil {
+					t.Errorf("a row continued at [%d, %d) from %+v", bad.first, bad.end, bad.c)
+				}
+			}
 			for range 2 {
 				if err := l.Step(); err != nil {
 					t.Fatal(err)
@@ -379,6 +398,9 @@ func TestGreedyLoopArgs(t *testing.T) {
 			}
 			if l.Read(make([][]Token, 1), make([]bool, 2)) == nil {
 				t.Error("a read into too few rows accepted")
+			}
+			if l.Save(0, &GreedyCarry{}) == nil {
+				t.Error("a row saved with steps since the last read")
 			}
 			// Steps and reads allocate nothing.
 			toks, done := [][]Token{make([]Token, 0, 64), nil}, make([]bool, 2)
