@@ -40,11 +40,13 @@ type TDTRule struct {
 // TDTStateBytes is the size of the state of n rows with rings of ring tokens.
 func TDTStateBytes(n, ring int) int { return mul(4, n, TDTFields+5*ring) }
 
-// TDTStart restarts row of the state st of n rows at frame 0 of a clip of end frames.
-func (c *Context) TDTStart(st Ref, n, ring, row, end int, blank int32) error {
+// TDTStart restarts row of the state st of n rows at frame frame of a clip of end frames, with
+// tok the last token decided and the prediction network to take it when emit is set (a clip's
+// start: frame 0, the blank, emit).
+func (c *Context) TDTStart(st Ref, n, ring, row, frame, end int, tok int32, emit bool) error {
 	const op = "tdt start"
-	if row < 0 || row >= n || end < 0 || end > 1<<30 || blank < 0 {
-		return fmt.Errorf("cuda: %s: row %d of %d, %d frames, blank %d", op, row, n, end, blank)
+	if row < 0 || row >= n || frame < 0 || frame > 1<<30 || end < 0 || end > 1<<30 || tok < 0 {
+		return fmt.Errorf("cuda: %s: row %d of %d, frame %d of %d, token %d", op, row, n, frame, end, tok)
 	}
 	if err := c.lock(op); err != nil {
 		return err
@@ -54,7 +56,11 @@ func (c *Context) TDTStart(st Ref, n, ring, row, end int, blank int32) error {
 	if err != nil {
 		return err
 	}
-	return c.status(op, C.plc_tdt_start(c.c, (*C.int32_t)(sp), C.int64_t(n), C.int64_t(row), C.int32_t(end), C.int32_t(blank)))
+	e := C.int32_t(0)
+	if emit {
+		e = 1
+	}
+	return c.status(op, C.plc_tdt_start(c.c, (*C.int32_t)(sp), C.int64_t(n), C.int64_t(row), C.int32_t(frame), C.int32_t(end), C.int32_t(tok), e))
 }
 
 // TDTDecide applies rule r to the n rows of logits [n, NTok+len(Durations)] F32.

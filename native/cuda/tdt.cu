@@ -159,23 +159,23 @@ extern "C" int plc_tdt_decide(plc_ctx *ctx, const float *logits, int64_t n, int6
     return plc_launched(ctx, "tdt decide");
 }
 
-__global__ void plc_tdt_start_k(int32_t *st, int64_t n, int64_t row, int32_t end, int32_t blank) {
-    st[PLC_TDT_FRAME * n + row] = 0;
+__global__ void plc_tdt_start_k(int32_t *st, int64_t n, int64_t row, int32_t frame, int32_t end, int32_t tok, int32_t emit) {
+    st[PLC_TDT_FRAME * n + row] = frame;
     st[PLC_TDT_RUN * n + row] = 0;
     st[PLC_TDT_END * n + row] = end;
-    st[PLC_TDT_DONE * n + row] = end <= 0;
-    st[PLC_TDT_EMIT * n + row] = end > 0;
-    st[PLC_TDT_TOK * n + row] = blank;
-    st[PLC_TDT_IDX * n + row] = 0;
+    st[PLC_TDT_DONE * n + row] = frame >= end;
+    st[PLC_TDT_EMIT * n + row] = emit != 0;
+    st[PLC_TDT_TOK * n + row] = tok;
+    st[PLC_TDT_IDX * n + row] = frame < end ? frame : (end > 0 ? end - 1 : 0);
     st[PLC_TDT_COUNT * n + row] = 0;
     st[PLC_TDT_BAD * n + row] = 0;
 }
 
-extern "C" int plc_tdt_start(plc_ctx *ctx, int32_t *st, int64_t n, int64_t row, int32_t end, int32_t blank) {
+extern "C" int plc_tdt_start(plc_ctx *ctx, int32_t *st, int64_t n, int64_t row, int32_t frame, int32_t end, int32_t tok, int32_t emit) {
     if (ctx == NULL) return PLC_ERR_ARG;
-    if (st == NULL || row < 0 || row >= n || end < 0 || blank < 0) return plc_fail_arg(ctx, "tdt start: bad row");
+    if (st == NULL || row < 0 || row >= n || frame < 0 || end < 0 || tok < 0) return plc_fail_arg(ctx, "tdt start: bad row");
     PLC_ENTER(ctx);
-    plc_tdt_start_k<<<1, 1, 0, ctx->stream>>>(st, n, row, end, blank);
+    plc_tdt_start_k<<<1, 1, 0, ctx->stream>>>(st, n, row, frame, end, tok, emit);
     return plc_launched(ctx, "tdt start");
 }
 

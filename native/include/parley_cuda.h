@@ -444,9 +444,11 @@ typedef struct {
     int32_t durations[PLC_TDT_MAX_DURATIONS];
 } plc_tdt_cfg;
 
-/* plc_tdt_start (re)starts row of st (device, n rows) at frame 0 of a clip of end frames: the
- * prediction network is to take the blank (EMIT 1, TOK blank), no token emitted yet. */
-int plc_tdt_start(plc_ctx *ctx, int32_t *st, int64_t n, int64_t row, int32_t end, int32_t blank);
+/* plc_tdt_start (re)starts row of st (device, n rows) at frame `frame` (0 <= frame) of a clip of
+ * end frames, with no zero-duration run and no token emitted yet: TOK is tok, and the
+ * prediction network is to take it when emit is set (EMIT; a clip's start: the blank, emit 1).
+ * The row is DONE when frame >= end. */
+int plc_tdt_start(plc_ctx *ctx, int32_t *st, int64_t n, int64_t row, int32_t frame, int32_t end, int32_t tok, int32_t emit);
 
 /* plc_tdt_decide applies the rule to row i of logits [n, n_tok+n_dur] (device) for each row of
  * st not DONE, as Go's decode.TDT.Step does: k and d the first maxima (NaN never counting) of

@@ -25,6 +25,12 @@ type GreedyDecoding interface {
 	// Start restarts row at frame 0 of a clip of frames frames: the prediction network's next
 	// input is the blank (Emitted reports it), and no token is emitted yet.
 	Start(row, frames int) error
+	// Resume restarts row at frame frame (0 <= frame; done when frame >= frames) of a clip of
+	// frames frames, going on from a decision made before it: tok (at most Blank) is the last
+	// token decided, which the prediction network is to take when emit is set. No zero-duration
+	// token is counted at frame, and no token emitted yet. Start(row, frames) is
+	// Resume(row, 0, frames, Blank, true).
+	Resume(row, frame, frames int, tok int32, emit bool) error
 	// Stop makes row done.
 	Stop(row int) error
 	// Decide applies the greedy rule to each row of logits [Rows, Blank+1+len(Durations)] F32
@@ -56,6 +62,11 @@ type GreedyReport struct {
 	Count  []int32 // [Rows] tokens row i emitted since it started
 	Done   []bool  // [Rows] row i reached its end (or failed)
 	Failed []bool  // [Rows] row i's logits were all NaN
+	// Where each row stands: At[i] the frame of row i's next decision (its clip's end or past it
+	// once done), Last[i] its last token decided (the blank when none), Emit[i] whether the
+	// prediction network has yet to take Last[i] (a Resume's arguments going on from here).
+	At, Last []int32
+	Emit     []bool
 	// Row i's token number c (counting from 0 at its start) is at i*Ring + c%Ring.
 	Token, Frame, DurIdx []int32
 	P, PLog              []float32

@@ -106,6 +106,12 @@ func testGreedyDecoding(t *testing.T, b backend.Backend, _ func() (backend.Backe
 			ref[i] = greedyRow{end: 2 + 3*i, emit: true, tok: int32(c.nTok - 1)}
 			must(t, g.Start(i, ref[i].end), "%s: Start", name)
 		}
+		// Row 1 goes on from a token decided before its clip, at frame 1; row 2 from a blank
+		// (nothing for the prediction network to take) at frame 2.
+		ref[1] = greedyRow{frame: 1, end: ref[1].end, emit: true, tok: int32(c.nTok / 3)}
+		must(t, g.Resume(1, 1, ref[1].end, ref[1].tok, true), "%s: Resume", name)
+		ref[2] = greedyRow{frame: 2, end: ref[2].end, tok: int32(c.nTok - 1)}
+		must(t, g.Resume(2, 2, ref[2].end, ref[2].tok, false), "%s: Resume", name)
 		ref[rows-1] = greedyRow{done: true, tok: int32(c.nTok - 1)}
 		logits := alloc(t, b, rows, width, nil)
 		enc := make([]backend.Tensor, rows)
@@ -181,6 +187,9 @@ func testGreedyDecoding(t *testing.T, b backend.Backend, _ func() (backend.Backe
 				t.Errorf("%s: row %d: %d tokens, done %v, failed %v; want %d, %v, %v", name, i, rep.Count[i], rep.Done[i], rep.Failed[i], len(w.toks), w.done, w.bad)
 				continue
 			}
+			if rep.At[i] != int32(w.frame) || rep.Last[i] != w.tok || rep.Emit[i] != w.emit {
+				t.Errorf("%s: row %d stands at frame %d, last token %d, emit %v; want %d, %d, %v", name, i, rep.At[i], rep.Last[i], rep.Emit[i], w.frame, w.tok, w.emit)
+			}
 			for k, wt := range w.toks {
 				at := i*steps + k%steps
 				if rep.Token[at] != wt.id || rep.Frame[at] != wt.frame || rep.DurIdx[at] != wt.dur ||
@@ -193,6 +202,8 @@ func testGreedyDecoding(t *testing.T, b backend.Backend, _ func() (backend.Backe
 		mustFail(t, "Decide on logits of the wrong width", func() error { return g.Decide(alloc(t, b, rows, width+1, nil)) })
 		mustFail(t, "Frames with too few tables", func() error { return g.Frames(dst, enc[:1]) })
 		mustFail(t, "Start past the last row", func() error { return g.Start(rows, 1) })
+		mustFail(t, "Resume at a negative frame", func() error { return g.Resume(0, -1, 1, 0, true) })
+		mustFail(t, "Resume after a token past the blank", func() error { return g.Resume(0, 0, 1, int32(c.nTok), true) })
 		must(t, g.Close(), "%s: Close", name)
 	}
 	_, err := gt.NewGreedyDecoding(backend.GreedyDecodingConfig{Rows: 0, Blank: 1, MaxSymbols: 1, Ring: 1})

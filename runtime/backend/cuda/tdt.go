@@ -45,7 +45,7 @@ func (b *Backend) NewGreedyDecoding(cfg backend.GreedyDecodingConfig) (backend.G
 		width: int(cfg.Blank) + 1 + len(cfg.Durations)}
 	// Every row starts done: a row not started takes part in no decision.
 	for i := range n {
-		if err := b.ctx.TDTStart(g.ref(), n, ring, i, 0, cfg.Blank); err != nil {
+		if err := b.ctx.TDTStart(g.ref(), n, ring, i, 0, 0, cfg.Blank, false); err != nil {
 			buf.Close()
 			return nil, err
 		}
@@ -69,11 +69,18 @@ type greedyDecoding struct {
 func (g *greedyDecoding) ref() bcuda.Ref { return bcuda.Ref{Buf: g.buf} }
 
 func (g *greedyDecoding) Start(row, frames int) error {
-	return g.b.ctx.TDTStart(g.ref(), g.n, g.ring, row, frames, g.blank)
+	return g.b.ctx.TDTStart(g.ref(), g.n, g.ring, row, 0, frames, g.blank, frames > 0)
+}
+
+func (g *greedyDecoding) Resume(row, frame, frames int, tok int32, emit bool) error {
+	if tok < 0 || tok > g.blank {
+		return fmt.Errorf("cuda: greedy resume: token %d is outside 0..%d", tok, g.blank)
+	}
+	return g.b.ctx.TDTStart(g.ref(), g.n, g.ring, row, frame, frames, tok, emit)
 }
 
 func (g *greedyDecoding) Stop(row int) error {
-	return g.b.ctx.TDTStart(g.ref(), g.n, g.ring, row, 0, g.blank)
+	return g.b.ctx.TDTStart(g.ref(), g.n, g.ring, row, 0, 0, g.blank, false)
 }
 
 // rowsOf checks that t is an F32 tensor of the backend with a row for each decoding row.
@@ -186,6 +193,7 @@ func (g *greedyDecoding) Read(r *backend.GreedyReport) error {
 		return s[:k]
 	}
 	r.Count, r.Done, r.Failed = grow(r.Count, n), growB(r.Done, n), growB(r.Failed, n)
+	r.At, r.Last, r.Emit = grow(r.At, n), grow(r.Last, n), growB(r.Emit, n)
 	r.Token, r.Frame, r.DurIdx = grow(r.Token, n*ring), grow(r.Frame, n*ring), grow(r.DurIdx, n*ring)
 	r.P, r.PLog = growF(r.P, n*ring), growF(r.PLog, n*ring)
 	at := func(field, i int) uint32 { return binary.LittleEndian.Uint32(g.host[4*(field*n+i):]) }
@@ -193,6 +201,9 @@ func (g *greedyDecoding) Read(r *backend.GreedyReport) error {
 		r.Count[i] = int32(at(bcuda.TDTCount, i))
 		r.Done[i] = at(bcuda.TDTDone, i) != 0
 		r.Failed[i] = at(bcuda.TDTBad, i) != 0
+		r.At[i] = int32(at(bcuda.TDTFrame, i))
+		r.Last[i] = int32(at(bcuda.TDTTok, i))
+		r.Emit[i] = at(bcuda.TDTEmit, i) != 0
 	}
 	base := bcuda.TDTFields * n
 	for k := range n * ring {

@@ -13,8 +13,10 @@ import (
 // prediction network on the token the row emitted last (keeping the new state only for the
 // rows that emitted one), the joint at each row's frame and the greedy rule (decode.TDT's),
 // with nothing read back. Read collects the emitted tokens once for many steps. Rows are
-// independent: each has its own prediction-network state, clip and frame. Step and Read
-// allocate nothing. A GreedyLoop is not safe for concurrent use.
+// independent: each has its own prediction-network state, clip and frame. A row can also go on
+// from where a clip before it left off (Continue, Save: a live stream's chunks), the state moving
+// to and from a Decoder's slot. Step and Read allocate nothing. A GreedyLoop is not safe for
+// concurrent use.
 type GreedyLoop struct {
 	m          *Model
 	be         backend.Backend
@@ -33,6 +35,9 @@ type GreedyLoop struct {
 	rec        backend.Recording
 	rep        backend.GreedyReport
 	read       []int32 // tokens of each row collected by Read
+	origin     []int   // [row] the frame of the row's count at its projection's row 0 (Continue)
+	fresh      []bool  // [row] continued from the initial state, no step since
+	stateSize  int
 	owned      []backend.Tensor
 	stepOps    func() error
 }
@@ -56,7 +61,8 @@ func (m *Model) NewGreedyLoop(rows, ring int) (*GreedyLoop, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parakeet: greedy loop: %w", err)
 	}
-	l := &GreedyLoop{m: m, be: m.be, g: g, rows: rows, ring: ring, read: make([]int32, rows), zero: make([]float32, h.NPredDim)}
+	l := &GreedyLoop{m: m, be: m.be, g: g, rows: rows, ring: ring, read: make([]int32, rows), zero: make([]float32, h.NPredDim),
+		origin: make([]int, rows), fresh: make([]bool, rows), stateSize: (2*h.NPredLayers + 1) * h.NPredDim}
 	P := h.NPredDim
 	alloc := func(r, c int) backend.Tensor {
 		if err != nil {
@@ -120,11 +126,121 @@ func (l *GreedyLoop) Start(row int, proj backend.Tensor, frames int) error {
 			return fmt.Errorf("parakeet: greedy loop: %w", err)
 		}
 	}
-	l.enc[row], l.read[row] = proj, 0
+	l.enc[row], l.read[row], l.origin[row], l.fresh[row] = proj, 0, 0, false
 	if frames == 0 {
 		l.enc[row] = l.dummy
 	}
 	if err := l.g.Start(row, frames); err != nil {
+		return fmt.Errorf("parakeet: greedy loop: %w", err)
+	}
+	return nil
+}
+
+// GreedyCarry is where a row's decoding stands between two clips of one stream (the chunks of
+// a live stream): what Save reports and Continue goes on from, the state the host loop keeps
+// between chunks (a decoder slot, decode.TDTState, the last token). A row ends a clip where its
+// frame moves on, which counts no zero-duration token at the frame it reaches, so none is
+// carried.
+type GreedyCarry struct {
+	Frame   int   // the frame of the next decision, in the stream's count (at or past the clip's end)
+	Token   int32 // the last token decided (the blank when none)
+	Pending bool  // the prediction network has yet to take Token
+	// Started: State holds the prediction network's state. Without it the row goes on from the
+	// initial state, where the prediction network is to take the blank (Token the blank,
+	// Pending).
+	Started bool
+	// State is the prediction network's state in Decoder.SaveState's layout (StateSize values):
+	// each LSTM layer's h and c, then the joint's prediction input. A stream moves between the
+	// loop and a Decoder's slot with it.
+	State []float32
+}
+
+// StateSize is the length of GreedyCarry.State, Decoder.StateSize.
+func (l *GreedyLoop) StateSize() int { return l.stateSize }
+
+// Continue makes row go on from c with a clip whose joint encoder projections are proj, whose
+// row 0 is frame first of the stream's count: the row decodes the frames from c.Frame (at least
+// first) to end, which proj must hold (end-first rows at least), and reports its tokens' frames
+// in the stream's count. A c.Frame at or past end decodes nothing; the prediction network
+// still takes a pending token at the next step. proj must stay unchanged until the row is
+// done or stopped.
+func (l *GreedyLoop) Continue(row int, proj backend.Tensor, first, end int, c *GreedyCarry) error {
+	if c == nil {
+		return fmt.Errorf("parakeet: greedy loop: row %d continued from nothing", row)
+	}
+	if row < 0 || row >= l.rows || proj == nil || first < 0 || end < first || proj.Rows() < end-first ||
+		c.Frame < first || c.Frame-first > 1<<30 || (c.Started && len(c.State) != l.stateSize) {
+		return fmt.Errorf("parakeet: greedy loop: row %d of %d continued at frame %d of [%d, %d), a state of %d values (want %d)",
+			row, l.rows, c.Frame, first, end, len(c.State), l.stateSize)
+	}
+	blank := int32(l.m.HParams.NVocab)
+	tok, pending := c.Token, c.Pending
+	if !c.Started {
+		tok, pending = blank, true
+	}
+	if tok < 0 || tok > blank {
+		return fmt.Errorf("parakeet: greedy loop: row %d continued after token %d (0..%d)", row, tok, blank)
+	}
+	P := l.m.HParams.NPredDim
+	state := func(k int) []float32 {
+		if !c.Started {
+			return l.zero
+		}
+		return c.State[k*P : (k+1)*P]
+	}
+	for i := range l.h {
+		if err := l.be.Write(l.h[i], row, state(2*i)); err != nil {
+			return fmt.Errorf("parakeet: greedy loop: %w", err)
+		}
+		if err := l.be.Write(l.c[i], row, state(2*i+1)); err != nil {
+			return fmt.Errorf("parakeet: greedy loop: %w", err)
+		}
+	}
+	if err := l.be.Write(l.pred, row, state(2*len(l.h))); err != nil {
+		return fmt.Errorf("parakeet: greedy loop: %w", err)
+	}
+	l.enc[row], l.read[row], l.origin[row], l.fresh[row] = proj, 0, first, !c.Started
+	if end == first {
+		l.enc[row] = l.dummy
+	}
+	if err := l.g.Resume(row, c.Frame-first, end-first, tok, pending); err != nil {
+		return fmt.Errorf("parakeet: greedy loop: %w", err)
+	}
+	return nil
+}
+
+// Save writes into c where row stands at the last Read, which must have found it done (at its
+// clip's end, not failed) with no Step since: its frame, last token and the prediction
+// network's state (c.State is reused when it has room, StateSize values).
+func (l *GreedyLoop) Save(row int, c *GreedyCarry) error {
+	switch {
+	case row < 0 || row >= l.rows || c == nil:
+		return fmt.Errorf("parakeet: greedy loop: save row %d of %d", row, l.rows)
+	case l.steps > 0 || len(l.rep.Done) != l.rows:
+		return fmt.Errorf("parakeet: greedy loop: save row %d: %d steps since the last read", row, l.steps)
+	case !l.rep.Done[row] || l.rep.Failed[row]:
+		return fmt.Errorf("parakeet: greedy loop: save row %d: not at its clip's end", row)
+	}
+	c.Frame = int(l.rep.At[row]) + l.origin[row]
+	c.Token, c.Pending, c.Started = l.rep.Last[row], l.rep.Emit[row], !l.fresh[row]
+	if !c.Started {
+		c.Token, c.Pending = int32(l.m.HParams.NVocab), true
+		return nil
+	}
+	if cap(c.State) < l.stateSize {
+		c.State = make([]float32, l.stateSize)
+	}
+	c.State = c.State[:l.stateSize]
+	P := l.m.HParams.NPredDim
+	for i := range l.h {
+		if err := l.be.Read(l.h[i], row, c.State[2*i*P:(2*i+1)*P]); err != nil {
+			return fmt.Errorf("parakeet: greedy loop: %w", err)
+		}
+		if err := l.be.Read(l.c[i], row, c.State[(2*i+1)*P:(2*i+2)*P]); err != nil {
+			return fmt.Errorf("parakeet: greedy loop: %w", err)
+		}
+	}
+	if err := l.be.Read(l.pred, row, c.State[2*len(l.h)*P:]); err != nil {
 		return fmt.Errorf("parakeet: greedy loop: %w", err)
 	}
 	return nil
@@ -153,6 +269,7 @@ func (l *GreedyLoop) Step() error {
 		return fmt.Errorf("parakeet: greedy loop: %w", err)
 	}
 	l.steps++
+	clear(l.fresh)
 	return nil
 }
 
@@ -238,7 +355,7 @@ func (l *GreedyLoop) Read(toks [][]Token, done []bool) error {
 		}
 		for c := l.read[i]; c < l.rep.Count[i]; c++ {
 			k := i*l.ring + int(c)%l.ring
-			t := Token{ID: l.rep.Token[k], Frame: int(l.rep.Frame[k]), DurIdx: int(l.rep.DurIdx[k]), P: l.rep.P[k], PLog: l.rep.PLog[k]}
+			t := Token{ID: l.rep.Token[k], Frame: l.origin[i] + int(l.rep.Frame[k]), DurIdx: int(l.rep.DurIdx[k]), P: l.rep.P[k], PLog: l.rep.PLog[k]}
 			if len(l.m.Durations) > 0 {
 				t.Dur = l.m.Durations[t.DurIdx]
 			}

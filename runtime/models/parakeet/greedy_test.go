@@ -291,7 +291,8 @@ func encodeOnHost(t *testing.T, f *File) []hostEncoded {
 }
 
 // TestGreedyLoop decodes the encoder outputs of every reference clip and random ones on the
-// device loop, three rows at once, rows joining as others finish, and on the host.
+// device loop, three rows at once, rows joining as others finish, and on the host; then in
+// chunks going on from one another (chunkedGreedy), as a live stream's are.
 func TestGreedyLoop(t *testing.T) {
 	f, err := Open(sharedtest.ParakeetRandomModel(t, "small", false))
 	if err != nil {
@@ -316,12 +317,14 @@ func TestGreedyLoop(t *testing.T) {
 			}
 			clips = append(clips, randomClips(t, m, 5, 60, 1)...)
 			compareGreedy(t, m, clips, 3, 8)
+			t.Run("chunks", func(t *testing.T) { compareChunked(t, m, clips, 3, 8, 12, 7) })
 		})
 	}
 }
 
 // TestGreedyLoopRNNT: a file without durations (a plain RNN-T) decodes on the device loop as
-// on the host: a blank moves on one frame, MaxSymbols tokens at most a frame.
+// on the host, whole or in chunks: a blank moves on one frame, MaxSymbols tokens at most a
+// frame.
 func TestGreedyLoopRNNT(t *testing.T) {
 	h := tinyHP
 	h.NTDTDurations = 0
@@ -333,7 +336,9 @@ func TestGreedyLoopRNNT(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			compareGreedy(t, m, randomClips(t, m, 6, 40, 2), 4, 5)
+			clips := randomClips(t, m, 6, 40, 2)
+			compareGreedy(t, m, clips, 4, 5)
+			t.Run("chunks", func(t *testing.T) { compareChunked(t, m, clips, 4, 5, 6, 8) })
 		})
 	}
 }
@@ -364,6 +369,25 @@ func TestGreedyLoopArgs(t *testing.T) {
 			if l.Start(2, c.proj, c.frames) == nil || l.Start(0, c.proj, c.frames+1) == nil || l.Stop(-1) == nil {
 				t.Error("a bad row or clip accepted")
 			}
+			if l.Save(0, &GreedyCarry{}) == nil {
+				t.Error("a row saved before any read")
+			}
+			state := make([]float32, l.StateSize())
+			blank := int32(m.HParams.NVocab)
+			for _, bad := range []struct {
+				first, end int
+				c          *GreedyCarry
+			}{
+				{0, 1, nil},
+				{2, 3, &GreedyCarry{Frame: 1}},                                      // before the clip's first frame
+				{0, c.frames + 1, &GreedyCarry{}},                                   // past the projections
+				{0, 1, &GreedyCarry{Started: true, State: state[1:]}},               // a state of the wrong size
+				{0, 1, &GreedyCarry{Started: true, State: state, Token: blank + 1}}, // a token past the blank
+			} {
+				if l.Continue(0, c.proj, bad.first, bad.end, bad.c) == nil {
+					t.Errorf("a row continued at [%d, %d) from %+v", bad.first, bad.end, bad.c)
+				}
+			}
 			for range 2 {
 				if err := l.Step(); err != nil {
 					t.Fatal(err)
@@ -374,6 +398,9 @@ func TestGreedyLoopArgs(t *testing.T) {
 			}
 			if l.Read(make([][]Token, 1), make([]bool, 2)) == nil {
 				t.Error("a read into too few rows accepted")
+			}
+			if l.Save(0, &GreedyCarry{}) == nil {
+				t.Error("a row saved with steps since the last read")
 			}
 			// Steps and reads allocate nothing.
 			toks, done := [][]Token{make([]Token, 0, 64), nil}, make([]bool, 2)
@@ -413,4 +440,234 @@ func loadableFile(t *testing.T, h HParams, seed uint64) *File {
 		}
 	}
 	return f
+}
+
+// chunkStream is one clip decoded in chunks, as a live stream's are.
+type chunkStream struct {
+	c      greedyClip
+	bounds []int // the chunks' ends, the last the clip's
+	next   int   // the next chunk
+	carry  GreedyCarry
+	toks   []Token
+}
+
+// hostChunk decodes frames [first, end) of s's clip on the host, as the scheduler's host loop
+// decodes a live chunk: the carried state loaded into a slot of d, the pending token predicted
+// first, each emitted token's prediction left pending until the next decision needs it, the
+// state saved at the end.
+func hostChunk(t *testing.T, m *Model, d *Decoder, s *chunkStream, first, end int) {
+	t.Helper()
+	h := m.HParams
+	rule := decode.TDT{Blank: int32(h.NVocab), Durations: m.Durations, MaxSymbols: h.NMaxTokens}
+	c := &s.carry
+	if c.Started {
+		if err := d.LoadState(0, c.State); err != nil {
+			t.Fatal(err)
+		}
+	}
+	row := make([]float32, d.Width())
+	st := decode.TDTState{Frame: c.Frame}
+	for {
+		if c.Pending {
+			from := int32(0)
+			if !c.Started {
+				from = -1
+			}
+			if err := d.Predict([]int32{c.Token}, []int32{from}, []int32{0}); err != nil {
+				t.Fatal(err)
+			}
+			c.Started, c.Pending = true, false
+		}
+		for st.Frame < end && !c.Pending {
+			if err := d.Joint(row, s.c.proj, []int32{int32(st.Frame)}, []int32{0}); err != nil {
+				t.Fatal(err)
+			}
+			step, err := rule.Step(&st, row)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if step.Emit {
+				s.toks = append(s.toks, Token{ID: step.Token, Frame: step.Frame, DurIdx: step.DurIdx, Dur: step.Dur, P: step.P, PLog: step.PLog})
+				c.Token, c.Pending = step.Token, true
+			}
+		}
+		if st.Frame >= end {
+			break
+		}
+	}
+	c.Frame = st.Frame
+	if len(c.State) != d.StateSize() {
+		c.State = make([]float32, d.StateSize())
+	}
+	if err := d.SaveState(0, c.State); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// chunkedGreedy decodes clips in chunks of 1 to maxChunk frames on a greedy loop of rows rows
+// read every ring steps, the chunks of up to rows clips at once, a clip's rows changing from
+// round to round, every third chunk of a clip on a host Decoder instead (the state moving
+// between the loop and the decoder's slot), and each clip's second chunk first decoded for a
+// few steps and dropped, then decoded again from the same carry (a failed chunk rolled back).
+func chunkedGreedy(t *testing.T, m *Model, clips []greedyClip, rows, ring, maxChunk int, seed uint64) [][]Token {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 5))
+	l, err := m.NewGreedyLoop(rows, ring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	d, err := m.NewDecoder(1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	be := m.Backend()
+	ss := make([]*chunkStream, len(clips))
+	for i, c := range clips {
+		s := &chunkStream{c: c, carry: GreedyCarry{Token: int32(m.HParams.NVocab), Pending: true}, toks: []Token{}}
+		for end := 0; end < c.frames; {
+			end = min(c.frames, end+1+rng.IntN(maxChunk))
+			s.bounds = append(s.bounds, end)
+		}
+		ss[i] = s
+	}
+	bufs, done := make([][]Token, rows), make([]bool, rows)
+	rowOf := make([]int, rows) // the stream on each row, -1 none
+	// run decodes the chunks just continued to their ends.
+	run := func(keep bool) {
+		for steps := 0; ; {
+			for range ring {
+				if err := l.Step(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := l.Read(bufs, done); err != nil {
+				t.Fatal(err)
+			}
+			busy := false
+			for r := range rows {
+				busy = busy || (rowOf[r] >= 0 && !done[r])
+			}
+			if steps += ring; !busy || (!keep && steps >= 2*ring) {
+				return
+			}
+			if steps > 1<<20 {
+				t.Fatal("the loop does not end")
+			}
+		}
+	}
+	// view is frames [first, end) of s's projections.
+	view := func(s *chunkStream, first, end int) backend.Tensor {
+		v, err := be.View(s.c.proj, first, end-first)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { v.Close() })
+		return v
+	}
+	jumps, skips, pending := 0, 0, 0 // chunks on the loop that start past their first frame, past their end, with a token pending
+	for round := 0; ; round++ {
+		for r := range rows {
+			rowOf[r] = -1
+		}
+		var batch []*chunkStream
+		for _, s := range ss {
+			if s.next < len(s.bounds) && len(batch) < rows {
+				batch = append(batch, s)
+			}
+		}
+		if len(batch) == 0 {
+			break
+		}
+		onLoop := false
+		for k, s := range batch {
+			first := 0
+			if s.next > 0 {
+				first = s.bounds[s.next-1]
+			}
+			end := s.bounds[s.next]
+			if s.next%3 == 2 {
+				hostChunk(t, m, d, s, first, end)
+				s.next++
+				continue
+			}
+			r := (k + round) % rows
+			if s.next == 1 { // a chunk that fails: dropped, its tokens too
+				if err := l.Continue(r, view(s, first, end), first, end, &s.carry); err != nil {
+					t.Fatal(err)
+				}
+				rowOf[r], bufs[r] = len(ss), nil
+				run(false)
+				if err := l.Stop(r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := l.Continue(r, view(s, first, end), first, end, &s.carry); err != nil {
+				t.Fatal(err)
+			}
+			if s.carry.Frame > first {
+				jumps++
+			}
+			if s.carry.Frame >= end {
+				skips++
+			}
+			if s.carry.Pending && s.carry.Started {
+				pending++
+			}
+			rowOf[r], bufs[r] = k, s.toks
+			onLoop = true
+		}
+		if !onLoop {
+			continue
+		}
+		run(true)
+		for r, k := range rowOf {
+			if k < 0 {
+				continue
+			}
+			s := batch[k]
+			s.toks = bufs[r]
+			if err := l.Save(r, &s.carry); err != nil {
+				t.Fatal(err)
+			}
+			s.next++
+			if err := l.Stop(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Logf("chunks on the loop: %d start past their first frame, %d past their end, %d with a token pending", jumps, skips, pending)
+	out := make([][]Token, len(ss))
+	for i, s := range ss {
+		out[i] = s.toks
+	}
+	return out
+}
+
+// compareChunked requires the tokens of clips decoded in chunks (chunkedGreedy) to be those of
+// each whole clip decoded at once on the host.
+func compareChunked(t *testing.T, m *Model, clips []greedyClip, rows, ring, maxChunk int, seed uint64) {
+	t.Helper()
+	got := chunkedGreedy(t, m, clips, rows, ring, maxChunk, seed)
+	for i, c := range clips {
+		want := hostGreedy(t, m, c)
+		g := got[i]
+		if len(g) != len(want) {
+			t.Errorf("%s: %d tokens in chunks, %d at once", c.name, len(g), len(want))
+			continue
+		}
+		var mp, ml float64
+		for k, w := range want {
+			if g[k].ID != w.ID || g[k].Frame != w.Frame || g[k].DurIdx != w.DurIdx || g[k].Dur != w.Dur {
+				t.Errorf("%s: token %d: %+v in chunks, %+v at once", c.name, k, g[k], w)
+				break
+			}
+			mp, ml = max(mp, math.Abs(float64(g[k].P-w.P))), max(ml, math.Abs(float64(g[k].PLog-w.PLog)))
+		}
+		if mp > greedyTol || ml > greedyTol {
+			t.Errorf("%s: max |Δ| p %.3g, plog %.3g (≤ %g)", c.name, mp, ml, greedyTol)
+		}
+		t.Logf("%s: %d frames, %d tokens in chunks, max |Δ| p %.3g, plog %.3g", c.name, c.frames, len(g), mp, ml)
+	}
 }

@@ -43,7 +43,8 @@ import (
 // are not used. Times come from the encoder frames of the tokens.
 //
 // On a backend that keeps greedy decoding on the device (backend.GreedyTransducer), greedy
-// transcriptions decode there instead, many decisions a step (parakeet_device.go).
+// transcriptions and the chunks of greedy live streams decode there instead, many decisions a
+// step (parakeet_device.go).
 type Parakeet struct {
 	m     *parakeet.Model
 	cfg   Config
@@ -511,6 +512,8 @@ func (e *Parakeet) encode() {
 			if err := chunkFrames(j); err != nil {
 				j.err, j.ph = fmt.Errorf("parakeet: %w", err), ppDone
 			}
+		} else if _, err := e.startDevice(j); err != nil {
+			j.err, j.ph = fmt.Errorf("parakeet: %w", err), ppDone
 		}
 	}
 }

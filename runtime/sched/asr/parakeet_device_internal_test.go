@@ -2,9 +2,13 @@ package asr
 
 import (
 	"context"
+	"errors"
 	"math"
+	"reflect"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/parleyhq/parley/internal/sharedtest"
 	"github.com/parleyhq/parley/runtime/backend"
@@ -103,5 +107,282 @@ func TestParakeetDeviceLoop(t *testing.T) {
 				t.Logf("%s: %d tokens, max |Δ| p %.3g, plog %.3g", name, n, mp, ml)
 			}
 		})
+	}
+}
+
+// liveOutcome is what TestParakeetDeviceLive compares between the two loops.
+type liveOutcome struct {
+	events   [][]Event          // streams decoded together, beside an offline transcription
+	offline  []Token            // that transcription's tokens
+	toks     [][]parakeet.Token // streams decoded alone, every token (no endpoints)
+	whole    []parakeet.Token   // a stream with whole context, every token
+	retried  []Event            // a stream one of whose chunks failed and was decoded again
+	straight []Event            // the same stream with no failure
+	chunks   int64              // chunks decoded on the device loop
+}
+
+// TestParakeetDeviceLive streams reference clips on a backend that decides on the device, once
+// with the greedy streams' chunks on the device loop and once on the host loop (hostLoopOnly),
+// and requires the same: the events of three streams decoded together beside an offline
+// transcription (partials, finals at the endpoints, their texts and times, which come from the
+// tokens' frames and durations; the finals' log-probabilities within 1e-5) and that
+// transcription's tokens; every token of streams decoded alone (ids, frames, durations exactly,
+// p and plog within 1e-5); a stream with whole context decodes the offline tokens; and a stream
+// one of whose chunks fails mid-way (its context cancelled) decodes it again from the chunk
+// before, ending in the finals of the same stream with no failure.
+func TestParakeetDeviceLive(t *testing.T) {
+	f, err := parakeet.Open(sharedtest.ParakeetRandomModel(t, "small", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	clips := []string{"jfk", "ami-ES2011a-headset0-40s-46s", "psx-cards-001"}
+	var pcms [][]float32
+	for _, c := range clips {
+		pcms = append(pcms, testWAV(t, c))
+	}
+	cfg := SessionConfig{Chunk: 800 * time.Millisecond, LeftContext: 2 * time.Second, RightContext: 240 * time.Millisecond, Silence: 240 * time.Millisecond}
+	for _, be := range sharedtest.Backends(t, 2) {
+		if _, ok := be.(backend.GreedyTransducer); !ok {
+			t.Logf("%s decides on the host: no device loop to test", be.Name())
+			continue
+		}
+		t.Run(be.Name(), func(t *testing.T) {
+			m, err := parakeet.Load(f, be)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			run := func(hostOnly bool) liveOutcome {
+				var cancelNext atomic.Pointer[context.CancelFunc]
+				hostLoopOnly = hostOnly
+				e, err := NewParakeet(m, Config{MaxActive: 4, MaxQueue: 8, EncodeBatch: 1, OnStep: func(time.Duration, int, int) {
+					if c := cancelNext.Swap(nil); c != nil {
+						(*c)()
+					}
+				}})
+				hostLoopOnly = false
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer e.Close()
+				if (e.dev == nil) != hostOnly {
+					t.Fatalf("host loop only %v, device loop %v", hostOnly, e.dev != nil)
+				}
+				ctx := context.Background()
+				var o liveOutcome
+				o.events = make([][]Event, len(pcms))
+				errs := make([]error, len(pcms)+1)
+				var wg sync.WaitGroup
+				for i, pcm := range pcms {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						l, err := e.NewLive(cfg)
+						if err != nil {
+							errs[i] = err
+							return
+						}
+						o.events[i], errs[i] = streamEvents(ctx, l, pcm, SampleRate/10)
+					}()
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					res, err := e.Transcribe(ctx, pcms[0], DefaultParams(), nil)
+					if errs[len(pcms)] = err; err == nil {
+						for _, s := range res.Segments {
+							o.offline = append(o.offline, s.Tokens...)
+						}
+					}
+				}()
+				wg.Wait()
+				for i, err := range errs {
+					if err != nil {
+						t.Fatalf("stream or transcription %d: %v", i, err)
+					}
+				}
+				o.toks = append(o.toks, streamTokens(t, e, SessionConfig{}, pcms[0], SampleRate/10))
+				o.whole = streamTokens(t, e, SessionConfig{LeftContext: maxContext, RightContext: maxContext}, pcms[0], SampleRate/10)
+
+				pcm := pcms[1]
+				l, err := e.NewLive(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if o.straight, err = streamEvents(ctx, l, pcm, SampleRate/10); err != nil {
+					t.Fatal(err)
+				}
+				if l, err = e.NewLive(cfg); err != nil {
+					t.Fatal(err)
+				}
+				half := len(pcm) / 2
+				evs, err := l.Write(ctx, pcm[:half])
+				if err != nil {
+					t.Fatal(err)
+				}
+				o.retried = evs
+				failing, cancel := context.WithCancel(ctx)
+				cancelNext.Store(&cancel)
+				if _, err := l.Write(failing, pcm[half:half+SampleRate]); !errors.Is(err, context.Canceled) {
+					t.Fatalf("a chunk whose context ends after its first step: %v", err)
+				}
+				// The failed write's samples were taken: the stream goes on after them.
+				rest, err := streamEvents(ctx, l, pcm[half+SampleRate:], SampleRate/10)
+				if err != nil {
+					t.Fatal(err)
+				}
+				o.retried = append(o.retried, rest...)
+				if e.dev != nil {
+					e.Close()
+					o.chunks = e.dev.chunks
+				}
+				return o
+			}
+			dev, host := run(false), run(true)
+			if dev.chunks == 0 {
+				t.Fatal("no chunk decoded on the device loop")
+			}
+			t.Logf("%d chunks on the device loop", dev.chunks)
+			for i, clip := range clips {
+				compareEvents(t, clip, dev.events[i], host.events[i])
+			}
+			compareTokens(t, "the transcription beside the streams", dev.offline, host.offline)
+			for i := range dev.toks {
+				compareParakeetTokens(t, clips[i], dev.toks[i], host.toks[i])
+			}
+			compareParakeetTokens(t, "whole context", dev.whole, host.whole)
+			wholeTokens := make([]Token, len(dev.whole))
+			for i, tk := range dev.whole {
+				wholeTokens[i] = Token{ID: tk.ID, P: tk.P, PLog: tk.PLog, T0: float64(tk.T0) / 100, T1: float64(tk.T1) / 100}
+			}
+			compareTokens(t, "whole context against offline", wholeTokens, dev.offline)
+			compareEvents(t, "a stream with a failed chunk", finalEvents(dev.retried), finalEvents(dev.straight))
+			compareEvents(t, "a stream with a failed chunk, the host loop", finalEvents(host.retried), finalEvents(host.straight))
+			compareEvents(t, "a stream with a failed chunk against the host loop", dev.retried, host.retried)
+		})
+	}
+}
+
+// finalEvents are the final events of evs.
+func finalEvents(evs []Event) []Event {
+	var out []Event
+	for _, ev := range evs {
+		if ev.Type == "final" {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// compareEvents requires got to be want: texts and times exactly, the finals' token texts
+// exactly and log-probabilities within 1e-5.
+func compareEvents(t *testing.T, name string, got, want []Event) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%s: %d events %+v, want %d %+v", name, len(got), got, len(want), want)
+		return
+	}
+	if len(finalEvents(want)) == 0 {
+		t.Errorf("%s: no final to compare", name)
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		gt, wt := g.Tokens, w.Tokens
+		g.Tokens, w.Tokens = nil, nil
+		if !reflect.DeepEqual(g, w) || len(gt) != len(wt) {
+			t.Errorf("%s: event %d: %+v (%d tokens), want %+v (%d)", name, i, g, len(gt), w, len(wt))
+			continue
+		}
+		for k := range wt {
+			if gt[k].Text != wt[k].Text || math.Abs(float64(gt[k].PLog-wt[k].PLog)) > 1e-5 {
+				t.Errorf("%s: event %d token %d: %+v, want %+v", name, i, k, gt[k], wt[k])
+				break
+			}
+		}
+	}
+}
+
+// compareTokens requires got to be want: ids and times exactly, p and plog within 1e-5.
+func compareTokens(t *testing.T, name string, got, want []Token) {
+	t.Helper()
+	if len(got) != len(want) || len(want) == 0 {
+		t.Errorf("%s: %d tokens, want %d (not none)", name, len(got), len(want))
+		return
+	}
+	for k, w := range want {
+		g := got[k]
+		if g.ID != w.ID || g.T0 != w.T0 || g.T1 != w.T1 || math.Abs(float64(g.P-w.P)) > 1e-5 || math.Abs(float64(g.PLog-w.PLog)) > 1e-5 {
+			t.Errorf("%s: token %d: %+v, want %+v", name, k, g, w)
+			return
+		}
+	}
+}
+
+// compareParakeetTokens requires got to be want: ids, frames and durations exactly, p and plog
+// within 1e-5.
+func compareParakeetTokens(t *testing.T, name string, got, want []parakeet.Token) {
+	t.Helper()
+	if len(got) != len(want) || len(want) == 0 {
+		t.Errorf("%s: %d tokens, want %d (not none)", name, len(got), len(want))
+		return
+	}
+	for k, w := range want {
+		g := got[k]
+		if g.ID != w.ID || g.Frame != w.Frame || g.Dur != w.Dur || g.DurIdx != w.DurIdx || g.T0 != w.T0 || g.T1 != w.T1 ||
+			math.Abs(float64(g.P-w.P)) > 1e-5 || math.Abs(float64(g.PLog-w.PLog)) > 1e-5 {
+			t.Errorf("%s: token %d: %+v, want %+v", name, k, g, w)
+			return
+		}
+	}
+}
+
+// TestParakeetDeviceChunkStepAllocs: on the device loop, once the chunks of two streams are
+// encoded, a step of their decoding (deviceSteps decisions of each, then one read) allocates
+// nothing.
+func TestParakeetDeviceChunkStepAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts differ under the race detector")
+	}
+	noLoop = true
+	e := openParakeetSmall(t, Config{MaxActive: 2})
+	noLoop = false
+	if e.dev == nil {
+		t.Skipf("%s decides on the host: no device loop to test", e.m.Backend().Name())
+	}
+	pcm := testWAV(t, "jfk")
+	pcm = append(pcm, pcm...) // 22 s: many steps of one chunk
+	var jobs []*pjob
+	for range 2 {
+		l, err := e.NewLive(SessionConfig{Chunk: maxChunk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := l.(*pstream)
+		s.audio = append(s.audio, pcm...)
+		j, err := s.chunkJob(context.Background(), len(pcm), true)
+		if err != nil || j == nil {
+			t.Fatal(j, err)
+		}
+		if err := e.q.enqueue(j); err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, j)
+	}
+	for range 2 { // admit and encode both, take the first steps
+		e.q.loop.Step()
+	}
+	for _, j := range jobs {
+		if j.ph != ppDecode || j.err != nil || !j.onDevice || j.end-j.frame0 < 200 {
+			t.Fatalf("chunk in phase %d, error %v, on the device %v, frames %d..%d", j.ph, j.err, j.onDevice, j.frame0, j.end)
+		}
+	}
+	if a := testing.AllocsPerRun(5, func() { e.q.loop.Step() }); a != 0 {
+		t.Errorf("%v allocations per step, want 0", a)
+	}
+	for _, j := range jobs {
+		if j.ph != ppDecode || len(j.toks) < 5 {
+			t.Fatalf("the steps measured were not all decoding: phase %d, %d tokens", j.ph, len(j.toks))
+		}
 	}
 }
