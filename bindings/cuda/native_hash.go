@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "79dbb6f8cfbb28780ac88eb3f5b34c74753562fd95bb4bd39c5941c4f867eff4"
+const nativeSources = "93ad87b8cbccea4edc6a3bf07e63c38f2ded158a6162e80e2210dfe2668a0403"
