@@ -4,11 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/parleyhq/parley/internal/sharedtest"
 	"github.com/parleyhq/parley/runtime/backend"
 	"github.com/parleyhq/parley/runtime/decode"
+	"github.com/parleyhq/parley/runtime/tensor"
 )
 
 // The device beam search against the host one (Decoder.Predict and Joint driven by
@@ -221,9 +224,10 @@ func beamBackends(t *testing.T) []backend.Backend {
 }
 
 // TestBeamLoop searches the encoder outputs of the reference clips and random ones on the device
-// beam loop, three streams at once, streams joining as others finish, at widths 1, 2, 4 and 8,
-// keeping the better of merged hypotheses (and at width 4 adding their probabilities), and on
-// the host. Width 1 is also the device greedy loop.
+// beam loop, three streams at once, streams joining as others finish, at widths 1, 4 and 8
+// keeping the better of merged hypotheses, and on the host; the random ones also at width 2,
+// and at width 4 adding the merged hypotheses' probabilities. Width 1 is also the device greedy
+// loop.
 func TestBeamLoop(t *testing.T) {
 	f, err := Open(sharedtest.ParakeetRandomModel(t, "small", false))
 	if err != nil {
@@ -246,8 +250,9 @@ func TestBeamLoop(t *testing.T) {
 			for _, e := range encoded {
 				clips = append(clips, projectClip(t, m, e.name, e.enc, e.frames))
 			}
-			clips = append(clips, randomClips(t, m, 5, 60, 1)...)
-			for _, w := range []int{1, 2, 4, 8} {
+			random := randomClips(t, m, 5, 60, 1)
+			clips = append(clips, random...)
+			for _, w := range []int{1, 4, 8} {
 				got := compareBeam(t, m, clips, w, decode.MergeMax, 3, 8)
 				if w == 1 {
 					greedy := deviceGreedy(t, m, clips, 3, 8)
@@ -258,7 +263,8 @@ func TestBeamLoop(t *testing.T) {
 					}
 				}
 			}
-			compareBeam(t, m, clips, 4, decode.MergeLogSumExp, 3, 8)
+			compareBeam(t, m, random, 2, decode.MergeMax, 2, 5)
+			compareBeam(t, m, random, 4, decode.MergeLogSumExp, 3, 8)
 		})
 	}
 }
@@ -378,4 +384,207 @@ func TestBeamLoopArgs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// tieCase is a search over synthetic joint rows: the row of a hypothesis at frame f whose last
+// token is k is enc[f] + tab[k], small integers, so that many pairs and candidates tie exactly,
+// with some logits -Inf and, where nan is set, a NaN in frame 0 of stream 1 and in some frame
+// of stream 2.
+type tieCase struct {
+	blank      int32
+	durations  []int
+	maxSymbols int
+	nan        bool
+}
+
+// TestBeamRoundTies runs the device round (backend.BeamDecoding, without a model) and
+// decode.TDTBeamSearch over the same synthetic rows: ties between tokens, durations, pairs and
+// candidates, -Inf logits, merges, and NaN rows, which fail the stream as they fail the host
+// search.
+func TestBeamRoundTies(t *testing.T) {
+	cases := []tieCase{
+		{blank: 4, durations: []int{0, 1, 2, 3}, maxSymbols: 2},
+		{blank: 6, durations: []int{0, 2}, maxSymbols: 3},
+		{blank: 3, maxSymbols: 2},
+		{blank: 4, durations: []int{0, 1, 2}, maxSymbols: 2, nan: true},
+	}
+	for _, be := range beamBackends(t) {
+		t.Run(be.Name(), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(11, 12))
+			for ci, tc := range cases {
+				for _, w := range []int{1, 2, 3, 5, 8} {
+					for _, merge := range []decode.BeamMerge{decode.MergeMax, decode.MergeLogSumExp} {
+						name := fmt.Sprintf("case %d, width %d, merge %d", ci, w, merge)
+						if failed := tieRound(t, be, rng, tc, w, merge, name); tc.nan != (failed > 0) {
+							t.Errorf("%s: %d streams failed", name, failed)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// tieRound searches 3 streams of one tie case on the device and on the host, and returns the
+// number of streams that failed on both.
+func tieRound(t *testing.T, be backend.Backend, rng *rand.Rand, tc tieCase, w int, merge decode.BeamMerge, name string) int {
+	t.Helper()
+	const streams = 3
+	nTok := int(tc.blank) + 1
+	width := nTok + len(tc.durations)
+	value := func() float32 {
+		if rng.IntN(9) == 0 {
+			return float32(math.Inf(-1))
+		}
+		return float32(rng.IntN(4) - 1)
+	}
+	tab := make([]float32, nTok*width)
+	for i := range tab {
+		tab[i] = value()
+	}
+	// Every token and duration logit row has a finite entry: only the NaN fails a search.
+	for k := range nTok {
+		tab[k*width+nTok-1], tab[k*width+width-1] = 0, 0
+	}
+	frames := make([]int, streams)
+	encs := make([][]float32, streams)
+	for s := range streams {
+		frames[s] = 1 + rng.IntN(12)
+		encs[s] = make([]float32, frames[s]*width)
+		for i := range encs[s] {
+			if v := value(); !math.IsInf(float64(v), -1) {
+				encs[s][i] = v
+			}
+		}
+	}
+	if tc.nan {
+		// Frame 0 is always read; a later frame of stream 2 may be skipped over.
+		encs[1][rng.IntN(width)] = float32(math.NaN())
+		encs[2][rng.IntN(frames[2])*width+rng.IntN(width)] = float32(math.NaN())
+	}
+	alloc := func(rows int, data []float32) backend.Tensor {
+		x, err := be.Alloc(tensor.F32, rows, width)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { x.Close() })
+		if data != nil {
+			if err := be.Write(x, 0, data); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return x
+	}
+	table := alloc(nTok, tab)
+	enc := make([]backend.Tensor, streams)
+	for s := range streams {
+		enc[s] = alloc(frames[s], encs[s])
+	}
+	lg, tk := alloc(streams*w, nil), alloc(streams*w, nil)
+	d, err := be.(backend.BeamTransducer).NewBeamDecoding(backend.BeamDecodingConfig{Streams: streams, Width: w, Blank: tc.blank,
+		Durations: tc.durations, MaxSymbols: tc.maxSymbols, LogSumExp: merge == decode.MergeLogSumExp, Nodes: w * 12 * tc.maxSymbols})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for s := range streams {
+		if err := d.Start(s, frames[s]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rep backend.BeamReport
+	for rounds := 0; ; rounds++ {
+		if rounds > 1000 {
+			t.Fatalf("%s: the device search does not end", name)
+		}
+		if err := d.Frames(lg, enc); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Tokens(tk, table); err != nil {
+			t.Fatal(err)
+		}
+		if err := be.AddRows(lg, lg, tk); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Round(lg); err != nil {
+			t.Fatal(err)
+		}
+		if rounds%4 != 3 {
+			continue
+		}
+		if err := d.Read(&rep); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(rep.Done, false) {
+			break
+		}
+	}
+	cfg := decode.TDTBeam{Rule: decode.TDT{Blank: tc.blank, Durations: tc.durations, MaxSymbols: tc.maxSymbols}, Width: w, Merge: merge}
+	var res backend.BeamResult
+	failed := 0
+	for s := range streams {
+		want, werr := tieHost(cfg, tab, encs[s], frames[s], width)
+		if rep.Full[s] {
+			t.Fatalf("%s: stream %d: the token pool is full", name, s)
+		}
+		if (werr != nil) != rep.Failed[s] {
+			t.Errorf("%s: stream %d: device failed %v, host error %v", name, s, rep.Failed[s], werr)
+			continue
+		}
+		if werr != nil {
+			failed++
+			continue
+		}
+		if err := d.Result(s, &res); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]Token, len(res.Token))
+		for i := range got {
+			got[i] = Token{ID: res.Token[i], Frame: int(res.Frame[i]), DurIdx: int(res.DurIdx[i]), P: res.P[i], PLog: res.PLog[i]}
+			if len(tc.durations) > 0 {
+				got[i].Dur = tc.durations[got[i].DurIdx]
+			}
+		}
+		if err := sameTokens(got, want.toks); err != nil {
+			t.Errorf("%s: stream %d: %v", name, s, err)
+		} else if math.Abs(res.Score-want.score) > beamScoreTol*math.Max(1, math.Abs(want.score)) {
+			t.Errorf("%s: stream %d: score %.9g, want %.9g", name, s, res.Score, want.score)
+		}
+	}
+	return failed
+}
+
+// tieHost runs decode.TDTBeamSearch over the synthetic rows of one stream: a slot's last token
+// is the token of the prediction request that wrote it.
+func tieHost(cfg decode.TDTBeam, tab, enc []float32, frames, width int) (beamResult, error) {
+	s, err := decode.NewTDTBeamSearch(cfg)
+	if err != nil {
+		return beamResult{}, err
+	}
+	slotTok := make([]int32, s.Slots())
+	rows := make([]float32, cfg.Width*width)
+	if err := s.AddFrames(frames); err != nil {
+		return beamResult{}, err
+	}
+	s.Finish()
+	for !s.Done() {
+		for _, p := range s.Predictions() {
+			slotTok[p.To] = p.Token
+		}
+		js := s.Joints()
+		for i, j := range js {
+			for k := range width {
+				rows[i*width+k] = enc[j.Frame*width+k] + tab[int(slotTok[j.Slot])*width+k]
+			}
+		}
+		if err := s.Advance(rows[:len(js)*width]); err != nil {
+			return beamResult{}, err
+		}
+	}
+	var r beamResult
+	for _, st := range s.Tokens(0, nil) {
+		r.toks = append(r.toks, Token{ID: st.Token, Frame: st.Frame, DurIdx: st.DurIdx, Dur: st.Dur, P: st.P, PLog: st.PLog})
+	}
+	r.score = s.Hyp(0).Score
+	return r, nil
 }
