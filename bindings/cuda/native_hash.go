@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "93ad87b8cbccea4edc6a3bf07e63c38f2ded158a6162e80e2210dfe2668a0403"
+const nativeSources = "6ab8e16cbd71ba255cc86ba789f6662201ec3868924d5b8ee2d8eb2767dcdcd4"

@@ -30,6 +30,7 @@ const (
 	TDTBSNHyp    = C.PLC_TDTB_SNHYP
 	TDTBSNodes   = C.PLC_TDTB_SNODES
 	TDTBSRounds  = C.PLC_TDTB_SROUNDS
+	TDTBSWidth   = C.PLC_TDTB_SWIDTH
 	TDTBSFields  = C.PLC_TDTB_SFIELDS
 	TDTBNodeSize = 4 * C.PLC_TDTB_NODE_WORDS
 	// TDTBMaxWidth is the widest beam.
@@ -85,11 +86,12 @@ func (c *Context) tdtbCfg(op string, n int, b TDTBeam) error {
 	return nil
 }
 
-// TDTBeamStart restarts stream s of the state st of n streams at frame 0 of a clip of end frames.
-func (c *Context) TDTBeamStart(st Ref, n int, b TDTBeam, s, end int, blank int32) error {
+// TDTBeamStart restarts stream s of the state st of n streams at frame 0 of a clip of end
+// frames, with a beam of width hypotheses (1 to b.Width).
+func (c *Context) TDTBeamStart(st Ref, n int, b TDTBeam, s, end, width int, blank int32) error {
 	const op = "tdt beam start"
-	if s < 0 || s >= n || end < 0 || end > 1<<30 || blank < 0 {
-		return fmt.Errorf("cuda: %s: stream %d of %d, %d frames, blank %d", op, s, n, end, blank)
+	if s < 0 || s >= n || end < 0 || end > 1<<30 || blank < 0 || width < 1 || width > b.Width {
+		return fmt.Errorf("cuda: %s: stream %d of %d, %d frames, width %d, blank %d", op, s, n, end, width, blank)
 	}
 	if err := c.lock(op); err != nil {
 		return err
@@ -102,7 +104,7 @@ func (c *Context) TDTBeamStart(st Ref, n int, b TDTBeam, s, end int, blank int32
 	if err != nil {
 		return err
 	}
-	return c.status(op, C.plc_tdtb_start(c.c, sp, C.int64_t(n), &c.tdtbArg, C.int64_t(s), C.int32_t(end), C.int32_t(blank)))
+	return c.status(op, C.plc_tdtb_start(c.c, sp, C.int64_t(n), &c.tdtbArg, C.int64_t(s), C.int32_t(end), C.int32_t(width), C.int32_t(blank)))
 }
 
 // TDTBeamRound makes one round of the search for the n streams of st, whose n*Width hypothesis

@@ -196,6 +196,7 @@ __global__ void __launch_bounds__(PLC_TDTB_THREADS)
     const int32_t blank = cfg.n_tok - 1;
     const int64_t base = s * w;
     const int end = PLC_TDTB_S(v, PLC_TDTB_SEND, s);
+    const int ws = PLC_TDTB_S(v, PLC_TDTB_SWIDTH, s);  // the stream's width; pair arrays keep the stride w
     if (threadIdx.x == 0) {
         m.nh = PLC_TDTB_S(v, PLC_TDTB_SNHYP, s);
         int t = INT_MAX;
@@ -218,8 +219,8 @@ __global__ void __launch_bounds__(PLC_TDTB_THREADS)
         m.bad = 0;
     }
     __syncthreads();
-    const int kk = cfg.n_tok < w ? cfg.n_tok : w;
-    const int dk = cfg.n_dur > 0 ? (cfg.n_dur < w ? cfg.n_dur : w) : 1;
+    const int kk = cfg.n_tok < ws ? cfg.n_tok : ws;
+    const int dk = cfg.n_dur > 0 ? (cfg.n_dur < ws ? cfg.n_dur : ws) : 1;
     const int nex = m.nex;
     for (int e = 0; e < nex; e++) {
         const float *row = logits + (base + m.ex[e]) * width;
@@ -270,14 +271,14 @@ __global__ void __launch_bounds__(PLC_TDTB_THREADS)
                 for (int b = 0; b < dk; b++) {
                     double lp = tl;
                     if (cfg.n_dur > 0) lp += (double)row[cfg.n_tok + m.dord[b]] - lseDur;
-                    if (np == w && !(lp > pl[w - 1])) {
+                    if (np == ws && !(lp > pl[ws - 1])) {
                         if (b == 0) stop = true;
                         break;
                     }
                     if (isinf(lp) && lp < 0) break;
                     int p = np;
-                    if (p < w) np++;
-                    else p = w - 1;
+                    if (p < ws) np++;
+                    else p = ws - 1;
                     while (p > 0 && pl[p - 1] < lp) {
                         pl[p] = pl[p - 1], pt[p] = pt[p - 1], pd[p] = pd[p - 1];
                         p--;
@@ -363,13 +364,13 @@ __global__ void __launch_bounds__(PLC_TDTB_THREADS)
         int rank = 0;
         for (int j = 0; j < m.nc; j++)
             if (m.crep[j] == j && (m.cs[j] > m.cs[i] || (m.cs[j] == m.cs[i] && j < i))) rank++;
-        if (rank < w) m.best[rank] = i;
+        if (rank < ws) m.best[rank] = i;
     }
     __syncthreads();
     if (threadIdx.x != 0) return;
     int live = 0;
     for (int i = 0; i < m.nc; i++) live += m.crep[i] == i;
-    const int nb = live < w ? live : w;
+    const int nb = live < ws ? live : ws;
     const int t = m.t;
     int nodes = PLC_TDTB_S(v, PLC_TDTB_SNODES, s);
     int full = 0;
@@ -484,7 +485,7 @@ extern "C" int plc_tdtb_round(plc_ctx *ctx, const float *logits, int64_t n, int6
     return plc_launched(ctx, "tdt beam round");
 }
 
-__global__ void plc_tdtb_start_k(void *st, int64_t n, int w, int64_t s, int32_t end, int32_t blank) {
+__global__ void plc_tdtb_start_k(void *st, int64_t n, int w, int64_t s, int32_t end, int32_t width, int32_t blank) {
     plc_tdtb_view v = plc_tdtb_at(st, n, w);
     for (int j = 0; j < w; j++) {
         const int64_t r = s * w + j;
@@ -505,15 +506,18 @@ __global__ void plc_tdtb_start_k(void *st, int64_t n, int w, int64_t s, int32_t 
     PLC_TDTB_S(v, PLC_TDTB_SNHYP, s) = 1;
     PLC_TDTB_S(v, PLC_TDTB_SNODES, s) = 0;
     PLC_TDTB_S(v, PLC_TDTB_SROUNDS, s) = 0;
+    PLC_TDTB_S(v, PLC_TDTB_SWIDTH, s) = width;
 }
 
-extern "C" int plc_tdtb_start(plc_ctx *ctx, void *st, int64_t n, const plc_tdtb_cfg *cfg, int64_t s, int32_t end, int32_t blank) {
+extern "C" int plc_tdtb_start(plc_ctx *ctx, void *st, int64_t n, const plc_tdtb_cfg *cfg, int64_t s, int32_t end, int32_t width,
+                              int32_t blank) {
     if (ctx == NULL) return PLC_ERR_ARG;
     int c = plc_tdtb_check(ctx, "tdt beam start: bad shape", n, cfg);
     if (c != PLC_OK) return c;
-    if (st == NULL || s < 0 || s >= n || end < 0 || blank < 0) return plc_fail_arg(ctx, "tdt beam start: bad stream");
+    if (st == NULL || s < 0 || s >= n || end < 0 || blank < 0 || width < 1 || width > cfg->width)
+        return plc_fail_arg(ctx, "tdt beam start: bad stream");
     PLC_ENTER(ctx);
-    plc_tdtb_start_k<<<1, 1, 0, ctx->stream>>>(st, n, cfg->width, s, end, blank);
+    plc_tdtb_start_k<<<1, 1, 0, ctx->stream>>>(st, n, cfg->width, s, end, width, blank);
     return plc_launched(ctx, "tdt beam start");
 }
 

@@ -497,6 +497,7 @@ int plc_tdt_keep(plc_ctx *ctx, float *dst, const float *src, int64_t cols, const
 #define PLC_TDTB_SNHYP 3    /* hypotheses in the beam (rows s*w to s*w+NHYP-1, best first) */
 #define PLC_TDTB_SNODES 4   /* nodes used */
 #define PLC_TDTB_SROUNDS 5  /* rounds made since the start */
+#define PLC_TDTB_SWIDTH 6   /* the stream's beam width, 1 to w: hypotheses kept, pairs taken from each row */
 #define PLC_TDTB_SFIELDS 8
 #define PLC_TDTB_NODE_WORDS 6
 #define PLC_TDTB_MAX_WIDTH 8
@@ -509,9 +510,10 @@ typedef struct {
 } plc_tdtb_cfg;
 
 /* plc_tdtb_start (re)starts stream s of beam state st (n streams) at frame 0 of a clip of end
- * frames: one hypothesis, no tokens, score 0, its prediction network to take the blank. end 0
- * makes the stream done. */
-int plc_tdtb_start(plc_ctx *ctx, void *st, int64_t n, const plc_tdtb_cfg *cfg, int64_t s, int32_t end, int32_t blank);
+ * frames with a beam of width (1 to the state's w): one hypothesis, no tokens, score 0, its
+ * prediction network to take the blank. end 0 makes the stream done. */
+int plc_tdtb_start(plc_ctx *ctx, void *st, int64_t n, const plc_tdtb_cfg *cfg, int64_t s, int32_t end, int32_t width,
+                   int32_t blank);
 
 /* plc_tdtb_round makes one round of Go's decode.TDTBeamSearch for every stream not done, one
  * block a stream: logits [n*w, n_tok+n_dur] hold each hypothesis row's joint row at its IDX.
@@ -519,7 +521,7 @@ int plc_tdtb_start(plc_ctx *ctx, void *st, int64_t n, const plc_tdtb_cfg *cfg, i
  * token logits and, separately, the duration logits; the w best (token, duration) pairs of each;
  * moves by the greedy rule; candidates (waiting hypotheses, then the expansions) in the same state
  * (same token sequence: length, hash, then the node chains compared; same frame and run) merged;
- * the w best kept with the host's tie-breaking. The new hypotheses are written best first, each
+ * the stream's WIDTH best kept with the host's tie-breaking (each row gives its WIDTH best pairs). The new hypotheses are written best first, each
  * row's PARENT the row whose state it continues, PRED set where it emitted a token. When all have
  * reached END the stream is finished (hypotheses of the same tokens merged, sorted) and DONE. */
 int plc_tdtb_round(plc_ctx *ctx, const float *logits, int64_t n, int64_t width, const plc_tdtb_cfg *cfg, void *st);

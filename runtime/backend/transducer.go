@@ -74,7 +74,7 @@ type BeamTransducer interface {
 // BeamDecodingConfig is the search and size of a BeamDecoding.
 type BeamDecodingConfig struct {
 	Streams    int   // streams searched at once; Streams·Width is at most 65535
-	Width      int   // hypotheses kept per stream, 1 to MaxBeamWidth
+	Width      int   // hypothesis rows per stream, 1 to MaxBeamWidth: the widest beam a stream may start
 	Blank      int32 // the blank's id, the last token logit
 	Durations  []int // frames each duration logit advances (at most 16); empty for an RNN-T
 	MaxSymbols int   // zero-duration tokens emitted at one frame before the frame is forced on
@@ -91,9 +91,10 @@ const MaxBeamWidth = 8
 // started is done. Calls are issued in order with the backend's other operations; only Read and
 // Result wait.
 type BeamDecoding interface {
-	// Start restarts stream s at frame 0 of a clip of frames frames: one hypothesis, no tokens,
+	// Start restarts stream s at frame 0 of a clip of frames frames with a beam of width
+	// hypotheses (1 to Width; the stream's other rows are unused): one hypothesis, no tokens,
 	// whose prediction network is to take the blank (Tokens, Keep).
-	Start(s, frames int) error
+	Start(s, frames, width int) error
 	// Stop makes stream s done.
 	Stop(s int) error
 	// Tokens gathers the embedding of each row's next prediction input: dst[r] = table[token].

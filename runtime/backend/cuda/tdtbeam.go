@@ -78,11 +78,11 @@ func (d *beamDecoding) ref() bcuda.Ref { return bcuda.Ref{Buf: d.buf} }
 // hypRef is the hypothesis block, which the greedy gathers read as a state of n·w rows.
 func (d *beamDecoding) hypRef() bcuda.Ref { return bcuda.Ref{Buf: d.buf, Off: d.hypOff} }
 
-func (d *beamDecoding) Start(s, frames int) error {
-	return d.b.ctx.TDTBeamStart(d.ref(), d.n, d.search, s, frames, d.blank)
+func (d *beamDecoding) Start(s, frames, width int) error {
+	return d.b.ctx.TDTBeamStart(d.ref(), d.n, d.search, s, frames, width, d.blank)
 }
 
-func (d *beamDecoding) Stop(s int) error { return d.Start(s, 0) }
+func (d *beamDecoding) Stop(s int) error { return d.Start(s, 0, 1) }
 
 // rowsOf checks that t is an F32 tensor of the backend with a row for each hypothesis.
 func (d *beamDecoding) rowsOf(op, what string, t backend.Tensor, out bool) (*Tensor, error) {

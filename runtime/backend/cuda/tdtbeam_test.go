@@ -61,7 +61,7 @@ func TestBeamDecodingGraphs(t *testing.T) {
 		enc := make([]backend.Tensor, streams)
 		for i := range streams {
 			enc[i] = mk(2+2*i, cols, vals((2+2*i)*cols))
-			if err := d.Start(i, 2+2*i); err != nil {
+			if err := d.Start(i, 2+2*i, width-i); err != nil {
 				t.Fatal(err)
 			}
 		}

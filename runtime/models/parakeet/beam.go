@@ -47,7 +47,7 @@ var ErrNoBeamLoop = fmt.Errorf("parakeet: the backend has no device beam search:
 // BeamLoopConfig sizes a BeamLoop.
 type BeamLoopConfig struct {
 	Streams   int  // clips searched at once
-	Width     int  // hypotheses kept per clip, 1 to backend.MaxBeamWidth
+	Width     int  // the widest beam a stream may start, 1 to backend.MaxBeamWidth
 	LogSumExp bool // merge hypotheses in the same state by log-sum-exp (decode.MergeLogSumExp), else keep the better (decode.MergeMax)
 	MaxFrames int  // the longest clip: the tokens kept per stream are sized for it
 	K         int  // rounds between two Reads at most
@@ -112,7 +112,7 @@ func (m *Model) NewBeamLoop(cfg BeamLoopConfig) (*BeamLoop, error) {
 // Streams is the number of streams; Width the hypotheses of each.
 func (l *BeamLoop) Streams() int { return l.streams }
 
-// Width is the number of hypotheses kept per stream.
+// Width is the widest beam a stream may start.
 func (l *BeamLoop) Width() int { return l.width }
 
 // Close releases the loop's tensors and state.
@@ -130,11 +130,12 @@ func (l *BeamLoop) Close() error {
 }
 
 // Start makes stream s search a clip of frames frames whose joint encoder projections are proj
-// (ProjectEncoder's rows, at least frames of them), from the prediction network's initial
-// state. proj must stay unchanged until the stream is done or stopped.
-func (l *BeamLoop) Start(s int, proj backend.Tensor, frames int) error {
-	if s < 0 || s >= l.streams || proj == nil || frames < 0 || proj.Rows() < frames {
-		return fmt.Errorf("parakeet: beam loop: stream %d of %d, %d frames", s, l.streams, frames)
+// (ProjectEncoder's rows, at least frames of them) with a beam of width hypotheses (1 to the
+// loop's Width), from the prediction network's initial state. proj must stay unchanged until
+// the stream is done or stopped.
+func (l *BeamLoop) Start(s int, proj backend.Tensor, frames, width int) error {
+	if s < 0 || s >= l.streams || proj == nil || frames < 0 || proj.Rows() < frames || width < 1 || width > l.width {
+		return fmt.Errorf("parakeet: beam loop: stream %d of %d, %d frames, width %d of %d", s, l.streams, frames, width, l.width)
 	}
 	// The first hypothesis's state; the other rows take theirs from it before they are read.
 	for i := range l.h {
@@ -152,7 +153,7 @@ func (l *BeamLoop) Start(s int, proj backend.Tensor, frames int) error {
 	if frames == 0 {
 		l.enc[s] = l.dummy
 	}
-	if err := l.d.Start(s, frames); err != nil {
+	if err := l.d.Start(s, frames, width); err != nil {
 		return fmt.Errorf("parakeet: beam loop: %w", err)
 	}
 	return nil

@@ -76,11 +76,12 @@ func hostBeam(t *testing.T, m *Model, c greedyClip, cfg decode.TDTBeam) beamResu
 	return r
 }
 
-// deviceBeam searches clips on a beam loop of streams streams read every k rounds: the first
+// deviceBeam searches clips with beams of width on a beam loop (of cfg's streams and rows, read
+// every cfg.K rounds): the first
 // half of the streams start at once, the others join after the first read, and each stream
 // takes the next clip when its own is done. It checks that the loop copies from the device
 // once a Read and once a Result of a stream with tokens, never a round.
-func deviceBeam(t *testing.T, m *Model, clips []greedyClip, cfg BeamLoopConfig) []beamResult {
+func deviceBeam(t *testing.T, m *Model, clips []greedyClip, cfg BeamLoopConfig, width int) []beamResult {
 	t.Helper()
 	for _, c := range clips {
 		cfg.MaxFrames = max(cfg.MaxFrames, c.frames)
@@ -108,7 +109,7 @@ func deviceBeam(t *testing.T, m *Model, clips []greedyClip, cfg BeamLoopConfig) 
 			return
 		}
 		c := clips[next]
-		if err := l.Start(r, c.proj, c.frames); err != nil {
+		if err := l.Start(r, c.proj, c.frames, width); err != nil {
 			t.Fatal(err)
 		}
 		clipOf[r] = next
@@ -190,11 +191,16 @@ func sameTokens(got, want []Token) error {
 	return nil
 }
 
-// compareBeam requires the device search's best hypotheses to be the host search's.
+// compareBeam requires the device search's best hypotheses to be the host search's. A search of
+// width 1 runs in rows of width 3: a stream uses only its own width's rows.
 func compareBeam(t *testing.T, m *Model, clips []greedyClip, width int, merge decode.BeamMerge, streams, k int) []beamResult {
 	t.Helper()
 	h := m.HParams
-	got := deviceBeam(t, m, clips, BeamLoopConfig{Streams: streams, Width: width, LogSumExp: merge == decode.MergeLogSumExp, K: k})
+	rows := width
+	if width == 1 {
+		rows = 3
+	}
+	got := deviceBeam(t, m, clips, BeamLoopConfig{Streams: streams, Width: rows, LogSumExp: merge == decode.MergeLogSumExp, K: k}, width)
 	cfg := decode.TDTBeam{Rule: decode.TDT{Blank: int32(h.NVocab), Durations: m.Durations, MaxSymbols: h.NMaxTokens}, Width: width, Merge: merge}
 	for i, c := range clips {
 		want := hostBeam(t, m, c, cfg)
@@ -342,7 +348,8 @@ func TestBeamLoopArgs(t *testing.T) {
 				}
 			}
 			c := randomClips(t, m, 1, 5, 3)[0]
-			if l.Start(2, c.proj, c.frames) == nil || l.Start(0, c.proj, c.frames+1) == nil || l.Stop(-1) == nil {
+			if l.Start(2, c.proj, c.frames, 1) == nil || l.Start(0, c.proj, c.frames+1, 1) == nil || l.Start(0, c.proj, c.frames, 5) == nil ||
+				l.Start(0, c.proj, c.frames, 0) == nil || l.Stop(-1) == nil {
 				t.Error("a bad stream or clip accepted")
 			}
 			for range 2 {
@@ -364,7 +371,7 @@ func TestBeamLoopArgs(t *testing.T) {
 				t.Error("the result of stream 2 of 2 accepted")
 			}
 			c = randomClips(t, m, 1, 5, 4)[0]
-			if err := l.Start(0, c.proj, c.frames); err != nil {
+			if err := l.Start(0, c.proj, c.frames, 3); err != nil {
 				t.Fatal(err)
 			}
 			if _, _, err := l.Result(0, nil); err == nil {
@@ -425,8 +432,8 @@ func TestBeamRoundTies(t *testing.T) {
 	}
 }
 
-// tieRound searches 3 streams of one tie case on the device and on the host, and returns the
-// number of streams that failed on both.
+// tieRound searches 3 streams of one tie case, of widths w, w-1 and w-2 (at least 1) in rows of
+// width 8, on the device and on the host, and returns the number of streams that failed on both.
 func tieRound(t *testing.T, be backend.Backend, rng *rand.Rand, tc tieCase, w int, merge decode.BeamMerge, name string) int {
 	t.Helper()
 	const streams = 3
@@ -480,15 +487,16 @@ func tieRound(t *testing.T, be backend.Backend, rng *rand.Rand, tc tieCase, w in
 	for s := range streams {
 		enc[s] = alloc(frames[s], encs[s])
 	}
-	lg, tk := alloc(streams*w, nil), alloc(streams*w, nil)
-	d, err := be.(backend.BeamTransducer).NewBeamDecoding(backend.BeamDecodingConfig{Streams: streams, Width: w, Blank: tc.blank,
+	const rowsW = 8
+	lg, tk := alloc(streams*rowsW, nil), alloc(streams*rowsW, nil)
+	d, err := be.(backend.BeamTransducer).NewBeamDecoding(backend.BeamDecodingConfig{Streams: streams, Width: rowsW, Blank: tc.blank,
 		Durations: tc.durations, MaxSymbols: tc.maxSymbols, LogSumExp: merge == decode.MergeLogSumExp, Nodes: w * 12 * tc.maxSymbols})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
 	for s := range streams {
-		if err := d.Start(s, frames[s]); err != nil {
+		if err := d.Start(s, frames[s], max(w-s, 1)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -519,10 +527,11 @@ func tieRound(t *testing.T, be backend.Backend, rng *rand.Rand, tc tieCase, w in
 			break
 		}
 	}
-	cfg := decode.TDTBeam{Rule: decode.TDT{Blank: tc.blank, Durations: tc.durations, MaxSymbols: tc.maxSymbols}, Width: w, Merge: merge}
+	cfg := decode.TDTBeam{Rule: decode.TDT{Blank: tc.blank, Durations: tc.durations, MaxSymbols: tc.maxSymbols}, Merge: merge}
 	var res backend.BeamResult
 	failed := 0
 	for s := range streams {
+		cfg.Width = max(w-s, 1)
 		want, werr := tieHost(cfg, tab, encs[s], frames[s], width)
 		if rep.Full[s] {
 			t.Fatalf("%s: stream %d: the token pool is full", name, s)
