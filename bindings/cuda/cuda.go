@@ -108,6 +108,7 @@ type Context struct {
 	mmM      [4]C.int64_t
 	// the greedy transducer rule and the per-row encoder tables of a gather (tdt.go)
 	tdtArg    C.plc_tdt_cfg
+	tdtbArg   C.plc_tdtb_cfg // the beam search's (tdtbeam.go)
 	tdtTables []uintptr
 }
 

@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "a5df0ab6ecc6a4043d881e8645ed9606de458881b6e3b31ef037a93b909d37e9"
+const nativeSources = "9e61c71fde4d410c1a293dc74592b528d824b70851e5a105b63ec37bf509d9f4"

@@ -470,6 +470,68 @@ int plc_tdt_gather(plc_ctx *ctx, float *dst, const void *const *tables, const vo
  * in st; the other rows of dst are left as they are. */
 int plc_tdt_keep(plc_ctx *ctx, float *dst, const float *src, int64_t cols, const int32_t *st, int64_t n);
 
+/* ---- Transducer beam search on the device (Parakeet TDT and RNN-T) ---- */
+
+/* A beam state of n streams of width w (1 to PLC_TDTB_MAX_WIDTH) keeps w hypothesis rows per
+ * stream (row s*w + j, rows = n*w), in one device buffer laid out as:
+ *   double score[rows]                 the hypotheses' scores
+ *   uint64 hash[rows]                  a hash of each one's token sequence
+ *   int32  hyp[PLC_TDTB_HFIELDS][rows] per-hypothesis fields (PLC_TDTB_H*)
+ *   int32  stream[PLC_TDTB_SFIELDS][n] per-stream fields (PLC_TDTB_S*)
+ *   node   nodes[n][cap]               each stream's pool of emitted tokens
+ * A node is six 32-bit words: token, frame, duration index, parent node (-1: none), then p and
+ * plog as floats (decode.TDTStep's). A hypothesis points at its last token's node; nodes are
+ * never freed before the stream restarts. The hypothesis fields PRED, TOK and IDX have the greedy
+ * state's numbers (PLC_TDT_EMIT, _TOK, _IDX), so plc_tdt_gather and plc_tdt_keep read the
+ * hypothesis block as a greedy state of rows rows (ring 1). */
+#define PLC_TDTB_HFRAME 0   /* the frame the hypothesis reads next */
+#define PLC_TDTB_HRUN 1     /* zero-duration tokens it emitted at that frame */
+#define PLC_TDTB_HNODE 2    /* its last token's node, -1 none */
+#define PLC_TDTB_HNTOK 3    /* its token count */
+#define PLC_TDTB_HPRED 4    /* 1: its last round emitted TOK: the prediction network must take it */
+#define PLC_TDTB_HTOK 5     /* the prediction network's next input (the blank at a start) */
+#define PLC_TDTB_HIDX 6     /* FRAME clamped to [0, END): the encoder row its joint reads */
+#define PLC_TDTB_HPARENT 7  /* the row whose prediction state the row takes in plc_tdtb_gather */
+#define PLC_TDTB_HFIELDS 16 /* (14 at least: a greedy state of ring 1) */
+#define PLC_TDTB_SEND 0     /* the stream's frame count */
+#define PLC_TDTB_SDONE 1    /* 1: every hypothesis has finished (or the stream failed) */
+#define PLC_TDTB_SBAD 2     /* 1: an expanded joint row held a NaN, +Inf, or no finite maximum; 2: the node pool is full */
+#define PLC_TDTB_SNHYP 3    /* hypotheses in the beam (rows s*w to s*w+NHYP-1, best first) */
+#define PLC_TDTB_SNODES 4   /* nodes used */
+#define PLC_TDTB_SROUNDS 5  /* rounds made since the start */
+#define PLC_TDTB_SWIDTH 6   /* the stream's beam width, 1 to w: hypotheses kept, pairs taken from each row */
+#define PLC_TDTB_SFIELDS 8
+#define PLC_TDTB_NODE_WORDS 6
+#define PLC_TDTB_MAX_WIDTH 8
+
+/* The search: the greedy rule's logits, durations and max_symbols (plc_tdt_cfg), the width w, lse
+ * 1 to merge hypotheses by log-sum-exp (0: keep the better), cap nodes per stream. */
+typedef struct {
+    int32_t n_tok, n_dur, max_symbols, width, lse, cap;
+    int32_t durations[PLC_TDT_MAX_DURATIONS];
+} plc_tdtb_cfg;
+
+/* plc_tdtb_start (re)starts stream s of beam state st (n streams) at frame 0 of a clip of end
+ * frames with a beam of width (1 to the state's w): one hypothesis, no tokens, score 0, its
+ * prediction network to take the blank. end 0 makes the stream done. */
+int plc_tdtb_start(plc_ctx *ctx, void *st, int64_t n, const plc_tdtb_cfg *cfg, int64_t s, int32_t end, int32_t width,
+                   int32_t blank);
+
+/* plc_tdtb_round makes one round of Go's decode.TDTBeamSearch for every stream not done, one
+ * block a stream: logits [n*w, n_tok+n_dur] hold each hypothesis row's joint row at its IDX.
+ * The hypotheses at the stream's lowest frame t are expanded: log-softmax in double over the
+ * token logits and, separately, the duration logits; the w best (token, duration) pairs of each;
+ * moves by the greedy rule; candidates (waiting hypotheses, then the expansions) in the same state
+ * (same token sequence: length, hash, then the node chains compared; same frame and run) merged;
+ * the stream's WIDTH best kept with the host's tie-breaking (each row gives its WIDTH best pairs). The new hypotheses are written best first, each
+ * row's PARENT the row whose state it continues, PRED set where it emitted a token. When all have
+ * reached END the stream is finished (hypotheses of the same tokens merged, sorted) and DONE. */
+int plc_tdtb_round(plc_ctx *ctx, const float *logits, int64_t n, int64_t width, const plc_tdtb_cfg *cfg, void *st);
+
+/* plc_tdtb_gather: dst[r,:] = src[PARENT of r,:] for the rows = n*w rows of [rows, cols] F32
+ * (device); dst and src must not overlap. */
+int plc_tdtb_gather(plc_ctx *ctx, float *dst, const float *src, int64_t cols, const void *st, int64_t n, int32_t w);
+
 /* plc_ctx_downloads reports how many times the context has copied device memory to the host
  * (plc_download and the entry points that wait and return results). */
 int plc_ctx_downloads(plc_ctx *ctx, int64_t *n);
