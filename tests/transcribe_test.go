@@ -407,6 +407,7 @@ func TestBenchWhisper(t *testing.T) {
 // TestCommandsDownloadHFModel: every command that takes a model takes hf://owner/repo/file too,
 // downloading it once into the cache (from a local stand-in for the hub).
 func TestCommandsDownloadHFModel(t *testing.T) {
+	sameInBothBuilds(t)
 	model := sharedtest.WhisperRandomModel(t, "tiny.en")
 	data, err := os.ReadFile(model)
 	if err != nil {
