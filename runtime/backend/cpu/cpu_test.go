@@ -52,6 +52,16 @@ func TestConformanceISA(t *testing.T) {
 	}
 }
 
+// shortISA is the first instruction set a test loops over, from lo to best: best alone under
+// -short (scripts/test's race pass), as the lower ones differ only in C code, which the race
+// detector does not see; the full run checks each.
+func shortISA(lo, best cpu.ISA) cpu.ISA {
+	if testing.Short() {
+		return best
+	}
+	return lo
+}
+
 func TestRegistered(t *testing.T) {
 	b, _, err := backend.New("cpu", backend.Options{})
 	if !cpu.Available() {
