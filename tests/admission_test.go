@@ -291,6 +291,7 @@ func TestTranscriptionCancelStopsCPU(t *testing.T) {
 // the last two are refused from the audio's header before any decoding, within 100 ms of their
 // last byte: 400 for the three hours, 415 for the format.
 func TestTranscriptionAdmissionRefusesFast(t *testing.T) {
+	sameInBothBuilds(t)
 	srv := admissionServer(t)
 	pid := srv.cmd.Process.Pid
 	ctx, cancel := context.WithCancel(context.Background())

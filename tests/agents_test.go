@@ -69,6 +69,7 @@ func checkPerson(t *testing.T, what, text string) {
 // random-ish text, for JSON under a schema, any JSON object, and text under a GBNF grammar; every
 // answer parses and validates, and a schema or grammar that cannot be compiled is a 400.
 func TestServeStructuredOutput(t *testing.T) {
+	sameInBothBuilds(t)
 	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	chat := filepath.Join(t.TempDir(), "chat.gguf")
 	withChatTemplate(t, model, chat)
@@ -214,6 +215,7 @@ const toolsTemplate = `{%- if tools %}<|system|>{% for tool in tools %}{{ tool.f
 // template; forced calls (required, named) parse, validate against their parameters, and
 // stream into the same calls through the client's stream helper.
 func TestServeTools(t *testing.T) {
+	sameInBothBuilds(t)
 	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	chat := filepath.Join(t.TempDir(), "tools.gguf")
 	rewriteGGUF(t, model, chat, func(w *gguf.Writer) { w.SetString("tokenizer.chat_template", toolsTemplate) })

@@ -35,6 +35,7 @@ func asrBackend() string {
 // posts, the openai npm client, and a live WebSocket stream. Random weights make the text
 // meaningless, but it is deterministic: the server's text equals `parley transcribe`'s.
 func TestServeASR(t *testing.T) {
+	sameInBothBuilds(t)
 	whisperModel := sharedtest.WhisperRandomModel(t, "tiny.en")
 	llm := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	short := sharedtest.Path(t, "data/asr/wav/psx-cards-001.wav") // 1.1 s
@@ -225,6 +226,7 @@ func TestServeASR(t *testing.T) {
 // (parley_step_batch_sequences), one without it; --asr-best-of 1 keeps the fallback's steps at
 // one. (Random weights give the same text either way, so the text cannot tell.)
 func TestServeASRBeam(t *testing.T) {
+	sameInBothBuilds(t)
 	whisperModel := sharedtest.WhisperRandomModel(t, "tiny.en")
 	wav, err := os.ReadFile(sharedtest.Path(t, "data/asr/wav/psx-cards-001.wav"))
 	if err != nil {

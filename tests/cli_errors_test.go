@@ -81,6 +81,7 @@ func TestCLIFlagErrorsOnce(t *testing.T) {
 // TestCLIUsageErrors: command-line mistakes exit 2 with one plain message, without a doubled
 // "parley CMD: CMD:" prefix.
 func TestCLIUsageErrors(t *testing.T) {
+	sameInBothBuilds(t)
 	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	dir := t.TempDir()
 	cases := []cliCase{
@@ -126,6 +127,7 @@ func TestCLIUsageErrors(t *testing.T) {
 // TestCLITranscribeLanguageChecks: --language and --translate are checked once, before any
 // audio file is read (the first file here does not exist), with plain messages and exit 2.
 func TestCLITranscribeLanguageChecks(t *testing.T) {
+	sameInBothBuilds(t)
 	english := sharedtest.WhisperRandomModel(t, "tiny.en")
 	multi := sharedtest.WhisperRandomModel(t, "tiny")
 	dir := t.TempDir()
@@ -148,6 +150,7 @@ func TestCLITranscribeLanguageChecks(t *testing.T) {
 // TestCLIWhisperModelToLanguageModelCommand: a Whisper model given where a language model is
 // wanted is named as such, with the command that takes it.
 func TestCLIWhisperModelToLanguageModelCommand(t *testing.T) {
+	sameInBothBuilds(t)
 	vocab := sharedtest.Path(t, "models/asr/for-tests-ggml-tiny.en.bin")
 	want := "is a Whisper speech-recognition model, not a language model: parley transcribe takes it"
 	runCLICases(t, []cliCase{
@@ -159,6 +162,7 @@ func TestCLIWhisperModelToLanguageModelCommand(t *testing.T) {
 // TestCLIInspectNonFiniteFloats: NaN and the infinities in GGUF metadata are printed as text and
 // written to --json as the strings "NaN", "+Inf" and "-Inf".
 func TestCLIInspectNonFiniteFloats(t *testing.T) {
+	sameInBothBuilds(t)
 	w := gguf.NewWriter()
 	w.SetString("general.architecture", "llama")
 	w.SetFloat32("test.nan", float32(math.NaN()))
@@ -224,6 +228,7 @@ func TestCLIInspectNonFiniteFloats(t *testing.T) {
 
 // TestCLIUsageColumns: the top-level usage lines up every summary in one column.
 func TestCLIUsageColumns(t *testing.T) {
+	sameInBothBuilds(t)
 	res := parley(t, "")
 	_, list, ok := strings.Cut(res.stderr, "commands:\n")
 	if res.code != 2 || !ok {

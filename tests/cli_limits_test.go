@@ -17,6 +17,7 @@ import (
 // TestCLILimits: sizes no context can hold are command-line mistakes (exit 2, one line), not
 // a crash.
 func TestCLILimits(t *testing.T) {
+	sameInBothBuilds(t)
 	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	for _, args := range [][]string{
 		{"bench", "-m", model, "-p", "9223372036854775807", "-n", "1"},
@@ -103,6 +104,7 @@ func TestGenerateInterrupted(t *testing.T) {
 
 // TestThreadsFromEnvironment: -t defaults to $PARLEY_THREADS, as the other flags to theirs.
 func TestThreadsFromEnvironment(t *testing.T) {
+	sameInBothBuilds(t)
 	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	cmd := exec.Command(parleyBin, "generate", "-m", model, "-p", "Hi", "-n", "2")
 	cmd.Env = append(cmd.Environ(), "PARLEY_THREADS=-3")

@@ -18,6 +18,9 @@ import (
 
 var parleyBin string
 
+// raceReport begins every report of the race detector (see raceBuild).
+const raceReport = "WARNING: DATA RACE"
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "parley-bin")
 	if err != nil {
@@ -27,6 +30,9 @@ func TestMain(m *testing.M) {
 	args := []string{"build", "-o", parleyBin}
 	if buildTags != "" {
 		args = append(args, "-tags", buildTags)
+	}
+	if raceBuild {
+		args = append(args, "-race")
 	}
 	cmd := exec.Command("go", append(args, "../cmd/parley")...)
 	cmd.Stderr = os.Stderr
@@ -65,6 +71,9 @@ func runParley(t testing.TB, env []string, stdin string, args []string) result {
 	} else if err != nil {
 		t.Fatal(err)
 	}
+	if strings.Contains(errb.String(), raceReport) {
+		t.Fatalf("parley %q reported a data race:\n%s", args, errb.String())
+	}
 	if strings.Contains(errb.String(), "panic:") || strings.Contains(errb.String(), "goroutine ") {
 		t.Fatalf("parley %q panicked:\n%s", args, errb.String())
 	}
@@ -87,6 +96,17 @@ func openAINode(t testing.TB, skipNote string) string {
 }
 
 // backends lists the backends the binary under test has.
+// sameInBothBuilds skips t in the pure-Go build under -short (scripts/test's nocgo pass): what t
+// checks does not depend on the build (usage errors, HTTP plumbing, admission, a file converted
+// and compared with the original on one backend), and the default build, whose binary has the
+// pure-Go backend too, runs it.
+func sameInBothBuilds(t *testing.T) {
+	t.Helper()
+	if testing.Short() && buildTags == "nocgo" {
+		t.Skip("-short in the pure-Go build: the same in both builds, and the default build runs it")
+	}
+}
+
 func backends() []string {
 	if buildTags == "nocgo" {
 		return []string{"go"}
@@ -280,6 +300,7 @@ func TestSynthThenBench(t *testing.T) {
 
 // TestBadInput: every mistake gives a clear message and a non-zero exit, never a panic or a hang.
 func TestBadInput(t *testing.T) {
+	sameInBothBuilds(t)
 	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	dir := t.TempDir()
 	good, err := os.ReadFile(model)

@@ -29,6 +29,7 @@ var generatedRE = regexp.MustCompile(`generated: (\d+) tokens`)
 // after the command wins over the top level; $PARLEY_* wins over the file, and the command line
 // over both. The tokens generate writes (--n-predict, with --ignore-eos) tell which source won.
 func TestConfigPrecedence(t *testing.T) {
+	sameInBothBuilds(t)
 	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	toml := writeConfig(t, "parley.toml", fmt.Sprintf(`
 model = %q
@@ -84,6 +85,7 @@ generate:
 // unknown key, a missing file and an unknown format are usage errors (exit status 2) that name
 // the file and the key.
 func TestConfigErrors(t *testing.T) {
+	sameInBothBuilds(t)
 	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	for _, c := range []struct {
 		name, file, body string
@@ -143,6 +145,7 @@ func checkUsage(t *testing.T, res result, says []string) {
 // TestConfigServe: serve takes its models from a config file's list, each with its alias and
 // options (here a context of its own), and -m on the command line replaces the list.
 func TestConfigServe(t *testing.T) {
+	sameInBothBuilds(t)
 	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	cfg := writeConfig(t, "parley.toml", fmt.Sprintf(`
 backend = "go"

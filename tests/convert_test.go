@@ -55,6 +55,7 @@ func wavSamples(t *testing.T, path string) []int16 {
 // audio; Q8_0 keeps a matrix product within about 0.5% of F32's, and the FlowLM feeds back only
 // through the 19 autoregressive frames here, so a few times that is allowed). Types the loader cannot take are usage errors.
 func TestConvertPocketTTS(t *testing.T) {
+	sameInBothBuilds(t)
 	const qTolerance = 0.05
 	ref := sharedtest.Path(t, "reference/tts")
 	weights := sharedtest.PocketTTSRandomWeights(t)
@@ -136,6 +137,7 @@ func TestConvertPocketTTS(t *testing.T) {
 // TestServeConvertedPocketTTS: `parley serve` speaks with a converted file's embedded voice the
 // same WAV as it does with the safetensors checkpoint and the voice given by --tts-voice.
 func TestServeConvertedPocketTTS(t *testing.T) {
+	sameInBothBuilds(t)
 	gg := pocketConvert(t, "")
 	body := `{"model":"tts","input":"Hello world.","voice":"ref"}`
 	srv := startServer(t, "-t", "2", "--api-key", speechKey, "-m", "tts="+gg)
@@ -157,6 +159,7 @@ func TestServeConvertedPocketTTS(t *testing.T) {
 // (and back as ggml, byte for byte the original), and `parley transcribe` of the GGUF file
 // gives exactly the tokens and probabilities of the ggml file's; --type is a usage error.
 func TestConvertParakeet(t *testing.T) {
+	sameInBothBuilds(t)
 	model := sharedtest.ParakeetRandomModel(t, "small", false)
 	dir := t.TempDir()
 	gg := filepath.Join(dir, "parakeet.gguf")

@@ -19,6 +19,7 @@ func parleyEnv(t testing.TB, env []string, args ...string) result {
 // line does not give it, parsed and checked as the flag is: a bad value exits 2 and names the
 // flag and the variable.
 func TestCLIEnvironment(t *testing.T) {
+	sameInBothBuilds(t)
 	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	for _, c := range []struct {
 		name string

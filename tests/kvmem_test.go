@@ -17,6 +17,7 @@ import (
 // KB a position). serve cuts the cache to half of the memory available, says so, keeps the whole
 // context (one sequence fits), and serves.
 func TestServeKVFitsMemory(t *testing.T) {
+	sameInBothBuilds(t)
 	avail := memAvailable(t)
 	long := synthContext(t, 131072)
 	const perPos = 6 * 288 * 2 * 2 // layers × width × (k, v) × F16
@@ -80,6 +81,7 @@ func synthContext(t *testing.T, ctx uint32) string {
 // GB of the 15M shape's cache) cuts its context to what half the memory available holds, says
 // so on stderr, and generates; with -c it takes what it is given.
 func TestGenerateContextFitsMemory(t *testing.T) {
+	sameInBothBuilds(t)
 	avail := memAvailable(t)
 	const perPos = 6 * 288 * 2 * 2
 	if int64(1<<24)*perPos <= avail/2 {

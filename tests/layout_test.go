@@ -110,6 +110,7 @@ func goList(t *testing.T, tags string) []listed {
 // its own internals); a model family imports no other family; the server reaches no model
 // family, backend implementation or file format directly; decoding policies import no model.
 func TestLayout(t *testing.T) {
+	sameInBothBuilds(t)
 	for _, tags := range []string{"", "nocgo", "cuda"} {
 		t.Run("tags="+tags, func(t *testing.T) {
 			for _, p := range goList(t, tags) {

@@ -96,6 +96,7 @@ func odPost(t *testing.T, url, body string, hdr ...string) (int, string) {
 // by keep_alive 0 and by the admin endpoint, and under a --max-memory that holds one at a time,
 // the idle one unloaded for the other; a model larger than the budget is refused with the sizes.
 func TestServeOnDemand(t *testing.T) {
+	sameInBothBuilds(t)
 	llm := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	whisper := sharedtest.WhisperRandomModel(t, "tiny")
 	wav, err := os.ReadFile(sharedtest.Path(t, "data/asr/wav/psx-cards-001.wav"))

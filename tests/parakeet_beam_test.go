@@ -24,6 +24,7 @@ import (
 // are refused with 400 naming beam_size, on the transcription endpoint and on the live one's
 // query; a live stream with beam_size 4 reports partials and finals and closes normally.
 func TestParakeetBeamSizeServed(t *testing.T) {
+	sameInBothBuilds(t)
 	model := sharedtest.ParakeetRandomModel(t, "small", false)
 	path := sharedtest.Path(t, "data/asr/wav/jfk.wav")
 	be := asrBackend()
@@ -91,6 +92,7 @@ func TestParakeetBeamSizeServed(t *testing.T) {
 // whole recording, transcribes the committed audio as `parley transcribe --beam 4` does; with
 // beam_size 1, as greedy `parley transcribe` does.
 func TestParakeetRealtimeBeam(t *testing.T) {
+	sameInBothBuilds(t)
 	model := sharedtest.ParakeetRandomModel(t, "small", false)
 	path := sharedtest.Path(t, "data/asr/wav/jfk.wav")
 	be := asrBackend()

@@ -99,6 +99,7 @@ func splitModel(t *testing.T, path string, count int) [][]byte {
 // or several is an error listing what the repository has. A model pulled by tag then runs
 // offline from the cache.
 func TestPull(t *testing.T) {
+	sameInBothBuilds(t)
 	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	data, err := os.ReadFile(model)
 	if err != nil {

@@ -42,6 +42,7 @@ func readmeBlocks(src string) []readmeBlock {
 // bash, each JavaScript block with node and tests/node's pinned openai package. A command
 // must succeed and print an answer, not an error.
 func TestREADMEExamples(t *testing.T) {
+	sameInBothBuilds(t)
 	src, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)

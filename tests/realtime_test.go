@@ -37,6 +37,7 @@ import (
 // client secret minted with client.realtime.clientSecrets opens a GA session alone, in the
 // settings it was minted with, and transcribes the 24 kHz audio as the API key's session did.
 func TestServeRealtime(t *testing.T) {
+	sameInBothBuilds(t)
 	whisper := sharedtest.WhisperRandomModel(t, "tiny.en")
 	parakeet := sharedtest.Path(t, "models/asr/for-tests-ggml-parakeet-tdt.bin")
 	node := openAINode(t, "")

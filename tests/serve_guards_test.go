@@ -50,6 +50,7 @@ func request(t *testing.T, srv *serverProc, method, path, host, body string, hdr
 // works. With --api-key, a browser's WebSocket passes the key as a subprotocol, and a missing
 // key is called missing.
 func TestServeBrowserGuards(t *testing.T) {
+	sameInBothBuilds(t)
 	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	whisper := sharedtest.WhisperRandomModel(t, "tiny.en")
 	srv := startServer(t, "--backend", "go", "-m", "stories="+model, "--allowed-hosts", "parley.test")
@@ -115,6 +116,7 @@ func TestServeBrowserGuards(t *testing.T) {
 
 // TestServeNonLoopbackWarning: a server on every address without --api-key says so.
 func TestServeNonLoopbackWarning(t *testing.T) {
+	sameInBothBuilds(t)
 	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	cmd := exec.Command(parleyBin, "serve", "--backend", "go", "-m", model, "--host", "0.0.0.0", "--port", "0")
 	sb := &syncBuffer{}
@@ -139,6 +141,7 @@ func TestServeNonLoopbackWarning(t *testing.T) {
 // TestServeJSONLogs: with --log-format json every line the server writes is a JSON record, the
 // address it listens on included, and durations are seconds.
 func TestServeJSONLogs(t *testing.T) {
+	sameInBothBuilds(t)
 	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	srv := startServer(t, "--backend", "auto", "-m", "stories="+model, "--log-format", "json")
 	postJSON(t, srv.base+"/v1/completions", `{"model":"stories","prompt":"Once","max_tokens":2}`)
@@ -198,6 +201,7 @@ func TestServeCtxPastTraining(t *testing.T) {
 // --prefix-cache=false does: the same prompt sent twice is processed twice in full, where the
 // cache would serve most of the second from the first.
 func TestServePrefixCacheOff(t *testing.T) {
+	sameInBothBuilds(t)
 	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	ids := make([]string, 64)
 	for i := range ids {
@@ -233,6 +237,7 @@ func TestServePrefixCacheOff(t *testing.T) {
 // TestServeCorruptModelBeforeListening: every -m file's header is read before the server
 // listens: a truncated file ends it with status 1 before it says "listening on".
 func TestServeCorruptModelBeforeListening(t *testing.T) {
+	sameInBothBuilds(t)
 	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	b, err := os.ReadFile(model)
 	if err != nil {
@@ -251,6 +256,7 @@ func TestServeCorruptModelBeforeListening(t *testing.T) {
 // TestServeChatTemplate: --chat-template gives a model without one (stories260K) a chat
 // template, built in by name or from a file, and chat completions work.
 func TestServeChatTemplate(t *testing.T) {
+	sameInBothBuilds(t)
 	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	file := filepath.Join(t.TempDir(), "turns.jinja")
 	if err := os.WriteFile(file, []byte(chatTemplate), 0o644); err != nil {

@@ -110,6 +110,9 @@ func startServerEnv(t testing.TB, env []string, args ...string) *serverProc {
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		<-p.done
+		if strings.Contains(sb.String(), raceReport) {
+			t.Errorf("the server reported a data race")
+		}
 		if t.Failed() {
 			t.Logf("server log:\n%s", sb.String())
 		}
@@ -690,6 +693,7 @@ func fakeHub(t *testing.T, path string, data []byte) (*httptest.Server, *atomic.
 // TestServeDownloadsHFModel: a model named hf://owner/repo/file.gguf is downloaded once into the
 // cache (from a local stand-in for the hub, checksum verified) and served.
 func TestServeDownloadsHFModel(t *testing.T) {
+	sameInBothBuilds(t)
 	model := sharedtest.Path(t, "models/llm/stories260K-f32.gguf")
 	data, err := os.ReadFile(model)
 	if err != nil {

@@ -107,6 +107,7 @@ func TestSpeakBinary(t *testing.T) {
 // the WAV `parley speak` makes of the same text alone (the same voice, temperature and seed),
 // within one step of 16-bit PCM.
 func TestServeSpeechBatched(t *testing.T) {
+	sameInBothBuilds(t)
 	ref := sharedtest.Path(t, "reference/tts")
 	weights := sharedtest.PocketTTSRandomWeights(t)
 	dir := t.TempDir()

@@ -16,6 +16,7 @@ import (
 // synthesis speaks as many frames as `parley speak` does with the same text and seed (its
 // audio's length), and the figures agree with one another. Flags of other models are refused.
 func TestBenchTTS(t *testing.T) {
+	sameInBothBuilds(t)
 	ref := sharedtest.Path(t, "reference/tts")
 	weights := sharedtest.PocketTTSRandomWeights(t)
 	tok := filepath.Join(ref, "tokenizer", "random-unigram-4000.model")

@@ -42,6 +42,7 @@ func speechDo(t *testing.T, method, url, contentType string, body io.Reader) (in
 // and that `parley speak --voice FILE` reads and speaks the same samples with too; DELETE
 // removes it, and the server after the next restart no longer has it.
 func TestServeVoicesDir(t *testing.T) {
+	sameInBothBuilds(t)
 	dir := t.TempDir()
 	srv := startSpeechServer(t, "--voices-dir", dir)
 	wavPrompt, err := os.ReadFile(sharedtest.Path(t, "data/asr/wav/ls-tc-1089-134686-0001.wav"))

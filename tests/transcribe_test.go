@@ -141,6 +141,7 @@ func TestTranscribeFormatsAndBadInput(t *testing.T) {
 // is JSON Lines with a "file" member, srt and vtt need --output-dir, which writes one file a FILE
 // and never over an input. One FILE prints as it always has, its JSON times to the millisecond.
 func TestTranscribeSeveralFiles(t *testing.T) {
+	sameInBothBuilds(t)
 	model := sharedtest.WhisperRandomModel(t, "tiny.en")
 	dir := t.TempDir()
 	cp := func(src, dst string) string {
@@ -268,6 +269,7 @@ func TestTranscribeSeveralFiles(t *testing.T) {
 // TestConvertToGGUF: `parley convert` writes the whisper.cpp model as GGUF, `parley inspect`
 // reads it, and transcribing with the GGUF file prints exactly what the ggml file gives.
 func TestConvertToGGUF(t *testing.T) {
+	sameInBothBuilds(t)
 	model := sharedtest.WhisperRandomModel(t, "tiny.en")
 	out := filepath.Join(t.TempDir(), "tiny.en.gguf")
 	if res := parley(t, "", "convert", "-o", out, model); res.code != 0 {
@@ -407,6 +409,7 @@ func TestBenchWhisper(t *testing.T) {
 // TestCommandsDownloadHFModel: every command that takes a model takes hf://owner/repo/file too,
 // downloading it once into the cache (from a local stand-in for the hub).
 func TestCommandsDownloadHFModel(t *testing.T) {
+	sameInBothBuilds(t)
 	model := sharedtest.WhisperRandomModel(t, "tiny.en")
 	data, err := os.ReadFile(model)
 	if err != nil {

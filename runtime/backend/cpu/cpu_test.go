@@ -11,22 +11,33 @@ import (
 
 // TestConformance runs the shared suite with one thread (serial paths) and three (work split
 // among more threads than this machine may have cores), at the best instruction set.
+//
+// With -short (scripts/test's race pass) only the three threads run: the thread count changes
+// only the C side, which the race detector does not see, while the Go side (the bindings' unsafe
+// pointers, checked under -race) is the same.
 func TestConformance(t *testing.T) {
 	if !cpu.Available() {
 		t.Skip(cpu.ErrNotBuilt)
 	}
 	for _, threads := range []int{1, 3} {
 		t.Run(map[int]string{1: "Threads1", 3: "Threads3"}[threads], func(t *testing.T) {
+			if threads == 1 && testing.Short() {
+				t.Skip("-short: one thread differs from three only in C code; the full run covers it")
+			}
 			backendtest.Run(t, func() (backend.Backend, error) { return New(backend.Options{Threads: threads}) })
 		})
 	}
 }
 
 // TestConformanceISA runs the suite again with the kernels lowered to each instruction set below
-// the best this processor has (scalar, AVX2), so that every form is checked here.
+// the best this processor has (scalar, AVX2), so that every form is checked here. The forms
+// differ only in C code, so -short (scripts/test's race pass) skips them.
 func TestConformanceISA(t *testing.T) {
 	if !cpu.Available() {
 		t.Skip(cpu.ErrNotBuilt)
+	}
+	if testing.Short() {
+		t.Skip("-short: the instruction sets differ only in C code; the full run checks each")
 	}
 	best := cpu.BestISA()
 	defer cpu.SetISA(best)
@@ -39,6 +50,16 @@ func TestConformanceISA(t *testing.T) {
 			backendtest.Run(t, func() (backend.Backend, error) { return New(backend.Options{Threads: 2}) })
 		})
 	}
+}
+
+// shortISA is the first instruction set a test loops over, from lo to best: best alone under
+// -short (scripts/test's race pass), as the lower ones differ only in C code, which the race
+// detector does not see; the full run checks each.
+func shortISA(lo, best cpu.ISA) cpu.ISA {
+	if testing.Short() {
+		return best
+	}
+	return lo
 }
 
 func TestRegistered(t *testing.T) {

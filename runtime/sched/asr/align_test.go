@@ -66,6 +66,9 @@ func TestDTWFindsTheLeastCostPath(t *testing.T) {
 // other without gaps or overlaps, and the times are not the interpolated ones. The model has
 // random weights (what the tests have), so the times themselves carry no meaning here.
 func TestWordTimestamps(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: one transcription at a time, checked for its numbers; the recogniser's goroutines run in the concurrency tests")
+	}
 	m := testModel(t, "tiny.en")
 	e, err := NewWhisper(m, Config{MaxActive: 1})
 	if err != nil {
@@ -122,6 +125,9 @@ func TestWordTimestamps(t *testing.T) {
 // TestWordTimestampsWithSegments aligns windows decoded with timestamp tokens, whose text falls
 // into several segments: the aligned spans must still run in order through each window.
 func TestWordTimestampsWithSegments(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: one transcription at a time, checked for its numbers; the recogniser's goroutines run in the concurrency tests")
+	}
 	m := testModel(t, "tiny.en")
 	e, err := NewWhisper(m, Config{MaxActive: 1})
 	if err != nil {

@@ -279,6 +279,9 @@ func (s *squareStream) Read(dst []float32) (int, error) {
 // progress adds the encoder's working buffers (up to 13 MiB measured with tiny). Holding the
 // recording's log-mel would take 230 MB, its samples 460 MB.
 func TestFeaturesMemoryBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a bound on memory, not on concurrency (the features' goroutine runs in TestFeaturesEqualLogMel and TestCancelStopsReading); minutes under -race")
+	}
 	e, err := NewWhisper(testModel(t, "tiny.en"), Config{MaxActive: 1})
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,9 @@ import (
 // dBFS) is not decoded: the transcription is empty text over the audio's duration, where a
 // random-weight model decoding it would make text up.
 func TestSilenceGate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: one transcription at a time, checked for its results; the recogniser's goroutines run in the concurrency tests")
+	}
 	e, err := NewWhisper(testModel(t, "tiny.en"), Config{MaxActive: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -92,6 +95,9 @@ func TestSilenceGateWindows(t *testing.T) {
 // token's most probable timestamp, which may come after the timestamp ending the segment; the
 // segment then starts at its end, and a segment in order is left as whisper.cpp has it.
 func TestEmitStartAfterEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a hand-stepped recogniser with no goroutine of its own (noLoop)")
+	}
 	e := manualWhisper(t, testModel(t, "tiny.en"), Config{MaxActive: 1})
 	defer func() { e.dec.Close(); e.enc.Close() }()
 	beg := e.tok.TimestampBegin
@@ -160,6 +166,9 @@ func windowTokens(e *Whisper, texts []string, ts []int32) []tokData {
 // cover the segment from start to end, in proportion to their bytes, and its timestamp tokens
 // (whose pieces, "[_TT_50]", are not speech) take no time, at its start or end.
 func TestInterpolateTextTokens(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a hand-stepped recogniser with no goroutine of its own (noLoop)")
+	}
 	e := manualWhisper(t, testModel(t, "tiny.en"), Config{MaxActive: 1})
 	defer func() { e.dec.Close(); e.enc.Close() }()
 	j := &job{p: DefaultParams(), temps: []float32{0}, nSamples: 10 * SampleRate, seekEnd: 1000}
@@ -198,6 +207,9 @@ func TestInterpolateTextTokens(t *testing.T) {
 // TestWindowCompressionRatio: every segment of a window reports the window's compression ratio,
 // the one the fallback judged, as OpenAI's verbose_json does, not one of its own text.
 func TestWindowCompressionRatio(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a hand-stepped recogniser with no goroutine of its own (noLoop)")
+	}
 	e := manualWhisper(t, testModel(t, "tiny.en"), Config{MaxActive: 1})
 	defer func() { e.dec.Close(); e.enc.Close() }()
 	j := &job{p: DefaultParams(), temps: []float32{0}, nSamples: 10 * SampleRate, seekEnd: 1000}
@@ -218,6 +230,9 @@ func TestWindowCompressionRatio(t *testing.T) {
 // (silence, or too short a clip), as it would for the first window of a decode, so that the
 // result always names one; a language asked for is reported as asked.
 func TestSilenceLanguage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: one transcription at a time, checked for its results; the recogniser's goroutines run in the concurrency tests")
+	}
 	e, err := NewWhisper(testModel(t, "tiny"), Config{MaxActive: 1})
 	if err != nil {
 		t.Fatal(err)

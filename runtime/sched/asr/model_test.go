@@ -76,6 +76,9 @@ func TestNonFiniteModel(t *testing.T) {
 // likely token does (not greedy decoding: the timestamp rule compares the probabilities), instead
 // of failing on an infinite logit.
 func TestTinyTemperature(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: one transcription at a time, checked for its numbers; the recogniser's goroutines run in the concurrency tests")
+	}
 	gf, err := ggml.Open(synthModelType(t, mini128, "tiny.en", tensor.F16))
 	if err != nil {
 		t.Fatal(err)

@@ -64,6 +64,9 @@ func recordBeams(t *testing.T, e *Parakeet) (map[int]beamRecord, *sync.Mutex) {
 // higher-scoring hypothesis's, so it scores at least as high as greedy; and the beam alone
 // finds a better hypothesis than greedy on most clips.
 func TestParakeetBeam(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: one transcription at a time, checked for its results; TestParakeetBeamConcurrent runs beams side by side")
+	}
 	e := openParakeetSmall(t, Config{MaxActive: 4, EncodeBatch: 2})
 	recs, mu := recordBeams(t, e)
 	ctx := context.Background()
@@ -132,6 +135,11 @@ func TestParakeetBeamConcurrent(t *testing.T) {
 	ctx := context.Background()
 	widths := []int{1, 4, 8}
 	clips := beamClips[:6]
+	if testing.Short() {
+		// Six transcriptions through four decoders still queue and run side by side; -race is
+		// slow enough that the other four clips add only minutes.
+		clips = beamClips[:2]
+	}
 	alone := map[string]*Result{}
 	samples := map[string][]float32{}
 	for _, name := range clips {

@@ -190,6 +190,9 @@ func offlineTokens(t testing.TB, e *Parakeet, pcm []float32) []Token {
 // and in one write. With the default context the encoding differs, and the tokens with
 // it; their edit distance to the offline ones is logged.
 func TestParakeetStreamWholeContext(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: one stream at a time, compared with the offline tokens; TestParakeetStreamsTogether runs streams side by side")
+	}
 	e := openParakeetSmall(t, Config{MaxActive: 2})
 	clips := []string{"jfk", "ami-ES2011a-headset0-40s-46s"}
 	if !raceEnabled {
@@ -235,6 +238,9 @@ func TestParakeetStreamWholeContext(t *testing.T) {
 // window normalised over itself alone, which must be worse. Misplaced frames would give more
 // than 1.
 func TestParakeetChunkedEncoding(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the encoder's numbers, with no goroutine of the recogniser's")
+	}
 	e := openParakeetSmall(t, Config{MaxActive: 1})
 	pcm := testWAV(t, "jfk")
 	chunk, right := samples(DefaultChunk), samples(DefaultRightContext)
@@ -357,6 +363,9 @@ func TestParakeetStreamsTogether(t *testing.T) {
 // (its frame plus its duration), an utterance of the tokens before it; Commit ends the last.
 // Finals carry their text in one segment, with times in the stream that never go back.
 func TestParakeetStreamEndpoints(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: one stream at a time, checked for its endpoints; TestParakeetStreamsTogether runs streams side by side")
+	}
 	e := openParakeetSmall(t, Config{MaxActive: 1})
 	pcm := testWAV(t, "ami-ES2011a-headset0-40s-46s")
 	const chunkFrames, silenceFrames = 5, 2

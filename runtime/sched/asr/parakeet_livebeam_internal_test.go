@@ -37,6 +37,9 @@ var endpointed = SessionConfig{Chunk: 800 * time.Millisecond, LeftContext: 2 * t
 // the events of the greedy stream, with endpoints and at whole context (the tokens compared
 // whole: ids, frames, durations, probabilities), but for the stable text of its partials.
 func TestParakeetLiveBeamWidth1(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: one stream at a time, compared with the greedy one; TestParakeetLiveBeamTogether runs streams side by side")
+	}
 	e := openParakeetSmall(t, Config{MaxActive: 2})
 	names := []string{"jfk", "ami-ES2011a-headset0-40s-46s", "psx-cards-001"}
 	ctx := context.Background()
@@ -114,6 +117,9 @@ func streamBeam(t *testing.T, e *Parakeet, cfg SessionConfig, w int, pcm []float
 // tokens, and the result scores at least as high as that. With the default context the tokens
 // differ from the offline ones; their edit distance is logged.
 func TestParakeetLiveBeamWholeContext(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: one stream at a time, compared with the offline tokens; TestParakeetLiveBeamTogether runs streams side by side")
+	}
 	e := openParakeetSmall(t, Config{MaxActive: 2})
 	names := []string{"jfk", "ami-ES2011a-headset0-40s-46s"}
 	if !raceEnabled {
@@ -369,6 +375,9 @@ func TestParakeetLiveBeamStepAllocs(t *testing.T) {
 // the last word. On the random model the beam's and the greedy search's hypotheses part at once,
 // so wider beams settle little; a greedy stream's partials have no stable text.
 func TestParakeetLiveBeamStable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: one stream at a time, checked for its stable text; TestParakeetLiveBeamTogether runs streams side by side")
+	}
 	e := openParakeetSmall(t, Config{MaxActive: 2})
 	names := []string{"jfk", "ami-ES2011a-headset0-40s-46s", "psx-librivox-0870"}
 	ctx := context.Background()

@@ -15,6 +15,9 @@ import (
 // manualWhisper makes a scheduler whose loop the test steps by hand (e.q.loop.Step).
 func manualWhisper(t *testing.T, m *whisper.Model, cfg Config) *Whisper {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: a hand-stepped recogniser has no goroutine of its own; the full run checks it")
+	}
 	noLoop = true
 	e, err := NewWhisper(m, cfg)
 	noLoop = false
@@ -28,6 +31,9 @@ func manualWhisper(t *testing.T, m *whisper.Model, cfg Config) *Whisper {
 // greedy English parameters without timestamps: the set-up of the queue tests.
 func queueWhisper(t *testing.T, cfg Config) (*Whisper, []float32, Params) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: a hand-stepped recogniser has no goroutine of its own; the full run checks it")
+	}
 	e := manualWhisper(t, testModel(t, "tiny.en"), cfg)
 	t.Cleanup(func() { e.Close() })
 	p := DefaultParams()
