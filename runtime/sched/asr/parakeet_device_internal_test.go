@@ -3,6 +3,7 @@ package asr
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"sync"
@@ -383,6 +384,147 @@ func TestParakeetDeviceChunkStepAllocs(t *testing.T) {
 	for _, j := range jobs {
 		if j.ph != ppDecode || len(j.toks) < 5 {
 			t.Fatalf("the steps measured were not all decoding: phase %d, %d tokens", j.ph, len(j.toks))
+		}
+	}
+}
+
+// TestParakeetDeviceBeam transcribes reference clips with beams of 2, 4 and 8 at once, beside
+// greedy transcriptions of them, on a backend that searches on the device, once with the beams
+// on the device beam loop and once on the host loop (hostLoopOnly), and requires the same
+// results: texts, token ids, frames, durations and times exactly, p and plog within 1e-5. Every
+// beam went to the device loop; with the loop made too short for the longest clip, that clip's
+// beams decode on the host loop and the results are the same again.
+func TestParakeetDeviceBeam(t *testing.T) {
+	f, err := parakeet.Open(sharedtest.ParakeetRandomModel(t, "small", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	names := beamClips[:4]
+	var clips [][]float32
+	longest := 0
+	for i, name := range names {
+		clips = append(clips, beamClipSamples(t, name))
+		if len(clips[i]) > len(clips[longest]) {
+			longest = i
+		}
+	}
+	type job struct {
+		clip, width int
+	}
+	var jobs []job
+	beams := 0
+	for i := range clips {
+		for k, w := range []int{1, 2, 4, 8} {
+			if (i+k)%2 == 0 || w == 1 {
+				jobs = append(jobs, job{i, w})
+				if w > 1 {
+					beams++
+				}
+			}
+		}
+	}
+	for _, be := range sharedtest.Backends(t, 2) {
+		if _, ok := be.(backend.BeamTransducer); !ok {
+			t.Logf("%s searches on the host: no device beam loop to test", be.Name())
+			continue
+		}
+		t.Run(be.Name(), func(t *testing.T) {
+			m, err := parakeet.Load(f, be)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			run := func(hostOnly bool) ([]*Result, int64) {
+				hostLoopOnly = hostOnly
+				e, err := NewParakeet(m, Config{MaxActive: 4, EncodeBatch: 2, MaxQueue: len(jobs)})
+				hostLoopOnly = false
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer e.Close()
+				if (e.dbeam == nil) != hostOnly {
+					t.Fatalf("host loop only %v, device beam loop %v", hostOnly, e.dbeam != nil)
+				}
+				res := make([]*Result, len(jobs))
+				errs := make([]error, len(jobs))
+				var wg sync.WaitGroup
+				for i, jb := range jobs {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						p := DefaultParams()
+						p.BeamSize = jb.width
+						res[i], errs[i] = e.Transcribe(context.Background(), clips[jb.clip], p, nil)
+					}()
+				}
+				wg.Wait()
+				for i, err := range errs {
+					if err != nil {
+						t.Fatalf("%s, beam %d: %v", names[jobs[i].clip], jobs[i].width, err)
+					}
+				}
+				if e.dbeam == nil {
+					return res, 0
+				}
+				e.Close()
+				return res, e.dbeam.jobsN
+			}
+			t0 := time.Now()
+			host, _ := run(true)
+			t1 := time.Now()
+			dev, n := run(false)
+			t.Logf("host loop %v, device beam loop %v", t1.Sub(t0).Round(time.Millisecond), time.Since(t1).Round(time.Millisecond))
+			if n != int64(beams) {
+				t.Errorf("%d beam transcriptions on the device loop, want %d", n, beams)
+			}
+			compare := func(what string, got []*Result) {
+				for i, jb := range jobs {
+					compareResults(t, fmt.Sprintf("%s: %s, beam %d", what, names[jb.clip], jb.width), got[i], host[i])
+				}
+			}
+			compare("device beam loop", dev)
+
+			// The loop made for clips shorter than the longest: its beams decode on the host.
+			frames := parakeet.EncoderFrames(parakeet.MelFrames(len(clips[longest])))
+			defer func(a, b int) { beamLoopFrames, beamLoopMaxFrames = a, b }(beamLoopFrames, beamLoopMaxFrames)
+			beamLoopFrames, beamLoopMaxFrames = frames/2, frames/2
+			short, n := run(false)
+			want := 0
+			for _, jb := range jobs {
+				if jb.width > 1 && parakeet.EncoderFrames(parakeet.MelFrames(len(clips[jb.clip]))) <= frames/2 {
+					want++
+				}
+			}
+			if n != int64(want) || want == beams {
+				t.Errorf("%d beam transcriptions on a short device loop, want %d of %d", n, want, beams)
+			}
+			compare("short device beam loop", short)
+		})
+	}
+}
+
+// compareResults requires got to be want: texts and segments, token ids, frames, durations and
+// times exactly, p and plog within 1e-5.
+func compareResults(t *testing.T, name string, got, want *Result) {
+	t.Helper()
+	if got.Text != want.Text || len(got.Segments) != len(want.Segments) || len(want.Segments) == 0 {
+		t.Errorf("%s: %q in %d segments, want %q in %d (not none)", name, got.Text, len(got.Segments), want.Text, len(want.Segments))
+		return
+	}
+	for s := range want.Segments {
+		g, w := got.Segments[s], want.Segments[s]
+		if g.Start != w.Start || g.End != w.End || len(g.Tokens) != len(w.Tokens) {
+			t.Errorf("%s: segment %d: %v..%v, %d tokens, want %v..%v, %d", name, s, g.Start, g.End, len(g.Tokens), w.Start, w.End, len(w.Tokens))
+			continue
+		}
+		for k, wt := range w.Tokens {
+			gt := g.Tokens[k]
+			if gt.ID != wt.ID || gt.Frame != wt.Frame || gt.Duration != wt.Duration || gt.T0 != wt.T0 || gt.T1 != wt.T1 ||
+				math.Abs(float64(gt.P-wt.P)) > 1e-5 || math.Abs(float64(gt.PLog-wt.PLog)) > 1e-5 {
+				t.Errorf("%s: token %d: %+v, want %+v", name, k, gt, wt)
+				break
+			}
 		}
 	}
 }
