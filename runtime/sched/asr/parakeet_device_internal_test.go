@@ -20,7 +20,7 @@ import (
 // others joining as they finish) on a backend that decides on the device, once on the device
 // loop and once on the host loop, and requires the same text and tokens (ids and times, which
 // come from the tokens' frames and durations), p and plog within 1e-5. A beam transcription
-// among them decodes on the host loop in the same steps, the same both times.
+// among them decodes on the device beam loop, then on the host loop, the same both times.
 func TestParakeetDeviceLoop(t *testing.T) {
 	f, err := parakeet.Open(sharedtest.ParakeetRandomModel(t, "small", false))
 	if err != nil {
