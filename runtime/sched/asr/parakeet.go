@@ -816,7 +816,8 @@ func stepTokens(steps []decode.TDTStep) []parakeet.Token {
 }
 
 // parakeetBeamHook, set by tests, sees every beam transcription as it ends, with the scores of
-// the beam's best hypothesis and the greedy one.
+// the beam's best hypothesis and the greedy one (j.beam and j.greedy are nil for one searched on
+// the device beam loop, parakeet_devbeam.go).
 var parakeetBeamHook func(j *pjob, beam, greedy float64)
 
 // errNonFiniteParakeet ends a transcription whose joint produced logits that are not numbers.

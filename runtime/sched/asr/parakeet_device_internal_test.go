@@ -528,3 +528,71 @@ func compareResults(t *testing.T, name string, got, want *Result) {
 		}
 	}
 }
+
+// TestParakeetDeviceBeamStepAllocs: on the device beam loop, once two beam transcriptions are
+// encoded, a step of their searches (beamRounds rounds of each, then one read) allocates nothing.
+func TestParakeetDeviceBeamStepAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts differ under the race detector")
+	}
+	f, err := parakeet.Open(sharedtest.ParakeetRandomModel(t, "small", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	pcm := testWAV(t, "jfk")
+	pcm = append(pcm, pcm...) // 22 s: many steps of one search
+	for _, be := range sharedtest.Backends(t, 2) {
+		if _, ok := be.(backend.BeamTransducer); !ok {
+			t.Logf("%s searches on the host: no device beam loop to test", be.Name())
+			continue
+		}
+		t.Run(be.Name(), func(t *testing.T) {
+			m, err := parakeet.Load(f, be)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			noLoop = true
+			e, err := NewParakeet(m, Config{MaxActive: 2})
+			noLoop = false
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			var jobs []*pjob
+			for _, w := range []int{3, 8} {
+				p := DefaultParams()
+				p.BeamSize = w
+				j := &pjob{p: p, nSamples: len(pcm), slot: -1}
+				j.start(context.Background())
+				if j.mel, err = m.FrontEnd.LogMel(nil, pcm); err != nil {
+					t.Fatal(err)
+				}
+				j.melRows = len(j.mel) / m.HParams.NMels
+				j.frames = parakeet.EncoderFrames(j.melRows)
+				j.end = j.frames
+				if err := e.q.enqueue(j); err != nil {
+					t.Fatal(err)
+				}
+				jobs = append(jobs, j)
+			}
+			for range 2 { // admit and encode both, take the first steps
+				e.q.loop.Step()
+			}
+			for _, j := range jobs {
+				if j.ph != ppDecode || j.err != nil || !j.onBeam {
+					t.Fatalf("beam transcription in phase %d, error %v, on the device beam loop %v", j.ph, j.err, j.onBeam)
+				}
+			}
+			if a := testing.AllocsPerRun(5, func() { e.q.loop.Step() }); a != 0 {
+				t.Errorf("%v allocations per step, want 0", a)
+			}
+			for _, j := range jobs {
+				if j.ph != ppDecode || e.dbeam.l.Rounds(2*deviceRow(j.slot)) < 6*beamRounds {
+					t.Fatalf("the steps measured were not all searching: phase %d, %d rounds", j.ph, e.dbeam.l.Rounds(2*deviceRow(j.slot)))
+				}
+			}
+		})
+	}
+}
