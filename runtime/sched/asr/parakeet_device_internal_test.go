@@ -562,20 +562,7 @@ func TestParakeetDeviceBeamStepAllocs(t *testing.T) {
 			defer e.Close()
 			var jobs []*pjob
 			for _, w := range []int{3, 8} {
-				p := DefaultParams()
-				p.BeamSize = w
-				j := &pjob{p: p, nSamples: len(pcm), slot: -1}
-				j.start(context.Background())
-				if j.mel, err = m.FrontEnd.LogMel(nil, pcm); err != nil {
-					t.Fatal(err)
-				}
-				j.melRows = len(j.mel) / m.HParams.NMels
-				j.frames = parakeet.EncoderFrames(j.melRows)
-				j.end = j.frames
-				if err := e.q.enqueue(j); err != nil {
-					t.Fatal(err)
-				}
-				jobs = append(jobs, j)
+				jobs = append(jobs, queueBeam(t, e, pcm, w))
 			}
 			for range 2 { // admit and encode both, take the first steps
 				e.q.loop.Step()
@@ -592,6 +579,101 @@ func TestParakeetDeviceBeamStepAllocs(t *testing.T) {
 				if j.ph != ppDecode || e.dbeam.l.Rounds(2*deviceRow(j.slot)) < 6*beamRounds {
 					t.Fatalf("the steps measured were not all searching: phase %d, %d rounds", j.ph, e.dbeam.l.Rounds(2*deviceRow(j.slot)))
 				}
+			}
+		})
+	}
+}
+
+// queueBeam queues the beam transcription of pcm with a beam of width in e, whose loop the test
+// steps.
+func queueBeam(t *testing.T, e *Parakeet, pcm []float32, width int) *pjob {
+	t.Helper()
+	p := DefaultParams()
+	p.BeamSize = width
+	j := &pjob{p: p, nSamples: len(pcm), slot: -1}
+	j.start(context.Background())
+	var err error
+	if j.mel, err = e.m.FrontEnd.LogMel(nil, pcm); err != nil {
+		t.Fatal(err)
+	}
+	j.melRows = len(j.mel) / e.m.HParams.NMels
+	j.frames = parakeet.EncoderFrames(j.melRows)
+	j.end = j.frames
+	if err := e.q.enqueue(j); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// TestParakeetDeviceBeamNonFinite: a beam transcription whose encoder projection holds infinities at
+// frames its searches have not reached fails with the error the host loop gives it, alone: the
+// transcription beside it ends with the host loop's text.
+func TestParakeetDeviceBeamNonFinite(t *testing.T) {
+	f, err := parakeet.Open(sharedtest.ParakeetRandomModel(t, "small", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	pcm := testWAV(t, "jfk")
+	for _, be := range sharedtest.Backends(t, 2) {
+		if _, ok := be.(backend.BeamTransducer); !ok {
+			t.Logf("%s searches on the host: no device beam loop to test", be.Name())
+			continue
+		}
+		t.Run(be.Name(), func(t *testing.T) {
+			m, err := parakeet.Load(f, be)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			run := func(hostOnly bool) (error, string) {
+				noLoop, hostLoopOnly = true, hostOnly
+				e, err := NewParakeet(m, Config{MaxActive: 2})
+				noLoop, hostLoopOnly = false, false
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer e.Close()
+				bad, good := queueBeam(t, e, pcm, 4), queueBeam(t, e, pcm, 4)
+				e.q.loop.Step() // admit and encode both, the first rounds
+				if bad.ph != ppDecode || bad.onBeam == hostOnly || bad.proj == nil {
+					t.Fatalf("phase %d, on the device beam loop %v (host loop only %v)", bad.ph, bad.onBeam, hostOnly)
+				}
+				// +Inf, which the joint's ReLU keeps (a NaN it may make 0), then NaN logits.
+				nan := make([]float32, m.HParams.NPredDim)
+				for i := range nan {
+					nan[i] = float32(math.Inf(1))
+				}
+				for r := 60; r < 70; r++ {
+					if err := be.Write(bad.proj, r, nan); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for range 10000 {
+					select {
+					case <-bad.done:
+						select {
+						case <-good.done:
+							if good.err != nil || len(good.segs) == 0 {
+								t.Fatalf("the transcription beside: %v, %d segments", good.err, len(good.segs))
+							}
+							return bad.err, good.segs[0].Text
+						default:
+						}
+					default:
+					}
+					e.q.loop.Step()
+				}
+				t.Fatal("the transcriptions did not end")
+				return nil, ""
+			}
+			devErr, devText := run(false)
+			hostErr, hostText := run(true)
+			if !errors.Is(devErr, errNonFiniteParakeet) || !errors.Is(hostErr, errNonFiniteParakeet) {
+				t.Errorf("infinite projections: %v, on the host loop %v; want %v", devErr, hostErr, errNonFiniteParakeet)
+			}
+			if devText != hostText {
+				t.Errorf("the transcription beside: %q, on the host loop %q", devText, hostText)
 			}
 		})
 	}
