@@ -678,3 +678,61 @@ func TestParakeetDeviceBeamNonFinite(t *testing.T) {
 		})
 	}
 }
+
+// TestParakeetDeviceBeamGrow: a clip longer than the device beam loop takes, coming when no
+// transcription is on the loop, has the loop made again for it and searches there, with the
+// host loop's result.
+func TestParakeetDeviceBeamGrow(t *testing.T) {
+	f, err := parakeet.Open(sharedtest.ParakeetRandomModel(t, "small", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	pcm := testWAV(t, "jfk")
+	clips := [][]float32{pcm[:3*SampleRate], pcm}
+	for _, be := range sharedtest.Backends(t, 2) {
+		if _, ok := be.(backend.BeamTransducer); !ok {
+			t.Logf("%s searches on the host: no device beam loop to test", be.Name())
+			continue
+		}
+		t.Run(be.Name(), func(t *testing.T) {
+			m, err := parakeet.Load(f, be)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			defer func(a, b int) { beamLoopFrames, beamLoopMaxFrames = a, b }(beamLoopFrames, beamLoopMaxFrames)
+			beamLoopFrames = 10
+			run := func(hostOnly bool) []*Result {
+				hostLoopOnly = hostOnly
+				e, err := NewParakeet(m, Config{MaxActive: 2})
+				hostLoopOnly = false
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer e.Close()
+				var res []*Result
+				for _, c := range clips {
+					p := DefaultParams()
+					p.BeamSize = 4
+					r, err := e.Transcribe(context.Background(), c, p, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					res = append(res, r)
+				}
+				if !hostOnly {
+					e.Close()
+					if want := parakeet.EncoderFrames(parakeet.MelFrames(len(pcm))); e.dbeam.jobsN != 2 || e.dbeam.frames != want {
+						t.Errorf("%d transcriptions on the device beam loop, made for %d frames; want 2, %d", e.dbeam.jobsN, e.dbeam.frames, want)
+					}
+				}
+				return res
+			}
+			dev, host := run(false), run(true)
+			for i := range clips {
+				compareResults(t, fmt.Sprintf("clip %d", i), dev[i], host[i])
+			}
+		})
+	}
+}
