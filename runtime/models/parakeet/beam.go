@@ -148,7 +148,7 @@ func (l *BeamLoop) Start(s int, proj backend.Tensor, frames, width int) error {
 	}
 	l.enc[s] = proj
 	if s < len(l.rep.Done) {
-		l.rep.Done[s] = false // until a Read sees it done
+		l.rep.Done[s], l.rep.Failed[s], l.rep.Full[s] = false, false, false // until a Read sees it
 	}
 	if frames == 0 {
 		l.enc[s] = l.dummy
@@ -285,10 +285,28 @@ func (l *BeamLoop) Read(done []bool) error {
 		case l.rep.Failed[s]:
 			failed = &NonFiniteError{Row: s}
 		case l.rep.Full[s]:
-			failed = fmt.Errorf("parakeet: beam loop: stream %d emitted more tokens than its clip length allows", s)
+			failed = fmt.Errorf("%w: stream %d", ErrBeamFull, s)
 		}
 	}
 	return failed
+}
+
+// ErrBeamFull is the failure of a stream that emitted more tokens than the loop keeps.
+var ErrBeamFull = errors.New("parakeet: beam loop: a stream emitted more tokens than its clip length allows")
+
+// Failed reports how stream s failed at the last Read: a *NonFiniteError where a joint row held
+// a NaN or +Inf or had no finite maximum, ErrBeamFull where it emitted more tokens than the
+// loop keeps; nil where it did not fail (or has not been read since its start).
+func (l *BeamLoop) Failed(s int) error {
+	switch {
+	case s < 0 || s >= len(l.rep.Done):
+		return nil
+	case l.rep.Failed[s]:
+		return &NonFiniteError{Row: s}
+	case l.rep.Full[s]:
+		return fmt.Errorf("%w: stream %d", ErrBeamFull, s)
+	}
+	return nil
 }
 
 // Rounds reports the rounds stream s has made since its start, at the last Read.

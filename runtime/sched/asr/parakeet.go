@@ -44,7 +44,8 @@ import (
 //
 // On a backend that keeps greedy decoding on the device (backend.GreedyTransducer), greedy
 // transcriptions and the chunks of greedy live streams decode there instead, many decisions a
-// step (parakeet_device.go).
+// step (parakeet_device.go); on one that searches on the device (backend.BeamTransducer), beam
+// transcriptions search there, both searches many rounds a step (parakeet_devbeam.go).
 type Parakeet struct {
 	m     *parakeet.Model
 	cfg   Config
@@ -69,6 +70,7 @@ type Parakeet struct {
 	jFrames, jSlots []int32               // [MaxRows] a round's joint requests
 	projPool        []backend.Tensor      // projections of live streams' chunks, reused
 	dev             *deviceLoop           // greedy transcriptions decoded on the device; nil: none (parakeet_device.go)
+	dbeam           *beamLoop             // beam transcriptions searched on the device; nil: none (parakeet_devbeam.go)
 
 	nActive            atomic.Int64
 	encodeNS, decodeNS atomic.Int64 // time spent in the steps' encoding and decoding
@@ -114,7 +116,8 @@ type pjob struct {
 	steps        []decode.TDTStep
 	segs         []Segment
 
-	onDevice bool // the transcription decodes on the device loop (parakeet_device.go)
+	onDevice bool // the transcription decodes on the device loop (parakeet_device.go) or beam loop
+	onBeam   bool // the transcription searches on the device beam loop (parakeet_devbeam.go)
 }
 
 // NewParakeet makes the scheduler of Parakeet model m (MaxActive default 4) and starts its loop.
@@ -137,6 +140,7 @@ func NewParakeet(m *parakeet.Model, cfg Config) (*Parakeet, error) {
 		e.dec.Close()
 		return nil, err
 	}
+	e.dbeam = newBeamLoop(m, cfg.MaxActive)
 	e.q, err = newQueue[*pjob]((*parakeetWork)(e), cfg, "parakeet step")
 	if err != nil {
 		e.closeDevice()
@@ -201,7 +205,7 @@ func (e *Parakeet) Close() error {
 	e.shut = true
 	e.mu.Unlock()
 	e.q.loop.Close()
-	errs := []error{e.closeDevice(), e.dec.Close()}
+	errs := []error{e.closeDevice(), e.closeDeviceBeam(), e.dec.Close()}
 	for _, t := range e.projPool {
 		errs = append(errs, t.Close())
 	}
@@ -495,7 +499,11 @@ func (e *Parakeet) encode() {
 		j.ph = ppDecode
 		if j.stream == nil {
 			if j.p.BeamSize > 1 {
-				if err := e.startBeam(j); err != nil {
+				ok, err := e.startDeviceBeam(j)
+				if !ok {
+					err = e.startBeam(j)
+				}
+				if err != nil {
 					j.err, j.ph = fmt.Errorf("parakeet: %w", err), ppDone
 				}
 				continue
@@ -560,6 +568,8 @@ func (e *Parakeet) project(out backend.Tensor, at int, j *pjob) error {
 // for all of them) until each emits a token or its clip ends, each search its rounds.
 func (e *Parakeet) decodeStep() (seqs, tokens int, busy bool) {
 	seqs, tokens = e.deviceStep()
+	bs, bt := e.deviceBeamStep()
+	seqs, tokens = seqs+bs, tokens+bt
 	e.tokIn, e.from, e.to = e.tokIn[:0], e.from[:0], e.to[:0]
 	for _, j := range e.active {
 		if j.ph != ppDecode || j.onDevice {
@@ -806,7 +816,8 @@ func stepTokens(steps []decode.TDTStep) []parakeet.Token {
 }
 
 // parakeetBeamHook, set by tests, sees every beam transcription as it ends, with the scores of
-// the beam's best hypothesis and the greedy one.
+// the beam's best hypothesis and the greedy one (j.beam and j.greedy are nil for one searched on
+// the device beam loop, parakeet_devbeam.go).
 var parakeetBeamHook func(j *pjob, beam, greedy float64)
 
 // errNonFiniteParakeet ends a transcription whose joint produced logits that are not numbers.

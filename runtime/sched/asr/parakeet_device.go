@@ -18,8 +18,9 @@ import (
 // last token, pending prediction and the prediction network's state, which the stream keeps
 // between chunks as the host loop's slot does), and at the chunk's end its state goes back to
 // the job's slot, which finish saves for the next chunk as it does the host loop's; a chunk that
-// fails saves nothing, so the stream goes on from the last good one. Beam transcriptions and
-// beam streams stay on the host loop, in the same steps.
+// fails saves nothing, so the stream goes on from the last good one. Beam transcriptions search
+// on the device beam loop (parakeet_devbeam.go); beam streams stay on the host loop, in the same
+// steps.
 
 // deviceSteps is how many decisions of each transcription a step issues before it reads the
 // device.
@@ -95,6 +96,9 @@ func (e *Parakeet) startDevice(j *pjob) (bool, error) {
 func (e *Parakeet) stopDevice(j *pjob) error {
 	if !j.onDevice {
 		return nil
+	}
+	if j.onBeam {
+		return e.stopDeviceBeam(j)
 	}
 	d, r := e.dev, deviceRow(j.slot)
 	j.onDevice = false

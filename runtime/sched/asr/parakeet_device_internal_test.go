@@ -3,6 +3,7 @@ package asr
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"sync"
@@ -19,7 +20,7 @@ import (
 // others joining as they finish) on a backend that decides on the device, once on the device
 // loop and once on the host loop, and requires the same text and tokens (ids and times, which
 // come from the tokens' frames and durations), p and plog within 1e-5. A beam transcription
-// among them decodes on the host loop in the same steps, the same both times.
+// among them decodes on the device beam loop, then on the host loop, the same both times.
 func TestParakeetDeviceLoop(t *testing.T) {
 	f, err := parakeet.Open(sharedtest.ParakeetRandomModel(t, "small", false))
 	if err != nil {
@@ -384,5 +385,354 @@ func TestParakeetDeviceChunkStepAllocs(t *testing.T) {
 		if j.ph != ppDecode || len(j.toks) < 5 {
 			t.Fatalf("the steps measured were not all decoding: phase %d, %d tokens", j.ph, len(j.toks))
 		}
+	}
+}
+
+// TestParakeetDeviceBeam transcribes reference clips with beams of 2, 4 and 8 at once, beside
+// greedy transcriptions of them, on a backend that searches on the device, once with the beams
+// on the device beam loop and once on the host loop (hostLoopOnly), and requires the same
+// results: texts, token ids, frames, durations and times exactly, p and plog within 1e-5. Every
+// beam went to the device loop; with the loop made too short for the longest clip, that clip's
+// beams decode on the host loop and the results are the same again.
+func TestParakeetDeviceBeam(t *testing.T) {
+	f, err := parakeet.Open(sharedtest.ParakeetRandomModel(t, "small", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	names := beamClips[:4]
+	var clips [][]float32
+	longest := 0
+	for i, name := range names {
+		clips = append(clips, beamClipSamples(t, name))
+		if len(clips[i]) > len(clips[longest]) {
+			longest = i
+		}
+	}
+	type job struct {
+		clip, width int
+	}
+	var jobs []job
+	beams := 0
+	for i := range clips {
+		for k, w := range []int{1, 2, 4, 8} {
+			if (i+k)%2 == 0 || w == 1 {
+				jobs = append(jobs, job{i, w})
+				if w > 1 {
+					beams++
+				}
+			}
+		}
+	}
+	for _, be := range sharedtest.Backends(t, 2) {
+		if _, ok := be.(backend.BeamTransducer); !ok {
+			t.Logf("%s searches on the host: no device beam loop to test", be.Name())
+			continue
+		}
+		t.Run(be.Name(), func(t *testing.T) {
+			m, err := parakeet.Load(f, be)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			run := func(hostOnly bool) ([]*Result, int64) {
+				hostLoopOnly = hostOnly
+				e, err := NewParakeet(m, Config{MaxActive: 4, EncodeBatch: 2, MaxQueue: len(jobs)})
+				hostLoopOnly = false
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer e.Close()
+				if (e.dbeam == nil) != hostOnly {
+					t.Fatalf("host loop only %v, device beam loop %v", hostOnly, e.dbeam != nil)
+				}
+				res := make([]*Result, len(jobs))
+				errs := make([]error, len(jobs))
+				var wg sync.WaitGroup
+				for i, jb := range jobs {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						p := DefaultParams()
+						p.BeamSize = jb.width
+						res[i], errs[i] = e.Transcribe(context.Background(), clips[jb.clip], p, nil)
+					}()
+				}
+				wg.Wait()
+				for i, err := range errs {
+					if err != nil {
+						t.Fatalf("%s, beam %d: %v", names[jobs[i].clip], jobs[i].width, err)
+					}
+				}
+				if e.dbeam == nil {
+					return res, 0
+				}
+				e.Close()
+				return res, e.dbeam.jobsN
+			}
+			t0 := time.Now()
+			host, _ := run(true)
+			t1 := time.Now()
+			dev, n := run(false)
+			t.Logf("host loop %v, device beam loop %v", t1.Sub(t0).Round(time.Millisecond), time.Since(t1).Round(time.Millisecond))
+			if n != int64(beams) {
+				t.Errorf("%d beam transcriptions on the device loop, want %d", n, beams)
+			}
+			compare := func(what string, got []*Result) {
+				for i, jb := range jobs {
+					compareResults(t, fmt.Sprintf("%s: %s, beam %d", what, names[jb.clip], jb.width), got[i], host[i])
+				}
+			}
+			compare("device beam loop", dev)
+
+			// The loop made for clips shorter than the longest: its beams decode on the host.
+			frames := parakeet.EncoderFrames(parakeet.MelFrames(len(clips[longest])))
+			defer func(a, b int) { beamLoopFrames, beamLoopMaxFrames = a, b }(beamLoopFrames, beamLoopMaxFrames)
+			beamLoopFrames, beamLoopMaxFrames = frames/2, frames/2
+			short, n := run(false)
+			want := 0
+			for _, jb := range jobs {
+				if jb.width > 1 && parakeet.EncoderFrames(parakeet.MelFrames(len(clips[jb.clip]))) <= frames/2 {
+					want++
+				}
+			}
+			if n != int64(want) || want == beams {
+				t.Errorf("%d beam transcriptions on a short device loop, want %d of %d", n, want, beams)
+			}
+			compare("short device beam loop", short)
+		})
+	}
+}
+
+// compareResults requires got to be want: texts and segments, token ids, frames, durations and
+// times exactly, p and plog within 1e-5.
+func compareResults(t *testing.T, name string, got, want *Result) {
+	t.Helper()
+	if got.Text != want.Text || len(got.Segments) != len(want.Segments) || len(want.Segments) == 0 {
+		t.Errorf("%s: %q in %d segments, want %q in %d (not none)", name, got.Text, len(got.Segments), want.Text, len(want.Segments))
+		return
+	}
+	for s := range want.Segments {
+		g, w := got.Segments[s], want.Segments[s]
+		if g.Start != w.Start || g.End != w.End || len(g.Tokens) != len(w.Tokens) {
+			t.Errorf("%s: segment %d: %v..%v, %d tokens, want %v..%v, %d", name, s, g.Start, g.End, len(g.Tokens), w.Start, w.End, len(w.Tokens))
+			continue
+		}
+		for k, wt := range w.Tokens {
+			gt := g.Tokens[k]
+			if gt.ID != wt.ID || gt.Frame != wt.Frame || gt.Duration != wt.Duration || gt.T0 != wt.T0 || gt.T1 != wt.T1 ||
+				math.Abs(float64(gt.P-wt.P)) > 1e-5 || math.Abs(float64(gt.PLog-wt.PLog)) > 1e-5 {
+				t.Errorf("%s: token %d: %+v, want %+v", name, k, gt, wt)
+				break
+			}
+		}
+	}
+}
+
+// TestParakeetDeviceBeamStepAllocs: on the device beam loop, once two beam transcriptions are
+// encoded, a step of their searches (beamRounds rounds of each, then one read) allocates nothing.
+func TestParakeetDeviceBeamStepAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts differ under the race detector")
+	}
+	f, err := parakeet.Open(sharedtest.ParakeetRandomModel(t, "small", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	pcm := testWAV(t, "jfk")
+	pcm = append(pcm, pcm...) // 22 s: many steps of one search
+	for _, be := range sharedtest.Backends(t, 2) {
+		if _, ok := be.(backend.BeamTransducer); !ok {
+			t.Logf("%s searches on the host: no device beam loop to test", be.Name())
+			continue
+		}
+		t.Run(be.Name(), func(t *testing.T) {
+			m, err := parakeet.Load(f, be)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			noLoop = true
+			e, err := NewParakeet(m, Config{MaxActive: 2})
+			noLoop = false
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			var jobs []*pjob
+			for _, w := range []int{3, 8} {
+				jobs = append(jobs, queueBeam(t, e, pcm, w))
+			}
+			for range 2 { // admit and encode both, take the first steps
+				e.q.loop.Step()
+			}
+			for _, j := range jobs {
+				if j.ph != ppDecode || j.err != nil || !j.onBeam {
+					t.Fatalf("beam transcription in phase %d, error %v, on the device beam loop %v", j.ph, j.err, j.onBeam)
+				}
+			}
+			if a := testing.AllocsPerRun(5, func() { e.q.loop.Step() }); a != 0 {
+				t.Errorf("%v allocations per step, want 0", a)
+			}
+			for _, j := range jobs {
+				if j.ph != ppDecode || e.dbeam.l.Rounds(2*deviceRow(j.slot)) < 6*beamRounds {
+					t.Fatalf("the steps measured were not all searching: phase %d, %d rounds", j.ph, e.dbeam.l.Rounds(2*deviceRow(j.slot)))
+				}
+			}
+		})
+	}
+}
+
+// queueBeam queues the beam transcription of pcm with a beam of width in e, whose loop the test
+// steps.
+func queueBeam(t *testing.T, e *Parakeet, pcm []float32, width int) *pjob {
+	t.Helper()
+	p := DefaultParams()
+	p.BeamSize = width
+	j := &pjob{p: p, nSamples: len(pcm), slot: -1}
+	j.start(context.Background())
+	var err error
+	if j.mel, err = e.m.FrontEnd.LogMel(nil, pcm); err != nil {
+		t.Fatal(err)
+	}
+	j.melRows = len(j.mel) / e.m.HParams.NMels
+	j.frames = parakeet.EncoderFrames(j.melRows)
+	j.end = j.frames
+	if err := e.q.enqueue(j); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// TestParakeetDeviceBeamNonFinite: a beam transcription whose encoder projection holds infinities at
+// frames its searches have not reached fails with the error the host loop gives it, alone: the
+// transcription beside it ends with the host loop's text.
+func TestParakeetDeviceBeamNonFinite(t *testing.T) {
+	f, err := parakeet.Open(sharedtest.ParakeetRandomModel(t, "small", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	pcm := testWAV(t, "jfk")
+	for _, be := range sharedtest.Backends(t, 2) {
+		if _, ok := be.(backend.BeamTransducer); !ok {
+			t.Logf("%s searches on the host: no device beam loop to test", be.Name())
+			continue
+		}
+		t.Run(be.Name(), func(t *testing.T) {
+			m, err := parakeet.Load(f, be)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			run := func(hostOnly bool) (error, string) {
+				noLoop, hostLoopOnly = true, hostOnly
+				e, err := NewParakeet(m, Config{MaxActive: 2})
+				noLoop, hostLoopOnly = false, false
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer e.Close()
+				bad, good := queueBeam(t, e, pcm, 4), queueBeam(t, e, pcm, 4)
+				e.q.loop.Step() // admit and encode both, the first rounds
+				if bad.ph != ppDecode || bad.onBeam == hostOnly || bad.proj == nil {
+					t.Fatalf("phase %d, on the device beam loop %v (host loop only %v)", bad.ph, bad.onBeam, hostOnly)
+				}
+				// +Inf, which the joint's ReLU keeps (a NaN it may make 0), then NaN logits.
+				nan := make([]float32, m.HParams.NPredDim)
+				for i := range nan {
+					nan[i] = float32(math.Inf(1))
+				}
+				for r := 60; r < 70; r++ {
+					if err := be.Write(bad.proj, r, nan); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for range 10000 {
+					select {
+					case <-bad.done:
+						select {
+						case <-good.done:
+							if good.err != nil || len(good.segs) == 0 {
+								t.Fatalf("the transcription beside: %v, %d segments", good.err, len(good.segs))
+							}
+							return bad.err, good.segs[0].Text
+						default:
+						}
+					default:
+					}
+					e.q.loop.Step()
+				}
+				t.Fatal("the transcriptions did not end")
+				return nil, ""
+			}
+			devErr, devText := run(false)
+			hostErr, hostText := run(true)
+			if !errors.Is(devErr, errNonFiniteParakeet) || !errors.Is(hostErr, errNonFiniteParakeet) {
+				t.Errorf("infinite projections: %v, on the host loop %v; want %v", devErr, hostErr, errNonFiniteParakeet)
+			}
+			if devText != hostText {
+				t.Errorf("the transcription beside: %q, on the host loop %q", devText, hostText)
+			}
+		})
+	}
+}
+
+// TestParakeetDeviceBeamGrow: a clip longer than the device beam loop takes, coming when no
+// transcription is on the loop, has the loop made again for it and searches there, with the
+// host loop's result.
+func TestParakeetDeviceBeamGrow(t *testing.T) {
+	f, err := parakeet.Open(sharedtest.ParakeetRandomModel(t, "small", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	pcm := testWAV(t, "jfk")
+	clips := [][]float32{pcm[:3*SampleRate], pcm}
+	for _, be := range sharedtest.Backends(t, 2) {
+		if _, ok := be.(backend.BeamTransducer); !ok {
+			t.Logf("%s searches on the host: no device beam loop to test", be.Name())
+			continue
+		}
+		t.Run(be.Name(), func(t *testing.T) {
+			m, err := parakeet.Load(f, be)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			defer func(a, b int) { beamLoopFrames, beamLoopMaxFrames = a, b }(beamLoopFrames, beamLoopMaxFrames)
+			beamLoopFrames = 10
+			run := func(hostOnly bool) []*Result {
+				hostLoopOnly = hostOnly
+				e, err := NewParakeet(m, Config{MaxActive: 2})
+				hostLoopOnly = false
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer e.Close()
+				var res []*Result
+				for _, c := range clips {
+					p := DefaultParams()
+					p.BeamSize = 4
+					r, err := e.Transcribe(context.Background(), c, p, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					res = append(res, r)
+				}
+				if !hostOnly {
+					e.Close()
+					if want := parakeet.EncoderFrames(parakeet.MelFrames(len(pcm))); e.dbeam.jobsN != 2 || e.dbeam.frames != want {
+						t.Errorf("%d transcriptions on the device beam loop, made for %d frames; want 2, %d", e.dbeam.jobsN, e.dbeam.frames, want)
+					}
+				}
+				return res
+			}
+			dev, host := run(false), run(true)
+			for i := range clips {
+				compareResults(t, fmt.Sprintf("clip %d", i), dev[i], host[i])
+			}
+		})
 	}
 }
