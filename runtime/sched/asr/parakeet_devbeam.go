@@ -16,8 +16,8 @@ import (
 // of a transcription are, the higher score's hypothesis is its result, as endBeamStep chooses
 // on the host loop. The loop is made at the first beam transcription, for clips of
 // beamLoopFrames frames or of that transcription's, and made again for a longer clip when no
-// transcription is on it, up to beamLoopMaxFrames; a clip it cannot take decodes on the host
-// loop. Live streams with a beam stay on the host loop.
+// transcription is on it, up to beamLoopMaxFrames; a clip it cannot take, or one that comes
+// when the loop cannot be made, decodes on the host loop. Live streams with a beam stay on the host loop.
 
 // beamRounds is how many rounds of each search a step issues before it reads the device.
 const beamRounds = 8
@@ -84,7 +84,9 @@ func (e *Parakeet) startDeviceBeam(j *pjob) (bool, error) {
 		return false, nil
 	}
 	if ok, err := b.fit(j.frames); !ok || err != nil {
-		return err != nil, err
+		// A loop that cannot be made (the device out of memory, say) leaves j to the host
+		// loop; the next beam transcription tries to make it again.
+		return false, nil
 	}
 	r := deviceRow(j.slot)
 	if err := b.l.Start(2*r, j.proj, j.frames, j.p.BeamSize); err != nil {
