@@ -183,7 +183,7 @@ func TestAgainstSentencePiece(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		tx := append(slices.Clone(small), texts[:500]...)
+		tx := append(slices.Clone(small), texts[:min(500, len(texts))]...)
 		compare(t, name, py, p, mm, tx, randomIDs(r, mm.Len(), 300))
 	}
 }
