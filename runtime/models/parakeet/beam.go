@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/parleyhq/parley/runtime/backend"
-	"github.com/parleyhq/parley/runtime/tensor"
 )
 
 // BeamLoop is the beam search of runtime/decode's TDTBeamSearch over up to Streams clips kept
@@ -26,19 +25,13 @@ type BeamLoop struct {
 	streams, width, k int
 	rounds            int // rounds since the last Read
 
-	h, c       []backend.Tensor // [rows, P] each layer's state of each hypothesis row
-	hNew, cNew []backend.Tensor // [rows, P] a round's new states, then the gathered ones
-	pred, pNew backend.Tensor   // [rows, P] the joint's prediction input, kept and new
-	x, gi, gh  backend.Tensor   // [rows, P], [rows, 4P] ×2
-	eg, lg     backend.Tensor   // [rows, P], [rows, V+1+D]
-	enc        []backend.Tensor // each stream's encoder projection (dummy when none)
-	dummy      backend.Tensor   // [1, P] zeros
-	zero       []float32        // [P]
-	rec        backend.Recording
-	rep        backend.BeamReport
-	res        backend.BeamResult
-	owned      []backend.Tensor
-	roundOps   func() error
+	loopRows                  // each hypothesis row's state, a round's scratch (hNew, cNew: then the gathered states)
+	enc      []backend.Tensor // each stream's encoder projection (dummy when none)
+	zero     []float32        // [P]
+	rec      backend.Recording
+	rep      backend.BeamReport
+	res      backend.BeamResult
+	roundOps func() error
 }
 
 // ErrNoBeamLoop is NewBeamLoop's answer on a backend that searches on the host only.
@@ -78,25 +71,7 @@ func (m *Model) NewBeamLoop(cfg BeamLoopConfig) (*BeamLoop, error) {
 	}
 	rows := cfg.Streams * cfg.Width
 	l := &BeamLoop{m: m, be: m.be, d: d, streams: cfg.Streams, width: cfg.Width, k: cfg.K, zero: make([]float32, h.NPredDim)}
-	P := h.NPredDim
-	alloc := func(r, c int) backend.Tensor {
-		if err != nil {
-			return nil
-		}
-		var t backend.Tensor
-		if t, err = m.be.Alloc(tensor.F32, r, c); err == nil {
-			l.owned = append(l.owned, t)
-		}
-		return t
-	}
-	for range h.NPredLayers {
-		l.h, l.c = append(l.h, alloc(rows, P)), append(l.c, alloc(rows, P))
-		l.hNew, l.cNew = append(l.hNew, alloc(rows, P)), append(l.cNew, alloc(rows, P))
-	}
-	l.pred, l.pNew, l.x = alloc(rows, P), alloc(rows, P), alloc(rows, P)
-	l.gi, l.gh = alloc(rows, 4*P), alloc(rows, 4*P)
-	l.eg, l.lg = alloc(rows, P), alloc(rows, h.JointOutputs())
-	l.dummy = alloc(1, P)
+	err = l.alloc(m, rows)
 	if err != nil {
 		l.Close()
 		return nil, fmt.Errorf("parakeet: beam loop: %w", err)
@@ -122,10 +97,7 @@ func (l *BeamLoop) Close() error {
 		errs = append(errs, l.d.Close())
 		l.d = nil
 	}
-	for i := len(l.owned) - 1; i >= 0; i-- {
-		errs = append(errs, l.owned[i].Close())
-	}
-	l.owned = nil
+	errs = append(errs, l.close())
 	return errors.Join(errs...)
 }
 
@@ -185,62 +157,8 @@ func (l *BeamLoop) Round() error {
 }
 
 func (l *BeamLoop) ops() error {
-	be, m, d := l.be, l.m, l.d
-	if err := d.Tokens(l.x, m.embed); err != nil {
-		return err
-	}
-	in := l.x
-	for i, w := range m.lstm {
-		if err := be.Copy(l.cNew[i], l.c[i]); err != nil {
-			return err
-		}
-		if err := be.MatMul(l.gi, in, w.wih); err != nil {
-			return err
-		}
-		if err := be.MatMul(l.gh, l.h[i], w.whh); err != nil {
-			return err
-		}
-		if err := be.AddRows(l.gi, l.gi, l.gh); err != nil {
-			return err
-		}
-		if err := be.AddRows(l.gi, l.gi, w.b); err != nil {
-			return err
-		}
-		if err := be.LSTMCell(l.hNew[i], l.cNew[i], l.gi); err != nil {
-			return err
-		}
-		in = l.hNew[i]
-	}
-	if err := be.MatMul(l.pNew, in, m.jPred); err != nil {
-		return err
-	}
-	if err := be.AddRows(l.pNew, l.pNew, m.jPredB); err != nil {
-		return err
-	}
-	for i := range l.h {
-		if err := d.Keep(l.h[i], l.hNew[i]); err != nil {
-			return err
-		}
-		if err := d.Keep(l.c[i], l.cNew[i]); err != nil {
-			return err
-		}
-	}
-	if err := d.Keep(l.pred, l.pNew); err != nil {
-		return err
-	}
-	if err := d.Frames(l.eg, l.enc); err != nil {
-		return err
-	}
-	if err := be.AddRows(l.eg, l.eg, l.pred); err != nil {
-		return err
-	}
-	if err := be.Unary(l.eg, l.eg, tensor.ReLU); err != nil {
-		return err
-	}
-	if err := be.MatMul(l.lg, l.eg, m.jOut); err != nil {
-		return err
-	}
-	if err := be.AddRows(l.lg, l.lg, m.jOutB); err != nil {
+	d := l.d
+	if err := l.logits(l.m, d, l.enc); err != nil {
 		return err
 	}
 	if err := d.Round(l.lg); err != nil {

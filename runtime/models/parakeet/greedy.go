@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/parleyhq/parley/runtime/backend"
-	"github.com/parleyhq/parley/runtime/tensor"
 )
 
 // GreedyLoop is greedy TDT (or RNN-T) decoding of up to Rows clips kept on a backend that can
@@ -24,22 +23,16 @@ type GreedyLoop struct {
 	rows, ring int
 	steps      int // steps since the last Read
 
-	h, c       []backend.Tensor // [rows, P] each layer's state of each row
-	hNew, cNew []backend.Tensor // [rows, P] a step's new states
-	pred, pNew backend.Tensor   // [rows, P] the joint's prediction input, kept and new
-	x, gi, gh  backend.Tensor   // [rows, P], [rows, 4P] ×2
-	eg, lg     backend.Tensor   // [rows, P], [rows, V+1+D]
-	enc        []backend.Tensor // each row's encoder projection (dummy when none)
-	dummy      backend.Tensor   // [1, P] zeros
-	zero       []float32        // [P]
-	rec        backend.Recording
-	rep        backend.GreedyReport
-	read       []int32 // tokens of each row collected by Read
-	origin     []int   // [row] the frame of the row's count at its projection's row 0 (Continue)
-	fresh      []bool  // [row] continued from the initial state, no step since
-	stateSize  int
-	owned      []backend.Tensor
-	stepOps    func() error
+	loopRows                   // each row's state and a step's scratch
+	enc       []backend.Tensor // each row's encoder projection (dummy when none)
+	zero      []float32        // [P]
+	rec       backend.Recording
+	rep       backend.GreedyReport
+	read      []int32 // tokens of each row collected by Read
+	origin    []int   // [row] the frame of the row's count at its projection's row 0 (Continue)
+	fresh     []bool  // [row] continued from the initial state, no step since
+	stateSize int
+	stepOps   func() error
 }
 
 // ErrNoGreedyLoop is NewGreedyLoop's answer on a backend that decides on the host only.
@@ -63,25 +56,7 @@ func (m *Model) NewGreedyLoop(rows, ring int) (*GreedyLoop, error) {
 	}
 	l := &GreedyLoop{m: m, be: m.be, g: g, rows: rows, ring: ring, read: make([]int32, rows), zero: make([]float32, h.NPredDim),
 		origin: make([]int, rows), fresh: make([]bool, rows), stateSize: (2*h.NPredLayers + 1) * h.NPredDim}
-	P := h.NPredDim
-	alloc := func(r, c int) backend.Tensor {
-		if err != nil {
-			return nil
-		}
-		var t backend.Tensor
-		if t, err = m.be.Alloc(tensor.F32, r, c); err == nil {
-			l.owned = append(l.owned, t)
-		}
-		return t
-	}
-	for range h.NPredLayers {
-		l.h, l.c = append(l.h, alloc(rows, P)), append(l.c, alloc(rows, P))
-		l.hNew, l.cNew = append(l.hNew, alloc(rows, P)), append(l.cNew, alloc(rows, P))
-	}
-	l.pred, l.pNew, l.x = alloc(rows, P), alloc(rows, P), alloc(rows, P)
-	l.gi, l.gh = alloc(rows, 4*P), alloc(rows, 4*P)
-	l.eg, l.lg = alloc(rows, P), alloc(rows, h.JointOutputs())
-	l.dummy = alloc(1, P)
+	err = l.alloc(m, rows)
 	if err != nil {
 		l.Close()
 		return nil, fmt.Errorf("parakeet: greedy loop: %w", err)
@@ -104,10 +79,7 @@ func (l *GreedyLoop) Close() error {
 		errs = append(errs, l.g.Close())
 		l.g = nil
 	}
-	for i := len(l.owned) - 1; i >= 0; i-- {
-		errs = append(errs, l.owned[i].Close())
-	}
-	l.owned = nil
+	errs = append(errs, l.close())
 	return errors.Join(errs...)
 }
 
@@ -274,62 +246,8 @@ func (l *GreedyLoop) Step() error {
 }
 
 func (l *GreedyLoop) ops() error {
-	be, m, g := l.be, l.m, l.g
-	if err := g.Tokens(l.x, m.embed); err != nil {
-		return err
-	}
-	in := l.x
-	for i, w := range m.lstm {
-		if err := be.Copy(l.cNew[i], l.c[i]); err != nil {
-			return err
-		}
-		if err := be.MatMul(l.gi, in, w.wih); err != nil {
-			return err
-		}
-		if err := be.MatMul(l.gh, l.h[i], w.whh); err != nil {
-			return err
-		}
-		if err := be.AddRows(l.gi, l.gi, l.gh); err != nil {
-			return err
-		}
-		if err := be.AddRows(l.gi, l.gi, w.b); err != nil {
-			return err
-		}
-		if err := be.LSTMCell(l.hNew[i], l.cNew[i], l.gi); err != nil {
-			return err
-		}
-		in = l.hNew[i]
-	}
-	if err := be.MatMul(l.pNew, in, m.jPred); err != nil {
-		return err
-	}
-	if err := be.AddRows(l.pNew, l.pNew, m.jPredB); err != nil {
-		return err
-	}
-	for i := range l.h {
-		if err := g.Keep(l.h[i], l.hNew[i]); err != nil {
-			return err
-		}
-		if err := g.Keep(l.c[i], l.cNew[i]); err != nil {
-			return err
-		}
-	}
-	if err := g.Keep(l.pred, l.pNew); err != nil {
-		return err
-	}
-	if err := g.Frames(l.eg, l.enc); err != nil {
-		return err
-	}
-	if err := be.AddRows(l.eg, l.eg, l.pred); err != nil {
-		return err
-	}
-	if err := be.Unary(l.eg, l.eg, tensor.ReLU); err != nil {
-		return err
-	}
-	if err := be.MatMul(l.lg, l.eg, m.jOut); err != nil {
-		return err
-	}
-	if err := be.AddRows(l.lg, l.lg, m.jOutB); err != nil {
+	g := l.g
+	if err := l.logits(l.m, g, l.enc); err != nil {
 		return err
 	}
 	return g.Decide(l.lg)
