@@ -5,4 +5,4 @@ package cuda
 // nativeSources fingerprints the sources of libparley_cuda.a. The go command sees neither them
 // nor the archive; changing this constant (go generate) after editing them makes it link
 // binaries again with the rebuilt archive (scripts/cuda-build).
-const nativeSources = "9e61c71fde4d410c1a293dc74592b528d824b70851e5a105b63ec37bf509d9f4"
+const nativeSources = "f68b57bb01b84cf168df1995504c1a13a54f328c0042ad8a3bcd157ef34cc132"

@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "internal.cuh"
+#include "tdt.cuh"
 
 #define PLC_TDT_THREADS 128
 
@@ -55,26 +56,9 @@ __device__ double plc_tdt_sumexp(const float *x, int n, float m, double *sd) {
 
 // plc_tdt_max is the block's largest value of x[0..n); NaN when one is NaN.
 __device__ float plc_tdt_max(const float *x, int n, float *sv, int *si) {
-    float m = -INFINITY;
-    int nan = 0;
-    for (int j = threadIdx.x; j < n; j += blockDim.x) {
-        const float v = x[j];
-        if (v != v) nan = 1;
-        else if (v > m) m = v;
-    }
-    sv[threadIdx.x] = m;
-    si[threadIdx.x] = nan;
-    __syncthreads();
-    for (int k = blockDim.x / 2; k > 0; k >>= 1) {
-        if ((int)threadIdx.x < k) {
-            if (sv[threadIdx.x + k] > sv[threadIdx.x]) sv[threadIdx.x] = sv[threadIdx.x + k];
-            si[threadIdx.x] |= si[threadIdx.x + k];
-        }
-        __syncthreads();
-    }
-    const float r = si[0] ? NAN : sv[0];
-    __syncthreads();
-    return r;
+    int nan;
+    const float r = plc_tdt_block_max(x, n, &nan, sv, si);
+    return nan ? NAN : r;
 }
 
 // One block a row.

@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "internal.cuh"
+#include "tdt.cuh"
 
 #define PLC_TDTB_THREADS 128
 #define PLC_TDTB_MAXC (PLC_TDTB_MAX_WIDTH + PLC_TDTB_MAX_WIDTH * PLC_TDTB_MAX_WIDTH)
@@ -69,26 +70,9 @@ __device__ __forceinline__ double plc_tdtb_lae(double a, double b) {
 // exp(x - m) in double, the best element after (pv, pi) in the order value descending, index
 // ascending (pi < 0: the first).
 __device__ static float plc_tdtb_max(const float *x, int n, bool *nan, float *sv, int *si) {
-    float m = -INFINITY;
-    int bad = 0;
-    for (int j = threadIdx.x; j < n; j += blockDim.x) {
-        const float v = x[j];
-        if (v != v) bad = 1;
-        else if (v > m) m = v;
-    }
-    sv[threadIdx.x] = m;
-    si[threadIdx.x] = bad;
-    __syncthreads();
-    for (int k = blockDim.x / 2; k > 0; k >>= 1) {
-        if ((int)threadIdx.x < k) {
-            if (sv[threadIdx.x + k] > sv[threadIdx.x]) sv[threadIdx.x] = sv[threadIdx.x + k];
-            si[threadIdx.x] |= si[threadIdx.x + k];
-        }
-        __syncthreads();
-    }
-    const float r = sv[0];
-    *nan = *nan || si[0] != 0;
-    __syncthreads();
+    int bad;
+    const float r = plc_tdt_block_max(x, n, &bad, sv, si);
+    *nan = *nan || bad != 0;
     return r;
 }
 
